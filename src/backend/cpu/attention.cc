@@ -1,0 +1,167 @@
+// MLA attention kernels. Prefill walks the cache in key blocks: each block's
+// latents are expanded to per-head keys/values with one blocked matmul, then
+// every (query, head) pair folds the block into its running max / sum / output
+// (online softmax), so scratch stays O(block + T·H·dv) for any context length.
+#include "backend/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "base/thread_pool.h"
+
+namespace strata {
+namespace cpu {
+namespace {
+
+// Eight independent partial sums so the compiler vectorises the reduction.
+inline float Dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void Axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+float Scale(const MlaDims& d) { return 1.f / std::sqrt(static_cast<float>(d.q_dim())); }
+
+}  // namespace
+
+size_t MlaPrefillScratchFloats(const MlaDims& d, int64_t num_tokens, int num_threads) {
+  const int64_t B = kMlaKeyBlock;
+  const int64_t kv_width = d.num_heads * d.kv_b_rows_per_head();
+  return static_cast<size_t>(B * d.kv_rank          // contiguous latents of the block
+                             + B * kv_width         // expanded keys/values of the block
+                             + num_tokens * d.num_heads * (d.v_dim + 2))  // acc, max, sum
+         + MatMulScratchFloats(B, d.kv_rank, num_threads);
+}
+
+void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
+                int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
+                ThreadPool* pool) {
+  const int64_t T = num_tokens;
+  const int64_t H = d.num_heads;
+  const int64_t B = kMlaKeyBlock;
+  const int64_t cd = d.cache_dim();
+  const int64_t qd = d.q_dim();
+  const int64_t per_head = d.kv_b_rows_per_head();
+  const int64_t kv_width = H * per_head;
+  const int64_t dv = d.v_dim;
+  const float scale = Scale(d);
+
+  float* latents = scratch;
+  float* kv = latents + B * d.kv_rank;
+  float* acc = kv + B * kv_width;  // [T, H, dv]
+  float* mx = acc + T * H * dv;    // [T, H]
+  float* sum = mx + T * H;         // [T, H]
+  float* mm_scratch = sum + T * H;
+  std::fill(acc, acc + T * H * dv, 0.f);
+  std::fill(mx, mx + T * H, -std::numeric_limits<float>::infinity());
+  std::fill(sum, sum + T * H, 0.f);
+
+  const int64_t total = past + T;
+  for (int64_t s0 = 0; s0 < total; s0 += B) {
+    const int64_t nb = std::min(B, total - s0);
+    for (int64_t s = 0; s < nb; ++s) {
+      std::memcpy(latents + s * d.kv_rank, cache + (s0 + s) * cd, sizeof(float) * d.kv_rank);
+    }
+    MatMul(latents, nb, kv_b, kv, mm_scratch, pool);  // [nb, H·(dn+dv)]
+    // Queries that see at least the first key of this block.
+    const int64_t t_first = std::max<int64_t>(0, s0 - past);
+    if (t_first >= T) break;
+    const int64_t pairs = (T - t_first) * H;
+    ParallelFor(pool, pairs, 4, [&](int64_t b, int64_t e) {
+      float sc[kMlaKeyBlock];
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t t = t_first + p / H;
+        const int64_t h = p % H;
+        const float* qh = q + (t * H + h) * qd;
+        const int64_t visible = std::min(nb, past + t + 1 - s0);  // causal
+        float block_max = -std::numeric_limits<float>::infinity();
+        for (int64_t s = 0; s < visible; ++s) {
+          const float* kn = kv + s * kv_width + h * per_head;
+          const float* kr = cache + (s0 + s) * cd + d.kv_rank;
+          const float v = (Dot(qh, kn, d.nope_dim) + Dot(qh + d.nope_dim, kr, d.rope_dim)) * scale;
+          sc[s] = v;
+          block_max = std::max(block_max, v);
+        }
+        const int64_t th = t * H + h;
+        float* a = acc + th * dv;
+        const float new_max = std::max(mx[th], block_max);
+        if (new_max > mx[th]) {
+          // Rescale what was accumulated under the old maximum.
+          const float c = std::exp(mx[th] - new_max);  // 0 on the first block
+          sum[th] *= c;
+          for (int64_t i = 0; i < dv; ++i) a[i] *= c;
+          mx[th] = new_max;
+        }
+        float l = 0.f;
+        for (int64_t s = 0; s < visible; ++s) {
+          const float pw = std::exp(sc[s] - new_max);
+          l += pw;
+          Axpy(pw, kv + s * kv_width + h * per_head + d.nope_dim, a, dv);
+        }
+        sum[th] += l;
+      }
+    });
+  }
+  ParallelFor(pool, T * H, 16, [&](int64_t b, int64_t e) {
+    for (int64_t th = b; th < e; ++th) {
+      const float inv = 1.f / sum[th];
+      for (int64_t i = 0; i < dv; ++i) out[th * dv + i] = acc[th * dv + i] * inv;
+    }
+  });
+}
+
+size_t MlaDecodeScratchFloats(const MlaDims& d, int64_t context) {
+  return static_cast<size_t>(d.num_heads * (2 * d.kv_rank + context));
+}
+
+void MlaDecode(const MlaDims& d, const float* q, const float* cache, int64_t context,
+               const WeightMatrix& kv_b, float* out, float* scratch, ThreadPool* pool) {
+  const int64_t H = d.num_heads;
+  const int64_t r = d.kv_rank;
+  const int64_t cd = d.cache_dim();
+  const int64_t per_head = d.kv_b_rows_per_head();
+  const float scale = Scale(d);
+  ParallelFor(pool, H, 1, [&](int64_t b, int64_t e) {
+    for (int64_t h = b; h < e; ++h) {
+      float* qt = scratch + h * (2 * r + context);  // q̃ [r]
+      float* ot = qt + r;                           // õ [r]
+      float* sc = ot + r;                           // scores [context]
+      const float* qh = q + h * d.q_dim();
+      // q̃ = W_UKᵀ q_nope: a sum of W_UK rows weighted by q_nope.
+      std::fill(qt, qt + r, 0.f);
+      for (int64_t i = 0; i < d.nope_dim; ++i) AxpyRow(kv_b, h * per_head + i, qh[i], qt);
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < context; ++s) {
+        const float* row = cache + s * cd;
+        sc[s] = (Dot(qt, row, r) + Dot(qh + d.nope_dim, row + r, d.rope_dim)) * scale;
+        m = std::max(m, sc[s]);
+      }
+      float l = 0.f;
+      std::fill(ot, ot + r, 0.f);
+      for (int64_t s = 0; s < context; ++s) {
+        const float p = std::exp(sc[s] - m);
+        l += p;
+        Axpy(p, cache + s * cd, ot, r);
+      }
+      const float inv = 1.f / l;
+      for (int64_t i = 0; i < r; ++i) ot[i] *= inv;
+      for (int64_t j = 0; j < d.v_dim; ++j) {
+        out[h * d.v_dim + j] = DotRow(kv_b, h * per_head + d.nope_dim + j, ot);
+      }
+    }
+  });
+}
+
+}  // namespace cpu
+}  // namespace strata

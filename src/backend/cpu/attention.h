@@ -1,0 +1,54 @@
+// Kimi's MLA in NoPE form (model-spec §2.4) over a cache of compressed latents.
+// Each cached token is one row [c (r) | k_r (dr)]: the normalised latent and the
+// shared, unrotated key part. Prefill re-expands keys/values with kv_b_proj
+// block by block (causal, online softmax); single-token decode uses the
+// absorbed form that never expands the cache. Softmax is fp32; the scale is
+// (dn + dr)^-1/2.
+#ifndef STRATA_BACKEND_CPU_ATTENTION_H_
+#define STRATA_BACKEND_CPU_ATTENTION_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/matmul.h"
+
+namespace strata {
+class ThreadPool;
+namespace cpu {
+
+struct MlaDims {
+  int64_t num_heads = 0;  // H
+  int64_t nope_dim = 0;   // dn: qk_nope_head_dim
+  int64_t rope_dim = 0;   // dr: qk_rope_head_dim (not rotated in Kimi)
+  int64_t v_dim = 0;      // dv: v_head_dim
+  int64_t kv_rank = 0;    // r:  kv_lora_rank
+  int64_t q_dim() const { return nope_dim + rope_dim; }        // per head
+  int64_t cache_dim() const { return kv_rank + rope_dim; }     // per token
+  int64_t kv_b_rows_per_head() const { return nope_dim + v_dim; }
+};
+
+// Keys expanded per block in MlaPrefill.
+constexpr int64_t kMlaKeyBlock = 128;
+
+size_t MlaPrefillScratchFloats(const MlaDims& d, int64_t num_tokens, int num_threads);
+
+// Causal attention of `num_tokens` new queries at positions past..past+T−1.
+// q: [T, H, dn+dr]. cache: [past + T, r + dr] (the new tokens already appended).
+// kv_b: kv_b_proj [H·(dn+dv), r]; per head h rows h·(dn+dv) .. +dn−1 are W_UK and
+// the next dv rows W_UV. out: [T, H, dv]. `scratch`: MlaPrefillScratchFloats.
+void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
+                int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
+                ThreadPool* pool);
+
+size_t MlaDecodeScratchFloats(const MlaDims& d, int64_t context);
+
+// One query (the newest token) against `context` cached tokens (itself
+// included), absorbed form: q̃_h = W_UKᵀ q_nope; score = (q̃·c + q_r·k_r)·scale;
+// õ = Σ p c; o_h = W_UV õ. q: [H, dn+dr]; out: [H, dv].
+void MlaDecode(const MlaDims& d, const float* q, const float* cache, int64_t context,
+               const WeightMatrix& kv_b, float* out, float* scratch, ThreadPool* pool);
+
+}  // namespace cpu
+}  // namespace strata
+
+#endif  // STRATA_BACKEND_CPU_ATTENTION_H_

@@ -1,0 +1,170 @@
+// SwiGLU and MoE. Tokens are bucketed by expert (counting sort) so each expert
+// runs one batched matmul over its tokens instead of one GEMV per token.
+#include "backend/cpu/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/thread_pool.h"
+
+namespace strata {
+namespace cpu {
+namespace {
+
+size_t AlignUp(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// Carves typed arrays out of the caller's scratch, 64-byte aligned each.
+class Carver {
+ public:
+  explicit Carver(void* base) : p_(static_cast<char*>(base)) {}
+  template <typename T>
+  T* Take(size_t count) {
+    T* out = reinterpret_cast<T*>(p_);
+    p_ += AlignUp(count * sizeof(T));
+    return out;
+  }
+
+ private:
+  char* p_;
+};
+
+}  // namespace
+
+size_t SwiGluScratchFloats(int64_t num_tokens, int64_t hidden, int64_t intermediate,
+                           int num_threads) {
+  return static_cast<size_t>(2 * num_tokens * intermediate) +
+         std::max(MatMulScratchFloats(num_tokens, hidden, num_threads),
+                  MatMulScratchFloats(num_tokens, intermediate, num_threads));
+}
+
+void SwiGlu(const float* x, int64_t num_tokens, const SwiGluWeights& w, float* y, float* scratch,
+            ThreadPool* pool) {
+  const int64_t n = num_tokens;
+  const int64_t inter = w.intermediate();
+  float* g = scratch;
+  float* u = g + n * inter;
+  float* mm = u + n * inter;
+  MatMul(x, n, w.gate, g, mm, pool);
+  MatMul(x, n, w.up, u, mm, pool);
+  ParallelFor(pool, n * inter, 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+  });
+  MatMul(g, n, w.down, y, mm, pool);
+}
+
+void RouteSigmoidTopK(const float* logits, int64_t num_experts, const float* bias, int64_t top_k,
+                      bool renormalize, float routed_scaling, int32_t* idx, float* weight) {
+  auto score = [&](int64_t e) { return 1.f / (1.f + std::exp(-logits[e])); };
+  auto biased = [&](int64_t e) { return score(e) + (bias ? bias[e] : 0.f); };
+  // Pass j picks the best expert strictly below pick j−1 in the order
+  // (biased score desc, index asc), so no "taken" mask is needed.
+  float prev_v = 0.f;
+  int64_t prev_e = -1;
+  for (int64_t j = 0; j < top_k; ++j) {
+    int64_t best = -1;
+    float best_v = 0.f;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      const float v = biased(e);
+      if (prev_e >= 0 && !(v < prev_v || (v == prev_v && e > prev_e))) continue;
+      if (best < 0 || v > best_v) {
+        best = e;
+        best_v = v;
+      }
+    }
+    idx[j] = static_cast<int32_t>(best);
+    prev_v = best_v;
+    prev_e = best;
+  }
+  float total = 0.f;
+  for (int64_t j = 0; j < top_k; ++j) {
+    weight[j] = score(idx[j]);
+    total += weight[j];
+  }
+  const float norm = renormalize ? 1.f / (total + 1e-20f) : 1.f;
+  for (int64_t j = 0; j < top_k; ++j) weight[j] *= norm * routed_scaling;
+}
+
+size_t MoeScratchBytes(int64_t num_tokens, int64_t hidden, const MoeWeights& w, int num_threads) {
+  const int64_t n = num_tokens;
+  const int64_t E = w.num_experts();
+  const int64_t slots = n * w.top_k;
+  int64_t inter = w.has_shared ? w.shared.intermediate() : 0;
+  for (const auto& e : w.experts) inter = std::max(inter, e.intermediate());
+  size_t bytes = 0;
+  bytes += AlignUp(sizeof(float) * n * E);                          // router logits
+  bytes += AlignUp(sizeof(int32_t) * slots);                        // idx
+  bytes += AlignUp(sizeof(float) * slots);                          // weights
+  bytes += AlignUp(sizeof(int32_t) * (E + 1));                      // bucket offsets
+  bytes += AlignUp(sizeof(int32_t) * slots);                        // bucket tokens
+  bytes += AlignUp(sizeof(float) * slots);                          // bucket weights
+  bytes += 2 * AlignUp(sizeof(float) * n * hidden);                 // gathered x, expert out
+  bytes += AlignUp(sizeof(float) * std::max(
+      MatMulScratchFloats(n, hidden, num_threads),
+      SwiGluScratchFloats(n, hidden, inter, num_threads)));
+  return bytes;
+}
+
+void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void* scratch,
+         ThreadPool* pool) {
+  const int64_t n = num_tokens;
+  const int64_t D = w.router.cols;
+  const int64_t E = w.num_experts();
+  const int64_t K = w.top_k;
+  Carver c(scratch);
+  float* logits = c.Take<float>(n * E);
+  int32_t* idx = c.Take<int32_t>(n * K);
+  float* wt = c.Take<float>(n * K);
+  int32_t* offsets = c.Take<int32_t>(E + 1);
+  int32_t* bucket_tok = c.Take<int32_t>(n * K);
+  float* bucket_w = c.Take<float>(n * K);
+  float* xg = c.Take<float>(n * D);
+  float* yg = c.Take<float>(n * D);
+  float* mm = c.Take<float>(1);  // the rest
+
+  // The router runs in fp32 on fp32-converted weights (as the reference does).
+  MatMul(x, n, w.router, logits, mm, pool);
+  ParallelFor(pool, n, 8, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      RouteSigmoidTopK(logits + t * E, E, w.score_bias, K, w.renormalize, w.routed_scaling,
+                       idx + t * K, wt + t * K);
+    }
+  });
+  // Counting sort of (token, weight) pairs by expert; tokens stay ascending.
+  std::fill(offsets, offsets + E + 1, 0);
+  for (int64_t i = 0; i < n * K; ++i) ++offsets[idx[i] + 1];
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  {
+    // Reuse logits as the fill cursor (n·E ≥ E floats; int-sized).
+    int32_t* cursor = reinterpret_cast<int32_t*>(logits);
+    std::copy(offsets, offsets + E, cursor);
+    for (int64_t i = 0; i < n * K; ++i) {
+      const int32_t pos = cursor[idx[i]]++;
+      bucket_tok[pos] = static_cast<int32_t>(i / K);
+      bucket_w[pos] = wt[i];
+    }
+  }
+  std::fill(y, y + n * D, 0.f);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = offsets[e];
+    const int64_t cnt = offsets[e + 1] - begin;
+    if (cnt == 0) continue;
+    for (int64_t i = 0; i < cnt; ++i) {
+      std::memcpy(xg + i * D, x + bucket_tok[begin + i] * D, sizeof(float) * D);
+    }
+    SwiGlu(xg, cnt, w.experts[static_cast<size_t>(e)], yg, mm, pool);
+    for (int64_t i = 0; i < cnt; ++i) {
+      float* yt = y + bucket_tok[begin + i] * D;
+      const float a = bucket_w[begin + i];
+      const float* src = yg + i * D;
+      for (int64_t j = 0; j < D; ++j) yt[j] += a * src[j];
+    }
+  }
+  if (w.has_shared) {
+    SwiGlu(x, n, w.shared, yg, mm, pool);
+    for (int64_t i = 0; i < n * D; ++i) y[i] += yg[i];
+  }
+}
+
+}  // namespace cpu
+}  // namespace strata

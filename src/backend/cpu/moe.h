@@ -1,0 +1,61 @@
+// Feed-forward blocks of Kimi Linear: the SwiGLU MLP (dense layers, experts,
+// shared experts; model-spec §1.3) and the sigmoid-routed mixture of experts
+// with DeepSeek-style selection bias (§2.5).
+#ifndef STRATA_BACKEND_CPU_MOE_H_
+#define STRATA_BACKEND_CPU_MOE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+
+namespace strata {
+class ThreadPool;
+namespace cpu {
+
+// y = down( silu(gate·x) ⊙ (up·x) ); gate/up: [I, D], down: [D, I].
+struct SwiGluWeights {
+  WeightMatrix gate;
+  WeightMatrix up;
+  WeightMatrix down;
+  int64_t intermediate() const { return gate.rows; }
+};
+
+size_t SwiGluScratchFloats(int64_t num_tokens, int64_t hidden, int64_t intermediate,
+                           int num_threads);
+
+// x: [n, D] -> y: [n, D] (overwritten; must not alias x).
+void SwiGlu(const float* x, int64_t num_tokens, const SwiGluWeights& w, float* y, float* scratch,
+            ThreadPool* pool);
+
+struct MoeWeights {
+  WeightMatrix router;                  // [E, D] (gate.weight)
+  const float* score_bias = nullptr;    // [E] e_score_correction_bias; selection only; may be null
+  std::vector<SwiGluWeights> experts;   // E routed experts
+  bool has_shared = false;
+  SwiGluWeights shared;                 // shared experts fused: intermediate I·n_shared
+  int64_t top_k = 1;
+  bool renormalize = true;
+  float routed_scaling = 1.f;
+  int64_t num_experts() const { return static_cast<int64_t>(experts.size()); }
+};
+
+// Routing of one token: s = sigmoid(logits); the top_k experts by s + bias (ties
+// go to the lower index) in descending order; weights s[idx] (divided by
+// Σ s[idx] + 1e-20 when renormalising) times routed_scaling.
+void RouteSigmoidTopK(const float* logits, int64_t num_experts, const float* bias, int64_t top_k,
+                      bool renormalize, float routed_scaling, int32_t* idx, float* weight);
+
+size_t MoeScratchBytes(int64_t num_tokens, int64_t hidden, const MoeWeights& w, int num_threads);
+
+// y[n, D] = Σ_k w_k Expert_{idx_k}(x) + Shared(x). Experts run in ascending
+// index over the tokens routed to them (batched). y must not alias x.
+// `scratch`: MoeScratchBytes bytes, 64-byte aligned.
+void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void* scratch,
+         ThreadPool* pool);
+
+}  // namespace cpu
+}  // namespace strata
+
+#endif  // STRATA_BACKEND_CPU_MOE_H_
