@@ -1,0 +1,124 @@
+// The boundary helper every exported function goes through: argument and
+// handle checks, the thread-local last error message, Status -> strata_status
+// translation, struct_size handling, and a catch-all so no exception leaves
+// the library.
+#ifndef STRATA_CAPI_GUARD_H_
+#define STRATA_CAPI_GUARD_H_
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "handles.h"
+#include "strata/strata.h"
+
+namespace strata::capi {
+
+// The public code of a core status (Abseil canonical codes map one to one).
+strata_status ToCode(const Status& status);
+
+// Sets this thread's last error message.
+void SetLastError(std::string message);
+
+// One exported call: knows its name, so every message starts with it.
+class Call {
+ public:
+  explicit Call(const char* function) : function_(function) {}
+  const char* function() const { return function_; }
+
+  // Records the failure and returns `code`.
+  strata_status Fail(strata_status code, absl::string_view message) const {
+    SetLastError(absl::StrCat(function_, ": ", message));
+    return code;
+  }
+  // OK for an OK status; otherwise records it and returns its code.
+  strata_status From(const Status& status) const {
+    if (status.ok()) return STRATA_OK;
+    return Fail(ToCode(status), status.message());
+  }
+  strata_status NullArgument(const char* name) const {
+    return Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " is NULL"));
+  }
+
+ private:
+  const char* function_;
+};
+
+// Checks a handle argument: NULL -> INVALID_ARGUMENT, dead or foreign -> MISUSE.
+template <class H>
+strata_status CheckHandle(const Call& call, const H* h, uint32_t live_magic, const char* type_name) {
+  if (h == nullptr) return call.NullArgument(type_name);
+  const uint32_t magic = h->magic.load(std::memory_order_acquire);
+  if (magic == live_magic) return STRATA_OK;
+  if (magic == kDeadMagic) {
+    return call.Fail(STRATA_ERR_MISUSE, absl::StrCat(type_name, " was already destroyed"));
+  }
+  return call.Fail(STRATA_ERR_MISUSE, absl::StrCat(type_name, " is not a live ", type_name, " handle"));
+}
+
+// Runs `body` (returning strata_status) with the catch-all. OK and AGAIN clear
+// the thread's message; errors carry the one the body recorded.
+template <class F>
+strata_status Guarded(const Call& call, F&& body) noexcept {
+  try {
+    const strata_status s = body();
+    if (s == STRATA_OK || s == STRATA_AGAIN) SetLastError(std::string());
+    return s;
+  } catch (const std::bad_alloc&) {
+    return call.Fail(STRATA_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return call.Fail(STRATA_ERR_INTERNAL, absl::StrCat("internal error: ", e.what()));
+  } catch (...) {
+    return call.Fail(STRATA_ERR_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+// Copies a caller's input params struct into `*out` (already holding the
+// defaults). NULL keeps the defaults. Reads at most in->struct_size bytes:
+// smaller than `min_size` (the 0.1 layout) is rejected, and so is a larger
+// struct whose bytes beyond what this library knows are not all zero.
+template <class T>
+strata_status ReadParams(const Call& call, const T* in, T* out, size_t min_size, const char* type_name) {
+  if (in == nullptr) return STRATA_OK;
+  const size_t size = in->struct_size;
+  if (size < min_size) {
+    return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
+                     absl::StrCat(type_name, ".struct_size is ", size, ", expected ", sizeof(T),
+                                  " (fill the struct with its _init function)"));
+  }
+  if (size > sizeof(T)) {
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
+    for (size_t i = sizeof(T); i < size; ++i) {
+      if (bytes[i] != 0) {
+        return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
+                         absl::StrCat(type_name, ".struct_size is ", size, " but this library knows only ",
+                                      sizeof(T), " bytes and the rest is not zero (newer header than library?)"));
+      }
+    }
+  }
+  std::memcpy(static_cast<void*>(out), in, size < sizeof(T) ? size : sizeof(T));
+  out->struct_size = static_cast<uint32_t>(sizeof(T));
+  return STRATA_OK;
+}
+
+// Writes `value` to the caller's output struct, at most out->struct_size bytes;
+// out->struct_size itself is left as the caller set it.
+template <class T>
+strata_status WriteOut(const Call& call, T* out, T value, size_t min_size, const char* type_name) {
+  const size_t size = out->struct_size;
+  if (size < min_size) {
+    return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
+                     absl::StrCat(type_name, ".struct_size is ", size, ", expected ", sizeof(T),
+                                  " (set it to sizeof(", type_name, "))"));
+  }
+  value.struct_size = out->struct_size;
+  std::memcpy(static_cast<void*>(out), &value, size < sizeof(T) ? size : sizeof(T));
+  return STRATA_OK;
+}
+
+}  // namespace strata::capi
+
+#endif  // STRATA_CAPI_GUARD_H_

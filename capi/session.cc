@@ -1,0 +1,262 @@
+// strata_session_*: session lifecycle, prefill, logits, and the two generation
+// entry points (submit, and the blocking generate built on it).
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "guard.h"
+#include "handles.h"
+
+using strata::capi::Call;
+using strata::capi::CheckHandle;
+using strata::capi::Guarded;
+using strata::capi::kSessionMagic;
+
+namespace strata::capi {
+namespace {
+
+// Refuses absurd counts before anything reads the arrays.
+constexpr size_t kMaxTokensPerCall = size_t{1} << 31;
+
+strata_status CheckTokenArray(const Call& call, const int32_t* tokens, size_t count, const char* name) {
+  if (tokens == nullptr && count > 0) {
+    return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " is NULL but its count is ", count));
+  }
+  if (count >= kMaxTokensPerCall) {
+    return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " count ", count, " is too large"));
+  }
+  return STRATA_OK;
+}
+
+std::span<const int32_t> TokenSpan(const int32_t* tokens, size_t count) {
+  return count == 0 ? std::span<const int32_t>() : std::span<const int32_t>(tokens, count);
+}
+
+// Translates the C request params (NULL: defaults) into the core's.
+strata_status ToGenerationParams(const Call& call, const strata_request_params* in, GenerationParams* out,
+                                 strata_request_params* c_params) {
+  strata_request_params_init(c_params);
+  if (strata_status s = ReadParams(call, in, c_params, sizeof(strata_request_params), "strata_request_params");
+      s != STRATA_OK) {
+    return s;
+  }
+  const strata_request_params& p = *c_params;
+  if (strata_status s = CheckTokenArray(call, p.stop_tokens, p.num_stop_tokens, "stop_tokens"); s != STRATA_OK) {
+    return s;
+  }
+  out->max_tokens = p.max_tokens;
+  if (p.num_stop_tokens > 0) out->stop_tokens.assign(p.stop_tokens, p.stop_tokens + p.num_stop_tokens);
+  out->stop_at_eos = p.stop_at_eos;
+  out->sampling.temperature = p.temperature;
+  out->sampling.top_k = p.top_k;
+  out->sampling.top_p = p.top_p;
+  out->sampling.min_p = p.min_p;
+  out->sampling.repetition_penalty = p.repetition_penalty;
+  out->sampling.presence_penalty = p.presence_penalty;
+  out->sampling.frequency_penalty = p.frequency_penalty;
+  out->sampling.seed = p.seed;
+  return STRATA_OK;
+}
+
+}  // namespace
+}  // namespace strata::capi
+
+extern "C" {
+
+STRATA_API void strata_session_params_init(strata_session_params* params) {
+  if (params == nullptr) return;
+  *params = strata_session_params{};
+  params->struct_size = sizeof(strata_session_params);
+  params->max_context_tokens = 0;
+}
+
+STRATA_API void strata_request_params_init(strata_request_params* params) {
+  if (params == nullptr) return;
+  *params = strata_request_params{};
+  params->struct_size = sizeof(strata_request_params);
+  const strata::GenerationParams d;
+  params->max_tokens = d.max_tokens;
+  params->stop_tokens = nullptr;
+  params->num_stop_tokens = 0;
+  params->stop_at_eos = d.stop_at_eos;
+  params->temperature = d.sampling.temperature;
+  params->top_k = d.sampling.top_k;
+  params->top_p = d.sampling.top_p;
+  params->min_p = d.sampling.min_p;
+  params->repetition_penalty = d.sampling.repetition_penalty;
+  params->presence_penalty = d.sampling.presence_penalty;
+  params->frequency_penalty = d.sampling.frequency_penalty;
+  params->seed = d.sampling.seed;
+  params->token_callback = nullptr;
+  params->user_data = nullptr;
+}
+
+STRATA_API strata_status strata_session_create(strata_model* model, const strata_session_params* params,
+                                               strata_session** out_session) {
+  const Call call("strata_session_create");
+  return Guarded(call, [&]() -> strata_status {
+    if (out_session == nullptr) return call.NullArgument("out_session");
+    *out_session = nullptr;
+    if (strata_status s = CheckHandle(call, model, strata::capi::kModelMagic, "model"); s != STRATA_OK) return s;
+    strata_session_params p;
+    strata_session_params_init(&p);
+    if (strata_status s = strata::capi::ReadParams(call, params, &p, sizeof(strata_session_params),
+                                                   "strata_session_params");
+        s != STRATA_OK) {
+      return s;
+    }
+    strata::SessionOptions options;
+    options.max_context_tokens = p.max_context_tokens;
+    auto handle = std::make_unique<strata_session>();
+    auto session = strata::Session::Create(model->engine->impl.get(), model->impl, options);
+    if (!session.ok()) return call.From(session.status());
+    handle->engine = model->engine;
+    handle->impl = *std::move(session);
+    model->engine->num_sessions.fetch_add(1);
+    *out_session = handle.release();
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_session_destroy(strata_session* session) {
+  const Call call("strata_session_destroy");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    if (session->in_generate.load()) {
+      return call.Fail(STRATA_ERR_MISUSE, "the session is inside strata_session_generate (destroy it afterwards)");
+    }
+    uint32_t expected = kSessionMagic;
+    if (!session->magic.compare_exchange_strong(expected, strata::capi::kDeadMagic)) {
+      return call.Fail(STRATA_ERR_MISUSE, "session was destroyed concurrently");
+    }
+    session->impl.reset();  // cancels and waits for its running request
+    session->engine->num_sessions.fetch_sub(1);
+    strata::capi::BuryHandle(session);
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_session_append_tokens(strata_session* session, const int32_t* tokens,
+                                                      size_t num_tokens) {
+  const Call call("strata_session_append_tokens");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    if (strata_status s = strata::capi::CheckTokenArray(call, tokens, num_tokens, "tokens"); s != STRATA_OK) {
+      return s;
+    }
+    return call.From(session->impl->Append(strata::capi::TokenSpan(tokens, num_tokens)));
+  });
+}
+
+STRATA_API strata_status strata_session_get_logits(strata_session* session, float* logits, size_t capacity,
+                                                   size_t* out_count) {
+  const Call call("strata_session_get_logits");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    const size_t vocab = static_cast<size_t>(session->impl->vocab_size());
+    if (out_count != nullptr) *out_count = vocab;
+    if (logits == nullptr) return STRATA_OK;  // size query
+    if (capacity < vocab) {
+      return call.Fail(STRATA_ERR_OUT_OF_RANGE,
+                       absl::StrCat("capacity ", capacity, " is smaller than the vocabulary (", vocab, ")"));
+    }
+    auto row = session->impl->Logits();
+    if (!row.ok()) return call.From(row.status());
+    std::memcpy(logits, row->data(), row->size() * sizeof(float));
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_session_get_num_tokens(const strata_session* session, size_t* out_tokens) {
+  const Call call("strata_session_get_num_tokens");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    if (out_tokens == nullptr) return call.NullArgument("out_tokens");
+    *out_tokens = static_cast<size_t>(session->impl->num_tokens());
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_session_reset(strata_session* session) {
+  const Call call("strata_session_reset");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    return call.From(session->impl->Reset());
+  });
+}
+
+STRATA_API strata_status strata_session_submit(strata_session* session, const int32_t* prompt_tokens,
+                                               size_t num_prompt_tokens, const strata_request_params* params,
+                                               strata_request** out_request) {
+  const Call call("strata_session_submit");
+  return Guarded(call, [&]() -> strata_status {
+    if (out_request == nullptr) return call.NullArgument("out_request");
+    *out_request = nullptr;
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    if (strata_status s = strata::capi::CheckTokenArray(call, prompt_tokens, num_prompt_tokens, "prompt_tokens");
+        s != STRATA_OK) {
+      return s;
+    }
+    strata::GenerationParams gp;
+    strata_request_params cp;
+    if (strata_status s = strata::capi::ToGenerationParams(call, params, &gp, &cp); s != STRATA_OK) return s;
+    auto handle = std::make_unique<strata_request>();
+    handle->engine = session->engine;
+    auto request = session->engine->impl->Submit(*session->impl,
+                                                 strata::capi::TokenSpan(prompt_tokens, num_prompt_tokens),
+                                                 std::move(gp), handle.get(), /*private_events=*/false);
+    if (!request.ok()) return call.From(request.status());
+    handle->impl = *std::move(request);
+    session->engine->num_requests.fetch_add(1);
+    *out_request = handle.release();
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_session_generate(strata_session* session, const int32_t* prompt_tokens,
+                                                 size_t num_prompt_tokens, const strata_request_params* params,
+                                                 strata_finish_reason* out_finish_reason) {
+  const Call call("strata_session_generate");
+  return Guarded(call, [&]() -> strata_status {
+    if (out_finish_reason != nullptr) *out_finish_reason = STRATA_FINISH_NONE;
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    if (strata_status s = strata::capi::CheckTokenArray(call, prompt_tokens, num_prompt_tokens, "prompt_tokens");
+        s != STRATA_OK) {
+      return s;
+    }
+    strata::GenerationParams gp;
+    strata_request_params cp;
+    if (strata_status s = strata::capi::ToGenerationParams(call, params, &gp, &cp); s != STRATA_OK) return s;
+    strata::Engine& engine = *session->engine->impl;
+    // The callback needs a handle it may cancel; the library owns it and retires
+    // it (dead magic) before returning, so a late cancel is MISUSE, not a crash.
+    auto* handle = new strata_request();
+    handle->engine = session->engine;
+    handle->library_owned = true;
+    auto request = engine.Submit(*session->impl, strata::capi::TokenSpan(prompt_tokens, num_prompt_tokens),
+                                 std::move(gp), handle, /*private_events=*/true);
+    if (!request.ok()) {
+      delete handle;
+      return call.From(request.status());
+    }
+    handle->impl = *request;
+    session->in_generate.store(true);
+    strata::FinishReason reason = strata::FinishReason::kNone;
+    const strata_token_callback cb = cp.token_callback;
+    void* const user_data = cp.user_data;
+    const strata::Status status = engine.RunToCompletion(
+        **request, [&](int32_t token) { return cb == nullptr || cb(handle, token, user_data) == 0; }, &reason);
+    session->in_generate.store(false);
+    {
+      std::lock_guard<std::mutex> lock(handle->mu);
+      handle->magic.store(strata::capi::kDeadMagic);
+      handle->impl.reset();
+    }
+    strata::capi::BuryHandle(handle);
+    if (out_finish_reason != nullptr) *out_finish_reason = static_cast<strata_finish_reason>(reason);
+    return call.From(status);
+  });
+}
+
+}  // extern "C"

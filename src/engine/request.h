@@ -1,0 +1,99 @@
+// Request: one generation on a session (prompt, sampling, stop rules), its
+// cancel flag and its outcome. Shared by the engine's scheduler thread (while
+// it runs) and the owner (the C handle).
+#ifndef STRATA_ENGINE_REQUEST_H_
+#define STRATA_ENGINE_REQUEST_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/sampler.h"
+
+namespace strata {
+
+class Session;
+
+// Why a request ended. Values equal the public STRATA_FINISH_* codes.
+enum class FinishReason : int32_t {
+  kNone = 0,
+  kEos = 1,          // the model's EOS token (when stop_at_eos)
+  kStopToken = 2,    // one of GenerationParams::stop_tokens
+  kMaxTokens = 3,    // max_tokens delivered
+  kCancelled = 4,    // Request::Cancel()
+  kError = 5,        // a step failed; status() says how
+  kContextFull = 6,  // the session's history reached max_context_tokens
+  kCallback = 7,     // the blocking loop's token callback asked to stop
+};
+const char* FinishReasonName(FinishReason reason);
+
+struct GenerationParams {
+  int32_t max_tokens = 128;          // delivered tokens; 0: until the context is full
+  std::vector<int32_t> stop_tokens;  // end the request when generated (not delivered)
+  bool stop_at_eos = true;
+  SamplingParams sampling;
+};
+
+// Thread-safety: Cancel() and the outcome getters are safe from any thread.
+// Everything else belongs to the engine's scheduler thread.
+class Request {
+ public:
+  Request(uint64_t id, Session* session, std::vector<int32_t> prompt, GenerationParams params,
+          void* tag, bool private_events);
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  uint64_t id() const { return id_; }
+  // Opaque value chosen by the submitter (the C layer stores its handle here).
+  void* tag() const { return tag_; }
+  // Private requests' events are only returned by Engine::PollEventFor.
+  bool private_events() const { return private_events_; }
+  const GenerationParams& params() const { return params_; }
+
+  // Asks the scheduler to end the request before its next token. The first
+  // reason wins; cancelling a finished request does nothing.
+  void Cancel(FinishReason reason = FinishReason::kCancelled);
+  FinishReason cancel_reason() const { return cancel_reason_.load(std::memory_order_acquire); }
+
+  bool finished() const;
+  FinishReason finish_reason() const;
+  Status status() const;
+  int64_t num_generated() const;
+  std::vector<int32_t> generated_tokens() const;
+
+ private:
+  friend class Engine;
+
+  // Called by the engine once, on the scheduler thread.
+  void SetOutcome(FinishReason reason, Status status);
+
+  const uint64_t id_;
+  Session* const session_;  // valid while the request is unfinished
+  const std::vector<int32_t> prompt_;
+  const GenerationParams params_;
+  void* const tag_;
+  const bool private_events_;
+  std::atomic<FinishReason> cancel_reason_{FinishReason::kNone};
+
+  // Scheduler-thread state.
+  bool started_ = false;          // prompt appended to the session
+  std::vector<int32_t> history_;  // prompt + sampled tokens: the penalties' window
+  Sampler sampler_;
+
+  // Engine-mutex state (Engine::mu_).
+  bool detached_ = false;       // owner let go: drop its events
+  size_t pending_events_ = 0;   // TOKEN events queued and not yet polled
+
+  mutable std::mutex mu_;
+  bool finished_ = false;                     // guarded by mu_
+  FinishReason finish_reason_ = FinishReason::kNone;  // guarded by mu_
+  Status status_;                             // guarded by mu_
+  std::vector<int32_t> generated_;            // delivered tokens, guarded by mu_
+};
+
+}  // namespace strata
+
+#endif  // STRATA_ENGINE_REQUEST_H_

@@ -1,0 +1,106 @@
+// Session: history bookkeeping around Model::Forward.
+#include "engine/session.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "engine/engine.h"
+
+namespace strata {
+
+StatusOr<std::unique_ptr<Session>> Session::Create(Engine* engine, std::shared_ptr<const Model> model,
+                                                   const SessionOptions& options) {
+  if (engine == nullptr || model == nullptr) {
+    return absl::InvalidArgumentError("session needs an engine and a model");
+  }
+  const ModelInfo& info = model->info();
+  if (info.vocab_size <= 0) {
+    return absl::InternalError(absl::StrCat("model reports vocab_size ", info.vocab_size));
+  }
+  if (options.max_context_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_context_tokens must be >= 0, got ", options.max_context_tokens));
+  }
+  int64_t max_context = options.max_context_tokens;
+  if (max_context == 0) {
+    max_context = info.max_context > 0 ? std::min(info.max_context, kDefaultContextTokens) : kDefaultContextTokens;
+  } else if (info.max_context > 0 && max_context > info.max_context) {
+    return absl::OutOfRangeError(absl::StrCat("max_context_tokens ", max_context,
+                                              " exceeds the model's max context ", info.max_context));
+  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SequenceState> state, model->NewState(max_context));
+  return std::unique_ptr<Session>(new Session(engine, std::move(model), std::move(state), max_context));
+}
+
+Session::Session(Engine* engine, std::shared_ptr<const Model> model, std::unique_ptr<SequenceState> state,
+                 int64_t max_context)
+    : engine_(engine), model_(std::move(model)), state_(std::move(state)), max_context_(max_context) {}
+
+Session::~Session() { engine_->CancelAndWait(*this); }
+
+Status Session::CheckIdle() const {
+  if (busy()) return absl::FailedPreconditionError("the session is running a request");
+  if (failed_) {
+    return absl::FailedPreconditionError("the session failed earlier and must be reset");
+  }
+  return OkStatus();
+}
+
+Status Session::CheckTokens(std::span<const int32_t> tokens, const char* what) const {
+  const int32_t vocab = vocab_size();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab) {
+      return absl::OutOfRangeError(absl::StrCat(what, "[", i, "] = ", tokens[i],
+                                                " is not a token id of this model (vocabulary [0, ", vocab, "))"));
+    }
+  }
+  return OkStatus();
+}
+
+Status Session::Evaluate(std::span<const int32_t> more) {
+  const size_t tail = tokens_.size() - evaluated_;
+  if (tail == 0 && more.empty()) return OkStatus();
+  if (static_cast<int64_t>(tokens_.size() + more.size()) > max_context_) {
+    return absl::OutOfRangeError(absl::StrCat("history of ", tokens_.size(), " tokens plus ", more.size(),
+                                              " new exceeds the context of ", max_context_, " tokens"));
+  }
+  std::vector<int32_t> feed;
+  feed.reserve(tail + more.size());
+  feed.insert(feed.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(evaluated_), tokens_.end());
+  feed.insert(feed.end(), more.begin(), more.end());
+  logits_.resize(static_cast<size_t>(vocab_size()));
+  Status s = model_->Forward(feed, *state_, logits_.data(), /*all_logits=*/false);
+  if (!s.ok()) {
+    // Model::Forward promises an unchanged state only for argument errors.
+    if (!absl::IsInvalidArgument(s) && !absl::IsOutOfRange(s)) failed_ = true;
+    return s;
+  }
+  tokens_.insert(tokens_.end(), more.begin(), more.end());
+  evaluated_ = tokens_.size();
+  return OkStatus();
+}
+
+Status Session::Append(std::span<const int32_t> tokens) {
+  STRATA_RETURN_IF_ERROR(CheckIdle());
+  STRATA_RETURN_IF_ERROR(CheckTokens(tokens, "tokens"));
+  return Evaluate(tokens);
+}
+
+StatusOr<std::span<const float>> Session::Logits() {
+  STRATA_RETURN_IF_ERROR(CheckIdle());
+  if (tokens_.empty()) return absl::FailedPreconditionError("the session is empty: no logits yet");
+  STRATA_RETURN_IF_ERROR(Evaluate({}));
+  return std::span<const float>(logits_);
+}
+
+Status Session::Reset() {
+  if (busy()) return absl::FailedPreconditionError("the session is running a request");
+  state_->Reset();
+  tokens_.clear();
+  evaluated_ = 0;
+  logits_.clear();
+  failed_ = false;
+  return OkStatus();
+}
+
+}  // namespace strata
