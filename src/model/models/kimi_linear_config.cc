@@ -1,0 +1,314 @@
+// kimi_linear config.json parsing. Where a key is absent we use the default of
+// transformers' KimiLinearConfig (the parity reference), except for the
+// dimensions, which are always required.
+#include "model/models/kimi_linear_config.h"
+
+#include <initializer_list>
+#include <optional>
+#include <set>
+
+namespace strata {
+namespace {
+
+std::string Quoted(const std::string& key) { return absl::StrCat("'", key, "'"); }
+
+// The value of the first present key among aliases; an error naming both keys
+// when two present spellings disagree.
+StatusOr<std::optional<int64_t>> AliasedInt(const ConfigReader& c,
+                                            std::initializer_list<const char*> keys) {
+  std::optional<int64_t> value;
+  std::string first;
+  for (const char* key : keys) {
+    if (!c.Has(key)) continue;
+    STRATA_ASSIGN_OR_RETURN(int64_t v, c.GetInt(key));
+    if (!value) {
+      value = v;
+      first = key;
+    } else if (*value != v) {
+      return c.FieldError(key, absl::StrCat("contradicts ", Quoted(first), " (", v, " vs ",
+                                            *value, "); they are aliases"));
+    }
+  }
+  return value;
+}
+
+StatusOr<std::optional<bool>> AliasedBool(const ConfigReader& c,
+                                          std::initializer_list<const char*> keys) {
+  std::optional<bool> value;
+  std::string first;
+  for (const char* key : keys) {
+    if (!c.Has(key)) continue;
+    STRATA_ASSIGN_OR_RETURN(bool v, c.GetBoolOr(key, false));
+    if (!value) {
+      value = v;
+      first = key;
+    } else if (*value != v) {
+      return c.FieldError(key, absl::StrCat("contradicts ", Quoted(first), "; they are aliases"));
+    }
+  }
+  return value;
+}
+
+StatusOr<int64_t> RequiredAliasedInt(const ConfigReader& c, std::initializer_list<const char*> keys,
+                                     int64_t min_value) {
+  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> v, AliasedInt(c, keys));
+  const char* key = *keys.begin();
+  if (!v) {
+    std::string names;
+    for (const char* k : keys) absl::StrAppend(&names, names.empty() ? "" : " / ", k);
+    return c.FieldError(key, absl::StrCat("required but missing (also accepted: ", names, ")"));
+  }
+  if (*v < min_value) {
+    return c.FieldError(key, absl::StrCat("expected an integer >= ", min_value, ", got ", *v));
+  }
+  return *v;
+}
+
+StatusOr<std::vector<std::string>> StringList(const ConfigReader& c, const std::string& key,
+                                              int64_t expected_len) {
+  const nlohmann::json& v = c.json().at(key);
+  if (!v.is_array()) return c.FieldError(key, "expected a list of strings");
+  std::vector<std::string> out;
+  for (const auto& e : v) {
+    if (!e.is_string()) return c.FieldError(key, "expected a list of strings");
+    out.push_back(e.get<std::string>());
+  }
+  if (static_cast<int64_t>(out.size()) != expected_len) {
+    return c.FieldError(key, absl::StrCat("has ", out.size(), " entries but num_hidden_layers is ",
+                                          expected_len));
+  }
+  return out;
+}
+
+Status Unsupported(const ConfigReader& c, const std::string& key, const std::string& what) {
+  return absl::UnimplementedError(c.FieldError(key, what).message());
+}
+
+// Fills k.is_mla from linear_attn_config's 1-based lists and/or layer_types.
+Status ParseLayerKinds(const ConfigReader& c, const ConfigReader* la, KimiLinearConfig& k) {
+  const int64_t L = k.num_layers;
+  std::optional<std::vector<bool>> from_lists;
+  if (la != nullptr && (la->Has("kda_layers") || la->Has("full_attn_layers"))) {
+    std::vector<int> kind(static_cast<size_t>(L), -1);  // -1 unset, 0 KDA, 1 MLA
+    for (const char* key : {"kda_layers", "full_attn_layers"}) {
+      const int mark = std::string(key) == "full_attn_layers" ? 1 : 0;
+      STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> ids, la->GetIntList(key));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const int64_t id = ids[i];
+        const std::string at = absl::StrCat(key, "[", i, "]");
+        if (id < 1 || id > L) {
+          return la->FieldError(at, absl::StrCat("layer id ", id, " out of range [1, ", L,
+                                                 "] (ids are 1-based)"));
+        }
+        int& slot = kind[static_cast<size_t>(id - 1)];
+        if (slot == mark) return la->FieldError(at, absl::StrCat("layer ", id, " listed twice"));
+        if (slot >= 0) {
+          return la->FieldError(at, absl::StrCat("layer ", id,
+                                                 " is in both kda_layers and full_attn_layers"));
+        }
+        slot = mark;
+      }
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      if (kind[static_cast<size_t>(i)] < 0) {
+        return la->FieldError("kda_layers", absl::StrCat("layer ", i + 1,
+                                                         " is in neither kda_layers nor full_attn_layers"));
+      }
+    }
+    from_lists.emplace();
+    for (int v : kind) from_lists->push_back(v == 1);
+  }
+  std::optional<std::vector<bool>> from_types;
+  if (c.Has("layer_types")) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<std::string> types, StringList(c, "layer_types", L));
+    from_types.emplace();
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] != "full_attention" && types[i] != "linear_attention") {
+        return c.FieldError(absl::StrCat("layer_types[", i, "]"),
+                            absl::StrCat("unknown layer type '", types[i],
+                                         "' (expected full_attention or linear_attention)"));
+      }
+      from_types->push_back(types[i] == "full_attention");
+    }
+  }
+  if (from_lists && from_types && *from_lists != *from_types) {
+    return c.FieldError("layer_types", "contradicts linear_attn_config.kda_layers / full_attn_layers");
+  }
+  if (from_lists) {
+    k.is_mla = *from_lists;
+  } else if (from_types) {
+    k.is_mla = *from_types;
+  } else {
+    return c.FieldError("linear_attn_config",
+                        "required: kda_layers and full_attn_layers (or layer_types) are missing");
+  }
+  return OkStatus();
+}
+
+Status ParseMlpKinds(const ConfigReader& c, KimiLinearConfig& k) {
+  const int64_t L = k.num_layers;
+  STRATA_ASSIGN_OR_RETURN(int64_t first_dense, c.GetIntOr("first_k_dense_replace", 1));
+  if (first_dense < 0) return c.FieldError("first_k_dense_replace", "must be >= 0");
+  std::vector<bool> by_count;
+  for (int64_t i = 0; i < L; ++i) by_count.push_back(i >= first_dense);
+  if (c.Has("mlp_layer_types")) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<std::string> types, StringList(c, "mlp_layer_types", L));
+    k.is_moe.clear();
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] != "dense" && types[i] != "sparse") {
+        return c.FieldError(absl::StrCat("mlp_layer_types[", i, "]"),
+                            absl::StrCat("unknown MLP type '", types[i], "' (expected dense or sparse)"));
+      }
+      k.is_moe.push_back(types[i] == "sparse");
+    }
+    if (c.Has("first_k_dense_replace") && k.is_moe != by_count) {
+      return c.FieldError("mlp_layer_types", "contradicts first_k_dense_replace");
+    }
+  } else {
+    k.is_moe = by_count;
+  }
+  STRATA_ASSIGN_OR_RETURN(int64_t freq, c.GetIntOr("moe_layer_freq", 1));
+  if (freq != 1) return Unsupported(c, "moe_layer_freq", "only 1 is supported");
+  return OkStatus();
+}
+
+}  // namespace
+
+int64_t KimiLinearConfig::NumMlaLayers() const {
+  int64_t n = 0;
+  for (bool m : is_mla) n += m;
+  return n;
+}
+
+StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
+  KimiLinearConfig k;
+  STRATA_ASSIGN_OR_RETURN(k.vocab_size, c.GetPositiveInt("vocab_size"));
+  STRATA_ASSIGN_OR_RETURN(k.hidden_size, c.GetPositiveInt("hidden_size"));
+  STRATA_ASSIGN_OR_RETURN(k.num_layers, c.GetPositiveInt("num_hidden_layers"));
+  STRATA_ASSIGN_OR_RETURN(k.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-5));
+  if (!(k.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
+  STRATA_ASSIGN_OR_RETURN(k.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
+  STRATA_ASSIGN_OR_RETURN(int64_t max_len, c.GetIntOr("max_position_embeddings", 0));
+  STRATA_ASSIGN_OR_RETURN(k.max_context, c.GetIntOr("model_max_length", max_len));
+  STRATA_ASSIGN_OR_RETURN(int64_t bos, c.GetIntOr("bos_token_id", -1));
+  k.bos_token_id = static_cast<int32_t>(bos);
+  if (c.Has("eos_token_id")) {
+    // transformers allows a list of end tokens; the first is the canonical one.
+    const nlohmann::json& e = c.json().at("eos_token_id");
+    if (e.is_array() && !e.empty() && e[0].is_number_integer()) {
+      k.eos_token_id = e[0].get<int32_t>();
+    } else {
+      STRATA_ASSIGN_OR_RETURN(int64_t eos, c.GetInt("eos_token_id"));
+      k.eos_token_id = static_cast<int32_t>(eos);
+    }
+  }
+
+  // Variants this executor does not implement.
+  if (c.Has("q_lora_rank")) {
+    return Unsupported(c, "q_lora_rank", "must be null: low-rank MLA queries are not supported");
+  }
+  STRATA_ASSIGN_OR_RETURN(std::string act, c.Has("hidden_act") ? c.GetString("hidden_act")
+                                                                : StatusOr<std::string>("silu"));
+  if (act != "silu") return Unsupported(c, "hidden_act", absl::StrCat("'", act, "' (only silu)"));
+  if (c.Has("moe_router_activation_func")) {
+    STRATA_ASSIGN_OR_RETURN(std::string f, c.GetString("moe_router_activation_func"));
+    if (f != "sigmoid") {
+      return Unsupported(c, "moe_router_activation_func", absl::StrCat("'", f, "' (only sigmoid)"));
+    }
+  }
+  STRATA_ASSIGN_OR_RETURN(bool out_gate, c.GetBoolOr("mla_use_output_gate", false));
+  if (out_gate) return Unsupported(c, "mla_use_output_gate", "must be false (Kimi K3 variant)");
+  STRATA_ASSIGN_OR_RETURN(int64_t attn_res, c.GetIntOr("attn_res_block_size", 0));
+  if (attn_res != 0) return Unsupported(c, "attn_res_block_size", "must be 0 (Kimi K3 variant)");
+  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> groups, AliasedInt(c, {"num_expert_group", "n_group"}));
+  STRATA_ASSIGN_OR_RETURN(int64_t topk_group, c.GetIntOr("topk_group", groups.value_or(1)));
+  if (groups.value_or(1) > 1 && topk_group < *groups) {
+    return Unsupported(c, "topk_group", "group-limited routing (topk_group < num_expert_group)");
+  }
+
+  // KDA geometry.
+  std::optional<ConfigReader> la;
+  if (c.Has("linear_attn_config")) {
+    STRATA_ASSIGN_OR_RETURN(ConfigReader obj, c.GetObject("linear_attn_config"));
+    la = std::move(obj);
+  }
+  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> top_heads, AliasedInt(c, {"linear_num_heads", "linear_num_key_heads"}));
+  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> top_dim, AliasedInt(c, {"linear_head_dim", "linear_key_head_dim"}));
+  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> top_k, AliasedInt(c, {"linear_conv_kernel_dim"}));
+  if (la) {
+    STRATA_ASSIGN_OR_RETURN(k.kda_heads, la->GetPositiveInt("num_heads"));
+    STRATA_ASSIGN_OR_RETURN(k.kda_head_dim, la->GetPositiveInt("head_dim"));
+    STRATA_ASSIGN_OR_RETURN(k.conv_kernel, la->GetIntOr("short_conv_kernel_size", top_k.value_or(4)));
+    if (top_heads && *top_heads != k.kda_heads) {
+      return c.FieldError("linear_num_heads", "contradicts linear_attn_config.num_heads");
+    }
+    if (top_dim && *top_dim != k.kda_head_dim) {
+      return c.FieldError("linear_head_dim", "contradicts linear_attn_config.head_dim");
+    }
+    if (top_k && *top_k != k.conv_kernel) {
+      return c.FieldError("linear_conv_kernel_dim",
+                          "contradicts linear_attn_config.short_conv_kernel_size");
+    }
+  } else {
+    STRATA_ASSIGN_OR_RETURN(k.kda_heads, RequiredAliasedInt(c, {"linear_num_heads", "linear_num_key_heads"}, 1));
+    STRATA_ASSIGN_OR_RETURN(k.kda_head_dim, RequiredAliasedInt(c, {"linear_head_dim", "linear_key_head_dim"}, 1));
+    k.conv_kernel = top_k.value_or(4);
+  }
+  if (k.conv_kernel < 1) {
+    return c.FieldError("linear_attn_config.short_conv_kernel_size", "must be >= 1");
+  }
+  STRATA_RETURN_IF_ERROR(ParseLayerKinds(c, la ? &*la : nullptr, k));
+  STRATA_RETURN_IF_ERROR(ParseMlpKinds(c, k));
+
+  // MLA geometry (only needed when a layer uses it).
+  if (k.NumMlaLayers() > 0) {
+    STRATA_ASSIGN_OR_RETURN(k.mla_heads, c.GetPositiveInt("num_attention_heads"));
+    STRATA_ASSIGN_OR_RETURN(k.kv_lora_rank, c.GetPositiveInt("kv_lora_rank"));
+    STRATA_ASSIGN_OR_RETURN(k.qk_nope_dim, c.GetPositiveInt("qk_nope_head_dim"));
+    STRATA_ASSIGN_OR_RETURN(k.qk_rope_dim, c.GetInt("qk_rope_head_dim"));
+    if (k.qk_rope_dim < 0) return c.FieldError("qk_rope_head_dim", "must be >= 0");
+    STRATA_ASSIGN_OR_RETURN(k.v_head_dim, c.GetPositiveInt("v_head_dim"));
+    // transformers infers NoPE when there is no rope part at all.
+    STRATA_ASSIGN_OR_RETURN(bool nope, c.GetBoolOr("mla_use_nope", k.qk_rope_dim == 0));
+    if (!nope) {
+      return Unsupported(c, "mla_use_nope",
+                         c.Has("mla_use_nope")
+                             ? "must be true: only NoPE MLA (Kimi Linear) is supported"
+                             : "required (must be true: only NoPE MLA is supported)");
+    }
+  }
+
+  // FFN geometry.
+  bool any_dense = false, any_moe = false;
+  for (bool m : k.is_moe) (m ? any_moe : any_dense) = true;
+  if (any_dense) {
+    if (c.Has("dense_ffn_hidden")) {
+      STRATA_ASSIGN_OR_RETURN(k.intermediate_size, c.GetPositiveInt("dense_ffn_hidden"));
+    } else {
+      STRATA_ASSIGN_OR_RETURN(k.intermediate_size, c.GetPositiveInt("intermediate_size"));
+    }
+  }
+  if (any_moe) {
+    STRATA_ASSIGN_OR_RETURN(k.moe_intermediate_size, c.GetPositiveInt("moe_intermediate_size"));
+    STRATA_ASSIGN_OR_RETURN(k.num_experts,
+                            RequiredAliasedInt(c, {"num_experts", "n_routed_experts", "num_local_experts"}, 1));
+    STRATA_ASSIGN_OR_RETURN(k.experts_per_token,
+                            RequiredAliasedInt(c, {"num_experts_per_token", "num_experts_per_tok"}, 1));
+    if (k.experts_per_token > k.num_experts) {
+      return c.FieldError(c.Has("num_experts_per_token") ? "num_experts_per_token" : "num_experts_per_tok",
+                          absl::StrCat(k.experts_per_token, " exceeds the number of experts (",
+                                       k.num_experts, ")"));
+    }
+    // transformers' default is one shared expert.
+    STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> shared,
+                            AliasedInt(c, {"num_shared_experts", "n_shared_experts"}));
+    k.num_shared_experts = shared.value_or(1);
+    if (k.num_shared_experts < 0) return c.FieldError("num_shared_experts", "must be >= 0");
+    STRATA_ASSIGN_OR_RETURN(std::optional<bool> renorm, AliasedBool(c, {"moe_renormalize", "norm_topk_prob"}));
+    k.moe_renormalize = renorm.value_or(true);
+    STRATA_ASSIGN_OR_RETURN(k.routed_scaling_factor, c.GetDoubleOr("routed_scaling_factor", 2.446));
+  }
+  return k;
+}
+
+}  // namespace strata
