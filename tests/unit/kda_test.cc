@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/thread_pool.h"
 
 namespace strata {
@@ -211,8 +212,7 @@ TEST_P(KdaMatchesReference, ChunkedAndRecurrentFromZeroState) {
 
 std::string ShapeName(const ::testing::TestParamInfo<std::tuple<int64_t, Shape>>& info) {
   const auto& [t, s] = info.param;
-  return "T" + std::to_string(t) + "_H" + std::to_string(s.heads) + "_dk" +
-         std::to_string(s.key_dim) + "_dv" + std::to_string(s.value_dim);
+  return absl::StrCat("T", t, "_H", s.heads, "_dk", s.key_dim, "_dv", s.value_dim);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -275,7 +275,7 @@ INSTANTIATE_TEST_SUITE_P(SplitPoints, KdaSplitSequence,
                          ::testing::Values<int64_t>(1, 63, 64, 65, -1),
                          [](const ::testing::TestParamInfo<int64_t>& info) {
                            return info.param < 0 ? std::string("TMinus1")
-                                                 : "N" + std::to_string(info.param);
+                                                 : absl::StrCat("N", info.param);
                          });
 
 // ---------------------------------------------------------------------------
