@@ -1,1 +1,52 @@
-int main() { return 0; }
+// `strata`: the command-line tool. Dispatches to one subcommand per file
+// (logits.cc, generate.cc, info.cc, bench.cc, demo.cc).
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli.h"
+#include "strata/strata_version.h"
+
+namespace {
+
+void PrintUsage(FILE* out) {
+  std::fprintf(out,
+               "usage: strata <command> [flags]   (strata <command> --help for its flags)\n"
+               "\n"
+               "commands:\n"
+               "  run              generate from the built-in demo model (random weights) and report tokens/s\n"
+               "  make-demo-model  write the demo model (config.json + model.safetensors) to a directory\n"
+               "  info             architecture, layers, parameter and state sizes of a model directory\n"
+               "  logits           logits of every position of a token file (.npy) -> .npy\n"
+               "  generate         generate tokens after a prompt (.npy) with greedy or sampled decoding\n"
+               "  bench            CPU prefill and decode throughput\n"
+               "  version          print the version\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace strata::cli;
+  if (argc < 2) {
+    PrintUsage(stderr);
+    return kExitUsage;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    PrintUsage(stdout);
+    return kExitOk;
+  }
+  if (cmd == "version" || cmd == "--version") {
+    std::printf("strata %s\n", STRATA_VERSION_STRING);
+    return kExitOk;
+  }
+  if (cmd == "logits") return RunLogits(argc, argv);
+  if (cmd == "generate") return RunGenerate(argc, argv);
+  if (cmd == "info") return RunInfo(argc, argv);
+  if (cmd == "bench") return RunBench(argc, argv);
+  if (cmd == "make-demo-model") return RunMakeDemoModel(argc, argv);
+  if (cmd == "run") return RunDemo(argc, argv);
+  std::fprintf(stderr, "strata: unknown command '%s'\n\n", cmd.c_str());
+  PrintUsage(stderr);
+  return kExitUsage;
+}

@@ -1,0 +1,91 @@
+// Shared pieces of the `strata` command-line tool: flag parsing with errors
+// that name the flag, exit codes, and helpers used by several subcommands.
+// Each subcommand lives in its own file and is declared here.
+#ifndef STRATA_TOOLS_STRATA_CLI_H_
+#define STRATA_TOOLS_STRATA_CLI_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace strata::cli {
+
+// Exit codes: 0 success; 1 the work failed (unreadable model, bad file
+// contents, model error); 2 the command line is wrong or asks for something
+// this build cannot do (unknown flag, bad value, --device cuda).
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// One subcommand's flags. `--name value` and `--name=value` are accepted;
+// boolean flags take no value. Unknown flags and missing values are errors.
+class Flags {
+ public:
+  Flags(std::string command, std::vector<std::string> value_flags, std::vector<std::string> bool_flags)
+      : command_(std::move(command)),
+        value_flags_(value_flags.begin(), value_flags.end()),
+        bool_flags_(bool_flags.begin(), bool_flags.end()) {}
+
+  // Parses argv[first..argc). InvalidArgument naming the offending argument.
+  Status Parse(int argc, char** argv, int first);
+
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  bool Bool(const std::string& name) const { return values_.count(name) > 0; }
+  StatusOr<std::string> Required(const std::string& name) const;
+  std::string String(const std::string& name, const std::string& fallback) const;
+  // Integer / float values with a range check; errors name the flag and the text.
+  StatusOr<int64_t> Int(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
+  StatusOr<double> Double(const std::string& name, double fallback, double min, double max) const;
+  // Comma-separated integers ("2,17,5").
+  StatusOr<std::vector<int32_t>> IntList(const std::string& name) const;
+
+  const std::string& command() const { return command_; }
+
+ private:
+  std::string command_;
+  std::set<std::string> value_flags_;
+  std::set<std::string> bool_flags_;
+  std::map<std::string, std::string> values_;
+};
+
+// Prints "strata <command>: error: <message>" to stderr and returns `code`.
+int Fail(const std::string& command, const Status& status, int code);
+int Fail(const std::string& command, const std::string& message, int code);
+// kExitUsage for InvalidArgument/OutOfRange statuses (bad input from the
+// command line), kExitFailure otherwise.
+int ExitCodeFor(const Status& status);
+
+// "1.23 MiB"-style size.
+std::string FormatBytes(double bytes);
+// "1,234,567".
+std::string FormatCount(int64_t n);
+
+// Where `strata run` and `strata bench` keep the demo model when no --model is
+// given: $XDG_CACHE_HOME/strata/demo-model, else $HOME/.cache/strata/demo-model,
+// else ./build/demo-model.
+std::string DefaultDemoDir();
+
+// Rejects --device values other than cpu, and cpu-less requests: "cuda" gives a
+// clear kExitUsage error because the kimi_linear CUDA backend does not exist yet.
+// Returns kExitOk when the device is usable.
+int CheckDevice(const std::string& command, const std::string& device);
+
+double SecondsSince(std::chrono::steady_clock::time_point t0);
+double Median(std::vector<double> v);
+
+// Subcommands: each returns the process exit code.
+int RunLogits(int argc, char** argv);
+int RunGenerate(int argc, char** argv);
+int RunInfo(int argc, char** argv);
+int RunBench(int argc, char** argv);
+int RunMakeDemoModel(int argc, char** argv);
+int RunDemo(int argc, char** argv);
+
+}  // namespace strata::cli
+
+#endif  // STRATA_TOOLS_STRATA_CLI_H_

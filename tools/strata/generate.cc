@@ -1,0 +1,138 @@
+// `strata generate`: tokens after a prompt, through the engine (scheduler,
+// session, sampler) exactly as the C ABI runs them. Prints the generated ids
+// on stdout, one line; statistics go to stderr.
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/npy.h"
+#include "cli.h"
+#include "engine/engine.h"
+#include "engine/request.h"
+#include "engine/session.h"
+#include "model/model.h"
+
+namespace strata::cli {
+namespace {
+
+constexpr char kHelp[] =
+    "usage: strata generate --model DIR --tokens IN.npy --max-new K [sampling flags]\n"
+    "\n"
+    "  --model DIR               model directory\n"
+    "  --tokens IN.npy           prompt ids, int32 or int64, shape [T]\n"
+    "  --max-new K               tokens to generate (default 32)\n"
+    "  --temperature T           0 = greedy (default 0)\n"
+    "  --top-k K --top-p P --min-p P\n"
+    "  --repetition-penalty R --presence-penalty P --frequency-penalty F\n"
+    "  --seed S                  sampling seed (default 0)\n"
+    "  --stop ID,ID,...          stop when one of these ids is generated (not printed)\n"
+    "  --ignore-eos              do not stop at the model's EOS id\n"
+    "  --threads N               compute threads (default: one per core)\n"
+    "  --device cpu|cuda         cpu (default)\n";
+
+}  // namespace
+
+int RunGenerate(int argc, char** argv) {
+  const std::string cmd = "generate";
+  Flags flags(cmd,
+              {"model", "tokens", "max-new", "temperature", "top-k", "top-p", "min-p", "repetition-penalty",
+               "presence-penalty", "frequency-penalty", "seed", "stop", "threads", "device"},
+              {"help", "ignore-eos"});
+  if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
+  if (flags.Bool("help")) {
+    std::fputs(kHelp, stdout);
+    return kExitOk;
+  }
+  if (int rc = CheckDevice(cmd, flags.String("device", "cpu")); rc != kExitOk) return rc;
+  auto model_dir = flags.Required("model");
+  if (!model_dir.ok()) return Fail(cmd, model_dir.status(), kExitUsage);
+  auto tokens_path = flags.Required("tokens");
+  if (!tokens_path.ok()) return Fail(cmd, tokens_path.status(), kExitUsage);
+
+  GenerationParams gp;
+  SamplingParams& sp = gp.sampling;
+  const double kBig = std::numeric_limits<float>::max();
+  auto max_new = flags.Int("max-new", 32, 1, 1 << 20);
+  auto temperature = flags.Double("temperature", 0.0, 0.0, kBig);
+  auto top_k = flags.Int("top-k", 0, 0, std::numeric_limits<int32_t>::max());
+  auto top_p = flags.Double("top-p", 1.0, 0.0, 1.0);
+  auto min_p = flags.Double("min-p", 0.0, 0.0, 1.0);
+  auto rep = flags.Double("repetition-penalty", 1.0, 0.0, kBig);
+  auto pres = flags.Double("presence-penalty", 0.0, -kBig, kBig);
+  auto freq = flags.Double("frequency-penalty", 0.0, -kBig, kBig);
+  auto seed = flags.Int("seed", 0, 0, std::numeric_limits<int64_t>::max());
+  auto stop = flags.IntList("stop");
+  auto threads = flags.Int("threads", 0, 0, 4096);
+  for (const Status& s : {max_new.status(), temperature.status(), top_k.status(), top_p.status(),
+                          min_p.status(), rep.status(), pres.status(), freq.status(), seed.status(),
+                          stop.status(), threads.status()}) {
+    if (!s.ok()) return Fail(cmd, s, kExitUsage);
+  }
+  gp.max_tokens = static_cast<int32_t>(*max_new);
+  gp.stop_tokens = *stop;
+  gp.stop_at_eos = !flags.Bool("ignore-eos");
+  sp.temperature = static_cast<float>(*temperature);
+  sp.top_k = static_cast<int32_t>(*top_k);
+  sp.top_p = static_cast<float>(*top_p);
+  sp.min_p = static_cast<float>(*min_p);
+  sp.repetition_penalty = static_cast<float>(*rep);
+  sp.presence_penalty = static_cast<float>(*pres);
+  sp.frequency_penalty = static_cast<float>(*freq);
+  sp.seed = static_cast<uint64_t>(*seed);
+  if (Status v = ValidateSamplingParams(sp); !v.ok()) return Fail(cmd, v, kExitUsage);
+
+  auto prompt = ReadNpyInt32(*tokens_path);
+  if (!prompt.ok()) return Fail(cmd, prompt.status(), kExitFailure);
+  if (prompt->empty()) return Fail(cmd, absl::StrCat(*tokens_path, ": no tokens"), kExitFailure);
+
+  EngineOptions eo;
+  eo.num_threads = static_cast<int>(*threads);
+  auto engine = Engine::Create(eo);
+  if (!engine.ok()) return Fail(cmd, engine.status(), kExitFailure);
+  LoadOptions lo;
+  lo.pool = (*engine)->pool();  // the engine's compute threads run the model
+  auto loaded = LoadModel(*model_dir, lo);
+  if (!loaded.ok()) return Fail(cmd, loaded.status(), kExitFailure);
+  std::shared_ptr<const Model> model(std::move(*loaded));
+
+  SessionOptions so;
+  so.max_context_tokens = static_cast<int64_t>(prompt->size()) + *max_new + 1;
+  if (model->info().max_context > 0 && so.max_context_tokens > model->info().max_context) {
+    return Fail(cmd,
+                absl::StrCat("prompt (", prompt->size(), ") + --max-new (", *max_new,
+                             ") exceeds the model's context of ", model->info().max_context),
+                kExitUsage);
+  }
+  auto session = Session::Create(engine->get(), model, so);
+  if (!session.ok()) return Fail(cmd, session.status(), ExitCodeFor(session.status()));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto request = (*engine)->Submit(**session, *prompt, gp);
+  if (!request.ok()) {
+    return Fail(cmd, absl::StrCat(*tokens_path, ": ", request.status().message()),
+                ExitCodeFor(request.status()));
+  }
+  std::vector<int32_t> out;
+  double first_token_s = 0;
+  FinishReason reason = FinishReason::kNone;
+  Status st = (*engine)->RunToCompletion(
+      **request,
+      [&](int32_t tok) {
+        if (out.empty()) first_token_s = SecondsSince(t0);
+        out.push_back(tok);
+        return true;
+      },
+      &reason);
+  const double total_s = SecondsSince(t0);
+  if (!st.ok()) return Fail(cmd, st, kExitFailure);
+  for (size_t i = 0; i < out.size(); ++i) std::printf(i ? " %d" : "%d", out[i]);
+  std::printf("\n");
+  const double decode_tps = out.size() > 1 ? (out.size() - 1) / (total_s - first_token_s) : 0.0;
+  std::fprintf(stderr, "%zu tokens, finish reason: %s; prompt %zu tokens + first token %.1f ms, decode %.1f tokens/s\n",
+               out.size(), FinishReasonName(reason), prompt->size(), first_token_s * 1e3, decode_tps);
+  return kExitOk;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,68 @@
+// `strata info`: what a model directory holds, as the SDK sees it: architecture,
+// per-layer kinds, parameter count and bytes, and the decode state it needs
+// (growing per token, fixed per sequence), with totals at a few context sizes.
+#include <cstdio>
+#include <map>
+
+#include "cli.h"
+#include "model/model.h"
+
+namespace strata::cli {
+namespace {
+
+constexpr char kHelp[] =
+    "usage: strata info --model DIR\n"
+    "\n"
+    "  --model DIR   model directory (config.json + *.safetensors)\n";
+
+}  // namespace
+
+int RunInfo(int argc, char** argv) {
+  const std::string cmd = "info";
+  Flags flags(cmd, {"model"}, {"help"});
+  if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
+  if (flags.Bool("help")) {
+    std::fputs(kHelp, stdout);
+    return kExitOk;
+  }
+  auto dir = flags.Required("model");
+  if (!dir.ok()) return Fail(cmd, dir.status(), kExitUsage);
+  auto model = LoadModel(*dir);
+  if (!model.ok()) return Fail(cmd, model.status(), kExitFailure);
+  const ModelInfo& info = (*model)->info();
+
+  std::printf("model:          %s\n", dir->c_str());
+  std::printf("architecture:   %s\n", info.architecture.c_str());
+  std::printf("vocab / hidden: %d / %d\n", info.vocab_size, info.hidden_size);
+  std::printf("max context:    %s tokens\n", FormatCount(info.max_context).c_str());
+  std::printf("bos / eos ids:  %d / %d\n", info.bos_token_id, info.eos_token_id);
+  std::map<std::string, int> kinds;
+  for (const auto& k : info.layer_kinds) ++kinds[k];
+  std::printf("layers:         %d (", info.num_layers);
+  bool first = true;
+  for (const auto& [k, n] : kinds) {
+    std::printf("%s%d x %s", first ? "" : ", ", n, k.c_str());
+    first = false;
+  }
+  std::printf(")\n");
+  for (size_t i = 0; i < info.layer_kinds.size(); ++i) {
+    std::printf("  layer %-3zu %s\n", i, info.layer_kinds[i].c_str());
+  }
+  std::printf("parameters:     %s stored elements, %s (%s bytes)\n", FormatCount(info.num_parameters).c_str(),
+              FormatBytes(static_cast<double>(info.parameter_bytes)).c_str(),
+              FormatCount(static_cast<int64_t>(info.parameter_bytes)).c_str());
+  std::printf("decode state:   %s bytes per token (growing: attention caches)\n",
+              FormatCount(static_cast<int64_t>(info.state_bytes_per_token)).c_str());
+  std::printf("                %s bytes per sequence (fixed: recurrent states, conv tails) = %s\n",
+              FormatCount(static_cast<int64_t>(info.state_bytes_per_sequence)).c_str(),
+              FormatBytes(static_cast<double>(info.state_bytes_per_sequence)).c_str());
+  for (int64_t tokens : {int64_t{4096}, int64_t{32768}, int64_t{131072}}) {
+    const double total = static_cast<double>(info.state_bytes_per_sequence) +
+                         static_cast<double>(info.state_bytes_per_token) * static_cast<double>(tokens);
+    std::printf("  one sequence of %7s tokens: %s%s\n", FormatCount(tokens).c_str(), FormatBytes(total).c_str(),
+                info.max_context > 0 && tokens > info.max_context ? " (beyond the model's max context)" : "");
+  }
+  return kExitOk;
+}
+
+}  // namespace strata::cli
