@@ -242,18 +242,30 @@ STRATA_API strata_status strata_session_generate(strata_session* session, const 
     }
     handle->impl = *request;
     session->in_generate.store(true);
+    // Runs however the loop ends (also if it throws): the request must not
+    // outlive the call running, and the handle is retired so a late cancel from
+    // another thread is MISUSE, not a use of freed memory.
+    struct Retire {
+      strata_session* session;
+      strata_request* handle;
+      strata::Engine& engine;
+      ~Retire() {
+        std::shared_ptr<strata::Request> impl;
+        {
+          std::lock_guard<std::mutex> lock(handle->mu);
+          handle->magic.store(strata::capi::kDeadMagic);
+          impl = std::move(handle->impl);
+        }
+        if (!impl->finished()) engine.Detach(*impl);
+        session->in_generate.store(false);
+        strata::capi::BuryHandle(handle);
+      }
+    } retire{session, handle, engine};
     strata::FinishReason reason = strata::FinishReason::kNone;
     const strata_token_callback cb = cp.token_callback;
     void* const user_data = cp.user_data;
     const strata::Status status = engine.RunToCompletion(
         **request, [&](int32_t token) { return cb == nullptr || cb(handle, token, user_data) == 0; }, &reason);
-    session->in_generate.store(false);
-    {
-      std::lock_guard<std::mutex> lock(handle->mu);
-      handle->magic.store(strata::capi::kDeadMagic);
-      handle->impl.reset();
-    }
-    strata::capi::BuryHandle(handle);
     if (out_finish_reason != nullptr) *out_finish_reason = static_cast<strata_finish_reason>(reason);
     return call.From(status);
   });
