@@ -156,57 +156,72 @@ enum class Accumulate { kOverwrite, kAdd, kSubtract };
 #ifdef STRATA_KDA_SIMD
 constexpr int64_t kGemmRows = 6;  // 6×16 tile: 12 accumulators + 3 live registers
 
-template <int MR, int NV>
+// The accumulate mode is a template parameter: with a runtime switch after the
+// loop GCC keeps the accumulator array in memory and spills it every step.
+template <int MR, int NV, Accumulate kMode>
 inline void GemmTile(int64_t k_len, const float* __restrict a, int64_t lda,
-                     const float* __restrict b, int64_t ldb, float* __restrict c, int64_t ldc,
-                     Accumulate mode) {
+                     const float* __restrict b, int64_t ldb, float* __restrict c, int64_t ldc) {
   __m256 acc[MR][NV];
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
   }
   for (int64_t p = 0; p < k_len; ++p) {
     __m256 bv[NV];
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + p * ldb + 8 * v);
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m256 av = _mm256_broadcast_ss(a + r * lda + p);
+#pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       float* dst = c + r * ldc + 8 * v;
-      switch (mode) {
-        case Accumulate::kOverwrite:
-          _mm256_storeu_ps(dst, acc[r][v]);
-          break;
-        case Accumulate::kAdd:
-          _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), acc[r][v]));
-          break;
-        case Accumulate::kSubtract:
-          _mm256_storeu_ps(dst, _mm256_sub_ps(_mm256_loadu_ps(dst), acc[r][v]));
-          break;
+      if constexpr (kMode == Accumulate::kOverwrite) {
+        _mm256_storeu_ps(dst, acc[r][v]);
+      } else if constexpr (kMode == Accumulate::kAdd) {
+        _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), acc[r][v]));
+      } else {
+        _mm256_storeu_ps(dst, _mm256_sub_ps(_mm256_loadu_ps(dst), acc[r][v]));
       }
     }
   }
 }
 
-template <int NV>
+template <int NV, Accumulate kMode>
 void GemmPanel(int64_t m, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-               float* c, int64_t ldc, Accumulate mode, bool a_lower) {
+               float* c, int64_t ldc, bool a_lower) {
   for (int64_t i0 = 0; i0 < m; i0 += kGemmRows) {
     const int64_t mr = std::min(kGemmRows, m - i0);
     const int64_t k_len = a_lower ? std::min(k, i0 + mr) : k;
     const float* ap = a + i0 * lda;
     float* cp = c + i0 * ldc;
     switch (mr) {
-      case 6: GemmTile<6, NV>(k_len, ap, lda, b, ldb, cp, ldc, mode); break;
-      case 5: GemmTile<5, NV>(k_len, ap, lda, b, ldb, cp, ldc, mode); break;
-      case 4: GemmTile<4, NV>(k_len, ap, lda, b, ldb, cp, ldc, mode); break;
-      case 3: GemmTile<3, NV>(k_len, ap, lda, b, ldb, cp, ldc, mode); break;
-      case 2: GemmTile<2, NV>(k_len, ap, lda, b, ldb, cp, ldc, mode); break;
-      default: GemmTile<1, NV>(k_len, ap, lda, b, ldb, cp, ldc, mode); break;
+      case 6: GemmTile<6, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      case 5: GemmTile<5, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      case 4: GemmTile<4, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      case 3: GemmTile<3, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      case 2: GemmTile<2, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      default: GemmTile<1, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
     }
   }
+}
+
+template <Accumulate kMode>
+int64_t GemmVector(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, float* c, int64_t ldc, bool a_lower) {
+  int64_t j0 = 0;
+  for (; j0 + 16 <= n; j0 += 16) {
+    GemmPanel<2, kMode>(m, k, a, lda, b + j0, ldb, c + j0, ldc, a_lower);
+  }
+  for (; j0 + 8 <= n; j0 += 8) GemmPanel<1, kMode>(m, k, a, lda, b + j0, ldb, c + j0, ldc, a_lower);
+  return j0;
 }
 #endif  // STRATA_KDA_SIMD
 
@@ -214,8 +229,17 @@ void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const fl
           int64_t ldb, float* c, int64_t ldc, Accumulate mode, bool a_lower) {
   int64_t j0 = 0;
 #ifdef STRATA_KDA_SIMD
-  for (; j0 + 16 <= n; j0 += 16) GemmPanel<2>(m, k, a, lda, b + j0, ldb, c + j0, ldc, mode, a_lower);
-  for (; j0 + 8 <= n; j0 += 8) GemmPanel<1>(m, k, a, lda, b + j0, ldb, c + j0, ldc, mode, a_lower);
+  switch (mode) {
+    case Accumulate::kOverwrite:
+      j0 = GemmVector<Accumulate::kOverwrite>(m, n, k, a, lda, b, ldb, c, ldc, a_lower);
+      break;
+    case Accumulate::kAdd:
+      j0 = GemmVector<Accumulate::kAdd>(m, n, k, a, lda, b, ldb, c, ldc, a_lower);
+      break;
+    case Accumulate::kSubtract:
+      j0 = GemmVector<Accumulate::kSubtract>(m, n, k, a, lda, b, ldb, c, ldc, a_lower);
+      break;
+  }
 #endif
   if (j0 == n) return;
   for (int64_t i = 0; i < m; ++i) {
