@@ -99,8 +99,8 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, 
     }
     if (n == 0) {
       // The file shrank between fstat and read (someone is rewriting it).
-      return absl::DataLossError(absl::StrCat(path, ": file ended after ", done, " of ", size,
-                                              " bytes while reading"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": file ended after ", done, " of ", size, " bytes while reading"));
     }
     done += static_cast<uint64_t>(n);
   }

@@ -14,6 +14,9 @@
 namespace strata {
 
 // Thread-safety: immutable after Open; the bytes may be read from any thread.
+// A mapped file must not be truncated by another process while in use: the
+// lost pages would fault (SIGBUS) when touched. Checkpoints are not rewritten
+// in place, so we accept that rather than copy every weight.
 class MappedFile {
  public:
   enum class Mode {

@@ -76,8 +76,7 @@ StatusOr<ConfigReader> ConfigReader::FromString(const std::string& file_label,
 }
 
 Status ConfigReader::FieldError(const std::string& key, const std::string& what) const {
-  return absl::InvalidArgumentError(
-      absl::StrCat(file_, ": field '", prefix_, key, "': ", what));
+  return absl::InvalidArgumentError(absl::StrCat(file_, ": field '", prefix_, key, "': ", what));
 }
 
 bool ConfigReader::Has(const std::string& key) const {

@@ -65,7 +65,8 @@ class HeaderParser {
   StatusOr<SafetensorsTensor> ParseTensor(const std::string& name, const json& entry) const {
     if (!entry.is_object()) {
       return TensorError(name, absl::StrCat("expected an object with dtype, shape and "
-                                            "data_offsets, got ", Brief(entry)));
+                                            "data_offsets, got ",
+                                            Brief(entry)));
     }
     SafetensorsTensor t;
     t.name = name;
@@ -77,8 +78,8 @@ class HeaderParser {
     }
     const std::string& dtype_name = dtype_it->get_ref<const std::string&>();
     if (!ParseDTypeName(dtype_name, &t.dtype)) {
-      return TensorError(name, absl::StrCat("unknown or unsupported dtype '",
-                                            dtype_name.substr(0, 40), "'"));
+      return TensorError(
+          name, absl::StrCat("unknown or unsupported dtype '", dtype_name.substr(0, 40), "'"));
     }
 
     const auto shape_it = entry.find("shape");
@@ -109,23 +110,23 @@ class HeaderParser {
     if (!off_it->is_array() || off_it->size() != 2 || !GetNonNegative((*off_it)[0], &begin) ||
         !GetNonNegative((*off_it)[1], &end)) {
       return TensorError(name, absl::StrCat("'data_offsets' must be [begin, end] with "
-                                            "non-negative integers, got ", Brief(*off_it)));
+                                            "non-negative integers, got ",
+                                            Brief(*off_it)));
     }
     if (begin > end) {
       return TensorError(name, absl::StrCat("data_offsets [", begin, ", ", end, "] are reversed"));
     }
     if (end > data_size_) {
-      return absl::DataLossError(absl::StrCat(
-          file_, ": tensor '", name, "': data_offsets [", begin, ", ", end,
-          "] run past the end of the data section (", data_size_, " bytes); is the file truncated?"));
+      return absl::DataLossError(absl::StrCat(file_, ": tensor '", name, "': data_offsets [", begin,
+                                              ", ", end, "] run past the end of the data section (",
+                                              data_size_, " bytes); is the file truncated?"));
     }
     uint64_t need;
     if (__builtin_mul_overflow(elements, DTypeSize(t.dtype), &need) || need != end - begin) {
-      return TensorError(
-          name, absl::StrCat(std::string(DTypeName(t.dtype)), " shape ", ShapeString(t.shape), " needs ",
-                             elements, " x ", DTypeSize(t.dtype),
-                             " bytes but data_offsets [", begin, ", ", end, "] span ",
-                             end - begin));
+      return TensorError(name, absl::StrCat(std::string(DTypeName(t.dtype)), " shape ",
+                                            ShapeString(t.shape), " needs ", elements, " x ",
+                                            DTypeSize(t.dtype), " bytes but data_offsets [", begin,
+                                            ", ", end, "] span ", end - begin));
     }
     t.begin = begin;
     t.end = end;
@@ -134,8 +135,8 @@ class HeaderParser {
 
   Status ParseMetadata(const json& m, std::map<std::string, std::string>* out) const {
     if (!m.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file_, ": '__metadata__' must be an object of strings, got ", Brief(m)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_, ": '__metadata__' must be an object of strings, got ", Brief(m)));
     }
     for (const auto& [key, value] : m.items()) {
       if (!value.is_string()) {
@@ -154,9 +155,9 @@ class HeaderParser {
     const SafetensorsTensor* prev = nullptr;
     for (const SafetensorsTensor& t : sorted) {
       if (t.begin < covered) {
-        return TensorError(t.name, absl::StrCat("data_offsets [", t.begin, ", ", t.end,
-                                                "] overlap tensor '", prev->name, "' [",
-                                                prev->begin, ", ", prev->end, "]"));
+        return TensorError(
+            t.name, absl::StrCat("data_offsets [", t.begin, ", ", t.end, "] overlap tensor '",
+                                 prev->name, "' [", prev->begin, ", ", prev->end, "]"));
       }
       if (t.begin > covered) {
         return TensorError(t.name, absl::StrCat("data_offsets [", t.begin, ", ", t.end,
@@ -188,8 +189,7 @@ int64_t SafetensorsTensor::NumElements() const {
 }
 
 StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file_name,
-                                                   const uint8_t* file_bytes,
-                                                   uint64_t file_size) {
+                                                   const uint8_t* file_bytes, uint64_t file_size) {
   // absl::StrCat takes absl::string_view, which is not std::string_view in
   // every Abseil build; one copy of a short name is the simplest bridge.
   const std::string file(file_name);
@@ -208,9 +208,8 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file_name,
                                             file_size, ")"));
   }
   if (n > kMaxHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": header length ", n,
-                                                   " exceeds the limit of ", kMaxHeaderBytes,
-                                                   " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": header length ", n, " exceeds the limit of ", kMaxHeaderBytes, " bytes"));
   }
 
   SafetensorsHeader header;
@@ -228,8 +227,8 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file_name,
   // silently keep the last one.
   STRATA_ASSIGN_OR_RETURN(const json root, ParseStrictJson(file, text, opts));
   if (!root.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file, ": header must be a JSON object, got ", Brief(root)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": header must be a JSON object, got ", Brief(root)));
   }
 
   HeaderParser parser(file, data_size);

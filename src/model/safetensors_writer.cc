@@ -8,9 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <utility>
-
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "absl/strings/str_join.h"
 
@@ -42,14 +41,26 @@ void SafetensorsWriter::AddF32(std::string name, DType dtype, std::vector<int64_
   bytes.reserve(values.size() * DTypeSize(dtype));
   for (float v : values) {
     switch (dtype) {
-      case DType::kF32: AppendRaw(&bytes, v); break;
-      case DType::kF16: AppendRaw(&bytes, F32ToF16(v)); break;
-      case DType::kBF16: AppendRaw(&bytes, F32ToBf16(v)); break;
+      case DType::kF32:
+        AppendRaw(&bytes, v);
+        break;
+      case DType::kF16:
+        AppendRaw(&bytes, F32ToF16(v));
+        break;
+      case DType::kBF16:
+        AppendRaw(&bytes, F32ToBf16(v));
+        break;
       // Integer types are not what AddF32 is for, but rounding is the only
       // sensible meaning if a test asks for them.
-      case DType::kI32: AppendRaw(&bytes, static_cast<int32_t>(std::lrint(v))); break;
-      case DType::kI64: AppendRaw(&bytes, static_cast<int64_t>(std::llrint(v))); break;
-      case DType::kU8: AppendRaw(&bytes, static_cast<uint8_t>(std::lrint(v))); break;
+      case DType::kI32:
+        AppendRaw(&bytes, static_cast<int32_t>(std::lrint(v)));
+        break;
+      case DType::kI64:
+        AppendRaw(&bytes, static_cast<int64_t>(std::llrint(v)));
+        break;
+      case DType::kU8:
+        AppendRaw(&bytes, static_cast<uint8_t>(std::lrint(v)));
+        break;
     }
   }
   Add(std::move(name), dtype, std::move(shape), std::move(bytes));
@@ -76,8 +87,8 @@ std::vector<uint8_t> SafetensorsWriter::Serialize() const {
     if (!header.empty() && header.back() != '{') header += ",";
     const uint64_t end = offset + e.bytes.size();
     absl::StrAppend(&header, Quote(e.name), ":{\"dtype\":\"", std::string(DTypeName(e.dtype)),
-                    "\",\"shape\":[", absl::StrJoin(e.shape, ","), "],\"data_offsets\":[",
-                    offset, ",", end, "]}");
+                    "\",\"shape\":[", absl::StrJoin(e.shape, ","), "],\"data_offsets\":[", offset,
+                    ",", end, "]}");
     offset = end;
   }
   header += "}";

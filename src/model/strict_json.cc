@@ -105,11 +105,12 @@ StatusOr<nlohmann::json> ParseStrictJson(std::string_view label, std::string_vie
   } catch (const json::exception& e) {
     // Defensive: with a SAX handler nlohmann reports through parse_error, but
     // the core must never let an exception escape.
-    return absl::InvalidArgumentError(absl::StrCat(std::string(label), ": invalid JSON: ", e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(label), ": invalid JSON: ", e.what()));
   }
   if (!ok) {
-    const std::string& why = validator.error().empty() ? std::string("invalid JSON")
-                                                       : validator.error();
+    const std::string& why =
+        validator.error().empty() ? std::string("invalid JSON") : validator.error();
     return absl::InvalidArgumentError(absl::StrCat(std::string(label), ": ", why));
   }
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);

@@ -7,16 +7,15 @@
 #define STRATA_MODEL_STRICT_JSON_H_
 
 #include <cstdint>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "base/status.h"
 
 namespace strata {
 
 struct StrictJsonOptions {
-  int max_depth = 64;                // objects/arrays nested deeper are refused
+  int max_depth = 64;  // objects/arrays nested deeper are refused
   bool reject_duplicate_keys = true;
   // Added to byte positions in messages, e.g. 8 when the text starts at file
   // offset 8 (safetensors), so offsets can be found with a hex dump.

@@ -120,8 +120,8 @@ StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(
   const std::string single_path = JoinPath(model_dir, kSingleFile);
   if (!Exists(index_path)) {
     if (!Exists(single_path)) {
-      return absl::NotFoundError(absl::StrCat(model_dir, ": no ", kSingleFile, " or ",
-                                              kIndexFile, " in the model directory"));
+      return absl::NotFoundError(absl::StrCat(model_dir, ": no ", kSingleFile, " or ", kIndexFile,
+                                              " in the model directory"));
     }
     STRATA_RETURN_IF_ERROR(impl.AddShard(single_path));
     if (progress && !progress(1.0f)) return cancelled();
@@ -146,14 +146,14 @@ StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(
   std::map<std::string, std::vector<std::string>> shards;
   for (const auto& [name, shard] : wm->items()) {
     if (!shard.is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index_path, ": weight_map entry '", name, "' must be a shard file name (a string)"));
+      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map entry '", name,
+                                                     "' must be a shard file name (a string)"));
     }
     const std::string& shard_name = shard.get_ref<const std::string&>();
     if (!IsSafeShardName(shard_name)) {
-      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map entry '", name,
-                                                     "' names shard '", shard_name,
-                                                     "', which is not a file inside the model directory"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path, ": weight_map entry '", name, "' names shard '", shard_name,
+                       "', which is not a file inside the model directory"));
     }
     shards[shard_name].push_back(name);
   }
@@ -173,9 +173,8 @@ StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(
       // A tensor from an earlier shard would already be present; it must come
       // from this one.
       if (it == impl.tensors.end() || it->second.file != loaded) {
-        return absl::DataLossError(absl::StrCat(index_path, ": tensor '", name,
-                                                "' is mapped to ", shard_name,
-                                                " but that shard does not contain it"));
+        return absl::DataLossError(absl::StrCat(index_path, ": tensor '", name, "' is mapped to ",
+                                                shard_name, " but that shard does not contain it"));
       }
     }
     ++done;
@@ -193,7 +192,8 @@ bool WeightStore::Has(std::string_view name) const {
 StatusOr<TensorView> WeightStore::Get(std::string_view name) const {
   auto it = impl_->tensors.find(name);
   if (it == impl_->tensors.end()) {
-    return absl::NotFoundError(absl::StrCat("tensor '", std::string(name), "' not found in ", dir_));
+    return absl::NotFoundError(
+        absl::StrCat("tensor '", std::string(name), "' not found in ", dir_));
   }
   const Impl::Entry& e = it->second;
   TensorView v;
@@ -210,14 +210,14 @@ StatusOr<TensorView> WeightStore::GetFloat(std::string_view name,
                                            const std::vector<int64_t>& shape) const {
   STRATA_ASSIGN_OR_RETURN(TensorView v, Get(name));
   if (v.dtype != DType::kF32 && v.dtype != DType::kF16 && v.dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", std::string(name), "' in ", std::string(v.file), ": dtype ",
-                                                   std::string(DTypeName(v.dtype)),
-                                                   ", expected F32, F16 or BF16"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", std::string(name), "' in ", std::string(v.file), ": dtype ",
+                     std::string(DTypeName(v.dtype)), ", expected F32, F16 or BF16"));
   }
   if (v.shape != shape) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", std::string(name), "' in ", std::string(v.file),
-                                                   ": expected shape ", ShapeString(shape),
-                                                   ", got ", ShapeString(v.shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", std::string(name), "' in ", std::string(v.file),
+                     ": expected shape ", ShapeString(shape), ", got ", ShapeString(v.shape)));
   }
   return v;
 }

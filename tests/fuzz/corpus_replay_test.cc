@@ -4,13 +4,13 @@
 //
 // Naming convention in the corpus: ok_* must parse, bad_* must be rejected,
 // anything else (inputs the fuzzer found) only has to be handled safely.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "safetensors_header_check.h"
 
@@ -59,7 +59,8 @@ TEST(FuzzCorpusReplay, EveryInputIsHandledSafely) {
 TEST(FuzzCorpusReplay, KnownGoodSeedsHaveTheExpectedTables) {
   const fs::path dir(STRATA_FUZZ_CORPUS_DIR);
   std::vector<uint8_t> bytes = Read(dir / "ok_all_dtypes.safetensors");
-  StatusOr<SafetensorsHeader> h = ParseSafetensorsHeader("ok_all_dtypes", bytes.data(), bytes.size());
+  StatusOr<SafetensorsHeader> h =
+      ParseSafetensorsHeader("ok_all_dtypes", bytes.data(), bytes.size());
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(h->tensors.size(), 6u);
 

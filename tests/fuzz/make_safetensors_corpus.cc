@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
   // Hand-written but valid: reordered keys, whitespace, escapes.
   files.emplace_back("ok_handwritten.safetensors",
                      Raw(" {\n \"a\\u0062\" : {\"shape\":[ 2 ],\"data_offsets\":[0,8],"
-                         "\"dtype\":\"F32\", \"extra\": null}} ", 8));
+                         "\"dtype\":\"F32\", \"extra\": null}} ",
+                         8));
 
   // Malformed files, one defect each.
   files.emplace_back("bad_short.safetensors", std::vector<uint8_t>{3, 0, 0, 0, 0});
@@ -109,10 +110,12 @@ int main(int argc, char** argv) {
                      Raw(R"({"w":{"dtype":"U8","shape":[6],"data_offsets":[10,4]}})", 16));
   files.emplace_back("bad_overlap.safetensors",
                      Raw(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12));
+                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                         12));
   files.emplace_back("bad_gap.safetensors",
                      Raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                         R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12));
+                         R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                         12));
   files.emplace_back("bad_trailing.safetensors",
                      Raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 12));
   files.emplace_back("bad_out_of_range.safetensors",
@@ -125,8 +128,7 @@ int main(int argc, char** argv) {
                      Raw(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],)"
                          R"("data_offsets":[0,0]}})"));
   files.emplace_back("bad_metadata.safetensors", Raw(R"({"__metadata__":{"format":1}})"));
-  files.emplace_back("bad_deep.safetensors",
-                     Raw(std::string(500, '[') + std::string(500, ']')));
+  files.emplace_back("bad_deep.safetensors", Raw(std::string(500, '[') + std::string(500, ']')));
   {
     SafetensorsWriter w;
     w.AddF32("dup", DType::kF32, {1}, {1.0f});

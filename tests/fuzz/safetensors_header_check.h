@@ -57,12 +57,13 @@ inline CheckResult CheckSafetensorsHeader(const uint8_t* data, size_t size) {
     int64_t n = 1;
     for (int64_t d : t.shape) {
       if (d < 0) r.violation = "negative dimension";
-      if (d != 0 && n > INT64_MAX / d) r.violation = "element count overflows";
-      else n *= d;
+      if (d != 0 && n > INT64_MAX / d)
+        r.violation = "element count overflows";
+      else
+        n *= d;
     }
-    if (r.violation.empty() &&
-        (n != t.NumElements() ||
-         static_cast<uint64_t>(n) * DTypeSize(t.dtype) != t.end - t.begin)) {
+    if (r.violation.empty() && (n != t.NumElements() ||
+                                static_cast<uint64_t>(n) * DTypeSize(t.dtype) != t.end - t.begin)) {
       r.violation = "byte count does not match dtype and shape";
     }
     if (!r.violation.empty()) return r;
@@ -81,11 +82,11 @@ inline CheckResult CheckSafetensorsHeader(const uint8_t* data, size_t size) {
     w.Add(t.name, t.dtype, t.shape, std::vector<uint8_t>(section + t.begin, section + t.end));
   }
   const std::vector<uint8_t> again = w.Serialize();
-  StatusOr<SafetensorsHeader> h2 = ParseSafetensorsHeader("again.safetensors", again.data(),
-                                                          again.size());
+  StatusOr<SafetensorsHeader> h2 =
+      ParseSafetensorsHeader("again.safetensors", again.data(), again.size());
   if (!h2.ok()) {
-    r.violation = "writer output of an accepted header was rejected: " +
-                  std::string(h2.status().message());
+    r.violation =
+        "writer output of an accepted header was rejected: " + std::string(h2.status().message());
   } else if (!SameTable(*h, *h2)) {
     r.violation = "writer round trip changed the tensor table";
   } else if (again.size() - h2->data_offset != data_size ||

@@ -2,10 +2,10 @@
 // file and the (dotted) field.
 #include "model/config_reader.h"
 
-#include <string>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "loader_test_util.h"
 
@@ -61,8 +61,7 @@ TEST(ConfigReader, OptionalFieldsFallBackOnlyWhenAbsentOrNull) {
 }
 
 TEST(ConfigReader, IntegralFloatsAreIntegersButBooleansAndFractionsAreNot) {
-  const ConfigReader c =
-      Read(R"({"a": 4.0, "b": 4.5, "c": true, "d": "4", "e": 1e30, "f": -2.0})");
+  const ConfigReader c = Read(R"({"a": 4.0, "b": 4.5, "c": true, "d": "4", "e": 1e30, "f": -2.0})");
   EXPECT_EQ(*c.GetInt("a"), 4);
   EXPECT_EQ(*c.GetInt("f"), -2);
   EXPECT_THAT(Msg(c.GetInt("b").status()), HasSubstr("field 'b': expected an integer, got 4.5"));
@@ -96,7 +95,8 @@ TEST(ConfigReader, MissingAndMistypedRequiredFieldsNameTheField) {
   const ConfigReader c = Read(R"({"name": 5, "list": [1, "two"], "scalar": 3})");
   EXPECT_THAT(Msg(c.GetString("model_type").status()),
               HasSubstr("config.json: field 'model_type': required but missing"));
-  EXPECT_THAT(Msg(c.GetString("name").status()), HasSubstr("field 'name': expected a string, got 5"));
+  EXPECT_THAT(Msg(c.GetString("name").status()),
+              HasSubstr("field 'name': expected a string, got 5"));
   EXPECT_THAT(Msg(c.GetIntList("list").status()),
               HasSubstr("field 'list[1]': expected an integer, got \"two\""));
   EXPECT_THAT(Msg(c.GetIntList("scalar").status()), HasSubstr("expected a list of integers"));
@@ -147,6 +147,15 @@ TEST(ConfigReader, FromFileReadsFileAndReportsMissingOne) {
 
   WriteText(path, "");
   EXPECT_TRUE(absl::IsInvalidArgument(ConfigReader::FromFile(path).status()));
+}
+
+TEST(ConfigReader, ReadsTransformersWrittenConfig) {
+  const std::string path = std::string(STRATA_TEST_DATA_DIR) + "/kimi_a/config.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "fixture missing: " << path;
+  StatusOr<ConfigReader> r = ConfigReader::FromFile(path);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r->GetString("model_type"), "kimi_linear");
+  EXPECT_GT(*r->GetPositiveInt("hidden_size"), 0);
 }
 
 }  // namespace

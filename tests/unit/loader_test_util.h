@@ -3,6 +3,7 @@
 #ifndef STRATA_TESTS_UNIT_LOADER_TEST_UTIL_H_
 #define STRATA_TESTS_UNIT_LOADER_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -11,8 +12,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace strata::testing_util {
 

@@ -1,12 +1,12 @@
 // MappedFile: contents, empty files, the read fallback, and error messages.
 #include "base/mmap_file.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "loader_test_util.h"
 

@@ -3,12 +3,12 @@
 // names the file and the tensor.
 #include "model/safetensors.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "loader_test_util.h"
 #include "model/safetensors_writer.h"
@@ -147,7 +147,8 @@ TEST(SafetensorsRoundTrip, WriteFileReportsUnwritablePath) {
   SafetensorsWriter w;
   Status s = w.WriteFile("/nonexistent-dir-for-strata-test/x.safetensors");
   EXPECT_FALSE(s.ok());
-  EXPECT_THAT(std::string(s.message()), HasSubstr("/nonexistent-dir-for-strata-test/x.safetensors"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("/nonexistent-dir-for-strata-test/x.safetensors"));
 }
 
 TEST(SafetensorsHeader, RejectsFileShorterThanLengthField) {
@@ -219,8 +220,8 @@ TEST(SafetensorsHeader, RejectsNonObjectHeader) {
 }
 
 TEST(SafetensorsHeader, RejectsUnknownDtype) {
-  const std::string msg = ErrorOf(RawSafetensors(
-      R"({"w": {"dtype": "Q4_K", "shape": [2], "data_offsets": [0, 2]}})", {0, 0}));
+  const std::string msg = ErrorOf(
+      RawSafetensors(R"({"w": {"dtype": "Q4_K", "shape": [2], "data_offsets": [0, 2]}})", {0, 0}));
   EXPECT_THAT(msg, HasSubstr("tensor 'w'"));
   EXPECT_THAT(msg, HasSubstr("unknown or unsupported dtype 'Q4_K'"));
 }
@@ -229,60 +230,78 @@ TEST(SafetensorsHeader, RejectsMissingOrMistypedFields) {
   const std::vector<uint8_t> data(4);
   EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": {"shape": [1], "data_offsets": [0, 4]}})", data)),
               HasSubstr("tensor 'w': missing 'dtype'"));
-  EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": {"dtype": 3, "shape": [1], "data_offsets": [0, 4]}})", data)),
-              HasSubstr("'dtype' must be a string"));
+  EXPECT_THAT(
+      ErrorOf(RawSafetensors(R"({"w": {"dtype": 3, "shape": [1], "data_offsets": [0, 4]}})", data)),
+      HasSubstr("'dtype' must be a string"));
   EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": {"dtype": "F32", "data_offsets": [0, 4]}})", data)),
               HasSubstr("missing 'shape'"));
-  EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": {"dtype": "F32", "shape": 1, "data_offsets": [0, 4]}})", data)),
+  EXPECT_THAT(ErrorOf(RawSafetensors(
+                  R"({"w": {"dtype": "F32", "shape": 1, "data_offsets": [0, 4]}})", data)),
               HasSubstr("'shape' must be an array"));
   EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": {"dtype": "F32", "shape": [1]}})", data)),
               HasSubstr("missing 'data_offsets'"));
-  EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 8]}})", data)),
+  EXPECT_THAT(ErrorOf(RawSafetensors(
+                  R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 8]}})", data)),
               HasSubstr("'data_offsets' must be [begin, end]"));
-  EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, "4"]}})", data)),
+  EXPECT_THAT(ErrorOf(RawSafetensors(
+                  R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, "4"]}})", data)),
               HasSubstr("'data_offsets' must be [begin, end]"));
-  EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": [1, 2]})", data)), HasSubstr("tensor 'w': expected an object"));
+  EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": [1, 2]})", data)),
+              HasSubstr("tensor 'w': expected an object"));
 }
 
 TEST(SafetensorsHeader, RejectsBadShapes) {
   const std::vector<uint8_t> data(4);
-  EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", data)),
+  EXPECT_THAT(ErrorOf(RawSafetensors(
+                  R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", data)),
               HasSubstr("shape[0] must be a non-negative integer, got -1"));
-  EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]}})", data)),
+  EXPECT_THAT(ErrorOf(RawSafetensors(
+                  R"({"w": {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]}})", data)),
               HasSubstr("shape[0] must be a non-negative integer"));
-  EXPECT_THAT(ErrorOf(RawSafetensors(R"({"w": {"dtype": "F32", "shape": [1, true], "data_offsets": [0, 4]}})", data)),
+  EXPECT_THAT(ErrorOf(RawSafetensors(
+                  R"({"w": {"dtype": "F32", "shape": [1, true], "data_offsets": [0, 4]}})", data)),
               HasSubstr("shape[1] must be a non-negative integer"));
-  EXPECT_THAT(ErrorOf(RawSafetensors(
-                  R"({"w": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 4]}})", data)),
-              HasSubstr("shape[0] must be a non-negative integer"));
+  EXPECT_THAT(
+      ErrorOf(RawSafetensors(
+          R"({"w": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 4]}})",
+          data)),
+      HasSubstr("shape[0] must be a non-negative integer"));
   // Each dimension fits; the product does not.
-  EXPECT_THAT(ErrorOf(RawSafetensors(
-                  R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", data)),
-              HasSubstr("more elements than fit in 64 bits"));
+  EXPECT_THAT(
+      ErrorOf(RawSafetensors(
+          R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})",
+          data)),
+      HasSubstr("more elements than fit in 64 bits"));
   // Fits in int64 elements, but not in bytes once multiplied by the dtype size.
-  EXPECT_THAT(ErrorOf(RawSafetensors(
-                  R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 4]}})", data)),
-              HasSubstr("needs"));
+  EXPECT_THAT(
+      ErrorOf(RawSafetensors(
+          R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 4]}})",
+          data)),
+      HasSubstr("needs"));
 }
 
 TEST(SafetensorsHeader, RejectsReversedOffsets) {
   const std::string msg = ErrorOf(RawSafetensors(
       R"({"model.layers.0.q_proj.weight": {"dtype": "U8", "shape": [6], "data_offsets": [10, 4]}})",
       std::vector<uint8_t>(16)));
-  EXPECT_EQ(msg, "test.safetensors: tensor 'model.layers.0.q_proj.weight': data_offsets [10, 4] are "
-                 "reversed");
+  EXPECT_EQ(msg,
+            "test.safetensors: tensor 'model.layers.0.q_proj.weight': data_offsets [10, 4] are "
+            "reversed");
 }
 
 TEST(SafetensorsHeader, RejectsOffsetsOutOfRange) {
-  StatusOr<SafetensorsHeader> h = Parse(RawSafetensors(
-      R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", std::vector<uint8_t>(8)));
+  StatusOr<SafetensorsHeader> h =
+      Parse(RawSafetensors(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
+                           std::vector<uint8_t>(8)));
   ASSERT_FALSE(h.ok());
   EXPECT_TRUE(absl::IsDataLoss(h.status()));
-  EXPECT_THAT(std::string(h.status().message()),
-              HasSubstr("tensor 'w': data_offsets [0, 16] run past the end of the data section (8 bytes)"));
-  EXPECT_THAT(ErrorOf(RawSafetensors(
-                  R"({"w": {"dtype": "U8", "shape": [0], "data_offsets": [18446744073709551615, 18446744073709551615]}})")),
-              HasSubstr("tensor 'w'"));
+  EXPECT_THAT(
+      std::string(h.status().message()),
+      HasSubstr("tensor 'w': data_offsets [0, 16] run past the end of the data section (8 bytes)"));
+  EXPECT_THAT(
+      ErrorOf(RawSafetensors(
+          R"({"w": {"dtype": "U8", "shape": [0], "data_offsets": [18446744073709551615, 18446744073709551615]}})")),
+      HasSubstr("tensor 'w'"));
 }
 
 TEST(SafetensorsHeader, RejectsByteCountNotMatchingDtypeAndShape) {
@@ -315,10 +334,10 @@ TEST(SafetensorsHeader, RejectsGapsAndTrailingBytes) {
                       "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
                   std::vector<uint8_t>(12))),
               HasSubstr("tensor 'b': data_offsets [8, 12] leave a gap"));
-  EXPECT_THAT(ErrorOf(RawSafetensors(
-                  R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
-                  std::vector<uint8_t>(12))),
-              HasSubstr("cover 4 bytes of the data section but it holds 12"));
+  EXPECT_THAT(
+      ErrorOf(RawSafetensors(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+                             std::vector<uint8_t>(12))),
+      HasSubstr("cover 4 bytes of the data section but it holds 12"));
 }
 
 TEST(SafetensorsHeader, RejectsDuplicateTensorNames) {

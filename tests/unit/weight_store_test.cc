@@ -2,14 +2,14 @@
 // zero-copy views, shape/dtype checks, and the errors a broken directory gives.
 #include "model/weight_store.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "loader_test_util.h"
 #include "model/safetensors.h"
@@ -198,8 +198,9 @@ TEST(WeightStore, TensorStoredInTwoShardsIsAnError) {
   s2.AddF32("shared.weight", DType::kF32, {1}, {2.0f});
   s2.AddF32("other.weight", DType::kF32, {1}, {3.0f});
   ASSERT_TRUE(s2.WriteFile(dir.File("b.safetensors")).ok());
-  WriteText(dir.File("model.safetensors.index.json"),
-            R"({"weight_map": {"shared.weight": "a.safetensors", "other.weight": "b.safetensors"}})");
+  WriteText(
+      dir.File("model.safetensors.index.json"),
+      R"({"weight_map": {"shared.weight": "a.safetensors", "other.weight": "b.safetensors"}})");
   StatusOr<std::unique_ptr<WeightStore>> store = WeightStore::Open(dir.path());
   ASSERT_FALSE(store.ok());
   EXPECT_THAT(Msg(store.status()), HasSubstr("tensor 'shared.weight' is stored in both"));
@@ -325,6 +326,27 @@ TEST(WeightStore, GetF32CopyConvertsHalfPrecision) {
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ(*(*store)->GetF32Copy("f", {2}), (std::vector<float>{1.25f, -4.0f}));
   EXPECT_EQ(*(*store)->GetF32Copy("h", {1}), (std::vector<float>{2.0f}));
+}
+
+// The parity fixtures were written by the Python safetensors package, i.e. the
+// reference implementation: our stricter parser must accept its output.
+TEST(WeightStore, OpensCheckpointsWrittenByTheReferenceImplementation) {
+  int opened = 0;
+  for (const char* fixture : {"kimi_a", "kimi_b", "kimi_c"}) {
+    const std::string dir = std::string(STRATA_TEST_DATA_DIR) + "/" + fixture;
+    if (!std::filesystem::exists(dir + "/model.safetensors")) continue;
+    StatusOr<std::unique_ptr<WeightStore>> store = WeightStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_GT((*store)->Names().size(), 10u) << fixture;
+    EXPECT_GT((*store)->TotalBytes(), 0u) << fixture;
+    for (const std::string& name : (*store)->Names()) {
+      StatusOr<TensorView> v = (*store)->Get(name);
+      ASSERT_TRUE(v.ok()) << v.status();
+      EXPECT_EQ(v->bytes, static_cast<uint64_t>(v->NumElements()) * DTypeSize(v->dtype)) << name;
+    }
+    ++opened;
+  }
+  EXPECT_GT(opened, 0) << "no fixtures under " << STRATA_TEST_DATA_DIR;
 }
 
 TEST(WeightStore, ConcurrentLookupsAgree) {
