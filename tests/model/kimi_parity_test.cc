@@ -4,11 +4,13 @@
 //   * the logits of every prompt position from one prefill,
 //   * the same logits when the prompt is split into a prefill of N tokens plus
 //     single-token decode steps (N in {1, 63, 64, 65, T-1}),
+//   * the same logits when it is fed as several multi-token pieces (chunked
+//     continuation from a non-empty state),
 //   * the greedy continuation,
 // within 1e-4 relative (Frobenius norm over all positions). A perturbation test
 // shows the tolerance is meaningful: scaling any one layer's o_proj by 1.1 moves
 // our logits by more than 100x the tolerance, so no layer can be silently wrong.
-// One test drives the `strata logits` command-line tool on a fixture.
+// One test drives `strata logits` and `strata generate` on a fixture.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -195,6 +197,33 @@ TEST_P(KimiParityTest, PrefillThenDecodeSplitsMatchTransformers) {
   }
 }
 
+// Multi-token continuations (a prefill that starts from a non-empty state),
+// with chunk boundaries falling inside the continuation.
+TEST_P(KimiParityTest, ChunkedContinuationsMatchTransformers) {
+  const int64_t T = static_cast<int64_t>(fixture_.prompt.size());
+  const int64_t vocab = fixture_.vocab;
+  for (const std::vector<int64_t>& pieces : {std::vector<int64_t>{50, 70}, std::vector<int64_t>{1, 64, 3},
+                                             std::vector<int64_t>{33, 33, 33}}) {
+    auto state = model_->NewState(T);
+    ASSERT_TRUE(state.ok()) << state.status();
+    std::vector<float> ours(static_cast<size_t>(T * vocab));
+    int64_t pos = 0;
+    std::string desc;
+    for (size_t i = 0; pos < T; ++i) {
+      // The listed pieces, then whatever is left as one last piece.
+      const int64_t n = i < pieces.size() ? std::min(pieces[i], T - pos) : T - pos;
+      desc += (desc.empty() ? "" : "+") + std::to_string(n);
+      ASSERT_TRUE(model_->Forward(std::span(fixture_.prompt.data() + pos, static_cast<size_t>(n)), **state,
+                                  ours.data() + pos * vocab, /*all_logits=*/true)
+                      .ok());
+      pos += n;
+    }
+    const Comparison c = Compare(ours, fixture_.logits, vocab);
+    std::printf("[parity] %s forward pieces %s: %s\n", GetParam().c_str(), desc.c_str(), Describe(c).c_str());
+    EXPECT_LE(c.rel, kTolerance) << "pieces " << desc << ": " << Describe(c);
+  }
+}
+
 TEST_P(KimiParityTest, GreedyContinuationMatchesTransformers) {
   const int64_t g = fixture_.generate_prompt_len;
   ASSERT_GT(g, 0);
@@ -298,7 +327,7 @@ TEST(KimiParityFixtures, AtLeastThreeFixturesArePresent) {
 
 // --- the command-line tool on one fixture ------------------------------------
 
-TEST(KimiParityCli, StrataLogitsMatchesTransformers) {
+TEST(KimiParityCli, StrataLogitsAndGenerateMatchTransformers) {
   const std::string exe = std::string(STRATA_BINARY_DIR) + "/tools/strata";
   if (!fs::exists(exe)) GTEST_SKIP() << exe << " is not built (target strata_cli)";
   const std::vector<std::string> names = FixtureNames();
@@ -316,6 +345,27 @@ TEST(KimiParityCli, StrataLogitsMatchesTransformers) {
   const Comparison c = Compare(*ours, f.logits, f.vocab);
   EXPECT_LE(c.rel, kTolerance) << Describe(c);
   std::remove(out.c_str());
+
+  // `strata generate` (engine + greedy sampler) reproduces the reference continuation.
+  const std::string prompt_path =
+      (fs::temp_directory_path() / ("strata_parity_cli_prompt_" + std::to_string(::getpid()) + ".npy")).string();
+  const std::vector<int32_t> gen_prompt(f.generate.begin(), f.generate.begin() + f.generate_prompt_len);
+  const std::vector<int64_t> gen_shape = {f.generate_prompt_len};
+  ASSERT_TRUE(WriteNpyInt32(prompt_path, gen_shape, gen_prompt).ok());
+  const int64_t new_tokens = static_cast<int64_t>(f.generate.size()) - f.generate_prompt_len;
+  const std::string gen_cmd = exe + " generate --model " + f.dir + " --tokens " + prompt_path +
+                              " --ignore-eos --max-new " + std::to_string(new_tokens) + " 2>/dev/null";
+  FILE* pipe = popen(gen_cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string text;
+  char buf[256];
+  while (fgets(buf, sizeof buf, pipe)) text += buf;
+  ASSERT_EQ(pclose(pipe), 0) << gen_cmd;
+  std::istringstream in(text);
+  std::vector<int32_t> got;
+  for (int32_t t; in >> t;) got.push_back(t);
+  EXPECT_EQ(got, std::vector<int32_t>(f.generate.begin() + f.generate_prompt_len, f.generate.end())) << text;
+  std::remove(prompt_path.c_str());
 
   // A CUDA request is refused cleanly (exit 2), not a crash.
   const std::string cuda = exe + " logits --model " + f.dir + " --tokens " + f.dir +
