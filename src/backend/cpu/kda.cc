@@ -43,7 +43,7 @@ constexpr float kNormEps = 1e-6f;
 constexpr int64_t kMaxHeadDim = 1 << 16;
 
 static_assert(kChunk % kSubChunk == 0, "sub-chunks must tile the chunk");
-static_assert(kChunk >= 2 * kSubChunk, "W scratch doubles as the two sub-chunk panels");
+static_assert(kChunk >= 3 * kSubChunk + 1, "W scratch holds the intra-chunk panels");
 
 // ---------------------------------------------------------------------------
 // Vector helpers.
@@ -149,7 +149,8 @@ void ExpGammaDiff(const float* hi_a, const float* lo_a, const float* hi_b, const
 // ---------------------------------------------------------------------------
 // Small row-major GEMM: C[m×n] (op)= A[m×k]·B[k×n]. With `a_lower`, A is lower
 // triangular (zeros stored above the diagonal), so a row block stops reading
-// at its last row's diagonal.
+// at its last row's diagonal. With `a_trans`, A is stored transposed ([k×m],
+// leading dimension lda), which saves materialising a transpose.
 
 enum class Accumulate { kOverwrite, kAdd, kSubtract };
 
@@ -158,7 +159,7 @@ constexpr int64_t kGemmRows = 6;  // 6×16 tile: 12 accumulators + 3 live regist
 
 // The accumulate mode is a template parameter: with a runtime switch after the
 // loop GCC keeps the accumulator array in memory and spills it every step.
-template <int MR, int NV, Accumulate kMode>
+template <int MR, int NV, Accumulate kMode, bool kTransA>
 inline void GemmTile(int64_t k_len, const float* __restrict a, int64_t lda,
                      const float* __restrict b, int64_t ldb, float* __restrict c, int64_t ldc) {
   __m256 acc[MR][NV];
@@ -173,7 +174,7 @@ inline void GemmTile(int64_t k_len, const float* __restrict a, int64_t lda,
     for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + p * ldb + 8 * v);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r * lda + p);
+      const __m256 av = _mm256_broadcast_ss(kTransA ? a + p * lda + r : a + r * lda + p);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
     }
@@ -194,61 +195,65 @@ inline void GemmTile(int64_t k_len, const float* __restrict a, int64_t lda,
   }
 }
 
-template <int NV, Accumulate kMode>
+template <int NV, Accumulate kMode, bool kTransA>
 void GemmPanel(int64_t m, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                float* c, int64_t ldc, bool a_lower) {
   for (int64_t i0 = 0; i0 < m; i0 += kGemmRows) {
     const int64_t mr = std::min(kGemmRows, m - i0);
     const int64_t k_len = a_lower ? std::min(k, i0 + mr) : k;
-    const float* ap = a + i0 * lda;
+    const float* ap = kTransA ? a + i0 : a + i0 * lda;
     float* cp = c + i0 * ldc;
     switch (mr) {
-      case 6: GemmTile<6, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
-      case 5: GemmTile<5, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
-      case 4: GemmTile<4, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
-      case 3: GemmTile<3, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
-      case 2: GemmTile<2, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
-      default: GemmTile<1, NV, kMode>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      case 6: GemmTile<6, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      case 5: GemmTile<5, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      case 4: GemmTile<4, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      case 3: GemmTile<3, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      case 2: GemmTile<2, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      default: GemmTile<1, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
     }
   }
 }
 
-template <Accumulate kMode>
+template <Accumulate kMode, bool kTransA>
 int64_t GemmVector(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                    int64_t ldb, float* c, int64_t ldc, bool a_lower) {
   int64_t j0 = 0;
   for (; j0 + 16 <= n; j0 += 16) {
-    GemmPanel<2, kMode>(m, k, a, lda, b + j0, ldb, c + j0, ldc, a_lower);
+    GemmPanel<2, kMode, kTransA>(m, k, a, lda, b + j0, ldb, c + j0, ldc, a_lower);
   }
-  for (; j0 + 8 <= n; j0 += 8) GemmPanel<1, kMode>(m, k, a, lda, b + j0, ldb, c + j0, ldc, a_lower);
+  for (; j0 + 8 <= n; j0 += 8) {
+    GemmPanel<1, kMode, kTransA>(m, k, a, lda, b + j0, ldb, c + j0, ldc, a_lower);
+  }
   return j0;
 }
 #endif  // STRATA_KDA_SIMD
 
 void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float* c, int64_t ldc, Accumulate mode, bool a_lower) {
+          int64_t ldb, float* c, int64_t ldc, Accumulate mode, bool a_lower,
+          bool a_trans = false) {
   int64_t j0 = 0;
 #ifdef STRATA_KDA_SIMD
-  switch (mode) {
-    case Accumulate::kOverwrite:
-      j0 = GemmVector<Accumulate::kOverwrite>(m, n, k, a, lda, b, ldb, c, ldc, a_lower);
-      break;
-    case Accumulate::kAdd:
-      j0 = GemmVector<Accumulate::kAdd>(m, n, k, a, lda, b, ldb, c, ldc, a_lower);
-      break;
-    case Accumulate::kSubtract:
-      j0 = GemmVector<Accumulate::kSubtract>(m, n, k, a, lda, b, ldb, c, ldc, a_lower);
-      break;
+  using A = Accumulate;
+  if (a_trans) {
+    // Only the state update reads a transposed A, and it accumulates.
+    if (mode == A::kAdd) j0 = GemmVector<A::kAdd, true>(m, n, k, a, lda, b, ldb, c, ldc, a_lower);
+  } else if (mode == A::kOverwrite) {
+    j0 = GemmVector<A::kOverwrite, false>(m, n, k, a, lda, b, ldb, c, ldc, a_lower);
+  } else if (mode == A::kAdd) {
+    j0 = GemmVector<A::kAdd, false>(m, n, k, a, lda, b, ldb, c, ldc, a_lower);
+  } else {
+    j0 = GemmVector<A::kSubtract, false>(m, n, k, a, lda, b, ldb, c, ldc, a_lower);
   }
 #endif
   if (j0 == n) return;
+  const int64_t a_row = a_trans ? 1 : lda, a_col = a_trans ? lda : 1;
   for (int64_t i = 0; i < m; ++i) {
     const int64_t k_len = a_lower ? std::min(k, i + 1) : k;
-    const float* ai = a + i * lda;
+    const float* ai = a + i * a_row;
     float* ci = c + i * ldc;
     for (int64_t j = j0; j < n; ++j) {
       float s = 0.f;
-      for (int64_t p = 0; p < k_len; ++p) s += ai[p] * b[p * ldb + j];
+      for (int64_t p = 0; p < k_len; ++p) s += ai[p * a_col] * b[p * ldb + j];
       switch (mode) {
         case Accumulate::kOverwrite: ci[j] = s; break;
         case Accumulate::kAdd: ci[j] += s; break;
@@ -286,6 +291,21 @@ Status ValidateArgs(const KdaArgs& a) {
   return OkStatus();
 }
 
+// Flushes denormals on this thread while alive. Strong decays drive state and
+// intra-chunk factors through the denormal range, where x86 arithmetic is many
+// times slower; values that small (< 1.2e-38) carry no information here.
+class ScopedFlushDenormals {
+ public:
+#ifdef STRATA_KDA_SIMD
+  ScopedFlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtzDaz); }
+  ~ScopedFlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  static constexpr unsigned kFtzDaz = 0x8040;  // MXCSR flush-to-zero | denormals-are-zero
+  unsigned saved_;
+#endif
+};
+
 float EffectiveScale(const KdaArgs& a) {
   return a.scale != 0.f ? a.scale : 1.f / std::sqrt(static_cast<float>(a.key_dim));
 }
@@ -304,9 +324,9 @@ struct ChunkScratch {
   float* am;    // [C, C] A (strictly lower)
   float* bm;    // [C, C] B (lower with diagonal)
   float* tm;    // [C, C] (I + A)^-1 · diag(β)
-  float* kt;    // [dk, C] sub-chunk key panel, later (K̂ ⊙ exp(Γ_C − Γ))^T
+  float* kt;    // [dk, C] sub-chunk key panel, later [C, dk] K̂ ⊙ exp(Γ_C − Γ)
   float* u;     // [C, dv] U, then V_new
-  float* w;     // [C, dk] sub-chunk query/key panels, then W
+  float* w;     // [C, dk] sub-chunk panels and diagonal-block rows, then W
 };
 
 constexpr size_t kFloatsPerLine = 16;
@@ -369,42 +389,74 @@ void PrepareChunk(const KdaArgs& a, int64_t h, int64_t t0, int64_t len, float sc
   }
 }
 
-// Diagonal sub-chunk block [s0, s1): exp(Γ_i − Γ_j) pairwise, since a reference
-// point inside the block would need a factor > 1.
-void IntraDiagonalBlock(int64_t s0, int64_t s1, int64_t dk, const ChunkScratch& s) {
+// Diagonal sub-chunk block [s0, s1). A reference point inside the block would
+// need a factor > 1, so the decay between rows is carried forward instead:
+// F_j = k̂_j ⊙ exp(Γ_i − Γ_j) picks up exp(g_i) at each new row i. This is exp-
+// free apart from one exp(g) per row, and the products stay <= 1.
+void IntraDiagonalBlock(int64_t s0, int64_t s1, int64_t dk, const float* g, int64_t g_stride,
+                        const ChunkScratch& s) {
+  float* f = s.w + 2 * kSubChunk * dk;          // [16, dk] F_j, j in [s0, i)
+  float* alpha = s.w + 3 * kSubChunk * dk;      // [dk] exp(g_i)
   for (int64_t i = s0; i < s1; ++i) {
     const float* qi = s.qn + i * dk;
     const float* ki = s.kn + i * dk;
-    const float* hi_i = s.ghi + i * dk;
-    const float* lo_i = s.glo + i * dk;
-    for (int64_t j = s0; j < i; ++j) {
-      const float* kj = s.kn + j * dk;
-      const float* hi_j = s.ghi + j * dk;
-      const float* lo_j = s.glo + j * dk;
-      float a_sum = 0.f, b_sum = 0.f;
+    if (i > s0) {
+      const float* gi = g + i * g_stride;
       int64_t d = 0;
 #ifdef STRATA_KDA_SIMD
-      __m256 av = _mm256_setzero_ps(), bv = _mm256_setzero_ps();
-      for (; d + 8 <= dk; d += 8) {
-        const __m256 e = Exp8(GammaDiff8(hi_i + d, lo_i + d, hi_j + d, lo_j + d));
-        const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(kj + d), e);
-        av = _mm256_fmadd_ps(_mm256_loadu_ps(ki + d), t, av);
-        bv = _mm256_fmadd_ps(_mm256_loadu_ps(qi + d), t, bv);
-      }
-      a_sum = HSum8(av);
-      b_sum = HSum8(bv);
+      for (; d + 8 <= dk; d += 8) _mm256_storeu_ps(alpha + d, Exp8(_mm256_loadu_ps(gi + d)));
 #endif
-      for (; d < dk; ++d) {
-        const float t = kj[d] * std::exp(GammaDiff1(hi_i, lo_i, hi_j, lo_j, d));
-        a_sum += ki[d] * t;
-        b_sum += qi[d] * t;
+      for (; d < dk; ++d) alpha[d] = std::exp(gi[d]);
+      for (int64_t j = s0; j < i; ++j) {
+        float* __restrict fj = f + (j - s0) * dk;
+        float a_sum = 0.f, b_sum = 0.f;
+        d = 0;
+#ifdef STRATA_KDA_SIMD
+        __m256 av = _mm256_setzero_ps(), bv = _mm256_setzero_ps();
+        for (; d + 8 <= dk; d += 8) {
+          const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(fj + d), _mm256_loadu_ps(alpha + d));
+          _mm256_storeu_ps(fj + d, x);
+          av = _mm256_fmadd_ps(_mm256_loadu_ps(ki + d), x, av);
+          bv = _mm256_fmadd_ps(_mm256_loadu_ps(qi + d), x, bv);
+        }
+        a_sum = HSum8(av);
+        b_sum = HSum8(bv);
+#endif
+        for (; d < dk; ++d) {
+          const float x = fj[d] * alpha[d];
+          fj[d] = x;
+          a_sum += ki[d] * x;
+          b_sum += qi[d] * x;
+        }
+        s.am[i * kChunk + j] = s.beta[i] * a_sum;
+        s.bm[i * kChunk + j] = b_sum;
       }
-      s.am[i * kChunk + j] = s.beta[i] * a_sum;
-      s.bm[i * kChunk + j] = b_sum;
     }
     s.bm[i * kChunk + i] = Dot(qi, ki, dk);
+    std::memcpy(f + (i - s0) * dk, ki, sizeof(float) * dk);
   }
 }
+
+#ifdef STRATA_KDA_SIMD
+inline void Transpose8x8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+#endif
 
 // Rows [r, s1) against all earlier columns [0, r), around reference row r.
 void IntraOffDiagonal(int64_t r, int64_t s1, int64_t dk, const ChunkScratch& s) {
@@ -414,8 +466,8 @@ void IntraOffDiagonal(int64_t r, int64_t s1, int64_t dk, const ChunkScratch& s) 
   const float* hi_r = s.ghi + r * dk;
   const float* lo_r = s.glo + r * dk;
   for (int64_t i = r; i < s1; ++i) {
-    float* kq_i = kq + (i - r) * dk;
-    float* qq_i = qq + (i - r) * dk;
+    float* __restrict kq_i = kq + (i - r) * dk;
+    float* __restrict qq_i = qq + (i - r) * dk;
     ExpGammaDiff(s.ghi + i * dk, s.glo + i * dk, hi_r, lo_r, kq_i, dk);
     const float* ki = s.kn + i * dk;
     const float* qi = s.qn + i * dk;
@@ -424,22 +476,31 @@ void IntraOffDiagonal(int64_t r, int64_t s1, int64_t dk, const ChunkScratch& s) 
       kq_i[d] = ki[d] * kq_i[d];
     }
   }
-  // Key panel, transposed so the GEMM streams it row by row: kt[d, j].
+  // Key panel k̂_j ⊙ exp(Γ_r − Γ_j), written transposed (kt[d, j]) so the GEMM
+  // streams it row by row.
+  int64_t d0 = 0;
+#ifdef STRATA_KDA_SIMD
+  static_assert(kSubChunk % 8 == 0, "the transposed panel is built 8 columns at a time");
+  for (; d0 + 8 <= dk; d0 += 8) {
+    for (int64_t j0 = 0; j0 < r; j0 += 8) {
+      __m256 tile[8];
+      for (int l = 0; l < 8; ++l) {
+        const int64_t j = j0 + l;
+        const __m256 e = Exp8(GammaDiff8(hi_r + d0, lo_r + d0, s.ghi + j * dk + d0,
+                                         s.glo + j * dk + d0));
+        tile[l] = _mm256_mul_ps(_mm256_loadu_ps(s.kn + j * dk + d0), e);
+      }
+      Transpose8x8(tile);
+      for (int l = 0; l < 8; ++l) _mm256_storeu_ps(s.kt + (d0 + l) * kChunk + j0, tile[l]);
+    }
+  }
+#endif
   for (int64_t j = 0; j < r; ++j) {
-    const float* kj = s.kn + j * dk;
     const float* hi_j = s.ghi + j * dk;
     const float* lo_j = s.glo + j * dk;
-    int64_t d = 0;
-#ifdef STRATA_KDA_SIMD
-    alignas(32) float tmp[8];
-    for (; d + 8 <= dk; d += 8) {
-      const __m256 e = Exp8(GammaDiff8(hi_r + d, lo_r + d, hi_j + d, lo_j + d));
-      _mm256_store_ps(tmp, _mm256_mul_ps(_mm256_loadu_ps(kj + d), e));
-      for (int l = 0; l < 8; ++l) s.kt[(d + l) * kChunk + j] = tmp[l];
-    }
-#endif
-    for (; d < dk; ++d) {
-      s.kt[d * kChunk + j] = kj[d] * std::exp(GammaDiff1(hi_r, lo_r, hi_j, lo_j, d));
+    for (int64_t d = d0; d < dk; ++d) {
+      s.kt[d * kChunk + j] =
+          s.kn[j * dk + d] * std::exp(GammaDiff1(hi_r, lo_r, hi_j, lo_j, d));
     }
   }
   Gemm(rows, r, dk, kq, dk, s.kt, kChunk, s.am + r * kChunk, kChunk, Accumulate::kOverwrite,
@@ -453,12 +514,31 @@ void IntraOffDiagonal(int64_t r, int64_t s1, int64_t dk, const ChunkScratch& s) 
   }
 }
 
-// tm = (I + A)^-1 · diag(β). Row i of the inverse is e_i − Σ_{j<i} A[i,j]·row j.
+// tm = (I + A)^-1 · diag(β). Scaling on the right commutes with the row
+// recurrence, so row i is β_i e_i − Σ_{j<i} A[i,j]·(row j, already scaled).
+// Rows are kChunk wide with zeros right of the diagonal.
 void InvertUnitLower(int64_t len, const ChunkScratch& s) {
+#ifdef STRATA_KDA_SIMD
+  static_assert(kChunk == 64, "a row of the inverse is held in 8 registers");
+  for (int64_t i = 0; i < len; ++i) {
+    float* ti = s.tm + i * kChunk;
+    std::memset(ti, 0, sizeof(float) * kChunk);
+    ti[i] = s.beta[i];
+    __m256 acc[8];
+    for (int v = 0; v < 8; ++v) acc[v] = _mm256_loadu_ps(ti + 8 * v);
+    const float* ai = s.am + i * kChunk;
+    for (int64_t j = 0; j < i; ++j) {
+      const __m256 a = _mm256_set1_ps(-ai[j]);
+      const float* tj = s.tm + j * kChunk;
+      for (int v = 0; v < 8; ++v) acc[v] = _mm256_fmadd_ps(a, _mm256_loadu_ps(tj + 8 * v), acc[v]);
+    }
+    for (int v = 0; v < 8; ++v) _mm256_storeu_ps(ti + 8 * v, acc[v]);
+  }
+#else
   for (int64_t i = 0; i < len; ++i) {
     float* __restrict ti = s.tm + i * kChunk;
     std::memset(ti, 0, sizeof(float) * len);
-    ti[i] = 1.f;
+    ti[i] = s.beta[i];
     const float* ai = s.am + i * kChunk;
     for (int64_t j = 0; j < i; ++j) {
       const float a = ai[j];
@@ -466,10 +546,7 @@ void InvertUnitLower(int64_t len, const ChunkScratch& s) {
       for (int64_t c = 0; c <= j; ++c) ti[c] -= a * tj[c];
     }
   }
-  for (int64_t i = 0; i < len; ++i) {
-    float* __restrict ti = s.tm + i * kChunk;
-    for (int64_t c = 0; c <= i; ++c) ti[c] *= s.beta[c];
-  }
+#endif
 }
 
 void ChunkedHead(const KdaArgs& a, int64_t h, float scale, const ChunkScratch& s) {
@@ -481,53 +558,41 @@ void ChunkedHead(const KdaArgs& a, int64_t h, float scale, const ChunkScratch& s
 
     std::memset(s.am, 0, sizeof(float) * len * kChunk);
     std::memset(s.bm, 0, sizeof(float) * len * kChunk);
+    const float* g = a.g + (t0 * nh + h) * dk;
     for (int64_t s0 = 0; s0 < len; s0 += kSubChunk) {
       const int64_t s1 = std::min(len, s0 + kSubChunk);
-      IntraDiagonalBlock(s0, s1, dk, s);
+      IntraDiagonalBlock(s0, s1, dk, g, nh * dk, s);
       if (s0 > 0) IntraOffDiagonal(s0, s1, dk, s);
     }
+    InvertUnitLower(len, s);
 
-    // (K̂ ⊙ exp(Γ_last − Γ))^T, before k̂ is rescaled below.
+    // kt ← K̂ ⊙ exp(Γ_last − Γ) (row-major, read transposed by the state GEMM),
+    // then q̂ ⊙ exp(Γ) and k̂ ⊙ exp(Γ) in place. All factors are <= 1.
     const float* hi_last = s.ghi + (len - 1) * dk;
     const float* lo_last = s.glo + (len - 1) * dk;
     for (int64_t i = 0; i < len; ++i) {
-      const float* ki = s.kn + i * dk;
-      const float* hi_i = s.ghi + i * dk;
-      const float* lo_i = s.glo + i * dk;
-      int64_t d = 0;
-#ifdef STRATA_KDA_SIMD
-      alignas(32) float tmp[8];
-      for (; d + 8 <= dk; d += 8) {
-        const __m256 e = Exp8(GammaDiff8(hi_last + d, lo_last + d, hi_i + d, lo_i + d));
-        _mm256_store_ps(tmp, _mm256_mul_ps(_mm256_loadu_ps(ki + d), e));
-        for (int l = 0; l < 8; ++l) s.kt[(d + l) * kChunk + i] = tmp[l];
-      }
-#endif
-      for (; d < dk; ++d) {
-        s.kt[d * kChunk + i] = ki[d] * std::exp(GammaDiff1(hi_last, lo_last, hi_i, lo_i, d));
-      }
-    }
-
-    InvertUnitLower(len, s);
-
-    // q̂ ⊙ exp(Γ) and k̂ ⊙ exp(Γ) in place; exp(Γ) <= 1.
-    for (int64_t i = 0; i < len; ++i) {
-      float* qi = s.qn + i * dk;
-      float* ki = s.kn + i * dk;
+      float* __restrict qi = s.qn + i * dk;
+      float* __restrict ki = s.kn + i * dk;
+      float* __restrict kdi = s.kt + i * dk;
       const float* hi_i = s.ghi + i * dk;
       const float* lo_i = s.glo + i * dk;
       int64_t d = 0;
 #ifdef STRATA_KDA_SIMD
       for (; d + 8 <= dk; d += 8) {
-        const __m256 e = Exp8(GammaDiff8(hi_i + d, lo_i + d, nullptr, nullptr));
-        _mm256_storeu_ps(qi + d, _mm256_mul_ps(_mm256_loadu_ps(qi + d), e));
-        _mm256_storeu_ps(ki + d, _mm256_mul_ps(_mm256_loadu_ps(ki + d), e));
+        const __m256 k8 = _mm256_loadu_ps(ki + d);
+        const __m256 tail = Exp8(GammaDiff8(hi_last + d, lo_last + d, hi_i + d, lo_i + d));
+        const __m256 head = Exp8(GammaDiff8(hi_i + d, lo_i + d, nullptr, nullptr));
+        _mm256_storeu_ps(kdi + d, _mm256_mul_ps(k8, tail));
+        _mm256_storeu_ps(ki + d, _mm256_mul_ps(k8, head));
+        _mm256_storeu_ps(qi + d, _mm256_mul_ps(_mm256_loadu_ps(qi + d), head));
       }
 #endif
       for (; d < dk; ++d) {
-        const float e = std::exp(GammaDiff1(hi_i, lo_i, nullptr, nullptr, d));
-        qi[d] *= e;
-        ki[d] *= e;
+        const float tail = std::exp(GammaDiff1(hi_last, lo_last, hi_i, lo_i, d));
+        const float head = std::exp(GammaDiff1(hi_i, lo_i, nullptr, nullptr, d));
+        kdi[d] = ki[d] * tail;
+        ki[d] *= head;
+        qi[d] *= head;
       }
     }
 
@@ -559,7 +624,7 @@ void ChunkedHead(const KdaArgs& a, int64_t h, float scale, const ChunkScratch& s
       const float f = std::exp(GammaDiff1(hi_last, lo_last, nullptr, nullptr, d));
       for (int64_t n = 0; n < dv; ++n) row[n] *= f;
     }
-    Gemm(dk, dv, len, s.kt, kChunk, s.u, dv, state, dv, Accumulate::kAdd, false);
+    Gemm(dk, dv, len, s.kt, dk, s.u, dv, state, dv, Accumulate::kAdd, false, true);
   }
 }
 
@@ -708,6 +773,7 @@ Status KdaChunked(const KdaArgs& args, void* workspace, size_t workspace_bytes,
   const float scale = EffectiveScale(args);
   char* base = reinterpret_cast<char*>(aligned);
   ParallelFor(pool, workers, 1, [&](int64_t begin, int64_t end) {
+    ScopedFlushDenormals flush;
     for (int64_t w = begin; w < end; ++w) {
       ChunkScratch s{};
       LayoutScratch(args.key_dim, args.value_dim, reinterpret_cast<float*>(base + w * slot), &s);
@@ -721,6 +787,7 @@ Status KdaRecurrent(const KdaArgs& args, ThreadPool* pool) {
   STRATA_RETURN_IF_ERROR(ValidateArgs(args));
   const float scale = EffectiveScale(args);
   ParallelFor(pool, args.num_heads, 1, [&](int64_t begin, int64_t end) {
+    ScopedFlushDenormals flush;
     for (int64_t h = begin; h < end; ++h) RecurrentHead(args, h, scale);
   });
   return OkStatus();
