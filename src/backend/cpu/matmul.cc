@@ -280,6 +280,14 @@ void MatMul(const float* x, int64_t n, const WeightMatrix& w, float* y, float* s
   });
 }
 
+void GemvRows(const WeightMatrix& w, const float* x, int64_t begin, int64_t end, float* y) {
+  switch (w.dtype) {
+    case DType::kBF16: GemvRange<DType::kBF16>(w, x, y, begin, end); break;
+    case DType::kF16: GemvRange<DType::kF16>(w, x, y, begin, end); break;
+    default: GemvRange<DType::kF32>(w, x, y, begin, end); break;
+  }
+}
+
 float DotRow(const WeightMatrix& w, int64_t row, const float* x) {
   float y = 0.f;
   switch (w.dtype) {

@@ -37,6 +37,10 @@ size_t MatMulScratchFloats(int64_t n, int64_t k, int num_threads);
 void MatMul(const float* x, int64_t n, const WeightMatrix& w, float* y, float* scratch,
             ThreadPool* pool);
 
+// Single-threaded GEMV over rows [begin, end): y[j − begin] = w[j,:] · x. For
+// callers that fuse several small products into one parallel loop.
+void GemvRows(const WeightMatrix& w, const float* x, int64_t begin, int64_t end, float* y);
+
 // Helpers for per-row work on a weight (attention heads, tests). Vectorised.
 float DotRow(const WeightMatrix& w, int64_t row, const float* x);             // w[row,:]·x
 void AxpyRow(const WeightMatrix& w, int64_t row, float a, float* y);           // y += a·w[row,:]

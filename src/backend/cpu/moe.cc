@@ -99,11 +99,72 @@ size_t MoeScratchBytes(int64_t num_tokens, int64_t hidden, const MoeWeights& w, 
   bytes += AlignUp(sizeof(int32_t) * slots);                        // bucket tokens
   bytes += AlignUp(sizeof(float) * slots);                          // bucket weights
   bytes += 2 * AlignUp(sizeof(float) * n * hidden);                 // gathered x, expert out
+  bytes += AlignUp(sizeof(float) * (w.top_k + 1) * (2 * inter + hidden));  // single-token path
   bytes += AlignUp(sizeof(float) * std::max(
       MatMulScratchFloats(n, hidden, num_threads),
       SwiGluScratchFloats(n, hidden, inter, num_threads)));
   return bytes;
 }
+
+namespace {
+
+// One token (decode): every active expert's gate/up rows go through one
+// parallel loop and every down row through a second, instead of three
+// dispatches per expert. `act_*` list the active experts, shared one last.
+void MoeSingleToken(const float* x, const MoeWeights& w, const int32_t* idx, const float* wt,
+                    float* work, float* y, ThreadPool* pool) {
+  const int64_t D = w.router.cols;
+  const int64_t K = w.top_k;
+  const int64_t A = K + (w.has_shared ? 1 : 0);
+  auto expert = [&](int64_t a) -> const SwiGluWeights& {
+    return a < K ? w.experts[static_cast<size_t>(idx[a])] : w.shared;
+  };
+  int64_t total_rows = 0;
+  for (int64_t a = 0; a < A; ++a) total_rows += expert(a).intermediate();
+  float* g = work;               // [total_rows] gate, then the SwiGLU product
+  float* u = g + total_rows;     // [total_rows] up
+  float* out = u + total_rows;   // [A, D] per-expert outputs
+  // Calls fn(a, row_begin, row_end, offset) for the parts of [b, e) that fall
+  // in expert a's segment of `rows_of(a)` rows laid end to end.
+  auto segments = [&](int64_t b, int64_t e, auto rows_of, auto fn) {
+    int64_t off = 0;
+    for (int64_t a = 0; a < A && off < e; ++a) {
+      const int64_t n = rows_of(a);
+      const int64_t lo = std::max(b, off), hi = std::min(e, off + n);
+      if (lo < hi) fn(a, lo - off, hi - off, off);
+      off += n;
+    }
+  };
+  auto inter_of = [&](int64_t a) { return expert(a).intermediate(); };
+  ParallelFor(pool, total_rows, 32, [&](int64_t b, int64_t e) {
+    segments(b, e, inter_of, [&](int64_t a, int64_t lo, int64_t hi, int64_t off) {
+      GemvRows(expert(a).gate, x, lo, hi, g + off + lo);
+      GemvRows(expert(a).up, x, lo, hi, u + off + lo);
+      for (int64_t i = off + lo; i < off + hi; ++i) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    });
+  });
+  auto d_of = [&](int64_t) { return D; };
+  ParallelFor(pool, A * D, 32, [&](int64_t b, int64_t e) {
+    segments(b, e, d_of, [&](int64_t a, int64_t lo, int64_t hi, int64_t off) {
+      int64_t h_off = 0;
+      for (int64_t p = 0; p < a; ++p) h_off += inter_of(p);
+      GemvRows(expert(a).down, g + h_off, lo, hi, out + off + lo);
+    });
+  });
+  // Routed experts summed in ascending index (as the batched path does), then shared.
+  std::fill(y, y + D, 0.f);
+  for (int64_t e = 0; e < w.num_experts(); ++e) {
+    for (int64_t a = 0; a < K; ++a) {
+      if (idx[a] != e) continue;
+      for (int64_t j = 0; j < D; ++j) y[j] += wt[a] * out[a * D + j];
+    }
+  }
+  if (w.has_shared) {
+    for (int64_t j = 0; j < D; ++j) y[j] += out[K * D + j];
+  }
+}
+
+}  // namespace
 
 void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void* scratch,
          ThreadPool* pool) {
@@ -120,6 +181,9 @@ void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void
   float* bucket_w = c.Take<float>(n * K);
   float* xg = c.Take<float>(n * D);
   float* yg = c.Take<float>(n * D);
+  int64_t inter = w.has_shared ? w.shared.intermediate() : 0;
+  for (const auto& e : w.experts) inter = std::max(inter, e.intermediate());
+  float* single = c.Take<float>((K + 1) * (2 * inter + D));
   float* mm = c.Take<float>(1);  // the rest
 
   // The router runs in fp32 on fp32-converted weights (as the reference does).
@@ -130,6 +194,10 @@ void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void
                        idx + t * K, wt + t * K);
     }
   });
+  if (n == 1) {
+    MoeSingleToken(x, w, idx, wt, single, y, pool);
+    return;
+  }
   // Counting sort of (token, weight) pairs by expert; tokens stay ascending.
   std::fill(offsets, offsets + E + 1, 0);
   for (int64_t i = 0; i < n * K; ++i) ++offsets[idx[i] + 1];
