@@ -219,8 +219,7 @@ INSTANTIATE_TEST_SUITE_P(
     LengthsAndShapes, KdaMatchesReference,
     ::testing::Combine(::testing::Values<int64_t>(1, 2, 63, 64, 65, 127, 130, 200),
                        ::testing::Values(Shape{1, 16, 16}, Shape{3, 32, 48}, Shape{5, 24, 16},
-                                         Shape{2, 128, 128}, Shape{3, 128, 64},
-                                         Shape{3, 20, 13})),
+                                         Shape{2, 128, 128}, Shape{3, 128, 64}, Shape{3, 20, 13})),
     ShapeName);
 
 // ---------------------------------------------------------------------------
@@ -235,8 +234,10 @@ TEST_P(KdaSplitSequence, ChunkedThenRecurrentTokensMatchesOneCall) {
   const Inputs in = MakeInputs(tokens, shape, 99u);
   const size_t state_size = shape.heads * shape.key_dim * shape.value_dim;
 
-  std::vector<float> whole_state(state_size, 0.f), whole_out(tokens * shape.heads * shape.value_dim);
-  ASSERT_TRUE(RunChunked(ArgsFor(in, 0, tokens, whole_state.data(), whole_out.data()), nullptr, 1).ok());
+  std::vector<float> whole_state(state_size, 0.f),
+      whole_out(tokens * shape.heads * shape.value_dim);
+  ASSERT_TRUE(
+      RunChunked(ArgsFor(in, 0, tokens, whole_state.data(), whole_out.data()), nullptr, 1).ok());
 
   std::vector<float> state(state_size, 0.f), out(whole_out.size(), 0.f);
   ASSERT_TRUE(RunChunked(ArgsFor(in, 0, split, state.data(), out.data()), nullptr, 1).ok());
@@ -260,12 +261,15 @@ TEST_P(KdaSplitSequence, ChunkedThenChunkedMatchesOneCall) {
   const size_t state_size = shape.heads * shape.key_dim * shape.value_dim;
 
   ThreadPool pool(3);
-  std::vector<float> whole_state(state_size, 0.f), whole_out(tokens * shape.heads * shape.value_dim);
-  ASSERT_TRUE(RunChunked(ArgsFor(in, 0, tokens, whole_state.data(), whole_out.data()), &pool, 3).ok());
+  std::vector<float> whole_state(state_size, 0.f),
+      whole_out(tokens * shape.heads * shape.value_dim);
+  ASSERT_TRUE(
+      RunChunked(ArgsFor(in, 0, tokens, whole_state.data(), whole_out.data()), &pool, 3).ok());
 
   std::vector<float> state(state_size, 0.f), out(whole_out.size(), 0.f);
   ASSERT_TRUE(RunChunked(ArgsFor(in, 0, split, state.data(), out.data()), &pool, 3).ok());
-  ASSERT_TRUE(RunChunked(ArgsFor(in, split, tokens - split, state.data(), out.data()), &pool, 3).ok());
+  ASSERT_TRUE(
+      RunChunked(ArgsFor(in, split, tokens - split, state.data(), out.data()), &pool, 3).ok());
   EXPECT_LE(RelativeError(out, whole_out), kTolerance);
   EXPECT_LE(RelativeError(state, whole_state), kTolerance);
 }
@@ -367,7 +371,8 @@ TEST(KdaTest, ThreadCountDoesNotChangeResults) {
   const Inputs in = MakeInputs(tokens, shape, 21u);
   const std::vector<float> initial = RandomState(shape, 22u);
   std::vector<float> base_state = initial, base_out(tokens * shape.heads * shape.value_dim);
-  ASSERT_TRUE(RunChunked(ArgsFor(in, 0, tokens, base_state.data(), base_out.data()), nullptr, 1).ok());
+  ASSERT_TRUE(
+      RunChunked(ArgsFor(in, 0, tokens, base_state.data(), base_out.data()), nullptr, 1).ok());
   ThreadPool pool(3);
   // Workspace sized for 1, 2 and 3 workers on a 3-thread pool.
   for (int threads : {1, 2, 3}) {
@@ -377,7 +382,9 @@ TEST(KdaTest, ThreadCountDoesNotChangeResults) {
     EXPECT_EQ(state, base_state) << threads;
   }
   std::vector<float> rec_base_state = initial, rec_base_out(base_out.size());
-  ASSERT_TRUE(KdaRecurrent(ArgsFor(in, 0, tokens, rec_base_state.data(), rec_base_out.data()), nullptr).ok());
+  ASSERT_TRUE(
+      KdaRecurrent(ArgsFor(in, 0, tokens, rec_base_state.data(), rec_base_out.data()), nullptr)
+          .ok());
   std::vector<float> rec_state = initial, rec_out(base_out.size());
   ASSERT_TRUE(KdaRecurrent(ArgsFor(in, 0, tokens, rec_state.data(), rec_out.data()), &pool).ok());
   EXPECT_EQ(rec_out, rec_base_out);
@@ -394,7 +401,8 @@ TEST(KdaTest, WorkspaceBytesRejectsBadSizesAndGrowsWithThreads) {
   EXPECT_GT(one, 0u);
   EXPECT_GT(two, one);
   // Workers beyond the head count get no scratch.
-  EXPECT_EQ(KdaChunkedWorkspaceBytes(64, 4, 128, 128, 16), KdaChunkedWorkspaceBytes(64, 4, 128, 128, 4));
+  EXPECT_EQ(KdaChunkedWorkspaceBytes(64, 4, 128, 128, 16),
+            KdaChunkedWorkspaceBytes(64, 4, 128, 128, 4));
 }
 
 TEST(KdaTest, InvalidArgumentsReturnErrors) {

@@ -99,8 +99,7 @@ void BM_KdaRecurrentDecode(benchmark::State& st) {
     if (!s.ok()) st.SkipWithError(s.ToString().c_str());
     benchmark::DoNotOptimize(buf.out.data());
   }
-  st.counters["tokens/s"] =
-      benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_KdaRecurrentDecode)
     ->ArgNames({"threads"})

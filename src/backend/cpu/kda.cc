@@ -66,8 +66,8 @@ inline __m256 Exp8(__m256 x) {
   y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), x);
   y = _mm256_add_ps(y, _mm256_set1_ps(1.f));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
@@ -88,8 +88,8 @@ inline __m256 GammaDiff8(const float* hi_a, const float* lo_a, const float* hi_b
 }
 #endif  // STRATA_KDA_SIMD
 
-inline float GammaDiff1(const float* hi_a, const float* lo_a, const float* hi_b,
-                        const float* lo_b, int64_t d) {
+inline float GammaDiff1(const float* hi_a, const float* lo_a, const float* hi_b, const float* lo_b,
+                        int64_t d) {
   if (hi_b == nullptr) return hi_a[d] + lo_a[d];
   return (hi_a[d] - hi_b[d]) + (lo_a[d] - lo_b[d]);
 }
@@ -204,12 +204,24 @@ void GemmPanel(int64_t m, int64_t k, const float* a, int64_t lda, const float* b
     const float* ap = kTransA ? a + i0 : a + i0 * lda;
     float* cp = c + i0 * ldc;
     switch (mr) {
-      case 6: GemmTile<6, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
-      case 5: GemmTile<5, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
-      case 4: GemmTile<4, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
-      case 3: GemmTile<3, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
-      case 2: GemmTile<2, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
-      default: GemmTile<1, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc); break;
+      case 6:
+        GemmTile<6, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc);
+        break;
+      case 5:
+        GemmTile<5, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc);
+        break;
+      case 4:
+        GemmTile<4, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc);
+        break;
+      case 3:
+        GemmTile<3, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc);
+        break;
+      case 2:
+        GemmTile<2, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc);
+        break;
+      default:
+        GemmTile<1, NV, kMode, kTransA>(k_len, ap, lda, b, ldb, cp, ldc);
+        break;
     }
   }
 }
@@ -228,9 +240,8 @@ int64_t GemmVector(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
 }
 #endif  // STRATA_KDA_SIMD
 
-void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float* c, int64_t ldc, Accumulate mode, bool a_lower,
-          bool a_trans = false) {
+void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float* c, int64_t ldc, Accumulate mode, bool a_lower, bool a_trans = false) {
   int64_t j0 = 0;
 #ifdef STRATA_KDA_SIMD
   using A = Accumulate;
@@ -255,9 +266,15 @@ void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const fl
       float s = 0.f;
       for (int64_t p = 0; p < k_len; ++p) s += ai[p * a_col] * b[p * ldb + j];
       switch (mode) {
-        case Accumulate::kOverwrite: ci[j] = s; break;
-        case Accumulate::kAdd: ci[j] += s; break;
-        case Accumulate::kSubtract: ci[j] -= s; break;
+        case Accumulate::kOverwrite:
+          ci[j] = s;
+          break;
+        case Accumulate::kAdd:
+          ci[j] += s;
+          break;
+        case Accumulate::kSubtract:
+          ci[j] -= s;
+          break;
       }
     }
   }
@@ -268,9 +285,9 @@ void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const fl
 
 Status ValidateArgs(const KdaArgs& a) {
   if (a.num_tokens <= 0 || a.num_heads <= 0 || a.key_dim <= 0 || a.value_dim <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KDA: sizes must be positive (T=", a.num_tokens, ", H=", a.num_heads,
-        ", dk=", a.key_dim, ", dv=", a.value_dim, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("KDA: sizes must be positive (T=", a.num_tokens,
+                                                   ", H=", a.num_heads, ", dk=", a.key_dim,
+                                                   ", dv=", a.value_dim, ")"));
   }
   if (a.key_dim > kMaxHeadDim || a.value_dim > kMaxHeadDim) {
     return absl::InvalidArgumentError(
@@ -283,8 +300,8 @@ Status ValidateArgs(const KdaArgs& a) {
       __builtin_mul_overflow(a.num_heads, a.key_dim * a.value_dim, &elems)) {
     return absl::InvalidArgumentError("KDA: tensor sizes overflow int64");
   }
-  if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.g == nullptr ||
-      a.beta == nullptr || a.state == nullptr || a.out == nullptr) {
+  if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.g == nullptr || a.beta == nullptr ||
+      a.state == nullptr || a.out == nullptr) {
     return absl::InvalidArgumentError("KDA: q, k, v, g, beta, state and out must be non-null");
   }
   if (!std::isfinite(a.scale)) return absl::InvalidArgumentError("KDA: scale must be finite");
@@ -331,14 +348,16 @@ struct ChunkScratch {
 
 constexpr size_t kFloatsPerLine = 16;
 
-size_t Pad(size_t floats) { return (floats + kFloatsPerLine - 1) / kFloatsPerLine * kFloatsPerLine; }
+size_t Pad(size_t floats) {
+  return (floats + kFloatsPerLine - 1) / kFloatsPerLine * kFloatsPerLine;
+}
 
 // Returns the slot size in floats; fills `s` when `base` is non-null.
 size_t LayoutScratch(int64_t dk, int64_t dv, float* base, ChunkScratch* s) {
   const size_t c = kChunk;
   const size_t cdk = Pad(c * dk), cdv = Pad(c * dv), cc = Pad(c * c);
   float** const slots[] = {&s->qn, &s->kn, &s->ghi, &s->glo, &s->beta, &s->am,
-                           &s->bm, &s->tm, &s->kt, &s->u, &s->w};
+                           &s->bm, &s->tm, &s->kt,  &s->u,   &s->w};
   const size_t sizes[] = {cdk, cdk, cdk, cdk, Pad(c), cc, cc, cc, Pad(dk * c), cdv, cdk};
   size_t offset = 0;
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
@@ -395,8 +414,8 @@ void PrepareChunk(const KdaArgs& a, int64_t h, int64_t t0, int64_t len, float sc
 // free apart from one exp(g) per row, and the products stay <= 1.
 void IntraDiagonalBlock(int64_t s0, int64_t s1, int64_t dk, const float* g, int64_t g_stride,
                         const ChunkScratch& s) {
-  float* f = s.w + 2 * kSubChunk * dk;          // [16, dk] F_j, j in [s0, i)
-  float* alpha = s.w + 3 * kSubChunk * dk;      // [dk] exp(g_i)
+  float* f = s.w + 2 * kSubChunk * dk;      // [16, dk] F_j, j in [s0, i)
+  float* alpha = s.w + 3 * kSubChunk * dk;  // [dk] exp(g_i)
   for (int64_t i = s0; i < s1; ++i) {
     const float* qi = s.qn + i * dk;
     const float* ki = s.kn + i * dk;
@@ -486,8 +505,8 @@ void IntraOffDiagonal(int64_t r, int64_t s1, int64_t dk, const ChunkScratch& s) 
       __m256 tile[8];
       for (int l = 0; l < 8; ++l) {
         const int64_t j = j0 + l;
-        const __m256 e = Exp8(GammaDiff8(hi_r + d0, lo_r + d0, s.ghi + j * dk + d0,
-                                         s.glo + j * dk + d0));
+        const __m256 e =
+            Exp8(GammaDiff8(hi_r + d0, lo_r + d0, s.ghi + j * dk + d0, s.glo + j * dk + d0));
         tile[l] = _mm256_mul_ps(_mm256_loadu_ps(s.kn + j * dk + d0), e);
       }
       Transpose8x8(tile);
@@ -499,14 +518,11 @@ void IntraOffDiagonal(int64_t r, int64_t s1, int64_t dk, const ChunkScratch& s) 
     const float* hi_j = s.ghi + j * dk;
     const float* lo_j = s.glo + j * dk;
     for (int64_t d = d0; d < dk; ++d) {
-      s.kt[d * kChunk + j] =
-          s.kn[j * dk + d] * std::exp(GammaDiff1(hi_r, lo_r, hi_j, lo_j, d));
+      s.kt[d * kChunk + j] = s.kn[j * dk + d] * std::exp(GammaDiff1(hi_r, lo_r, hi_j, lo_j, d));
     }
   }
-  Gemm(rows, r, dk, kq, dk, s.kt, kChunk, s.am + r * kChunk, kChunk, Accumulate::kOverwrite,
-       false);
-  Gemm(rows, r, dk, qq, dk, s.kt, kChunk, s.bm + r * kChunk, kChunk, Accumulate::kOverwrite,
-       false);
+  Gemm(rows, r, dk, kq, dk, s.kt, kChunk, s.am + r * kChunk, kChunk, Accumulate::kOverwrite, false);
+  Gemm(rows, r, dk, qq, dk, s.kt, kChunk, s.bm + r * kChunk, kChunk, Accumulate::kOverwrite, false);
   for (int64_t i = r; i < s1; ++i) {
     float* row = s.am + i * kChunk;
     const float b = s.beta[i];
@@ -549,83 +565,83 @@ void InvertUnitLower(int64_t len, const ChunkScratch& s) {
 #endif
 }
 
-void ChunkedHead(const KdaArgs& a, int64_t h, float scale, const ChunkScratch& s) {
+// One chunk [t0, t0 + len) of head h: updates the head's state and writes
+// its outputs.
+void ChunkStep(const KdaArgs& a, int64_t h, int64_t t0, float scale, const ChunkScratch& s) {
   const int64_t nh = a.num_heads, dk = a.key_dim, dv = a.value_dim;
   float* state = a.state + h * dk * dv;
-  for (int64_t t0 = 0; t0 < a.num_tokens; t0 += kChunk) {
-    const int64_t len = std::min(kChunk, a.num_tokens - t0);
-    PrepareChunk(a, h, t0, len, scale, s);
+  const int64_t len = std::min(kChunk, a.num_tokens - t0);
+  PrepareChunk(a, h, t0, len, scale, s);
 
-    std::memset(s.am, 0, sizeof(float) * len * kChunk);
-    std::memset(s.bm, 0, sizeof(float) * len * kChunk);
-    const float* g = a.g + (t0 * nh + h) * dk;
-    for (int64_t s0 = 0; s0 < len; s0 += kSubChunk) {
-      const int64_t s1 = std::min(len, s0 + kSubChunk);
-      IntraDiagonalBlock(s0, s1, dk, g, nh * dk, s);
-      if (s0 > 0) IntraOffDiagonal(s0, s1, dk, s);
-    }
-    InvertUnitLower(len, s);
+  std::memset(s.am, 0, sizeof(float) * len * kChunk);
+  std::memset(s.bm, 0, sizeof(float) * len * kChunk);
+  const float* g = a.g + (t0 * nh + h) * dk;
+  for (int64_t s0 = 0; s0 < len; s0 += kSubChunk) {
+    const int64_t s1 = std::min(len, s0 + kSubChunk);
+    IntraDiagonalBlock(s0, s1, dk, g, nh * dk, s);
+    if (s0 > 0) IntraOffDiagonal(s0, s1, dk, s);
+  }
+  InvertUnitLower(len, s);
 
-    // kt ← K̂ ⊙ exp(Γ_last − Γ) (row-major, read transposed by the state GEMM),
-    // then q̂ ⊙ exp(Γ) and k̂ ⊙ exp(Γ) in place. All factors are <= 1.
-    const float* hi_last = s.ghi + (len - 1) * dk;
-    const float* lo_last = s.glo + (len - 1) * dk;
-    for (int64_t i = 0; i < len; ++i) {
-      float* __restrict qi = s.qn + i * dk;
-      float* __restrict ki = s.kn + i * dk;
-      float* __restrict kdi = s.kt + i * dk;
-      const float* hi_i = s.ghi + i * dk;
-      const float* lo_i = s.glo + i * dk;
-      int64_t d = 0;
-#ifdef STRATA_KDA_SIMD
-      for (; d + 8 <= dk; d += 8) {
-        const __m256 k8 = _mm256_loadu_ps(ki + d);
-        const __m256 tail = Exp8(GammaDiff8(hi_last + d, lo_last + d, hi_i + d, lo_i + d));
-        const __m256 head = Exp8(GammaDiff8(hi_i + d, lo_i + d, nullptr, nullptr));
-        _mm256_storeu_ps(kdi + d, _mm256_mul_ps(k8, tail));
-        _mm256_storeu_ps(ki + d, _mm256_mul_ps(k8, head));
-        _mm256_storeu_ps(qi + d, _mm256_mul_ps(_mm256_loadu_ps(qi + d), head));
-      }
-#endif
-      for (; d < dk; ++d) {
-        const float tail = std::exp(GammaDiff1(hi_last, lo_last, hi_i, lo_i, d));
-        const float head = std::exp(GammaDiff1(hi_i, lo_i, nullptr, nullptr, d));
-        kdi[d] = ki[d] * tail;
-        ki[d] *= head;
-        qi[d] *= head;
-      }
-    }
-
-    const float* v = a.v + (t0 * nh + h) * dv;
-    float* out = a.out + (t0 * nh + h) * dv;
-    const int64_t ld_io = nh * dv;
-    // W = T'·(K̂ ⊙ exp Γ); U = T'·V; V_new = U − W·S.
-    Gemm(len, dk, len, s.tm, kChunk, s.kn, dk, s.w, dk, Accumulate::kOverwrite, true);
-    Gemm(len, dv, len, s.tm, kChunk, v, ld_io, s.u, dv, Accumulate::kOverwrite, true);
-    Gemm(len, dv, dk, s.w, dk, state, dv, s.u, dv, Accumulate::kSubtract, false);
-    // O = (Q̂ ⊙ exp Γ)·S + B·V_new.
-    Gemm(len, dv, dk, s.qn, dk, state, dv, out, ld_io, Accumulate::kOverwrite, false);
-    Gemm(len, dv, len, s.bm, kChunk, s.u, dv, out, ld_io, Accumulate::kAdd, true);
-    // S = diag(exp Γ_last)·S + (K̂ ⊙ exp(Γ_last − Γ))^T · V_new.
+  // kt ← K̂ ⊙ exp(Γ_last − Γ) (row-major, read transposed by the state GEMM),
+  // then q̂ ⊙ exp(Γ) and k̂ ⊙ exp(Γ) in place. All factors are <= 1.
+  const float* hi_last = s.ghi + (len - 1) * dk;
+  const float* lo_last = s.glo + (len - 1) * dk;
+  for (int64_t i = 0; i < len; ++i) {
+    float* __restrict qi = s.qn + i * dk;
+    float* __restrict ki = s.kn + i * dk;
+    float* __restrict kdi = s.kt + i * dk;
+    const float* hi_i = s.ghi + i * dk;
+    const float* lo_i = s.glo + i * dk;
     int64_t d = 0;
 #ifdef STRATA_KDA_SIMD
-    alignas(32) float decay[8];
     for (; d + 8 <= dk; d += 8) {
-      _mm256_store_ps(decay, Exp8(GammaDiff8(hi_last + d, lo_last + d, nullptr, nullptr)));
-      for (int l = 0; l < 8; ++l) {
-        float* __restrict row = state + (d + l) * dv;
-        const float f = decay[l];
-        for (int64_t n = 0; n < dv; ++n) row[n] *= f;
-      }
+      const __m256 k8 = _mm256_loadu_ps(ki + d);
+      const __m256 tail = Exp8(GammaDiff8(hi_last + d, lo_last + d, hi_i + d, lo_i + d));
+      const __m256 head = Exp8(GammaDiff8(hi_i + d, lo_i + d, nullptr, nullptr));
+      _mm256_storeu_ps(kdi + d, _mm256_mul_ps(k8, tail));
+      _mm256_storeu_ps(ki + d, _mm256_mul_ps(k8, head));
+      _mm256_storeu_ps(qi + d, _mm256_mul_ps(_mm256_loadu_ps(qi + d), head));
     }
 #endif
     for (; d < dk; ++d) {
-      float* __restrict row = state + d * dv;
-      const float f = std::exp(GammaDiff1(hi_last, lo_last, nullptr, nullptr, d));
+      const float tail = std::exp(GammaDiff1(hi_last, lo_last, hi_i, lo_i, d));
+      const float head = std::exp(GammaDiff1(hi_i, lo_i, nullptr, nullptr, d));
+      kdi[d] = ki[d] * tail;
+      ki[d] *= head;
+      qi[d] *= head;
+    }
+  }
+
+  const float* v = a.v + (t0 * nh + h) * dv;
+  float* out = a.out + (t0 * nh + h) * dv;
+  const int64_t ld_io = nh * dv;
+  // W = T'·(K̂ ⊙ exp Γ); U = T'·V; V_new = U − W·S.
+  Gemm(len, dk, len, s.tm, kChunk, s.kn, dk, s.w, dk, Accumulate::kOverwrite, true);
+  Gemm(len, dv, len, s.tm, kChunk, v, ld_io, s.u, dv, Accumulate::kOverwrite, true);
+  Gemm(len, dv, dk, s.w, dk, state, dv, s.u, dv, Accumulate::kSubtract, false);
+  // O = (Q̂ ⊙ exp Γ)·S + B·V_new.
+  Gemm(len, dv, dk, s.qn, dk, state, dv, out, ld_io, Accumulate::kOverwrite, false);
+  Gemm(len, dv, len, s.bm, kChunk, s.u, dv, out, ld_io, Accumulate::kAdd, true);
+  // S = diag(exp Γ_last)·S + (K̂ ⊙ exp(Γ_last − Γ))^T · V_new.
+  int64_t d = 0;
+#ifdef STRATA_KDA_SIMD
+  alignas(32) float decay[8];
+  for (; d + 8 <= dk; d += 8) {
+    _mm256_store_ps(decay, Exp8(GammaDiff8(hi_last + d, lo_last + d, nullptr, nullptr)));
+    for (int l = 0; l < 8; ++l) {
+      float* __restrict row = state + (d + l) * dv;
+      const float f = decay[l];
       for (int64_t n = 0; n < dv; ++n) row[n] *= f;
     }
-    Gemm(dk, dv, len, s.kt, dk, s.u, dv, state, dv, Accumulate::kAdd, false, true);
   }
+#endif
+  for (; d < dk; ++d) {
+    float* __restrict row = state + d * dv;
+    const float f = std::exp(GammaDiff1(hi_last, lo_last, nullptr, nullptr, d));
+    for (int64_t n = 0; n < dv; ++n) row[n] *= f;
+  }
+  Gemm(dk, dv, len, s.kt, dk, s.u, dv, state, dv, Accumulate::kAdd, false, true);
 }
 
 // ---------------------------------------------------------------------------
@@ -638,8 +654,7 @@ constexpr int64_t kRecValueTile = 256;
 // e += k̂[d]·S[d] and o += q̂[d]·S[d] (both read the decayed state).
 void DecayAndRead(float* __restrict st, int64_t ld, int64_t rows, int64_t cols,
                   const float* __restrict alpha, const float* __restrict kh,
-                  const float* __restrict qh, float* __restrict e_acc,
-                  float* __restrict o_acc) {
+                  const float* __restrict qh, float* __restrict e_acc, float* __restrict o_acc) {
   int64_t n0 = 0;
 #ifdef STRATA_KDA_SIMD
   for (; n0 + 32 <= cols; n0 += 32) {
@@ -752,8 +767,7 @@ size_t KdaChunkedWorkspaceBytes(int64_t num_tokens, int64_t num_heads, int64_t k
   return static_cast<size_t>(workers) * SlotBytes(key_dim, value_dim) + 64;
 }
 
-Status KdaChunked(const KdaArgs& args, void* workspace, size_t workspace_bytes,
-                  ThreadPool* pool) {
+Status KdaChunked(const KdaArgs& args, void* workspace, size_t workspace_bytes, ThreadPool* pool) {
   STRATA_RETURN_IF_ERROR(ValidateArgs(args));
   if (workspace == nullptr) return absl::InvalidArgumentError("KdaChunked: null workspace");
   const uintptr_t raw = reinterpret_cast<uintptr_t>(workspace);
@@ -761,12 +775,15 @@ Status KdaChunked(const KdaArgs& args, void* workspace, size_t workspace_bytes,
   const size_t skipped = aligned - raw;
   const size_t slot = SlotBytes(args.key_dim, args.value_dim);
   if (workspace_bytes < skipped + slot) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KdaChunked: workspace of ", workspace_bytes, " bytes is below the ", skipped + slot,
-        " one worker needs (see KdaChunkedWorkspaceBytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KdaChunked: workspace of ", workspace_bytes, " bytes is below the ",
+                     skipped + slot, " one worker needs (see KdaChunkedWorkspaceBytes)"));
   }
   // A workspace sized for fewer threads than the pool has just runs fewer
-  // workers; each worker owns one slot and a fixed, interleaved set of heads.
+  // workers. Each worker owns one slot and a contiguous range of heads, and
+  // walks chunk by chunk across its heads: the rows it reads for one chunk
+  // are then adjacent in memory ([T, H, d] layout), which the hardware
+  // prefetchers follow, where one head at a time jumps H·d floats per token.
   const int64_t slots = static_cast<int64_t>((workspace_bytes - skipped) / slot);
   const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
   const int64_t workers = std::min({slots, threads, args.num_heads});
@@ -777,7 +794,11 @@ Status KdaChunked(const KdaArgs& args, void* workspace, size_t workspace_bytes,
     for (int64_t w = begin; w < end; ++w) {
       ChunkScratch s{};
       LayoutScratch(args.key_dim, args.value_dim, reinterpret_cast<float*>(base + w * slot), &s);
-      for (int64_t h = w; h < args.num_heads; h += workers) ChunkedHead(args, h, scale, s);
+      const int64_t h_begin = args.num_heads * w / workers;
+      const int64_t h_end = args.num_heads * (w + 1) / workers;
+      for (int64_t t0 = 0; t0 < args.num_tokens; t0 += kChunk) {
+        for (int64_t h = h_begin; h < h_end; ++h) ChunkStep(args, h, t0, scale, s);
+      }
     }
   });
   return OkStatus();
