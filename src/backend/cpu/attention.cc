@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/parallel.h"
 #include "base/thread_pool.h"
 
 namespace strata {
@@ -78,7 +79,7 @@ void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const floa
     const int64_t t_first = std::max<int64_t>(0, s0 - past);
     if (t_first >= T) break;
     const int64_t pairs = (T - t_first) * H;
-    ParallelFor(pool, pairs, 4, [&](int64_t b, int64_t e) {
+    ParallelRange(pool, pairs, 4, [&](int64_t b, int64_t e) {
       float sc[kMlaKeyBlock];
       for (int64_t p = b; p < e; ++p) {
         const int64_t t = t_first + p / H;
@@ -113,7 +114,7 @@ void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const floa
       }
     });
   }
-  ParallelFor(pool, T * H, 16, [&](int64_t b, int64_t e) {
+  ParallelRange(pool, T * H, 16, [&](int64_t b, int64_t e) {
     for (int64_t th = b; th < e; ++th) {
       const float inv = 1.f / sum[th];
       for (int64_t i = 0; i < dv; ++i) out[th * dv + i] = acc[th * dv + i] * inv;
@@ -132,7 +133,7 @@ void MlaDecode(const MlaDims& d, const float* q, const float* cache, int64_t con
   const int64_t cd = d.cache_dim();
   const int64_t per_head = d.kv_b_rows_per_head();
   const float scale = Scale(d);
-  ParallelFor(pool, H, 1, [&](int64_t b, int64_t e) {
+  ParallelRange(pool, H, 1, [&](int64_t b, int64_t e) {
     for (int64_t h = b; h < e; ++h) {
       float* qt = scratch + h * (2 * r + context);  // q̃ [r]
       float* ot = qt + r;                           // õ [r]

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/parallel.h"
 #include "base/thread_pool.h"
 
 namespace strata {
@@ -16,7 +17,7 @@ void CausalConv1dSilu(const float* x, int64_t num_tokens, int64_t channels, cons
   const int64_t C = channels;
   const int64_t K = kernel_size;
   const int64_t W = K - 1;  // rows in the carried window
-  ParallelFor(pool, C, 64, [&](int64_t cb, int64_t ce) {
+  ParallelRange(pool, C, 64, [&](int64_t cb, int64_t ce) {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t c = cb; c < ce; ++c) {
         const float* wc = weight + c * K;

@@ -13,6 +13,7 @@
 #define STRATA_MATMUL_AVX2 1
 #endif
 
+#include "backend/cpu/parallel.h"
 #include "base/thread_pool.h"
 
 namespace strata {
@@ -252,7 +253,7 @@ void MatMul(const float* x, int64_t n, const WeightMatrix& w, float* y, float* s
       }
     };
     // Chunk boundaries must stay multiples of 4 only for speed, not correctness.
-    ParallelFor(pool, m, grain, body);
+    ParallelRange(pool, m, grain, body);
     return;
   }
   // Partition W tiles over workers; when there are fewer tiles than workers also
@@ -266,7 +267,7 @@ void MatMul(const float* x, int64_t n, const WeightMatrix& w, float* y, float* s
       std::clamp<int64_t>(threads / w_groups, 1, (n + kMr - 1) / kMr);
   const int64_t parts = w_groups * x_groups;
   const size_t slot = static_cast<size_t>(tile_rows * k);
-  ParallelFor(pool, parts, 1, [&](int64_t b, int64_t e) {
+  ParallelRange(pool, parts, 1, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const int64_t wg = p / x_groups;
       const int64_t xg = p % x_groups;

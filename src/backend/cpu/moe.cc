@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/parallel.h"
 #include "base/thread_pool.h"
 
 namespace strata {
@@ -47,7 +48,7 @@ void SwiGlu(const float* x, int64_t num_tokens, const SwiGluWeights& w, float* y
   float* mm = u + n * inter;
   MatMul(x, n, w.gate, g, mm, pool);
   MatMul(x, n, w.up, u, mm, pool);
-  ParallelFor(pool, n * inter, 1 << 14, [&](int64_t b, int64_t e) {
+  ParallelRange(pool, n * inter, 1 << 14, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
   });
   MatMul(g, n, w.down, y, mm, pool);
@@ -136,7 +137,7 @@ void MoeSingleToken(const float* x, const MoeWeights& w, const int32_t* idx, con
     }
   };
   auto inter_of = [&](int64_t a) { return expert(a).intermediate(); };
-  ParallelFor(pool, total_rows, 32, [&](int64_t b, int64_t e) {
+  ParallelRange(pool, total_rows, 32, [&](int64_t b, int64_t e) {
     segments(b, e, inter_of, [&](int64_t a, int64_t lo, int64_t hi, int64_t off) {
       GemvRows(expert(a).gate, x, lo, hi, g + off + lo);
       GemvRows(expert(a).up, x, lo, hi, u + off + lo);
@@ -144,7 +145,7 @@ void MoeSingleToken(const float* x, const MoeWeights& w, const int32_t* idx, con
     });
   });
   auto d_of = [&](int64_t) { return D; };
-  ParallelFor(pool, A * D, 32, [&](int64_t b, int64_t e) {
+  ParallelRange(pool, A * D, 32, [&](int64_t b, int64_t e) {
     segments(b, e, d_of, [&](int64_t a, int64_t lo, int64_t hi, int64_t off) {
       int64_t h_off = 0;
       for (int64_t p = 0; p < a; ++p) h_off += inter_of(p);
@@ -188,7 +189,7 @@ void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void
 
   // The router runs in fp32 on fp32-converted weights (as the reference does).
   MatMul(x, n, w.router, logits, mm, pool);
-  ParallelFor(pool, n, 8, [&](int64_t b, int64_t e) {
+  ParallelRange(pool, n, 8, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       RouteSigmoidTopK(logits + t * E, E, w.score_bias, K, w.renormalize, w.routed_scaling,
                        idx + t * K, wt + t * K);

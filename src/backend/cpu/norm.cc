@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "backend/cpu/parallel.h"
 #include "base/thread_pool.h"
 
 namespace strata {
@@ -23,7 +24,7 @@ int64_t Grain(int64_t dim) { return dim >= (1 << 14) ? 1 : (1 << 14) / dim; }
 
 void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
              ThreadPool* pool) {
-  ParallelFor(pool, rows, Grain(dim), [&](int64_t b, int64_t e) {
+  ParallelRange(pool, rows, Grain(dim), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const float* xr = x + r * dim;
       float* yr = y + r * dim;
@@ -35,7 +36,7 @@ void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float ep
 
 void GatedRmsNormSigmoid(const float* x, const float* gate, int64_t rows, int64_t dim,
                          const float* w, float eps, float* y, ThreadPool* pool) {
-  ParallelFor(pool, rows, Grain(dim), [&](int64_t b, int64_t e) {
+  ParallelRange(pool, rows, Grain(dim), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const float* xr = x + r * dim;
       const float* gr = gate + r * dim;

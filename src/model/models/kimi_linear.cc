@@ -16,6 +16,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/norm.h"
+#include "backend/cpu/parallel.h"
 #include "base/thread_pool.h"
 #include "model/config_reader.h"
 #include "model/model.h"
@@ -367,7 +368,7 @@ Status KimiLinearModel::KdaMixer(const Layer& layer, const float* x, int64_t T, 
   // Forget gate g = −exp(A_log)·softplus(f_b(f_a x) + dt_bias), in fp32.
   Linear(x, T, w.f_a, small, s);
   Linear(small, T, w.f_b, g, s);
-  ParallelFor(pool_, T * H, 16, [&](int64_t b, int64_t e) {
+  cpu::ParallelRange(pool_, T * H, 16, [&](int64_t b, int64_t e) {
     for (int64_t th = b; th < e; ++th) {
       const int64_t h = th % H;
       float* gr = g + th * dk;
@@ -422,7 +423,7 @@ void KimiLinearModel::MlaMixer(const Layer& layer, const float* x, int64_t T, Ki
   cache.resize(static_cast<size_t>((past + T) * cd));
   float* rows = cache.data() + past * cd;
   Linear(x, T, w.kv_a, rows, s);
-  ParallelFor(pool_, T, 16, [&](int64_t b, int64_t e) {
+  cpu::ParallelRange(pool_, T, 16, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       cpu::RmsNorm(rows + t * cd, 1, md.kv_rank, w.kv_norm.data(), kLatentNormEps, rows + t * cd, nullptr);
     }
