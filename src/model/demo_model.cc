@@ -7,11 +7,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "model/safetensors_writer.h"
 
@@ -54,14 +53,17 @@ class DemoWriter {
 
 Status WriteDemoKimiLinearModel(const std::string& dir, const DemoModelOptions& o) {
   if (o.num_layers < 2) {
-    return absl::InvalidArgumentError("demo model: num_layers must be >= 2 (a KDA and an MLA layer)");
+    return absl::InvalidArgumentError(
+        "demo model: num_layers must be >= 2 (a KDA and an MLA layer)");
   }
   if (o.vocab_size <= 0 || o.hidden_size <= 0 || o.kda_heads <= 0 || o.kda_head_dim <= 0 ||
       o.mla_heads <= 0 || o.num_experts <= 0 || o.experts_per_token <= 0 ||
       o.experts_per_token > o.num_experts) {
-    return absl::InvalidArgumentError("demo model: sizes must be positive and experts_per_token <= num_experts");
+    return absl::InvalidArgumentError(
+        "demo model: sizes must be positive and experts_per_token <= num_experts");
   }
-  if (o.weight_dtype != DType::kF32 && o.weight_dtype != DType::kF16 && o.weight_dtype != DType::kBF16) {
+  if (o.weight_dtype != DType::kF32 && o.weight_dtype != DType::kF16 &&
+      o.weight_dtype != DType::kBF16) {
     return absl::InvalidArgumentError("demo model: weight_dtype must be F32, F16 or BF16");
   }
   const int64_t V = o.vocab_size, D = o.hidden_size, L = o.num_layers;
@@ -73,9 +75,11 @@ Status WriteDemoKimiLinearModel(const std::string& dir, const DemoModelOptions& 
   // Layer kinds: every 4th layer from the third is MLA (KDA, KDA, MLA, KDA, ...);
   // a two-layer model makes its second layer MLA so both mixers are present.
   std::vector<bool> is_mla(static_cast<size_t>(L), false);
-  for (int64_t i = 0; i < L; ++i) is_mla[static_cast<size_t>(i)] = (i % 4 == 2) || (L == 2 && i == 1);
+  for (int64_t i = 0; i < L; ++i)
+    is_mla[static_cast<size_t>(i)] = (i % 4 == 2) || (L == 2 && i == 1);
   nlohmann::json kda_ids = nlohmann::json::array(), mla_ids = nlohmann::json::array();
-  for (int64_t i = 0; i < L; ++i) (is_mla[static_cast<size_t>(i)] ? mla_ids : kda_ids).push_back(i + 1);
+  for (int64_t i = 0; i < L; ++i)
+    (is_mla[static_cast<size_t>(i)] ? mla_ids : kda_ids).push_back(i + 1);
 
   nlohmann::json cfg = {
       {"architectures", {"KimiLinearForCausalLM"}},
@@ -112,8 +116,9 @@ Status WriteDemoKimiLinearModel(const std::string& dir, const DemoModelOptions& 
       {"bos_token_id", 1},
       {"eos_token_id", 2},
       {"pad_token_id", 0},
-      {"torch_dtype", std::string(o.weight_dtype == DType::kBF16 ? "bfloat16"
-                                  : o.weight_dtype == DType::kF16 ? "float16" : "float32")},
+      {"torch_dtype", std::string(o.weight_dtype == DType::kBF16  ? "bfloat16"
+                                  : o.weight_dtype == DType::kF16 ? "float16"
+                                                                  : "float32")},
       {"linear_attn_config",
        {{"kda_layers", kda_ids},
         {"full_attn_layers", mla_ids},

@@ -1,14 +1,14 @@
 // CPU op tests: every kernel against a plain double-precision reference on
 // random (never zero) inputs, with a multi-threaded pool so partitioning is
 // exercised even on small machines.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/conv.h"
@@ -88,7 +88,8 @@ std::vector<double> RefMatMul(const std::vector<float>& x, int64_t n, const Test
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < w.rows; ++j) {
       double s = 0;
-      for (int64_t c = 0; c < w.cols; ++c) s += static_cast<double>(x[i * w.cols + c]) * w.values[j * w.cols + c];
+      for (int64_t c = 0; c < w.cols; ++c)
+        s += static_cast<double>(x[i * w.cols + c]) * w.values[j * w.cols + c];
       y[i * w.rows + j] = s;
     }
   return y;
@@ -118,9 +119,9 @@ std::vector<MatMulCase> MatMulCases() {
   std::vector<MatMulCase> out;
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
     for (int64_t n : {1, 3, 70}) {
-      out.push_back({t, n, 37, 83});    // odd sizes: every tail path
-      out.push_back({t, n, 96, 256});   // vector-friendly sizes
-      out.push_back({t, n, 5, 2304});   // few rows, long rows
+      out.push_back({t, n, 37, 83});   // odd sizes: every tail path
+      out.push_back({t, n, 96, 256});  // vector-friendly sizes
+      out.push_back({t, n, 5, 2304});  // few rows, long rows
     }
   return out;
 }
@@ -219,7 +220,8 @@ TEST(ConvTest, MatchesReferenceAndCarriesWindow) {
   std::vector<float> win2 = window0, y2(T * C);
   int64_t t0 = 0;
   for (int64_t len : {1, 2, 8}) {
-    CausalConv1dSilu(x.data() + t0 * C, len, C, w.data(), K, win2.data(), y2.data() + t0 * C, Pool());
+    CausalConv1dSilu(x.data() + t0 * C, len, C, w.data(), K, win2.data(), y2.data() + t0 * C,
+                     Pool());
     t0 += len;
   }
   ExpectClose(y2.data(), ref, 1e-6, "conv pieces");
@@ -236,9 +238,12 @@ std::vector<double> RefMla(const MlaDims& d, const std::vector<float>& q, int64_
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < ph; ++i) {
         double a = 0;
-        for (int64_t j = 0; j < d.kv_rank; ++j) a += kvb.values[(h * ph + i) * d.kv_rank + j] * static_cast<double>(cache[s * cd + j]);
-        if (i < d.nope_dim) k[(s * H + h) * d.nope_dim + i] = a;
-        else v[(s * H + h) * d.v_dim + i - d.nope_dim] = a;
+        for (int64_t j = 0; j < d.kv_rank; ++j)
+          a += kvb.values[(h * ph + i) * d.kv_rank + j] * static_cast<double>(cache[s * cd + j]);
+        if (i < d.nope_dim)
+          k[(s * H + h) * d.nope_dim + i] = a;
+        else
+          v[(s * H + h) * d.v_dim + i - d.nope_dim] = a;
       }
   std::vector<double> out(T * H * d.v_dim, 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d.q_dim()));
@@ -250,14 +255,16 @@ std::vector<double> RefMla(const MlaDims& d, const std::vector<float>& q, int64_
       for (int64_t s = 0; s <= past + t; ++s) {
         double a = 0;
         for (int64_t i = 0; i < d.nope_dim; ++i) a += qh[i] * k[(s * H + h) * d.nope_dim + i];
-        for (int64_t i = 0; i < d.rope_dim; ++i) a += qh[d.nope_dim + i] * static_cast<double>(cache[s * cd + d.kv_rank + i]);
+        for (int64_t i = 0; i < d.rope_dim; ++i)
+          a += qh[d.nope_dim + i] * static_cast<double>(cache[s * cd + d.kv_rank + i]);
         sc[s] = a * scale;
         mx = std::max(mx, sc[s]);
       }
       double l = 0;
       for (auto& e : sc) l += (e = std::exp(e - mx));
       for (int64_t s = 0; s <= past + t; ++s)
-        for (int64_t i = 0; i < d.v_dim; ++i) out[(t * H + h) * d.v_dim + i] += sc[s] / l * v[(s * H + h) * d.v_dim + i];
+        for (int64_t i = 0; i < d.v_dim; ++i)
+          out[(t * H + h) * d.v_dim + i] += sc[s] / l * v[(s * H + h) * d.v_dim + i];
     }
   return out;
 }
@@ -268,7 +275,8 @@ class MlaTest : public ::testing::TestWithParam<DType> {
 };
 
 TEST_P(MlaTest, PrefillMatchesExpandedReference) {
-  const TestWeight kvb = MakeWeight(GetParam(), d.num_heads * d.kv_b_rows_per_head(), d.kv_rank, 21, 0.3f);
+  const TestWeight kvb =
+      MakeWeight(GetParam(), d.num_heads * d.kv_b_rows_per_head(), d.kv_rank, 21, 0.3f);
   // past + T spans two key blocks, with a partial last block.
   for (int64_t past : {0, 137}) {
     const int64_t T = past == 0 ? 140 : 9;
@@ -282,7 +290,8 @@ TEST_P(MlaTest, PrefillMatchesExpandedReference) {
 }
 
 TEST_P(MlaTest, AbsorbedDecodeEqualsExpandedLastToken) {
-  const TestWeight kvb = MakeWeight(GetParam(), d.num_heads * d.kv_b_rows_per_head(), d.kv_rank, 31, 0.3f);
+  const TestWeight kvb =
+      MakeWeight(GetParam(), d.num_heads * d.kv_b_rows_per_head(), d.kv_rank, 31, 0.3f);
   const int64_t context = 150;
   const auto cache = RandomVec(context * d.cache_dim(), 32, 1.5f);
   const auto q = RandomVec(d.num_heads * d.q_dim(), 33, 1.5f);
@@ -291,7 +300,8 @@ TEST_P(MlaTest, AbsorbedDecodeEqualsExpandedLastToken) {
   MlaPrefill(d, q.data(), 1, cache.data(), context - 1, kvb.view(), expanded.data(),
              pre_scratch.data(), Pool());
   std::vector<float> dec_scratch(MlaDecodeScratchFloats(d, context));
-  MlaDecode(d, q.data(), cache.data(), context, kvb.view(), absorbed.data(), dec_scratch.data(), Pool());
+  MlaDecode(d, q.data(), cache.data(), context, kvb.view(), absorbed.data(), dec_scratch.data(),
+            Pool());
   const auto ref = RefMla(d, q, 1, cache, context - 1, kvb);
   ExpectClose(absorbed.data(), ref, 1e-5, "MlaDecode vs reference");
   std::vector<double> exp_d(expanded.begin(), expanded.end());
@@ -364,7 +374,8 @@ TEST(MoeTest, MoeMatchesNaiveLoop) {
     w.routed_scaling = 2.446f;
     const auto x = RandomVec(n * D, 90 + n);
     std::vector<uint8_t> scratch(MoeScratchBytes(n, D, w, Pool()->num_threads()) + 64);
-    void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+    void* aligned =
+        reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
     std::vector<float> y(n * D);
     Moe(x.data(), n, w, y.data(), aligned, Pool());
 

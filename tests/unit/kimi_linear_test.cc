@@ -2,19 +2,19 @@
 // ModelInfo, prefill vs continuation vs single-token decode consistency,
 // determinism, argument errors, and config / checkpoint errors naming the
 // field or tensor at fault.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "base/thread_pool.h"
 #include "loader_test_util.h"
@@ -126,7 +126,8 @@ TEST_F(KimiLinearTest, LoadsWithCorrectInfo) {
   const ModelInfo& info = model->info();
   EXPECT_EQ(info.architecture, "kimi_linear");
   EXPECT_EQ(info.num_layers, 4);
-  EXPECT_THAT(info.layer_kinds, ::testing::ElementsAre("kda+dense", "kda+moe", "mla+moe", "kda+moe"));
+  EXPECT_THAT(info.layer_kinds,
+              ::testing::ElementsAre("kda+dense", "kda+moe", "mla+moe", "kda+moe"));
   EXPECT_EQ(info.vocab_size, 512);
   EXPECT_EQ(info.hidden_size, 128);
   EXPECT_EQ(info.max_context, 8192);
@@ -163,7 +164,8 @@ TEST_F(KimiLinearTest, DecodeAndContinuationMatchOneForward) {
     std::vector<float> pre(static_cast<size_t>(n * V));
     ASSERT_TRUE(model->Forward(std::span(tokens.data(), n), **st, pre.data(), true).ok());
     for (int64_t t = 0; t < n; ++t) {
-      ASSERT_LE(RowRelError(pre.data() + t * V, full.data() + t * V, V), 1e-5) << "prefill row " << t;
+      ASSERT_LE(RowRelError(pre.data() + t * V, full.data() + t * V, V), 1e-5)
+          << "prefill row " << t;
     }
     std::vector<float> row(static_cast<size_t>(V));
     for (int64_t t = n; t < T; ++t) {
@@ -182,7 +184,8 @@ TEST_F(KimiLinearTest, DecodeAndContinuationMatchOneForward) {
     std::vector<float> rest(static_cast<size_t>((T - n) * V));
     ASSERT_TRUE(model->Forward(std::span(tokens.data() + n, T - n), **st, rest.data(), true).ok());
     for (int64_t t = n; t < T; ++t) {
-      ASSERT_LE(RowRelError(rest.data() + (t - n) * V, full.data() + t * V, V), 1e-5) << "row " << t;
+      ASSERT_LE(RowRelError(rest.data() + (t - n) * V, full.data() + t * V, V), 1e-5)
+          << "row " << t;
     }
   }
 }
@@ -271,20 +274,33 @@ TEST_F(KimiLinearTest, ConfigErrorsNameTheField) {
   const std::vector<Case> cases = {
       {"hidden_size", [](nlohmann::json& j) { j.erase("hidden_size"); }},
       {"num_hidden_layers", [](nlohmann::json& j) { j["num_hidden_layers"] = -4; }},
-      {"full_attn_layers", [](nlohmann::json& j) { j["linear_attn_config"]["full_attn_layers"] = {1, 3}; }},
-      {"is in neither", [](nlohmann::json& j) { j["linear_attn_config"]["kda_layers"] = {1, 2}; }},
-      {"out of range", [](nlohmann::json& j) { j["linear_attn_config"]["full_attn_layers"] = {5}; }},
-      {"linear_attn_config.num_heads", [](nlohmann::json& j) { j["linear_attn_config"].erase("num_heads"); }},
+      {"full_attn_layers",
+       [](nlohmann::json& j) {
+         j["linear_attn_config"]["full_attn_layers"] = {1, 3};
+       }},
+      {"is in neither",
+       [](nlohmann::json& j) {
+         j["linear_attn_config"]["kda_layers"] = {1, 2};
+       }},
+      {"out of range",
+       [](nlohmann::json& j) { j["linear_attn_config"]["full_attn_layers"] = {5}; }},
+      {"linear_attn_config.num_heads",
+       [](nlohmann::json& j) { j["linear_attn_config"].erase("num_heads"); }},
       {"num_experts_per_token", [](nlohmann::json& j) { j["num_experts_per_token"] = 7; }},
       {"n_routed_experts", [](nlohmann::json& j) { j["n_routed_experts"] = 5; }},
       {"num_experts", [](nlohmann::json& j) { j.erase("num_experts"); }},
       {"mla_use_nope", [](nlohmann::json& j) { j["mla_use_nope"] = false; }},
       {"q_lora_rank", [](nlohmann::json& j) { j["q_lora_rank"] = 32; }},
       {"kv_lora_rank", [](nlohmann::json& j) { j.erase("kv_lora_rank"); }},
-      {"layer_types", [](nlohmann::json& j) {
-         j["layer_types"] = {"linear_attention", "full_attention", "linear_attention", "linear_attention"};
+      {"layer_types",
+       [](nlohmann::json& j) {
+         j["layer_types"] = {"linear_attention", "full_attention", "linear_attention",
+                             "linear_attention"};
        }},
-      {"mlp_layer_types", [](nlohmann::json& j) { j["mlp_layer_types"] = {"dense", "dense", "sparse", "sparse"}; }},
+      {"mlp_layer_types",
+       [](nlohmann::json& j) {
+         j["mlp_layer_types"] = {"dense", "dense", "sparse", "sparse"};
+       }},
   };
   for (const Case& c : cases) {
     const Status s = LoadError(WithConfig(c.edit));
@@ -307,7 +323,8 @@ TEST_F(KimiLinearTest, AcceptsTransformersSavedConfig) {
     j["n_shared_experts"] = j["num_shared_experts"];
     j["norm_topk_prob"] = true;
     j["n_group"] = 1;
-    j["layer_types"] = {"linear_attention", "linear_attention", "full_attention", "linear_attention"};
+    j["layer_types"] = {"linear_attention", "linear_attention", "full_attention",
+                        "linear_attention"};
     j["mlp_layer_types"] = {"dense", "sparse", "sparse", "sparse"};
     j["rope_theta"] = 10000.0;
     j["rope_scaling"] = nullptr;
@@ -325,11 +342,13 @@ TEST_F(KimiLinearTest, AcceptsDenseMlpUnderBlockSparseMoeName) {
   ASSERT_NE(model, nullptr);
   const auto tokens = RandomTokens(20, 512, 4);
   const std::string dir = dir_.File("renamed");
-  RewriteCheckpoint(model_dir_, dir, [](std::string& name, std::vector<int64_t>&, std::vector<uint8_t>&) {
-    const std::string from = "model.layers.0.mlp.";
-    if (name.rfind(from, 0) == 0) name = "model.layers.0.block_sparse_moe." + name.substr(from.size());
-    return true;
-  });
+  RewriteCheckpoint(model_dir_, dir,
+                    [](std::string& name, std::vector<int64_t>&, std::vector<uint8_t>&) {
+                      const std::string from = "model.layers.0.mlp.";
+                      if (name.rfind(from, 0) == 0)
+                        name = "model.layers.0.block_sparse_moe." + name.substr(from.size());
+                      return true;
+                    });
   auto m2 = Load(dir);
   ASSERT_NE(m2, nullptr);
   EXPECT_EQ(FullLogits(*m2, tokens), FullLogits(*model, tokens));
@@ -338,7 +357,9 @@ TEST_F(KimiLinearTest, AcceptsDenseMlpUnderBlockSparseMoeName) {
 TEST_F(KimiLinearTest, MissingTensorIsNamed) {
   const std::string name = "model.layers.1.self_attn.f_b_proj.weight";
   const std::string dir = dir_.File("missing");
-  RewriteCheckpoint(model_dir_, dir, [&](std::string& n, std::vector<int64_t>&, std::vector<uint8_t>&) { return n != name; });
+  RewriteCheckpoint(
+      model_dir_, dir,
+      [&](std::string& n, std::vector<int64_t>&, std::vector<uint8_t>&) { return n != name; });
   const Status s = LoadError(dir);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr(name));
@@ -347,10 +368,11 @@ TEST_F(KimiLinearTest, MissingTensorIsNamed) {
 TEST_F(KimiLinearTest, WrongShapeIsNamed) {
   const std::string name = "model.layers.3.block_sparse_moe.experts.4.w2.weight";
   const std::string dir = dir_.File("shape");
-  RewriteCheckpoint(model_dir_, dir, [&](std::string& n, std::vector<int64_t>& shape, std::vector<uint8_t>&) {
-    if (n == name) std::swap(shape[0], shape[1]);
-    return true;
-  });
+  RewriteCheckpoint(model_dir_, dir,
+                    [&](std::string& n, std::vector<int64_t>& shape, std::vector<uint8_t>&) {
+                      if (n == name) std::swap(shape[0], shape[1]);
+                      return true;
+                    });
   const Status s = LoadError(dir);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr(name));

@@ -90,7 +90,8 @@ void GemvArgs(benchmark::internal::Benchmark* b) {
   // q/k/v_proj [4096 x 2304], o_proj [2304 x 4096], MLA q_proj [6144 x 2304],
   // expert w1/w3 [1024 x 2304], expert w2 [2304 x 1024].
   for (int threads : {1, MaxThreads()}) {
-    for (auto [m, k] : {std::pair{4096, 2304}, {2304, 4096}, {6144, 2304}, {1024, 2304}, {2304, 1024}}) {
+    for (auto [m, k] :
+         {std::pair{4096, 2304}, {2304, 4096}, {6144, 2304}, {1024, 2304}, {2304, 1024}}) {
       b->Args({m, k, threads});
     }
   }

@@ -39,8 +39,8 @@ float Scale(const MlaDims& d) { return 1.f / std::sqrt(static_cast<float>(d.q_di
 size_t MlaPrefillScratchFloats(const MlaDims& d, int64_t num_tokens, int num_threads) {
   const int64_t B = kMlaKeyBlock;
   const int64_t kv_width = d.num_heads * d.kv_b_rows_per_head();
-  return static_cast<size_t>(B * d.kv_rank          // contiguous latents of the block
-                             + B * kv_width         // expanded keys/values of the block
+  return static_cast<size_t>(B * d.kv_rank   // contiguous latents of the block
+                             + B * kv_width  // expanded keys/values of the block
                              + num_tokens * d.num_heads * (d.v_dim + 2))  // acc, max, sum
          + MatMulScratchFloats(B, d.kv_rank, num_threads);
 }

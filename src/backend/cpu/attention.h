@@ -22,8 +22,8 @@ struct MlaDims {
   int64_t rope_dim = 0;   // dr: qk_rope_head_dim (not rotated in Kimi)
   int64_t v_dim = 0;      // dv: v_head_dim
   int64_t kv_rank = 0;    // r:  kv_lora_rank
-  int64_t q_dim() const { return nope_dim + rope_dim; }        // per head
-  int64_t cache_dim() const { return kv_rank + rope_dim; }     // per token
+  int64_t q_dim() const { return nope_dim + rope_dim; }     // per head
+  int64_t cache_dim() const { return kv_rank + rope_dim; }  // per token
   int64_t kv_b_rows_per_head() const { return nope_dim + v_dim; }
 };
 

@@ -36,10 +36,14 @@ int64_t TileRows(int64_t k) {
 
 inline float LoadScalar(DType t, const void* base, int64_t i) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(base)[i];
-    case DType::kBF16: return Bf16ToF32(static_cast<const uint16_t*>(base)[i]);
-    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(base)[i]);
-    default: return 0.f;
+    case DType::kF32:
+      return static_cast<const float*>(base)[i];
+    case DType::kBF16:
+      return Bf16ToF32(static_cast<const uint16_t*>(base)[i]);
+    case DType::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return 0.f;
   }
 }
 
@@ -51,10 +55,12 @@ inline __m256 Load8(const void* base, int64_t i) {
     return _mm256_loadu_ps(static_cast<const float*>(base) + i);
   } else if constexpr (kT == DType::kBF16) {
     // bf16 -> fp32 is the 16 bits moved to the top of the word.
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   } else {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
     return _mm256_cvtph_ps(h);
   }
 }
@@ -115,7 +121,8 @@ void ConvertRowsImpl(const WeightMatrix& w, int64_t row0, int64_t nrows, float* 
   const int64_t k = w.cols;
   const size_t esize = DTypeSize(kT);
   for (int64_t r = 0; r < nrows; ++r) {
-    const void* src = static_cast<const char*>(w.data) + static_cast<size_t>((row0 + r) * k) * esize;
+    const void* src =
+        static_cast<const char*>(w.data) + static_cast<size_t>((row0 + r) * k) * esize;
     float* dst = out + r * k;
     int64_t c = 0;
     for (; c + 8 <= k; c += 8) _mm256_storeu_ps(dst + c, Load8<kT>(src, c));
@@ -164,7 +171,8 @@ template <DType kT>
 void ConvertRowsImpl(const WeightMatrix& w, int64_t row0, int64_t nrows, float* out) {
   const size_t esize = DTypeSize(kT);
   for (int64_t r = 0; r < nrows; ++r) {
-    const void* src = static_cast<const char*>(w.data) + static_cast<size_t>((row0 + r) * w.cols) * esize;
+    const void* src =
+        static_cast<const char*>(w.data) + static_cast<size_t>((row0 + r) * w.cols) * esize;
     for (int64_t c = 0; c < w.cols; ++c) out[r * w.cols + c] = LoadScalar(kT, src, c);
   }
 }
@@ -183,9 +191,15 @@ void Micro(const float* x, int64_t ldx, const float* w, int64_t k, float* y, int
 
 void ConvertRows(const WeightMatrix& w, int64_t row0, int64_t nrows, float* out) {
   switch (w.dtype) {
-    case DType::kBF16: ConvertRowsImpl<DType::kBF16>(w, row0, nrows, out); return;
-    case DType::kF16: ConvertRowsImpl<DType::kF16>(w, row0, nrows, out); return;
-    default: ConvertRowsImpl<DType::kF32>(w, row0, nrows, out); return;
+    case DType::kBF16:
+      ConvertRowsImpl<DType::kBF16>(w, row0, nrows, out);
+      return;
+    case DType::kF16:
+      ConvertRowsImpl<DType::kF16>(w, row0, nrows, out);
+      return;
+    default:
+      ConvertRowsImpl<DType::kF32>(w, row0, nrows, out);
+      return;
   }
 }
 
@@ -247,9 +261,15 @@ void MatMul(const float* x, int64_t n, const WeightMatrix& w, float* y, float* s
     const int64_t grain = std::max<int64_t>(16, (1 << 16) / std::max<int64_t>(w.cols, 1)) / 4 * 4;
     auto body = [&](int64_t b, int64_t e) {
       switch (w.dtype) {
-        case DType::kBF16: GemvRange<DType::kBF16>(w, x, y + b, b, e); break;
-        case DType::kF16: GemvRange<DType::kF16>(w, x, y + b, b, e); break;
-        default: GemvRange<DType::kF32>(w, x, y + b, b, e); break;
+        case DType::kBF16:
+          GemvRange<DType::kBF16>(w, x, y + b, b, e);
+          break;
+        case DType::kF16:
+          GemvRange<DType::kF16>(w, x, y + b, b, e);
+          break;
+        default:
+          GemvRange<DType::kF32>(w, x, y + b, b, e);
+          break;
       }
     };
     // Chunk boundaries must stay multiples of 4 only for speed, not correctness.
@@ -263,8 +283,7 @@ void MatMul(const float* x, int64_t n, const WeightMatrix& w, float* y, float* s
   const int64_t tile_rows = TileRows(k);
   const int64_t num_tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t w_groups = std::min<int64_t>(num_tiles, threads);
-  const int64_t x_groups =
-      std::clamp<int64_t>(threads / w_groups, 1, (n + kMr - 1) / kMr);
+  const int64_t x_groups = std::clamp<int64_t>(threads / w_groups, 1, (n + kMr - 1) / kMr);
   const int64_t parts = w_groups * x_groups;
   const size_t slot = static_cast<size_t>(tile_rows * k);
   ParallelRange(pool, parts, 1, [&](int64_t b, int64_t e) {
@@ -283,18 +302,30 @@ void MatMul(const float* x, int64_t n, const WeightMatrix& w, float* y, float* s
 
 void GemvRows(const WeightMatrix& w, const float* x, int64_t begin, int64_t end, float* y) {
   switch (w.dtype) {
-    case DType::kBF16: GemvRange<DType::kBF16>(w, x, y, begin, end); break;
-    case DType::kF16: GemvRange<DType::kF16>(w, x, y, begin, end); break;
-    default: GemvRange<DType::kF32>(w, x, y, begin, end); break;
+    case DType::kBF16:
+      GemvRange<DType::kBF16>(w, x, y, begin, end);
+      break;
+    case DType::kF16:
+      GemvRange<DType::kF16>(w, x, y, begin, end);
+      break;
+    default:
+      GemvRange<DType::kF32>(w, x, y, begin, end);
+      break;
   }
 }
 
 float DotRow(const WeightMatrix& w, int64_t row, const float* x) {
   float y = 0.f;
   switch (w.dtype) {
-    case DType::kBF16: GemvRange<DType::kBF16>(w, x, &y, row, row + 1); break;
-    case DType::kF16: GemvRange<DType::kF16>(w, x, &y, row, row + 1); break;
-    default: GemvRange<DType::kF32>(w, x, &y, row, row + 1); break;
+    case DType::kBF16:
+      GemvRange<DType::kBF16>(w, x, &y, row, row + 1);
+      break;
+    case DType::kF16:
+      GemvRange<DType::kF16>(w, x, &y, row, row + 1);
+      break;
+    default:
+      GemvRange<DType::kF32>(w, x, &y, row, row + 1);
+      break;
   }
   return y;
 }
@@ -311,9 +342,15 @@ void AxpyRow(const WeightMatrix& w, int64_t row, float a, float* y) {
     }
   };
   switch (w.dtype) {
-    case DType::kBF16: loop([&](int64_t i) { return Load8<DType::kBF16>(src, i); }); break;
-    case DType::kF16: loop([&](int64_t i) { return Load8<DType::kF16>(src, i); }); break;
-    default: loop([&](int64_t i) { return Load8<DType::kF32>(src, i); }); break;
+    case DType::kBF16:
+      loop([&](int64_t i) { return Load8<DType::kBF16>(src, i); });
+      break;
+    case DType::kF16:
+      loop([&](int64_t i) { return Load8<DType::kF16>(src, i); });
+      break;
+    default:
+      loop([&](int64_t i) { return Load8<DType::kF32>(src, i); });
+      break;
   }
 #endif
   for (; c < k; ++c) y[c] += a * LoadScalar(w.dtype, src, c);

@@ -42,9 +42,9 @@ void MatMul(const float* x, int64_t n, const WeightMatrix& w, float* y, float* s
 void GemvRows(const WeightMatrix& w, const float* x, int64_t begin, int64_t end, float* y);
 
 // Helpers for per-row work on a weight (attention heads, tests). Vectorised.
-float DotRow(const WeightMatrix& w, int64_t row, const float* x);             // w[row,:]·x
-void AxpyRow(const WeightMatrix& w, int64_t row, float a, float* y);           // y += a·w[row,:]
-void RowToF32(const WeightMatrix& w, int64_t row, float* out);                 // out = w[row,:]
+float DotRow(const WeightMatrix& w, int64_t row, const float* x);     // w[row,:]·x
+void AxpyRow(const WeightMatrix& w, int64_t row, float a, float* y);  // y += a·w[row,:]
+void RowToF32(const WeightMatrix& w, int64_t row, float* out);        // out = w[row,:]
 
 }  // namespace cpu
 }  // namespace strata

@@ -93,17 +93,16 @@ size_t MoeScratchBytes(int64_t num_tokens, int64_t hidden, const MoeWeights& w, 
   int64_t inter = w.has_shared ? w.shared.intermediate() : 0;
   for (const auto& e : w.experts) inter = std::max(inter, e.intermediate());
   size_t bytes = 0;
-  bytes += AlignUp(sizeof(float) * n * E);                          // router logits
-  bytes += AlignUp(sizeof(int32_t) * slots);                        // idx
-  bytes += AlignUp(sizeof(float) * slots);                          // weights
-  bytes += AlignUp(sizeof(int32_t) * (E + 1));                      // bucket offsets
-  bytes += AlignUp(sizeof(int32_t) * slots);                        // bucket tokens
-  bytes += AlignUp(sizeof(float) * slots);                          // bucket weights
-  bytes += 2 * AlignUp(sizeof(float) * n * hidden);                 // gathered x, expert out
+  bytes += AlignUp(sizeof(float) * n * E);                                 // router logits
+  bytes += AlignUp(sizeof(int32_t) * slots);                               // idx
+  bytes += AlignUp(sizeof(float) * slots);                                 // weights
+  bytes += AlignUp(sizeof(int32_t) * (E + 1));                             // bucket offsets
+  bytes += AlignUp(sizeof(int32_t) * slots);                               // bucket tokens
+  bytes += AlignUp(sizeof(float) * slots);                                 // bucket weights
+  bytes += 2 * AlignUp(sizeof(float) * n * hidden);                        // gathered x, expert out
   bytes += AlignUp(sizeof(float) * (w.top_k + 1) * (2 * inter + hidden));  // single-token path
-  bytes += AlignUp(sizeof(float) * std::max(
-      MatMulScratchFloats(n, hidden, num_threads),
-      SwiGluScratchFloats(n, hidden, inter, num_threads)));
+  bytes += AlignUp(sizeof(float) * std::max(MatMulScratchFloats(n, hidden, num_threads),
+                                            SwiGluScratchFloats(n, hidden, inter, num_threads)));
   return bytes;
 }
 
@@ -122,9 +121,9 @@ void MoeSingleToken(const float* x, const MoeWeights& w, const int32_t* idx, con
   };
   int64_t total_rows = 0;
   for (int64_t a = 0; a < A; ++a) total_rows += expert(a).intermediate();
-  float* g = work;               // [total_rows] gate, then the SwiGLU product
-  float* u = g + total_rows;     // [total_rows] up
-  float* out = u + total_rows;   // [A, D] per-expert outputs
+  float* g = work;              // [total_rows] gate, then the SwiGLU product
+  float* u = g + total_rows;    // [total_rows] up
+  float* out = u + total_rows;  // [A, D] per-expert outputs
   // Calls fn(a, row_begin, row_end, offset) for the parts of [b, e) that fall
   // in expert a's segment of `rows_of(a)` rows laid end to end.
   auto segments = [&](int64_t b, int64_t e, auto rows_of, auto fn) {

@@ -30,11 +30,11 @@ void SwiGlu(const float* x, int64_t num_tokens, const SwiGluWeights& w, float* y
             ThreadPool* pool);
 
 struct MoeWeights {
-  WeightMatrix router;                  // [E, D] (gate.weight)
-  const float* score_bias = nullptr;    // [E] e_score_correction_bias; selection only; may be null
-  std::vector<SwiGluWeights> experts;   // E routed experts
+  WeightMatrix router;                 // [E, D] (gate.weight)
+  const float* score_bias = nullptr;   // [E] e_score_correction_bias; selection only; may be null
+  std::vector<SwiGluWeights> experts;  // E routed experts
   bool has_shared = false;
-  SwiGluWeights shared;                 // shared experts fused: intermediate I·n_shared
+  SwiGluWeights shared;  // shared experts fused: intermediate I·n_shared
   int64_t top_k = 1;
   bool renormalize = true;
   float routed_scaling = 1.f;

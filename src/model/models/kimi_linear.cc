@@ -36,11 +36,11 @@ constexpr int64_t kMaxSliceTokens = 512;
 constexpr float kLatentNormEps = 1e-6f;
 
 struct KdaWeights {
-  WeightMatrix q, k, v;       // [H·dk, D]
-  WeightMatrix f_a, f_b;      // [dk, D], [H·dk, dk]
-  WeightMatrix b;             // [H, D]
-  WeightMatrix g_a, g_b;      // [dv, D], [H·dv, dv]
-  WeightMatrix o;             // [D, H·dv]
+  WeightMatrix q, k, v;                       // [H·dk, D]
+  WeightMatrix f_a, f_b;                      // [dk, D], [H·dk, dk]
+  WeightMatrix b;                             // [H, D]
+  WeightMatrix g_a, g_b;                      // [dv, D], [H·dv, dv]
+  WeightMatrix o;                             // [D, H·dv]
   std::vector<float> q_conv, k_conv, v_conv;  // [C, K]
   std::vector<float> neg_exp_a;               // [H]: −exp(A_log)
   std::vector<float> dt_bias;                 // [H·dk]
@@ -48,10 +48,10 @@ struct KdaWeights {
 };
 
 struct MlaWeights {
-  WeightMatrix q;      // [H·(dn+dr), D]
-  WeightMatrix kv_a;   // [r+dr, D]
-  WeightMatrix kv_b;   // [H·(dn+dv), r]
-  WeightMatrix o;      // [D, H·dv]
+  WeightMatrix q;              // [H·(dn+dr), D]
+  WeightMatrix kv_a;           // [r+dr, D]
+  WeightMatrix kv_b;           // [H·(dn+dv), r]
+  WeightMatrix o;              // [D, H·dv]
   std::vector<float> kv_norm;  // [r]
 };
 
@@ -92,7 +92,8 @@ class KimiLinearModel;
 
 class KimiState final : public SequenceState {
  public:
-  KimiState(const KimiLinearModel* owner, int64_t max_tokens) : owner_(owner), max_tokens_(max_tokens) {}
+  KimiState(const KimiLinearModel* owner, int64_t max_tokens)
+      : owner_(owner), max_tokens_(max_tokens) {}
   int64_t num_tokens() const override { return tokens_; }
   std::unique_ptr<SequenceState> Clone() const override {
     auto s = std::make_unique<KimiState>(owner_, max_tokens_);
@@ -120,16 +121,17 @@ class KimiState final : public SequenceState {
 
 class KimiLinearModel final : public Model {
  public:
-  static StatusOr<std::unique_ptr<KimiLinearModel>> Create(std::shared_ptr<const WeightStore> weights,
-                                                           const KimiLinearConfig& config,
-                                                           const LoadOptions& options);
+  static StatusOr<std::unique_ptr<KimiLinearModel>> Create(
+      std::shared_ptr<const WeightStore> weights, const KimiLinearConfig& config,
+      const LoadOptions& options);
   const ModelInfo& info() const override { return info_; }
   StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
   Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
                  bool all_logits) const override;
 
  private:
-  KimiLinearModel(std::shared_ptr<const WeightStore> weights, KimiLinearConfig config, ThreadPool* pool)
+  KimiLinearModel(std::shared_ptr<const WeightStore> weights, KimiLinearConfig config,
+                  ThreadPool* pool)
       : store_(std::move(weights)), cfg_(std::move(config)), pool_(pool) {}
   Status Bind(const LoadOptions& options);
   Status ForwardSlice(const int32_t* tokens, int64_t T, KimiState& st, float* logits,
@@ -202,7 +204,8 @@ Status KimiLinearModel::Bind(const LoadOptions& options) {
       STRATA_ASSIGN_OR_RETURN(m.q, matrix(a + "q_proj.weight", md.num_heads * md.q_dim(), D));
       STRATA_ASSIGN_OR_RETURN(m.kv_a, matrix(a + "kv_a_proj_with_mqa.weight", md.cache_dim(), D));
       STRATA_ASSIGN_OR_RETURN(m.kv_norm, ws.GetF32Copy(a + "kv_a_layernorm.weight", {md.kv_rank}));
-      STRATA_ASSIGN_OR_RETURN(m.kv_b, matrix(a + "kv_b_proj.weight", md.num_heads * md.kv_b_rows_per_head(), md.kv_rank));
+      STRATA_ASSIGN_OR_RETURN(m.kv_b, matrix(a + "kv_b_proj.weight",
+                                             md.num_heads * md.kv_b_rows_per_head(), md.kv_rank));
       STRATA_ASSIGN_OR_RETURN(m.o, matrix(a + "o_proj.weight", D, md.num_heads * md.v_dim));
     } else {
       L.slot = kda_slot++;
@@ -231,9 +234,10 @@ Status KimiLinearModel::Bind(const LoadOptions& options) {
       // save_pretrained writes it under `block_sparse_moe.` (it reverses the
       // rename for every layer). Accept both; errors name the checkpoint form.
       const int64_t I = cfg_.intermediate_size;
-      const std::string d = ws.Has(p + "mlp.gate_proj.weight") || !ws.Has(p + "block_sparse_moe.gate_proj.weight")
-                                ? p + "mlp."
-                                : p + "block_sparse_moe.";
+      const std::string d =
+          ws.Has(p + "mlp.gate_proj.weight") || !ws.Has(p + "block_sparse_moe.gate_proj.weight")
+              ? p + "mlp."
+              : p + "block_sparse_moe.";
       STRATA_ASSIGN_OR_RETURN(L.dense.gate, matrix(d + "gate_proj.weight", I, D));
       STRATA_ASSIGN_OR_RETURN(L.dense.up, matrix(d + "up_proj.weight", I, D));
       STRATA_ASSIGN_OR_RETURN(L.dense.down, matrix(d + "down_proj.weight", D, I));
@@ -255,9 +259,11 @@ Status KimiLinearModel::Bind(const LoadOptions& options) {
       if (cfg_.num_shared_experts > 0) {
         const int64_t Is = I * cfg_.num_shared_experts;
         moe.has_shared = true;
-        STRATA_ASSIGN_OR_RETURN(moe.shared.gate, matrix(m + "shared_experts.gate_proj.weight", Is, D));
+        STRATA_ASSIGN_OR_RETURN(moe.shared.gate,
+                                matrix(m + "shared_experts.gate_proj.weight", Is, D));
         STRATA_ASSIGN_OR_RETURN(moe.shared.up, matrix(m + "shared_experts.up_proj.weight", Is, D));
-        STRATA_ASSIGN_OR_RETURN(moe.shared.down, matrix(m + "shared_experts.down_proj.weight", D, Is));
+        STRATA_ASSIGN_OR_RETURN(moe.shared.down,
+                                matrix(m + "shared_experts.down_proj.weight", D, Is));
       }
       moe.top_k = cfg_.experts_per_token;
       moe.renormalize = cfg_.moe_renormalize;
@@ -265,9 +271,11 @@ Status KimiLinearModel::Bind(const LoadOptions& options) {
     }
     if (options.progress) {
       // LoadModel gives the weight store 90%; binding is the last 10% but one.
-      const float f = 0.9f + 0.09f * static_cast<float>(i + 1) / static_cast<float>(cfg_.num_layers);
+      const float f =
+          0.9f + 0.09f * static_cast<float>(i + 1) / static_cast<float>(cfg_.num_layers);
       if (!options.progress(f)) {
-        return absl::CancelledError(absl::StrCat(store_->dir(), ": load cancelled by the progress callback"));
+        return absl::CancelledError(
+            absl::StrCat(store_->dir(), ": load cancelled by the progress callback"));
       }
     }
   }
@@ -295,10 +303,12 @@ StatusOr<std::unique_ptr<KimiLinearModel>> KimiLinearModel::Create(
   info.hidden_size = static_cast<int32_t>(c.hidden_size);
   info.max_context = c.max_context;
   const cpu::MlaDims md = m->MlaDims();
-  info.state_bytes_per_token = static_cast<uint64_t>(c.NumMlaLayers() * md.cache_dim()) * sizeof(float);
-  const int64_t kda_fixed = c.kda_heads * c.kda_head_dim * c.kda_head_dim +     // S
+  info.state_bytes_per_token =
+      static_cast<uint64_t>(c.NumMlaLayers() * md.cache_dim()) * sizeof(float);
+  const int64_t kda_fixed = c.kda_heads * c.kda_head_dim * c.kda_head_dim +          // S
                             3 * c.kda_heads * c.kda_head_dim * (c.conv_kernel - 1);  // windows
-  info.state_bytes_per_sequence = static_cast<uint64_t>(c.NumKdaLayers() * kda_fixed) * sizeof(float);
+  info.state_bytes_per_sequence =
+      static_cast<uint64_t>(c.NumKdaLayers() * kda_fixed) * sizeof(float);
   info.bos_token_id = c.bos_token_id;
   info.eos_token_id = c.eos_token_id;
   return m;
@@ -309,11 +319,13 @@ StatusOr<std::unique_ptr<KimiLinearModel>> KimiLinearModel::Create(
 
 StatusOr<std::unique_ptr<SequenceState>> KimiLinearModel::NewState(int64_t max_tokens) const {
   if (max_tokens <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("NewState: max_tokens must be positive, got ", max_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NewState: max_tokens must be positive, got ", max_tokens));
   }
   if (info_.max_context > 0 && max_tokens > info_.max_context) {
     return absl::InvalidArgumentError(absl::StrCat("NewState: max_tokens ", max_tokens,
-                                                   " exceeds the model's context of ", info_.max_context));
+                                                   " exceeds the model's context of ",
+                                                   info_.max_context));
   }
   auto st = std::make_unique<KimiState>(this, max_tokens);
   const int64_t H = cfg_.kda_heads, dk = cfg_.kda_head_dim;
@@ -373,7 +385,8 @@ Status KimiLinearModel::KdaMixer(const Layer& layer, const float* x, int64_t T, 
       const int64_t h = th % H;
       float* gr = g + th * dk;
       const float* bias = w.dt_bias.data() + h * dk;
-      for (int64_t d = 0; d < dk; ++d) gr[d] = w.neg_exp_a[static_cast<size_t>(h)] * Softplus(gr[d] + bias[d]);
+      for (int64_t d = 0; d < dk; ++d)
+        gr[d] = w.neg_exp_a[static_cast<size_t>(h)] * Softplus(gr[d] + bias[d]);
     }
   });
   Linear(x, T, w.b, beta, s);
@@ -402,8 +415,8 @@ Status KimiLinearModel::KdaMixer(const Layer& layer, const float* x, int64_t T, 
   // Output gate z = g_b(g_a x), gated RMSNorm per head, then o_proj.
   Linear(x, T, w.g_a, small, s);
   Linear(small, T, w.g_b, raw, s);
-  cpu::GatedRmsNormSigmoid(o, raw, T * H, dk, w.o_norm.data(), static_cast<float>(cfg_.rms_norm_eps),
-                           o, pool_);
+  cpu::GatedRmsNormSigmoid(o, raw, T * H, dk, w.o_norm.data(),
+                           static_cast<float>(cfg_.rms_norm_eps), o, pool_);
   Linear(o, T, w.o, out, s);
   return OkStatus();
 }
@@ -425,7 +438,8 @@ void KimiLinearModel::MlaMixer(const Layer& layer, const float* x, int64_t T, Ki
   Linear(x, T, w.kv_a, rows, s);
   cpu::ParallelRange(pool_, T, 16, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      cpu::RmsNorm(rows + t * cd, 1, md.kv_rank, w.kv_norm.data(), kLatentNormEps, rows + t * cd, nullptr);
+      cpu::RmsNorm(rows + t * cd, 1, md.kv_rank, w.kv_norm.data(), kLatentNormEps, rows + t * cd,
+                   nullptr);
     }
   });
   if (T == 1 && past > 0) {
@@ -446,7 +460,8 @@ void KimiLinearModel::Ffn(const Layer& layer, const float* x, int64_t T, KimiSta
     const size_t bytes = cpu::MoeScratchBytes(T, cfg_.hidden_size, layer.moe, threads);
     cpu::Moe(x, T, layer.moe, out, Aligned(s.moe_ws, bytes), pool_);
   } else {
-    float* scratch = Grow(s.a, cpu::SwiGluScratchFloats(T, cfg_.hidden_size, cfg_.intermediate_size, threads));
+    float* scratch =
+        Grow(s.a, cpu::SwiGluScratchFloats(T, cfg_.hidden_size, cfg_.intermediate_size, threads));
     cpu::SwiGlu(x, T, layer.dense, out, scratch, pool_);
   }
 }
@@ -487,19 +502,20 @@ Status KimiLinearModel::ForwardSlice(const int32_t* tokens, int64_t T, KimiState
   return OkStatus();
 }
 
-Status KimiLinearModel::Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
-                                bool all_logits) const {
+Status KimiLinearModel::Forward(std::span<const int32_t> tokens, SequenceState& state,
+                                float* logits, bool all_logits) const {
   auto* st = dynamic_cast<KimiState*>(&state);
   if (st == nullptr || st->owner_ != this) {
-    return absl::InvalidArgumentError("Forward: the state was not created by this model's NewState");
+    return absl::InvalidArgumentError(
+        "Forward: the state was not created by this model's NewState");
   }
   const int64_t T = static_cast<int64_t>(tokens.size());
   if (T == 0) return absl::InvalidArgumentError("Forward: no tokens");
   for (int64_t i = 0; i < T; ++i) {
     if (tokens[static_cast<size_t>(i)] < 0 || tokens[static_cast<size_t>(i)] >= cfg_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("Forward: token id ", tokens[static_cast<size_t>(i)],
-                                                     " at position ", i, " is outside the vocabulary [0, ",
-                                                     cfg_.vocab_size, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Forward: token id ", tokens[static_cast<size_t>(i)], " at position ", i,
+                       " is outside the vocabulary [0, ", cfg_.vocab_size, ")"));
     }
   }
   if (st->tokens_ + T > st->max_tokens_) {

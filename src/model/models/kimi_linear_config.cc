@@ -25,8 +25,8 @@ StatusOr<std::optional<int64_t>> AliasedInt(const ConfigReader& c,
       value = v;
       first = key;
     } else if (*value != v) {
-      return c.FieldError(key, absl::StrCat("contradicts ", Quoted(first), " (", v, " vs ",
-                                            *value, "); they are aliases"));
+      return c.FieldError(key, absl::StrCat("contradicts ", Quoted(first), " (", v, " vs ", *value,
+                                            "); they are aliases"));
     }
   }
   return value;
@@ -74,8 +74,8 @@ StatusOr<std::vector<std::string>> StringList(const ConfigReader& c, const std::
     out.push_back(e.get<std::string>());
   }
   if (static_cast<int64_t>(out.size()) != expected_len) {
-    return c.FieldError(key, absl::StrCat("has ", out.size(), " entries but num_hidden_layers is ",
-                                          expected_len));
+    return c.FieldError(
+        key, absl::StrCat("has ", out.size(), " entries but num_hidden_layers is ", expected_len));
   }
   return out;
 }
@@ -97,22 +97,23 @@ Status ParseLayerKinds(const ConfigReader& c, const ConfigReader* la, KimiLinear
         const int64_t id = ids[i];
         const std::string at = absl::StrCat(key, "[", i, "]");
         if (id < 1 || id > L) {
-          return la->FieldError(at, absl::StrCat("layer id ", id, " out of range [1, ", L,
-                                                 "] (ids are 1-based)"));
+          return la->FieldError(
+              at, absl::StrCat("layer id ", id, " out of range [1, ", L, "] (ids are 1-based)"));
         }
         int& slot = kind[static_cast<size_t>(id - 1)];
         if (slot == mark) return la->FieldError(at, absl::StrCat("layer ", id, " listed twice"));
         if (slot >= 0) {
-          return la->FieldError(at, absl::StrCat("layer ", id,
-                                                 " is in both kda_layers and full_attn_layers"));
+          return la->FieldError(
+              at, absl::StrCat("layer ", id, " is in both kda_layers and full_attn_layers"));
         }
         slot = mark;
       }
     }
     for (int64_t i = 0; i < L; ++i) {
       if (kind[static_cast<size_t>(i)] < 0) {
-        return la->FieldError("kda_layers", absl::StrCat("layer ", i + 1,
-                                                         " is in neither kda_layers nor full_attn_layers"));
+        return la->FieldError(
+            "kda_layers",
+            absl::StrCat("layer ", i + 1, " is in neither kda_layers nor full_attn_layers"));
       }
     }
     from_lists.emplace();
@@ -132,7 +133,8 @@ Status ParseLayerKinds(const ConfigReader& c, const ConfigReader* la, KimiLinear
     }
   }
   if (from_lists && from_types && *from_lists != *from_types) {
-    return c.FieldError("layer_types", "contradicts linear_attn_config.kda_layers / full_attn_layers");
+    return c.FieldError("layer_types",
+                        "contradicts linear_attn_config.kda_layers / full_attn_layers");
   }
   if (from_lists) {
     k.is_mla = *from_lists;
@@ -156,8 +158,9 @@ Status ParseMlpKinds(const ConfigReader& c, KimiLinearConfig& k) {
     k.is_moe.clear();
     for (size_t i = 0; i < types.size(); ++i) {
       if (types[i] != "dense" && types[i] != "sparse") {
-        return c.FieldError(absl::StrCat("mlp_layer_types[", i, "]"),
-                            absl::StrCat("unknown MLP type '", types[i], "' (expected dense or sparse)"));
+        return c.FieldError(
+            absl::StrCat("mlp_layer_types[", i, "]"),
+            absl::StrCat("unknown MLP type '", types[i], "' (expected dense or sparse)"));
       }
       k.is_moe.push_back(types[i] == "sparse");
     }
@@ -208,7 +211,7 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
     return Unsupported(c, "q_lora_rank", "must be null: low-rank MLA queries are not supported");
   }
   STRATA_ASSIGN_OR_RETURN(std::string act, c.Has("hidden_act") ? c.GetString("hidden_act")
-                                                                : StatusOr<std::string>("silu"));
+                                                               : StatusOr<std::string>("silu"));
   if (act != "silu") return Unsupported(c, "hidden_act", absl::StrCat("'", act, "' (only silu)"));
   if (c.Has("moe_router_activation_func")) {
     STRATA_ASSIGN_OR_RETURN(std::string f, c.GetString("moe_router_activation_func"));
@@ -220,7 +223,8 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
   if (out_gate) return Unsupported(c, "mla_use_output_gate", "must be false (Kimi K3 variant)");
   STRATA_ASSIGN_OR_RETURN(int64_t attn_res, c.GetIntOr("attn_res_block_size", 0));
   if (attn_res != 0) return Unsupported(c, "attn_res_block_size", "must be 0 (Kimi K3 variant)");
-  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> groups, AliasedInt(c, {"num_expert_group", "n_group"}));
+  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> groups,
+                          AliasedInt(c, {"num_expert_group", "n_group"}));
   STRATA_ASSIGN_OR_RETURN(int64_t topk_group, c.GetIntOr("topk_group", groups.value_or(1)));
   if (groups.value_or(1) > 1 && topk_group < *groups) {
     return Unsupported(c, "topk_group", "group-limited routing (topk_group < num_expert_group)");
@@ -232,13 +236,16 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
     STRATA_ASSIGN_OR_RETURN(ConfigReader obj, c.GetObject("linear_attn_config"));
     la = std::move(obj);
   }
-  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> top_heads, AliasedInt(c, {"linear_num_heads", "linear_num_key_heads"}));
-  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> top_dim, AliasedInt(c, {"linear_head_dim", "linear_key_head_dim"}));
+  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> top_heads,
+                          AliasedInt(c, {"linear_num_heads", "linear_num_key_heads"}));
+  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> top_dim,
+                          AliasedInt(c, {"linear_head_dim", "linear_key_head_dim"}));
   STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> top_k, AliasedInt(c, {"linear_conv_kernel_dim"}));
   if (la) {
     STRATA_ASSIGN_OR_RETURN(k.kda_heads, la->GetPositiveInt("num_heads"));
     STRATA_ASSIGN_OR_RETURN(k.kda_head_dim, la->GetPositiveInt("head_dim"));
-    STRATA_ASSIGN_OR_RETURN(k.conv_kernel, la->GetIntOr("short_conv_kernel_size", top_k.value_or(4)));
+    STRATA_ASSIGN_OR_RETURN(k.conv_kernel,
+                            la->GetIntOr("short_conv_kernel_size", top_k.value_or(4)));
     if (top_heads && *top_heads != k.kda_heads) {
       return c.FieldError("linear_num_heads", "contradicts linear_attn_config.num_heads");
     }
@@ -250,8 +257,10 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
                           "contradicts linear_attn_config.short_conv_kernel_size");
     }
   } else {
-    STRATA_ASSIGN_OR_RETURN(k.kda_heads, RequiredAliasedInt(c, {"linear_num_heads", "linear_num_key_heads"}, 1));
-    STRATA_ASSIGN_OR_RETURN(k.kda_head_dim, RequiredAliasedInt(c, {"linear_head_dim", "linear_key_head_dim"}, 1));
+    STRATA_ASSIGN_OR_RETURN(k.kda_heads,
+                            RequiredAliasedInt(c, {"linear_num_heads", "linear_num_key_heads"}, 1));
+    STRATA_ASSIGN_OR_RETURN(k.kda_head_dim,
+                            RequiredAliasedInt(c, {"linear_head_dim", "linear_key_head_dim"}, 1));
     k.conv_kernel = top_k.value_or(4);
   }
   if (k.conv_kernel < 1) {
@@ -290,21 +299,25 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
   }
   if (any_moe) {
     STRATA_ASSIGN_OR_RETURN(k.moe_intermediate_size, c.GetPositiveInt("moe_intermediate_size"));
-    STRATA_ASSIGN_OR_RETURN(k.num_experts,
-                            RequiredAliasedInt(c, {"num_experts", "n_routed_experts", "num_local_experts"}, 1));
-    STRATA_ASSIGN_OR_RETURN(k.experts_per_token,
-                            RequiredAliasedInt(c, {"num_experts_per_token", "num_experts_per_tok"}, 1));
+    STRATA_ASSIGN_OR_RETURN(
+        k.num_experts,
+        RequiredAliasedInt(c, {"num_experts", "n_routed_experts", "num_local_experts"}, 1));
+    STRATA_ASSIGN_OR_RETURN(
+        k.experts_per_token,
+        RequiredAliasedInt(c, {"num_experts_per_token", "num_experts_per_tok"}, 1));
     if (k.experts_per_token > k.num_experts) {
-      return c.FieldError(c.Has("num_experts_per_token") ? "num_experts_per_token" : "num_experts_per_tok",
-                          absl::StrCat(k.experts_per_token, " exceeds the number of experts (",
-                                       k.num_experts, ")"));
+      return c.FieldError(
+          c.Has("num_experts_per_token") ? "num_experts_per_token" : "num_experts_per_tok",
+          absl::StrCat(k.experts_per_token, " exceeds the number of experts (", k.num_experts,
+                       ")"));
     }
     // transformers' default is one shared expert.
     STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> shared,
                             AliasedInt(c, {"num_shared_experts", "n_shared_experts"}));
     k.num_shared_experts = shared.value_or(1);
     if (k.num_shared_experts < 0) return c.FieldError("num_shared_experts", "must be >= 0");
-    STRATA_ASSIGN_OR_RETURN(std::optional<bool> renorm, AliasedBool(c, {"moe_renormalize", "norm_topk_prob"}));
+    STRATA_ASSIGN_OR_RETURN(std::optional<bool> renorm,
+                            AliasedBool(c, {"moe_renormalize", "norm_topk_prob"}));
     k.moe_renormalize = renorm.value_or(true);
     STRATA_ASSIGN_OR_RETURN(k.routed_scaling_factor, c.GetDoubleOr("routed_scaling_factor", 2.446));
   }

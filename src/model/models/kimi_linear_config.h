@@ -16,7 +16,7 @@ namespace strata {
 
 struct KimiLinearConfig {
   int64_t vocab_size = 0;
-  int64_t hidden_size = 0;   // D
+  int64_t hidden_size = 0;  // D
   int64_t num_layers = 0;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
@@ -29,16 +29,16 @@ struct KimiLinearConfig {
   std::vector<bool> is_moe;
 
   // KDA (linear_attn_config).
-  int64_t kda_heads = 0;      // H
-  int64_t kda_head_dim = 0;   // dk = dv, also the rank of the f/g gates
-  int64_t conv_kernel = 4;    // K
+  int64_t kda_heads = 0;     // H
+  int64_t kda_head_dim = 0;  // dk = dv, also the rank of the f/g gates
+  int64_t conv_kernel = 4;   // K
 
   // MLA (NoPE).
   int64_t mla_heads = 0;
-  int64_t kv_lora_rank = 0;   // r
-  int64_t qk_nope_dim = 0;    // dn
-  int64_t qk_rope_dim = 0;    // dr (not rotated)
-  int64_t v_head_dim = 0;     // dv
+  int64_t kv_lora_rank = 0;  // r
+  int64_t qk_nope_dim = 0;   // dn
+  int64_t qk_rope_dim = 0;   // dr (not rotated)
+  int64_t v_head_dim = 0;    // dv
 
   // FFN.
   int64_t intermediate_size = 0;      // dense MLP
