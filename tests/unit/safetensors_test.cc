@@ -179,6 +179,16 @@ TEST(SafetensorsHeader, RejectsAbsurdHeaderLengthWithoutOverflow) {
   }
 }
 
+TEST(SafetensorsHeader, RejectsHeaderLongerThanTheLimit) {
+  // A file really this long, so the length is in range and only the limit trips.
+  const uint64_t n = (uint64_t{100} << 20) + 1;
+  std::vector<uint8_t> bytes = RawSafetensors("{}", {}, n);
+  bytes.resize(8 + n, ' ');
+  StatusOr<SafetensorsHeader> h = Parse(bytes);
+  ASSERT_FALSE(h.ok());
+  EXPECT_THAT(std::string(h.status().message()), HasSubstr("header length 104857601 exceeds"));
+}
+
 TEST(SafetensorsHeader, RejectsTruncatedFile) {
   SafetensorsWriter w;
   w.AddF32("model.embed_tokens.weight", DType::kF32, {4, 4}, std::vector<float>(16, 1.0f));

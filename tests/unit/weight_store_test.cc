@@ -126,6 +126,11 @@ TEST(WeightStore, OpensShardedModelAndReportsProgressPerShard) {
   EXPECT_THAT(std::string((*store)->Get("model.embed_tokens.weight")->file),
               HasSubstr("model-00001-of-00002.safetensors"));
   EXPECT_EQ((*store)->TotalElements(), 8 + 2 + 2 + 6);
+  // Each shard is one mapping: tensors of a shard sit at their file distance.
+  const auto* embed = static_cast<const uint8_t*>((*store)->Get("model.embed_tokens.weight")->data);
+  const auto* norm =
+      static_cast<const uint8_t*>((*store)->Get("model.layers.0.input_layernorm.weight")->data);
+  EXPECT_EQ(norm - embed, 8 * 2);
 
   StatusOr<std::vector<float>> head = (*store)->GetF32Copy("lm_head.weight", {3, 2});
   ASSERT_TRUE(head.ok()) << head.status();
