@@ -334,6 +334,24 @@ TEST(MoeTest, RoutingMatchesSort) {
   }
 }
 
+TEST(MoeTest, RoutingWithNanStillPicksDistinctExperts) {
+  std::vector<float> logits = RandomVec(6, 43);
+  logits[1] = std::nanf("");
+  logits[4] = std::nanf("");
+  std::vector<int32_t> idx(5);
+  std::vector<float> wt(5);
+  RouteSigmoidTopK(logits.data(), 6, nullptr, 5, true, 1.f, idx.data(), wt.data());
+  std::vector<int32_t> sorted = idx;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+  for (int32_t e : idx) {
+    EXPECT_GE(e, 0);
+    EXPECT_LT(e, 6);
+  }
+  EXPECT_NE(idx[0], 1);  // finite scores rank before NaN ones
+  EXPECT_NE(idx[0], 4);
+}
+
 std::vector<double> RefSwiGlu(const float* x, const TestWeight& g, const TestWeight& u,
                               const TestWeight& dn) {
   const int64_t I = g.rows, D = g.cols;

@@ -57,7 +57,11 @@ void SwiGlu(const float* x, int64_t num_tokens, const SwiGluWeights& w, float* y
 void RouteSigmoidTopK(const float* logits, int64_t num_experts, const float* bias, int64_t top_k,
                       bool renormalize, float routed_scaling, int32_t* idx, float* weight) {
   auto score = [&](int64_t e) { return 1.f / (1.f + std::exp(-logits[e])); };
-  auto biased = [&](int64_t e) { return score(e) + (bias ? bias[e] : 0.f); };
+  // NaN (from broken weights) ranks last, so a full set of experts is always chosen.
+  auto biased = [&](int64_t e) {
+    const float v = score(e) + (bias ? bias[e] : 0.f);
+    return std::isnan(v) ? -INFINITY : v;
+  };
   // Pass j picks the best expert strictly below pick j−1 in the order
   // (biased score desc, index asc), so no "taken" mask is needed.
   float prev_v = 0.f;
