@@ -17,7 +17,10 @@ function(strata_add_gtest name)
   target_link_libraries(${name} PRIVATE strata_core GTest::gtest GTest::gmock GTest::gtest_main ${T_LIBS})
   target_compile_definitions(${name} PRIVATE
     STRATA_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
-    STRATA_BINARY_DIR="${PROJECT_BINARY_DIR}")
+    STRATA_BINARY_DIR="${PROJECT_BINARY_DIR}"
+    STRATA_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    STRATA_SHARED_DATA_DIR="${PROJECT_SOURCE_DIR}/../shared/data"
+    STRATA_REF_PYTHON="${PROJECT_SOURCE_DIR}/.venv-ref/bin/python")
   set(props LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
   if("gpu" IN_LIST T_LABELS)
     list(APPEND props RESOURCE_LOCK gpu)

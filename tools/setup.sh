@@ -6,7 +6,8 @@ set -euo pipefail
 
 PKGS=(build-essential cmake ninja-build pkg-config git
       libabsl-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libstb-dev libcurl4-openssl-dev clang libclang-rt-14-dev python3)
+      libstb-dev libcurl4-openssl-dev libpcre2-dev clang libclang-rt-14-dev
+      python3 python3-venv)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -20,4 +21,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all build and test dependencies present"
+fi
+
+# Reference libraries for the live text tests (tokenizers, chat templates): a
+# private virtual environment, so the system Python is never modified.
+VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv-ref"
+REQS="$(dirname "$0")/reference/requirements-text.txt"
+if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQS" "$VENV/requirements.txt"; then
+  echo "setup: creating $VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQS"
+  cp "$REQS" "$VENV/requirements.txt"
 fi

@@ -1,0 +1,37 @@
+// Chat templates: the Jinja `chat_template` of tokenizer_config.json rendered
+// byte-exactly as transformers' apply_chat_template renders it.
+#ifndef STRATA_TEXT_CHAT_TEMPLATE_H_
+#define STRATA_TEXT_CHAT_TEMPLATE_H_
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+
+namespace strata {
+
+// Thread-safety: immutable after Compile; Render is thread-safe.
+class ChatTemplate {
+ public:
+  virtual ~ChatTemplate() = default;
+
+  // Parses the template source. Syntax errors report "<label>:<line>:<column>: ...".
+  static StatusOr<std::unique_ptr<ChatTemplate>> Compile(const std::string& source,
+                                                         const std::string& label);
+  // Reads chat_template from <dir>/tokenizer_config.json (string, or the list of
+  // {name, template} where "default" is used), plus bos_token/eos_token/... for
+  // the special-token variables.
+  static StatusOr<std::unique_ptr<ChatTemplate>> FromDirectory(const std::string& dir);
+
+  // Renders with `context` (a JSON object): messages, tools, add_generation_prompt,
+  // any extra variables (enable_thinking, ...). Special-token variables from the
+  // directory are added unless the context sets them. raise_exception(msg) and
+  // runtime errors return InvalidArgument "<label>:<line>:<column>: msg".
+  virtual StatusOr<std::string> Render(const nlohmann::json& context) const = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_TEXT_CHAT_TEMPLATE_H_
