@@ -43,7 +43,8 @@ constexpr float kNormEps = 1e-6f;
 constexpr int64_t kMaxHeadDim = 1 << 16;
 
 static_assert(kChunk % kSubChunk == 0, "sub-chunks must tile the chunk");
-static_assert(kChunk >= 3 * kSubChunk + 1, "W scratch holds the intra-chunk panels");
+static_assert(kSubChunk % 8 == 0, "key-panel columns are transposed 8 at a time");
+static_assert(kChunk >= 3 * kSubChunk + 3, "W scratch holds the intra-chunk panels");
 
 // ---------------------------------------------------------------------------
 // Vector helpers.
@@ -408,54 +409,6 @@ void PrepareChunk(const KdaArgs& a, int64_t h, int64_t t0, int64_t len, float sc
   }
 }
 
-// Diagonal sub-chunk block [s0, s1). A reference point inside the block would
-// need a factor > 1, so the decay between rows is carried forward instead:
-// F_j = k̂_j ⊙ exp(Γ_i − Γ_j) picks up exp(g_i) at each new row i. This is exp-
-// free apart from one exp(g) per row, and the products stay <= 1.
-void IntraDiagonalBlock(int64_t s0, int64_t s1, int64_t dk, const float* g, int64_t g_stride,
-                        const ChunkScratch& s) {
-  float* f = s.w + 2 * kSubChunk * dk;      // [16, dk] F_j, j in [s0, i)
-  float* alpha = s.w + 3 * kSubChunk * dk;  // [dk] exp(g_i)
-  for (int64_t i = s0; i < s1; ++i) {
-    const float* qi = s.qn + i * dk;
-    const float* ki = s.kn + i * dk;
-    if (i > s0) {
-      const float* gi = g + i * g_stride;
-      int64_t d = 0;
-#ifdef STRATA_KDA_SIMD
-      for (; d + 8 <= dk; d += 8) _mm256_storeu_ps(alpha + d, Exp8(_mm256_loadu_ps(gi + d)));
-#endif
-      for (; d < dk; ++d) alpha[d] = std::exp(gi[d]);
-      for (int64_t j = s0; j < i; ++j) {
-        float* __restrict fj = f + (j - s0) * dk;
-        float a_sum = 0.f, b_sum = 0.f;
-        d = 0;
-#ifdef STRATA_KDA_SIMD
-        __m256 av = _mm256_setzero_ps(), bv = _mm256_setzero_ps();
-        for (; d + 8 <= dk; d += 8) {
-          const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(fj + d), _mm256_loadu_ps(alpha + d));
-          _mm256_storeu_ps(fj + d, x);
-          av = _mm256_fmadd_ps(_mm256_loadu_ps(ki + d), x, av);
-          bv = _mm256_fmadd_ps(_mm256_loadu_ps(qi + d), x, bv);
-        }
-        a_sum = HSum8(av);
-        b_sum = HSum8(bv);
-#endif
-        for (; d < dk; ++d) {
-          const float x = fj[d] * alpha[d];
-          fj[d] = x;
-          a_sum += ki[d] * x;
-          b_sum += qi[d] * x;
-        }
-        s.am[i * kChunk + j] = s.beta[i] * a_sum;
-        s.bm[i * kChunk + j] = b_sum;
-      }
-    }
-    s.bm[i * kChunk + i] = Dot(qi, ki, dk);
-    std::memcpy(f + (i - s0) * dk, ki, sizeof(float) * dk);
-  }
-}
-
 #ifdef STRATA_KDA_SIMD
 inline void Transpose8x8(__m256 r[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -477,56 +430,124 @@ inline void Transpose8x8(__m256 r[8]) {
 }
 #endif
 
-// Rows [r, s1) against all earlier columns [0, r), around reference row r.
-void IntraOffDiagonal(int64_t r, int64_t s1, int64_t dk, const ChunkScratch& s) {
-  const int64_t rows = s1 - r;
-  float* kq = s.w;                   // [rows, dk] k̂_i ⊙ exp(Γ_i − Γ_r)
-  float* qq = s.w + kSubChunk * dk;  // [rows, dk] q̂_i ⊙ exp(Γ_i − Γ_r)
-  const float* hi_r = s.ghi + r * dk;
-  const float* lo_r = s.glo + r * dk;
-  for (int64_t i = r; i < s1; ++i) {
-    float* __restrict kq_i = kq + (i - r) * dk;
-    float* __restrict qq_i = qq + (i - r) * dk;
-    ExpGammaDiff(s.ghi + i * dk, s.glo + i * dk, hi_r, lo_r, kq_i, dk);
-    const float* ki = s.kn + i * dk;
-    const float* qi = s.qn + i * dk;
-    for (int64_t d = 0; d < dk; ++d) {
-      qq_i[d] = qi[d] * kq_i[d];
-      kq_i[d] = ki[d] * kq_i[d];
-    }
-  }
-  // Key panel k̂_j ⊙ exp(Γ_r − Γ_j), written transposed (kt[d, j]) so the GEMM
-  // streams it row by row.
-  int64_t d0 = 0;
+// exp of 8 gates at a time (scalar tail).
+void ExpRow(const float* __restrict x, float* __restrict out, int64_t n) {
+  int64_t d = 0;
 #ifdef STRATA_KDA_SIMD
-  static_assert(kSubChunk % 8 == 0, "the transposed panel is built 8 columns at a time");
-  for (; d0 + 8 <= dk; d0 += 8) {
-    for (int64_t j0 = 0; j0 < r; j0 += 8) {
-      __m256 tile[8];
-      for (int l = 0; l < 8; ++l) {
-        const int64_t j = j0 + l;
-        const __m256 e =
-            Exp8(GammaDiff8(hi_r + d0, lo_r + d0, s.ghi + j * dk + d0, s.glo + j * dk + d0));
-        tile[l] = _mm256_mul_ps(_mm256_loadu_ps(s.kn + j * dk + d0), e);
-      }
-      Transpose8x8(tile);
-      for (int l = 0; l < 8; ++l) _mm256_storeu_ps(s.kt + (d0 + l) * kChunk + j0, tile[l]);
-    }
-  }
+  for (; d + 8 <= n; d += 8) _mm256_storeu_ps(out + d, Exp8(_mm256_loadu_ps(x + d)));
 #endif
-  for (int64_t j = 0; j < r; ++j) {
-    const float* hi_j = s.ghi + j * dk;
-    const float* lo_j = s.glo + j * dk;
-    for (int64_t d = d0; d < dk; ++d) {
-      s.kt[d * kChunk + j] = s.kn[j * dk + d] * std::exp(GammaDiff1(hi_r, lo_r, hi_j, lo_j, d));
+  for (; d < n; ++d) out[d] = std::exp(x[d]);
+}
+
+// Builds A (strictly lower, rows scaled by β) and B (lower with diagonal) of
+// one chunk from 16-token sub-chunks.
+//
+// Diagonal blocks: a reference point inside a block would need a factor > 1,
+// so the decay is carried forward instead. F_j = k̂_j ⊙ exp(Γ_i − Γ_j) picks up
+// α_i = exp(g_i) at each new row i; the products only shrink.
+//
+// Off-diagonal blocks (rows of sub-chunk I against all earlier columns) are
+// GEMMs around the reference row r = first row of I: [k̂_i; q̂_i] ⊙ exp(Γ_i − Γ_r)
+// times the key panel kt[d, j] = k̂_j[d]·exp(Γ_r − Γ_j). Every factor is <= 1.
+// The panel is carried from one reference to the next: older columns are
+// rescaled by exp(Γ_r − Γ_{r−16}), and the columns of the block just finished
+// are its final F rows times α_r. So besides one exp(g) per row the chunk needs
+// only one exp row per sub-chunk, and the products stay short (<= ~18 factors).
+void IntraChunk(int64_t len, int64_t dk, const float* g, int64_t g_stride, const ChunkScratch& s) {
+  float* kq = s.w;                          // [16, dk] k̂_i ⊙ exp(Γ_i − Γ_r)
+  float* qq = s.w + kSubChunk * dk;         // [16, dk] q̂_i ⊙ exp(Γ_i − Γ_r)
+  float* f = s.w + 2 * kSubChunk * dk;      // [16, dk] F_j
+  float* alpha = s.w + 3 * kSubChunk * dk;  // [dk] exp(g_i)
+  float* run = alpha + dk;                  // [dk] exp(Γ_i − Γ_r)
+  float* rescale = run + dk;                // [dk] exp(Γ_r − Γ_{r−16})
+  for (int64_t s0 = 0; s0 < len; s0 += kSubChunk) {
+    const int64_t s1 = std::min(len, s0 + kSubChunk);
+    for (int64_t i = s0; i < s1; ++i) {
+      const float* qi = s.qn + i * dk;
+      const float* ki = s.kn + i * dk;
+      if (i > 0) ExpRow(g + i * g_stride, alpha, dk);
+      if (i == s0 && s0 > 0) {
+        // Move the key panel to reference row s0.
+        const int64_t prev = s0 - kSubChunk;
+        ExpGammaDiff(s.ghi + s0 * dk, s.glo + s0 * dk, s.ghi + prev * dk, s.glo + prev * dk,
+                     rescale, dk);
+        for (int64_t d = 0; d < dk; ++d) {
+          float* __restrict row = s.kt + d * kChunk;
+          const float c = rescale[d];
+          for (int64_t j = 0; j < prev; ++j) row[j] *= c;
+        }
+        int64_t d0 = 0;
+#ifdef STRATA_KDA_SIMD
+        for (; d0 + 8 <= dk; d0 += 8) {
+          const __m256 a8 = _mm256_loadu_ps(alpha + d0);
+          for (int64_t j0 = 0; j0 < kSubChunk; j0 += 8) {
+            __m256 tile[8];
+            for (int l = 0; l < 8; ++l) {
+              tile[l] = _mm256_mul_ps(_mm256_loadu_ps(f + (j0 + l) * dk + d0), a8);
+            }
+            Transpose8x8(tile);
+            for (int l = 0; l < 8; ++l) {
+              _mm256_storeu_ps(s.kt + (d0 + l) * kChunk + prev + j0, tile[l]);
+            }
+          }
+        }
+#endif
+        for (int64_t d = d0; d < dk; ++d) {
+          for (int64_t j = 0; j < kSubChunk; ++j) {
+            s.kt[d * kChunk + prev + j] = f[j * dk + d] * alpha[d];
+          }
+        }
+        std::fill(run, run + dk, 1.f);
+      } else if (i > s0) {
+        for (int64_t d = 0; d < dk; ++d) run[d] *= alpha[d];
+        for (int64_t j = s0; j < i; ++j) {
+          float* __restrict fj = f + (j - s0) * dk;
+          float a_sum = 0.f, b_sum = 0.f;
+          int64_t d = 0;
+#ifdef STRATA_KDA_SIMD
+          __m256 av = _mm256_setzero_ps(), bv = _mm256_setzero_ps();
+          for (; d + 8 <= dk; d += 8) {
+            const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(fj + d), _mm256_loadu_ps(alpha + d));
+            _mm256_storeu_ps(fj + d, x);
+            av = _mm256_fmadd_ps(_mm256_loadu_ps(ki + d), x, av);
+            bv = _mm256_fmadd_ps(_mm256_loadu_ps(qi + d), x, bv);
+          }
+          a_sum = HSum8(av);
+          b_sum = HSum8(bv);
+#endif
+          for (; d < dk; ++d) {
+            const float x = fj[d] * alpha[d];
+            fj[d] = x;
+            a_sum += ki[d] * x;
+            b_sum += qi[d] * x;
+          }
+          s.am[i * kChunk + j] = s.beta[i] * a_sum;
+          s.bm[i * kChunk + j] = b_sum;
+        }
+      }
+      if (s0 > 0) {
+        float* __restrict kq_i = kq + (i - s0) * dk;
+        float* __restrict qq_i = qq + (i - s0) * dk;
+        for (int64_t d = 0; d < dk; ++d) {
+          kq_i[d] = ki[d] * run[d];
+          qq_i[d] = qi[d] * run[d];
+        }
+      }
+      s.bm[i * kChunk + i] = Dot(qi, ki, dk);
+      std::memcpy(f + (i - s0) * dk, ki, sizeof(float) * dk);
     }
-  }
-  Gemm(rows, r, dk, kq, dk, s.kt, kChunk, s.am + r * kChunk, kChunk, Accumulate::kOverwrite, false);
-  Gemm(rows, r, dk, qq, dk, s.kt, kChunk, s.bm + r * kChunk, kChunk, Accumulate::kOverwrite, false);
-  for (int64_t i = r; i < s1; ++i) {
-    float* row = s.am + i * kChunk;
-    const float b = s.beta[i];
-    for (int64_t j = 0; j < r; ++j) row[j] *= b;
+    if (s0 > 0) {
+      const int64_t rows = s1 - s0;
+      Gemm(rows, s0, dk, kq, dk, s.kt, kChunk, s.am + s0 * kChunk, kChunk, Accumulate::kOverwrite,
+           false);
+      Gemm(rows, s0, dk, qq, dk, s.kt, kChunk, s.bm + s0 * kChunk, kChunk, Accumulate::kOverwrite,
+           false);
+      for (int64_t i = s0; i < s1; ++i) {
+        float* row = s.am + i * kChunk;
+        const float b = s.beta[i];
+        for (int64_t j = 0; j < s0; ++j) row[j] *= b;
+      }
+    }
   }
 }
 
@@ -575,12 +596,7 @@ void ChunkStep(const KdaArgs& a, int64_t h, int64_t t0, float scale, const Chunk
 
   std::memset(s.am, 0, sizeof(float) * len * kChunk);
   std::memset(s.bm, 0, sizeof(float) * len * kChunk);
-  const float* g = a.g + (t0 * nh + h) * dk;
-  for (int64_t s0 = 0; s0 < len; s0 += kSubChunk) {
-    const int64_t s1 = std::min(len, s0 + kSubChunk);
-    IntraDiagonalBlock(s0, s1, dk, g, nh * dk, s);
-    if (s0 > 0) IntraOffDiagonal(s0, s1, dk, s);
-  }
+  IntraChunk(len, dk, a.g + (t0 * nh + h) * dk, nh * dk, s);
   InvertUnitLower(len, s);
 
   // kt ← K̂ ⊙ exp(Γ_last − Γ) (row-major, read transposed by the state GEMM),
