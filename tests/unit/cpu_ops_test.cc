@@ -299,13 +299,33 @@ TEST_P(MlaTest, AbsorbedDecodeEqualsExpandedLastToken) {
   std::vector<float> expanded(d.num_heads * d.v_dim), absorbed(d.num_heads * d.v_dim);
   MlaPrefill(d, q.data(), 1, cache.data(), context - 1, kvb.view(), expanded.data(),
              pre_scratch.data(), Pool());
-  std::vector<float> dec_scratch(MlaDecodeScratchFloats(d, context));
-  MlaDecode(d, q.data(), cache.data(), context, kvb.view(), absorbed.data(), dec_scratch.data(),
-            Pool());
+  std::vector<float> dec_scratch(MlaAbsorbedScratchFloats(d, 1));
+  MlaAbsorbed(d, q.data(), 1, cache.data(), context - 1, kvb.view(), absorbed.data(),
+              dec_scratch.data(), Pool());
   const auto ref = RefMla(d, q, 1, cache, context - 1, kvb);
-  ExpectClose(absorbed.data(), ref, 1e-5, "MlaDecode vs reference");
+  ExpectClose(absorbed.data(), ref, 1e-5, "absorbed decode vs reference");
   std::vector<double> exp_d(expanded.begin(), expanded.end());
-  ExpectClose(absorbed.data(), exp_d, 1e-5, "MlaDecode vs MlaPrefill");
+  ExpectClose(absorbed.data(), exp_d, 1e-5, "absorbed decode vs MlaPrefill");
+}
+
+TEST_P(MlaTest, AbsorbedMultiTokenMatchesReference) {
+  const TestWeight kvb =
+      MakeWeight(GetParam(), d.num_heads * d.kv_b_rows_per_head(), d.kv_rank, 41, 0.3f);
+  // Fresh (past 0) and continuing over more than one key block.
+  for (int64_t past : {0, 200}) {
+    const int64_t T = past == 0 ? 140 : 7;
+    const auto cache = RandomVec((past + T) * d.cache_dim(), 42, 1.5f);
+    const auto q = RandomVec(T * d.num_heads * d.q_dim(), 43, 1.5f);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), Pool()}) {
+      std::vector<float> scratch(MlaAbsorbedScratchFloats(d, T));
+      std::vector<float> out(T * d.num_heads * d.v_dim);
+      MlaAbsorbed(d, q.data(), T, cache.data(), past, kvb.view(), out.data(), scratch.data(), pool);
+      ExpectClose(out.data(), RefMla(d, q, T, cache, past, kvb), 1e-5, "MlaAbsorbed");
+    }
+  }
+  // The cost model prefers expansion for fresh prefill and absorption for decode.
+  EXPECT_LT(MlaPrefillCost(d, 100, 0), MlaAbsorbedCost(d, 100, 0));
+  EXPECT_LT(MlaAbsorbedCost(d, 1, 1000), MlaPrefillCost(d, 1, 1000));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, MlaTest, ::testing::Values(DType::kF32, DType::kBF16),

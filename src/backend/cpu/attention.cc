@@ -122,46 +122,96 @@ void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const floa
   });
 }
 
-size_t MlaDecodeScratchFloats(const MlaDims& d, int64_t context) {
-  return static_cast<size_t>(d.num_heads * (2 * d.kv_rank + context));
+size_t MlaAbsorbedScratchFloats(const MlaDims& d, int64_t num_tokens) {
+  return static_cast<size_t>(num_tokens * d.num_heads * (2 * d.kv_rank + 2));
 }
 
-void MlaDecode(const MlaDims& d, const float* q, const float* cache, int64_t context,
-               const WeightMatrix& kv_b, float* out, float* scratch, ThreadPool* pool) {
+void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
+                 int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
+                 ThreadPool* pool) {
+  const int64_t T = num_tokens;
   const int64_t H = d.num_heads;
   const int64_t r = d.kv_rank;
   const int64_t cd = d.cache_dim();
   const int64_t per_head = d.kv_b_rows_per_head();
+  const int64_t B = kMlaKeyBlock;
   const float scale = Scale(d);
-  ParallelRange(pool, H, 1, [&](int64_t b, int64_t e) {
-    for (int64_t h = b; h < e; ++h) {
-      float* qt = scratch + h * (2 * r + context);  // q̃ [r]
-      float* ot = qt + r;                           // õ [r]
-      float* sc = ot + r;                           // scores [context]
-      const float* qh = q + h * d.q_dim();
+  const int64_t pairs = T * H;
+  const int threads = pool ? pool->num_threads() : 1;
+  // One contiguous group of (token, head) pairs per worker: the worker walks
+  // the cache block by block and updates all its pairs from the block while
+  // it is in cache, so the latents are streamed once per worker, not per head.
+  const int64_t group = std::max<int64_t>(1, (pairs + threads - 1) / threads);
+  float* qts = scratch;          // [pairs, r]  q̃
+  float* ots = qts + pairs * r;  // [pairs, r]  õ (unnormalised)
+  float* mx = ots + pairs * r;   // [pairs]
+  float* sum = mx + pairs;       // [pairs]
+  ParallelRange(pool, pairs, group, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const int64_t h = p % H;
+      const float* qh = q + p * d.q_dim();
+      float* qt = qts + p * r;
       // q̃ = W_UKᵀ q_nope: a sum of W_UK rows weighted by q_nope.
       std::fill(qt, qt + r, 0.f);
       for (int64_t i = 0; i < d.nope_dim; ++i) AxpyRow(kv_b, h * per_head + i, qh[i], qt);
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t s = 0; s < context; ++s) {
-        const float* row = cache + s * cd;
-        sc[s] = (Dot(qt, row, r) + Dot(qh + d.nope_dim, row + r, d.rope_dim)) * scale;
-        m = std::max(m, sc[s]);
+      std::fill(ots + p * r, ots + (p + 1) * r, 0.f);
+      mx[p] = -std::numeric_limits<float>::infinity();
+      sum[p] = 0.f;
+    }
+    const int64_t keys = past + (e - 1) / H + 1;  // the last pair's query sees the most
+    float sc[kMlaKeyBlock];
+    for (int64_t s0 = 0; s0 < keys; s0 += B) {
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t visible = std::min(B, past + p / H + 1 - s0);  // causal
+        if (visible <= 0) continue;
+        const float* qt = qts + p * r;
+        const float* qr = q + p * d.q_dim() + d.nope_dim;
+        float block_max = -std::numeric_limits<float>::infinity();
+        for (int64_t s = 0; s < visible; ++s) {
+          const float* row = cache + (s0 + s) * cd;
+          sc[s] = (Dot(qt, row, r) + Dot(qr, row + r, d.rope_dim)) * scale;
+          block_max = std::max(block_max, sc[s]);
+        }
+        float* ot = ots + p * r;
+        if (block_max > mx[p]) {
+          const float c = std::exp(mx[p] - block_max);  // 0 on the first block
+          sum[p] *= c;
+          for (int64_t i = 0; i < r; ++i) ot[i] *= c;
+          mx[p] = block_max;
+        }
+        float l = 0.f;
+        for (int64_t s = 0; s < visible; ++s) {
+          const float w = std::exp(sc[s] - mx[p]);
+          l += w;
+          Axpy(w, cache + (s0 + s) * cd, ot, r);
+        }
+        sum[p] += l;
       }
-      float l = 0.f;
-      std::fill(ot, ot + r, 0.f);
-      for (int64_t s = 0; s < context; ++s) {
-        const float p = std::exp(sc[s] - m);
-        l += p;
-        Axpy(p, cache + s * cd, ot, r);
-      }
-      const float inv = 1.f / l;
+    }
+    for (int64_t p = b; p < e; ++p) {
+      const int64_t h = p % H;
+      float* ot = ots + p * r;
+      const float inv = 1.f / sum[p];
       for (int64_t i = 0; i < r; ++i) ot[i] *= inv;
       for (int64_t j = 0; j < d.v_dim; ++j) {
-        out[h * d.v_dim + j] = DotRow(kv_b, h * per_head + d.nope_dim + j, ot);
+        out[p * d.v_dim + j] = DotRow(kv_b, h * per_head + d.nope_dim + j, ot);
       }
     }
   });
+}
+
+double MlaPrefillCost(const MlaDims& d, int64_t num_tokens, int64_t past) {
+  const double T = static_cast<double>(num_tokens), P = static_cast<double>(past);
+  const double H = static_cast<double>(d.num_heads);
+  return (P + T) * H * static_cast<double>(d.kv_b_rows_per_head() * d.kv_rank) +
+         T * (P + (T + 1) / 2) * H * static_cast<double>(d.nope_dim + d.rope_dim + d.v_dim);
+}
+
+double MlaAbsorbedCost(const MlaDims& d, int64_t num_tokens, int64_t past) {
+  const double T = static_cast<double>(num_tokens), P = static_cast<double>(past);
+  const double H = static_cast<double>(d.num_heads);
+  return T * H * static_cast<double>(d.kv_b_rows_per_head() * d.kv_rank) +
+         T * (P + (T + 1) / 2) * H * static_cast<double>(2 * d.kv_rank + d.rope_dim);
 }
 
 }  // namespace cpu

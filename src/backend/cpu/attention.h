@@ -1,8 +1,8 @@
 // Kimi's MLA in NoPE form (model-spec §2.4) over a cache of compressed latents.
 // Each cached token is one row [c (r) | k_r (dr)]: the normalised latent and the
 // shared, unrotated key part. Prefill re-expands keys/values with kv_b_proj
-// block by block (causal, online softmax); single-token decode uses the
-// absorbed form that never expands the cache. Softmax is fp32; the scale is
+// block by block (causal, online softmax); single-token decode (and short
+// continuations) use the absorbed form that never expands the cache. Softmax is fp32; the scale is
 // (dn + dr)^-1/2.
 #ifndef STRATA_BACKEND_CPU_ATTENTION_H_
 #define STRATA_BACKEND_CPU_ATTENTION_H_
@@ -40,13 +40,22 @@ void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const floa
                 int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
                 ThreadPool* pool);
 
-size_t MlaDecodeScratchFloats(const MlaDims& d, int64_t context);
+size_t MlaAbsorbedScratchFloats(const MlaDims& d, int64_t num_tokens);
 
-// One query (the newest token) against `context` cached tokens (itself
-// included), absorbed form: q̃_h = W_UKᵀ q_nope; score = (q̃·c + q_r·k_r)·scale;
-// õ = Σ p c; o_h = W_UV õ. q: [H, dn+dr]; out: [H, dv].
-void MlaDecode(const MlaDims& d, const float* q, const float* cache, int64_t context,
-               const WeightMatrix& kv_b, float* out, float* scratch, ThreadPool* pool);
+// The absorbed form (never expands the cache), for single-token decode and
+// short continuations over a long cache; same inputs and output as MlaPrefill:
+//   q̃_h = W_UK,hᵀ q_nope,h;  score(s) = (q̃_h·c_s + q_r,h·k_r,s)·scale;
+//   õ_h = Σ_s p(s) c_s;       o_h = W_UV,h õ_h.
+// `scratch`: MlaAbsorbedScratchFloats floats.
+void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
+                 int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
+                 ThreadPool* pool);
+
+// Multiply-adds of each form for T new tokens after `past` cached ones, to pick
+// the cheaper one (expansion dominates for fresh prefill, the absorbed form for
+// decode and short continuations).
+double MlaPrefillCost(const MlaDims& d, int64_t num_tokens, int64_t past);
+double MlaAbsorbedCost(const MlaDims& d, int64_t num_tokens, int64_t past);
 
 }  // namespace cpu
 }  // namespace strata

@@ -442,9 +442,13 @@ void KimiLinearModel::MlaMixer(const Layer& layer, const float* x, int64_t T, Ki
                    nullptr);
     }
   });
-  if (T == 1 && past > 0) {
-    float* scratch = Grow(s.attn, cpu::MlaDecodeScratchFloats(md, past + 1));
-    cpu::MlaDecode(md, q, cache.data(), past + 1, w.kv_b, o, scratch, pool_);
+  // Decode always takes the absorbed form; a continuation takes whichever form
+  // costs less (fresh prefill: expansion).
+  const bool absorbed =
+      past > 0 && (T == 1 || cpu::MlaAbsorbedCost(md, T, past) < cpu::MlaPrefillCost(md, T, past));
+  if (absorbed) {
+    float* scratch = Grow(s.attn, cpu::MlaAbsorbedScratchFloats(md, T));
+    cpu::MlaAbsorbed(md, q, T, cache.data(), past, w.kv_b, o, scratch, pool_);
   } else {
     float* scratch = Grow(s.attn, cpu::MlaPrefillScratchFloats(md, T, pool_->num_threads()));
     cpu::MlaPrefill(md, q, T, cache.data(), past, w.kv_b, o, scratch, pool_);
