@@ -365,6 +365,34 @@ TEST(KdaTest, PartialChunkReadsNothingPastTheInputs) {
   for (size_t i = tokens * nh * shape.value_dim; i < out.size(); ++i) ASSERT_EQ(out[i], 0.f);
 }
 
+// Scratch is never read before it is written: a workspace full of NaN gives
+// the same bits as a zeroed one.
+TEST(KdaTest, StaleWorkspaceContentsDoNotAffectResults) {
+  for (Shape shape : {Shape{3, 20, 13}, Shape{2, 128, 64}}) {
+    const int64_t tokens = 70;
+    const Inputs in = MakeInputs(tokens, shape, 41u);
+    const std::vector<float> initial = RandomState(shape, 42u);
+    const size_t bytes =
+        KdaChunkedWorkspaceBytes(tokens, shape.heads, shape.key_dim, shape.value_dim, 2);
+    std::vector<float> results[2][2];  // [fill][state, out]
+    ThreadPool pool(2);
+    for (int fill = 0; fill < 2; ++fill) {
+      Workspace ws(bytes);
+      const float value = fill == 0 ? 0.f : std::numeric_limits<float>::quiet_NaN();
+      std::fill_n(static_cast<float*>(ws.data()), bytes / sizeof(float), value);
+      std::vector<float> state = initial, out(tokens * shape.heads * shape.value_dim);
+      ASSERT_TRUE(
+          KdaChunked(ArgsFor(in, 0, tokens, state.data(), out.data()), ws.data(), bytes, &pool)
+              .ok());
+      results[fill][0] = state;
+      results[fill][1] = out;
+    }
+    for (float x : results[1][1]) ASSERT_TRUE(std::isfinite(x));
+    EXPECT_EQ(results[1][0], results[0][0]);
+    EXPECT_EQ(results[1][1], results[0][1]);
+  }
+}
+
 TEST(KdaTest, ThreadCountDoesNotChangeResults) {
   const Shape shape{5, 40, 24};
   const int64_t tokens = 100;

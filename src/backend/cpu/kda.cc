@@ -6,10 +6,9 @@
 //     stays accurate even when both are large (a strongly decayed channel
 //     followed by weakly decayed tokens would otherwise lose ~1e-5 relative).
 //   * The key–key (A) and query–key (B) matrices are built from 16-token
-//     sub-chunks: diagonal 16×16 blocks pairwise, off-diagonal blocks as GEMMs
-//     of factors exp(Γ_i − Γ_r) and exp(Γ_r − Γ_j) around the first row r of the
-//     later sub-chunk. Both factors are <= 1, so nothing overflows, and the
-//     pairwise exp count drops about 4x compared with the full [C, C, dk] form.
+//     sub-chunks (see IntraChunk): no exp(−Γ) alone is ever formed, every
+//     decay factor is <= 1, and almost all of them come from products of
+//     exp(g) instead of a pairwise [C, C, dk] exp.
 //   * T = (I + A)^-1 by forward substitution, with β folded into its columns so
 //     U = T'·V and W = T'·(K̂ ⊙ exp Γ) read V straight from the input.
 //   * Everything that touches the state is a small row-major GEMM with an
@@ -54,7 +53,8 @@ static_assert(kChunk >= 3 * kSubChunk + 3, "W scratch holds the intra-chunk pane
 // (about 1 ulp). Inputs are clamped so that 2^n stays a normal float; below
 // -87.3 the true value is < 1.2e-38 and the clamp's error is irrelevant.
 inline __m256 Exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  // Operand order makes a NaN input come out as NaN rather than clamped.
+  x = _mm256_min_ps(_mm256_set1_ps(88.3f), _mm256_max_ps(_mm256_set1_ps(-87.3f), x));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
