@@ -154,8 +154,17 @@ TEST_F(KimiLinearTest, DecodeAndContinuationMatchOneForward) {
   const int64_t T = 150, V = model->info().vocab_size;
   const auto tokens = RandomTokens(T, static_cast<int32_t>(V), 5);
   const auto full = FullLogits(*model, tokens);
-  // The logits must actually depend on the context (else this test is vacuous).
-  EXPECT_GT(RowRelError(full.data() + 10 * V, full.data() + 149 * V, V), 1e-2);
+  // The logits must depend on the context, all the way back to the first
+  // token (else the state hand-off checks below would be vacuous).
+  {
+    std::vector<int32_t> alone = {tokens[T - 1]};
+    const auto no_context = FullLogits(*model, alone);
+    EXPECT_GT(RowRelError(no_context.data(), full.data() + (T - 1) * V, V), 1e-2);
+    std::vector<int32_t> changed = tokens;
+    changed[0] = changed[0] == 3 ? 4 : 3;
+    const auto other = FullLogits(*model, changed);
+    EXPECT_GT(RowRelError(other.data() + (T - 1) * V, full.data() + (T - 1) * V, V), 1e-2);
+  }
 
   for (int64_t n : {1, 63, 64, 65, 149}) {
     SCOPED_TRACE("prefill " + std::to_string(n));
