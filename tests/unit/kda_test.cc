@@ -304,6 +304,24 @@ TEST(KdaTest, ContinuesFromNonZeroInitialState) {
   }
 }
 
+// Rounding must not accumulate over many chunks of carried state.
+TEST(KdaTest, LongSequenceStaysAccurate) {
+  const Shape shape{2, 128, 128};
+  const int64_t tokens = 2048;
+  const Inputs in = MakeInputs(tokens, shape, 2048u);
+  std::vector<double> ref_state(shape.heads * shape.key_dim * shape.value_dim, 0.0);
+  const std::vector<double> ref_out = Reference(in, ref_state);
+  ThreadPool pool(2);
+  for (bool recurrent : {false, true}) {
+    SCOPED_TRACE(recurrent ? "recurrent" : "chunked");
+    std::vector<float> state(ref_state.size(), 0.f), out(ref_out.size(), 0.f);
+    const KdaArgs a = ArgsFor(in, 0, tokens, state.data(), out.data());
+    ASSERT_TRUE((recurrent ? KdaRecurrent(a, &pool) : RunChunked(a, &pool, 2)).ok());
+    EXPECT_LE(RelativeError(out, ref_out), kTolerance);
+    EXPECT_LE(RelativeError(state, ref_state), kTolerance);
+  }
+}
+
 TEST(KdaTest, ExplicitScaleIsUsedInsteadOfDefault) {
   const Shape shape{2, 32, 32};
   const Inputs in = MakeInputs(70, shape, 8u);

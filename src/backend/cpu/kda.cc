@@ -806,7 +806,7 @@ Status KdaChunked(const KdaArgs& args, void* workspace, size_t workspace_bytes, 
   const float scale = EffectiveScale(args);
   char* base = reinterpret_cast<char*>(aligned);
   ParallelFor(pool, workers, 1, [&](int64_t begin, int64_t end) {
-    ScopedFlushDenormals flush;
+    [[maybe_unused]] ScopedFlushDenormals flush;
     for (int64_t w = begin; w < end; ++w) {
       ChunkScratch s{};
       LayoutScratch(args.key_dim, args.value_dim, reinterpret_cast<float*>(base + w * slot), &s);
@@ -824,7 +824,7 @@ Status KdaRecurrent(const KdaArgs& args, ThreadPool* pool) {
   STRATA_RETURN_IF_ERROR(ValidateArgs(args));
   const float scale = EffectiveScale(args);
   ParallelFor(pool, args.num_heads, 1, [&](int64_t begin, int64_t end) {
-    ScopedFlushDenormals flush;
+    [[maybe_unused]] ScopedFlushDenormals flush;
     for (int64_t h = begin; h < end; ++h) RecurrentHead(args, h, scale);
   });
   return OkStatus();
