@@ -30,6 +30,11 @@ class ChatTemplate {
   // directory are added unless the context sets them. raise_exception(msg) and
   // runtime errors return InvalidArgument "<label>:<line>:<column>: msg".
   virtual StatusOr<std::string> Render(const nlohmann::json& context) const = 0;
+
+  // As Render, with the context's object keys in their given order. Python
+  // dicts keep insertion order and `tojson` prints them in it, so hosts that
+  // pass tool schemas should use this form (nlohmann::json sorts keys).
+  virtual StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context) const = 0;
 };
 
 }  // namespace strata

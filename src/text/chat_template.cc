@@ -1,0 +1,169 @@
+// ChatTemplate on top of the Jinja interpreter (text/jinja/): compiles the
+// template(s) of a model directory and renders them with the variables
+// transformers' apply_chat_template passes (messages, tools, documents,
+// add_generation_prompt, special tokens, extra keyword arguments).
+#include "text/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "text/jinja/evaluator.h"
+#include "text/jinja/lexer.h"
+#include "text/jinja/parser.h"
+
+namespace strata {
+namespace {
+
+struct CompiledTemplate {
+  std::string label;
+  jinja::StmtList body;
+};
+
+StatusOr<std::shared_ptr<const CompiledTemplate>> CompileOne(const std::string& source,
+                                                             const std::string& label) {
+  STRATA_ASSIGN_OR_RETURN(auto tokens, jinja::Tokenize(source, label));
+  STRATA_ASSIGN_OR_RETURN(auto body, jinja::Parse(tokens, label));
+  auto compiled = std::make_shared<CompiledTemplate>();
+  compiled->label = label;
+  compiled->body = std::move(body);
+  return std::shared_ptr<const CompiledTemplate>(std::move(compiled));
+}
+
+class ChatTemplateImpl : public ChatTemplate {
+ public:
+  ChatTemplateImpl(std::map<std::string, std::shared_ptr<const CompiledTemplate>> templates,
+                   nlohmann::ordered_json special_tokens)
+      : templates_(std::move(templates)), special_tokens_(std::move(special_tokens)) {}
+
+  StatusOr<std::string> Render(const nlohmann::json& context) const override {
+    return RenderOrdered(nlohmann::ordered_json::parse(context.dump()));
+  }
+
+  StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context) const override {
+    if (!context.is_object()) return absl::InvalidArgumentError("chat template context must be a JSON object");
+    // transformers' get_chat_template: with several named templates, "tool_use"
+    // when tools are given, else "default".
+    const CompiledTemplate* chosen = nullptr;
+    bool has_tools = context.contains("tools") && !context["tools"].is_null();
+    if (templates_.size() == 1) {
+      chosen = templates_.begin()->second.get();
+    } else if (has_tools && templates_.count("tool_use")) {
+      chosen = templates_.at("tool_use").get();
+    } else if (templates_.count("default")) {
+      chosen = templates_.at("default").get();
+    } else {
+      return absl::InvalidArgumentError("This model has multiple chat templates with no default specified");
+    }
+    auto globals = jinja::MakeGlobalScope();
+    auto scope = std::make_shared<jinja::Scope>(globals);
+    // Precedence as in apply_chat_template: special tokens, then the caller's
+    // variables; tools/documents default to None, add_generation_prompt to False.
+    scope->Set("tools", jinja::Value::None());
+    scope->Set("documents", jinja::Value::None());
+    scope->Set("add_generation_prompt", jinja::Value::Bool(false));
+    for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it) {
+      scope->Set(it.key(), jinja::Value::FromJson(it.value()));
+    }
+    for (auto it = context.begin(); it != context.end(); ++it) {
+      scope->Set(it.key(), jinja::Value::FromJson(it.value()));
+    }
+    return jinja::RenderTemplate(chosen->body, chosen->label, scope);
+  }
+
+ private:
+  std::map<std::string, std::shared_ptr<const CompiledTemplate>> templates_;
+  nlohmann::ordered_json special_tokens_;
+};
+
+StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Compile(const std::string& source,
+                                                              const std::string& label) {
+  STRATA_ASSIGN_OR_RETURN(auto compiled, CompileOne(source, label));
+  std::map<std::string, std::shared_ptr<const CompiledTemplate>> templates;
+  templates["default"] = std::move(compiled);
+  return std::unique_ptr<ChatTemplate>(
+      new ChatTemplateImpl(std::move(templates), nlohmann::ordered_json::object()));
+}
+
+StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromDirectory(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  if (fs::exists(config_path)) {
+    STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(config_path));
+    config = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded() || !config.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(config_path.string(), ": not a JSON object"));
+    }
+  }
+  // Template sources: chat_template.jinja and chat_templates/*.jinja (the
+  // format transformers saves since 4.43) win over tokenizer_config.json.
+  std::map<std::string, std::pair<std::string, std::string>> sources;  // name -> (text, label)
+  if (config.contains("chat_template")) {
+    const auto& ct = config["chat_template"];
+    const std::string label = config_path.string();
+    if (ct.is_string()) {
+      sources["default"] = {ct.get<std::string>(), label};
+    } else if (ct.is_array()) {
+      for (const auto& entry : ct) {
+        if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
+            !entry["name"].is_string() || !entry["template"].is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(label, ": chat_template list entries need string name and template"));
+        }
+        std::string name = entry["name"].get<std::string>();
+        sources[name] = {entry["template"].get<std::string>(), label + "[" + name + "]"};
+      }
+    } else if (!ct.is_null()) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": chat_template must be a string or a list"));
+    }
+  }
+  const fs::path jinja_file = fs::path(dir) / "chat_template.jinja";
+  if (fs::exists(jinja_file)) {
+    STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(jinja_file));
+    sources["default"] = {text, jinja_file.string()};
+  }
+  const fs::path jinja_dir = fs::path(dir) / "chat_templates";
+  if (fs::is_directory(jinja_dir)) {
+    for (const auto& entry : fs::directory_iterator(jinja_dir)) {
+      if (entry.path().extension() != ".jinja") continue;
+      STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(entry.path()));
+      sources[entry.path().stem().string()] = {text, entry.path().string()};
+    }
+  }
+  if (sources.empty()) {
+    return absl::NotFoundError(absl::StrCat(dir, ": no chat_template in tokenizer_config.json"));
+  }
+  std::map<std::string, std::shared_ptr<const CompiledTemplate>> templates;
+  for (const auto& [name, src] : sources) {
+    STRATA_ASSIGN_OR_RETURN(templates[name], CompileOne(src.first, src.second));
+  }
+  // Special-token variables as transformers' special_tokens_map: str(token)
+  // for each set named token; AddedToken objects give their content.
+  nlohmann::ordered_json special = nlohmann::ordered_json::object();
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                          "cls_token", "mask_token"}) {
+    if (!config.contains(key)) continue;
+    const auto& v = config[key];
+    if (v.is_string()) {
+      special[key] = v;
+    } else if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+      special[key] = v["content"];
+    }
+  }
+  return std::unique_ptr<ChatTemplate>(new ChatTemplateImpl(std::move(templates), std::move(special)));
+}
+
+}  // namespace strata

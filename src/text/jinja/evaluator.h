@@ -1,0 +1,41 @@
+// Evaluator: executes a parsed template against variables, with jinja2's
+// scoping (for-loop iterations, macros and `with` get their own scope; `if`
+// does not), loop variables, macros, break/continue, and the globals that
+// transformers provides (range, namespace, dict, raise_exception,
+// strftime_now). Runtime errors carry "<label>:<line>:<column>: ".
+#ifndef STRATA_TEXT_JINJA_EVALUATOR_H_
+#define STRATA_TEXT_JINJA_EVALUATOR_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "base/status.h"
+#include "text/jinja/ast.h"
+#include "text/jinja/value.h"
+
+namespace strata::jinja {
+
+// A variable scope; lookups fall back to the parent.
+class Scope {
+ public:
+  explicit Scope(std::shared_ptr<Scope> parent = nullptr) : parent_(std::move(parent)) {}
+  const Value* Find(const std::string& name) const;
+  void Set(const std::string& name, Value value) { vars_[name] = std::move(value); }
+
+ private:
+  std::shared_ptr<Scope> parent_;
+  absl::flat_hash_map<std::string, Value> vars_;
+};
+
+// Scope holding the globals: range, namespace, dict, raise_exception, strftime_now.
+std::shared_ptr<Scope> MakeGlobalScope();
+
+// Renders `body` with variables looked up in `scope` (usually a child of the
+// global scope holding the render context).
+StatusOr<std::string> RenderTemplate(const StmtList& body, const std::string& label,
+                                     std::shared_ptr<Scope> scope);
+
+}  // namespace strata::jinja
+
+#endif  // STRATA_TEXT_JINJA_EVALUATOR_H_

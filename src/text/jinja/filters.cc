@@ -1,0 +1,818 @@
+// Built-in filters and tests, each following jinja2/filters.py and
+// jinja2/tests.py (3.1), and transformers' tojson (json.dumps with
+// ensure_ascii=False and the caller's indent/separators/sort_keys).
+#include "text/jinja/filters.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "text/jinja/object_model.h"
+
+namespace strata::jinja {
+namespace {
+
+Status TypeError(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// ---- JSON ----
+
+void AppendJsonString(const std::string& s, bool ensure_ascii, std::string* out) {
+  out->push_back('"');
+  for (char32_t c : DecodeUtf8(s)) {
+    switch (c) {
+      case '"': *out += "\\\""; continue;
+      case '\\': *out += "\\\\"; continue;
+      case '\n': *out += "\\n"; continue;
+      case '\r': *out += "\\r"; continue;
+      case '\t': *out += "\\t"; continue;
+      case '\b': *out += "\\b"; continue;
+      case '\f': *out += "\\f"; continue;
+      default: break;
+    }
+    char buf[16];
+    if (c < 0x20 || (ensure_ascii && c > 0x7E)) {
+      if (c >= 0x10000) {
+        char32_t v = c - 0x10000;
+        std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", static_cast<unsigned>(0xD800 + (v >> 10)),
+                      static_cast<unsigned>(0xDC00 + (v & 0x3FF)));
+      } else {
+        std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
+      }
+      *out += buf;
+    } else {
+      AppendUtf8(c, out);
+    }
+  }
+  out->push_back('"');
+}
+
+std::string JsonFloat(double d) {
+  if (std::isnan(d)) return "NaN";
+  if (std::isinf(d)) return d > 0 ? "Infinity" : "-Infinity";
+  return FormatPythonFloat(d);
+}
+
+StatusOr<std::string> JsonKey(const Value& k) {
+  switch (k.kind()) {
+    case Value::Kind::kString: return k.as_string();
+    case Value::Kind::kBool: return std::string(k.as_bool() ? "true" : "false");
+    case Value::Kind::kInt: return std::to_string(k.as_int());
+    case Value::Kind::kFloat: return JsonFloat(k.as_double());
+    case Value::Kind::kNone: return std::string("null");
+    default:
+      return TypeError(absl::StrCat("keys must be str, int, float, bool or None, not ", k.TypeName()));
+  }
+}
+
+Status DumpJsonTo(const Value& v, const JsonOptions& o, int depth, std::string* out) {
+  auto newline = [&](int d) {
+    out->push_back('\n');
+    for (int i = 0; i < d; ++i) *out += *o.indent;
+  };
+  switch (v.kind()) {
+    case Value::Kind::kNone: *out += "null"; return OkStatus();
+    case Value::Kind::kBool: *out += v.as_bool() ? "true" : "false"; return OkStatus();
+    case Value::Kind::kInt: *out += std::to_string(v.as_int()); return OkStatus();
+    case Value::Kind::kFloat: *out += JsonFloat(v.as_double()); return OkStatus();
+    case Value::Kind::kString: AppendJsonString(v.as_string(), o.ensure_ascii, out); return OkStatus();
+    case Value::Kind::kList: {
+      const auto& items = v.list().items;
+      if (items.empty()) {
+        *out += "[]";
+        return OkStatus();
+      }
+      out->push_back('[');
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i) *out += o.item_separator;
+        if (o.indent) newline(depth + 1);
+        STRATA_RETURN_IF_ERROR(DumpJsonTo(items[i], o, depth + 1, out));
+      }
+      if (o.indent) newline(depth);
+      out->push_back(']');
+      return OkStatus();
+    }
+    case Value::Kind::kDict: {
+      const auto& items = v.dict().items;
+      if (items.empty()) {
+        *out += "{}";
+        return OkStatus();
+      }
+      std::vector<std::pair<std::string, const Value*>> entries;
+      for (const auto& [k, val] : items) {
+        if (o.sort_keys && !k.is_string()) {
+          // Python sorts the original keys: mixed types raise TypeError.
+          for (const auto& [k2, unused] : items) {
+            if (k2.kind() != k.kind() && !(k.is_number() && k2.is_number())) {
+              return TypeError(absl::StrCat("'<' not supported between instances of '",
+                                            k.TypeName(), "' and '", k2.TypeName(), "'"));
+            }
+          }
+        }
+        STRATA_ASSIGN_OR_RETURN(std::string key, JsonKey(k));
+        entries.emplace_back(std::move(key), &val);
+      }
+      if (o.sort_keys) {
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+      }
+      out->push_back('{');
+      for (size_t i = 0; i < entries.size(); ++i) {
+        if (i) *out += o.item_separator;
+        if (o.indent) newline(depth + 1);
+        AppendJsonString(entries[i].first, o.ensure_ascii, out);
+        *out += o.key_separator;
+        STRATA_RETURN_IF_ERROR(DumpJsonTo(*entries[i].second, o, depth + 1, out));
+      }
+      if (o.indent) newline(depth);
+      out->push_back('}');
+      return OkStatus();
+    }
+    default:
+      return TypeError(absl::StrCat("Object of type ", v.TypeName(), " is not JSON serializable"));
+  }
+}
+
+// ---- helpers ----
+
+// Keyword-or-positional argument i (after the operand) named `name`.
+const Value* Arg(const CallArgs& args, size_t i, const char* name) {
+  for (const auto& [k, v] : args.keyword) {
+    if (k == name) return &v;
+  }
+  if (i < args.positional.size()) return &args.positional[i];
+  return nullptr;
+}
+
+Status CheckArgs(const std::string& filter, const CallArgs& args,
+                 std::initializer_list<const char*> names) {
+  if (args.positional.size() > names.size()) {
+    return TypeError(absl::StrCat(filter, "() takes at most ", names.size() + 1,
+                                  " positional arguments"));
+  }
+  for (const auto& [k, v] : args.keyword) {
+    bool known = false;
+    for (const char* n : names) known = known || k == n;
+    if (!known) return TypeError(absl::StrCat(filter, "() got an unexpected keyword argument '", k, "'"));
+  }
+  return OkStatus();
+}
+
+bool ArgTruthy(const CallArgs& args, size_t i, const char* name) {
+  const Value* v = Arg(args, i, name);
+  return v && v->Truthy();
+}
+
+// jinja2's make_attrgetter: "a.b.0" walks items/attributes.
+StatusOr<Value> GetAttributePath(const Value& obj, const std::string& path) {
+  Value cur = obj;
+  size_t start = 0;
+  while (true) {
+    size_t dot = path.find('.', start);
+    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    STRATA_ASSIGN_OR_RETURN(cur, GetItem(cur, digits ? Value::Int(std::stoll(part)) : Value::String(part)));
+    if (dot == std::string::npos) return cur;
+    start = dot + 1;
+  }
+}
+
+// Sort key transform: lower-cases strings unless case sensitive.
+Value SortKey(const Value& v, bool case_sensitive) {
+  if (!case_sensitive && v.is_string()) return Value::String(PyLower(v.as_string()));
+  return v;
+}
+
+StatusOr<std::vector<Value>> SortedValues(std::vector<Value> items, bool reverse, bool case_sensitive,
+                                          const Value* attribute) {
+  std::vector<std::pair<Value, Value>> keyed;
+  for (auto& v : items) {
+    Value key = v;
+    if (attribute && !attribute->is_none()) {
+      STRATA_ASSIGN_OR_RETURN(key, GetAttributePath(v, attribute->Str()));
+    }
+    keyed.emplace_back(SortKey(key, case_sensitive), std::move(v));
+  }
+  Status error;
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+    auto lt = reverse ? LessThan(b.first, a.first) : LessThan(a.first, b.first);
+    if (!lt.ok()) {
+      if (error.ok()) error = lt.status();
+      return false;
+    }
+    return *lt;
+  });
+  STRATA_RETURN_IF_ERROR(error);
+  std::vector<Value> out;
+  for (auto& [k, v] : keyed) out.push_back(std::move(v));
+  return out;
+}
+
+// select/reject/selectattr/rejectattr share this (jinja2 _select_or_reject).
+StatusOr<Value> SelectOrReject(const Value& operand, CallArgs& args, bool select, bool by_attr) {
+  STRATA_ASSIGN_OR_RETURN(auto items, Iterate(operand));
+  size_t next = 0;
+  std::string attr;
+  if (by_attr) {
+    if (args.positional.empty()) return TypeError("Missing parameter for attribute name");
+    attr = args.positional[0].Str();
+    next = 1;
+  }
+  std::string test;
+  CallArgs test_args;
+  bool has_test = next < args.positional.size();
+  if (has_test) {
+    test = args.positional[next].Str();
+    test_args.positional.assign(args.positional.begin() + next + 1, args.positional.end());
+    test_args.keyword = args.keyword;
+  }
+  std::vector<Value> out;
+  for (const auto& item : items) {
+    Value v = item;
+    if (by_attr) {
+      STRATA_ASSIGN_OR_RETURN(v, GetAttributePath(item, attr));
+    }
+    bool ok;
+    if (has_test) {
+      CallArgs a = test_args;
+      STRATA_ASSIGN_OR_RETURN(ok, ApplyTest(test, v, a));
+    } else {
+      ok = v.Truthy();
+    }
+    if (ok == select) out.push_back(item);
+  }
+  return Value::List(std::move(out));
+}
+
+std::string HtmlEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+StatusOr<Value> PercentFormat(const std::string& fmt, const Value& args_value) {
+  std::vector<Value> args;
+  if (args_value.is_list() && args_value.list().is_tuple) {
+    args = args_value.list().items;
+  } else {
+    args.push_back(args_value);
+  }
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out.push_back(fmt[i]);
+      continue;
+    }
+    if (i + 1 >= fmt.size()) return TypeError("incomplete format");
+    char spec = fmt[++i];
+    if (spec == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (next >= args.size()) return TypeError("not enough arguments for format string");
+    const Value& a = args[next++];
+    if (spec == 's') {
+      out += a.Str();
+    } else if (spec == 'r') {
+      out += a.Repr();
+    } else if (spec == 'd' || spec == 'i') {
+      if (!a.is_number()) return TypeError("%d format: a real number is required");
+      out += std::to_string(a.is_float() ? static_cast<int64_t>(a.as_double()) : a.as_int());
+    } else {
+      return TypeError(absl::StrCat("unsupported format character '", std::string(1, spec), "'"));
+    }
+  }
+  if (next < args.size()) return TypeError("not all arguments converted during string formatting");
+  return Value::String(out);
+}
+
+using FilterFn = std::function<StatusOr<Value>(const Value&, CallArgs&)>;
+
+const std::map<std::string, FilterFn>& Filters() {
+  static const auto* filters = new std::map<std::string, FilterFn>{
+      {"tojson",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         STRATA_RETURN_IF_ERROR(CheckArgs("tojson", a, {"ensure_ascii", "indent", "separators", "sort_keys"}));
+         JsonOptions o;
+         o.ensure_ascii = ArgTruthy(a, 0, "ensure_ascii");
+         const Value* indent = Arg(a, 1, "indent");
+         if (indent && !indent->is_none()) {
+           if (indent->is_string()) {
+             o.indent = indent->as_string();
+           } else if (indent->is_int()) {
+             o.indent = std::string(std::max<int64_t>(0, indent->as_int()), ' ');
+           } else {
+             return TypeError("indent must be int or str");
+           }
+           o.item_separator = ",";
+         }
+         const Value* sep = Arg(a, 2, "separators");
+         if (sep && !sep->is_none()) {
+           if (!sep->is_list() || sep->list().items.size() != 2) {
+             return TypeError("separators must be a (item_separator, key_separator) pair");
+           }
+           o.item_separator = sep->list().items[0].Str();
+           o.key_separator = sep->list().items[1].Str();
+         }
+         o.sort_keys = ArgTruthy(a, 3, "sort_keys");
+         STRATA_ASSIGN_OR_RETURN(std::string s, DumpJson(v, o));
+         return Value::String(s);
+       }},
+      {"trim",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         const Value* chars = Arg(a, 0, "chars");
+         std::optional<std::string> c;
+         if (chars && !chars->is_none()) c = chars->Str();
+         return Value::String(PyStrip(v.Str(), c, true, true));
+       }},
+      {"length", [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(int64_t n, Length(v));
+         return Value::Int(n);
+       }},
+      {"first",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         if (items.empty()) return Value::Undefined("No first item, sequence was empty.");
+         return items.front();
+       }},
+      {"last",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         if (items.empty()) return Value::Undefined("No last item, sequence was empty.");
+         return items.back();
+       }},
+      {"join",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         const Value* d = Arg(a, 0, "d");
+         const Value* attribute = Arg(a, 1, "attribute");
+         std::string sep = d ? d->Str() : "";
+         std::string out;
+         for (size_t i = 0; i < items.size(); ++i) {
+           Value item = items[i];
+           if (attribute && !attribute->is_none()) {
+             STRATA_ASSIGN_OR_RETURN(item, GetAttributePath(item, attribute->Str()));
+           }
+           if (i) out += sep;
+           out += item.Str();
+         }
+         return Value::String(out);
+       }},
+      {"upper", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(PyUpper(v.Str())); }},
+      {"lower", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(PyLower(v.Str())); }},
+      {"capitalize", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(PyCapitalize(v.Str())); }},
+      {"title", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(PyTitle(v.Str())); }},
+      {"default",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         const Value* d = Arg(a, 0, "default_value");
+         bool boolean = ArgTruthy(a, 1, "boolean");
+         if (v.is_undefined() || (boolean && !v.Truthy())) return d ? *d : Value::String("");
+         return v;
+       }},
+      {"string", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(v.Str()); }},
+      {"safe", [](const Value& v, CallArgs&) -> StatusOr<Value> { return v.is_string() ? v : Value::String(v.Str()); }},
+      {"escape", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(HtmlEscape(v.Str())); }},
+      {"int",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         const Value* d = Arg(a, 0, "default");
+         Value fallback = d ? *d : Value::Int(0);
+         const Value* base_v = Arg(a, 1, "base");
+         int base = base_v ? static_cast<int>(base_v->as_int()) : 10;
+         if (v.is_int() || v.is_bool()) return Value::Int(v.as_int());
+         if (v.is_float()) return Value::Int(static_cast<int64_t>(v.as_double()));
+         if (v.is_string()) {
+           std::string s = PyStrip(v.as_string(), std::nullopt, true, true);
+           try {
+             size_t used = 0;
+             long long r = std::stoll(s, &used, base);
+             if (used == s.size()) return Value::Int(r);
+           } catch (...) {
+           }
+           try {
+             size_t used = 0;
+             double r = std::stod(s, &used);
+             if (used == s.size()) return Value::Int(static_cast<int64_t>(r));
+           } catch (...) {
+           }
+         }
+         return fallback;
+       }},
+      {"float",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         const Value* d = Arg(a, 0, "default");
+         Value fallback = d ? *d : Value::Float(0.0);
+         if (v.is_number()) return Value::Float(v.as_double());
+         if (v.is_string()) {
+           std::string s = PyStrip(v.as_string(), std::nullopt, true, true);
+           try {
+             size_t used = 0;
+             double r = std::stod(s, &used);
+             if (used == s.size()) return Value::Float(r);
+           } catch (...) {
+           }
+         }
+         return fallback;
+       }},
+      {"abs",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         if (v.is_float()) return Value::Float(std::fabs(v.as_double()));
+         if (v.is_number()) return Value::Int(std::llabs(v.as_int()));
+         return TypeError(absl::StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
+       }},
+      {"round",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         const Value* p = Arg(a, 0, "precision");
+         const Value* m = Arg(a, 1, "method");
+         int64_t precision = p ? p->as_int() : 0;
+         std::string method = m ? m->Str() : "common";
+         if (!v.is_number()) return TypeError("round() requires a number");
+         double scale = std::pow(10.0, static_cast<double>(precision));
+         double x = v.as_double() * scale;
+         double r;
+         if (method == "common") {
+           r = std::nearbyint(x);  // Python round(): half to even
+         } else if (method == "ceil") {
+           r = std::ceil(x);
+         } else if (method == "floor") {
+           r = std::floor(x);
+         } else {
+           return TypeError("method must be common, ceil or floor");
+         }
+         return Value::Float(r / scale);
+       }},
+      {"list", [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         return Value::List(std::move(items));
+       }},
+      {"items",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         if (v.is_undefined()) return Value::List({});
+         if (!v.is_dict()) return TypeError("Can only get item pairs from a mapping.");
+         std::vector<Value> out;
+         for (const auto& [k, val] : v.dict().items) out.push_back(Value::List({k, val}, true));
+         return Value::List(std::move(out));
+       }},
+      {"dictsort",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         if (!v.is_dict()) return TypeError("dictsort expects a mapping");
+         bool case_sensitive = ArgTruthy(a, 0, "case_sensitive");
+         const Value* by = Arg(a, 1, "by");
+         bool by_value = by && by->Str() == "value";
+         bool reverse = ArgTruthy(a, 2, "reverse");
+         std::vector<Value> pairs;
+         for (const auto& [k, val] : v.dict().items) pairs.push_back(Value::List({k, val}, true));
+         Value index = Value::Int(by_value ? 1 : 0);
+         std::vector<std::pair<Value, Value>> keyed;
+         for (auto& p : pairs) keyed.emplace_back(SortKey(p.list().items[by_value ? 1 : 0], case_sensitive), p);
+         Status error;
+         std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+           auto lt = reverse ? LessThan(y.first, x.first) : LessThan(x.first, y.first);
+           if (!lt.ok()) {
+             error = lt.status();
+             return false;
+           }
+           return *lt;
+         });
+         STRATA_RETURN_IF_ERROR(error);
+         std::vector<Value> out;
+         for (auto& [k, p] : keyed) out.push_back(p);
+         return Value::List(std::move(out));
+       }},
+      {"unique",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         bool case_sensitive = ArgTruthy(a, 0, "case_sensitive");
+         const Value* attribute = Arg(a, 1, "attribute");
+         std::vector<Value> out, seen;
+         for (const auto& item : items) {
+           Value key = item;
+           if (attribute && !attribute->is_none()) {
+             STRATA_ASSIGN_OR_RETURN(key, GetAttributePath(item, attribute->Str()));
+           }
+           key = SortKey(key, case_sensitive);
+           bool dup = false;
+           for (const auto& s : seen) dup = dup || s.Equals(key);
+           if (!dup) {
+             seen.push_back(key);
+             out.push_back(item);
+           }
+         }
+         return Value::List(std::move(out));
+       }},
+      {"reverse",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         if (v.is_string()) {
+           auto cps = DecodeUtf8(v.as_string());
+           std::reverse(cps.begin(), cps.end());
+           return Value::String(EncodeUtf8(cps));
+         }
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         std::reverse(items.begin(), items.end());
+         return Value::List(std::move(items));
+       }},
+      {"sort",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         STRATA_ASSIGN_OR_RETURN(auto sorted, SortedValues(std::move(items), ArgTruthy(a, 0, "reverse"),
+                                                          ArgTruthy(a, 1, "case_sensitive"),
+                                                          Arg(a, 2, "attribute")));
+         return Value::List(std::move(sorted));
+       }},
+      {"max",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
+         STRATA_ASSIGN_OR_RETURN(auto sorted, SortedValues(std::move(items), false,
+                                                          ArgTruthy(a, 0, "case_sensitive"),
+                                                          Arg(a, 1, "attribute")));
+         // max() returns the first maximal element.
+         size_t i = sorted.size() - 1;
+         return sorted[i];
+       }},
+      {"min",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
+         STRATA_ASSIGN_OR_RETURN(auto sorted, SortedValues(std::move(items), false,
+                                                          ArgTruthy(a, 0, "case_sensitive"),
+                                                          Arg(a, 1, "attribute")));
+         return sorted.front();
+       }},
+      {"sum",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         const Value* attribute = Arg(a, 0, "attribute");
+         const Value* start = Arg(a, 1, "start");
+         Value total = start ? *start : Value::Int(0);
+         for (auto& item : items) {
+           Value x = item;
+           if (attribute && !attribute->is_none()) {
+             STRATA_ASSIGN_OR_RETURN(x, GetAttributePath(item, attribute->Str()));
+           }
+           if (!x.is_number() || !total.is_number()) return TypeError("unsupported operand type(s) for +");
+           if (x.is_float() || total.is_float()) {
+             total = Value::Float(total.as_double() + x.as_double());
+           } else {
+             total = Value::Int(total.as_int() + x.as_int());
+           }
+         }
+         return total;
+       }},
+      {"replace",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         const Value* old = Arg(a, 0, "old");
+         const Value* repl = Arg(a, 1, "new");
+         const Value* count = Arg(a, 2, "count");
+         if (!old || !repl) return TypeError("replace() missing required arguments");
+         return Value::String(PyReplace(v.Str(), old->Str(), repl->Str(),
+                                        count && !count->is_none() ? count->as_int() : -1));
+       }},
+      {"map",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
+         std::vector<Value> out;
+         const Value* attribute = nullptr;
+         const Value* def = nullptr;
+         for (const auto& [k, val] : a.keyword) {
+           if (k == "attribute") attribute = &val;
+           if (k == "default") def = &val;
+         }
+         if (attribute) {
+           for (const auto& item : items) {
+             STRATA_ASSIGN_OR_RETURN(Value x, GetAttributePath(item, attribute->Str()));
+             if (x.is_undefined() && def) x = *def;
+             out.push_back(x);
+           }
+           return Value::List(std::move(out));
+         }
+         if (a.positional.empty()) return TypeError("map requires a filter argument");
+         std::string filter = a.positional[0].Str();
+         for (const auto& item : items) {
+           CallArgs fa;
+           fa.positional.assign(a.positional.begin() + 1, a.positional.end());
+           fa.keyword = a.keyword;
+           STRATA_ASSIGN_OR_RETURN(Value x, ApplyFilter(filter, item, fa));
+           out.push_back(x);
+         }
+         return Value::List(std::move(out));
+       }},
+      {"select", [](const Value& v, CallArgs& a) { return SelectOrReject(v, a, true, false); }},
+      {"reject", [](const Value& v, CallArgs& a) { return SelectOrReject(v, a, false, false); }},
+      {"selectattr", [](const Value& v, CallArgs& a) { return SelectOrReject(v, a, true, true); }},
+      {"rejectattr", [](const Value& v, CallArgs& a) { return SelectOrReject(v, a, false, true); }},
+      {"attr",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         if (a.positional.empty()) return TypeError("attr() missing name");
+         return GetAttribute(v, a.positional[0].Str());
+       }},
+      {"indent",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         const Value* w = Arg(a, 0, "width");
+         std::string indention = !w ? "    " : w->is_string() ? w->as_string() : std::string(std::max<int64_t>(0, w->as_int()), ' ');
+         bool first = ArgTruthy(a, 1, "first");
+         bool blank = ArgTruthy(a, 2, "blank");
+         std::string s = v.Str() + "\n";
+         CallArgs none;
+         STRATA_ASSIGN_OR_RETURN(Value lines_v, GetAttribute(Value::String(s), "splitlines"));
+         STRATA_ASSIGN_OR_RETURN(Value lines_list, lines_v.function().fn(none));
+         auto& lines = lines_list.list().items;
+         std::string rv;
+         if (blank) {
+           for (size_t i = 0; i < lines.size(); ++i) {
+             if (i) rv += "\n" + indention;
+             rv += lines[i].as_string();
+           }
+         } else {
+           rv = lines.empty() ? "" : lines[0].as_string();
+           for (size_t i = 1; i < lines.size(); ++i) {
+             const std::string& line = lines[i].as_string();
+             rv += "\n" + (line.empty() ? line : indention + line);
+           }
+         }
+         if (first) rv = indention + rv;
+         return Value::String(rv);
+       }},
+      {"center",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         const Value* w = Arg(a, 0, "width");
+         CallArgs ca;
+         ca.positional.push_back(w ? *w : Value::Int(80));
+         STRATA_ASSIGN_OR_RETURN(Value m, GetAttribute(Value::String(v.Str()), "center"));
+         return m.function().fn(ca);
+       }},
+      {"wordcount",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         CallArgs none;
+         STRATA_ASSIGN_OR_RETURN(Value m, GetAttribute(Value::String(v.Str()), "split"));
+         STRATA_ASSIGN_OR_RETURN(Value words, m.function().fn(none));
+         return Value::Int(static_cast<int64_t>(words.list().items.size()));
+       }},
+      {"format",
+       [](const Value& v, CallArgs& a) -> StatusOr<Value> {
+         if (a.positional.size() == 1) return PercentFormat(v.Str(), a.positional[0]);
+         return PercentFormat(v.Str(), Value::List(a.positional, true));
+       }},
+  };
+  return *filters;
+}
+
+const std::map<std::string, std::string>& FilterAliases() {
+  static const auto* aliases = new std::map<std::string, std::string>{
+      {"count", "length"}, {"d", "default"}, {"e", "escape"}};
+  return *aliases;
+}
+
+using TestFn = std::function<StatusOr<bool>(const Value&, CallArgs&)>;
+
+StatusOr<Value> NeedArg(const CallArgs& a, const char* test) {
+  if (a.positional.empty()) return TypeError(absl::StrCat(test, "() missing 1 required positional argument"));
+  return a.positional[0];
+}
+
+const std::map<std::string, TestFn>& Tests() {
+  static const auto* tests = new std::map<std::string, TestFn>{
+      {"defined", [](const Value& v, CallArgs&) -> StatusOr<bool> { return !v.is_undefined(); }},
+      {"undefined", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_undefined(); }},
+      {"none", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_none(); }},
+      {"boolean", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_bool(); }},
+      {"true", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_bool() && v.as_bool(); }},
+      {"false", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_bool() && !v.as_bool(); }},
+      {"integer", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_int(); }},
+      {"float", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_float(); }},
+      {"number", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_number(); }},
+      {"string", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_string(); }},
+      {"mapping", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_dict(); }},
+      {"iterable",
+       [](const Value& v, CallArgs&) -> StatusOr<bool> {
+         return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
+       }},
+      {"sequence",
+       [](const Value& v, CallArgs&) -> StatusOr<bool> {
+         return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
+       }},
+      {"callable", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_function(); }},
+      {"odd", [](const Value& v, CallArgs&) -> StatusOr<bool> {
+         if (!v.is_int() && !v.is_bool()) return TypeError("odd test needs an integer");
+         return (v.as_int() % 2) != 0;
+       }},
+      {"even", [](const Value& v, CallArgs&) -> StatusOr<bool> {
+         if (!v.is_int() && !v.is_bool()) return TypeError("even test needs an integer");
+         return (v.as_int() % 2) == 0;
+       }},
+      {"divisibleby", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+         STRATA_ASSIGN_OR_RETURN(Value n, NeedArg(a, "divisibleby"));
+         if (!n.is_int() || n.as_int() == 0 || !v.is_int()) return TypeError("divisibleby needs non-zero integers");
+         return (v.as_int() % n.as_int()) == 0;
+       }},
+      {"lower", [](const Value& v, CallArgs&) -> StatusOr<bool> {
+         std::string s = v.Str();
+         return PyLower(s) == s;
+       }},
+      {"upper", [](const Value& v, CallArgs&) -> StatusOr<bool> {
+         std::string s = v.Str();
+         return PyUpper(s) == s;
+       }},
+      {"equalto", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+         STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "eq"));
+         return v.Equals(o);
+       }},
+      {"ne", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+         STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "ne"));
+         return !v.Equals(o);
+       }},
+      {"lt", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+         STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "lt"));
+         return LessThan(v, o);
+       }},
+      {"gt", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+         STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "gt"));
+         return LessThan(o, v);
+       }},
+      {"le", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+         STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "le"));
+         STRATA_ASSIGN_OR_RETURN(bool gt, LessThan(o, v));
+         return !gt;
+       }},
+      {"ge", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+         STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "ge"));
+         STRATA_ASSIGN_OR_RETURN(bool lt, LessThan(v, o));
+         return !lt;
+       }},
+      {"in", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+         STRATA_ASSIGN_OR_RETURN(Value seq, NeedArg(a, "in"));
+         if (seq.is_string()) {
+           if (!v.is_string()) return TypeError("'in <string>' requires string as left operand");
+           return seq.as_string().find(v.as_string()) != std::string::npos;
+         }
+         if (seq.is_dict()) return seq.dict().Find(v) != nullptr;
+         STRATA_ASSIGN_OR_RETURN(auto items, Iterate(seq));
+         for (const auto& x : items) {
+           if (x.Equals(v)) return true;
+         }
+         return false;
+       }},
+      {"sameas", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+         STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "sameas"));
+         if (v.kind() != o.kind()) return false;
+         if (v.is_none() || v.is_undefined()) return true;
+         if (v.is_bool()) return v.as_bool() == o.as_bool();
+         return v.Equals(o) && !v.is_list() && !v.is_dict();
+       }},
+      {"filter", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_string() && HasFilter(v.as_string()); }},
+      {"test", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_string() && HasTest(v.as_string()); }},
+      {"escaped", [](const Value&, CallArgs&) -> StatusOr<bool> { return false; }},
+  };
+  return *tests;
+}
+
+const std::map<std::string, std::string>& TestAliases() {
+  static const auto* aliases = new std::map<std::string, std::string>{
+      {"==", "equalto"}, {"eq", "equalto"}, {"!=", "ne"}, {"<", "lt"}, {"lessthan", "lt"},
+      {"<=", "le"},      {">", "gt"},       {"greaterthan", "gt"},      {">=", "ge"}};
+  return *aliases;
+}
+
+std::string Resolve(const std::map<std::string, std::string>& aliases, const std::string& name) {
+  auto it = aliases.find(name);
+  return it == aliases.end() ? name : it->second;
+}
+
+}  // namespace
+
+bool HasFilter(const std::string& name) {
+  return Filters().count(Resolve(FilterAliases(), name)) > 0;
+}
+
+bool HasTest(const std::string& name) { return Tests().count(Resolve(TestAliases(), name)) > 0; }
+
+StatusOr<Value> ApplyFilter(const std::string& name, const Value& operand, CallArgs& args) {
+  auto it = Filters().find(Resolve(FilterAliases(), name));
+  if (it == Filters().end()) return TypeError(absl::StrCat("No filter named '", name, "'."));
+  return it->second(operand, args);
+}
+
+StatusOr<bool> ApplyTest(const std::string& name, const Value& operand, CallArgs& args) {
+  auto it = Tests().find(Resolve(TestAliases(), name));
+  if (it == Tests().end()) return TypeError(absl::StrCat("No test named '", name, "'."));
+  return it->second(operand, args);
+}
+
+StatusOr<std::string> DumpJson(const Value& value, const JsonOptions& options) {
+  std::string out;
+  STRATA_RETURN_IF_ERROR(DumpJsonTo(value, options, 0, &out));
+  return out;
+}
+
+}  // namespace strata::jinja

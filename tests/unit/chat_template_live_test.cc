@@ -1,0 +1,100 @@
+// Live parity test: conversations generated and rendered by transformers'
+// apply_chat_template (tests/text/gen_chat_cases.py, run with the reference
+// venv) must render byte-identically here, and must fail here whenever they
+// fail there. Missing venv or shared data is a failure, never a skip.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "text/chat_template.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Shows where two renderings first differ, with context around it.
+std::string FirstDifference(const std::string& expected, const std::string& actual) {
+  size_t i = 0;
+  while (i < expected.size() && i < actual.size() && expected[i] == actual[i]) ++i;
+  size_t from = i > 80 ? i - 80 : 0;
+  auto excerpt = [&](const std::string& s) {
+    return nlohmann::json(s.substr(from, std::min<size_t>(s.size() - std::min(from, s.size()), 200)))
+        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  return "first difference at byte " + std::to_string(i) + "\n  expected: " + excerpt(expected) +
+         "\n  actual:   " + excerpt(actual);
+}
+
+TEST(ChatTemplateLiveTest, MatchesTransformersOnGeneratedConversations) {
+  const std::string python = STRATA_REF_PYTHON;
+  const std::string shared = STRATA_SHARED_DATA_DIR;
+  ASSERT_TRUE(fs::exists(python)) << "reference venv missing: " << python
+                                  << " (run tools/setup.sh)";
+  ASSERT_TRUE(fs::exists(fs::path(shared) / "tokenizers/qwen3/tokenizer_config.json"))
+      << "shared data missing under " << shared;
+  ASSERT_TRUE(fs::exists(fs::path(shared) / "tokenizers/deepseek_v3/tokenizer_config.json"))
+      << "shared data missing under " << shared;
+
+  const fs::path out = fs::path(STRATA_BINARY_DIR) / "chat_template_live_cases.jsonl";
+  fs::remove(out);
+  const std::string command = "\"" + python + "\" \"" STRATA_SOURCE_DIR
+                              "/tests/text/gen_chat_cases.py\" --shared \"" + shared +
+                              "\" --out \"" + out.string() + "\" --cases 400 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << "reference generator failed: " << command;
+
+  std::ifstream in(out);
+  ASSERT_TRUE(in) << "no cases written to " << out;
+  std::map<std::string, std::unique_ptr<ChatTemplate>> templates;
+  std::map<std::string, int> compared, rendered_ok, raised, mismatches;
+  std::string line;
+  int reported = 0;
+  while (std::getline(in, line)) {
+    const auto c = nlohmann::ordered_json::parse(line);
+    const std::string name = c["template"].get<std::string>();
+    auto& tmpl = templates[name];
+    if (!tmpl) {
+      auto compiled = ChatTemplate::FromDirectory(c["dir"].get<std::string>());
+      ASSERT_TRUE(compiled.ok()) << compiled.status();
+      tmpl = std::move(compiled).value();
+    }
+    ++compared[name];
+    auto result = tmpl->RenderOrdered(c["context"]);
+    const std::string where = name + " case " + std::to_string(c["index"].get<int>());
+    bool ok;
+    if (c.contains("error")) {
+      ++raised[name];
+      ok = !result.ok();
+      if (!ok && reported++ < 5) {
+        ADD_FAILURE() << where << ": transformers raised (" << c["error"].get<std::string>()
+                      << ") but we rendered:\n" << *result;
+      }
+    } else {
+      ok = result.ok() && *result == c["expected"].get<std::string>();
+      if (result.ok()) ++rendered_ok[name];
+      if (!ok && reported++ < 5) {
+        ADD_FAILURE() << where << ": "
+                      << (result.ok() ? FirstDifference(c["expected"].get<std::string>(), *result)
+                                      : "we failed: " + std::string(result.status().message()))
+                      << "\n  context: " << c["context"].dump();
+      }
+    }
+    if (!ok) ++mismatches[name];
+  }
+  for (const char* name : {"qwen3", "deepseek_v3"}) {
+    EXPECT_GE(compared[name], 300) << name;
+    // Most cases must render (not just raise on both sides).
+    EXPECT_GE(rendered_ok[name], 250) << name;
+    EXPECT_EQ(mismatches[name], 0) << name;
+    std::printf("%s: %d conversations compared (%d raised in transformers), %d mismatches\n", name,
+                compared[name], raised[name], mismatches[name]);
+  }
+}
+
+}  // namespace
+}  // namespace strata
