@@ -96,8 +96,8 @@ std::vector<std::string_view> Cut(std::string_view s, const std::vector<size_t>&
   return out;
 }
 
-// Openers of each family: before Finish, a text event must never end inside
-// one of these (half a marker shown to the user while it may still complete).
+// Openers of each family. Before Finish, a text event may end in a prefix of
+// one only if the input already continues past it (decided as not a marker).
 std::vector<std::string> OpenersOf(ToolCallFamily family) {
   switch (family) {
     case ToolCallFamily::kHermes:
@@ -110,10 +110,17 @@ std::vector<std::string> OpenersOf(ToolCallFamily family) {
   return {};
 }
 
-bool EndsInsideMarker(std::string_view text, const std::vector<std::string>& markers) {
+// Whether `text` (just emitted) and `fed` (all input so far) both end in the
+// same proper prefix of a marker: the parser showed an undecided half marker.
+bool EmitsUndecidedMarker(std::string_view text, std::string_view fed,
+                          const std::vector<std::string>& markers) {
+  auto ends_with = [](std::string_view s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+  };
   for (const std::string& m : markers) {
-    for (size_t n = 1; n < m.size() && n <= text.size(); ++n) {
-      if (text.substr(text.size() - n) == std::string_view(m).substr(0, n)) return true;
+    for (size_t n = 1; n < m.size(); ++n) {
+      const std::string_view prefix = std::string_view(m).substr(0, n);
+      if (ends_with(text, prefix) && ends_with(fed, prefix)) return true;
     }
   }
   return false;
@@ -168,10 +175,12 @@ void CheckStreamingProperty(const Sample& s) {
   {
     auto parser = ToolCallParser::Create(s.family, s.options);
     std::vector<ToolCallEvent> raw;
-    for (char c : s.text) {
-      for (auto& e : parser->Feed(std::string_view(&c, 1))) {
+    for (size_t i = 0; i < s.text.size(); ++i) {
+      for (auto& e : parser->Feed(std::string_view(s.text).substr(i, 1))) {
         if (e.kind == Kind::kText) {
-          EXPECT_FALSE(EndsInsideMarker(e.text, OpenersOf(s.family))) << "half a marker: " << e.text;
+          EXPECT_FALSE(EmitsUndecidedMarker(e.text, std::string_view(s.text).substr(0, i + 1),
+                                            OpenersOf(s.family)))
+              << "half a marker: " << e.text;
           if (IsValidUtf8(s.text)) {
             EXPECT_TRUE(IsValidUtf8(e.text)) << "text event splits a UTF-8 sequence: " << e.text;
           }
