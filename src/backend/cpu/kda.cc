@@ -342,7 +342,8 @@ struct ChunkScratch {
   float* am;    // [C, C] A (strictly lower)
   float* bm;    // [C, C] B (lower with diagonal)
   float* tm;    // [C, C] (I + A)^-1 · diag(β)
-  float* kt;    // [dk, C] sub-chunk key panel, later [C, dk] K̂ ⊙ exp(Γ_C − Γ)
+  float* kt;    // [dk, C] intra-chunk key panel
+  float* kd;    // [C, dk] K̂ ⊙ exp(Γ_C − Γ)
   float* u;     // [C, dv] U, then V_new
   float* w;     // [C, dk] sub-chunk panels and diagonal-block rows, then W
 };
@@ -358,8 +359,8 @@ size_t LayoutScratch(int64_t dk, int64_t dv, float* base, ChunkScratch* s) {
   const size_t c = kChunk;
   const size_t cdk = Pad(c * dk), cdv = Pad(c * dv), cc = Pad(c * c);
   float** const slots[] = {&s->qn, &s->kn, &s->ghi, &s->glo, &s->beta, &s->am,
-                           &s->bm, &s->tm, &s->kt,  &s->u,   &s->w};
-  const size_t sizes[] = {cdk, cdk, cdk, cdk, Pad(c), cc, cc, cc, Pad(dk * c), cdv, cdk};
+                           &s->bm, &s->tm, &s->kt,  &s->kd,  &s->u,    &s->w};
+  const size_t sizes[] = {cdk, cdk, cdk, cdk, Pad(c), cc, cc, cc, Pad(dk * c), cdk, cdv, cdk};
   size_t offset = 0;
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
     if (base != nullptr) *slots[i] = base + offset;
@@ -497,8 +498,10 @@ void IntraChunk(int64_t len, int64_t dk, const float* g, int64_t g_stride, const
             s.kt[d * kChunk + prev + j] = f[j * dk + d] * alpha[d];
           }
         }
+      }
+      if (i == s0) {
         std::fill(run, run + dk, 1.f);
-      } else if (i > s0) {
+      } else {
         for (int64_t d = 0; d < dk; ++d) run[d] *= alpha[d];
         for (int64_t j = s0; j < i; ++j) {
           float* __restrict fj = f + (j - s0) * dk;
@@ -525,7 +528,7 @@ void IntraChunk(int64_t len, int64_t dk, const float* g, int64_t g_stride, const
           s.bm[i * kChunk + j] = b_sum;
         }
       }
-      if (s0 > 0) {
+      {
         float* __restrict kq_i = kq + (i - s0) * dk;
         float* __restrict qq_i = qq + (i - s0) * dk;
         for (int64_t d = 0; d < dk; ++d) {
@@ -547,6 +550,29 @@ void IntraChunk(int64_t len, int64_t dk, const float* g, int64_t g_stride, const
         const float b = s.beta[i];
         for (int64_t j = 0; j < s0; ++j) row[j] *= b;
       }
+    }
+    // The inter-chunk factors of this block's rows come from the same short
+    // products: exp(Γ_i) = exp(Γ_s0)·exp(Γ_i − Γ_s0), and, F_j being final now,
+    // exp(Γ_last − Γ_j) = exp(Γ_last − Γ_{s1−1})·exp(Γ_{s1−1} − Γ_j). Raw q̂, k̂
+    // of these rows are not needed again.
+    float* e = rescale;  // free until the next block starts
+    ExpGammaDiff(s.ghi + s0 * dk, s.glo + s0 * dk, nullptr, nullptr, e, dk);
+    for (int64_t i = s0; i < s1; ++i) {
+      float* __restrict qi = s.qn + i * dk;
+      float* __restrict ki = s.kn + i * dk;
+      const float* __restrict qq_i = qq + (i - s0) * dk;
+      const float* __restrict kq_i = kq + (i - s0) * dk;
+      for (int64_t d = 0; d < dk; ++d) {
+        qi[d] = qq_i[d] * e[d];
+        ki[d] = kq_i[d] * e[d];
+      }
+    }
+    ExpGammaDiff(s.ghi + (len - 1) * dk, s.glo + (len - 1) * dk, s.ghi + (s1 - 1) * dk,
+                 s.glo + (s1 - 1) * dk, e, dk);
+    for (int64_t j = s0; j < s1; ++j) {
+      float* __restrict kd = s.kd + j * dk;
+      const float* __restrict fj = f + (j - s0) * dk;
+      for (int64_t d = 0; d < dk; ++d) kd[d] = fj[d] * e[d];
     }
   }
 }
@@ -599,35 +625,8 @@ void ChunkStep(const KdaArgs& a, int64_t h, int64_t t0, float scale, const Chunk
   IntraChunk(len, dk, a.g + (t0 * nh + h) * dk, nh * dk, s);
   InvertUnitLower(len, s);
 
-  // kt ← K̂ ⊙ exp(Γ_last − Γ) (row-major, read transposed by the state GEMM),
-  // then q̂ ⊙ exp(Γ) and k̂ ⊙ exp(Γ) in place. All factors are <= 1.
   const float* hi_last = s.ghi + (len - 1) * dk;
   const float* lo_last = s.glo + (len - 1) * dk;
-  for (int64_t i = 0; i < len; ++i) {
-    float* __restrict qi = s.qn + i * dk;
-    float* __restrict ki = s.kn + i * dk;
-    float* __restrict kdi = s.kt + i * dk;
-    const float* hi_i = s.ghi + i * dk;
-    const float* lo_i = s.glo + i * dk;
-    int64_t d = 0;
-#ifdef STRATA_KDA_SIMD
-    for (; d + 8 <= dk; d += 8) {
-      const __m256 k8 = _mm256_loadu_ps(ki + d);
-      const __m256 tail = Exp8(GammaDiff8(hi_last + d, lo_last + d, hi_i + d, lo_i + d));
-      const __m256 head = Exp8(GammaDiff8(hi_i + d, lo_i + d, nullptr, nullptr));
-      _mm256_storeu_ps(kdi + d, _mm256_mul_ps(k8, tail));
-      _mm256_storeu_ps(ki + d, _mm256_mul_ps(k8, head));
-      _mm256_storeu_ps(qi + d, _mm256_mul_ps(_mm256_loadu_ps(qi + d), head));
-    }
-#endif
-    for (; d < dk; ++d) {
-      const float tail = std::exp(GammaDiff1(hi_last, lo_last, hi_i, lo_i, d));
-      const float head = std::exp(GammaDiff1(hi_i, lo_i, nullptr, nullptr, d));
-      kdi[d] = ki[d] * tail;
-      ki[d] *= head;
-      qi[d] *= head;
-    }
-  }
 
   const float* v = a.v + (t0 * nh + h) * dv;
   float* out = a.out + (t0 * nh + h) * dv;
@@ -657,7 +656,7 @@ void ChunkStep(const KdaArgs& a, int64_t h, int64_t t0, float scale, const Chunk
     const float f = std::exp(GammaDiff1(hi_last, lo_last, nullptr, nullptr, d));
     for (int64_t n = 0; n < dv; ++n) row[n] *= f;
   }
-  Gemm(dk, dv, len, s.kt, dk, s.u, dv, state, dv, Accumulate::kAdd, false, true);
+  Gemm(dk, dv, len, s.kd, dk, s.u, dv, state, dv, Accumulate::kAdd, false, true);
 }
 
 // ---------------------------------------------------------------------------
