@@ -1,0 +1,103 @@
+// tiktoken rank BPE (see bpe_tiktoken.h).
+#include "text/bpe_tiktoken.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "text/bpe_merge.h"
+#include "text/unicode.h"
+
+namespace strata::text {
+
+StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the tiktoken rank file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string data = ss.str();
+  std::unique_ptr<RankBpeModel> m(new RankBpeModel());
+  m->ranks_.reserve(data.size() / 12);
+  size_t pos = 0;
+  int line_no = 0;
+  int32_t max_rank = -1;
+  std::string bytes;
+  while (pos < data.size()) {
+    size_t eol = data.find('\n', pos);
+    if (eol == std::string::npos) eol = data.size();
+    std::string_view line(data.data() + pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    const size_t sp = line.find(' ');
+    int32_t rank;
+    if (sp == std::string_view::npos || !absl::SimpleAtoi(AsAbsl(line.substr(sp + 1)), &rank) || rank < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ":", line_no, ": expected \"<base64 token> <rank>\""));
+    }
+    if (!absl::Base64Unescape(AsAbsl(line.substr(0, sp)), &bytes) || bytes.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": bad base64 token \"", AsAbsl(line.substr(0, sp)), "\""));
+    }
+    if (!m->ranks_.try_emplace(bytes, rank).second) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": duplicate token"));
+    }
+    max_rank = std::max(max_rank, rank);
+  }
+  if (m->ranks_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no tokens in the rank file"));
+  }
+  m->id_to_bytes_.resize(max_rank + 1);
+  for (const auto& [b, r] : m->ranks_) m->id_to_bytes_[r] = b;
+  for (int b = 0; b < 256; ++b) {
+    auto it = m->ranks_.find(std::string(1, static_cast<char>(b)));
+    if (it == m->ranks_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": the single byte 0x", absl::Hex(b), " has no rank"));
+    }
+    m->byte_ids_[b] = it->second;
+  }
+  return m;
+}
+
+std::optional<int32_t> RankBpeModel::BytesToId(std::string_view bytes) const {
+  auto it = ranks_.find(AsAbsl(bytes));
+  if (it == ranks_.end()) return std::nullopt;
+  return it->second;
+}
+
+void RankBpeModel::Encode(std::string_view piece, std::vector<int32_t>* out) const {
+  if (piece.empty()) return;
+  // A piece that is itself a token is that token (tiktoken's shortcut).
+  if (auto it = ranks_.find(AsAbsl(piece)); it != ranks_.end()) {
+    out->push_back(it->second);
+    return;
+  }
+  if (piece.size() > BpeCache::kMaxKeyBytes) {
+    EncodeUncached(piece, out);
+    return;
+  }
+  if (cache_.Lookup(piece, out)) return;
+  const size_t before = out->size();
+  EncodeUncached(piece, out);
+  cache_.Insert(piece, out->data() + before, out->size() - before);
+}
+
+void RankBpeModel::EncodeUncached(std::string_view piece, std::vector<int32_t>* out) const {
+  std::vector<BpeSymbol> syms(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i) {
+    syms[i] = {byte_ids_[static_cast<uint8_t>(piece[i])], static_cast<uint32_t>(i),
+               static_cast<uint32_t>(i + 1)};
+  }
+  MergeSymbols(&syms, [&](const BpeSymbol& l, const BpeSymbol& r) -> PairMerge {
+    auto it = ranks_.find(AsAbsl(piece.substr(l.begin, r.end - l.begin)));
+    if (it == ranks_.end()) return {};
+    return {it->second, it->second};
+  });
+  for (const BpeSymbol& s : syms) out->push_back(s.id);
+}
+
+}  // namespace strata::text

@@ -1,0 +1,82 @@
+// tokenizer_config.json reading (see tokenizer_config.h).
+#include "text/tokenizer_config.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace strata::text {
+namespace {
+
+using Json = nlohmann::json;
+
+// A token field is a string, an {"content": ...} AddedToken object, or null.
+StatusOr<std::optional<std::string>> TokenField(const Json& j, const char* key,
+                                                const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::optional<std::string>();
+  if (it->is_string()) return std::optional<std::string>(it->get<std::string>());
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+    return std::optional<std::string>((*it)["content"].get<std::string>());
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": ", key, ": expected a string, an object with \"content\", or null"));
+}
+
+StatusOr<bool> BoolField(const Json& j, const char* key, const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return false;
+  if (!it->is_boolean()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, ": expected true or false"));
+  }
+  return it->get<bool>();
+}
+
+}  // namespace
+
+StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
+  TokenizerConfig cfg;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return cfg;
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  Json j = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected an object"));
+  STRATA_ASSIGN_OR_RETURN(cfg.add_bos_token, BoolField(j, "add_bos_token", path));
+  STRATA_ASSIGN_OR_RETURN(cfg.add_eos_token, BoolField(j, "add_eos_token", path));
+  STRATA_ASSIGN_OR_RETURN(cfg.bos_token, TokenField(j, "bos_token", path));
+  STRATA_ASSIGN_OR_RETURN(cfg.eos_token, TokenField(j, "eos_token", path));
+  if (auto it = j.find("added_tokens_decoder"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": added_tokens_decoder: expected an object of id -> token"));
+    }
+    for (auto e = it->begin(); e != it->end(); ++e) {
+      AddedToken t;
+      if (!absl::SimpleAtoi(e.key(), &t.id) || t.id < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": added_tokens_decoder: key \"", e.key(), "\" is not a token id"));
+      }
+      const Json& v = e.value();
+      if (!v.is_object() || !v.contains("content") || !v["content"].is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": added_tokens_decoder[\"", e.key(), "\"].content: expected a string"));
+      }
+      t.content = v["content"].get<std::string>();
+      t.special = v.value("special", false);
+      t.lstrip = v.value("lstrip", false);
+      t.rstrip = v.value("rstrip", false);
+      t.normalized = v.value("normalized", false);
+      t.single_word = v.value("single_word", false);
+      cfg.added_tokens_decoder.push_back(std::move(t));
+    }
+  }
+  return cfg;
+}
+
+}  // namespace strata::text

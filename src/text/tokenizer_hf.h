@@ -1,0 +1,59 @@
+// Tokenizer for Hugging Face tokenizer.json files (BPE model): added tokens ->
+// normalizer -> pre-tokenizer -> BPE -> post-processor, plus BOS/EOS from
+// tokenizer_config.json; decoding through the file's decoder.
+#ifndef STRATA_TEXT_TOKENIZER_HF_H_
+#define STRATA_TEXT_TOKENIZER_HF_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "text/bpe.h"
+#include "text/normalizer.h"
+#include "text/pretokenizer.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_added_tokens.h"
+#include "text/tokenizer_config.h"
+
+namespace strata::text {
+
+class HfTokenizer : public Tokenizer {
+ public:
+  // `config` comes from tokenizer_config.json next to the file (defaults when absent).
+  static StatusOr<std::unique_ptr<HfTokenizer>> Load(const std::string& path,
+                                                     const TokenizerConfig& config);
+
+  StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                        const EncodeOptions& options) const override;
+  StatusOr<std::string> Decode(const std::vector<int32_t>& ids,
+                               const DecodeOptions& options) const override;
+  StatusOr<std::string> TokenBytes(int32_t id) const override;
+  int32_t vocab_size() const override { return vocab_size_; }
+  std::optional<int32_t> TokenToId(std::string_view token) const override;
+  bool IsSpecial(int32_t id) const override;
+  std::optional<std::string> bos_token() const override { return config_.bos_token; }
+  std::optional<std::string> eos_token() const override { return config_.eos_token; }
+
+ private:
+  HfTokenizer() = default;
+
+  TokenizerConfig config_;
+  std::unique_ptr<Normalizer> normalizer_;
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<BpeModel> model_;
+  AddedTokens added_;
+  // Post-processor template around a single sequence.
+  std::vector<int32_t> prefix_ids_, suffix_ids_;
+  std::optional<int32_t> bos_id_, eos_id_;
+  enum class DecoderKind { kNone, kByteLevel };
+  DecoderKind decoder_ = DecoderKind::kNone;
+  // Per id: the bytes the decoder turns the token into (before the final
+  // UTF-8 repair), and whether it is a special token.
+  std::vector<std::string> token_bytes_;
+  std::vector<bool> special_;
+  int32_t vocab_size_ = 0;
+};
+
+}  // namespace strata::text
+
+#endif  // STRATA_TEXT_TOKENIZER_HF_H_

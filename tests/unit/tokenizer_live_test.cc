@@ -1,0 +1,169 @@
+// Live exactness test: tests/text/gen_tokenizer_cases.py generates 20,000
+// varied strings per vocabulary and the reference library's ids and decodes
+// (tokenizers for tokenizer.json, tiktoken for rank files); every id and every
+// decode must be equal. Missing reference venv or data is a failure.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "text/tokenizer.h"
+
+namespace strata {
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr int kCases = 20000;
+constexpr int kMaxReported = 5;
+
+std::string Quoted(const std::string& s) { return Json(s).dump(); }
+
+std::string Ids(const std::vector<int32_t>& ids) {
+  return "[" + absl::StrJoin(ids, ",") + "]";
+}
+
+// Runs the harness for `vocab`; returns the JSONL path (the test fails on error).
+std::string GenerateCases(const std::string& vocab) {
+  const std::string python = STRATA_REF_PYTHON;
+  const std::string script = std::string(STRATA_SOURCE_DIR) + "/tests/text/gen_tokenizer_cases.py";
+  if (!fs::exists(python)) {
+    ADD_FAILURE() << "reference Python " << python
+                  << " is missing: run tools/setup.sh (it creates .venv-ref)";
+    return "";
+  }
+  if (!fs::exists(std::string(STRATA_SHARED_DATA_DIR))) {
+    ADD_FAILURE() << "shared data dir " << STRATA_SHARED_DATA_DIR << " is missing";
+    return "";
+  }
+  const std::string out = (fs::temp_directory_path() /
+                           absl::StrCat("strata_tok_cases_", vocab, "_", getpid(), ".jsonl"))
+                              .string();
+  const std::string cmd = absl::StrCat("'", python, "' '", script, "' --data '",
+                                       STRATA_SHARED_DATA_DIR, "' --vocab ", vocab, " --count ",
+                                       kCases, " --out '", out, "' 2>&1");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    ADD_FAILURE() << "cannot run " << cmd;
+    return "";
+  }
+  std::string log;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) log.append(buf, n);
+  const int rc = pclose(p);
+  if (rc != 0) {
+    ADD_FAILURE() << "reference harness failed (exit " << rc << "): " << cmd << "\n" << log;
+    return "";
+  }
+  return out;
+}
+
+struct Stats {
+  int cases = 0, id_mismatches = 0, decode_mismatches = 0;
+};
+
+void CheckCases(const std::string& vocab, const std::string& jsonl,
+                const std::function<std::unique_ptr<Tokenizer>(const Json& header)>& load) {
+  std::ifstream in(jsonl);
+  ASSERT_TRUE(in) << jsonl;
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << jsonl << " is empty";
+  const Json header = Json::parse(line);
+  std::unique_ptr<Tokenizer> tok = load(header);
+  ASSERT_NE(tok, nullptr);
+  Stats st;
+  std::string report;
+  int reported = 0;
+  auto note = [&](const std::string& what) {
+    if (reported++ < kMaxReported) report += what + "\n";
+  };
+  while (std::getline(in, line)) {
+    const Json c = Json::parse(line);
+    ++st.cases;
+    const std::string text = c["text"].get<std::string>();
+    const std::vector<int32_t> want = c["ids"].get<std::vector<int32_t>>();
+    auto got = tok->Encode(text);
+    if (!got.ok()) {
+      ++st.id_mismatches;
+      note(absl::StrCat("case ", st.cases, " text=", Quoted(text), ": ", got.status().ToString()));
+      continue;
+    }
+    if (*got != want) {
+      ++st.id_mismatches;
+      note(absl::StrCat("case ", st.cases, " text=", Quoted(text), "\n  want ", Ids(want),
+                        "\n  got  ", Ids(*got)));
+    }
+    struct Dec {
+      const char* field;
+      std::vector<int32_t> ids;
+      bool skip;
+    };
+    const auto sl = c["slice"].get<std::vector<size_t>>();
+    const Dec decs[] = {
+        {"decode", want, false},
+        {"decode_skip", want, true},
+        {"slice_decode", std::vector<int32_t>(want.begin() + sl[0], want.begin() + sl[1]), false},
+    };
+    for (const Dec& d : decs) {
+      DecodeOptions o;
+      o.skip_special_tokens = d.skip;
+      auto text_out = tok->Decode(d.ids, o);
+      const std::string expect = c[d.field].get<std::string>();
+      if (!text_out.ok() || *text_out != expect) {
+        ++st.decode_mismatches;
+        note(absl::StrCat("case ", st.cases, " ", d.field, " of ", Ids(d.ids), "\n  want ",
+                          Quoted(expect), "\n  got  ",
+                          text_out.ok() ? Quoted(*text_out) : text_out.status().ToString()));
+      }
+    }
+  }
+  fs::remove(jsonl);
+  EXPECT_EQ(st.cases, kCases) << vocab;
+  EXPECT_EQ(st.id_mismatches, 0) << vocab << ": " << st.id_mismatches << " of " << st.cases
+                                 << " strings encode differently; first ones:\n" << report;
+  EXPECT_EQ(st.decode_mismatches, 0) << vocab << ": " << st.decode_mismatches
+                                     << " decodes differ; first ones:\n" << report;
+  std::printf("%s: %d strings, %d id mismatches, %d decode mismatches\n", vocab.c_str(), st.cases,
+              st.id_mismatches, st.decode_mismatches);
+}
+
+void RunTokenizerJson(const std::string& vocab) {
+  const std::string jsonl = GenerateCases(vocab);
+  if (jsonl.empty()) return;
+  CheckCases(vocab, jsonl, [&](const Json&) -> std::unique_ptr<Tokenizer> {
+    auto t = Tokenizer::FromDirectory(std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/" + vocab);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? std::move(t).value() : nullptr;
+  });
+}
+
+void RunTiktoken(const std::string& vocab) {
+  const std::string jsonl = GenerateCases(vocab);
+  if (jsonl.empty()) return;
+  CheckCases(vocab, jsonl, [&](const Json& h) -> std::unique_ptr<Tokenizer> {
+    std::vector<std::pair<std::string, int32_t>> specials;
+    for (const Json& s : h["specials"]) specials.emplace_back(s[0].get<std::string>(), s[1].get<int32_t>());
+    auto t = Tokenizer::FromTiktoken(
+        std::string(STRATA_SHARED_DATA_DIR) + "/tiktoken/" + vocab + ".tiktoken",
+        h["pattern"].get<std::string>(), specials);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? std::move(t).value() : nullptr;
+  });
+}
+
+TEST(TokenizerLiveTest, Qwen3MatchesReference) { RunTokenizerJson("qwen3"); }
+TEST(TokenizerLiveTest, DeepSeekV3MatchesReference) { RunTokenizerJson("deepseek_v3"); }
+TEST(TokenizerLiveTest, O200kMatchesTiktoken) { RunTiktoken("o200k_base"); }
+TEST(TokenizerLiveTest, Cl100kMatchesTiktoken) { RunTiktoken("cl100k_base"); }
+
+}  // namespace
+}  // namespace strata
