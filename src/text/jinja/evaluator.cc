@@ -162,7 +162,9 @@ class Evaluator {
 
   Status ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope, std::string* out) {
     STRATA_ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr, scope));
-    STRATA_ASSIGN_OR_RETURN(auto all, Iterate(iterable));
+    auto iterated = Iterate(iterable);
+    if (!iterated.ok()) return Locate(iterated.status(), s.expr->line, s.expr->column);
+    std::vector<Value> all = std::move(iterated).value();
     std::vector<Value> items;
     if (s.filter) {
       for (auto& item : all) {
