@@ -10,7 +10,10 @@ or, when transformers raises, {"template": ..., "context": ..., "error": MSG}.
 The context is exactly what the C++ side renders: messages, tools (when
 given), add_generation_prompt and the extra variables.
 
-Usage: gen_chat_cases.py --shared SHARED_DATA_DIR --out FILE [--cases N]
+For TEMPLATE_FILES the line also has "template_file" and "special_tokens"
+(transformers' special_tokens_map, which the C++ side adds to the context).
+
+Usage: gen_chat_cases.py --shared SHARED_DATA_DIR --templates DIR --out FILE [--cases N]
 """
 import argparse
 import json
@@ -22,6 +25,14 @@ TEMPLATES = {
     # name -> directory under SHARED_DATA_DIR holding tokenizer_config.json
     "qwen3": "tokenizers/qwen3",
     "deepseek_v3": "tokenizers/deepseek_v3",
+}
+
+# Template texts written for these tests (tests/data/templates), rendered
+# through apply_chat_template(chat_template=...) with the special tokens of
+# the given tokenizer directory: name -> (directory, file).
+TEMPLATE_FILES = {
+    "tool_json_style": ("tokenizers/qwen3", "tool_json_style.jinja"),
+    "feature_mix": ("tokenizers/deepseek_v3", "feature_mix.jinja"),
 }
 
 TEXTS = [
@@ -181,6 +192,7 @@ def make_conversation(rng, style):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", required=True)
+    ap.add_argument("--templates", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--cases", type=int, default=400)
     args = ap.parse_args()
@@ -188,10 +200,20 @@ def main():
     import transformers  # noqa: F401  (imported here so --help works without it)
     from transformers import AutoTokenizer
 
+    jobs = [(name, rel, None) for name, rel in TEMPLATES.items()]
+    jobs += [(name, rel, fname) for name, (rel, fname) in TEMPLATE_FILES.items()]
+    tokenizers = {}
     with open(args.out, "w", encoding="utf-8") as out:
-        for name, rel in TEMPLATES.items():
+        for name, rel, fname in jobs:
             directory = os.path.join(args.shared, rel)
-            tok = AutoTokenizer.from_pretrained(directory)
+            if directory not in tokenizers:
+                tokenizers[directory] = AutoTokenizer.from_pretrained(directory)
+            tok = tokenizers[directory]
+            template_text = None
+            if fname is not None:
+                template_file = os.path.join(args.templates, fname)
+                with open(template_file, encoding="utf-8") as f:
+                    template_text = f.read()
             rng = random.Random(f"strata-chat-{name}")
             styles = ["plain", "tools", "reasoning", "edge"]
             for i in range(args.cases):
@@ -202,9 +224,13 @@ def main():
                 context["add_generation_prompt"] = agp
                 context.update(extra)
                 case = {"template": name, "dir": directory, "index": i, "context": context}
+                if template_text is not None:
+                    case["template_file"] = template_file
+                    case["special_tokens"] = tok.special_tokens_map
                 try:
                     case["expected"] = tok.apply_chat_template(
-                        msgs, tools=tools, tokenize=False, add_generation_prompt=agp, **extra)
+                        msgs, tools=tools, tokenize=False, add_generation_prompt=agp,
+                        chat_template=template_text, **extra)
                 except Exception as e:  # the C++ side must fail too
                     case["error"] = f"{type(e).__name__}: {e}"
                 out.write(json.dumps(case, ensure_ascii=False) + "\n")

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -45,7 +46,7 @@ TEST(ChatTemplateLiveTest, MatchesTransformersOnGeneratedConversations) {
   fs::remove(out);
   const std::string command = "\"" + python + "\" \"" STRATA_SOURCE_DIR
                               "/tests/text/gen_chat_cases.py\" --shared \"" + shared +
-                              "\" --out \"" + out.string() + "\" --cases 400 2>&1";
+                              "\" --templates \"" STRATA_SOURCE_DIR "/tests/data/templates\" --out \"" + out.string() + "\" --cases 400 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << "reference generator failed: " << command;
 
   std::ifstream in(out);
@@ -58,13 +59,28 @@ TEST(ChatTemplateLiveTest, MatchesTransformersOnGeneratedConversations) {
     const auto c = nlohmann::ordered_json::parse(line);
     const std::string name = c["template"].get<std::string>();
     auto& tmpl = templates[name];
-    if (!tmpl) {
+    nlohmann::ordered_json context = c["context"];
+    if (c.contains("template_file")) {
+      // A template text of ours: compiled directly, with the special tokens
+      // transformers passed added to the context.
+      const std::string path = c["template_file"].get<std::string>();
+      if (!tmpl) {
+        std::ifstream file(path, std::ios::binary);
+        ASSERT_TRUE(file) << "cannot read " << path;
+        std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+        auto compiled = ChatTemplate::Compile(text, path);
+        ASSERT_TRUE(compiled.ok()) << compiled.status();
+        tmpl = std::move(compiled).value();
+      }
+      context = c["special_tokens"];
+      for (auto it = c["context"].begin(); it != c["context"].end(); ++it) context[it.key()] = it.value();
+    } else if (!tmpl) {
       auto compiled = ChatTemplate::FromDirectory(c["dir"].get<std::string>());
       ASSERT_TRUE(compiled.ok()) << compiled.status();
       tmpl = std::move(compiled).value();
     }
     ++compared[name];
-    auto result = tmpl->RenderOrdered(c["context"]);
+    auto result = tmpl->RenderOrdered(context);
     const std::string where = name + " case " + std::to_string(c["index"].get<int>());
     bool ok;
     if (c.contains("error")) {
@@ -86,7 +102,7 @@ TEST(ChatTemplateLiveTest, MatchesTransformersOnGeneratedConversations) {
     }
     if (!ok) ++mismatches[name];
   }
-  for (const char* name : {"qwen3", "deepseek_v3"}) {
+  for (const char* name : {"qwen3", "deepseek_v3", "tool_json_style", "feature_mix"}) {
     EXPECT_GE(compared[name], 300) << name;
     // Most cases must render (not just raise on both sides).
     EXPECT_GE(rendered_ok[name], 250) << name;
