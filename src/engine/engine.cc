@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <new>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -42,7 +44,11 @@ Engine::~Engine() {
 void Engine::Log(LogLevel level, std::string_view message) const {
   if (!options_.log || level < options_.min_log_level) return;
   std::lock_guard<std::mutex> lock(log_mu_);
-  options_.log(level, message);
+  try {
+    options_.log(level, message);
+  } catch (...) {
+    // Logging must never take a request or the scheduler thread down.
+  }
 }
 
 StatusOr<std::shared_ptr<Request>> Engine::Submit(Session& session, std::span<const int32_t> prompt,
@@ -96,7 +102,16 @@ void Engine::SchedulerLoop() {
     queue_.erase(it);
     if (stop_) r->Cancel();
     lock.unlock();
-    const bool done = Step(r);
+    bool done = true;
+    // The scheduler thread has no caller to hand an exception to (the standard
+    // library may throw bad_alloc): it becomes the request's error instead.
+    try {
+      done = Step(r);
+    } catch (const std::bad_alloc&) {
+      if (!r->finished()) Finish(r, FinishReason::kError, absl::ResourceExhaustedError("out of memory"));
+    } catch (const std::exception& e) {
+      if (!r->finished()) Finish(r, FinishReason::kError, absl::InternalError(e.what()));
+    }
     lock.lock();
     // Back of the queue: every runnable request gets a token before this one gets another.
     if (!done) queue_.push_back(std::move(r));
