@@ -334,6 +334,26 @@ TEST(JinjaSyntaxErrorTest, ColumnsCountCodePoints) {
   EXPECT_EQ(RenderError("é {% bogus %}"), "t:1:6: Encountered unknown tag 'bogus'.");
 }
 
+TEST(JinjaSyntaxErrorTest, UnknownFilterOrTestFailsAtCompileTime) {
+  // transformers: TemplateAssertionError when compiling.
+  auto filter = ChatTemplate::Compile("{{ x | nosuch }}", "t");
+  ASSERT_FALSE(filter.ok());
+  EXPECT_EQ(filter.status().message(), "t:1:8: No filter named 'nosuch'.");
+  auto test = ChatTemplate::Compile("\n{{ x is nosuch }}", "t");
+  ASSERT_FALSE(test.ok());
+  EXPECT_EQ(test.status().message(), "t:2:6: No test named 'nosuch'.");
+  // A loop or macro body inside an `if` is not exempt.
+  EXPECT_FALSE(ChatTemplate::Compile("{% if true %}{% for a in [1] %}{{ a | nosuch }}{% endfor %}{% endif %}", "t").ok());
+  EXPECT_FALSE(ChatTemplate::Compile("{% macro m() %}{{ 1 | nosuch }}{% endmacro %}", "t").ok());
+}
+
+TEST(JinjaSyntaxErrorTest, UnknownFilterInsideIfFailsOnlyWhenRun) {
+  // transformers renders these ("ok") and raises only when the call runs.
+  ExpectRender("{% if x %}{{ x | nosuch }}{% endif %}ok", "{}", "ok");
+  ExpectRender("{{ (x | nosuch) if x else 'ok' }}", "{}", "ok");
+  EXPECT_THAT(RenderError("{% if x is nosuch %}{% endif %}"), HasSubstr("No test named 'nosuch'"));
+}
+
 // ---- Value formatting helpers. ----
 
 TEST(JinjaValueTest, PythonFloatRepr) {

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "text/jinja/filters.h"
 
 namespace strata::jinja {
 namespace {
@@ -720,11 +721,80 @@ class Parser {
   size_t pos_ = 0;
 };
 
+// jinja2 rejects unknown filters and tests when compiling, except inside an
+// `if` (test and branches) or a conditional expression ("soft" frames), where
+// the error waits until the call runs. Loop, macro, call, with and filter
+// bodies open new frames, which are never soft.
+class NameChecker {
+ public:
+  explicit NameChecker(const std::string& label) : label_(label) {}
+
+  Status Check(const StmtList& body, bool soft) {
+    for (const auto& s : body) STRATA_RETURN_IF_ERROR(CheckStmt(*s, soft));
+    return OkStatus();
+  }
+
+ private:
+  Status CheckStmt(const Stmt& s, bool soft) {
+    switch (s.kind) {
+      case StmtKind::kIf:
+        for (const auto& c : s.conditions) STRATA_RETURN_IF_ERROR(CheckExpr(c.get(), true));
+        for (const auto& b : s.bodies) STRATA_RETURN_IF_ERROR(Check(b, true));
+        return OkStatus();
+      case StmtKind::kFor:
+        STRATA_RETURN_IF_ERROR(CheckExpr(s.expr.get(), soft));
+        STRATA_RETURN_IF_ERROR(CheckExpr(s.filter.get(), false));
+        for (const auto& b : s.bodies) STRATA_RETURN_IF_ERROR(Check(b, false));
+        return OkStatus();
+      case StmtKind::kSetBlock:
+        STRATA_RETURN_IF_ERROR(CheckExpr(s.filter.get(), soft));
+        return Check(s.bodies[0], soft);
+      case StmtKind::kMacro:
+        for (const auto& p : s.params) STRATA_RETURN_IF_ERROR(CheckExpr(p.default_value.get(), false));
+        return Check(s.bodies[0], false);
+      case StmtKind::kCallBlock:
+        STRATA_RETURN_IF_ERROR(CheckExpr(s.expr.get(), soft));
+        return Check(s.bodies[0], false);
+      case StmtKind::kFilterBlock:
+        STRATA_RETURN_IF_ERROR(CheckExpr(s.filter.get(), false));
+        return Check(s.bodies[0], false);
+      case StmtKind::kWith:
+        for (const auto& [target, value] : s.assignments) {
+          STRATA_RETURN_IF_ERROR(CheckExpr(value.get(), soft));
+        }
+        return Check(s.bodies[0], false);
+      case StmtKind::kGeneration:
+        return Check(s.bodies[0], false);
+      default:
+        return CheckExpr(s.expr.get(), soft);
+    }
+  }
+
+  Status CheckExpr(const Expr* e, bool soft) {
+    if (!e) return OkStatus();
+    if (!soft && e->kind == ExprKind::kFilter && !HasFilter(e->name)) {
+      return LocatedError(label_, e->line, e->column, absl::StrCat("No filter named '", e->name, "'."));
+    }
+    if (!soft && e->kind == ExprKind::kTest && !HasTest(e->name)) {
+      return LocatedError(label_, e->line, e->column, absl::StrCat("No test named '", e->name, "'."));
+    }
+    bool child_soft = soft || e->kind == ExprKind::kCondition;
+    for (const auto& a : e->args) STRATA_RETURN_IF_ERROR(CheckExpr(a.get(), child_soft));
+    for (const auto& [k, v] : e->kwargs) STRATA_RETURN_IF_ERROR(CheckExpr(v.get(), child_soft));
+    return OkStatus();
+  }
+
+  const std::string& label_;
+};
+
 }  // namespace
 
 StatusOr<StmtList> Parse(const std::vector<Token>& tokens, const std::string& label) {
   Parser parser(tokens, label);
-  return parser.ParseTemplate();
+  STRATA_ASSIGN_OR_RETURN(StmtList body, parser.ParseTemplate());
+  NameChecker checker(label);
+  STRATA_RETURN_IF_ERROR(checker.Check(body, false));
+  return body;
 }
 
 }  // namespace strata::jinja
