@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
