@@ -85,6 +85,9 @@ int RunInfo(int argc, char** argv);
 int RunBench(int argc, char** argv);
 int RunMakeDemoModel(int argc, char** argv);
 int RunDemo(int argc, char** argv);
+int RunTokenize(int argc, char** argv);
+int RunDetokenize(int argc, char** argv);
+int RunTemplate(int argc, char** argv);
 
 }  // namespace strata::cli
 

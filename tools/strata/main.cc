@@ -1,5 +1,6 @@
 // `strata`: the command-line tool. Dispatches to one subcommand per file
-// (logits.cc, generate.cc, info.cc, bench.cc, demo.cc).
+// (logits.cc, generate.cc, info.cc, bench.cc, demo.cc, tokenize.cc,
+// detokenize.cc, template.cc).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -20,6 +21,9 @@ void PrintUsage(FILE* out) {
                "  logits           logits of every position of a token file (.npy) -> .npy\n"
                "  generate         generate tokens after a prompt (.npy) with greedy or sampled decoding\n"
                "  bench            CPU prefill and decode throughput\n"
+               "  tokenize         token ids of each line of a JSONL file of strings\n"
+               "  detokenize       text of each line of a JSONL file of id arrays\n"
+               "  template         render a conversation (JSON) with the model's chat template\n"
                "  version          print the version\n");
 }
 
@@ -46,6 +50,9 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return RunBench(argc, argv);
   if (cmd == "make-demo-model") return RunMakeDemoModel(argc, argv);
   if (cmd == "run") return RunDemo(argc, argv);
+  if (cmd == "tokenize") return RunTokenize(argc, argv);
+  if (cmd == "detokenize") return RunDetokenize(argc, argv);
+  if (cmd == "template") return RunTemplate(argc, argv);
   std::fprintf(stderr, "strata: unknown command '%s'\n\n", cmd.c_str());
   PrintUsage(stderr);
   return kExitUsage;
