@@ -21,6 +21,8 @@ import os
 import random
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 TEMPLATES = {
     # name -> directory under SHARED_DATA_DIR holding tokenizer_config.json
     "qwen3": "tokenizers/qwen3",
@@ -234,6 +236,22 @@ def main():
                 except Exception as e:  # the C++ side must fail too
                     case["error"] = f"{type(e).__name__}: {e}"
                 out.write(json.dumps(case, ensure_ascii=False) + "\n")
+        # Feature snippets (snippets.py) through the same apply_chat_template.
+        from snippets import SNIPPETS, SNIPPET_VARS
+        directory = os.path.join(args.shared, "tokenizers/qwen3")
+        tok = tokenizers[directory]
+        msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+        for i, snippet in enumerate(SNIPPETS):
+            context = {"messages": msgs, "add_generation_prompt": True, **SNIPPET_VARS}
+            case = {"template": "snippets", "dir": directory, "index": i, "context": context,
+                    "template_text": snippet, "special_tokens": tok.special_tokens_map}
+            try:
+                case["expected"] = tok.apply_chat_template(
+                    msgs, tokenize=False, add_generation_prompt=True, chat_template=snippet,
+                    **SNIPPET_VARS)
+            except Exception as e:
+                case["error"] = f"{type(e).__name__}: {e}"
+            out.write(json.dumps(case, ensure_ascii=False) + "\n")
     return 0
 
 

@@ -175,11 +175,51 @@ class Gen:
         return s
 
 
-def hf_reference(data, vocab):
+# Flags set on Qwen3's added tokens for the "qwen3_flags" variant, which
+# exercises lstrip/rstrip/single_word/normalized matching.
+QWEN3_FLAGS = {
+    "<think>": {"lstrip": True},
+    "</think>": {"rstrip": True},
+    "<tool_call>": {"single_word": True},
+    "<tool_response>": {"normalized": True},
+    "<|im_start|>": {"lstrip": True, "rstrip": True},
+    "<|fim_prefix|>": {"single_word": True},
+    "</tool_call>": {"single_word": True, "lstrip": True},
+}
+
+
+def flags_text(r, specials):
+    """Added tokens next to letters, digits, underscores and whitespace runs."""
+    out = []
+    for _ in range(r.randint(1, 8)):
+        k = r.random()
+        if k < 0.4:
+            out.append(r.choice(specials))
+        elif k < 0.6:
+            out.append(r.choice(["a", "word", "_", "9", "é", "世界", "x_y", "Ωmega"]))
+        elif k < 0.85:
+            out.append(r.choice(SPACES) * r.randint(1, 3))
+        else:
+            out.append(r.choice(PUNCT))
+    return "".join(out)
+
+
+def hf_reference(data, vocab, workdir):
     from tokenizers import Tokenizer
-    path = f"{data}/tokenizers/{vocab}/tokenizer.json"
+    header = {"vocab": vocab, "kind": "tokenizer.json", "dir": f"{data}/tokenizers/{vocab}"}
+    if vocab == "qwen3_flags":
+        import shutil
+        with open(f"{data}/tokenizers/qwen3/tokenizer.json", encoding="utf-8") as f:
+            tj = json.load(f)
+        for t in tj["added_tokens"]:
+            t.update(QWEN3_FLAGS.get(t["content"], {}))
+        with open(f"{workdir}/tokenizer.json", "w", encoding="utf-8") as f:
+            json.dump(tj, f, ensure_ascii=False)
+        shutil.copy(f"{data}/tokenizers/qwen3/tokenizer_config.json", workdir)
+        header["dir"] = workdir
+    path = f"{header['dir']}/tokenizer.json"
     tok = Tokenizer.from_file(path)
-    with open(f"{data}/tokenizers/{vocab}/tokenizer_config.json") as f:
+    with open(f"{header['dir']}/tokenizer_config.json") as f:
         cfg = json.load(f)
 
     def tok_name(v):
@@ -207,7 +247,7 @@ def hf_reference(data, vocab):
     def decode(seqs, skip):
         return tok.decode_batch(seqs, skip_special_tokens=skip)
 
-    return {"vocab": vocab, "kind": "tokenizer.json"}, specials, encode, decode
+    return header, specials, encode, decode
 
 
 def tiktoken_reference(data, vocab):
@@ -250,15 +290,19 @@ def main():
     ap.add_argument("--count", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--workdir", help="where the qwen3_flags tokenizer.json is written")
     a = ap.parse_args()
     if a.vocab.endswith("_base"):
         header, specials, encode, decode = tiktoken_reference(a.data, a.vocab)
     else:
-        header, specials, encode, decode = hf_reference(a.data, a.vocab)
+        header, specials, encode, decode = hf_reference(a.data, a.vocab, a.workdir)
     header.update(count=a.count, seed=a.seed)
     g = Gen(a.seed, specials)
     r = random.Random(a.seed + 1)
-    texts = [g.text() for _ in range(a.count)]
+    if a.vocab == "qwen3_flags":
+        texts = [flags_text(r, specials) if i % 2 else g.text() for i in range(a.count)]
+    else:
+        texts = [g.text() for _ in range(a.count)]
     all_ids = encode(texts)
     slices = []
     for ids in all_ids:

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <ctime>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/cord.h"
@@ -177,6 +178,8 @@ class Evaluator {
       items = std::move(all);
     }
     const int64_t n = static_cast<int64_t>(items.size());
+    // loop.changed(*values) compares with its previous call in this loop.
+    auto last_changed = std::make_shared<std::optional<Value>>();
     for (int64_t i = 0; i < n; ++i) {
       auto iteration = std::make_shared<Scope>(scope);
       STRATA_RETURN_IF_ERROR(Assign(s.target, items[i], iteration));
@@ -197,6 +200,13 @@ class Evaluator {
       loop.Set(Value::String("cycle"), Value::Function("cycle", [i](CallArgs& a) -> StatusOr<Value> {
                  if (a.positional.empty()) return TypeError("no items for cycling given");
                  return a.positional[i % a.positional.size()];
+               }));
+      loop.Set(Value::String("changed"),
+               Value::Function("changed", [last_changed](CallArgs& a) -> StatusOr<Value> {
+                 Value now = Value::List(a.positional, true);
+                 if (*last_changed && (*last_changed)->Equals(now)) return Value::Bool(false);
+                 *last_changed = now;
+                 return Value::Bool(true);
                }));
       iteration->Set("loop", Value::Dict(std::move(loop)));
       STRATA_ASSIGN_OR_RETURN(Flow flow, Exec(s.bodies[0], iteration, out));

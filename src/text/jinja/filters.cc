@@ -615,7 +615,12 @@ const std::map<std::string, FilterFn>& Filters() {
       {"attr",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
          if (a.positional.empty()) return TypeError("attr() missing name");
-         return GetAttribute(v, a.positional[0].Str());
+         // Python getattr only: a dict's keys are not attributes here.
+         const std::string name = a.positional[0].Str();
+         if (v.is_dict() && name != "get" && name != "items" && name != "keys" && name != "values") {
+           return Value::Undefined(absl::StrCat("'dict object' has no attribute '", name, "'"));
+         }
+         return GetAttribute(v, name);
        }},
       {"indent",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {

@@ -74,17 +74,12 @@ std::vector<std::string> PySplit(const std::string& s, const std::optional<std::
     }
     if (!from_right) {
       for (int64_t k = 0; k < maxsplit; ++k) out.push_back(slice(words[k].first, words[k].second));
-      // The remainder keeps its inner whitespace, trailing whitespace stripped.
-      size_t rest = words[maxsplit].first;
-      size_t end = cps.size();
-      while (end > rest && IsPythonSpace(cps[end - 1])) --end;
-      out.push_back(slice(rest, end));
+      // The remainder is kept as is from its first character to the end.
+      out.push_back(slice(words[maxsplit].first, cps.size()));
     } else {
       size_t n = words.size();
-      size_t rest_end = words[n - maxsplit - 1].second;
-      size_t begin = 0;
-      while (begin < rest_end && IsPythonSpace(cps[begin])) ++begin;
-      out.push_back(slice(begin, rest_end));
+      // The remainder runs from the start to the end of its last word.
+      out.push_back(slice(0, words[n - maxsplit - 1].second));
       for (size_t k = n - maxsplit; k < n; ++k) out.push_back(slice(words[k].first, words[k].second));
     }
     return out;
@@ -624,13 +619,20 @@ char32_t ToLower(char32_t c) {
   if (c >= 0x400 && c <= 0x40F) return c + 80;
   return c;
 }
-bool IsCased(char32_t c) { return ToUpper(c) != c || ToLower(c) != c; }
+// U+00DF (sharp s) is lower case without a one-character upper case.
+bool IsCased(char32_t c) { return c == 0xDF || ToUpper(c) != c || ToLower(c) != c; }
 }  // namespace
 
 std::string PyUpper(const std::string& s) {
-  std::vector<char32_t> cps = DecodeUtf8(s);
-  for (auto& c : cps) c = ToUpper(c);
-  return EncodeUtf8(cps);
+  std::string out;
+  for (char32_t c : DecodeUtf8(s)) {
+    if (c == 0xDF) {
+      out += "SS";  // Python's full case mapping
+    } else {
+      AppendUtf8(ToUpper(c), &out);
+    }
+  }
+  return out;
 }
 
 std::string PyLower(const std::string& s) {
