@@ -12,20 +12,20 @@
 // Grammar (whitespace between the pieces is allowed and dropped):
 //   Hermes:    text <tool_call> {"name": N, "arguments": A} </tool_call> text
 //   DeepSeek:  text <｜tool▁calls▁begin｜> CALL* <｜tool▁calls▁end｜> text
-//              CALL = <｜tool▁call▁begin｜> function<｜tool▁sep｜>N\n```json\nA\n```<｜tool▁call▁end｜>  (V3)
-//                   | <｜tool▁call▁begin｜> N<｜tool▁sep｜>A<｜tool▁call▁end｜>                      (V3.1)
+//              CALL = <｜tool▁call▁begin｜>
+//              function<｜tool▁sep｜>N\n```json\nA\n```<｜tool▁call▁end｜>  (V3)
+//                   | <｜tool▁call▁begin｜> N<｜tool▁sep｜>A<｜tool▁call▁end｜> (V3.1)
 //   Kimi K2:   text <|tool_calls_section_begin|> CALL* <|tool_calls_section_end|> text
-//              CALL = <|tool_call_begin|>functions.N:IDX<|tool_call_argument_begin|>A<|tool_call_end|>
+//              CALL =
+//              <|tool_call_begin|>functions.N:IDX<|tool_call_argument_begin|>A<|tool_call_end|>
 // A malformed call becomes an error event carrying its raw markup; parsing
 // resumes at the next marker that can end or start a call, so later calls in
 // the same message still parse.
 #include "text/tool_call_parser.h"
 
 #include <algorithm>
-#include <utility>
-
 #include <nlohmann/json.hpp>
-
+#include <utility>
 
 namespace strata {
 namespace {
@@ -167,8 +167,8 @@ class JsonObjectScanner {
           break;
         default:
           if (!IsBareJsonByte(c)) {
-            return Fail(Cat("unexpected character '", std::string(1, static_cast<char>(c)),
-                                     "' in JSON"));
+            return Fail(
+                Cat("unexpected character '", std::string(1, static_cast<char>(c)), "' in JSON"));
           }
       }
     }
@@ -342,8 +342,8 @@ class StreamingParser final : public ToolCallParser {
         const size_t end = nl == std::string::npos ? buf_.size() : nl;
         if (end - name_start_ > kMaxHeaderBytes) return StartRecover("tool name too long");
         if (nl == std::string::npos) return false;
-        name_ = std::string(StripSpace(
-            std::string_view(buf_).substr(name_start_, nl - name_start_)));
+        name_ =
+            std::string(StripSpace(std::string_view(buf_).substr(name_start_, nl - name_start_)));
         if (name_.empty() || name_.find('<') != std::string::npos) {
           return StartRecover("bad tool name");
         }
@@ -471,8 +471,8 @@ class StreamingParser final : public ToolCallParser {
     if (hit.which != 0) {
       return StartRecover(Cat("tool call header without ", m_.sep));
     }
-    header_ = std::string(StripSpace(
-        std::string_view(buf_).substr(body_start_, hit.pos - body_start_)));
+    header_ =
+        std::string(StripSpace(std::string_view(buf_).substr(body_start_, hit.pos - body_start_)));
     if (header_.empty() || header_.find('\n') != std::string::npos) {
       return StartRecover("bad tool call header");
     }
@@ -482,8 +482,8 @@ class StreamingParser final : public ToolCallParser {
       id_ = header_;
       std::string_view name = header_;
       if (name.substr(0, 10) == "functions.") name.remove_prefix(10);
-      if (const size_t colon = name.rfind(':'); colon != std::string_view::npos &&
-          colon + 1 < name.size() &&
+      if (const size_t colon = name.rfind(':');
+          colon != std::string_view::npos && colon + 1 < name.size() &&
           std::all_of(name.begin() + colon + 1, name.end(), IsDigit)) {
         name = name.substr(0, colon);
       }
@@ -535,11 +535,11 @@ class StreamingParser final : public ToolCallParser {
         break;
       case State::kRecover:
         message = Cat(recover_reason_, "; unterminated: missing ",
-                               family_ == ToolCallFamily::kHermes ? m_.hermes_close : m_.call_end);
+                      family_ == ToolCallFamily::kHermes ? m_.hermes_close : m_.call_end);
         break;
       default:
         message = Cat("unterminated tool call: missing ",
-                               family_ == ToolCallFamily::kHermes ? m_.hermes_close : m_.call_end);
+                      family_ == ToolCallFamily::kHermes ? m_.hermes_close : m_.call_end);
     }
     EmitError(message, from, buf_.size(), "");
   }
@@ -690,8 +690,8 @@ StatusOr<std::unique_ptr<ToolCallParser>> ToolCallParser::ForFamily(
     return Create(ToolCallFamily::kDeepSeek, options);
   }
   if (f == "kimi_k2" || f == "kimi") return Create(ToolCallFamily::kKimiK2, options);
-  return absl::InvalidArgumentError(Cat(
-      "unknown tool-call family '", family, "' (expected hermes, deepseek or kimi_k2)"));
+  return absl::InvalidArgumentError(
+      Cat("unknown tool-call family '", family, "' (expected hermes, deepseek or kimi_k2)"));
 }
 
 StatusOr<std::unique_ptr<ToolCallParser>> ToolCallParser::ForTemplate(

@@ -38,9 +38,9 @@ struct ToolCallEvent {
 };
 
 enum class ToolCallFamily {
-  kHermes,    // Qwen2.5/Qwen3, Hermes: <tool_call>{"name":..,"arguments":..}</tool_call>
+  kHermes,  // Qwen2.5/Qwen3, Hermes: <tool_call>{"name":..,"arguments":..}</tool_call>
   kDeepSeek,  // DeepSeek V3 (function<｜tool▁sep｜>NAME ```json) and V3.1 (NAME<｜tool▁sep｜>ARGS)
-  kKimiK2,    // Kimi K2: <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>ARGS
+  kKimiK2,  // Kimi K2: <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>ARGS
 };
 
 // "hermes", "deepseek", "kimi_k2".

@@ -5,19 +5,18 @@
 // tokenizer_config.json's add_bos_token/add_eos_token, as the issue asks:
 // transformers' AutoTokenizer is wrong for the DeepSeek-V3 file), and
 // transformers' apply_chat_template for rendered prompts, byte for byte.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 namespace strata {
 namespace {
@@ -77,9 +76,9 @@ elif mode == 'template':
 class CliTextTest : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("strata_cli_text_" + std::to_string(::getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ =
+        fs::temp_directory_path() / ("strata_cli_text_" + std::to_string(::getpid()) + "_" +
+                                     testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
     WriteFile("ref.py", kReferenceScript);
   }
@@ -116,9 +115,9 @@ class CliTextTest : public testing::Test {
 
   void Reference(const std::string& mode, const std::string& model, const std::string& in,
                  const std::string& out) {
-    const int rc = Shell("'" + kPython + "' '" + Path("ref.py") + "' " + mode + " '" + kTokenizers +
-                         "/" + model + "' '" + Path(in) + "' '" + Path(out) + "' 2> '" +
-                         Path("ref_err.txt") + "'");
+    const int rc =
+        Shell("'" + kPython + "' '" + Path("ref.py") + "' " + mode + " '" + kTokenizers + "/" +
+              model + "' '" + Path(in) + "' '" + Path(out) + "' 2> '" + Path("ref_err.txt") + "'");
     ASSERT_EQ(rc, 0) << "reference " << mode << " failed: " << ReadFile("ref_err.txt");
   }
 
@@ -301,7 +300,8 @@ TEST_F(CliTextTest, ErrorsNameTheFileAndLine) {
   const std::string model = " --model '" + kTokenizers + "/qwen3'";
   WriteFile("bad.jsonl", "\"fine\"\n42\n");
   EXPECT_EQ(Strata("tokenize" + model + " --jsonl '" + Path("bad.jsonl") + "'", "out.txt"), 1);
-  EXPECT_THAT(ReadFile("err.txt"), testing::HasSubstr(Path("bad.jsonl") + ":2: expected a JSON string"));
+  EXPECT_THAT(ReadFile("err.txt"),
+              testing::HasSubstr(Path("bad.jsonl") + ":2: expected a JSON string"));
   EXPECT_EQ(ReadFile("out.txt"), "") << "no partial output on failure";
 
   WriteFile("bad.jsonl", "[1, 2]\n[3, \"x\"]\n");
@@ -313,11 +313,13 @@ TEST_F(CliTextTest, ErrorsNameTheFileAndLine) {
   EXPECT_THAT(ReadFile("err.txt"), testing::HasSubstr(Path("bad.jsonl") + ":2:"));
 
   WriteFile("conv.json", "{\"messages\": [}");
-  EXPECT_EQ(Strata("template" + model + " --conversation '" + Path("conv.json") + "'", "out.txt"), 1);
+  EXPECT_EQ(Strata("template" + model + " --conversation '" + Path("conv.json") + "'", "out.txt"),
+            1);
   EXPECT_THAT(ReadFile("err.txt"), testing::HasSubstr(Path("conv.json") + ": parse error"));
 
   WriteFile("conv.json", "{\"tools\": []}");
-  EXPECT_EQ(Strata("template" + model + " --conversation '" + Path("conv.json") + "'", "out.txt"), 1);
+  EXPECT_EQ(Strata("template" + model + " --conversation '" + Path("conv.json") + "'", "out.txt"),
+            1);
   EXPECT_THAT(ReadFile("err.txt"), testing::HasSubstr("needs \"messages\""));
 
   EXPECT_EQ(Strata("tokenize" + model, "out.txt"), 2) << "missing --jsonl is a usage error";

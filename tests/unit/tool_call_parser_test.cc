@@ -10,15 +10,15 @@
 // ForTemplate is checked on those template files directly.
 #include "text/tool_call_parser.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 namespace strata {
 
@@ -240,15 +240,18 @@ ToolCallParserOptions Tools(std::vector<std::string> names) {
 std::vector<Sample> HermesSamples() {
   std::vector<Sample> v;
   // As the Qwen3 template renders an assistant turn with content and two calls.
-  v.push_back({"hermes_two_calls", ToolCallFamily::kHermes,
-               "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n"
-               "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
-               "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>",
-               {Text("<think>\nThe user wants weather.\n</think>\n\nLet me check."),
-                Call("call_0", "get_weather", R"({"city":"Paris"})"),
-                Call("call_1", "get_time", R"({"tz":"UTC"})")}});
   v.push_back(
-      {"hermes_nested_unicode_marker_in_string", ToolCallFamily::kHermes,
+      {"hermes_two_calls",
+       ToolCallFamily::kHermes,
+       "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n"
+       "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>",
+       {Text("<think>\nThe user wants weather.\n</think>\n\nLet me check."),
+        Call("call_0", "get_weather", R"({"city":"Paris"})"),
+        Call("call_1", "get_time", R"({"tz":"UTC"})")}});
+  v.push_back(
+      {"hermes_nested_unicode_marker_in_string",
+       ToolCallFamily::kHermes,
        "Searching… 🔍 now\n\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": "
        "\"naïve \\\"quoted\\\" {braces} [brackets] 日本語 😀 \\u00e9\\n\", \"filters\": "
        "{\"tags\": [\"a\", \"}\"], \"range\": {\"min\": -1, \"max\": 2.5e3}}, \"flag\": true, "
@@ -256,84 +259,106 @@ std::vector<Sample> HermesSamples() {
        "{\"text\": \"use <tool_call> and </tool_call> literally\"}}\n</tool_call>\n\n"
        "Done 👍 — café.",
        {Text("Searching… 🔍 now"),
-        Call("call_0", "search",
-             R"({"filters":{"range":{"max":2500.0,"min":-1},"tags":["a","}"]},"flag":true,"none":null,"query":"naïve \"quoted\" {braces} [brackets] 日本語 😀 é\n"})"),
+        Call(
+            "call_0", "search",
+            R"({"filters":{"range":{"max":2500.0,"min":-1},"tags":["a","}"]},"flag":true,"none":null,"query":"naïve \"quoted\" {braces} [brackets] 日本語 😀 é\n"})"),
         Call("call_1", "write_note", R"({"text":"use <tool_call> and </tool_call> literally"})"),
         Text("Done 👍 — café.")}});
-  v.push_back({"hermes_string_arguments", ToolCallFamily::kHermes,
+  v.push_back({"hermes_string_arguments",
+               ToolCallFamily::kHermes,
                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": "
                "\\\"東京\\\", \\\"days\\\": 3}\"}\n</tool_call>",
                {Call("call_0", "get_weather", R"({"city":"東京","days":3})")}});
-  v.push_back({"hermes_no_calls_marker_lookalikes", ToolCallFamily::kHermes,
+  v.push_back({"hermes_no_calls_marker_lookalikes",
+               ToolCallFamily::kHermes,
                "Use the <tool_calls> tag, or <tool_call without a bracket, a < b, <tool, "
                "</tool_call> stray and <toolbox>. Ünïcødé ✓",
                {}});
-  v.push_back({"hermes_malformed_then_valid", ToolCallFamily::kHermes,
-               "First:\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": Paris}}\n"
-               "</tool_call>\nThen:\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n"
-               "</tool_call>",
-               {}});
-  v.push_back({"hermes_missing_brace_then_valid", ToolCallFamily::kHermes,
+  v.push_back(
+      {"hermes_malformed_then_valid",
+       ToolCallFamily::kHermes,
+       "First:\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": Paris}}\n"
+       "</tool_call>\nThen:\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n"
+       "</tool_call>",
+       {}});
+  v.push_back({"hermes_missing_brace_then_valid",
+               ToolCallFamily::kHermes,
                "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}\n</tool_call>\nok "
                "<tool_call>{\"name\": \"b\", \"arguments\": {\"y\": [1, 2]}}</tool_call>",
                {}});
-  v.push_back({"hermes_unterminated_string_then_opener", ToolCallFamily::kHermes,
+  v.push_back({"hermes_unterminated_string_then_opener",
+               ToolCallFamily::kHermes,
                "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"oops\n<tool_call>\n"
                "{\"name\": \"b\", \"arguments\": {}}\n</tool_call> after",
                {}});
-  v.push_back({"hermes_unknown_tool", ToolCallFamily::kHermes,
+  v.push_back({"hermes_unknown_tool",
+               ToolCallFamily::kHermes,
                "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
                "{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
                {},
                Tools({"get_time", "get_weather"})});
-  v.push_back({"hermes_unterminated", ToolCallFamily::kHermes,
-               "Calling.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n", {}});
+  v.push_back({"hermes_unterminated",
+               ToolCallFamily::kHermes,
+               "Calling.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n",
+               {}});
   return v;
 }
 
 std::vector<Sample> DeepSeekSamples() {
   std::vector<Sample> v;
   // As the DeepSeek-V3 template renders an assistant turn with two calls.
-  v.push_back({"deepseek_v3_two_calls", ToolCallFamily::kDeepSeek,
-               "I'll look that up.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
-               "get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n"
-               "<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{\"q\": \"```json inside "
-               "<｜tool▁call▁end｜> a string\", \"n\": {\"deep\": [1, {\"x\": \"}\"}], \"é\": "
-               "\"😀\"}}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>Anything else?",
-               {Text("I'll look that up."), Call("call_0", "get_weather", R"({"city":"Paris"})"),
-                Call("call_1", "search",
-                     R"({"n":{"deep":[1,{"x":"}"}],"é":"😀"},"q":"```json inside <｜tool▁call▁end｜> a string"})"),
-                Text("Anything else?")}});
-  v.push_back({"deepseek_v31_calls", ToolCallFamily::kDeepSeek,
+  v.push_back(
+      {"deepseek_v3_two_calls",
+       ToolCallFamily::kDeepSeek,
+       "I'll look that up.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+       "get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n"
+       "<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{\"q\": \"```json inside "
+       "<｜tool▁call▁end｜> a string\", \"n\": {\"deep\": [1, {\"x\": \"}\"}], \"é\": "
+       "\"😀\"}}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>Anything else?",
+       {Text("I'll look that up."), Call("call_0", "get_weather", R"({"city":"Paris"})"),
+        Call(
+            "call_1", "search",
+            R"({"n":{"deep":[1,{"x":"}"}],"é":"😀"},"q":"```json inside <｜tool▁call▁end｜> a string"})"),
+        Text("Anything else?")}});
+  v.push_back({"deepseek_v31_calls",
+               ToolCallFamily::kDeepSeek,
                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": "
                "\"Zürich\", \"opts\": {\"unit\": \"c\"}}<｜tool▁call▁end｜><｜tool▁call▁begin｜>"
                "function<｜tool▁sep｜>{\"note\": \"a tool named function\"}<｜tool▁call▁end｜>"
                "<｜tool▁calls▁end｜>",
                {Call("call_0", "get_weather", R"({"city":"Zürich","opts":{"unit":"c"}})"),
                 Call("call_1", "function", R"({"note":"a tool named function"})")}});
-  v.push_back({"deepseek_malformed_then_valid", ToolCallFamily::kDeepSeek,
-               "Try:<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
-               "```json\n{\"city\": \"Paris\"\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function"
-               "<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-               {}});
-  v.push_back({"deepseek_garbage_and_unknown", ToolCallFamily::kDeepSeek,
+  v.push_back(
+      {"deepseek_malformed_then_valid",
+       ToolCallFamily::kDeepSeek,
+       "Try:<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+       "```json\n{\"city\": \"Paris\"\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function"
+       "<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       {}});
+  v.push_back({"deepseek_garbage_and_unknown",
+               ToolCallFamily::kDeepSeek,
                "<｜tool▁calls▁begin｜>junk here<｜tool▁call▁begin｜>nuke<｜tool▁sep｜>{}"
                "<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"tz\": \"UTC\"}"
                "<｜tool▁call▁end｜><｜tool▁calls▁end｜> tail",
                {},
                Tools({"get_time"})});
-  v.push_back({"deepseek_no_calls", ToolCallFamily::kDeepSeek,
-               "Plain answer with <｜tool▁call▁begin｜ lookalike and <｜tool▁calls▁end｜> stray.", {}});
-  v.push_back({"deepseek_unterminated", ToolCallFamily::kDeepSeek,
-               "x<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}",
+  v.push_back({"deepseek_no_calls",
+               ToolCallFamily::kDeepSeek,
+               "Plain answer with <｜tool▁call▁begin｜ lookalike and <｜tool▁calls▁end｜> stray.",
                {}});
+  v.push_back(
+      {"deepseek_unterminated",
+       ToolCallFamily::kDeepSeek,
+       "x<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}",
+       {}});
   return v;
 }
 
 std::vector<Sample> KimiSamples() {
   std::vector<Sample> v;
   v.push_back(
-      {"kimi_two_calls", ToolCallFamily::kKimiK2,
+      {"kimi_two_calls",
+       ToolCallFamily::kKimiK2,
        "Sure, checking both.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
        "<|tool_call_argument_begin|>{\"city\": \"Paris\", \"when\": {\"day\": \"今日\"}}"
        "<|tool_call_end|><|tool_call_begin|>functions.search:1<|tool_call_argument_begin|>"
@@ -343,19 +368,23 @@ std::vector<Sample> KimiSamples() {
         Call("functions.get_weather:0", "get_weather", R"({"city":"Paris","when":{"day":"今日"}})"),
         Call("functions.search:1", "search",
              R"({"q":"<|tool_call_end|> and <|tool_calls_section_end|> in a \"string\" {"})")}});
-  v.push_back({"kimi_malformed_then_valid", ToolCallFamily::kKimiK2,
+  v.push_back({"kimi_malformed_then_valid",
+               ToolCallFamily::kKimiK2,
                "<|tool_calls_section_begin|><|tool_call_begin|>functions.a:0"
                "<|tool_call_argument_begin|>{\"x\": 1<|tool_call_end|><|tool_call_begin|>"
                "functions.b:1<|tool_call_argument_begin|>{\"y\": \"ok\"}<|tool_call_end|>"
                "<|tool_calls_section_end|>After. ✓",
                {}});
-  v.push_back({"kimi_unknown_tool", ToolCallFamily::kKimiK2,
-               "<|tool_calls_section_begin|><|tool_call_begin|>functions.nope:0"
-               "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_call_begin|>functions.get_time:1"
-               "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
-               {},
-               Tools({"get_time"})});
-  v.push_back({"kimi_unterminated_section", ToolCallFamily::kKimiK2,
+  v.push_back(
+      {"kimi_unknown_tool",
+       ToolCallFamily::kKimiK2,
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.nope:0"
+       "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_call_begin|>functions.get_time:1"
+       "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+       {},
+       Tools({"get_time"})});
+  v.push_back({"kimi_unterminated_section",
+               ToolCallFamily::kKimiK2,
                "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:0"
                "<|tool_call_argument_begin|>{}<|tool_call_end|>",
                {}});
@@ -448,8 +477,9 @@ TEST(ToolCallParserTest, KimiRecoveryUnknownToolAndUnterminated) {
   auto ev = RunWhole(ToolCallFamily::kKimiK2, KimiSamples()[1].text);
   ASSERT_EQ(ev.size(), 3u) << testing::PrintToString(ev);
   EXPECT_EQ(ev[0].kind, Kind::kError);
-  EXPECT_EQ(ev[0].raw,
-            "<|tool_call_begin|>functions.a:0<|tool_call_argument_begin|>{\"x\": 1<|tool_call_end|>");
+  EXPECT_EQ(
+      ev[0].raw,
+      "<|tool_call_begin|>functions.a:0<|tool_call_argument_begin|>{\"x\": 1<|tool_call_end|>");
   EXPECT_EQ(ev[1], Call("functions.b:1", "b", R"({"y":"ok"})"));
   EXPECT_EQ(ev[2], Text("After. ✓"));
 

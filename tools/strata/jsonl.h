@@ -5,10 +5,9 @@
 
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -20,8 +19,9 @@ namespace strata::cli {
 // a blank line in the middle is an error (it cannot be a JSON value, and
 // skipping it would shift the output against the input). Stops at the first
 // error, returning it prefixed by `where`.
-inline Status ForEachJsonLine(const std::string& path,
-                              const std::function<Status(const nlohmann::json&, const std::string&)>& fn) {
+inline Status ForEachJsonLine(
+    const std::string& path,
+    const std::function<Status(const nlohmann::json&, const std::string&)>& fn) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::stringstream ss;

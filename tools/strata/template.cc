@@ -2,10 +2,9 @@
 // conversation file, printed byte for byte (nothing added, no final newline).
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "cli.h"
@@ -38,7 +37,8 @@ StatusOr<nlohmann::ordered_json> ReadConversation(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", msg));
   }
   if (!j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": expected a JSON object, got ", j.type_name()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected a JSON object, got ", j.type_name()));
   }
   if (!j.contains("messages") || !j["messages"].is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": needs \"messages\", an array"));

@@ -15,7 +15,8 @@ namespace {
 constexpr char kHelp[] =
     "usage: strata tokenize --model DIR --jsonl IN.jsonl [--no-special]\n"
     "\n"
-    "  --model DIR      directory with tokenizer.json (or tiktoken.model) and tokenizer_config.json\n"
+    "  --model DIR      directory with tokenizer.json (or tiktoken.model) and "
+    "tokenizer_config.json\n"
     "  --jsonl IN       one JSON string per line; prints one JSON array of ids per line\n"
     "  --no-special     do not add BOS/EOS or the post-processor's special tokens\n"
     "                   (by default they are added as the tokenizer's config says)\n";
@@ -43,17 +44,19 @@ int RunTokenize(int argc, char** argv) {
   // Output is printed only when every line succeeded, so a failed run never
   // leaves a truncated file that looks complete.
   std::string out;
-  Status st = ForEachJsonLine(*input, [&](const nlohmann::json& line, const std::string& where) -> Status {
-    if (!line.is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": expected a JSON string, got ", line.type_name()));
-    }
-    auto ids = (*tokenizer)->Encode(line.get_ref<const std::string&>(), options);
-    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", ids.status().message()));
-    out += nlohmann::json(*ids).dump();
-    out += '\n';
-    return OkStatus();
-  });
+  Status st =
+      ForEachJsonLine(*input, [&](const nlohmann::json& line, const std::string& where) -> Status {
+        if (!line.is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": expected a JSON string, got ", line.type_name()));
+        }
+        auto ids = (*tokenizer)->Encode(line.get_ref<const std::string&>(), options);
+        if (!ids.ok())
+          return absl::InvalidArgumentError(absl::StrCat(where, ": ", ids.status().message()));
+        out += nlohmann::json(*ids).dump();
+        out += '\n';
+        return OkStatus();
+      });
   if (!st.ok()) return Fail(cmd, st, kExitFailure);
   std::fwrite(out.data(), 1, out.size(), stdout);
   return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;
