@@ -79,6 +79,9 @@ Status DumpJsonTo(const Value& v, const JsonOptions& o, int depth, std::string* 
     case Value::Kind::kFloat: *out += JsonFloat(v.as_double()); return OkStatus();
     case Value::Kind::kString: AppendJsonString(v.as_string(), o.ensure_ascii, out); return OkStatus();
     case Value::Kind::kList: {
+      if (!v.list().view_name.empty()) {
+        return TypeError(absl::StrCat("Object of type ", v.TypeName(), " is not JSON serializable"));
+      }
       const auto& items = v.list().items;
       if (items.empty()) {
         *out += "[]";

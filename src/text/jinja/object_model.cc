@@ -372,6 +372,7 @@ StatusOr<Value> CallDictMethod(const Value& dict, const std::string& name, CallA
     return args.positional.size() > 1 ? args.positional[1] : Value::None();
   }
   std::vector<Value> out;
+  out.reserve(d.items.size());
   for (const auto& [k, v] : d.items) {
     if (name == "items") {
       out.push_back(Value::List({k, v}, /*is_tuple=*/true));
@@ -381,7 +382,9 @@ StatusOr<Value> CallDictMethod(const Value& dict, const std::string& name, CallA
       out.push_back(v);
     }
   }
-  return Value::List(std::move(out));
+  Value view = Value::List(std::move(out));
+  view.list().view_name = "dict_" + name;
+  return view;
 }
 
 StatusOr<Value> CallListMethod(const Value& list, const std::string& name, CallArgs& args) {
@@ -450,6 +453,7 @@ StatusOr<Value> GetItem(const Value& obj, const Value& key) {
       break;
     }
     case Value::Kind::kList:
+      if (!obj.list().view_name.empty()) break;  // views are not subscriptable
       if (key.is_int() || key.is_bool()) {
         int64_t i = key.as_int();
         if (NormalizeIndex(&i, static_cast<int64_t>(obj.list().items.size()))) {

@@ -265,6 +265,10 @@ std::string Value::Repr() const {
     case Kind::kString:
       return PythonStringRepr(str_);
     case Kind::kList: {
+      if (!list_->view_name.empty()) {
+        Value plain = List(list_->items);
+        return list_->view_name + "(" + plain.Repr() + ")";
+      }
       std::string out = list_->is_tuple ? "(" : "[";
       for (size_t i = 0; i < list_->items.size(); ++i) {
         if (i) out += ", ";
@@ -350,6 +354,7 @@ std::string Value::TypeName() const {
     case Kind::kString:
       return "str";
     case Kind::kList:
+      if (!list_->view_name.empty()) return list_->view_name;
       return list_->is_tuple ? "tuple" : "list";
     case Kind::kDict:
       return "dict";

@@ -29,9 +29,12 @@ struct CallArgs {
 using NativeFunction = std::function<StatusOr<Value>(CallArgs&)>;
 
 // Python list (or tuple when is_tuple: only repr differs).
+// A dict view (dict.items()/keys()/values()) is a list with view_name set:
+// it iterates like one but prints and type-checks as Python's view does.
 struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
+  std::string view_name;  // "dict_items", "dict_keys", "dict_values" or empty
 };
 
 // Python dict: insertion ordered. Lookups are linear; template dicts are small.
