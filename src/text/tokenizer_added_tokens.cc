@@ -9,11 +9,17 @@
 namespace strata::text {
 namespace {
 
-// Rust's char::is_alphanumeric, approximated by letters and numbers (it also
-// counts a few marks with the Alphabetic property); only single_word uses it.
+// The reference checks single_word boundaries with Rust regex `\w`:
+// Alphabetic (letters, letter numbers, the circled letters, marks with
+// Other_Alphabetic), marks, decimal digits, connector punctuation, ZWNJ/ZWJ.
 bool IsWordChar(char32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-  static const Regex* re = Regex::Compile("^[\\p{L}\\p{N}]").value().release();
+  if (c < 0x80) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  }
+  static const Regex* re =
+      Regex::Compile("^[\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}\\x{24B6}-\\x{24E9}]")
+          .value()
+          .release();
   std::string s;
   AppendUtf8(c, &s);
   std::vector<std::pair<size_t, size_t>> m;

@@ -23,6 +23,7 @@ using Json = nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr int kCases = 20000;
+constexpr int kFlagCases = 5000;
 constexpr int kMaxReported = 5;
 
 std::string Quoted(const std::string& s) { return Json(s).dump(); }
@@ -32,7 +33,7 @@ std::string Ids(const std::vector<int32_t>& ids) {
 }
 
 // Runs the harness for `vocab`; returns the JSONL path (the test fails on error).
-std::string GenerateCases(const std::string& vocab) {
+std::string GenerateCases(const std::string& vocab, int count = kCases) {
   const std::string python = STRATA_REF_PYTHON;
   const std::string script = std::string(STRATA_SOURCE_DIR) + "/tests/text/gen_tokenizer_cases.py";
   if (!fs::exists(python)) {
@@ -47,9 +48,11 @@ std::string GenerateCases(const std::string& vocab) {
   const std::string out = (fs::temp_directory_path() /
                            absl::StrCat("strata_tok_cases_", vocab, "_", getpid(), ".jsonl"))
                               .string();
+  const std::string workdir = out + ".dir";
+  fs::create_directories(workdir);
   const std::string cmd = absl::StrCat("'", python, "' '", script, "' --data '",
                                        STRATA_SHARED_DATA_DIR, "' --vocab ", vocab, " --count ",
-                                       kCases, " --out '", out, "' 2>&1");
+                                       count, " --out '", out, "' --workdir '", workdir, "' 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) {
     ADD_FAILURE() << "cannot run " << cmd;
@@ -71,7 +74,7 @@ struct Stats {
   int cases = 0, id_mismatches = 0, decode_mismatches = 0;
 };
 
-void CheckCases(const std::string& vocab, const std::string& jsonl,
+void CheckCases(const std::string& vocab, const std::string& jsonl, int count,
                 const std::function<std::unique_ptr<Tokenizer>(const Json& header)>& load) {
   std::ifstream in(jsonl);
   ASSERT_TRUE(in) << jsonl;
@@ -127,7 +130,8 @@ void CheckCases(const std::string& vocab, const std::string& jsonl,
     }
   }
   fs::remove(jsonl);
-  EXPECT_EQ(st.cases, kCases) << vocab;
+  fs::remove_all(jsonl + ".dir");
+  EXPECT_EQ(st.cases, count) << vocab;
   EXPECT_EQ(st.id_mismatches, 0) << vocab << ": " << st.id_mismatches << " of " << st.cases
                                  << " strings encode differently; first ones:\n" << report;
   EXPECT_EQ(st.decode_mismatches, 0) << vocab << ": " << st.decode_mismatches
@@ -136,11 +140,12 @@ void CheckCases(const std::string& vocab, const std::string& jsonl,
               st.id_mismatches, st.decode_mismatches);
 }
 
-void RunTokenizerJson(const std::string& vocab) {
-  const std::string jsonl = GenerateCases(vocab);
+void RunTokenizerJson(const std::string& vocab, int count = kCases) {
+  const std::string jsonl = GenerateCases(vocab, count);
   if (jsonl.empty()) return;
-  CheckCases(vocab, jsonl, [&](const Json&) -> std::unique_ptr<Tokenizer> {
-    auto t = Tokenizer::FromDirectory(std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/" + vocab);
+  CheckCases(vocab, jsonl, count, [&](const Json& h) -> std::unique_ptr<Tokenizer> {
+    // The harness names the directory (a temporary one for variants).
+    auto t = Tokenizer::FromDirectory(h["dir"].get<std::string>());
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? std::move(t).value() : nullptr;
   });
@@ -149,7 +154,7 @@ void RunTokenizerJson(const std::string& vocab) {
 void RunTiktoken(const std::string& vocab) {
   const std::string jsonl = GenerateCases(vocab);
   if (jsonl.empty()) return;
-  CheckCases(vocab, jsonl, [&](const Json& h) -> std::unique_ptr<Tokenizer> {
+  CheckCases(vocab, jsonl, kCases, [&](const Json& h) -> std::unique_ptr<Tokenizer> {
     std::vector<std::pair<std::string, int32_t>> specials;
     for (const Json& s : h["specials"]) specials.emplace_back(s[0].get<std::string>(), s[1].get<int32_t>());
     auto t = Tokenizer::FromTiktoken(
@@ -162,6 +167,8 @@ void RunTiktoken(const std::string& vocab) {
 
 TEST(TokenizerLiveTest, Qwen3MatchesReference) { RunTokenizerJson("qwen3"); }
 TEST(TokenizerLiveTest, DeepSeekV3MatchesReference) { RunTokenizerJson("deepseek_v3"); }
+// Qwen3 with lstrip/rstrip/single_word/normalized set on some added tokens.
+TEST(TokenizerLiveTest, AddedTokenFlagsMatchReference) { RunTokenizerJson("qwen3_flags", kFlagCases); }
 TEST(TokenizerLiveTest, O200kMatchesTiktoken) { RunTiktoken("o200k_base"); }
 TEST(TokenizerLiveTest, Cl100kMatchesTiktoken) { RunTiktoken("cl100k_base"); }
 
