@@ -307,6 +307,14 @@ TEST(JinjaErrorTest, ErrorInsideMacroPointsIntoTheMacro) {
             "t:2:6: unsupported operand type(s) for +: 'int' and 'str'");
 }
 
+TEST(JinjaErrorTest, IntegerOverflowIsAnErrorNotAWrap) {
+  // Python would produce a big integer; we refuse instead of printing garbage.
+  EXPECT_THAT(RenderError("{{ 2 ** 64 }}"), HasSubstr("integer overflow"));
+  EXPECT_THAT(RenderError("{{ 9223372036854775807 + 1 }}"), HasSubstr("integer overflow"));
+  ExpectRender("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 3 ** 0 }}", "{}",
+               "4611686018427387904 -9223372036854775808 1");
+}
+
 // ---- Syntax errors: transformers raises TemplateSyntaxError on each. ----
 
 TEST(JinjaSyntaxErrorTest, UnclosedIf) {

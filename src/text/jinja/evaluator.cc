@@ -465,9 +465,25 @@ class Evaluator {
       bool ints = !a.is_float() && !b.is_float();
       int64_t x = a.as_int(), y = b.as_int();
       double fx = a.as_double(), fy = b.as_double();
-      if (op == "+") return ints ? Value::Int(x + y) : Value::Float(fx + fy);
-      if (op == "-") return ints ? Value::Int(x - y) : Value::Float(fx - fy);
-      if (op == "*") return ints ? Value::Int(x * y) : Value::Float(fx * fy);
+      // Python ints are unbounded; results outside int64 are reported
+      // rather than wrapped.
+      const Status overflow = TypeError("integer overflow: result does not fit in 64 bits");
+      int64_t r;
+      if (op == "+") {
+        if (!ints) return Value::Float(fx + fy);
+        if (__builtin_add_overflow(x, y, &r)) return overflow;
+        return Value::Int(r);
+      }
+      if (op == "-") {
+        if (!ints) return Value::Float(fx - fy);
+        if (__builtin_sub_overflow(x, y, &r)) return overflow;
+        return Value::Int(r);
+      }
+      if (op == "*") {
+        if (!ints) return Value::Float(fx * fy);
+        if (__builtin_mul_overflow(x, y, &r)) return overflow;
+        return Value::Int(r);
+      }
       if (op == "/") {
         if (fy == 0) return TypeError("division by zero");
         return Value::Float(fx / fy);
@@ -487,9 +503,13 @@ class Evaluator {
       }
       if (op == "**") {
         if (ints && y >= 0) {
-          int64_t r = 1;
-          for (int64_t i = 0; i < y; ++i) r *= x;
-          return Value::Int(r);
+          // Exponentiation by squaring with overflow checks.
+          int64_t result = 1, base = x;
+          for (int64_t e = y; e > 0; e >>= 1) {
+            if ((e & 1) && __builtin_mul_overflow(result, base, &result)) return overflow;
+            if (e > 1 && __builtin_mul_overflow(base, base, &base)) return overflow;
+          }
+          return Value::Int(result);
         }
         return Value::Float(std::pow(fx, fy));
       }
@@ -507,6 +527,11 @@ class Evaluator {
       const Value* count = seq == &a ? &b : &a;
       if (seq && (count->is_int() || count->is_bool())) {
         int64_t n = std::max<int64_t>(0, count->as_int());
+        // Guard against templates that would allocate without bound.
+        constexpr int64_t kMaxRepeatBytes = int64_t{1} << 28;
+        int64_t unit = seq->is_string() ? static_cast<int64_t>(seq->as_string().size())
+                                        : static_cast<int64_t>(seq->list().items.size()) * 16;
+        if (unit > 0 && n > kMaxRepeatBytes / unit) return TypeError("repetition result too large");
         if (seq->is_string()) {
           std::string out;
           for (int64_t i = 0; i < n; ++i) out += seq->as_string();
