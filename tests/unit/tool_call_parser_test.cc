@@ -505,6 +505,97 @@ TEST(ToolCallParserTest, EveryChunkingGivesTheWholeTextEvents) {
               static_cast<long long>(g_two_chunk_splits), static_cast<long long>(g_random_splits));
 }
 
+// Random streams glued from fragments of each family's syntax (markers, half
+// markers, JSON pieces, quotes, escapes, multi-byte characters, whole valid
+// and broken calls) reach states no hand-written sample does; the streaming
+// property must hold on all of them.
+TEST(ToolCallParserTest, RandomFragmentStreamsAreChunkingIndependent) {
+  const std::vector<std::string> common = {"Hello",
+                                           " ",
+                                           "\n",
+                                           "<",
+                                           "{",
+                                           "}",
+                                           "[",
+                                           "]",
+                                           "\"",
+                                           "\\",
+                                           ": ",
+                                           ", ",
+                                           "é",
+                                           "😀",
+                                           "日本",
+                                           "\"name\"",
+                                           "\"arguments\"",
+                                           "\"f\"",
+                                           "{\"a\": 1}",
+                                           "```json\n",
+                                           "```",
+                                           "x"};
+  struct Family {
+    ToolCallFamily family;
+    std::vector<std::string> fragments;
+  };
+  const std::vector<Family> families = {
+      {ToolCallFamily::kHermes,
+       {"<tool_call>", "</tool_call>", "<tool", "</tool_ca",
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"}</tool_call>\"}}\n</tool_call>",
+        "<tool_call>{\"name\": \"g\", \"arguments\": \"{\\\"k\\\": [1]}\"}</tool_call>"}},
+      {ToolCallFamily::kDeepSeek,
+       {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+        "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<｜tool▁ca", "function", "get_time\n",
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": "
+        "\"<｜tool▁call▁end｜>\"}\n```"
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>h<｜tool▁sep｜>{}<｜tool▁call▁end｜>",
+        "<｜tool▁call▁begin｜>g<｜tool▁sep｜>{\"b\": [true, null]}<｜tool▁call▁end｜>"}},
+      {ToolCallFamily::kKimiK2,
+       {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+        "<|tool_call_end|>", "<|tool_call_argument_begin|>", "<|tool_ca", "functions.f:0",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.h:1<|tool_call_argument_begin|>{}"
+        "<|tool_call_end|>",
+        "<|tool_call_begin|>functions.f:3<|tool_call_argument_begin|>{\"s\": \"<|tool_call_end|>\"}"
+        "<|tool_call_end|>"}},
+  };
+  std::mt19937_64 rng(20261129);
+  int64_t streams = 0, runs = 0;
+  for (const Family& f : families) {
+    std::vector<std::string> pieces = common;
+    pieces.insert(pieces.end(), f.fragments.begin(), f.fragments.end());
+    int calls = 0, errors = 0;
+    for (int n = 0; n < 150; ++n) {
+      std::string text;
+      const int count = 1 + static_cast<int>(rng() % 30);
+      for (int k = 0; k < count; ++k) text += pieces[rng() % pieces.size()];
+      ++streams;
+      const auto whole = RunWhole(f.family, text);
+      for (const auto& e : whole) {
+        calls += e.kind == Kind::kToolCall;
+        errors += e.kind == Kind::kError;
+      }
+      for (size_t i = 0; i <= text.size(); ++i) {
+        ++runs;
+        ASSERT_EQ(Merge(RunChunks(f.family, {}, Cut(text, {i}))), whole)
+            << "stream " << testing::PrintToString(text) << " split at " << i;
+      }
+      for (int trial = 0; trial < 50; ++trial) {
+        std::vector<size_t> cuts;
+        for (size_t at = 1 + rng() % 4; at < text.size(); at += 1 + rng() % 6) cuts.push_back(at);
+        ++runs;
+        ASSERT_EQ(Merge(RunChunks(f.family, {}, Cut(text, cuts))), whole)
+            << "stream " << testing::PrintToString(text);
+      }
+    }
+    // The streams must exercise both parsed calls and recovery.
+    EXPECT_GT(calls, 20) << ToolCallFamilyName(f.family);
+    EXPECT_GT(errors, 20) << ToolCallFamilyName(f.family);
+    std::printf("%s: %d calls, %d errors in the whole-text runs\n",
+                std::string(ToolCallFamilyName(f.family)).c_str(), calls, errors);
+  }
+  std::printf("random fragment streams: %lld streams, %lld chunked runs\n",
+              static_cast<long long>(streams), static_cast<long long>(runs));
+}
+
 TEST(ToolCallParserTest, TextStreamsPromptlyAndHoldsOnlyPossibleMarkers) {
   auto p = ToolCallParser::Create(ToolCallFamily::kHermes);
   EXPECT_THAT(p->Feed("Hello wor"), testing::ElementsAre(Text("Hello wor")));
