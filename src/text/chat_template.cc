@@ -43,7 +43,8 @@ class ChatTemplateImpl : public ChatTemplate {
   }
 
   StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context) const override {
-    if (!context.is_object()) return absl::InvalidArgumentError("chat template context must be a JSON object");
+    if (!context.is_object())
+      return absl::InvalidArgumentError("chat template context must be a JSON object");
     // transformers' get_chat_template: with several named templates, "tool_use"
     // when tools are given, else "default".
     const CompiledTemplate* chosen = nullptr;
@@ -55,7 +56,8 @@ class ChatTemplateImpl : public ChatTemplate {
     } else if (templates_.count("default")) {
       chosen = templates_.at("default").get();
     } else {
-      return absl::InvalidArgumentError("This model has multiple chat templates with no default specified");
+      return absl::InvalidArgumentError(
+          "This model has multiple chat templates with no default specified");
     }
     auto globals = jinja::MakeGlobalScope();
     auto scope = std::make_shared<jinja::Scope>(globals);
@@ -127,7 +129,8 @@ StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromDirectory(const std::s
         sources[name] = {entry["template"].get<std::string>(), label + "[" + name + "]"};
       }
     } else if (!ct.is_null()) {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": chat_template must be a string or a list"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(label, ": chat_template must be a string or a list"));
     }
   }
   const fs::path jinja_file = fs::path(dir) / "chat_template.jinja";
@@ -163,7 +166,8 @@ StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromDirectory(const std::s
       special[key] = v["content"];
     }
   }
-  return std::unique_ptr<ChatTemplate>(new ChatTemplateImpl(std::move(templates), std::move(special)));
+  return std::unique_ptr<ChatTemplate>(
+      new ChatTemplateImpl(std::move(templates), std::move(special)));
 }
 
 }  // namespace strata

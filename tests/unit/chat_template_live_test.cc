@@ -2,15 +2,15 @@
 // apply_chat_template (tests/text/gen_chat_cases.py, run with the reference
 // venv) must render byte-identically here, and must fail here whenever they
 // fail there. Missing venv or shared data is a failure, never a skip.
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "text/chat_template.h"
 
@@ -25,7 +25,8 @@ std::string FirstDifference(const std::string& expected, const std::string& actu
   while (i < expected.size() && i < actual.size() && expected[i] == actual[i]) ++i;
   size_t from = i > 80 ? i - 80 : 0;
   auto excerpt = [&](const std::string& s) {
-    return nlohmann::json(s.substr(from, std::min<size_t>(s.size() - std::min(from, s.size()), 200)))
+    return nlohmann::json(
+               s.substr(from, std::min<size_t>(s.size() - std::min(from, s.size()), 200)))
         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   };
   return "first difference at byte " + std::to_string(i) + "\n  expected: " + excerpt(expected) +
@@ -44,9 +45,10 @@ TEST(ChatTemplateLiveTest, MatchesTransformersOnGeneratedConversations) {
 
   const fs::path out = fs::path(STRATA_BINARY_DIR) / "chat_template_live_cases.jsonl";
   fs::remove(out);
-  const std::string command = "\"" + python + "\" \"" STRATA_SOURCE_DIR
-                              "/tests/text/gen_chat_cases.py\" --shared \"" + shared +
-                              "\" --templates \"" STRATA_SOURCE_DIR "/tests/data/templates\" --out \"" + out.string() + "\" --cases 400 2>&1";
+  const std::string command =
+      "\"" + python + "\" \"" STRATA_SOURCE_DIR "/tests/text/gen_chat_cases.py\" --shared \"" +
+      shared + "\" --templates \"" STRATA_SOURCE_DIR "/tests/data/templates\" --out \"" +
+      out.string() + "\" --cases 400 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << "reference generator failed: " << command;
 
   std::ifstream in(out);
@@ -69,7 +71,8 @@ TEST(ChatTemplateLiveTest, MatchesTransformersOnGeneratedConversations) {
                                             "snippet" + std::to_string(c["index"].get<int>()));
       if (compiled.ok()) snippet = std::move(compiled).value();
       context = c["special_tokens"];
-      for (auto it = c["context"].begin(); it != c["context"].end(); ++it) context[it.key()] = it.value();
+      for (auto it = c["context"].begin(); it != c["context"].end(); ++it)
+        context[it.key()] = it.value();
     } else if (c.contains("template_file")) {
       // A template text of ours: compiled directly, with the special tokens
       // transformers passed added to the context.
@@ -83,7 +86,8 @@ TEST(ChatTemplateLiveTest, MatchesTransformersOnGeneratedConversations) {
         tmpl = std::move(compiled).value();
       }
       context = c["special_tokens"];
-      for (auto it = c["context"].begin(); it != c["context"].end(); ++it) context[it.key()] = it.value();
+      for (auto it = c["context"].begin(); it != c["context"].end(); ++it)
+        context[it.key()] = it.value();
     } else if (!tmpl) {
       auto compiled = ChatTemplate::FromDirectory(c["dir"].get<std::string>());
       ASSERT_TRUE(compiled.ok()) << compiled.status();
@@ -101,7 +105,8 @@ TEST(ChatTemplateLiveTest, MatchesTransformersOnGeneratedConversations) {
       ok = !result.ok();
       if (!ok && reported++ < 12) {
         ADD_FAILURE() << where << ": transformers raised (" << c["error"].get<std::string>()
-                      << ") but we rendered:\n" << *result;
+                      << ") but we rendered:\n"
+                      << *result;
       }
     } else {
       ok = result.ok() && *result == c["expected"].get<std::string>();

@@ -50,16 +50,16 @@ struct Stmt;
 using StmtList = std::vector<std::unique_ptr<Stmt>>;
 
 enum class StmtKind {
-  kText,        // text
-  kOutput,      // {{ expr }}
-  kIf,          // conditions[i] -> bodies[i]; bodies.back() is else when it has no condition
-  kFor,         // for targets in expr [if filter]: bodies[0], else bodies[1]
-  kSet,         // set target = expr
-  kSetBlock,    // set target %}bodies[0]{% endset, optional filter expr applied
-  kMacro,       // macro name(params) bodies[0]
-  kCallBlock,   // call(params) expr: bodies[0] is the caller
-  kFilterBlock, // filter expr (operand is a placeholder name) applied to bodies[0]
-  kWith,        // with assignments: bodies[0]
+  kText,         // text
+  kOutput,       // {{ expr }}
+  kIf,           // conditions[i] -> bodies[i]; bodies.back() is else when it has no condition
+  kFor,          // for targets in expr [if filter]: bodies[0], else bodies[1]
+  kSet,          // set target = expr
+  kSetBlock,     // set target %}bodies[0]{% endset, optional filter expr applied
+  kMacro,        // macro name(params) bodies[0]
+  kCallBlock,    // call(params) expr: bodies[0] is the caller
+  kFilterBlock,  // filter expr (operand is a placeholder name) applied to bodies[0]
+  kWith,         // with assignments: bodies[0]
   kBreak,
   kContinue,
   kGeneration,  // transformers' {% generation %}: renders bodies[0] unchanged

@@ -7,8 +7,8 @@
 #include <ctime>
 #include <optional>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 #include "text/jinja/filters.h"
 #include "text/jinja/lexer.h"
 #include "text/jinja/object_model.h"
@@ -106,7 +106,8 @@ class Evaluator {
       case StmtKind::kFilterBlock: {
         std::string body;
         STRATA_RETURN_IF_ERROR(Exec(s.bodies[0], scope, &body).status());
-        STRATA_ASSIGN_OR_RETURN(Value v, ApplyPlaceholderFilter(*s.filter, Value::String(body), scope));
+        STRATA_ASSIGN_OR_RETURN(Value v,
+                                ApplyPlaceholderFilter(*s.filter, Value::String(body), scope));
         *out += v.Str();
         return Flow::kNormal;
       }
@@ -151,11 +152,11 @@ class Evaluator {
     }
     STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
     if (items.size() != target.names.size()) {
-      return TypeError(items.size() < target.names.size()
-                           ? absl::StrCat("not enough values to unpack (expected ",
-                                          target.names.size(), ", got ", items.size(), ")")
-                           : absl::StrCat("too many values to unpack (expected ",
-                                          target.names.size(), ")"));
+      return TypeError(
+          items.size() < target.names.size()
+              ? absl::StrCat("not enough values to unpack (expected ", target.names.size(),
+                             ", got ", items.size(), ")")
+              : absl::StrCat("too many values to unpack (expected ", target.names.size(), ")"));
     }
     for (size_t i = 0; i < items.size(); ++i) scope->Set(target.names[i], items[i]);
     return OkStatus();
@@ -197,7 +198,8 @@ class Evaluator {
                i > 0 ? items[i - 1] : Value::Undefined("there is no previous item"));
       loop.Set(Value::String("nextitem"),
                i + 1 < n ? items[i + 1] : Value::Undefined("there is no next item"));
-      loop.Set(Value::String("cycle"), Value::Function("cycle", [i](CallArgs& a) -> StatusOr<Value> {
+      loop.Set(Value::String("cycle"),
+               Value::Function("cycle", [i](CallArgs& a) -> StatusOr<Value> {
                  if (a.positional.empty()) return TypeError("no items for cycling given");
                  return a.positional[i % a.positional.size()];
                }));
@@ -240,7 +242,9 @@ class Evaluator {
         bool matched = false;
         for (size_t i = 0; i < params.size(); ++i) {
           if (params[i].name == k) {
-            if (bound[i]) return TypeError(absl::StrCat("macro '", name, "' got multiple values for argument '", k, "'"));
+            if (bound[i])
+              return TypeError(
+                  absl::StrCat("macro '", name, "' got multiple values for argument '", k, "'"));
             scope->Set(k, v);
             bound[i] = true;
             matched = true;
@@ -260,8 +264,8 @@ class Evaluator {
           STRATA_ASSIGN_OR_RETURN(Value d, Eval(*params[i].default_value, scope));
           scope->Set(params[i].name, d);
         } else {
-          scope->Set(params[i].name,
-                     Value::Undefined(absl::StrCat("parameter '", params[i].name, "' was not provided")));
+          scope->Set(params[i].name, Value::Undefined(absl::StrCat("parameter '", params[i].name,
+                                                                   "' was not provided")));
         }
       }
       scope->Set("varargs", Value::List(std::move(extra), true));
@@ -275,7 +279,8 @@ class Evaluator {
     });
   }
 
-  Status EvalArgs(const Expr& e, size_t first, const std::shared_ptr<Scope>& scope, CallArgs* args) {
+  Status EvalArgs(const Expr& e, size_t first, const std::shared_ptr<Scope>& scope,
+                  CallArgs* args) {
     for (size_t i = first; i < e.args.size(); ++i) {
       STRATA_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i], scope));
       args->positional.push_back(std::move(v));
@@ -369,8 +374,9 @@ class Evaluator {
         STRATA_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0], scope));
         if (v.is_undefined()) return UndefinedError(v);
         if (!v.is_number()) {
-          return TypeError(absl::StrCat("bad operand type for unary ", e.kind == ExprKind::kNeg ? "-" : "+",
-                                        ": '", v.TypeName(), "'"));
+          return TypeError(absl::StrCat("bad operand type for unary ",
+                                        e.kind == ExprKind::kNeg ? "-" : "+", ": '", v.TypeName(),
+                                        "'"));
         }
         if (e.kind == ExprKind::kPos) return v.is_bool() ? Value::Int(v.as_int()) : v;
         return v.is_float() ? Value::Float(-v.as_double()) : Value::Int(-v.as_int());
@@ -391,7 +397,8 @@ class Evaluator {
         STRATA_ASSIGN_OR_RETURN(Value c, Eval(*e.args[0], scope));
         if (c.Truthy()) return Eval(*e.args[1], scope);
         if (e.args[2]) return Eval(*e.args[2], scope);
-        return Value::Undefined("the inline if-expression evaluated to false and no else section was defined.");
+        return Value::Undefined(
+            "the inline if-expression evaluated to false and no else section was defined.");
       }
     }
     return TypeError("unknown expression");
@@ -405,7 +412,8 @@ class Evaluator {
       if (b.is_string()) {
         if (a.is_undefined()) return UndefinedError(a);
         if (!a.is_string()) {
-          return TypeError(absl::StrCat("'in <string>' requires string as left operand, not ", a.TypeName()));
+          return TypeError(
+              absl::StrCat("'in <string>' requires string as left operand, not ", a.TypeName()));
         }
         found = b.as_string().find(a.as_string()) != std::string::npos;
       } else if (b.is_dict()) {
@@ -456,7 +464,8 @@ class Evaluator {
     if (b.is_undefined()) return UndefinedError(b);
     auto unsupported = [&]() {
       if (op == "+" && a.is_string()) {
-        return TypeError(absl::StrCat("can only concatenate str (not \"", b.TypeName(), "\") to str"));
+        return TypeError(
+            absl::StrCat("can only concatenate str (not \"", b.TypeName(), "\") to str"));
       }
       return TypeError(absl::StrCat("unsupported operand type(s) for ", op, ": '", a.TypeName(),
                                     "' and '", b.TypeName(), "'"));
@@ -489,7 +498,8 @@ class Evaluator {
         return Value::Float(fx / fy);
       }
       if (op == "//" || op == "%") {
-        if (fy == 0) return TypeError(ints ? "integer division or modulo by zero" : "float divmod()");
+        if (fy == 0)
+          return TypeError(ints ? "integer division or modulo by zero" : "float divmod()");
         if (ints) {
           int64_t q = x / y;
           if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
@@ -523,7 +533,9 @@ class Evaluator {
       }
     }
     if (op == "*") {
-      const Value* seq = (a.is_string() || a.is_list()) ? &a : (b.is_string() || b.is_list()) ? &b : nullptr;
+      const Value* seq = (a.is_string() || a.is_list())   ? &a
+                         : (b.is_string() || b.is_list()) ? &b
+                                                          : nullptr;
       const Value* count = seq == &a ? &b : &a;
       if (seq && (count->is_int() || count->is_bool())) {
         int64_t n = std::max<int64_t>(0, count->as_int());
@@ -561,7 +573,8 @@ StatusOr<Value> Range(CallArgs& a) {
   std::vector<int64_t> v;
   for (const auto& x : a.positional) {
     if (!x.is_int() && !x.is_bool()) {
-      return TypeError(absl::StrCat("'", x.TypeName(), "' object cannot be interpreted as an integer"));
+      return TypeError(
+          absl::StrCat("'", x.TypeName(), "' object cannot be interpreted as an integer"));
     }
     v.push_back(x.as_int());
   }
@@ -579,7 +592,8 @@ StatusOr<Value> Range(CallArgs& a) {
   std::vector<Value> items;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
     // The sandbox caps ranges (MAX_RANGE in jinja2/sandbox.py).
-    if (items.size() >= 100000) return TypeError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    if (items.size() >= 100000)
+      return TypeError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     items.push_back(Value::Int(i));
   }
   return Value::List(std::move(items));

@@ -23,14 +23,29 @@ void AppendJsonString(const std::string& s, bool ensure_ascii, std::string* out)
   out->push_back('"');
   for (char32_t c : DecodeUtf8(s)) {
     switch (c) {
-      case '"': *out += "\\\""; continue;
-      case '\\': *out += "\\\\"; continue;
-      case '\n': *out += "\\n"; continue;
-      case '\r': *out += "\\r"; continue;
-      case '\t': *out += "\\t"; continue;
-      case '\b': *out += "\\b"; continue;
-      case '\f': *out += "\\f"; continue;
-      default: break;
+      case '"':
+        *out += "\\\"";
+        continue;
+      case '\\':
+        *out += "\\\\";
+        continue;
+      case '\n':
+        *out += "\\n";
+        continue;
+      case '\r':
+        *out += "\\r";
+        continue;
+      case '\t':
+        *out += "\\t";
+        continue;
+      case '\b':
+        *out += "\\b";
+        continue;
+      case '\f':
+        *out += "\\f";
+        continue;
+      default:
+        break;
     }
     char buf[16];
     if (c < 0x20 || (ensure_ascii && c > 0x7E)) {
@@ -57,13 +72,19 @@ std::string JsonFloat(double d) {
 
 StatusOr<std::string> JsonKey(const Value& k) {
   switch (k.kind()) {
-    case Value::Kind::kString: return k.as_string();
-    case Value::Kind::kBool: return std::string(k.as_bool() ? "true" : "false");
-    case Value::Kind::kInt: return std::to_string(k.as_int());
-    case Value::Kind::kFloat: return JsonFloat(k.as_double());
-    case Value::Kind::kNone: return std::string("null");
+    case Value::Kind::kString:
+      return k.as_string();
+    case Value::Kind::kBool:
+      return std::string(k.as_bool() ? "true" : "false");
+    case Value::Kind::kInt:
+      return std::to_string(k.as_int());
+    case Value::Kind::kFloat:
+      return JsonFloat(k.as_double());
+    case Value::Kind::kNone:
+      return std::string("null");
     default:
-      return TypeError(absl::StrCat("keys must be str, int, float, bool or None, not ", k.TypeName()));
+      return TypeError(
+          absl::StrCat("keys must be str, int, float, bool or None, not ", k.TypeName()));
   }
 }
 
@@ -73,14 +94,25 @@ Status DumpJsonTo(const Value& v, const JsonOptions& o, int depth, std::string* 
     for (int i = 0; i < d; ++i) *out += *o.indent;
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: *out += "null"; return OkStatus();
-    case Value::Kind::kBool: *out += v.as_bool() ? "true" : "false"; return OkStatus();
-    case Value::Kind::kInt: *out += std::to_string(v.as_int()); return OkStatus();
-    case Value::Kind::kFloat: *out += JsonFloat(v.as_double()); return OkStatus();
-    case Value::Kind::kString: AppendJsonString(v.as_string(), o.ensure_ascii, out); return OkStatus();
+    case Value::Kind::kNone:
+      *out += "null";
+      return OkStatus();
+    case Value::Kind::kBool:
+      *out += v.as_bool() ? "true" : "false";
+      return OkStatus();
+    case Value::Kind::kInt:
+      *out += std::to_string(v.as_int());
+      return OkStatus();
+    case Value::Kind::kFloat:
+      *out += JsonFloat(v.as_double());
+      return OkStatus();
+    case Value::Kind::kString:
+      AppendJsonString(v.as_string(), o.ensure_ascii, out);
+      return OkStatus();
     case Value::Kind::kList: {
       if (!v.list().view_name.empty()) {
-        return TypeError(absl::StrCat("Object of type ", v.TypeName(), " is not JSON serializable"));
+        return TypeError(
+            absl::StrCat("Object of type ", v.TypeName(), " is not JSON serializable"));
       }
       const auto& items = v.list().items;
       if (items.empty()) {
@@ -152,13 +184,14 @@ const Value* Arg(const CallArgs& args, size_t i, const char* name) {
 Status CheckArgs(const std::string& filter, const CallArgs& args,
                  std::initializer_list<const char*> names) {
   if (args.positional.size() > names.size()) {
-    return TypeError(absl::StrCat(filter, "() takes at most ", names.size() + 1,
-                                  " positional arguments"));
+    return TypeError(
+        absl::StrCat(filter, "() takes at most ", names.size() + 1, " positional arguments"));
   }
   for (const auto& [k, v] : args.keyword) {
     bool known = false;
     for (const char* n : names) known = known || k == n;
-    if (!known) return TypeError(absl::StrCat(filter, "() got an unexpected keyword argument '", k, "'"));
+    if (!known)
+      return TypeError(absl::StrCat(filter, "() got an unexpected keyword argument '", k, "'"));
   }
   return OkStatus();
 }
@@ -174,9 +207,11 @@ StatusOr<Value> GetAttributePath(const Value& obj, const std::string& path) {
   size_t start = 0;
   while (true) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    STRATA_ASSIGN_OR_RETURN(cur, GetItem(cur, digits ? Value::Int(std::stoll(part)) : Value::String(part)));
+    STRATA_ASSIGN_OR_RETURN(
+        cur, GetItem(cur, digits ? Value::Int(std::stoll(part)) : Value::String(part)));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
   }
@@ -188,8 +223,8 @@ Value SortKey(const Value& v, bool case_sensitive) {
   return v;
 }
 
-StatusOr<std::vector<Value>> SortedValues(std::vector<Value> items, bool reverse, bool case_sensitive,
-                                          const Value* attribute) {
+StatusOr<std::vector<Value>> SortedValues(std::vector<Value> items, bool reverse,
+                                          bool case_sensitive, const Value* attribute) {
   std::vector<std::pair<Value, Value>> keyed;
   for (auto& v : items) {
     Value key = v;
@@ -253,12 +288,23 @@ std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -307,7 +353,8 @@ const std::map<std::string, FilterFn>& Filters() {
   static const auto* filters = new std::map<std::string, FilterFn>{
       {"tojson",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
-         STRATA_RETURN_IF_ERROR(CheckArgs("tojson", a, {"ensure_ascii", "indent", "separators", "sort_keys"}));
+         STRATA_RETURN_IF_ERROR(
+             CheckArgs("tojson", a, {"ensure_ascii", "indent", "separators", "sort_keys"}));
          JsonOptions o;
          o.ensure_ascii = ArgTruthy(a, 0, "ensure_ascii");
          const Value* indent = Arg(a, 1, "indent");
@@ -340,7 +387,8 @@ const std::map<std::string, FilterFn>& Filters() {
          if (chars && !chars->is_none()) c = chars->Str();
          return Value::String(PyStrip(v.Str(), c, true, true));
        }},
-      {"length", [](const Value& v, CallArgs&) -> StatusOr<Value> {
+      {"length",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
          STRATA_ASSIGN_OR_RETURN(int64_t n, Length(v));
          return Value::Int(n);
        }},
@@ -373,10 +421,22 @@ const std::map<std::string, FilterFn>& Filters() {
          }
          return Value::String(out);
        }},
-      {"upper", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(PyUpper(v.Str())); }},
-      {"lower", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(PyLower(v.Str())); }},
-      {"capitalize", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(PyCapitalize(v.Str())); }},
-      {"title", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(PyTitle(v.Str())); }},
+      {"upper",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         return Value::String(PyUpper(v.Str()));
+       }},
+      {"lower",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         return Value::String(PyLower(v.Str()));
+       }},
+      {"capitalize",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         return Value::String(PyCapitalize(v.Str()));
+       }},
+      {"title",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         return Value::String(PyTitle(v.Str()));
+       }},
       {"default",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
          const Value* d = Arg(a, 0, "default_value");
@@ -384,9 +444,16 @@ const std::map<std::string, FilterFn>& Filters() {
          if (v.is_undefined() || (boolean && !v.Truthy())) return d ? *d : Value::String("");
          return v;
        }},
-      {"string", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(v.Str()); }},
-      {"safe", [](const Value& v, CallArgs&) -> StatusOr<Value> { return v.is_string() ? v : Value::String(v.Str()); }},
-      {"escape", [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(HtmlEscape(v.Str())); }},
+      {"string",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> { return Value::String(v.Str()); }},
+      {"safe",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         return v.is_string() ? v : Value::String(v.Str());
+       }},
+      {"escape",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
+         return Value::String(HtmlEscape(v.Str()));
+       }},
       {"int",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
          const Value* d = Arg(a, 0, "default");
@@ -455,7 +522,8 @@ const std::map<std::string, FilterFn>& Filters() {
          }
          return Value::Float(r / scale);
        }},
-      {"list", [](const Value& v, CallArgs&) -> StatusOr<Value> {
+      {"list",
+       [](const Value& v, CallArgs&) -> StatusOr<Value> {
          STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
          return Value::List(std::move(items));
        }},
@@ -478,7 +546,8 @@ const std::map<std::string, FilterFn>& Filters() {
          for (const auto& [k, val] : v.dict().items) pairs.push_back(Value::List({k, val}, true));
          Value index = Value::Int(by_value ? 1 : 0);
          std::vector<std::pair<Value, Value>> keyed;
-         for (auto& p : pairs) keyed.emplace_back(SortKey(p.list().items[by_value ? 1 : 0], case_sensitive), p);
+         for (auto& p : pairs)
+           keyed.emplace_back(SortKey(p.list().items[by_value ? 1 : 0], case_sensitive), p);
          Status error;
          std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
            auto lt = reverse ? LessThan(y.first, x.first) : LessThan(x.first, y.first);
@@ -528,18 +597,18 @@ const std::map<std::string, FilterFn>& Filters() {
       {"sort",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
          STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
-         STRATA_ASSIGN_OR_RETURN(auto sorted, SortedValues(std::move(items), ArgTruthy(a, 0, "reverse"),
-                                                          ArgTruthy(a, 1, "case_sensitive"),
-                                                          Arg(a, 2, "attribute")));
+         STRATA_ASSIGN_OR_RETURN(
+             auto sorted, SortedValues(std::move(items), ArgTruthy(a, 0, "reverse"),
+                                       ArgTruthy(a, 1, "case_sensitive"), Arg(a, 2, "attribute")));
          return Value::List(std::move(sorted));
        }},
       {"max",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
          STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
          if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
-         STRATA_ASSIGN_OR_RETURN(auto sorted, SortedValues(std::move(items), false,
-                                                          ArgTruthy(a, 0, "case_sensitive"),
-                                                          Arg(a, 1, "attribute")));
+         STRATA_ASSIGN_OR_RETURN(
+             auto sorted, SortedValues(std::move(items), false, ArgTruthy(a, 0, "case_sensitive"),
+                                       Arg(a, 1, "attribute")));
          // max() returns the first maximal element.
          size_t i = sorted.size() - 1;
          return sorted[i];
@@ -548,9 +617,9 @@ const std::map<std::string, FilterFn>& Filters() {
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
          STRATA_ASSIGN_OR_RETURN(auto items, Iterate(v));
          if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
-         STRATA_ASSIGN_OR_RETURN(auto sorted, SortedValues(std::move(items), false,
-                                                          ArgTruthy(a, 0, "case_sensitive"),
-                                                          Arg(a, 1, "attribute")));
+         STRATA_ASSIGN_OR_RETURN(
+             auto sorted, SortedValues(std::move(items), false, ArgTruthy(a, 0, "case_sensitive"),
+                                       Arg(a, 1, "attribute")));
          return sorted.front();
        }},
       {"sum",
@@ -564,7 +633,8 @@ const std::map<std::string, FilterFn>& Filters() {
            if (attribute && !attribute->is_none()) {
              STRATA_ASSIGN_OR_RETURN(x, GetAttributePath(item, attribute->Str()));
            }
-           if (!x.is_number() || !total.is_number()) return TypeError("unsupported operand type(s) for +");
+           if (!x.is_number() || !total.is_number())
+             return TypeError("unsupported operand type(s) for +");
            if (x.is_float() || total.is_float()) {
              total = Value::Float(total.as_double() + x.as_double());
            } else {
@@ -620,7 +690,8 @@ const std::map<std::string, FilterFn>& Filters() {
          if (a.positional.empty()) return TypeError("attr() missing name");
          // Python getattr only: a dict's keys are not attributes here.
          const std::string name = a.positional[0].Str();
-         if (v.is_dict() && name != "get" && name != "items" && name != "keys" && name != "values") {
+         if (v.is_dict() && name != "get" && name != "items" && name != "keys" &&
+             name != "values") {
            return Value::Undefined(absl::StrCat("'dict object' has no attribute '", name, "'"));
          }
          return GetAttribute(v, name);
@@ -628,7 +699,10 @@ const std::map<std::string, FilterFn>& Filters() {
       {"indent",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
          const Value* w = Arg(a, 0, "width");
-         std::string indention = !w ? "    " : w->is_string() ? w->as_string() : std::string(std::max<int64_t>(0, w->as_int()), ' ');
+         std::string indention = !w ? "    "
+                                 : w->is_string()
+                                     ? w->as_string()
+                                     : std::string(std::max<int64_t>(0, w->as_int()), ' ');
          bool first = ArgTruthy(a, 1, "first");
          bool blank = ArgTruthy(a, 2, "blank");
          std::string s = v.Str() + "\n";
@@ -685,7 +759,8 @@ const std::map<std::string, std::string>& FilterAliases() {
 using TestFn = std::function<StatusOr<bool>(const Value&, CallArgs&)>;
 
 StatusOr<Value> NeedArg(const CallArgs& a, const char* test) {
-  if (a.positional.empty()) return TypeError(absl::StrCat(test, "() missing 1 required positional argument"));
+  if (a.positional.empty())
+    return TypeError(absl::StrCat(test, "() missing 1 required positional argument"));
   return a.positional[0];
 }
 
@@ -695,8 +770,10 @@ const std::map<std::string, TestFn>& Tests() {
       {"undefined", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_undefined(); }},
       {"none", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_none(); }},
       {"boolean", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_bool(); }},
-      {"true", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_bool() && v.as_bool(); }},
-      {"false", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_bool() && !v.as_bool(); }},
+      {"true",
+       [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_bool() && v.as_bool(); }},
+      {"false",
+       [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_bool() && !v.as_bool(); }},
       {"integer", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_int(); }},
       {"float", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_float(); }},
       {"number", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_number(); }},
@@ -711,54 +788,67 @@ const std::map<std::string, TestFn>& Tests() {
          return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
        }},
       {"callable", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_function(); }},
-      {"odd", [](const Value& v, CallArgs&) -> StatusOr<bool> {
+      {"odd",
+       [](const Value& v, CallArgs&) -> StatusOr<bool> {
          if (!v.is_int() && !v.is_bool()) return TypeError("odd test needs an integer");
          return (v.as_int() % 2) != 0;
        }},
-      {"even", [](const Value& v, CallArgs&) -> StatusOr<bool> {
+      {"even",
+       [](const Value& v, CallArgs&) -> StatusOr<bool> {
          if (!v.is_int() && !v.is_bool()) return TypeError("even test needs an integer");
          return (v.as_int() % 2) == 0;
        }},
-      {"divisibleby", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+      {"divisibleby",
+       [](const Value& v, CallArgs& a) -> StatusOr<bool> {
          STRATA_ASSIGN_OR_RETURN(Value n, NeedArg(a, "divisibleby"));
-         if (!n.is_int() || n.as_int() == 0 || !v.is_int()) return TypeError("divisibleby needs non-zero integers");
+         if (!n.is_int() || n.as_int() == 0 || !v.is_int())
+           return TypeError("divisibleby needs non-zero integers");
          return (v.as_int() % n.as_int()) == 0;
        }},
-      {"lower", [](const Value& v, CallArgs&) -> StatusOr<bool> {
+      {"lower",
+       [](const Value& v, CallArgs&) -> StatusOr<bool> {
          std::string s = v.Str();
          return PyLower(s) == s;
        }},
-      {"upper", [](const Value& v, CallArgs&) -> StatusOr<bool> {
+      {"upper",
+       [](const Value& v, CallArgs&) -> StatusOr<bool> {
          std::string s = v.Str();
          return PyUpper(s) == s;
        }},
-      {"equalto", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+      {"equalto",
+       [](const Value& v, CallArgs& a) -> StatusOr<bool> {
          STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "eq"));
          return v.Equals(o);
        }},
-      {"ne", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+      {"ne",
+       [](const Value& v, CallArgs& a) -> StatusOr<bool> {
          STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "ne"));
          return !v.Equals(o);
        }},
-      {"lt", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+      {"lt",
+       [](const Value& v, CallArgs& a) -> StatusOr<bool> {
          STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "lt"));
          return LessThan(v, o);
        }},
-      {"gt", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+      {"gt",
+       [](const Value& v, CallArgs& a) -> StatusOr<bool> {
          STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "gt"));
          return LessThan(o, v);
        }},
-      {"le", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+      {"le",
+       [](const Value& v, CallArgs& a) -> StatusOr<bool> {
          STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "le"));
          STRATA_ASSIGN_OR_RETURN(bool gt, LessThan(o, v));
          return !gt;
        }},
-      {"ge", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+      {"ge",
+       [](const Value& v, CallArgs& a) -> StatusOr<bool> {
          STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "ge"));
          STRATA_ASSIGN_OR_RETURN(bool lt, LessThan(v, o));
          return !lt;
        }},
-      {"in", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+      {"in",
+       [](const Value& v, CallArgs& a) -> StatusOr<bool> {
          STRATA_ASSIGN_OR_RETURN(Value seq, NeedArg(a, "in"));
          if (seq.is_string()) {
            if (!v.is_string()) return TypeError("'in <string>' requires string as left operand");
@@ -771,15 +861,22 @@ const std::map<std::string, TestFn>& Tests() {
          }
          return false;
        }},
-      {"sameas", [](const Value& v, CallArgs& a) -> StatusOr<bool> {
+      {"sameas",
+       [](const Value& v, CallArgs& a) -> StatusOr<bool> {
          STRATA_ASSIGN_OR_RETURN(Value o, NeedArg(a, "sameas"));
          if (v.kind() != o.kind()) return false;
          if (v.is_none() || v.is_undefined()) return true;
          if (v.is_bool()) return v.as_bool() == o.as_bool();
          return v.Equals(o) && !v.is_list() && !v.is_dict();
        }},
-      {"filter", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_string() && HasFilter(v.as_string()); }},
-      {"test", [](const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_string() && HasTest(v.as_string()); }},
+      {"filter",
+       [](const Value& v, CallArgs&) -> StatusOr<bool> {
+         return v.is_string() && HasFilter(v.as_string());
+       }},
+      {"test",
+       [](const Value& v, CallArgs&) -> StatusOr<bool> {
+         return v.is_string() && HasTest(v.as_string());
+       }},
       {"escaped", [](const Value&, CallArgs&) -> StatusOr<bool> { return false; }},
   };
   return *tests;
@@ -787,8 +884,8 @@ const std::map<std::string, TestFn>& Tests() {
 
 const std::map<std::string, std::string>& TestAliases() {
   static const auto* aliases = new std::map<std::string, std::string>{
-      {"==", "equalto"}, {"eq", "equalto"}, {"!=", "ne"}, {"<", "lt"}, {"lessthan", "lt"},
-      {"<=", "le"},      {">", "gt"},       {"greaterthan", "gt"},      {">=", "ge"}};
+      {"==", "equalto"}, {"eq", "equalto"}, {"!=", "ne"},          {"<", "lt"}, {"lessthan", "lt"},
+      {"<=", "le"},      {">", "gt"},       {"greaterthan", "gt"}, {">=", "ge"}};
   return *aliases;
 }
 

@@ -196,7 +196,9 @@ class Lexer {
     Emit(block ? TokenType::kBlockBegin : TokenType::kVariableBegin, "", tag);
     std::vector<char> brackets;
     while (true) {
-      if (p >= src_.size()) return ErrorAt(tag, block ? "unexpected end of template, expected end of block tag" : "unexpected end of template, expected end of print statement");
+      if (p >= src_.size())
+        return ErrorAt(tag, block ? "unexpected end of template, expected end of block tag"
+                                  : "unexpected end of template, expected end of print statement");
       char c = src_[p];
       if (brackets.empty()) {
         if (block) {
@@ -266,7 +268,8 @@ class Lexer {
       if (c == '(' || c == '[' || c == '{') {
         brackets.push_back(c == '(' ? ')' : c == '[' ? ']' : '}');
       } else if (c == ')' || c == ']' || c == '}') {
-        if (brackets.empty()) return ErrorAt(p, absl::StrCat("unexpected '", std::string(1, c), "'"));
+        if (brackets.empty())
+          return ErrorAt(p, absl::StrCat("unexpected '", std::string(1, c), "'"));
         char expected = brackets.back();
         brackets.pop_back();
         if (expected != c) {
@@ -283,17 +286,18 @@ class Lexer {
     size_t start = p;
     auto digits = [&](size_t q) {
       size_t s = q;
-      while (q < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[q])) ||
-                                 (src_[q] == '_' && q > s))) {
+      while (q < src_.size() &&
+             (std::isdigit(static_cast<unsigned char>(src_[q])) || (src_[q] == '_' && q > s))) {
         ++q;
       }
       return q;
     };
-    if (src_[p] == '0' && p + 1 < src_.size() &&
-        std::strchr("xXoObB", src_[p + 1]) != nullptr) {
+    if (src_[p] == '0' && p + 1 < src_.size() && std::strchr("xXoObB", src_[p + 1]) != nullptr) {
       int base = std::tolower(src_[p + 1]) == 'x' ? 16 : std::tolower(src_[p + 1]) == 'o' ? 8 : 2;
       size_t q = p + 2;
-      while (q < src_.size() && (std::isxdigit(static_cast<unsigned char>(src_[q])) || src_[q] == '_')) ++q;
+      while (q < src_.size() &&
+             (std::isxdigit(static_cast<unsigned char>(src_[q])) || src_[q] == '_'))
+        ++q;
       std::string body;
       for (size_t i = p + 2; i < q; ++i) {
         if (src_[i] != '_') body.push_back(src_[i]);
@@ -303,7 +307,8 @@ class Lexer {
     }
     p = digits(p);
     bool is_float = false;
-    if (p + 1 < src_.size() && src_[p] == '.' && std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
+    if (p + 1 < src_.size() && src_[p] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
       p = digits(p + 1);
       is_float = true;
     }
@@ -350,27 +355,62 @@ class Lexer {
         char32_t v = 0;
         for (int i = 0; i < n; ++i) {
           char h = src_[p + i];
-          if (!std::isxdigit(static_cast<unsigned char>(h))) return ErrorAt(start, "truncated escape");
-          v = v * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
+          if (!std::isxdigit(static_cast<unsigned char>(h)))
+            return ErrorAt(start, "truncated escape");
+          v = v * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
+                                                                    : (std::tolower(h) - 'a' + 10));
         }
         p += n;
         return v;
       };
       switch (e) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case 'r': out.push_back('\r'); break;
-        case '\\': out.push_back('\\'); break;
-        case '\'': out.push_back('\''); break;
-        case '"': out.push_back('"'); break;
-        case 'a': out.push_back('\a'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'v': out.push_back('\v'); break;
-        case '\n': break;  // line continuation
-        case 'x': { STRATA_ASSIGN_OR_RETURN(char32_t v, hex(2)); AppendUtf8(v, &out); break; }
-        case 'u': { STRATA_ASSIGN_OR_RETURN(char32_t v, hex(4)); AppendUtf8(v, &out); break; }
-        case 'U': { STRATA_ASSIGN_OR_RETURN(char32_t v, hex(8)); AppendUtf8(v, &out); break; }
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '\'':
+          out.push_back('\'');
+          break;
+        case '"':
+          out.push_back('"');
+          break;
+        case 'a':
+          out.push_back('\a');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'v':
+          out.push_back('\v');
+          break;
+        case '\n':
+          break;  // line continuation
+        case 'x': {
+          STRATA_ASSIGN_OR_RETURN(char32_t v, hex(2));
+          AppendUtf8(v, &out);
+          break;
+        }
+        case 'u': {
+          STRATA_ASSIGN_OR_RETURN(char32_t v, hex(4));
+          AppendUtf8(v, &out);
+          break;
+        }
+        case 'U': {
+          STRATA_ASSIGN_OR_RETURN(char32_t v, hex(8));
+          AppendUtf8(v, &out);
+          break;
+        }
         default:
           if (e >= '0' && e <= '7') {
             char32_t v = e - '0';

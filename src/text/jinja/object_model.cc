@@ -29,12 +29,12 @@ bool NormalizeIndex(int64_t* index, int64_t size) {
 }
 
 const std::vector<std::string> kStrMethods = {
-    "startswith", "endswith", "split",  "rsplit",     "strip",      "lstrip",   "rstrip",
-    "replace",    "upper",    "lower",  "title",      "capitalize", "find",     "rfind",
-    "index",      "count",    "join",   "splitlines", "isdigit",    "isalpha",  "isspace",
-    "isalnum",    "islower",  "isupper", "removeprefix", "removesuffix", "format", "zfill",
-    "partition",  "rpartition", "ljust", "rjust",     "center",     "casefold", "swapcase",
-    "isnumeric", "isdecimal", "istitle", "expandtabs"};
+    "startswith", "endswith",   "split",   "rsplit",       "strip",        "lstrip",   "rstrip",
+    "replace",    "upper",      "lower",   "title",        "capitalize",   "find",     "rfind",
+    "index",      "count",      "join",    "splitlines",   "isdigit",      "isalpha",  "isspace",
+    "isalnum",    "islower",    "isupper", "removeprefix", "removesuffix", "format",   "zfill",
+    "partition",  "rpartition", "ljust",   "rjust",        "center",       "casefold", "swapcase",
+    "isnumeric",  "isdecimal",  "istitle", "expandtabs"};
 const std::vector<std::string> kDictMethods = {"get", "items", "keys", "values"};
 const std::vector<std::string> kListMethods = {"index", "count"};
 
@@ -80,7 +80,8 @@ std::vector<std::string> PySplit(const std::string& s, const std::optional<std::
       size_t n = words.size();
       // The remainder runs from the start to the end of its last word.
       out.push_back(slice(0, words[n - maxsplit - 1].second));
-      for (size_t k = n - maxsplit; k < n; ++k) out.push_back(slice(words[k].first, words[k].second));
+      for (size_t k = n - maxsplit; k < n; ++k)
+        out.push_back(slice(words[k].first, words[k].second));
     }
     return out;
   }
@@ -148,7 +149,8 @@ StatusOr<Value> StrFormat(const std::string& fmt, const CallArgs& args) {
       std::string field = fmt.substr(i + 1, close - i - 1);
       const Value* v = nullptr;
       if (field.empty()) {
-        if (auto_index >= args.positional.size()) return TypeError("Replacement index out of range");
+        if (auto_index >= args.positional.size())
+          return TypeError("Replacement index out of range");
         v = &args.positional[auto_index++];
       } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
         size_t k = std::stoul(field);
@@ -195,7 +197,9 @@ StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, Cal
       if (k == param) v = &kv;
     }
     if (!v) return fallback;
-    if (!v->is_int() && !v->is_bool()) return TypeError(absl::StrCat("'", v->TypeName(), "' object cannot be interpreted as an integer"));
+    if (!v->is_int() && !v->is_bool())
+      return TypeError(
+          absl::StrCat("'", v->TypeName(), "' object cannot be interpreted as an integer"));
     return v->as_int();
   };
   if (name == "startswith" || name == "endswith") {
@@ -210,11 +214,13 @@ StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, Cal
     } else if (arg.is_string()) {
       options.push_back(arg.as_string());
     } else {
-      return TypeError(absl::StrCat(name, " first arg must be str or a tuple of str, not ", arg.TypeName()));
+      return TypeError(
+          absl::StrCat(name, " first arg must be str or a tuple of str, not ", arg.TypeName()));
     }
     for (const auto& o : options) {
-      bool hit = name == "startswith" ? s.compare(0, o.size(), o) == 0 && s.size() >= o.size()
-                                      : s.size() >= o.size() && s.compare(s.size() - o.size(), o.size(), o) == 0;
+      bool hit = name == "startswith"
+                     ? s.compare(0, o.size(), o) == 0 && s.size() >= o.size()
+                     : s.size() >= o.size() && s.compare(s.size() - o.size(), o.size(), o) == 0;
       if (hit) return Value::Bool(true);
     }
     return Value::Bool(false);
@@ -293,7 +299,8 @@ StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, Cal
   }
   if (name == "isalnum") {
     return Value::Bool(AllCodePoints(s, [](char32_t c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c >= 0xC0;
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c >= 0xC0;
     }));
   }
   if (name == "isspace") return Value::Bool(AllCodePoints(s, IsPythonSpace));
@@ -352,7 +359,8 @@ StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, Cal
     if (name == "ljust") return Value::String(s + rep(pad));
     if (name == "rjust") return Value::String(rep(pad) + s);
     if (name == "zfill") {
-      if (!s.empty() && (s[0] == '-' || s[0] == '+')) return Value::String(s.substr(0, 1) + rep(pad) + s.substr(1));
+      if (!s.empty() && (s[0] == '-' || s[0] == '+'))
+        return Value::String(s.substr(0, 1) + rep(pad) + s.substr(1));
       return Value::String(rep(pad) + s);
     }
     int64_t left = pad / 2 + (pad & width & 1);
@@ -397,7 +405,8 @@ StatusOr<Value> CallListMethod(const Value& list, const std::string& name, CallA
       ++count;
     }
   }
-  if (name == "index") return TypeError("ValueError: " + args.positional[0].Repr() + " is not in list");
+  if (name == "index")
+    return TypeError("ValueError: " + args.positional[0].Repr() + " is not in list");
   return Value::Int(count);
 }
 
@@ -436,7 +445,8 @@ StatusOr<Value> GetAttribute(const Value& obj, const std::string& name) {
     case Value::Kind::kNamespace: {
       const Value* v = obj.namespace_attrs().Find(Value::String(name));
       if (v) return *v;
-      return Value::Undefined(absl::StrCat("'jinja2.utils.Namespace object' has no attribute '", name, "'"));
+      return Value::Undefined(
+          absl::StrCat("'jinja2.utils.Namespace object' has no attribute '", name, "'"));
     }
     default:
       return MissingAttribute(obj, name);
@@ -459,7 +469,8 @@ StatusOr<Value> GetItem(const Value& obj, const Value& key) {
         if (NormalizeIndex(&i, static_cast<int64_t>(obj.list().items.size()))) {
           return obj.list().items[i];
         }
-        return Value::Undefined(absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.Repr()));
+        return Value::Undefined(
+            absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.Repr()));
       }
       break;
     case Value::Kind::kString:
@@ -471,14 +482,16 @@ StatusOr<Value> GetItem(const Value& obj, const Value& key) {
           AppendUtf8(cps[i], &out);
           return Value::String(out);
         }
-        return Value::Undefined(absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.Repr()));
+        return Value::Undefined(
+            absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.Repr()));
       }
       break;
     default:
       break;
   }
   if (key.is_string()) return GetAttribute(obj, key.as_string());
-  return Value::Undefined(absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.Repr()));
+  return Value::Undefined(
+      absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.Repr()));
 }
 
 StatusOr<Value> GetSlice(const Value& obj, const Value& start_v, const Value& stop_v,
@@ -581,8 +594,8 @@ StatusOr<int64_t> Length(const Value& obj) {
 
 bool IsPythonSpace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 std::string PyStrip(const std::string& s, const std::optional<std::string>& chars, bool left,

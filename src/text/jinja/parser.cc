@@ -11,14 +11,22 @@ namespace {
 
 std::string Describe(const Token& t) {
   switch (t.type) {
-    case TokenType::kText: return "template data";
-    case TokenType::kVariableBegin: return "begin of print statement";
-    case TokenType::kVariableEnd: return "end of print statement";
-    case TokenType::kBlockBegin: return "begin of statement block";
-    case TokenType::kBlockEnd: return "end of statement block";
-    case TokenType::kEnd: return "end of template";
-    case TokenType::kString: return "string";
-    default: return "'" + t.value + "'";
+    case TokenType::kText:
+      return "template data";
+    case TokenType::kVariableBegin:
+      return "begin of print statement";
+    case TokenType::kVariableEnd:
+      return "end of print statement";
+    case TokenType::kBlockBegin:
+      return "begin of statement block";
+    case TokenType::kBlockEnd:
+      return "end of statement block";
+    case TokenType::kEnd:
+      return "end of template";
+    case TokenType::kString:
+      return "string";
+    default:
+      return "'" + t.value + "'";
   }
 }
 
@@ -99,8 +107,7 @@ class Parser {
       const Token& t = Peek();
       if (t.type == TokenType::kEnd) {
         if (ends.empty()) return body;
-        return Error(t, absl::StrCat("unexpected end of template, expected '",
-                                     *ends.begin(), "'"));
+        return Error(t, absl::StrCat("unexpected end of template, expected '", *ends.begin(), "'"));
       }
       if (t.type == TokenType::kText) {
         auto s = MakeStmt(StmtKind::kText, t);
@@ -448,12 +455,16 @@ class Parser {
     return cmp;
   }
 
-  StatusOr<ExprPtr> ParseMath1() { return ParseBinaryLeft(&Parser::ParseConcat, {"+", "-"}, false); }
+  StatusOr<ExprPtr> ParseMath1() {
+    return ParseBinaryLeft(&Parser::ParseConcat, {"+", "-"}, false);
+  }
   StatusOr<ExprPtr> ParseConcat() { return ParseBinaryLeft(&Parser::ParseMath2, {"~"}, false); }
   StatusOr<ExprPtr> ParseMath2() {
     return ParseBinaryLeft(&Parser::ParsePow, {"*", "/", "//", "%"}, false);
   }
-  StatusOr<ExprPtr> ParsePow() { return ParseBinaryLeft(&Parser::ParseUnaryFiltered, {"**"}, false); }
+  StatusOr<ExprPtr> ParsePow() {
+    return ParseBinaryLeft(&Parser::ParseUnaryFiltered, {"**"}, false);
+  }
   StatusOr<ExprPtr> ParseUnaryFiltered() { return ParseUnary(true); }
 
   StatusOr<ExprPtr> ParseUnary(bool with_filter) {
@@ -629,7 +640,8 @@ class Parser {
         STRATA_ASSIGN_OR_RETURN(auto value, ParseExpression(true));
         e->kwargs.emplace_back(std::move(name), std::move(value));
       } else {
-        if (!e->kwargs.empty()) return Error(Peek(), "positional argument follows keyword argument");
+        if (!e->kwargs.empty())
+          return Error(Peek(), "positional argument follows keyword argument");
         STRATA_ASSIGN_OR_RETURN(auto value, ParseExpression(true));
         e->args.push_back(std::move(value));
       }
@@ -750,7 +762,8 @@ class NameChecker {
         STRATA_RETURN_IF_ERROR(CheckExpr(s.filter.get(), soft));
         return Check(s.bodies[0], soft);
       case StmtKind::kMacro:
-        for (const auto& p : s.params) STRATA_RETURN_IF_ERROR(CheckExpr(p.default_value.get(), false));
+        for (const auto& p : s.params)
+          STRATA_RETURN_IF_ERROR(CheckExpr(p.default_value.get(), false));
         return Check(s.bodies[0], false);
       case StmtKind::kCallBlock:
         STRATA_RETURN_IF_ERROR(CheckExpr(s.expr.get(), soft));
@@ -773,10 +786,12 @@ class NameChecker {
   Status CheckExpr(const Expr* e, bool soft) {
     if (!e) return OkStatus();
     if (!soft && e->kind == ExprKind::kFilter && !HasFilter(e->name)) {
-      return LocatedError(label_, e->line, e->column, absl::StrCat("No filter named '", e->name, "'."));
+      return LocatedError(label_, e->line, e->column,
+                          absl::StrCat("No filter named '", e->name, "'."));
     }
     if (!soft && e->kind == ExprKind::kTest && !HasTest(e->name)) {
-      return LocatedError(label_, e->line, e->column, absl::StrCat("No test named '", e->name, "'."));
+      return LocatedError(label_, e->line, e->column,
+                          absl::StrCat("No test named '", e->name, "'."));
     }
     bool child_soft = soft || e->kind == ExprKind::kCondition;
     for (const auto& a : e->args) STRATA_RETURN_IF_ERROR(CheckExpr(a.get(), child_soft));
