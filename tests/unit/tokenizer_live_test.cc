@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <unistd.h>
 
@@ -32,10 +34,64 @@ std::string Ids(const std::vector<int32_t>& ids) {
   return "[" + absl::StrJoin(ids, ",") + "]";
 }
 
-// Runs the harness for `vocab`; returns the JSONL path (the test fails on error).
-std::string GenerateCases(const std::string& vocab, int count = kCases) {
+struct Job {
+  std::string out;  // the JSONL the harness writes
+  std::string cmd;
+  FILE* pipe = nullptr;
+};
+
+// The harness runs for every vocabulary are started together on first use, so
+// reference generation for later vocabularies overlaps checking earlier ones.
+std::map<std::string, Job>& Jobs() {
+  static std::map<std::string, Job>* jobs = [] {
+    auto* m = new std::map<std::string, Job>();
+    const std::string python = STRATA_REF_PYTHON;
+    const std::string script =
+        std::string(STRATA_SOURCE_DIR) + "/tests/text/gen_tokenizer_cases.py";
+    struct Entry {
+      const char* vocab;
+      int count;
+      const char* test;
+    };
+    const Entry vocabs[] = {{"qwen3", kCases, "Qwen3MatchesReference"},
+                            {"deepseek_v3", kCases, "DeepSeekV3MatchesReference"},
+                            {"qwen3_flags", kFlagCases, "AddedTokenFlagsMatchReference"},
+                            {"o200k_base", kCases, "O200kMatchesTiktoken"},
+                            {"cl100k_base", kCases, "Cl100kMatchesTiktoken"}};
+    // Only the vocabularies of tests selected in this process (ctest runs one
+    // test per process).
+    std::set<std::string> selected;
+    const ::testing::UnitTest& ut = *::testing::UnitTest::GetInstance();
+    for (int i = 0; i < ut.total_test_suite_count(); ++i) {
+      const ::testing::TestSuite& suite = *ut.GetTestSuite(i);
+      for (int k = 0; k < suite.total_test_count(); ++k) {
+        if (suite.GetTestInfo(k)->should_run()) selected.insert(suite.GetTestInfo(k)->name());
+      }
+    }
+    for (const auto& [vocab, count, test] : vocabs) {
+      if (!selected.count(test)) continue;
+      Job& j = (*m)[vocab];
+      j.out = (fs::temp_directory_path() /
+               absl::StrCat("strata_tok_cases_", vocab, "_", getpid(), ".jsonl"))
+                  .string();
+      const std::string workdir = j.out + ".dir";
+      fs::create_directories(workdir);
+      j.cmd = absl::StrCat("'", python, "' '", script, "' --data '", STRATA_SHARED_DATA_DIR,
+                           "' --vocab ", vocab, " --count ", count, " --out '", j.out,
+                           "' --workdir '", workdir, "' 2>&1");
+      if (fs::exists(python) && fs::exists(std::string(STRATA_SHARED_DATA_DIR))) {
+        j.pipe = popen(j.cmd.c_str(), "r");
+      }
+    }
+    return m;
+  }();
+  return *jobs;
+}
+
+// Waits for the harness run of `vocab`; returns the JSONL path, or "" after
+// recording a failure that says what is missing.
+std::string GenerateCases(const std::string& vocab) {
   const std::string python = STRATA_REF_PYTHON;
-  const std::string script = std::string(STRATA_SOURCE_DIR) + "/tests/text/gen_tokenizer_cases.py";
   if (!fs::exists(python)) {
     ADD_FAILURE() << "reference Python " << python
                   << " is missing: run tools/setup.sh (it creates .venv-ref)";
@@ -45,29 +101,22 @@ std::string GenerateCases(const std::string& vocab, int count = kCases) {
     ADD_FAILURE() << "shared data dir " << STRATA_SHARED_DATA_DIR << " is missing";
     return "";
   }
-  const std::string out = (fs::temp_directory_path() /
-                           absl::StrCat("strata_tok_cases_", vocab, "_", getpid(), ".jsonl"))
-                              .string();
-  const std::string workdir = out + ".dir";
-  fs::create_directories(workdir);
-  const std::string cmd = absl::StrCat("'", python, "' '", script, "' --data '",
-                                       STRATA_SHARED_DATA_DIR, "' --vocab ", vocab, " --count ",
-                                       count, " --out '", out, "' --workdir '", workdir, "' 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) {
-    ADD_FAILURE() << "cannot run " << cmd;
+  Job& j = Jobs().at(vocab);
+  if (!j.pipe) {
+    ADD_FAILURE() << "cannot run " << j.cmd;
     return "";
   }
   std::string log;
   char buf[4096];
   size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) log.append(buf, n);
-  const int rc = pclose(p);
+  while ((n = fread(buf, 1, sizeof(buf), j.pipe)) > 0) log.append(buf, n);
+  const int rc = pclose(j.pipe);
+  j.pipe = nullptr;
   if (rc != 0) {
-    ADD_FAILURE() << "reference harness failed (exit " << rc << "): " << cmd << "\n" << log;
+    ADD_FAILURE() << "reference harness failed (exit " << rc << "): " << j.cmd << "\n" << log;
     return "";
   }
-  return out;
+  return j.out;
 }
 
 struct Stats {
@@ -141,7 +190,7 @@ void CheckCases(const std::string& vocab, const std::string& jsonl, int count,
 }
 
 void RunTokenizerJson(const std::string& vocab, int count = kCases) {
-  const std::string jsonl = GenerateCases(vocab, count);
+  const std::string jsonl = GenerateCases(vocab);
   if (jsonl.empty()) return;
   CheckCases(vocab, jsonl, count, [&](const Json& h) -> std::unique_ptr<Tokenizer> {
     // The harness names the directory (a temporary one for variants).
