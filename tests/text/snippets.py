@@ -89,6 +89,8 @@ SNIPPETS = [
     "{{ d.items() }}|{{ d.keys() }}|{{ d.values() }}|{{ d.items() | list }}|{{ d.keys() | first }}|{{ d.values()[0] is defined }}|{{ 'b' in d.keys() }}",
     "{{ d.items() | tojson }}",
     "{{ '\u2028'.split() }}{{ 'a\x85b'.split() }}{{ 'x\u00a0y'.strip() }}{{ '\u3000x\u3000'.strip() | length }}",
+    "{{ 'Łódź ąęśćżń ŐŰ ς σ Ωμέγα Ёлка ǅ' | upper }}|{{ 'ŁÓDŹ ĄĘŚĆŻŃ ŐŰ Σ ЁЛКА' | lower }}|{{ 'ąbc łódź' | title }}|{{ 'ŁÓDŹ' | capitalize }}",
+    "{{ 'ΟΔΟΣ ΣΑΣ Σ' | lower }}|{{ 'ﬁne ŉ ǆ' | upper }}|{{ 'ǆemal' | title }}{{ \"o'neil x-ray (ab)[cd]{ef}<gh> 1st\" | title }}{{ \"o'neil x-ray 1st\".title() }}|{{ 'ǆ' | capitalize }}|{{ 'İ' | lower | length }}|{{ 'ᾳ' | upper }}",
     # errors that must match
     "{{ l + 1 }}", "{{ s * s }}", "{{ d.items().x.y }}", "{{ n() }}", "{% for x in n %}{% endfor %}",
     "{{ 1 / 0 }}", "{{ l[1:2:0] }}", "{{ {'a': 1} | items | list | first | first | upper }}{{ 1 | items | list }}",

@@ -347,6 +347,29 @@ StatusOr<Value> PercentFormat(const std::string& fmt, const Value& args_value) {
   return Value::String(out);
 }
 
+// jinja2's do_title (not str.title): words start after whitespace or one of
+// "-({[<"; each word is word[0].upper() + word[1:].lower().
+std::string JinjaTitle(const std::string& s) {
+  std::vector<char32_t> cps = DecodeUtf8(s);
+  auto is_break = [](char32_t c) {
+    return IsPythonSpace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+  };
+  std::string out;
+  bool word_start = true;
+  for (char32_t c : cps) {
+    if (is_break(c)) {
+      AppendUtf8(c, &out);
+      word_start = true;
+      continue;
+    }
+    std::string one;
+    AppendUtf8(c, &one);
+    out += word_start ? PyUpper(one) : PyLower(one);
+    word_start = false;
+  }
+  return out;
+}
+
 using FilterFn = std::function<StatusOr<Value>(const Value&, CallArgs&)>;
 
 const std::map<std::string, FilterFn>& Filters() {
@@ -435,7 +458,7 @@ const std::map<std::string, FilterFn>& Filters() {
        }},
       {"title",
        [](const Value& v, CallArgs&) -> StatusOr<Value> {
-         return Value::String(PyTitle(v.Str()));
+         return Value::String(JinjaTitle(v.Str()));
        }},
       {"default",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "text/jinja/case_tables.h"
 
 namespace strata::jinja {
 namespace {
@@ -618,61 +619,79 @@ std::string PyStrip(const std::string& s, const std::optional<std::string>& char
 }
 
 namespace {
-// Simple case mapping for ASCII, Latin-1, Greek and Cyrillic; other scripts
-// are caseless or rare in templates' own string operations.
-char32_t ToUpper(char32_t c) {
-  if (c >= 'a' && c <= 'z') return c - 32;
-  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
-  if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
-  if (c >= 0x430 && c <= 0x44F) return c - 32;
-  if (c >= 0x450 && c <= 0x45F) return c - 80;
-  return c;
+
+// Mapping of `cp` in a sorted table, or null when it maps to itself.
+const char* FindMapping(const CaseMapping* table, size_t size, char32_t cp) {
+  const CaseMapping* end = table + size;
+  const CaseMapping* it = std::lower_bound(
+      table, end, cp, [](const CaseMapping& m, char32_t c) { return m.code_point < c; });
+  return (it != end && it->code_point == cp) ? it->utf8 : nullptr;
 }
-char32_t ToLower(char32_t c) {
-  if (c >= 'A' && c <= 'Z') return c + 32;
-  if ((c >= 0xC0 && c <= 0xDE && c != 0xD7)) return c + 32;
-  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
-  if (c >= 0x410 && c <= 0x42F) return c + 32;
-  if (c >= 0x400 && c <= 0x40F) return c + 80;
-  return c;
+
+void AppendMapped(const CaseMapping* table, size_t size, char32_t cp, std::string* out) {
+  if (const char* mapped = FindMapping(table, size, cp)) {
+    *out += mapped;
+  } else {
+    AppendUtf8(cp, out);
+  }
 }
-// U+00DF (sharp s) is lower case without a one-character upper case.
-bool IsCased(char32_t c) { return c == 0xDF || ToUpper(c) != c || ToLower(c) != c; }
+
+bool IsCased(char32_t cp) {
+  const CaseRange* end = kCased + kCasedSize;
+  const CaseRange* it =
+      std::lower_bound(kCased, end, cp, [](const CaseRange& r, char32_t c) { return r.last < c; });
+  return it != end && it->first <= cp;
+}
+
 }  // namespace
 
 std::string PyUpper(const std::string& s) {
   std::string out;
-  for (char32_t c : DecodeUtf8(s)) {
-    if (c == 0xDF) {
-      out += "SS";  // Python's full case mapping
-    } else {
-      AppendUtf8(ToUpper(c), &out);
-    }
-  }
+  for (char32_t c : DecodeUtf8(s)) AppendMapped(kUpper, kUpperSize, c, &out);
   return out;
 }
 
 std::string PyLower(const std::string& s) {
   std::vector<char32_t> cps = DecodeUtf8(s);
-  for (auto& c : cps) c = ToLower(c);
-  return EncodeUtf8(cps);
+  std::string out;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    // CPython's final-sigma rule: capital sigma after a cased letter and not
+    // before one lowers to final sigma.
+    if (cps[i] == 0x3A3 && i > 0 && IsCased(cps[i - 1]) &&
+        (i + 1 == cps.size() || !IsCased(cps[i + 1]))) {
+      AppendUtf8(0x3C2, &out);
+      continue;
+    }
+    AppendMapped(kLower, kLowerSize, cps[i], &out);
+  }
+  return out;
 }
 
 std::string PyCapitalize(const std::string& s) {
   std::vector<char32_t> cps = DecodeUtf8(s);
-  for (size_t i = 0; i < cps.size(); ++i) cps[i] = i == 0 ? ToUpper(cps[i]) : ToLower(cps[i]);
-  return EncodeUtf8(cps);
+  std::string out;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    if (i == 0) {
+      AppendMapped(kTitle, kTitleSize, cps[i], &out);
+    } else {
+      AppendMapped(kLower, kLowerSize, cps[i], &out);
+    }
+  }
+  return out;
 }
 
 std::string PyTitle(const std::string& s) {
-  std::vector<char32_t> cps = DecodeUtf8(s);
+  std::string out;
   bool prev_cased = false;
-  for (auto& c : cps) {
-    bool cased = IsCased(c);
-    c = prev_cased ? ToLower(c) : ToUpper(c);
-    prev_cased = cased;
+  for (char32_t c : DecodeUtf8(s)) {
+    if (prev_cased) {
+      AppendMapped(kLower, kLowerSize, c, &out);
+    } else {
+      AppendMapped(kTitle, kTitleSize, c, &out);
+    }
+    prev_cased = IsCased(c);
   }
-  return EncodeUtf8(cps);
+  return out;
 }
 
 std::string PyReplace(const std::string& s, const std::string& old, const std::string& repl,
