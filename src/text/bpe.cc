@@ -87,7 +87,8 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& m, const std:
                                                                                : a + b,
                                                      "\" is not in the vocab"));
     }
-    const uint64_t key = (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint32_t>(ib->second);
+    const uint64_t key =
+        (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint32_t>(ib->second);
     // The first (lowest-rank) occurrence of a pair wins, as in the reference.
     bpe->merges_.try_emplace(key, static_cast<int32_t>(i), iab->second);
   }
@@ -95,9 +96,8 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& m, const std:
   if (m.contains("unk_token") && m["unk_token"].is_string()) {
     auto it = bpe->vocab_.find(m["unk_token"].get<std::string>());
     if (it == bpe->vocab_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(w, ".unk_token: \"",
-                                                     m["unk_token"].get<std::string>(),
-                                                     "\" is not in the vocab"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          w, ".unk_token: \"", m["unk_token"].get<std::string>(), "\" is not in the vocab"));
     }
     bpe->unk_id_ = it->second;
   }

@@ -34,13 +34,14 @@ StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromFile(const std::string
     if (line.empty()) continue;
     const size_t sp = line.find(' ');
     int32_t rank;
-    if (sp == std::string_view::npos || !absl::SimpleAtoi(AsAbsl(line.substr(sp + 1)), &rank) || rank < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ":", line_no, ": expected \"<base64 token> <rank>\""));
+    if (sp == std::string_view::npos || !absl::SimpleAtoi(AsAbsl(line.substr(sp + 1)), &rank) ||
+        rank < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": expected \"<base64 token> <rank>\""));
     }
     if (!absl::Base64Unescape(AsAbsl(line.substr(0, sp)), &bytes) || bytes.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", line_no, ": bad base64 token \"", AsAbsl(line.substr(0, sp)), "\""));
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": bad base64 token \"",
+                                                     AsAbsl(line.substr(0, sp)), "\""));
     }
     if (!m->ranks_.try_emplace(bytes, rank).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": duplicate token"));

@@ -11,7 +11,8 @@ namespace strata {
 StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, DetokenizerOptions options)
     : tokenizer_(tokenizer), options_(std::move(options)) {
   // Empty stop strings would match everywhere; they are ignored.
-  for (const std::string& s : options_.stop_strings) max_stop_len_ = std::max(max_stop_len_, s.size());
+  for (const std::string& s : options_.stop_strings)
+    max_stop_len_ = std::max(max_stop_len_, s.size());
 }
 
 StatusOr<DetokenizerOutput> StreamingDetokenizer::Push(int32_t id) {

@@ -127,7 +127,8 @@ StatusOr<std::unique_ptr<Normalizer>> Normalizer::FromJson(const Json& j,
     }
     std::vector<std::unique_ptr<Normalizer>> steps;
     for (size_t i = 0; i < it->size(); ++i) {
-      STRATA_ASSIGN_OR_RETURN(auto n, FromJson((*it)[i], absl::StrCat(where, ".normalizers[", i, "]")));
+      STRATA_ASSIGN_OR_RETURN(auto n,
+                              FromJson((*it)[i], absl::StrCat(where, ".normalizers[", i, "]")));
       if (n) steps.push_back(std::move(n));
     }
     return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(steps)));

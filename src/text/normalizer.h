@@ -4,9 +4,8 @@
 #define STRATA_TEXT_NORMALIZER_H_
 
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "base/status.h"
 

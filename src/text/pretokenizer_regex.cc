@@ -76,15 +76,14 @@ StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) {
   const std::string translated = TranslateWhitespaceClasses(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()),
-                                   translated.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &error,
-                                   &offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &error, &offset, nullptr);
   if (!code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(error, msg, sizeof(msg));
-    return absl::InvalidArgumentError(absl::StrCat("bad regex at offset ", offset, ": ",
-                                                   reinterpret_cast<const char*>(msg)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad regex at offset ", offset, ": ", reinterpret_cast<const char*>(msg)));
   }
   re->code_ = code;
   // JIT is an optimisation; the interpreter gives the same matches.
@@ -126,14 +125,14 @@ Status Regex::FindAll(std::string_view subject, std::vector<std::pair<size_t, si
   const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
   size_t start = 0;
   while (start <= subject.size()) {
-    const int rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_UTF_CHECK, st.data,
-                               st.context);
+    const int rc =
+        pcre2_match(code, s, subject.size(), start, PCRE2_NO_UTF_CHECK, st.data, st.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof(msg));
-      return absl::InternalError(absl::StrCat("regex match failed: ",
-                                              reinterpret_cast<const char*>(msg)));
+      return absl::InternalError(
+          absl::StrCat("regex match failed: ", reinterpret_cast<const char*>(msg)));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
     const size_t b = ov[0], e = ov[1];

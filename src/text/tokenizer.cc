@@ -38,7 +38,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromTiktoken(
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
   std::error_code ec;
   const fs::path d(dir);
-  if (fs::exists(d / "tokenizer.json", ec)) return FromTokenizerJson((d / "tokenizer.json").string());
+  if (fs::exists(d / "tokenizer.json", ec))
+    return FromTokenizerJson((d / "tokenizer.json").string());
   fs::path rank_file;
   if (fs::exists(d / "tiktoken.model", ec)) {
     rank_file = d / "tiktoken.model";
@@ -65,9 +66,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string&
   std::vector<bool> named(256, false);
   for (const text::AddedToken& a : config.added_tokens_decoder) {
     if (a.id < base) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          config_path, ": added_tokens_decoder[\"", a.id, "\"]: id is a ranked token of ",
-          rank_file.string()));
+      return absl::InvalidArgumentError(absl::StrCat(config_path, ": added_tokens_decoder[\"", a.id,
+                                                     "\"]: id is a ranked token of ",
+                                                     rank_file.string()));
     }
     specials.push_back(a);
     specials.back().special = true;
@@ -81,9 +82,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string&
     t.special = true;
     specials.push_back(std::move(t));
   }
-  STRATA_ASSIGN_OR_RETURN(auto t, text::TiktokenTokenizer::Load(rank_file.string(),
-                                                                text::kKimiPattern,
-                                                                std::move(specials), config));
+  STRATA_ASSIGN_OR_RETURN(auto t,
+                          text::TiktokenTokenizer::Load(rank_file.string(), text::kKimiPattern,
+                                                        std::move(specials), config));
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 

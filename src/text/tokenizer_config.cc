@@ -3,7 +3,6 @@
 
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -59,13 +58,13 @@ StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
     for (auto e = it->begin(); e != it->end(); ++e) {
       AddedToken t;
       if (!absl::SimpleAtoi(e.key(), &t.id) || t.id < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": added_tokens_decoder: key \"", e.key(), "\" is not a token id"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": added_tokens_decoder: key \"", e.key(), "\" is not a token id"));
       }
       const Json& v = e.value();
       if (!v.is_object() || !v.contains("content") || !v["content"].is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": added_tokens_decoder[\"", e.key(), "\"].content: expected a string"));
+        return absl::InvalidArgumentError(absl::StrCat(path, ": added_tokens_decoder[\"", e.key(),
+                                                       "\"].content: expected a string"));
       }
       t.content = v["content"].get<std::string>();
       t.special = v.value("special", false);

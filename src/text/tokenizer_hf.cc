@@ -72,8 +72,7 @@ Status PostProcessorIds(const Json& j, const std::string& where,
     for (const char* key : {"cls", "sep"}) {
       if (!j.contains(key) || !j[key].is_array() || j[key].size() != 2 ||
           !j[key][1].is_number_integer()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ".", key, ": expected [token, id]"));
+        return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": expected [token, id]"));
       }
     }
     prefix->push_back(j["cls"][1].get<int32_t>());
@@ -96,16 +95,16 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   t->config_ = config;
 
-  STRATA_ASSIGN_OR_RETURN(t->normalizer_,
-                          Normalizer::FromJson(j.value("normalizer", Json()),
-                                               absl::StrCat(path, ": normalizer")));
+  STRATA_ASSIGN_OR_RETURN(t->normalizer_, Normalizer::FromJson(j.value("normalizer", Json()),
+                                                               absl::StrCat(path, ": normalizer")));
   const Json pre = j.value("pre_tokenizer", Json());
   if (!pre.is_null()) {
     STRATA_ASSIGN_OR_RETURN(t->pre_tokenizer_,
                             PreTokenizer::FromJson(pre, absl::StrCat(path, ": pre_tokenizer")));
   }
   const bool byte_level = t->pre_tokenizer_ && t->pre_tokenizer_->UsesByteLevel();
-  if (!j.contains("model")) return absl::InvalidArgumentError(absl::StrCat(path, ": model: missing"));
+  if (!j.contains("model"))
+    return absl::InvalidArgumentError(absl::StrCat(path, ": model: missing"));
   STRATA_ASSIGN_OR_RETURN(t->model_, BpeModel::FromJson(j["model"], path, byte_level));
 
   std::vector<AddedToken> added;
@@ -117,8 +116,9 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
       const Json& a = (*it)[i];
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
           !a.contains("content") || !a["content"].is_string() || a["id"].get<int64_t>() < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": added_tokens[", i, "]: needs an integer \"id\" >= 0 and a string \"content\""));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": added_tokens[", i,
+                         "]: needs an integer \"id\" >= 0 and a string \"content\""));
       }
       AddedToken tok;
       tok.id = a["id"].get<int32_t>();
@@ -150,10 +150,12 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
 
   const Json dec = j.value("decoder", Json());
   if (!dec.is_null()) {
-    auto is_byte_level = [](const Json& d) { return d.is_object() && d.value("type", "") == "ByteLevel"; };
+    auto is_byte_level = [](const Json& d) {
+      return d.is_object() && d.value("type", "") == "ByteLevel";
+    };
     bool ok = is_byte_level(dec);
-    if (!ok && dec.is_object() && dec.value("type", "") == "Sequence" &&
-        dec.contains("decoders") && dec["decoders"].is_array() && dec["decoders"].size() == 1) {
+    if (!ok && dec.is_object() && dec.value("type", "") == "Sequence" && dec.contains("decoders") &&
+        dec["decoders"].is_array() && dec["decoders"].size() == 1) {
       ok = is_byte_level(dec["decoders"][0]);
     }
     if (!ok) {
@@ -175,7 +177,8 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
   for (const AddedToken& a : t->added_.tokens()) {
     // The decoder sees added tokens too: ByteLevel turns alphabet-only text
     // into bytes and passes anything else through.
-    if (!(t->decoder_ == DecoderKind::kByteLevel && ByteLevelToBytes(a.content, &t->token_bytes_[a.id]))) {
+    if (!(t->decoder_ == DecoderKind::kByteLevel &&
+          ByteLevelToBytes(a.content, &t->token_bytes_[a.id]))) {
       t->token_bytes_[a.id] = a.content;
     }
     t->special_[a.id] = a.special;
@@ -183,24 +186,25 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
   if (config.bos_token) {
     t->bos_id_ = t->TokenToId(*config.bos_token);
     if (config.add_bos_token && !t->bos_id_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": bos_token \"", *config.bos_token, "\" of tokenizer_config.json is not a token"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": bos_token \"", *config.bos_token,
+                                                     "\" of tokenizer_config.json is not a token"));
     }
   }
   if (config.eos_token) {
     t->eos_id_ = t->TokenToId(*config.eos_token);
     if (config.add_eos_token && !t->eos_id_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": eos_token \"", *config.eos_token, "\" of tokenizer_config.json is not a token"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": eos_token \"", *config.eos_token,
+                                                     "\" of tokenizer_config.json is not a token"));
     }
   }
   return t;
 }
 
 StatusOr<std::vector<int32_t>> HfTokenizer::Encode(std::string_view text,
-                                                  const EncodeOptions& options) const {
+                                                   const EncodeOptions& options) const {
   if (const size_t bad = FirstInvalidUtf8(text); bad != text.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Encode: text is not valid UTF-8 at byte ", bad));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Encode: text is not valid UTF-8 at byte ", bad));
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
@@ -250,9 +254,8 @@ StatusOr<std::string> HfTokenizer::Decode(const std::vector<int32_t>& ids,
   std::string bytes;
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size_) {
-      return absl::InvalidArgumentError(absl::StrCat("Decode: token id ", id,
-                                                     " is outside the vocabulary (size ",
-                                                     vocab_size_, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Decode: token id ", id, " is outside the vocabulary (size ", vocab_size_, ")"));
     }
     if (options.skip_special_tokens && special_[id]) continue;
     if (decoder_ == DecoderKind::kNone) {
@@ -265,8 +268,8 @@ StatusOr<std::string> HfTokenizer::Decode(const std::vector<int32_t>& ids,
 
 StatusOr<std::string> HfTokenizer::TokenBytes(int32_t id) const {
   if (id < 0 || id >= vocab_size_) {
-    return absl::InvalidArgumentError(absl::StrCat("TokenBytes: token id ", id,
-                                                   " is outside the vocabulary"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TokenBytes: token id ", id, " is outside the vocabulary"));
   }
   return token_bytes_[id];
 }

@@ -45,18 +45,21 @@ StatusOr<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::Load(
   if (config.bos_token) t->bos_id_ = t->TokenToId(*config.bos_token);
   if (config.eos_token) t->eos_id_ = t->TokenToId(*config.eos_token);
   if (config.add_bos_token && !t->bos_id_) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": add_bos_token is set but bos_token is not a token"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": add_bos_token is set but bos_token is not a token"));
   }
   if (config.add_eos_token && !t->eos_id_) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": add_eos_token is set but eos_token is not a token"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": add_eos_token is set but eos_token is not a token"));
   }
   return t;
 }
 
 StatusOr<std::vector<int32_t>> TiktokenTokenizer::Encode(std::string_view text,
-                                                        const EncodeOptions& options) const {
+                                                         const EncodeOptions& options) const {
   if (const size_t bad = FirstInvalidUtf8(text); bad != text.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Encode: text is not valid UTF-8 at byte ", bad));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Encode: text is not valid UTF-8 at byte ", bad));
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 2);
@@ -84,9 +87,8 @@ StatusOr<std::string> TiktokenTokenizer::Decode(const std::vector<int32_t>& ids,
   std::string bytes;
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size_) {
-      return absl::InvalidArgumentError(absl::StrCat("Decode: token id ", id,
-                                                     " is outside the vocabulary (size ",
-                                                     vocab_size_, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Decode: token id ", id, " is outside the vocabulary (size ", vocab_size_, ")"));
     }
     if (const AddedToken* s = specials_.ById(id)) {
       if (!options.skip_special_tokens) bytes += s->content;
@@ -99,8 +101,8 @@ StatusOr<std::string> TiktokenTokenizer::Decode(const std::vector<int32_t>& ids,
 
 StatusOr<std::string> TiktokenTokenizer::TokenBytes(int32_t id) const {
   if (id < 0 || id >= vocab_size_) {
-    return absl::InvalidArgumentError(absl::StrCat("TokenBytes: token id ", id,
-                                                   " is outside the vocabulary"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TokenBytes: token id ", id, " is outside the vocabulary"));
   }
   if (const AddedToken* s = specials_.ById(id)) return s->content;
   return id < model_->size() ? model_->TokenBytes(id) : std::string();

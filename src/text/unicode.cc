@@ -131,7 +131,7 @@ size_t CompleteUtf8PrefixLength(std::string_view s) {
   for (size_t back = 1; back <= 3 && back <= n; ++back) {
     const size_t pos = n - back;
     const auto b = static_cast<uint8_t>(s[pos]);
-    if ((b & 0xC0) == 0x80) continue;  // continuation byte: look further back
+    if ((b & 0xC0) == 0x80) continue;    // continuation byte: look further back
     if (b < 0xC2 || b > 0xF4) return n;  // ASCII or a byte that never starts a sequence
     // A lead byte: is the tail a proper prefix of a well-formed sequence?
     if (MaximalSubpart(s, pos) == back) {
@@ -146,8 +146,14 @@ size_t CompleteUtf8PrefixLength(std::string_view s) {
 bool IsUnicodeWhitespace(char32_t c) {
   if (c <= 0x20) return c == 0x20 || (c >= 0x09 && c <= 0x0D);
   switch (c) {
-    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F:
-    case 0x205F: case 0x3000:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return c >= 0x2000 && c <= 0x200A;

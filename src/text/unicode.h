@@ -14,7 +14,9 @@ namespace strata::text {
 
 // Debian's Abseil has its own string_view type: lookups in absl containers
 // keyed by std::string and absl string functions need this conversion.
-inline absl::string_view AsAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+inline absl::string_view AsAbsl(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
 
 // Decodes the well-formed UTF-8 sequence at s[pos]. Returns its length, or 0
 // when the bytes there do not start a well-formed sequence (*cp untouched).

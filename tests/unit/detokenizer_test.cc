@@ -3,10 +3,10 @@
 // never a partial UTF-8 sequence, and stops at stop strings across tokens.
 #include "text/detokenizer.h"
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "text/tokenizer.h"
 #include "text/unicode.h"
@@ -29,7 +29,8 @@ const Tokenizer& Qwen3() {
 
 const Tokenizer& DeepSeek() {
   static Tokenizer* t = [] {
-    auto r = Tokenizer::FromDirectory(std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/deepseek_v3");
+    auto r =
+        Tokenizer::FromDirectory(std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/deepseek_v3");
     if (!r.ok()) {
       ADD_FAILURE() << "DeepSeek-V3 tokenizer from the shared data: " << r.status();
       return static_cast<Tokenizer*>(nullptr);
@@ -41,9 +42,34 @@ const Tokenizer& DeepSeek() {
 }
 
 const char* kSnippets[] = {
-    "Hello", " world", "😀", "👨‍👩‍👧‍👦", "🇺🇸", "世界", "こんにちは", "안녕", "مرحبا", "नमस्ते",
-    "สวัสดี", "Привет", "\n\n", "  ", "\t", "123456", "é", "e\u0301", "<|im_start|>", "<|im_end|>",
-    "<think>", "</think>", "{\"a\": 1}", "STOP", "ST", "OP", "🀄", "\u00a0",
+    "Hello",
+    " world",
+    "😀",
+    "👨‍👩‍👧‍👦",
+    "🇺🇸",
+    "世界",
+    "こんにちは",
+    "안녕",
+    "مرحبا",
+    "नमस्ते",
+    "สวัสดี",
+    "Привет",
+    "\n\n",
+    "  ",
+    "\t",
+    "123456",
+    "é",
+    "e\u0301",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "{\"a\": 1}",
+    "STOP",
+    "ST",
+    "OP",
+    "🀄",
+    "\u00a0",
 };
 
 std::string RandomText(std::mt19937& rng) {

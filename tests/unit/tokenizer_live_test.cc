@@ -2,17 +2,17 @@
 // varied strings per vocabulary and the reference library's ids and decodes
 // (tokenizers for tokenizer.json, tiktoken for rank files); every id and every
 // decode must be equal. Missing reference venv or data is a failure.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
-#include <unistd.h>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -30,9 +30,7 @@ constexpr int kMaxReported = 5;
 
 std::string Quoted(const std::string& s) { return Json(s).dump(); }
 
-std::string Ids(const std::vector<int32_t>& ids) {
-  return "[" + absl::StrJoin(ids, ",") + "]";
-}
+std::string Ids(const std::vector<int32_t>& ids) { return "[" + absl::StrJoin(ids, ",") + "]"; }
 
 struct Job {
   std::string out;  // the JSONL the harness writes
@@ -182,9 +180,11 @@ void CheckCases(const std::string& vocab, const std::string& jsonl, int count,
   fs::remove_all(jsonl + ".dir");
   EXPECT_EQ(st.cases, count) << vocab;
   EXPECT_EQ(st.id_mismatches, 0) << vocab << ": " << st.id_mismatches << " of " << st.cases
-                                 << " strings encode differently; first ones:\n" << report;
-  EXPECT_EQ(st.decode_mismatches, 0) << vocab << ": " << st.decode_mismatches
-                                     << " decodes differ; first ones:\n" << report;
+                                 << " strings encode differently; first ones:\n"
+                                 << report;
+  EXPECT_EQ(st.decode_mismatches, 0)
+      << vocab << ": " << st.decode_mismatches << " decodes differ; first ones:\n"
+      << report;
   std::printf("%s: %d strings, %d id mismatches, %d decode mismatches\n", vocab.c_str(), st.cases,
               st.id_mismatches, st.decode_mismatches);
 }
@@ -205,7 +205,8 @@ void RunTiktoken(const std::string& vocab) {
   if (jsonl.empty()) return;
   CheckCases(vocab, jsonl, kCases, [&](const Json& h) -> std::unique_ptr<Tokenizer> {
     std::vector<std::pair<std::string, int32_t>> specials;
-    for (const Json& s : h["specials"]) specials.emplace_back(s[0].get<std::string>(), s[1].get<int32_t>());
+    for (const Json& s : h["specials"])
+      specials.emplace_back(s[0].get<std::string>(), s[1].get<int32_t>());
     auto t = Tokenizer::FromTiktoken(
         std::string(STRATA_SHARED_DATA_DIR) + "/tiktoken/" + vocab + ".tiktoken",
         h["pattern"].get<std::string>(), specials);
@@ -217,7 +218,9 @@ void RunTiktoken(const std::string& vocab) {
 TEST(TokenizerLiveTest, Qwen3MatchesReference) { RunTokenizerJson("qwen3"); }
 TEST(TokenizerLiveTest, DeepSeekV3MatchesReference) { RunTokenizerJson("deepseek_v3"); }
 // Qwen3 with lstrip/rstrip/single_word/normalized set on some added tokens.
-TEST(TokenizerLiveTest, AddedTokenFlagsMatchReference) { RunTokenizerJson("qwen3_flags", kFlagCases); }
+TEST(TokenizerLiveTest, AddedTokenFlagsMatchReference) {
+  RunTokenizerJson("qwen3_flags", kFlagCases);
+}
 TEST(TokenizerLiveTest, O200kMatchesTiktoken) { RunTiktoken("o200k_base"); }
 TEST(TokenizerLiveTest, Cl100kMatchesTiktoken) { RunTiktoken("cl100k_base"); }
 

@@ -4,12 +4,12 @@
 // tokenizer_live_test.cc's job.
 #include "text/tokenizer.h"
 
-#include <filesystem>
-#include <fstream>
-#include <unistd.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -42,19 +42,24 @@ class TempDir {
 };
 
 // A tiny byte-level BPE tokenizer.json; `merges` is spliced in verbatim.
-std::string TinyJson(const std::string& merges, const std::string& pre = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})") {
+std::string TinyJson(const std::string& merges,
+                     const std::string& pre =
+                         R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})") {
   return absl::StrCat(R"({"version": "1.0", "added_tokens": [
       {"id": 7, "content": "<s>", "special": true, "lstrip": false, "rstrip": false, "normalized": false, "single_word": false}],
-    "normalizer": null, "pre_tokenizer": )", pre, R"(,
+    "normalizer": null, "pre_tokenizer": )",
+                      pre, R"(,
     "post_processor": null, "decoder": {"type": "ByteLevel"},
     "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4, "Ġ": 5, "Ġab": 6},
-              "merges": )", merges, "}}");
+              "merges": )",
+                      merges, "}}");
 }
 
 TEST(TokenizerTest, BothMergesEncodingsGiveTheSameIds) {
   TempDir d;
   auto a = Tokenizer::FromTokenizerJson(d.Write("a.json", TinyJson(R"(["a b", "ab c", "Ġ ab"])")));
-  auto b = Tokenizer::FromTokenizerJson(d.Write("b.json", TinyJson(R"([["a", "b"], ["ab", "c"], ["Ġ", "ab"]])")));
+  auto b = Tokenizer::FromTokenizerJson(
+      d.Write("b.json", TinyJson(R"([["a", "b"], ["ab", "c"], ["Ġ", "ab"]])")));
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   for (const char* text : {"abc", "ab ab", "cab<s>abc", "ba"}) {
@@ -87,13 +92,23 @@ TEST(TokenizerTest, BadTokenizerJsonErrorsNameFileAndField) {
   ExpectError(Tokenizer::FromTokenizerJson(p), p, "model.merges[0]");
   p = d.Write("t4.json", TinyJson(R"(["a x"])"));
   ExpectError(Tokenizer::FromTokenizerJson(p), "model.merges[0]", "\"x\" is not in the vocab");
-  p = d.Write("t5.json", TinyJson(R"([])", R"({"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Bogus"}]})"));
+  p = d.Write(
+      "t5.json",
+      TinyJson(
+          R"([])",
+          R"({"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Bogus"}]})"));
   ExpectError(Tokenizer::FromTokenizerJson(p), p, "pre_tokenizer.pretokenizers[1].type");
-  p = d.Write("t6.json", TinyJson(R"([])", R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"));
+  p = d.Write(
+      "t6.json",
+      TinyJson(R"([])",
+               R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"));
   ExpectError(Tokenizer::FromTokenizerJson(p), p, "pre_tokenizer.pattern.Regex");
-  p = d.Write("t7.json", TinyJson(R"([])", R"({"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Sideways"})"));
+  p = d.Write(
+      "t7.json",
+      TinyJson(R"([])", R"({"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Sideways"})"));
   ExpectError(Tokenizer::FromTokenizerJson(p), p, "behavior");
-  ExpectError(Tokenizer::FromTokenizerJson(d.path() + "/missing.json"), "missing.json", "cannot open");
+  ExpectError(Tokenizer::FromTokenizerJson(d.path() + "/missing.json"), "missing.json",
+              "cannot open");
 }
 
 TEST(TokenizerTest, BadConfigAndDirectoryErrors) {
@@ -174,7 +189,7 @@ TEST(UnicodeTest, Nfc) {
   EXPECT_EQ(text::ToNfc("\u1100\u1161\u11a8"), "\uac01");
   EXPECT_EQ(text::ToNfc("\u212b"), "\u00c5");
   EXPECT_EQ(text::ToNfc("a\u0301\u0328"), "\u0105\u0301");  // reordered, then composed
-  EXPECT_EQ(text::ToNfc("\u0958"), "\u0915\u093c");          // composition exclusion
+  EXPECT_EQ(text::ToNfc("\u0958"), "\u0915\u093c");         // composition exclusion
   EXPECT_EQ(text::ToNfd("\u00e9"), "e\u0301");
   EXPECT_TRUE(text::IsNfcStable("plain ascii and 世界"));
   EXPECT_FALSE(text::IsNfcStable("e\u0301"));

@@ -8,10 +8,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "text/tokenizer.h"
 
@@ -39,7 +38,8 @@ const std::vector<std::string>* Corpus() {
 void RunEncode(benchmark::State& state, const std::unique_ptr<Tokenizer>& tok) {
   const auto* docs = Corpus();
   if (docs->empty()) {
-    state.SkipWithError("set STRATA_TOKENIZER_CORPUS to a corpus from tests/text/make_bench_corpus.py");
+    state.SkipWithError(
+        "set STRATA_TOKENIZER_CORPUS to a corpus from tests/text/make_bench_corpus.py");
     return;
   }
   int64_t bytes = 0, tokens = 0;
@@ -55,7 +55,8 @@ void RunEncode(benchmark::State& state, const std::unique_ptr<Tokenizer>& tok) {
     }
   }
   state.SetBytesProcessed(bytes);
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
 }
 
 void BM_EncodeTokenizerJson(benchmark::State& state, const char* vocab) {
@@ -104,10 +105,18 @@ void BM_EncodeTiktoken(benchmark::State& state, const char* vocab) {
   RunEncode(state, t);
 }
 
-BENCHMARK_CAPTURE(BM_EncodeTokenizerJson, qwen3, "qwen3")->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK_CAPTURE(BM_EncodeTokenizerJson, deepseek_v3, "deepseek_v3")->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK_CAPTURE(BM_EncodeTiktoken, o200k_base, "o200k_base")->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK_CAPTURE(BM_EncodeTiktoken, cl100k_base, "cl100k_base")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_EncodeTokenizerJson, qwen3, "qwen3")
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_EncodeTokenizerJson, deepseek_v3, "deepseek_v3")
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_EncodeTiktoken, o200k_base, "o200k_base")
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_EncodeTiktoken, cl100k_base, "cl100k_base")
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 
 }  // namespace
 }  // namespace strata
