@@ -389,7 +389,7 @@ const std::map<std::string, FilterFn>& Filters() {
            } else {
              return TypeError("indent must be int or str");
            }
-           o.item_separator = ",";
+           o.item_separator.assign(1, ',');  // json.dumps' default with indent
          }
          const Value* sep = Arg(a, 2, "separators");
          if (sep && !sep->is_none()) {
