@@ -35,12 +35,36 @@ MatchState& ThreadMatchState() {
 
 }  // namespace
 
-std::string TranslateWhitespaceClasses(std::string_view p) {
+std::string TranslatePattern(std::string_view p) {
   std::string out;
   out.reserve(p.size() + 16);
   bool in_class = false;
   for (size_t i = 0; i < p.size(); ++i) {
     const char c = p[i];
+    if (c == '\\' && i + 2 < p.size() && (p[i + 1] == 'p' || p[i + 1] == 'P') && p[i + 2] == '{') {
+      // Script names: Oniguruma and Rust's regex crate test the Script
+      // property, PCRE2 >= 10.40 tests Script_Extensions (so U+3002 would be
+      // Han): ask PCRE2 for the Script property explicitly.
+      const size_t close = p.find('}', i + 3);
+      if (close != std::string_view::npos) {
+        std::string_view name = p.substr(i + 3, close - i - 3);
+        std::string_view neg;
+        if (!name.empty() && name[0] == '^') {
+          neg = "^";
+          name.remove_prefix(1);
+        }
+        const bool general = name.size() <= 2 || name == "Any" || name == "Xan" || name == "Xps" ||
+                             name == "Xsp" || name == "Xwd" || name == "Xuc" ||
+                             name.find_first_of(":=") != std::string_view::npos;
+        out += p.substr(i, 3);
+        out += neg;
+        if (!general) out += "sc:";
+        out += name;
+        out += '}';
+        i = close;
+        continue;
+      }
+    }
     if (c == '\\' && i + 1 < p.size()) {
       const char n = p[i + 1];
       if (n == 's') {
@@ -73,7 +97,7 @@ Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) {
   std::unique_ptr<Regex> re(new Regex());
   re->pattern_ = std::string(pattern);
-  const std::string translated = TranslateWhitespaceClasses(pattern);
+  const std::string translated = TranslatePattern(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code =

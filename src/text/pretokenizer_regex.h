@@ -1,7 +1,8 @@
 // PCRE2 (UTF + UCP, JIT) regular expressions for pre-tokenization. Patterns
 // written for Oniguruma (tokenizer.json) or Rust's regex crate (tiktoken) are
 // translated where PCRE2 differs: `\s` there is Unicode White_Space, which
-// includes U+0085, and `$` means the end of the subject only.
+// includes U+0085, `$` means the end of the subject only, and `\p{Han}` is the
+// Script property (PCRE2 would test Script_Extensions).
 #ifndef STRATA_TEXT_PRETOKENIZER_REGEX_H_
 #define STRATA_TEXT_PRETOKENIZER_REGEX_H_
 
@@ -40,8 +41,9 @@ class Regex {
   void* code_ = nullptr;  // pcre2_code_8*
 };
 
-// `\s`/`\S` rewritten to White_Space semantics (see the file comment).
-std::string TranslateWhitespaceClasses(std::string_view pattern);
+// `\s`/`\S` rewritten to White_Space semantics and script names to the
+// Script property (see the file comment).
+std::string TranslatePattern(std::string_view pattern);
 
 }  // namespace strata::text
 

@@ -283,6 +283,61 @@ def tiktoken_reference(data, vocab):
     return header, list(specials), encode, decode
 
 
+# Kimi's pre-tokenization pattern as tokenization_kimi.py defines it (Rust
+# regex syntax, with class intersections); Strata spells it for PCRE2.
+KIMI_PATTERN = "|".join([
+    r"""[\p{Han}]+""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+
+
+def kimi_reference(data, workdir):
+    """A Kimi-style directory (tiktoken.model + tokenizer_config.json with
+    added_tokens_decoder) built from the cl100k ranks, and tiktoken with
+    Kimi's pattern and specials (named ones, then <|reserved_token_N|>)."""
+    import shutil
+    import tiktoken
+    src = f"{data}/tiktoken/cl100k_base.tiktoken"
+    ranks = {}
+    with open(src, "rb") as f:
+        for line in f:
+            if line.strip():
+                tok, rank = line.split()
+                ranks[base64.b64decode(tok)] = int(rank)
+    base = len(ranks)
+    named = {base: "[BOS]", base + 1: "[EOS]", base + 2: "<|im_end|>", base + 3: "<|im_user|>",
+             base + 4: "<|tool_call_begin|>"}
+    specials = {named.get(i, f"<|reserved_token_{i}|>"): i for i in range(base, base + 256)}
+    shutil.copy(src, f"{workdir}/tiktoken.model")
+    cfg = {"add_bos_token": True, "bos_token": "[BOS]", "eos_token": "[EOS]",
+           "added_tokens_decoder": {str(i): {"content": c, "special": True, "lstrip": False,
+                                             "rstrip": False, "normalized": False,
+                                             "single_word": False}
+                                    for i, c in named.items()}}
+    with open(f"{workdir}/tokenizer_config.json", "w") as f:
+        json.dump(cfg, f)
+    enc = tiktoken.Encoding("kimi_test", pat_str=KIMI_PATTERN, mergeable_ranks=ranks,
+                            special_tokens=specials)
+    special_ids = set(specials.values())
+
+    def encode(texts):
+        return [[base] + ids for ids in enc.encode_batch(texts, allowed_special="all", num_threads=2)]
+
+    def decode(seqs, skip):
+        if skip:
+            seqs = [[i for i in ids if i not in special_ids] for ids in seqs]
+        return enc.decode_batch(seqs, errors="replace", num_threads=2)
+
+    header = {"vocab": "kimi_cl100k", "kind": "tiktoken.model", "dir": workdir}
+    return header, list(named.values()) + ["<|reserved_token_100300|>"], encode, decode
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -292,7 +347,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--workdir", help="where the qwen3_flags tokenizer.json is written")
     a = ap.parse_args()
-    if a.vocab.endswith("_base"):
+    if a.vocab == "kimi_cl100k":
+        header, specials, encode, decode = kimi_reference(a.data, a.workdir)
+    elif a.vocab.endswith("_base"):
         header, specials, encode, decode = tiktoken_reference(a.data, a.vocab)
     else:
         header, specials, encode, decode = hf_reference(a.data, a.vocab, a.workdir)

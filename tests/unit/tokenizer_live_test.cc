@@ -55,6 +55,7 @@ std::map<std::string, Job>& Jobs() {
                             {"deepseek_v3", kCases, "DeepSeekV3MatchesReference"},
                             {"qwen3_flags", kFlagCases, "AddedTokenFlagsMatchReference"},
                             {"o200k_base", kCases, "O200kMatchesTiktoken"},
+                            {"kimi_cl100k", kFlagCases, "KimiStyleDirectoryMatchesTiktoken"},
                             {"cl100k_base", kCases, "Cl100kMatchesTiktoken"}};
     // Only the vocabularies of tests selected in this process (ctest runs one
     // test per process).
@@ -220,6 +221,11 @@ TEST(TokenizerLiveTest, DeepSeekV3MatchesReference) { RunTokenizerJson("deepseek
 // Qwen3 with lstrip/rstrip/single_word/normalized set on some added tokens.
 TEST(TokenizerLiveTest, AddedTokenFlagsMatchReference) {
   RunTokenizerJson("qwen3_flags", kFlagCases);
+}
+// A Kimi-style tiktoken.model directory (cl100k ranks, specials from
+// added_tokens_decoder, BOS) against tiktoken with Kimi's own pattern.
+TEST(TokenizerLiveTest, KimiStyleDirectoryMatchesTiktoken) {
+  RunTokenizerJson("kimi_cl100k", kFlagCases);
 }
 TEST(TokenizerLiveTest, O200kMatchesTiktoken) { RunTiktoken("o200k_base"); }
 TEST(TokenizerLiveTest, Cl100kMatchesTiktoken) { RunTiktoken("cl100k_base"); }
