@@ -61,7 +61,6 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string&
   // Kimi's layout: specials follow the ranked tokens; 256 reserved ids, named
   // by added_tokens_decoder or <|reserved_token_N|>.
   const int32_t base = ranks->size();
-  ranks.reset();
   std::vector<text::AddedToken> specials;
   std::vector<bool> named(256, false);
   for (const text::AddedToken& a : config.added_tokens_decoder) {
@@ -82,9 +81,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string&
     t.special = true;
     specials.push_back(std::move(t));
   }
-  STRATA_ASSIGN_OR_RETURN(auto t,
-                          text::TiktokenTokenizer::Load(rank_file.string(), text::kKimiPattern,
-                                                        std::move(specials), config));
+  STRATA_ASSIGN_OR_RETURN(
+      auto t, text::TiktokenTokenizer::Load(std::move(ranks), rank_file.string(),
+                                            text::kKimiPattern, std::move(specials), config));
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 

@@ -21,9 +21,16 @@ const char kKimiPattern[] =
 StatusOr<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::Load(
     const std::string& path, const std::string& pattern, std::vector<AddedToken> specials,
     const TokenizerConfig& config) {
+  STRATA_ASSIGN_OR_RETURN(auto model, RankBpeModel::FromFile(path));
+  return Load(std::move(model), path, pattern, std::move(specials), config);
+}
+
+StatusOr<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::Load(
+    std::unique_ptr<RankBpeModel> model, const std::string& path, const std::string& pattern,
+    std::vector<AddedToken> specials, const TokenizerConfig& config) {
   std::unique_ptr<TiktokenTokenizer> t(new TiktokenTokenizer());
   t->config_ = config;
-  STRATA_ASSIGN_OR_RETURN(t->model_, RankBpeModel::FromFile(path));
+  t->model_ = std::move(model);
   auto re = Regex::Compile(pattern);
   if (!re.ok()) {
     return absl::InvalidArgumentError(

@@ -26,6 +26,12 @@ class TiktokenTokenizer : public Tokenizer {
                                                            const std::string& pattern,
                                                            std::vector<AddedToken> specials,
                                                            const TokenizerConfig& config);
+  // The same with the rank file already loaded (`path` names it in errors).
+  static StatusOr<std::unique_ptr<TiktokenTokenizer>> Load(std::unique_ptr<RankBpeModel> model,
+                                                           const std::string& path,
+                                                           const std::string& pattern,
+                                                           std::vector<AddedToken> specials,
+                                                           const TokenizerConfig& config);
 
   StatusOr<std::vector<int32_t>> Encode(std::string_view text,
                                         const EncodeOptions& options) const override;
