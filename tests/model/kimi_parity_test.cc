@@ -329,7 +329,7 @@ TEST(KimiParityFixtures, AtLeastThreeFixturesArePresent) {
 
 TEST(KimiParityCli, StrataLogitsAndGenerateMatchTransformers) {
   const std::string exe = std::string(STRATA_BINARY_DIR) + "/tools/strata";
-  if (!fs::exists(exe)) GTEST_SKIP() << exe << " is not built (target strata_cli)";
+  ASSERT_TRUE(fs::exists(exe)) << exe << " is not built (target strata_cli)";
   const std::vector<std::string> names = FixtureNames();
   ASSERT_FALSE(names.empty());
   const Fixture f = LoadFixture(names.front());

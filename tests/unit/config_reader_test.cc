@@ -151,7 +151,7 @@ TEST(ConfigReader, FromFileReadsFileAndReportsMissingOne) {
 
 TEST(ConfigReader, ReadsTransformersWrittenConfig) {
   const std::string path = std::string(STRATA_TEST_DATA_DIR) + "/kimi_a/config.json";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "fixture missing: " << path;
+  ASSERT_TRUE(std::filesystem::exists(path)) << "fixture missing: " << path;
   StatusOr<ConfigReader> r = ConfigReader::FromFile(path);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r->GetString("model_type"), "kimi_linear");

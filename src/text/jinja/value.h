@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "text/unicode.h"
 
 namespace strata::jinja {
 
@@ -165,7 +166,7 @@ StatusOr<bool> LessThan(const Value& a, const Value& b);
 // Unicode helpers: strings are UTF-8, Python indexes by code point.
 std::vector<char32_t> DecodeUtf8(const std::string& s);
 std::string EncodeUtf8(const std::vector<char32_t>& cps);
-void AppendUtf8(char32_t cp, std::string* out);
+using text::AppendUtf8;  // one UTF-8 encoder for the whole text layer
 int64_t CodePointLength(const std::string& s);
 
 }  // namespace strata::jinja
