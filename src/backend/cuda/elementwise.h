@@ -1,0 +1,34 @@
+// Small fused element-wise ops between the big kernels.
+#ifndef STRATA_BACKEND_CUDA_ELEMENTWISE_H_
+#define STRATA_BACKEND_CUDA_ELEMENTWISE_H_
+
+#include "backend/cuda/cuda_common.h"
+
+namespace strata::cuda {
+
+// h[i, :] = float(embed[tokens[i], :]); tokens on the device, already checked.
+Status EmbeddingGather(const bf16* embed, int64_t dim, const int32_t* tokens, int64_t n, float* h,
+                       cudaStream_t stream);
+
+// SwiGLU activation on a fused gate|up product: gu is [n, 2I] (gate in the
+// first I columns, up in the next I); out[n, I] = silu(gate) ⊙ up, bf16.
+Status SiluMul(const void* gu, ActType gu_type, int64_t n, int64_t inter, bf16* out,
+               cudaStream_t stream);
+
+// dst[i] += src[i] (fp32 destination).
+Status AddInto(float* dst, const void* src, ActType src_type, int64_t count, cudaStream_t stream);
+
+// Conversions.
+Status CastF32ToBf16(const float* src, bf16* dst, int64_t count, cudaStream_t stream);
+Status CastBf16ToF32(const bf16* src, float* dst, int64_t count, cudaStream_t stream);
+
+// Fills `count` bf16 values with a uniform pseudo-random pattern in
+// [-scale, scale) derived from (seed, index): the dummy weights of
+// --load-format dummy, made on the device without host traffic.
+Status FillRandomBf16(bf16* dst, int64_t count, uint64_t seed, float scale, cudaStream_t stream);
+Status FillRandomF32(float* dst, int64_t count, uint64_t seed, float lo, float hi,
+                     cudaStream_t stream);
+
+}  // namespace strata::cuda
+
+#endif  // STRATA_BACKEND_CUDA_ELEMENTWISE_H_

@@ -1,0 +1,70 @@
+// Dense matrix products on bf16 weights: y = alpha · x · Wᵀ (+ beta · y).
+// Large M goes to cuBLASLt (bf16 tensor cores, fp32 accumulation); small M
+// (decode: one row per sequence) goes to a bandwidth-bound GEMV-style kernel
+// that streams W once at close to HBM speed.
+#ifndef STRATA_BACKEND_CUDA_GEMM_H_
+#define STRATA_BACKEND_CUDA_GEMM_H_
+
+#include <memory>
+
+#include "backend/cuda/cuda_common.h"
+
+namespace strata::cuda {
+
+// Owns the cuBLASLt handle and its workspace (allocated once at creation).
+// One per stream; not thread-safe.
+class BlasContext {
+ public:
+  static StatusOr<std::unique_ptr<BlasContext>> Create();
+  ~BlasContext();
+  BlasContext(const BlasContext&) = delete;
+  BlasContext& operator=(const BlasContext&) = delete;
+
+  void* handle() const { return handle_; }  // cublasLtHandle_t
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  BlasContext() = default;
+  void* handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+struct GemmArgs {
+  int64_t m = 0;                       // rows of x and y
+  int64_t n = 0;                       // rows of W = columns of y
+  int64_t k = 0;                       // columns of x and W
+  const void* x = nullptr;             // [m, k] activations, stride ldx elements
+  ActType x_type = ActType::kBf16;     // bf16 or fp32 (fp32 only on the small-M path)
+  int64_t ldx = 0;                     // 0: k
+  const bf16* w = nullptr;             // [n, k] row-major weight (checkpoint layout)
+  int64_t ldw = 0;                     // 0: k
+  void* y = nullptr;                   // [m, n], stride ldy elements
+  ActType y_type = ActType::kBf16;
+  int64_t ldy = 0;                     // 0: n
+  float alpha = 1.f;
+  float beta = 0.f;                    // beta != 0 accumulates into y (fp32 y only)
+};
+
+// Rows at or below which Gemm takes the streaming kernel.
+constexpr int64_t kGemvMaxRows = 16;
+
+Status Gemm(BlasContext& ctx, const GemmArgs& args, cudaStream_t stream);
+
+// `count` independent products with fixed strides between them (elements):
+// y_i = x_i · W_iᵀ, e.g. per-head absorption in MLA. bf16 in; y_type out.
+struct StridedBatchedGemmArgs {
+  GemmArgs g;                // shapes and leading dimensions of one product
+  int64_t count = 0;
+  int64_t stride_x = 0;
+  int64_t stride_w = 0;
+  int64_t stride_y = 0;
+  bool transpose_w = false;  // true: y_i = x_i · W_i (W_i is [k, n])
+};
+Status StridedBatchedGemm(BlasContext& ctx, const StridedBatchedGemmArgs& args,
+                          cudaStream_t stream);
+
+}  // namespace strata::cuda
+
+#endif  // STRATA_BACKEND_CUDA_GEMM_H_

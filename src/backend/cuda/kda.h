@@ -1,0 +1,74 @@
+// Kimi Delta Attention on the GPU (model-spec §2.3): the gated delta rule
+// with per-channel decay. The recurrent state S [H, dk, dv] is fp32; inputs
+// q, k, v are bf16 after the short conv + SiLU; the gate pre-activations are
+// fused in: g = −exp(A_log)[h] · softplus(g_raw + dt_bias) and
+// β = sigmoid(beta_raw), both in fp32. q and k are L2-normalised inside
+// (eps 1e-6 added to the sum of squares) and q is scaled by `scale`
+// (0 → 1/sqrt(dk)), exactly as cpu::KdaArgs documents. The CPU backend
+// (backend/cpu/kda.h) is the reference.
+#ifndef STRATA_BACKEND_CUDA_KDA_H_
+#define STRATA_BACKEND_CUDA_KDA_H_
+
+#include "backend/cuda/cuda_common.h"
+
+namespace strata::cuda {
+
+struct KdaGates {
+  const void* g_raw = nullptr;       // [rows, H, dk], row stride ld_g (elements)
+  ActType g_type = ActType::kF32;
+  int64_t ld_g = 0;                  // 0: H·dk
+  const void* beta_raw = nullptr;    // [rows, H], row stride ld_beta
+  ActType beta_type = ActType::kF32;
+  int64_t ld_beta = 0;               // 0: H
+  const float* neg_exp_a = nullptr;  // [H]   −exp(A_log)
+  const float* dt_bias = nullptr;    // [H·dk]
+};
+
+// q/k/v rows: [rows, H, d] with row stride ld_qkv, so they can point into
+// the fused conv output [rows, 3·H·dk] (q at +0, k at +H·dk, v at +2·H·dk).
+struct KdaShape {
+  int64_t num_heads = 0;  // H
+  int64_t key_dim = 0;    // dk (multiple of 16, ≤ 128 — or the op says Unimplemented)
+  int64_t value_dim = 0;  // dv (same constraint)
+  float scale = 0.f;
+};
+
+// Prefill of one sequence: T tokens continue from `state` ([H, dk, dv] fp32,
+// zeros for a new sequence; updated in place). Chunked (chunk 64) on tensor
+// cores. out: [T, H, dv] (out_type).
+struct KdaPrefillArgs {
+  KdaShape shape;
+  int64_t num_tokens = 0;
+  const bf16* q = nullptr;
+  const bf16* k = nullptr;
+  const bf16* v = nullptr;
+  int64_t ld_qkv = 0;  // 0: H·dk
+  KdaGates gates;
+  float* state = nullptr;
+  void* out = nullptr;
+  ActType out_type = ActType::kBf16;
+};
+size_t KdaPrefillWorkspaceBytes(const KdaShape& shape, int64_t num_tokens);
+Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_bytes,
+                  cudaStream_t stream);
+
+// Decode: B sequences, one token each; row b's state is
+// state_pool + slots[b]·H·dk·dv (slots on the device). out: [B, H, dv].
+struct KdaDecodeArgs {
+  KdaShape shape;
+  int64_t batch = 0;
+  const bf16* q = nullptr;
+  const bf16* k = nullptr;
+  const bf16* v = nullptr;
+  int64_t ld_qkv = 0;
+  KdaGates gates;
+  float* state_pool = nullptr;
+  const int32_t* slots = nullptr;
+  void* out = nullptr;
+  ActType out_type = ActType::kBf16;
+};
+Status KdaDecode(const KdaDecodeArgs& args, cudaStream_t stream);
+
+}  // namespace strata::cuda
+
+#endif  // STRATA_BACKEND_CUDA_KDA_H_

@@ -1,0 +1,92 @@
+// Kimi's NoPE MLA on the GPU (model-spec §2.4) over a paged cache of bf16
+// latent rows [c (r) | k_r (dr)], kKvBlockTokens tokens per block. The
+// executor writes the new rows (kv_a projection, then RMSNorm of the latent
+// part) into the cache before calling attention. Softmax is fp32; the scale is
+// (dn + dr)^-1/2 unless given. backend/cpu/attention.h is the reference.
+#ifndef STRATA_BACKEND_CUDA_MLA_H_
+#define STRATA_BACKEND_CUDA_MLA_H_
+
+#include "backend/cuda/cuda_common.h"
+
+namespace strata::cuda {
+
+constexpr int64_t kKvBlockTokens = 64;
+
+struct MlaShape {
+  int64_t num_heads = 0;  // H
+  int64_t nope_dim = 0;   // dn
+  int64_t rope_dim = 0;   // dr (unrotated in Kimi)
+  int64_t v_dim = 0;      // dv
+  int64_t kv_rank = 0;    // r
+  float scale = 0.f;      // 0: 1/sqrt(dn + dr)
+  int64_t cache_dim() const { return kv_rank + rope_dim; }
+};
+
+// Paged latent cache of one layer: pool [num_blocks, kKvBlockTokens, r + dr]
+// bf16; token s of sequence b lives in block block_table[b·max_blocks + s/64]
+// at row s % 64.
+struct MlaCache {
+  bf16* pool = nullptr;
+  const int32_t* block_table = nullptr;  // device [batch, max_blocks]
+  int64_t max_blocks = 0;                // per sequence (row stride of block_table)
+};
+
+// Copies `n` new rows (bf16 [n, r+dr], stride ld) of sequence b = 0 into the
+// cache at positions start..start+n−1 (prefill), or row b of a decode batch
+// to position positions[b] of sequence b (positions on the device; pass
+// positions = nullptr for the prefill form).
+Status MlaCacheWrite(const MlaShape& shape, const MlaCache& cache, const bf16* rows, int64_t ld,
+                     int64_t n, int64_t start, const int32_t* positions, cudaStream_t stream);
+
+// Decode in the absorbed form, B sequences with one query each:
+//   q_abs [B, H, r + dr] bf16: per head (W_UK,hᵀ q_nope,h | q_rope,h), made by
+//   the caller with StridedBatchedGemm;
+//   seq_lens [B] on the device: tokens in the cache (the new one included).
+//   out_latent [B, H, r] fp32 or bf16: Σ_s p(s) c_s; the caller applies W_UV.
+// All heads of a sequence share each cache row, so one pass over the cache
+// serves every head; long sequences are split over CTAs (split-K) and merged.
+struct MlaDecodeArgs {
+  MlaShape shape;
+  int64_t batch = 0;
+  const bf16* q_abs = nullptr;
+  MlaCache cache;
+  const int32_t* seq_lens = nullptr;
+  int64_t max_seq_len = 0;  // upper bound of seq_lens (host), sizes the split
+  void* out_latent = nullptr;
+  ActType out_type = ActType::kBf16;
+};
+size_t MlaDecodeWorkspaceBytes(const MlaShape& shape, int64_t batch, int64_t max_seq_len);
+Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_bytes,
+                 cudaStream_t stream);
+
+// Prefill of one sequence, flash-style on tensor cores with causal masking:
+// T queries at positions past..past+T−1 attend to keys 0..past+T−1.
+//   q [T, H, dn+dr] bf16 (stride ld_q);
+//   k_nope [S, H, dn] and v [S, H, dv] bf16: the expanded keys/values
+//   (kv_b_proj applied to the cached latents by the caller; S = past + T),
+//   given as one [S, H·(dn+dv)] matrix kv with per-head blocks
+//   [k_nope,h (dn) | v_h (dv)] — exactly kv_b_proj's output row layout;
+//   k_rope [S, dr] bf16 shared by all heads (row stride ld_krope, so it can
+//   point into the cache's gathered rows).
+//   out [T, H, dv] bf16.
+struct MlaPrefillArgs {
+  MlaShape shape;
+  int64_t num_tokens = 0;  // T
+  int64_t past = 0;
+  const bf16* q = nullptr;
+  int64_t ld_q = 0;        // 0: H·(dn+dr)
+  const bf16* kv = nullptr;
+  const bf16* k_rope = nullptr;
+  int64_t ld_krope = 0;
+  bf16* out = nullptr;
+};
+Status MlaPrefill(const MlaPrefillArgs& args, cudaStream_t stream);
+
+// Gathers sequence 0's first `n` cache rows into a contiguous [n, r+dr]
+// buffer (prefill reads its latents back for the kv_b expansion).
+Status MlaCacheGather(const MlaShape& shape, const MlaCache& cache, int64_t n, bf16* rows,
+                      cudaStream_t stream);
+
+}  // namespace strata::cuda
+
+#endif  // STRATA_BACKEND_CUDA_MLA_H_

@@ -1,0 +1,48 @@
+// Sigmoid-routed mixture of experts (model-spec §2.5) on the GPU, with no
+// host loop over experts: routing, the token→expert permutation, the grouped
+// expert products and the weighted combine all run on the device from device
+// offsets. Expert weights are stacked at load: w13 [E, 2I, D] (per expert the
+// gate rows w1 then the up rows w3) and w2 [E, D, I], bf16. The shared expert
+// is a dense SwiGLU the executor runs itself. backend/cpu/moe.h is the
+// reference (RouteSigmoidTopK for the routing rule, ties to the lower index).
+#ifndef STRATA_BACKEND_CUDA_MOE_H_
+#define STRATA_BACKEND_CUDA_MOE_H_
+
+#include "backend/cuda/cuda_common.h"
+
+namespace strata::cuda {
+
+struct MoeShape {
+  int64_t num_experts = 0;   // E
+  int64_t hidden = 0;        // D
+  int64_t inter = 0;         // I
+  int64_t top_k = 0;
+  bool renormalize = true;
+  float routed_scaling = 1.f;
+};
+
+struct MoeArgs {
+  MoeShape shape;
+  int64_t num_tokens = 0;              // n
+  const bf16* x = nullptr;             // [n, D]
+  const float* router_logits = nullptr;  // [n, E] fp32 (router GEMM output)
+  const float* score_bias = nullptr;   // [E] selection-only bias; may be null
+  const bf16* w13 = nullptr;
+  const bf16* w2 = nullptr;
+  float* y = nullptr;                  // [n, D] fp32, overwritten with Σ_k w_k E_k(x)
+};
+
+// Workspace for `max_tokens` tokens: routing results, per-expert counts and
+// offsets, the permuted activations and the intermediate [n·k, I].
+size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens);
+Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
+                  cudaStream_t stream);
+
+// Routing alone (exposed for tests and for the scheduler's statistics):
+// idx [n, k] int32 and weight [n, k] fp32 on the device.
+Status MoeRoute(const MoeShape& shape, const float* router_logits, const float* score_bias,
+                int64_t num_tokens, int32_t* idx, float* weight, cudaStream_t stream);
+
+}  // namespace strata::cuda
+
+#endif  // STRATA_BACKEND_CUDA_MOE_H_

@@ -1,0 +1,30 @@
+// Normalisations (model-spec §1.2): statistics in fp32, output bf16.
+#ifndef STRATA_BACKEND_CUDA_NORM_H_
+#define STRATA_BACKEND_CUDA_NORM_H_
+
+#include "backend/cuda/cuda_common.h"
+
+namespace strata::cuda {
+
+// The residual stream h is fp32 [n, D]. If `delta` is non-null it is first
+// added into h (h += delta, delta of delta_type). Then
+//   out[i] = bf16( h[i] / sqrt(mean(h[i]²) + eps) · w ).
+// `out` may be null (add only). w: [D] fp32.
+Status AddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n, int64_t dim,
+                  const float* w, float eps, bf16* out, cudaStream_t stream);
+
+// Plain RMSNorm of rows with a stride (e.g. the latent part of MLA rows):
+// y[i, :dim] = x[i, :dim] / rms · w, x and y of type `type` (may alias).
+Status RmsNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, ActType type, int64_t n,
+                   int64_t dim, const float* w, float eps, cudaStream_t stream);
+
+// KDA output norm: o[r] = RMSNorm(o[r]) · w ⊙ sigmoid(gate[r]) for rows of
+// width dim (rows = tokens · heads). o: fp32 or bf16 (o_type), gate bf16 or
+// fp32 (gate_type), out bf16.
+Status GatedRmsNormSigmoid(const void* o, ActType o_type, const void* gate, ActType gate_type,
+                           int64_t rows, int64_t dim, const float* w, float eps, bf16* out,
+                           cudaStream_t stream);
+
+}  // namespace strata::cuda
+
+#endif  // STRATA_BACKEND_CUDA_NORM_H_

@@ -1,0 +1,28 @@
+// Token selection on the GPU from fp32 logits [B, V]: greedy argmax (ties to
+// the lower id, as the CPU sampler) and temperature / top-k / top-p sampling
+// with a per-row seed and step counter (Philox), so the decode step, sampling
+// included, can be captured in a CUDA graph. Penalties are applied by the
+// caller before (PenalizeLogits).
+#ifndef STRATA_BACKEND_CUDA_SAMPLING_H_
+#define STRATA_BACKEND_CUDA_SAMPLING_H_
+
+#include "backend/cuda/cuda_common.h"
+
+namespace strata::cuda {
+
+struct GpuSamplingRow {
+  float temperature = 0.f;  // 0: greedy
+  int32_t top_k = 0;        // 0: off
+  float top_p = 1.f;        // 1: off
+  uint64_t seed = 0;
+  uint64_t step = 0;        // advanced by the caller each token
+};
+
+size_t SampleWorkspaceBytes(int64_t batch, int64_t vocab);
+// rows: device [B]; tokens: device [B] int32 out.
+Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const GpuSamplingRow* rows,
+                    int32_t* tokens, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace strata::cuda
+
+#endif  // STRATA_BACKEND_CUDA_SAMPLING_H_
