@@ -1,6 +1,8 @@
 // strata_engine_*: engine lifecycle and the event poll, translated to strata::Engine.
+#include <cstddef>
 #include <string>
 
+#include "convert.h"
 #include "guard.h"
 #include "handles.h"
 
@@ -86,19 +88,21 @@ STRATA_API strata_status strata_engine_poll_event(strata_engine* engine, strata_
     ev.type = STRATA_EVENT_NONE;
     ev.token = -1;
     // Validate the caller's struct_size before waiting, so a bad struct fails fast.
-    if (strata_status s = strata::capi::WriteOut(call, out_event, ev, sizeof(strata_event), "strata_event");
+    if (strata_status s = strata::capi::WriteOut(call, out_event, ev, offsetof(strata_event, text), "strata_event");
         s != STRATA_OK) {
       return s;
     }
-    strata::Event core;
-    if (!engine->impl->PollEvent(&core, timeout_ms)) return STRATA_AGAIN;
-    ev.type = core.type == strata::EventType::kToken ? STRATA_EVENT_TOKEN : STRATA_EVENT_FINISHED;
-    ev.request = static_cast<strata_request*>(core.request->tag());
-    ev.token = core.token;
-    ev.status = strata::capi::ToCode(core.status);
-    ev.finish_reason = static_cast<strata_finish_reason>(core.finish_reason);
-    ev.num_generated_tokens = static_cast<uint32_t>(core.num_generated);
-    return strata::capi::WriteOut(call, out_event, ev, sizeof(strata_event), "strata_event");
+    // The event's strings live here until this thread polls again (documented).
+    thread_local strata::Event core;
+    strata::Event next;
+    if (!engine->impl->PollEvent(&next, timeout_ms)) return STRATA_AGAIN;
+    void* const tag = next.request->tag();
+    core = std::move(next);
+    core.request.reset();  // the thread-local copy must not keep the request alive
+    ev = strata::capi::ToCEvent(core);
+    ev.request = static_cast<strata_request*>(tag);
+    // A caller built against 0.1 sees the 0.1 layout only.
+    return strata::capi::WriteOut(call, out_event, ev, offsetof(strata_event, text), "strata_event");
   });
 }
 

@@ -17,6 +17,7 @@
 #include "engine/session.h"
 #include "model/model.h"
 #include "strata/strata.h"
+#include "text/text_model.h"
 
 namespace strata::capi {
 
@@ -26,6 +27,7 @@ inline constexpr uint32_t kEngineMagic = 0x31474E45u;   // "ENG1"
 inline constexpr uint32_t kModelMagic = 0x314C444Du;    // "MDL1"
 inline constexpr uint32_t kSessionMagic = 0x31535345u;  // "ESS1"
 inline constexpr uint32_t kRequestMagic = 0x31515152u;  // "RQQ1"
+inline constexpr uint32_t kTokenizerMagic = 0x314B4F54u;  // "TOK1"
 inline constexpr uint32_t kDeadMagic = 0xDEADDEADu;
 
 // Destroyed shells kept before the oldest is freed (all types together).
@@ -56,6 +58,15 @@ struct strata_model {
   std::atomic<uint32_t> magic{strata::capi::kModelMagic};
   strata_engine* engine = nullptr;
   std::shared_ptr<const strata::Model> impl;  // sessions share it
+  // The directory's tokenizer and chat template: NotFound when it has no
+  // tokenizer files; another error when they failed to load (the model still
+  // runs on token ids, and the text functions report this error).
+  strata::StatusOr<std::shared_ptr<const strata::TextModel>> text{absl::NotFoundError("no tokenizer")};
+};
+
+struct strata_tokenizer {
+  std::atomic<uint32_t> magic{strata::capi::kTokenizerMagic};
+  std::shared_ptr<const strata::TextModel> impl;
 };
 
 struct strata_session {

@@ -47,6 +47,12 @@ STRATA_API strata_status strata_model_load(strata_engine* engine, const char* mo
     if (!model.ok()) return call.From(model.status());
     handle->engine = engine;
     handle->impl = std::shared_ptr<const strata::Model>(*std::move(model));
+    handle->text = strata::TextModel::FromDirectory(model_dir);
+    if (!handle->text.ok() && !absl::IsNotFound(handle->text.status())) {
+      engine->impl->Log(strata::LogLevel::kWarning,
+                        absl::StrCat("the tokenizer files of ", model_dir, " did not load (",
+                                     handle->text.status().message(), "); the model runs on token ids only"));
+    }
     const strata::ModelInfo& info = handle->impl->info();
     engine->impl->Log(strata::LogLevel::kInfo,
                       absl::StrCat("loaded ", info.architecture, " model from ", model_dir, ": ", info.num_layers,

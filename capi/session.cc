@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "convert.h"
 #include "guard.h"
 #include "handles.h"
 
@@ -14,7 +15,6 @@ using strata::capi::Guarded;
 using strata::capi::kSessionMagic;
 
 namespace strata::capi {
-namespace {
 
 // Refuses absurd counts before anything reads the arrays.
 constexpr size_t kMaxTokensPerCall = size_t{1} << 31;
@@ -59,7 +59,6 @@ strata_status ToGenerationParams(const Call& call, const strata_request_params* 
   return STRATA_OK;
 }
 
-}  // namespace
 }  // namespace strata::capi
 
 extern "C" {
@@ -108,6 +107,7 @@ STRATA_API strata_status strata_session_create(strata_model* model, const strata
     }
     strata::SessionOptions options;
     options.max_context_tokens = p.max_context_tokens;
+    if (model->text.ok()) options.text = *model->text;
     auto handle = std::make_unique<strata_session>();
     auto session = strata::Session::Create(model->engine->impl.get(), model->impl, options);
     if (!session.ok()) return call.From(session.status());

@@ -34,7 +34,10 @@
  *    are `size_t`. Strings are NUL-terminated UTF-8.
  * 5. **Memory.** The library never hands the caller memory to free. Strings it
  *    returns are borrowed; each function says how long they stay valid. Arrays
- *    the caller passes in are copied before the call returns.
+ *    and strings the caller passes in are copied before the call returns.
+ *    Bulk outputs (token ids, text) go to caller buffers: pass NULL to ask for
+ *    the size, and the `out_` count says how much was (or would be) written.
+ *    A length of ::STRATA_NUL_TERMINATED means "up to the NUL".
  * 6. **Threads.** A strata_engine is thread-safe. A strata_session is used by
  *    one thread at a time. strata_request_cancel() may be called from any
  *    thread. Each callback documents the thread it runs on. Callbacks must not
@@ -49,13 +52,15 @@
  * 2. strata_model_load() (one or more models)
  * 3. strata_session_create() on a model (one per conversation)
  * 4. strata_session_append_tokens() / strata_session_get_logits() for scoring,
- *    or strata_session_generate() / strata_session_submit() for generation
+ *    or strata_session_generate() / strata_session_submit() for generation;
+ *    or, with text: strata_session_add_tool(), strata_session_add_message(),
+ *    then strata_session_chat() / strata_session_submit_chat()
  * 5. destroy in reverse order: requests, sessions, models, engine.
  *
  * @par Not offered (yet)
- * Text in or out (tokenizer, chat template), images, tool calls, batched
- * scoring of many positions, saving or forking session state, and GPU device
- * selection. Those arrive as new functions; nothing here will change meaning.
+ * Images, batched scoring of many positions, saving or forking session state,
+ * and GPU device selection. Those arrive as new functions; nothing here will
+ * change meaning.
  */
 #ifndef STRATA_STRATA_H_
 #define STRATA_STRATA_H_
@@ -307,6 +312,14 @@ typedef int32_t strata_event_type;
 #define STRATA_EVENT_TOKEN 1
 /** A request ended; strata_event::finish_reason says why and strata_event::status is its outcome. Always the last event of a request. */
 #define STRATA_EVENT_FINISHED 2
+/** Chat requests: new text (strata_event::text), complete UTF-8, tool-call markup removed. @since 0.1 */
+#define STRATA_EVENT_TEXT 3
+/** Chat requests: the model called a registered tool (strata_event::tool_call_id, tool_name, tool_arguments).
+ *  Answer it with strata_request_submit_tool_result(). @since 0.1 */
+#define STRATA_EVENT_TOOL_CALL 4
+/** Chat requests: a malformed tool call, or a call of a tool that is not registered (strata_event::text says
+ *  which; tool_name is set when readable). Nothing is called; the conversation stays usable. @since 0.1 */
+#define STRATA_EVENT_TOOL_ERROR 5
 
 /** @brief Why a request ended (one of the `STRATA_FINISH_*` values). */
 typedef int32_t strata_finish_reason;
@@ -324,8 +337,14 @@ typedef int32_t strata_finish_reason;
 #define STRATA_FINISH_ERROR 5
 /** The session reached its max_context_tokens. */
 #define STRATA_FINISH_CONTEXT_FULL 6
-/** strata_session_generate() only: the token callback returned nonzero. */
+/** strata_session_generate() / strata_session_chat() only: the token or event callback returned nonzero. */
 #define STRATA_FINISH_CALLBACK 7
+/** Chat requests: the text reached one of strata_chat_params::stop_strings (not part of the text). @since 0.1 */
+#define STRATA_FINISH_STOP_STRING 8
+/** Chat requests: the model called tools and a call was declined (strata_request_submit_tool_result() with
+ *  NULL content, or a tool without callback in strata_session_chat()), or strata_chat_params::max_tool_rounds
+ *  was reached. The calls stay unanswered in the conversation: add tool messages and chat again. @since 0.1 */
+#define STRATA_FINISH_TOOL_CALLS 9
 
 /**
  * @brief One event from strata_engine_poll_event(). Output struct: set
@@ -346,16 +365,32 @@ typedef struct strata_event {
   strata_finish_reason finish_reason;
   /** Tokens the request has produced so far, counting this TOKEN event. */
   uint32_t num_generated_tokens;
+  /** TEXT: the text; TOOL_ERROR: what went wrong. Not NUL-terminated inside: use text_len (a NUL follows it).
+   *  Borrowed, valid until this thread's next strata_engine_poll_event() (in a callback: during the call).
+   *  NULL for other events. @since 0.1 */
+  const char *text;
+  /** Bytes in text. @since 0.1 */
+  size_t text_len;
+  /** TOOL_CALL (and TOOL_ERROR for an unknown tool): the call's id, NUL-terminated; NULL otherwise. Same lifetime as text. @since 0.1 */
+  const char *tool_call_id;
+  /** TOOL_CALL: the tool's name; TOOL_ERROR: the name when it was readable, else NULL. NUL-terminated; same lifetime as text. @since 0.1 */
+  const char *tool_name;
+  /** TOOL_CALL: the arguments as a canonical JSON object (sorted keys, no spaces); TOOL_ERROR: the rejected markup.
+   *  A NUL follows it; same lifetime as text; NULL otherwise. @since 0.1 */
+  const char *tool_arguments;
+  /** Bytes in tool_arguments. @since 0.1 */
+  size_t tool_arguments_len;
 } strata_event;
 
 /**
  * @brief Takes the next event of any request submitted on this engine.
  *
- * Events of one request arrive in order: zero or more TOKEN events, then
- * exactly one FINISHED event. Events of requests run by
+ * Events of one request arrive in order: zero or more TOKEN events (chat
+ * requests: TEXT, TOOL_CALL and TOOL_ERROR events), then exactly one FINISHED
+ * event. The strings of an event stay valid until this thread polls again. Events of requests run by
  * strata_session_generate() are never returned here, and neither are events of
  * a request after strata_request_destroy(). The scheduler produces at most 64
- * undelivered TOKEN events per request before it pauses that request, so a
+ * undelivered events per request before it pauses that request, so a
  * request whose events are not polled stops making progress.
  *
  * @param[in]  engine     the engine
@@ -808,6 +843,452 @@ STRATA_API const char *strata_request_errmsg(strata_request *request);
  * @since 0.1
  */
 STRATA_API strata_status strata_request_destroy(strata_request *request);
+
+/** @} */
+
+/* ------------------------------------------------------------------------- */
+/**
+ * @defgroup strata_tokenizer Tokenizer
+ * @brief Text to token ids and back, with the tokenizer files of a model directory.
+ *
+ * A tokenizer reads `tokenizer.json` (Hugging Face) or a tiktoken rank file
+ * (`tiktoken.model`, `*.tiktoken`) plus `tokenizer_config.json`. A directory
+ * with only these files is enough: no weights are needed. A tokenizer is
+ * immutable and thread-safe.
+ * @{
+ */
+
+/** @brief A tokenizer (opaque). Made by strata_tokenizer_open() or strata_model_get_tokenizer(),
+ *  released by strata_tokenizer_destroy(). */
+typedef struct strata_tokenizer strata_tokenizer;
+
+/** Pass as a string length to mean "up to the terminating NUL". */
+#define STRATA_NUL_TERMINATED ((size_t)-1)
+
+/**
+ * @brief Loads the tokenizer (and chat template, when present) of a directory.
+ * @param[in]  dir           NUL-terminated UTF-8 path of the directory
+ * @param[out] out_tokenizer receives the tokenizer, owned by the caller (release with
+ *                           strata_tokenizer_destroy()); NULL on failure
+ * @retval STRATA_OK                   loaded
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer, or a malformed tokenizer file (the message names the file and field)
+ * @retval STRATA_ERR_NOT_FOUND        the directory has no tokenizer.json, tiktoken.model or *.tiktoken
+ * @retval STRATA_ERR_OUT_OF_MEMORY    allocation failed
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_open(const char *dir, strata_tokenizer **out_tokenizer);
+
+/**
+ * @brief The tokenizer of a loaded model (the files in its directory).
+ *
+ * strata_model_load() reads the tokenizer files when the directory has them;
+ * a directory without them loads as a token-id-only model.
+ *
+ * @param[in]  model         the model
+ * @param[out] out_tokenizer receives a new handle, owned by the caller (release with
+ *                           strata_tokenizer_destroy(); it may outlive @p model); NULL on failure
+ * @retval STRATA_OK                   stored
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer
+ * @retval STRATA_ERR_NOT_FOUND        the model directory has no tokenizer files
+ * @retval STRATA_ERR_MISUSE           @p model was destroyed or is not a model
+ * @retval other                       the tokenizer files failed to load (the message says why)
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_model_get_tokenizer(strata_model *model, strata_tokenizer **out_tokenizer);
+
+/**
+ * @brief Releases a tokenizer handle.
+ * @param[in] tokenizer the tokenizer; invalid after ::STRATA_OK
+ * @retval STRATA_OK                   released
+ * @retval STRATA_ERR_INVALID_ARGUMENT @p tokenizer is NULL
+ * @retval STRATA_ERR_MISUSE           @p tokenizer was already destroyed or is not a tokenizer
+ * @par Thread safety: no other call may use @p tokenizer concurrently.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_destroy(strata_tokenizer *tokenizer);
+
+/**
+ * @brief Token ids of a text, exactly as the Hugging Face `tokenizers` library encodes it.
+ *
+ * Call with @p tokens = NULL to learn the count, then with a buffer.
+ *
+ * @param[in]  tokenizer          the tokenizer
+ * @param[in]  text               UTF-8 text; may be NULL when @p text_len is 0
+ * @param[in]  text_len           bytes of @p text, or ::STRATA_NUL_TERMINATED
+ * @param[in]  add_special_tokens true: add BOS/EOS as tokenizer_config.json asks; false: the text's tokens only.
+ *                                Special-token literals in the text (e.g. "<|im_start|>") are recognised either way.
+ * @param[out] tokens             buffer of @p capacity ids, or NULL for a count query
+ * @param[in]  capacity           ids @p tokens can hold
+ * @param[out] out_count          receives the number of ids (always, also on ::STRATA_ERR_OUT_OF_RANGE)
+ * @retval STRATA_OK                   encoded (or answered the count query)
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL @p tokenizer or @p out_count, NULL @p text with a nonzero length
+ * @retval STRATA_ERR_OUT_OF_RANGE     @p capacity is smaller than the count; nothing written
+ * @retval STRATA_ERR_MISUSE           @p tokenizer was destroyed or is not a tokenizer
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_encode(const strata_tokenizer *tokenizer, const char *text, size_t text_len,
+                                                 bool add_special_tokens, int32_t *tokens, size_t capacity,
+                                                 size_t *out_count);
+
+/**
+ * @brief Text of token ids, exactly as the Hugging Face `tokenizers` library decodes it.
+ *
+ * Writes the bytes followed by a NUL. Call with @p text = NULL to learn the
+ * length, then with a buffer of at least length + 1 bytes.
+ *
+ * @param[in]  tokenizer           the tokenizer
+ * @param[in]  tokens              @p num_tokens ids; may be NULL when @p num_tokens is 0
+ * @param[in]  num_tokens          number of ids
+ * @param[in]  skip_special_tokens leave special tokens out of the text
+ * @param[out] text                buffer of @p capacity bytes, or NULL for a length query
+ * @param[in]  capacity            bytes @p text can hold, including the NUL
+ * @param[out] out_len             receives the text's length in bytes, without the NUL (always, also on
+ *                                 ::STRATA_ERR_OUT_OF_RANGE)
+ * @retval STRATA_OK                   decoded (or answered the length query)
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL @p tokenizer or @p out_len, NULL @p tokens with a nonzero count
+ * @retval STRATA_ERR_OUT_OF_RANGE     an id is outside the vocabulary (then *out_len is 0), or
+ *                                     @p capacity < length + 1 (nothing written)
+ * @retval STRATA_ERR_MISUSE           @p tokenizer was destroyed or is not a tokenizer
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_decode(const strata_tokenizer *tokenizer, const int32_t *tokens,
+                                                 size_t num_tokens, bool skip_special_tokens, char *text,
+                                                 size_t capacity, size_t *out_len);
+
+/**
+ * @brief Size of the tokenizer's vocabulary, added tokens included.
+ * @param[in]  tokenizer      the tokenizer
+ * @param[out] out_vocab_size receives the size; valid ids are [0, size)
+ * @retval STRATA_OK                   stored
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer
+ * @retval STRATA_ERR_MISUSE           @p tokenizer was destroyed or is not a tokenizer
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_get_vocab_size(const strata_tokenizer *tokenizer, int32_t *out_vocab_size);
+
+/** @} */
+
+/* ------------------------------------------------------------------------- */
+/**
+ * @defgroup strata_chat Chat and tools
+ * @brief Conversations rendered through the model's chat template, with host tools the model may call.
+ *
+ * A session on a model whose directory has a tokenizer and a chat template
+ * (`chat_template` in tokenizer_config.json) keeps a conversation: a list of
+ * messages. The tool loop:
+ * 1. strata_session_add_tool() for each tool (name, description, JSON-schema
+ *    parameters, and optionally a callback).
+ * 2. strata_session_add_message() with the system and user messages.
+ * 3. strata_session_submit_chat() (events) or strata_session_chat() (blocking,
+ *    with callbacks). The conversation is rendered through the template with
+ *    the tools, tokenized, and only the tokens the session does not hold yet
+ *    are evaluated; then the model generates an assistant message, streamed as
+ *    ::STRATA_EVENT_TEXT events.
+ * 4. Each tool call the model writes (in the template's own syntax: Qwen/Hermes
+ *    `<tool_call>`, DeepSeek, Kimi K2) becomes a ::STRATA_EVENT_TOOL_CALL event
+ *    with (id, name, JSON arguments); strata_session_chat() calls the tool's
+ *    callback instead. When the message ends and every call is answered with
+ *    strata_request_submit_tool_result(), the answers are appended as tool
+ *    messages and generation continues in the same request.
+ * 5. The request finishes with ::STRATA_EVENT_FINISHED; the assistant messages
+ *    and tool messages stay in the conversation for the next turn.
+ *
+ * @par Continuing without re-processing
+ * Each round renders the whole conversation and compares its tokens with the
+ * session's history. When the history is a prefix (the usual case: the model's
+ * own tokens followed by the template's continuation), only the new suffix is
+ * evaluated. When the template renders an earlier turn differently (e.g.
+ * Qwen3 drops the reasoning of earlier turns, or the model's tokens differ from
+ * how the template re-tokenizes its message), the session restores the state
+ * it saved where the current turn's generation began and evaluates from there;
+ * if the difference lies before that point it re-evaluates from the start. The
+ * result is always the rendered conversation, exactly.
+ * @{
+ */
+
+/** @brief Author of a chat message (one of the `STRATA_ROLE_*` values). */
+typedef int32_t strata_role;
+/** Instructions for the model. */
+#define STRATA_ROLE_SYSTEM 0
+/** The person the model talks to. */
+#define STRATA_ROLE_USER 1
+/** The model. */
+#define STRATA_ROLE_ASSISTANT 2
+/** A tool's result (strata_chat_message::tool_call_id names the call it answers). */
+#define STRATA_ROLE_TOOL 3
+
+/** @brief One message for strata_session_add_message(). Fill with strata_chat_message_init(). */
+typedef struct strata_chat_message {
+  /** sizeof(strata_chat_message); set by strata_chat_message_init(). */
+  uint32_t struct_size;
+  /** Who wrote it; default ::STRATA_ROLE_USER. */
+  strata_role role;
+  /** UTF-8 text; NULL (default) is the empty text. */
+  const char *content;
+  /** Bytes of content, or ::STRATA_NUL_TERMINATED (default). */
+  size_t content_len;
+  /** Assistant only: the model's reasoning, rendered where the template puts it; NULL (default): none. */
+  const char *reasoning_content;
+  /** Bytes of reasoning_content, or ::STRATA_NUL_TERMINATED (default). */
+  size_t reasoning_content_len;
+  /** Tool only: the id of the call this result answers (NUL-terminated); NULL (default): none. */
+  const char *tool_call_id;
+  /** Tool only: the tool's name (NUL-terminated); NULL (default): none. A tool message needs tool_call_id or name. */
+  const char *name;
+  /** Assistant only: the calls it made, as a NUL-terminated JSON array in the OpenAI form
+   *  `[{"id": ..., "type": "function", "function": {"name": ..., "arguments": {...}}}]`; NULL (default): none. */
+  const char *tool_calls_json;
+} strata_chat_message;
+
+/**
+ * @brief Fills @p message with the defaults (an empty user message) and sets its struct_size.
+ * @param[out] message the struct to fill; nothing happens when NULL
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API void strata_chat_message_init(strata_chat_message *message);
+
+/**
+ * @brief Appends a message to the session's conversation (copied; nothing is evaluated yet).
+ * @param[in] session the session
+ * @param[in] message the message; struct_size must be set
+ * @retval STRATA_OK                      appended
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, unknown role, invalid UTF-8 length, a tool
+ *                                        message without tool_call_id and name, or malformed tool_calls_json
+ * @retval STRATA_ERR_FAILED_PRECONDITION the model directory has no tokenizer, or the session is running a request
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_add_message(strata_session *session, const strata_chat_message *message);
+
+/**
+ * @brief Copies the session's conversation as JSON: the messages array in the chat-template form.
+ *
+ * Assistant messages written by the model carry `content` (tool-call markup
+ * removed) and `tool_calls`; results appear as `{"role": "tool", ...}`.
+ *
+ * @param[in]  session  the session
+ * @param[out] json     buffer of @p capacity bytes (the JSON and a NUL), or NULL for a length query
+ * @param[in]  capacity bytes @p json can hold
+ * @param[out] out_len  receives the JSON's length without the NUL (always, also on ::STRATA_ERR_OUT_OF_RANGE)
+ * @retval STRATA_OK                      copied (or answered the length query)
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL @p session or @p out_len
+ * @retval STRATA_ERR_OUT_OF_RANGE        @p capacity < length + 1; nothing written
+ * @retval STRATA_ERR_FAILED_PRECONDITION the model directory has no tokenizer, or the session is running a request
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_get_conversation(strata_session *session, char *json, size_t capacity,
+                                                         size_t *out_len);
+
+/**
+ * @brief Runs a host tool for strata_session_chat().
+ *
+ * Answer with strata_request_submit_tool_result(@p request, call->tool_call_id,
+ * ...) before returning. Returning without an answer answers for you: with an
+ * empty result when the return value is 0, and with
+ * `{"error":"tool 'NAME' failed with code N"}` when it is nonzero, so the model
+ * learns of the failure and the conversation goes on. To end the request
+ * instead, call strata_request_cancel(@p request).
+ *
+ * @param request   the running request; borrowed, valid during the call
+ * @param call      a ::STRATA_EVENT_TOOL_CALL event (id, name, JSON arguments); valid during the call
+ * @param user_data strata_tool::user_data
+ * @return 0 on success, a nonzero host-defined code on failure
+ *
+ * Runs on the thread that called strata_session_chat(), never on an engine
+ * thread. It must not call other functions on the same session.
+ */
+typedef int32_t (*strata_tool_callback)(strata_request *request, const strata_event *call, void *user_data);
+
+/** @brief A host tool for strata_session_add_tool(). Fill with strata_tool_init(). */
+typedef struct strata_tool {
+  /** sizeof(strata_tool); set by strata_tool_init(). */
+  uint32_t struct_size;
+  /** Name the model calls it by (NUL-terminated, non-empty, unique in the session). Required; default NULL. */
+  const char *name;
+  /** What it does, for the model (NUL-terminated); NULL (default): "". */
+  const char *description;
+  /** JSON schema of the arguments, a NUL-terminated JSON object; NULL (default): `{"type":"object","properties":{}}`.
+   *  Key order is kept as written (templates print it). */
+  const char *parameters_json;
+  /** Called by strata_session_chat() when the model calls the tool; NULL (default): strata_session_chat()
+   *  declines such calls (the request ends with ::STRATA_FINISH_TOOL_CALLS). Requests made with
+   *  strata_session_submit_chat() deliver ::STRATA_EVENT_TOOL_CALL events instead of calling it. */
+  strata_tool_callback callback;
+  /** Passed to callback unchanged; default NULL. */
+  void *user_data;
+} strata_tool;
+
+/**
+ * @brief Fills @p tool with the defaults and sets its struct_size.
+ * @param[out] tool the struct to fill; nothing happens when NULL
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API void strata_tool_init(strata_tool *tool);
+
+/**
+ * @brief Registers a tool on the session; the template shows it to the model as `tools`.
+ * @param[in] session the session
+ * @param[in] tool    the tool (strings copied); struct_size must be set
+ * @retval STRATA_OK                      registered
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, empty name, parameters_json not a JSON object
+ * @retval STRATA_ERR_ALREADY_EXISTS      a tool of that name is registered
+ * @retval STRATA_ERR_FAILED_PRECONDITION the model directory has no tokenizer, or the session is running a request
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_add_tool(strata_session *session, const strata_tool *tool);
+
+/**
+ * @brief Unregisters every tool of the session (the messages stay).
+ * @param[in] session the session
+ * @retval STRATA_OK                      cleared
+ * @retval STRATA_ERR_INVALID_ARGUMENT    @p session is NULL
+ * @retval STRATA_ERR_FAILED_PRECONDITION the model directory has no tokenizer, or the session is running a request
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_clear_tools(strata_session *session);
+
+/**
+ * @brief Receives each event of strata_session_chat() (TEXT, TOOL_CALL, TOOL_ERROR; not FINISHED).
+ * @param request   the running request; borrowed, valid during the call
+ * @param event     the event; its strings are valid during the call
+ * @param user_data strata_chat_params::user_data
+ * @return 0 to continue, nonzero to stop (the request then ends with ::STRATA_FINISH_CALLBACK and ::STRATA_OK)
+ *
+ * Runs on the thread that called strata_session_chat(). For a TOOL_CALL event
+ * it runs before the tool's callback. It must not call other functions on the
+ * same session.
+ */
+typedef int (*strata_event_callback)(strata_request *request, const strata_event *event, void *user_data);
+
+/** @brief Chat options of strata_session_submit_chat() and strata_session_chat(). Fill with strata_chat_params_init(). */
+typedef struct strata_chat_params {
+  /** sizeof(strata_chat_params); set by strata_chat_params_init(). */
+  uint32_t struct_size;
+  /** NUL-terminated strings that end the request when the text reaches them (also across tokens); the stop
+   *  string is not part of the text. Copied. May be NULL when num_stop_strings is 0. Default NULL. */
+  const char *const *stop_strings;
+  /** Number of entries in stop_strings; default 0. */
+  size_t num_stop_strings;
+  /** Rounds of tool results per request; a message with tool calls beyond it ends the request with
+   *  ::STRATA_FINISH_TOOL_CALLS. 0: every tool call ends the request. Default 8. Range [0, 1000]. */
+  int32_t max_tool_rounds;
+  /** Leave special tokens out of the TEXT events; default false. */
+  bool skip_special_tokens;
+  /** Extra template variables as a NUL-terminated JSON object, e.g. `{"enable_thinking": false}`; NULL (default): none. */
+  const char *template_variables_json;
+  /** strata_session_chat() only: receives each event; NULL (default): none. */
+  strata_event_callback event_callback;
+  /** Passed to event_callback unchanged; default NULL. */
+  void *user_data;
+} strata_chat_params;
+
+/**
+ * @brief Fills @p params with the defaults and sets its struct_size.
+ * @param[out] params the struct to fill; nothing happens when NULL
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API void strata_chat_params_init(strata_chat_params *params);
+
+/**
+ * @brief Starts an assistant turn on the conversation; returns immediately.
+ *
+ * Renders the conversation with the generation prompt, evaluates what the
+ * session does not hold yet, and generates on the engine's scheduler thread.
+ * Events (strata_engine_poll_event()): TEXT, TOOL_CALL, TOOL_ERROR, then
+ * FINISHED. Generation stops at the model's EOS, the template's end-of-turn
+ * token (e.g. `<|im_end|>`), @p params stop tokens, a stop string, or
+ * max_tokens (counted over the whole request). After a message with tool
+ * calls the request waits, without using the scheduler, until each TOOL_CALL
+ * is answered with strata_request_submit_tool_result(); tool callbacks are not
+ * called. Malformed calls and calls of unknown tools are TOOL_ERROR events; an
+ * unknown tool is answered with an error result automatically, so the model
+ * can try again. Arguments are checked and the conversation is rendered before
+ * anything is queued: on failure the session is unchanged.
+ *
+ * @param[in]  session     the session; it must not be running a request
+ * @param[in]  params      sampling and length; may be NULL for defaults (token_callback is ignored)
+ * @param[in]  chat        may be NULL for defaults; otherwise struct_size must be set
+ * @param[out] out_request receives the request, owned by the caller (release with strata_request_destroy());
+ *                         NULL on failure
+ * @retval STRATA_OK                      submitted
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, a value out of range, malformed
+ *                                        template_variables_json, or the template failed to render (the message
+ *                                        gives its line and column)
+ * @retval STRATA_ERR_OUT_OF_RANGE        the rendered conversation leaves no room in the context, or a stop token is
+ *                                        outside the vocabulary
+ * @retval STRATA_ERR_FAILED_PRECONDITION the model has no tokenizer or chat template, the session is running a
+ *                                        request, or it needs strata_session_reset()
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_submit_chat(strata_session *session, const strata_request_params *params,
+                                                    const strata_chat_params *chat, strata_request **out_request);
+
+/**
+ * @brief Runs an assistant turn on the calling thread's behalf, calling the tools' callbacks.
+ *
+ * strata_session_submit_chat() followed by polling this request's events on
+ * the calling thread: each TEXT, TOOL_CALL and TOOL_ERROR event goes to
+ * strata_chat_params::event_callback, and each TOOL_CALL to its tool's
+ * strata_tool::callback (a tool without one declines the call: the request
+ * ends with ::STRATA_FINISH_TOOL_CALLS). Both run on the calling thread. The
+ * request handle exists only during the call.
+ *
+ * @param[in]  session           the session; it must not be running a request
+ * @param[in]  params            as strata_session_submit_chat()
+ * @param[in]  chat              as strata_session_submit_chat(); event_callback and user_data are used
+ * @param[out] out_finish_reason receives why the turn ended; may be NULL
+ * @retval STRATA_OK            finished: EOS or end of turn, stop token or string, max_tokens, a full context,
+ *                              declined tool calls, or the event callback
+ * @retval STRATA_ERR_CANCELLED strata_request_cancel() was called on the request
+ * @retval other                the codes of strata_session_submit_chat(), or the error that ended the turn
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_chat(strata_session *session, const strata_request_params *params,
+                                             const strata_chat_params *chat, strata_finish_reason *out_finish_reason);
+
+/**
+ * @brief Answers a tool call of a chat request (or declines it).
+ *
+ * The result becomes a tool message (role "tool", tool_call_id, the tool's
+ * name, @p content) rendered through the template once every call of the
+ * message is answered; generation then continues. A call may be answered as
+ * soon as its TOOL_CALL event arrives, also while the message is still being
+ * generated.
+ *
+ * @param[in] request     a chat request
+ * @param[in] call_id     NUL-terminated id from the TOOL_CALL event
+ * @param[in] content     the result (usually JSON), copied; NULL declines the call: the request then ends with
+ *                        ::STRATA_FINISH_TOOL_CALLS when its message is complete
+ * @param[in] content_len bytes of @p content, or ::STRATA_NUL_TERMINATED
+ * @retval STRATA_OK                      recorded
+ * @retval STRATA_ERR_INVALID_ARGUMENT    @p request or @p call_id is NULL
+ * @retval STRATA_ERR_NOT_FOUND           @p call_id is not an open call of this request
+ * @retval STRATA_ERR_ALREADY_EXISTS      the call was already answered or declined
+ * @retval STRATA_ERR_FAILED_PRECONDITION the request is not a chat request, or it has finished
+ * @retval STRATA_ERR_MISUSE              @p request was destroyed or is not a request
+ * @par Thread safety: safe from any thread, including a tool or event callback.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_request_submit_tool_result(strata_request *request, const char *call_id,
+                                                           const char *content, size_t content_len);
 
 /** @} */
 

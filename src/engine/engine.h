@@ -1,6 +1,8 @@
 // Engine: the compute thread pool, the scheduler thread that runs submitted
 // requests round-robin one token at a time, and the event queue that carries
-// their tokens and outcomes back to the host.
+// their tokens, text, tool calls and outcomes back to the host. Chat requests
+// run the tool loop here: generate, deliver tool calls, wait for results,
+// append them through the template and continue from the held state.
 #ifndef STRATA_ENGINE_ENGINE_H_
 #define STRATA_ENGINE_ENGINE_H_
 
@@ -10,12 +12,16 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <span>
 #include <string_view>
 #include <thread>
 
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "engine/chat_turn.h"
+#include "engine/event.h"
 #include "engine/request.h"
 #include "engine/session.h"
 
@@ -31,17 +37,6 @@ struct EngineOptions {
   // Undelivered TOKEN events per request before the scheduler pauses it, so a
   // host that polls slowly bounds memory and a cancel lands within this many tokens.
   size_t max_pending_token_events = 64;
-};
-
-enum class EventType : int32_t { kToken = 1, kFinished = 2 };
-
-struct Event {
-  EventType type = EventType::kToken;
-  std::shared_ptr<Request> request;
-  int32_t token = -1;  // kToken: the token; kFinished: the EOS/stop token, else -1
-  Status status;       // kFinished: the outcome
-  FinishReason finish_reason = FinishReason::kNone;
-  int64_t num_generated = 0;  // delivered tokens so far
 };
 
 // Thread-safety: every public method is thread-safe. Sessions must be
@@ -63,6 +58,22 @@ class Engine {
                                             GenerationParams params, void* tag = nullptr,
                                             bool private_events = false);
 
+  // Validates, renders the session's conversation with the generation prompt
+  // and queues a chat request: kText / kToolCall / kToolError events, then
+  // kFinished. Generation stops at the model's EOS, the template's end-of-turn
+  // tokens and params.stop_tokens. A message with tool calls waits until
+  // every call is answered (SubmitToolResult), then the tool messages are
+  // appended and generation continues after aligning the history with the
+  // new rendering (Session::AlignTo: normally only the new suffix is
+  // evaluated). FailedPrecondition when the session has no conversation or
+  // the model no chat template; template errors are InvalidArgument.
+  StatusOr<std::shared_ptr<Request>> SubmitChat(Session& session, GenerationParams params, ChatOptions chat,
+                                                void* tag = nullptr, bool private_events = false);
+  // Answers tool call `call_id` of a chat request with `content` (the tool
+  // message's content), or declines it (nullopt: the request then ends with
+  // kToolCalls once its message is complete). Safe from any thread.
+  Status SubmitToolResult(Request& request, const std::string& call_id, std::optional<std::string> content);
+
   // Takes the oldest event of a non-private request. Waits up to `timeout_ms`
   // (negative: forever). False when none arrived in time.
   bool PollEvent(Event* out, int64_t timeout_ms);
@@ -75,6 +86,16 @@ class Engine {
   // kCallback) and stores the reason in `*reason` when non-null.
   Status RunToCompletion(Request& request, const std::function<bool(int32_t)>& on_token,
                          FinishReason* reason);
+
+  // The blocking chat loop: polls `request`'s events on this thread and hands
+  // each non-final one to `on_event` (false cancels with kCallback). For a
+  // kToolCall event it then calls the tool's handler on this thread; when the
+  // handler returns without answering, the call is answered with "" (handler
+  // returned 0) or with {"error": "tool 'NAME' failed with code N"} (nonzero),
+  // so the model sees the failure and the loop goes on. A tool without a
+  // handler is declined (the request ends with kToolCalls).
+  Status RunChatToCompletion(Request& request, const std::function<bool(const Event&)>& on_event,
+                             FinishReason* reason);
 
   // The owner lets go of `request`: it is cancelled and its queued and future
   // events are dropped. Does not wait.
@@ -91,6 +112,13 @@ class Engine {
   // when the request finished (its FINISHED event is queued).
   bool Step(const std::shared_ptr<Request>& r);
   void PushToken(const std::shared_ptr<Request>& r, int32_t token);
+  // Chat requests: one step, the start of a round, and event delivery.
+  bool StepChat(const std::shared_ptr<Request>& r);
+  Status StartRound(Request& r, std::vector<int32_t> prompt);
+  void RecordToken(Request& r, int32_t token);
+  void PushEvents(const std::shared_ptr<Request>& r, std::vector<Event> events);
+  // Ends a chat request: closes an open message, appends answered tool results.
+  void FinishChat(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token = -1);
   void Finish(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token = -1);
   bool PollImpl(const Request* only, Event* out, int64_t timeout_ms);
   bool TakeEvent(const Request* only, Event* out);  // requires mu_

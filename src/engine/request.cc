@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include "engine/chat_turn.h"
+
 namespace strata {
 
 const char* FinishReasonName(FinishReason reason) {
@@ -15,19 +17,24 @@ const char* FinishReasonName(FinishReason reason) {
     case FinishReason::kError: return "error";
     case FinishReason::kContextFull: return "context_full";
     case FinishReason::kCallback: return "callback";
+    case FinishReason::kStopString: return "stop_string";
+    case FinishReason::kToolCalls: return "tool_calls";
   }
   return "unknown";
 }
 
 Request::Request(uint64_t id, Session* session, std::vector<int32_t> prompt, GenerationParams params,
-                 void* tag, bool private_events)
+                 void* tag, bool private_events, std::unique_ptr<ChatTurn> chat)
     : id_(id),
       session_(session),
       prompt_(std::move(prompt)),
       params_(std::move(params)),
       tag_(tag),
       private_events_(private_events),
+      chat_(std::move(chat)),
       sampler_(params_.sampling) {}
+
+Request::~Request() = default;
 
 void Request::Cancel(FinishReason reason) {
   FinishReason expected = FinishReason::kNone;

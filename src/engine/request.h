@@ -15,6 +15,7 @@
 
 namespace strata {
 
+class ChatTurn;
 class Session;
 
 // Why a request ended. Values equal the public STRATA_FINISH_* codes.
@@ -27,6 +28,8 @@ enum class FinishReason : int32_t {
   kError = 5,        // a step failed; status() says how
   kContextFull = 6,  // the session's history reached max_context_tokens
   kCallback = 7,     // the blocking loop's token callback asked to stop
+  kStopString = 8,   // chat: the text reached one of ChatOptions::stop_strings
+  kToolCalls = 9,    // chat: the model called tools that were declined or over max_tool_rounds
 };
 const char* FinishReasonName(FinishReason reason);
 
@@ -41,8 +44,11 @@ struct GenerationParams {
 // Everything else belongs to the engine's scheduler thread.
 class Request {
  public:
+  // `chat` is null for token-level requests; for chat requests `prompt` is
+  // the first round's rendering.
   Request(uint64_t id, Session* session, std::vector<int32_t> prompt, GenerationParams params,
-          void* tag, bool private_events);
+          void* tag, bool private_events, std::unique_ptr<ChatTurn> chat = nullptr);
+  ~Request();
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
 
@@ -52,6 +58,9 @@ class Request {
   // Private requests' events are only returned by Engine::PollEventFor.
   bool private_events() const { return private_events_; }
   const GenerationParams& params() const { return params_; }
+  // The chat side (null for token-level requests). Its call table is
+  // thread-safe; the rest belongs to the scheduler thread.
+  ChatTurn* chat() const { return chat_.get(); }
 
   // Asks the scheduler to end the request before its next token. The first
   // reason wins; cancelling a finished request does nothing.
@@ -76,6 +85,7 @@ class Request {
   const GenerationParams params_;
   void* const tag_;
   const bool private_events_;
+  const std::unique_ptr<ChatTurn> chat_;
   std::atomic<FinishReason> cancel_reason_{FinishReason::kNone};
 
   // Scheduler-thread state.
@@ -91,7 +101,7 @@ class Request {
   bool finished_ = false;                     // guarded by mu_
   FinishReason finish_reason_ = FinishReason::kNone;  // guarded by mu_
   Status status_;                             // guarded by mu_
-  std::vector<int32_t> generated_;            // delivered tokens, guarded by mu_
+  std::vector<int32_t> generated_;            // generated tokens, guarded by mu_
 };
 
 }  // namespace strata

@@ -29,12 +29,15 @@ StatusOr<std::unique_ptr<Session>> Session::Create(Engine* engine, std::shared_p
                                               " exceeds the model's max context ", info.max_context));
   }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SequenceState> state, model->NewState(max_context));
-  return std::unique_ptr<Session>(new Session(engine, std::move(model), std::move(state), max_context));
+  return std::unique_ptr<Session>(
+      new Session(engine, std::move(model), std::move(state), max_context, options.text));
 }
 
 Session::Session(Engine* engine, std::shared_ptr<const Model> model, std::unique_ptr<SequenceState> state,
-                 int64_t max_context)
-    : engine_(engine), model_(std::move(model)), state_(std::move(state)), max_context_(max_context) {}
+                 int64_t max_context, std::shared_ptr<const TextModel> text)
+    : engine_(engine), model_(std::move(model)), state_(std::move(state)), max_context_(max_context) {
+  if (text != nullptr) conversation_ = std::make_unique<Conversation>(std::move(text));
+}
 
 Session::~Session() { engine_->CancelAndWait(*this); }
 
@@ -100,7 +103,49 @@ Status Session::Reset() {
   evaluated_ = 0;
   logits_.clear();
   failed_ = false;
+  checkpoint_.reset();
+  checkpoint_tokens_ = 0;
+  checkpoint_logits_.clear();
+  if (conversation_ != nullptr) conversation_->ClearMessages();
   return OkStatus();
+}
+
+StatusOr<Alignment> Session::AlignTo(std::span<const int32_t> target) {
+  STRATA_RETURN_IF_ERROR(CheckTokens(target, "rendered conversation"));
+  if (target.empty()) return absl::InvalidArgumentError("the conversation renders to no tokens");
+  if (static_cast<int64_t>(target.size()) >= max_context_) {
+    return absl::OutOfRangeError(absl::StrCat("the conversation is ", target.size(),
+                                              " tokens: no room left in the context of ", max_context_));
+  }
+  size_t common = 0;
+  while (common < tokens_.size() && common < target.size() && tokens_[common] == target[common]) ++common;
+  Alignment a;
+  if (common == tokens_.size()) {
+    a.kind = AlignKind::kAppend;
+  } else if (checkpoint_ != nullptr && checkpoint_tokens_ <= common) {
+    a.kind = AlignKind::kCheckpoint;
+    state_ = checkpoint_->Clone();
+    tokens_.resize(checkpoint_tokens_);
+    evaluated_ = checkpoint_tokens_;
+    logits_ = checkpoint_logits_;
+  } else {
+    a.kind = AlignKind::kScratch;
+    state_->Reset();
+    tokens_.clear();
+    evaluated_ = 0;
+    logits_.clear();
+    checkpoint_.reset();
+    checkpoint_tokens_ = 0;
+  }
+  a.kept = tokens_.size();
+  a.suffix.assign(target.begin() + static_cast<std::ptrdiff_t>(a.kept), target.end());
+  return a;
+}
+
+void Session::TakeCheckpoint() {
+  checkpoint_ = state_->Clone();
+  checkpoint_tokens_ = evaluated_;
+  checkpoint_logits_ = logits_;
 }
 
 }  // namespace strata

@@ -1,5 +1,7 @@
 // Session: one conversation on a model: the token history, the model's
-// SequenceState that follows it, and the logits after the last evaluated token.
+// SequenceState that follows it, the logits after the last evaluated token,
+// and (when the model directory has a tokenizer) the chat Conversation whose
+// rendering the history follows.
 #ifndef STRATA_ENGINE_SESSION_H_
 #define STRATA_ENGINE_SESSION_H_
 
@@ -10,7 +12,9 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/conversation.h"
 #include "model/model.h"
+#include "text/text_model.h"
 
 namespace strata {
 
@@ -19,6 +23,20 @@ class Request;
 
 struct SessionOptions {
   int64_t max_context_tokens = 0;  // 0: min(model max context, kDefaultContextTokens)
+  std::shared_ptr<const TextModel> text;  // null: token ids only (no chat)
+};
+
+// How AlignTo brought the history in line with a new rendering.
+enum class AlignKind {
+  kAppend,      // the history is a prefix of the rendering: only the suffix is new
+  kCheckpoint,  // it diverged after the checkpoint: restored it, re-evaluate from there
+  kScratch,     // it diverged before the checkpoint (or none): re-evaluate everything
+};
+
+struct Alignment {
+  AlignKind kind = AlignKind::kAppend;
+  size_t kept = 0;               // history tokens kept (the suffix starts here)
+  std::vector<int32_t> suffix;   // rendering tokens to evaluate
 };
 
 // The history may end with tokens the model has not consumed yet (the last
@@ -46,8 +64,14 @@ class Session {
   // Logits predicting the token after the whole history ([vocab]); evaluates a
   // pending tail first. Valid until the next call on the session.
   StatusOr<std::span<const float>> Logits();
-  // Empties history and state and clears the failed flag.
+  // Empties history, state, checkpoint and conversation messages (tools stay
+  // registered) and clears the failed flag.
   Status Reset();
+
+  // The chat conversation; null when the session was made without a
+  // TextModel. Mutate it only while the session is idle.
+  Conversation* conversation() { return conversation_.get(); }
+  const Conversation* conversation() const { return conversation_.get(); }
 
   // OutOfRange naming `what`, the index and the id of the first token outside [0, vocab).
   Status CheckTokens(std::span<const int32_t> tokens, const char* what) const;
@@ -64,7 +88,7 @@ class Session {
  private:
   friend class Engine;
   Session(Engine* engine, std::shared_ptr<const Model> model, std::unique_ptr<SequenceState> state,
-          int64_t max_context);
+          int64_t max_context, std::shared_ptr<const TextModel> text);
 
   // FailedPrecondition when busy or failed.
   Status CheckIdle() const;
@@ -75,14 +99,34 @@ class Session {
   // Appends a sampled token without evaluating it.
   void PushPending(int32_t token) { tokens_.push_back(token); }
 
+  // Prepares the history to continue as `target` (the whole conversation
+  // rendered and tokenized), using the longest common token prefix:
+  //   history is a prefix of target   -> keep all; evaluate target's suffix
+  //                                      (plus the unevaluated last sampled token)
+  //   common prefix >= checkpoint     -> restore the checkpoint's state (a Clone)
+  //                                      and evaluate target from there
+  //   otherwise                       -> reset the state; evaluate all of target
+  // A recurrent state cannot be rewound token by token, so a divergence is
+  // resolved at the checkpoint, not at the exact common prefix. OutOfRange
+  // (nothing changed) when target leaves no room for a generated token.
+  StatusOr<Alignment> AlignTo(std::span<const int32_t> target);
+  // Clones the state at the current, fully evaluated history: where a chat
+  // turn's generation starts (templates such as Qwen3 re-render earlier
+  // assistant turns without their reasoning, so later turns diverge here).
+  void TakeCheckpoint();
+
   Engine* const engine_;
   const std::shared_ptr<const Model> model_;
-  const std::unique_ptr<SequenceState> state_;
+  std::unique_ptr<SequenceState> state_;
   const int64_t max_context_;
   std::vector<int32_t> tokens_;  // the history
   size_t evaluated_ = 0;         // prefix of tokens_ the state has consumed
   std::vector<float> logits_;    // [vocab] after tokens_[evaluated_ - 1]
   bool failed_ = false;          // a model error left the state unknown; needs Reset
+  std::unique_ptr<Conversation> conversation_;  // null without a TextModel
+  std::unique_ptr<SequenceState> checkpoint_;   // state after checkpoint_tokens_ history tokens
+  size_t checkpoint_tokens_ = 0;
+  std::vector<float> checkpoint_logits_;        // logits_ at the checkpoint
   std::atomic<bool> busy_{false};  // a request is running; set and cleared by the engine
   Request* active_ = nullptr;      // that request; guarded by the engine's mutex
 };

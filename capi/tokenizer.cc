@@ -1,0 +1,135 @@
+// strata_tokenizer_*: open, encode, decode and release, translated to strata::TextModel.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "convert.h"
+#include "guard.h"
+#include "handles.h"
+
+using strata::capi::Call;
+using strata::capi::CheckHandle;
+using strata::capi::Guarded;
+using strata::capi::kTokenizerMagic;
+
+namespace {
+
+strata_status NewTokenizerHandle(std::shared_ptr<const strata::TextModel> text, strata_tokenizer** out) {
+  auto handle = std::make_unique<strata_tokenizer>();
+  handle->impl = std::move(text);
+  *out = handle.release();
+  return STRATA_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+STRATA_API strata_status strata_tokenizer_open(const char* dir, strata_tokenizer** out_tokenizer) {
+  const Call call("strata_tokenizer_open");
+  return Guarded(call, [&]() -> strata_status {
+    if (out_tokenizer == nullptr) return call.NullArgument("out_tokenizer");
+    *out_tokenizer = nullptr;
+    if (dir == nullptr) return call.NullArgument("dir");
+    auto text = strata::TextModel::FromDirectory(dir);
+    if (!text.ok()) return call.From(text.status());
+    return NewTokenizerHandle(*std::move(text), out_tokenizer);
+  });
+}
+
+STRATA_API strata_status strata_model_get_tokenizer(strata_model* model, strata_tokenizer** out_tokenizer) {
+  const Call call("strata_model_get_tokenizer");
+  return Guarded(call, [&]() -> strata_status {
+    if (out_tokenizer == nullptr) return call.NullArgument("out_tokenizer");
+    *out_tokenizer = nullptr;
+    if (strata_status s = CheckHandle(call, model, strata::capi::kModelMagic, "model"); s != STRATA_OK) return s;
+    if (!model->text.ok()) return call.From(model->text.status());
+    return NewTokenizerHandle(*model->text, out_tokenizer);
+  });
+}
+
+STRATA_API strata_status strata_tokenizer_destroy(strata_tokenizer* tokenizer) {
+  const Call call("strata_tokenizer_destroy");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
+    uint32_t expected = kTokenizerMagic;
+    if (!tokenizer->magic.compare_exchange_strong(expected, strata::capi::kDeadMagic)) {
+      return call.Fail(STRATA_ERR_MISUSE, "tokenizer was destroyed concurrently");
+    }
+    tokenizer->impl.reset();
+    strata::capi::BuryHandle(tokenizer);
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_tokenizer_encode(const strata_tokenizer* tokenizer, const char* text, size_t text_len,
+                                                 bool add_special_tokens, int32_t* tokens, size_t capacity,
+                                                 size_t* out_count) {
+  const Call call("strata_tokenizer_encode");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
+    if (out_count == nullptr) return call.NullArgument("out_count");
+    *out_count = 0;
+    std::string input;
+    if (strata_status s = strata::capi::ReadString(call, text, text_len, "text", &input); s != STRATA_OK) return s;
+    strata::EncodeOptions options;
+    options.add_special_tokens = add_special_tokens;
+    auto ids = tokenizer->impl->tokenizer().Encode(input, options);
+    if (!ids.ok()) return call.From(ids.status());
+    *out_count = ids->size();
+    if (tokens == nullptr) return STRATA_OK;  // count query
+    if (capacity < ids->size()) {
+      return call.Fail(STRATA_ERR_OUT_OF_RANGE,
+                       absl::StrCat("capacity ", capacity, " is smaller than the ", ids->size(), " token ids"));
+    }
+    if (!ids->empty()) std::memcpy(tokens, ids->data(), ids->size() * sizeof(int32_t));
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_tokenizer_decode(const strata_tokenizer* tokenizer, const int32_t* tokens,
+                                                 size_t num_tokens, bool skip_special_tokens, char* text,
+                                                 size_t capacity, size_t* out_len) {
+  const Call call("strata_tokenizer_decode");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
+    if (out_len == nullptr) return call.NullArgument("out_len");
+    *out_len = 0;
+    if (strata_status s = strata::capi::CheckTokenArray(call, tokens, num_tokens, "tokens"); s != STRATA_OK) {
+      return s;
+    }
+    const strata::Tokenizer& tok = tokenizer->impl->tokenizer();
+    const int32_t vocab = tok.vocab_size();
+    for (size_t i = 0; i < num_tokens; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= vocab) {
+        return call.Fail(STRATA_ERR_OUT_OF_RANGE, absl::StrCat("tokens[", i, "] = ", tokens[i],
+                                                               " is outside the vocabulary [0, ", vocab, ")"));
+      }
+    }
+    strata::DecodeOptions options;
+    options.skip_special_tokens = skip_special_tokens;
+    auto decoded = tok.Decode(std::vector<int32_t>(tokens, tokens + num_tokens), options);
+    if (!decoded.ok()) return call.From(decoded.status());
+    *out_len = decoded->size();
+    if (text == nullptr) return STRATA_OK;  // length query
+    if (capacity < decoded->size() + 1) {
+      return call.Fail(STRATA_ERR_OUT_OF_RANGE, absl::StrCat("capacity ", capacity, " cannot hold the ",
+                                                             decoded->size(), " bytes of text and a NUL"));
+    }
+    std::memcpy(text, decoded->data(), decoded->size());
+    text[decoded->size()] = '\0';
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_tokenizer_get_vocab_size(const strata_tokenizer* tokenizer, int32_t* out_vocab_size) {
+  const Call call("strata_tokenizer_get_vocab_size");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
+    if (out_vocab_size == nullptr) return call.NullArgument("out_vocab_size");
+    *out_vocab_size = tokenizer->impl->tokenizer().vocab_size();
+    return STRATA_OK;
+  });
+}
+
+}  // extern "C"

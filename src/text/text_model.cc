@@ -1,0 +1,93 @@
+// TextModel loading: tokenizer, optional chat template, tool-call family and
+// end-of-turn ids of a model directory.
+#include "text/text_model.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadWholeFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The template sources of a directory, concatenated: only used to find which
+// tool-call markers they spell, so order and labels do not matter.
+std::string TemplateSources(const std::string& dir) {
+  std::string all;
+  std::error_code ec;
+  const fs::path d(dir);
+  if (fs::exists(d / "tokenizer_config.json", ec)) {
+    const auto config = nlohmann::json::parse(ReadWholeFile(d / "tokenizer_config.json"), nullptr,
+                                              /*allow_exceptions=*/false);
+    if (config.is_object() && config.contains("chat_template")) {
+      const auto& ct = config["chat_template"];
+      if (ct.is_string()) all += ct.get<std::string>();
+      if (ct.is_array()) {
+        for (const auto& e : ct) {
+          if (e.is_object() && e.contains("template") && e["template"].is_string()) {
+            all += e["template"].get<std::string>();
+          }
+        }
+      }
+    }
+  }
+  if (fs::exists(d / "chat_template.jinja", ec)) all += ReadWholeFile(d / "chat_template.jinja");
+  if (fs::is_directory(d / "chat_templates", ec)) {
+    for (const auto& e : fs::directory_iterator(d / "chat_templates", ec)) {
+      if (e.path().extension() == ".jinja") all += ReadWholeFile(e.path());
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+bool TextModel::DirectoryHasTokenizer(const std::string& dir) {
+  std::error_code ec;
+  const fs::path d(dir);
+  if (fs::exists(d / "tokenizer.json", ec) || fs::exists(d / "tiktoken.model", ec)) return true;
+  for (const auto& e : fs::directory_iterator(d, ec)) {
+    if (e.path().extension() == ".tiktoken") return true;
+  }
+  return false;
+}
+
+StatusOr<std::shared_ptr<const TextModel>> TextModel::FromDirectory(const std::string& dir) {
+  std::shared_ptr<TextModel> m(new TextModel);
+  STRATA_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromDirectory(dir));
+  auto tmpl = ChatTemplate::FromDirectory(dir);
+  if (tmpl.ok()) {
+    m->template_ = *std::move(tmpl);
+    auto parser = ToolCallParser::ForTemplate(TemplateSources(dir));
+    if (parser.ok()) m->family_ = (*parser)->family();
+  } else if (!absl::IsNotFound(tmpl.status())) {
+    // A template that is present but broken is an error, not "no template".
+    return tmpl.status();
+  }
+  auto add = [&](std::string_view token) {
+    const std::optional<int32_t> id = m->tokenizer_->TokenToId(token);
+    if (id && std::find(m->end_of_turn_.begin(), m->end_of_turn_.end(), *id) == m->end_of_turn_.end()) {
+      m->end_of_turn_.push_back(*id);
+    }
+  };
+  if (auto eos = m->tokenizer_->eos_token()) add(*eos);
+  // Chat models end a turn with their own marker, which is not always the
+  // config's eos_token (Qwen base configs name <|endoftext|>).
+  for (std::string_view marker : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<｜end▁of▁sentence｜>"}) {
+    add(marker);
+  }
+  return std::shared_ptr<const TextModel>(std::move(m));
+}
+
+}  // namespace strata
