@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool) from the repo root, over binaries that
+# tools/gpu/pack.sh put in .carry/. Writes logs to $OUT.
+# Usage: tools/gpu/device_run.sh [tests] [sanitize] [bench "ARGS"]...
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# Compiled-in paths (fixtures, test data) point at the development checkout.
+mkdir -p /work && ln -sfn "$PWD" /work/main
+cublas=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH="$PWD/.carry/lib:$cublas:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+export PATH="/usr/local/cuda/bin:$PATH"
+rc=0
+for what in "$@"; do
+  case "$what" in
+    tests)
+      for t in .carry/bin/gpu_*; do
+        echo "=== $t" | tee -a "$OUT/tests.log"
+        timeout 300 "$t" --gtest_color=no 2>&1 | tee -a "$OUT/tests.log" | grep -E '^\[  (PASSED|FAILED) |FAILED|max|error' | head -40
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      done ;;
+    sanitize)
+      for t in .carry/bin/gpu_cuda_*_test; do
+        for tool in memcheck racecheck; do
+          echo "=== $tool $t" | tee -a "$OUT/sanitize.log"
+          timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$t" --gtest_color=no \
+            --gtest_filter="${SANITIZE_FILTER:-*Small*:*Odd*:*Tiny*}" 2>&1 | tail -5 | tee -a "$OUT/sanitize.log"
+        done
+      done ;;
+    *) echo "=== strata $what" | tee -a "$OUT/bench.log"
+       eval ".carry/bin/strata $what" 2>&1 | tee -a "$OUT/bench.log" ;;
+  esac
+done
+exit $rc
