@@ -43,6 +43,9 @@ Status MlaCacheWrite(const MlaShape& shape, const MlaCache& cache, const bf16* r
 //   the caller with StridedBatchedGemm;
 //   seq_lens [B] on the device: tokens in the cache (the new one included).
 //   out_latent [B, H, r] fp32 or bf16: Σ_s p(s) c_s; the caller applies W_UV.
+// seq_lens above max_seq_len are read as max_seq_len; a sequence of length 0
+// gets zeros. r = 512, dr = 64 with 16-byte aligned pointers take the
+// tensor-core kernel (any H); other shapes a simple fp32 kernel.
 // All heads of a sequence share each cache row, so one pass over the cache
 // serves every head; long sequences are split over CTAs (split-K) and merged.
 struct MlaDecodeArgs {
@@ -77,7 +80,7 @@ struct MlaPrefillArgs {
   int64_t ld_q = 0;        // 0: H·(dn+dr)
   const bf16* kv = nullptr;
   const bf16* k_rope = nullptr;
-  int64_t ld_krope = 0;
+  int64_t ld_krope = 0;    // 0: dr
   bf16* out = nullptr;
 };
 Status MlaPrefill(const MlaPrefillArgs& args, cudaStream_t stream);
