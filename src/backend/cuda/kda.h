@@ -26,16 +26,17 @@ struct KdaGates {
 
 // q/k/v rows: [rows, H, d] with row stride ld_qkv, so they can point into
 // the fused conv output [rows, 3·H·dk] (q at +0, k at +H·dk, v at +2·H·dk).
+// ld_qkv = 0 means packed rows: H·dk for q and k, H·dv for v.
 struct KdaShape {
   int64_t num_heads = 0;  // H
-  int64_t key_dim = 0;    // dk (multiple of 16, ≤ 128 — or the op says Unimplemented)
-  int64_t value_dim = 0;  // dv (same constraint)
+  int64_t key_dim = 0;    // dk: any size 1..128 (larger → Unimplemented); 128 is the fast path
+  int64_t value_dim = 0;  // dv: same range
   float scale = 0.f;
 };
 
 // Prefill of one sequence: T tokens continue from `state` ([H, dk, dv] fp32,
 // zeros for a new sequence; updated in place). Chunked (chunk 64) on tensor
-// cores. out: [T, H, dv] (out_type).
+// cores. out: [T, H, dv] (out_type). The workspace must be 16-byte aligned.
 struct KdaPrefillArgs {
   KdaShape shape;
   int64_t num_tokens = 0;
