@@ -31,7 +31,10 @@ enum class ActType : int { kBf16 = 0, kF32 = 1 };
 inline size_t ActBytes(ActType t) { return t == ActType::kBf16 ? 2 : 4; }
 
 // Internal error naming `what` and the runtime's message (and clears the
-// sticky-free error state with cudaGetLastError when the error is not sticky).
+// error state with cudaGetLastError when the error is not sticky). A sticky
+// error (illegal address, device assert, ECC...: the context is lost) comes
+// back as Unavailable with "[device lost]" so the engine can enter its failed
+// state (style-anchors §3.4). cudaSuccess gives OK.
 Status CudaError(cudaError_t err, const char* what);
 
 // The status of the last launch on this thread: OK, or an error naming `kernel`.

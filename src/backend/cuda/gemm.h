@@ -24,11 +24,18 @@ class BlasContext {
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
 
+  // Plans kept per shape so a repeated call does no planning work: cuBLASLt
+  // descriptors and heuristic results, and the device facts that size the
+  // streaming kernel's grid. Defined and used only in gemm.cu.
+  struct Plans;
+  Plans* plans() const { return plans_.get(); }
+
  private:
-  BlasContext() = default;
+  BlasContext();
   void* handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  std::unique_ptr<Plans> plans_;
 };
 
 struct GemmArgs {
@@ -60,7 +67,7 @@ struct StridedBatchedGemmArgs {
   int64_t stride_x = 0;
   int64_t stride_w = 0;
   int64_t stride_y = 0;
-  bool transpose_w = false;  // true: y_i = x_i · W_i (W_i is [k, n])
+  bool transpose_w = false;  // true: y_i = x_i · W_i (W_i is [k, n]; g.ldw 0 means n)
 };
 Status StridedBatchedGemm(BlasContext& ctx, const StridedBatchedGemmArgs& args,
                           cudaStream_t stream);

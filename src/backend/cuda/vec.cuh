@@ -52,21 +52,46 @@ __device__ __forceinline__ void StoreF4(bf16* p, float4 v) {
   *reinterpret_cast<uint2*>(p) = make_uint2(F32x2ToBf16x2(v.x, v.y), F32x2ToBf16x2(v.z, v.w));
 }
 
-// 16 bytes of data read exactly once (weights): skip L1 so it keeps the
-// activations that are reused, and let L2 fetch 256-byte blocks. Read-only for
-// the kernel's lifetime (the .nc path).
-__device__ __forceinline__ uint4 LdgStream16(const void* p) {
+// 16 bytes of data read exactly once (weights), or zeros when !pred: skips
+// L1 so L1 keeps the activations that are reused, and lets L2 fetch 256-byte
+// blocks. The data must be read-only for the kernel's lifetime (the .nc path).
+// The predicate sits inside the asm (as CUTLASS's guarded loads do) so the
+// load is never issued for an out-of-range address however the compiler
+// schedules it; the asm is not volatile, so it may batch these loads freely.
+__device__ __forceinline__ uint4 LdgStream16(const void* p, bool pred) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  asm(
+      "{\n"
+      "  .reg .pred q;\n"
+      "  setp.ne.b32 q, %5, 0;\n"
+      "  mov.b32 %0, 0;\n"
+      "  mov.b32 %1, 0;\n"
+      "  mov.b32 %2, 0;\n"
+      "  mov.b32 %3, 0;\n"
+      "  @q ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      "}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
   return v;
 }
 
-// 16 bytes through the read-only (L1-cached) path: small operands that many
-// warps re-read.
-__device__ __forceinline__ uint4 Ldg16(const void* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
+// 16 bytes through the read-only (L1-cached) path, or zeros when !pred: small
+// operands that many warps re-read. Guarded like LdgStream16.
+__device__ __forceinline__ uint4 Ldg16(const void* p, bool pred) {
+  uint4 v;
+  asm(
+      "{\n"
+      "  .reg .pred q;\n"
+      "  setp.ne.b32 q, %5, 0;\n"
+      "  mov.b32 %0, 0;\n"
+      "  mov.b32 %1, 0;\n"
+      "  mov.b32 %2, 0;\n"
+      "  mov.b32 %3, 0;\n"
+      "  @q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      "}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
+  return v;
 }
 
 __device__ __forceinline__ float WarpSum(float v) {
