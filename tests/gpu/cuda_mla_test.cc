@@ -3,8 +3,6 @@
 // cache copies, absorbed decode (generic and tensor-core kernels, single and
 // split passes, CUDA-graph capture) and flash-style prefill, at the fixtures'
 // odd sizes and Kimi-Linear-48B's production shape; misuse is InvalidArgument.
-#include "backend/cuda/mla.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/attention.h"
+#include "backend/cuda/mla.h"
 #include "base/thread_pool.h"
 
 namespace strata::cuda {
@@ -27,7 +26,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-#define CUDA_ASSERT_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(expr)
+// Evaluates `expr` once (it may be a launch) and fails the test on an error.
+#define CUDA_ASSERT_OK(expr)                                                             \
+  do {                                                                                   \
+    const cudaError_t cuda_err_ = (expr);                                                \
+    ASSERT_EQ(cuda_err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(cuda_err_); \
+  } while (0)
 
 // ---------------------------------------------------------------------------
 // Host helpers.
@@ -71,7 +75,8 @@ class DeviceArray {
  public:
   explicit DeviceArray(size_t n) : n_(n) {
     void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)) == cudaSuccess) ptr_ = static_cast<T*>(p);
+    if (cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)) == cudaSuccess)
+      ptr_ = static_cast<T*>(p);
   }
   ~DeviceArray() {
     if (ptr_ != nullptr) cudaFree(ptr_);
@@ -121,8 +126,8 @@ ErrorStats Compare(const std::vector<double>& got, const std::vector<double>& re
 }
 
 void Report(const std::string& what, const ErrorStats& e) {
-  std::printf("%-58s max_abs %.3e  max_rel %.3e  l2_rel %.3e\n", what.c_str(), e.max_abs,
-              e.max_rel, e.l2_rel);
+  std::printf("%-58s max_abs %.3e  max_rel %.3e  l2_rel %.3e\n", what.c_str(), e.max_abs, e.max_rel,
+              e.l2_rel);
 }
 
 template <typename T>
@@ -183,8 +188,8 @@ struct DecodeCase {
 };
 
 // fp64 Σ_s softmax(q̃·row_s · scale) row_s[:r] for one (sequence, head).
-void ReferenceLatent(const MlaShape& s, const float* q, const std::vector<float>& rows,
-                     int64_t len, double* out) {
+void ReferenceLatent(const MlaShape& s, const float* q, const std::vector<float>& rows, int64_t len,
+                     double* out) {
   const int64_t cd = s.cache_dim(), r = s.kv_rank;
   const double scale = s.scale != 0.f ? s.scale : DefaultScale(s);
   std::vector<double> sc(static_cast<size_t>(len));
@@ -254,7 +259,8 @@ class DecodeFixture {
     table_d_ = std::make_unique<DeviceArray<int32_t>>(cache_->table.size());
     lens_d_ = std::make_unique<DeviceArray<int32_t>>(c_.seq_lens.size());
     q_d_ = std::make_unique<DeviceArray<bf16>>(q_abs_.size());
-    out_d_ = std::make_unique<DeviceArray<float>>(static_cast<size_t>(batch_ * H_ * c_.shape.kv_rank));
+    out_d_ =
+        std::make_unique<DeviceArray<float>>(static_cast<size_t>(batch_ * H_ * c_.shape.kv_rank));
     ws_bytes_ = MlaDecodeWorkspaceBytes(c_.shape, batch_, c_.max_seq_len);
     ws_d_ = std::make_unique<DeviceArray<uint8_t>>(ws_bytes_);
     if (!pool_d_->ptr() || !table_d_->ptr() || !lens_d_->ptr() || !q_d_->ptr() || !out_d_->ptr() ||
@@ -333,8 +339,8 @@ class DecodeFixture {
       const int64_t len = c_.seq_lens[b];
       std::vector<float> out(static_cast<size_t>(H_ * dv));
       std::vector<float> scratch(cpu::MlaAbsorbedScratchFloats(d, 1));
-      cpu::MlaAbsorbed(d, &q_full_[b * H_ * (dn + s.rope_dim)], 1, rows_[b].data(), len - 1,
-                       kv_b, out.data(), scratch.data(), pool);
+      cpu::MlaAbsorbed(d, &q_full_[b * H_ * (dn + s.rope_dim)], 1, rows_[b].data(), len - 1, kv_b,
+                       out.data(), scratch.data(), pool);
       for (int64_t h = 0; h < H_; ++h) {
         for (int64_t j = 0; j < dv; ++j) {
           double acc = 0;
@@ -422,8 +428,8 @@ TEST(CudaMlaDecode, TinyOddShapeMatchesCpu) {
 TEST(CudaMlaDecode, ProductionShapeSplitMatchesCpu) {
   // Tensor-core kernel with flash-decoding splits and the merge: lengths 1,
   // 65 and 4100 (a 4-token tail block) through a scrambled block table.
-  RunDecodeCase(
-      {"decode prod H32 lens{1,65,4100}", ProductionShape(), {1, 65, 4100}, 4100, true}, 2);
+  RunDecodeCase({"decode prod H32 lens{1,65,4100}", ProductionShape(), {1, 65, 4100}, 4100, true},
+                2);
 }
 
 TEST(CudaMlaDecode, ProductionShapeSingleSplitPartialHeadGroupAndEmptySequence) {
@@ -443,8 +449,8 @@ TEST(CudaMlaDecode, ProductionShapeTwoHeadGroupsLongContext) {
 TEST(CudaMlaDecode, CapturedInCudaGraphMatchesReference) {
   // Decode must enqueue only on its stream: capture it (split path), replay
   // twice, compare.
-  const DecodeCase c{"decode prod H32 graph lens{2000,333}", ProductionShape(), {2000, 333}, 2048,
-                     false};
+  const DecodeCase c{
+      "decode prod H32 graph lens{2000,333}", ProductionShape(), {2000, 333}, 2048, false};
   DecodeFixture f(c, 5);
   ASSERT_TRUE(f.Upload());
   cudaStream_t stream;
@@ -559,8 +565,10 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed, ThreadPool* pool) {
       double mx = -INFINITY;
       for (int64_t k = 0; k < keys; ++k) {
         double dot = 0;
-        for (int64_t i = 0; i < dn; ++i) dot += static_cast<double>(qh[i]) * kv[k * kvw + h * (dn + dv) + i];
-        for (int64_t i = 0; i < dr; ++i) dot += static_cast<double>(qh[dn + i]) * cache[k * cd + r + i];
+        for (int64_t i = 0; i < dn; ++i)
+          dot += static_cast<double>(qh[i]) * kv[k * kvw + h * (dn + dv) + i];
+        for (int64_t i = 0; i < dr; ++i)
+          dot += static_cast<double>(qh[dn + i]) * cache[k * cd + r + i];
         sc[k] = dot * scale;
         mx = std::max(mx, sc[k]);
       }
@@ -724,8 +732,10 @@ TEST(CudaMla, RejectsBadArgumentsWithTheFieldName) {
   };
   ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.q_abs = nullptr; }), "q_abs");
   ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.seq_lens = nullptr; }), "seq_lens");
-  ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.out_latent = nullptr; }), "out_latent");
-  ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.cache.pool = nullptr; }), "cache.pool");
+  ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.out_latent = nullptr; }),
+                "out_latent");
+  ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.cache.pool = nullptr; }),
+                "cache.pool");
   ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.cache.block_table = nullptr; }),
                 "cache.block_table");
   ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.cache.max_blocks = 0; }),
@@ -736,12 +746,15 @@ TEST(CudaMla, RejectsBadArgumentsWithTheFieldName) {
   ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.batch = -1; }), "batch");
   ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.shape.num_heads = 0; }),
                 "shape.num_heads");
-  ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.shape.kv_rank = 0; }), "shape.kv_rank");
+  ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.shape.kv_rank = 0; }),
+                "shape.kv_rank");
   ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.shape.rope_dim = -1; }),
                 "shape.rope_dim");
-  ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.shape.scale = -1.f; }), "shape.scale");
-  ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.out_type = static_cast<ActType>(7); }),
-                "out_type");
+  ExpectInvalid(dec([](MlaDecodeArgs& a, size_t&, void*&) { a.shape.scale = -1.f; }),
+                "shape.scale");
+  ExpectInvalid(
+      dec([](MlaDecodeArgs& a, size_t&, void*&) { a.out_type = static_cast<ActType>(7); }),
+      "out_type");
   ExpectInvalid(dec([](MlaDecodeArgs&, size_t& b, void*&) { b = 0; }), "workspace_bytes");
   ExpectInvalid(dec([](MlaDecodeArgs&, size_t&, void*& w) { w = nullptr; }), "workspace");
   // A valid call still works after all that (no sticky error left behind).

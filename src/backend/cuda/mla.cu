@@ -24,12 +24,12 @@
 // dn = 128, dr = 64, dv = 128 (prefill) with 16-byte aligned rows; every other
 // shape takes a plain fp32 kernel that is slow but obviously correct (the test
 // fixtures' odd sizes).
-#include "backend/cuda/mla.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+
+#include "backend/cuda/mla.h"
 
 namespace strata::cuda {
 namespace {
@@ -151,13 +151,13 @@ struct CacheCopyParams {
   bf16* pool;                  // [num_blocks, 64, cd]
   const int32_t* block_table;  // [batch, max_blocks]
   int64_t max_blocks;
-  int64_t cd;                  // r + dr
-  const bf16* src;             // write: rows [n, ld]; gather: unused
-  bf16* dst;                   // gather: rows [n, cd]; write: unused
+  int64_t cd;       // r + dr
+  const bf16* src;  // write: rows [n, ld]; gather: unused
+  bf16* dst;        // gather: rows [n, cd]; write: unused
   int64_t ld;
-  int64_t start;               // prefill form: first position
-  const int32_t* positions;    // decode form: [n] positions (row i -> sequence i)
-  bool vec16;                  // cd, ld and both bases allow 16-byte copies
+  int64_t start;             // prefill form: first position
+  const int32_t* positions;  // decode form: [n] positions (row i -> sequence i)
+  bool vec16;                // cd, ld and both bases allow 16-byte copies
 };
 
 // Pointer to the cache row of (sequence b, position pos), or null when the
@@ -227,11 +227,11 @@ struct DecodeParams {
   int max_seq_len;
   int num_splits;
   int blocks_per_split;
-  float scale_log2;            // softmax scale · log2(e): the kernels use exp2
-  void* out;                   // [B, H, r] fp32 or bf16 (single split)
+  float scale_log2;  // softmax scale · log2(e): the kernels use exp2
+  void* out;         // [B, H, r] fp32 or bf16 (single split)
   bool out_f32;
-  float* part_o;               // [B, splits, H, r] normalised partial outputs
-  float* part_lse;             // [B, splits, H] log2-sum-exp of each partial
+  float* part_o;    // [B, splits, H, r] normalised partial outputs
+  float* part_lse;  // [B, splits, H] log2-sum-exp of each partial
 };
 
 template <int kR, int kDr>
@@ -247,8 +247,8 @@ struct DecodeTile {
   static constexpr int kQBytes = kDecHeads * kRowBytes;
   static constexpr int kSPartBytes = 4 * kDecHeads * kDecSRowFloats * 4;
   static constexpr int kPBytes = kDecHeads * kDecPRowElems * 2;
-  static constexpr int kUnionBytes = kQBytes > kSPartBytes + kPBytes ? kQBytes
-                                                                     : kSPartBytes + kPBytes;
+  static constexpr int kUnionBytes =
+      kQBytes > kSPartBytes + kPBytes ? kQBytes : kSPartBytes + kPBytes;
   static constexpr int kStatsBytes = 3 * kDecHeads * 4;  // alpha, m, l
   static constexpr int kSmemBytes = 2 * kStageBytes + kUnionBytes + kStatsBytes;
   static_assert(kCd % 64 == 0, "cache rows must be whole 128-byte swizzle groups");
@@ -259,13 +259,14 @@ struct DecodeTile {
 };
 
 template <int kR, int kDr>
-__global__ void __launch_bounds__(kDecThreads, 1) MlaDecodeTcKernel(const __grid_constant__ DecodeParams p) {
+__global__ void __launch_bounds__(kDecThreads, 1)
+    MlaDecodeTcKernel(const __grid_constant__ DecodeParams p) {
   using Tile = DecodeTile<kR, kDr>;
   constexpr int kCd = Tile::kCd;
   extern __shared__ __align__(128) uint8_t smem[];
-  uint8_t* stage_base = smem;                                  // 2 x [64][kCd] swizzled
-  uint8_t* q_stage = smem + 2 * Tile::kStageBytes;             // [32][kCd] swizzled (prologue)
-  float* s_part = reinterpret_cast<float*>(q_stage);           // [4][32][72] (aliases q_stage)
+  uint8_t* stage_base = smem;                         // 2 x [64][kCd] swizzled
+  uint8_t* q_stage = smem + 2 * Tile::kStageBytes;    // [32][kCd] swizzled (prologue)
+  float* s_part = reinterpret_cast<float*>(q_stage);  // [4][32][72] (aliases q_stage)
   bf16* p_tile = reinterpret_cast<bf16*>(q_stage + Tile::kSPartBytes);  // [32][72]
   float* alpha_s = reinterpret_cast<float*>(q_stage + Tile::kUnionBytes);
   float* m_s = alpha_s + kDecHeads;
@@ -309,8 +310,8 @@ __global__ void __launch_bounds__(kDecThreads, 1) MlaDecodeTcKernel(const __grid
       const int c = tid + i * kDecThreads;
       const int row = c / Tile::kChunks, ch = c % Tile::kChunks;
       const bool ok = row < valid;
-      CpAsync16(dst + SwizzledOffset(row, ch, Tile::kRowBytes),
-                ok ? src + row * kCd + ch * 8 : src, ok);
+      CpAsync16(dst + SwizzledOffset(row, ch, Tile::kRowBytes), ok ? src + row * kCd + ch * 8 : src,
+                ok);
     }
   };
 
@@ -433,7 +434,7 @@ __global__ void __launch_bounds__(kDecThreads, 1) MlaDecodeTcKernel(const __grid
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-      const float m_new = fmaxf(row_m, mx);  // finite: token 0 of the block is valid
+      const float m_new = fmaxf(row_m, mx);      // finite: token 0 of the block is valid
       const float alpha = exp2f(row_m - m_new);  // 0 on the first block
       float sum = 0.f;
       float pw[8];
@@ -599,7 +600,8 @@ __global__ void __launch_bounds__(128) MlaDecodeMergeKernel(const MergeParams p)
     if (p.out_f32) {
       *reinterpret_cast<float4*>(static_cast<float*>(p.out) + out_row + d) = acc;
     } else {
-      __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + out_row + d);
+      __nv_bfloat162* o =
+          reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + out_row + d);
       o[0] = __floats2bfloat162_rn(acc.x, acc.y);
       o[1] = __floats2bfloat162_rn(acc.z, acc.w);
     }
@@ -628,11 +630,12 @@ struct SimpleDecodeParams {
 
 constexpr int kSimpleThreads = 128;
 
-__global__ void __launch_bounds__(kSimpleThreads) MlaDecodeSimpleKernel(const SimpleDecodeParams p) {
+__global__ void __launch_bounds__(kSimpleThreads)
+    MlaDecodeSimpleKernel(const SimpleDecodeParams p) {
   extern __shared__ float dyn[];
-  float* qs = dyn;          // [cd]
-  float* acc = qs + p.cd;   // [r]: element i owned by thread i % 128
-  float* pw = acc + p.r;    // [128]
+  float* qs = dyn;         // [cd]
+  float* acc = qs + p.cd;  // [r]: element i owned by thread i % 128
+  float* pw = acc + p.r;   // [128]
   __shared__ float red[32];
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int seq_len = ClampedSeqLen(p.seq_lens, b, p.max_seq_len);
@@ -642,8 +645,9 @@ __global__ void __launch_bounds__(kSimpleThreads) MlaDecodeSimpleKernel(const Si
   __syncthreads();
   const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_blocks;
   auto row_of = [&](int s) {
-    return p.pool + (static_cast<int64_t>(table[s / kKvBlockTokens]) * kKvBlockTokens +
-                     s % kKvBlockTokens) * p.cd;
+    return p.pool +
+           (static_cast<int64_t>(table[s / kKvBlockTokens]) * kKvBlockTokens + s % kKvBlockTokens) *
+               p.cd;
   };
   float m = -INFINITY, l = 0.f;
   for (int s0 = 0; s0 < seq_len; s0 += kSimpleThreads) {
@@ -689,8 +693,8 @@ __global__ void __launch_bounds__(kSimpleThreads) MlaDecodeSimpleKernel(const Si
 // accumulators reused as the A fragments of P·V. K/V tiles double-buffered
 // with cp.async; the heaviest (last) query tiles are scheduled first.
 
-constexpr int kPreRows = 64;     // queries per CTA
-constexpr int kPreKeys = 64;     // keys per step
+constexpr int kPreRows = 64;  // queries per CTA
+constexpr int kPreKeys = 64;  // keys per step
 constexpr int kPreThreads = 128;
 
 struct PrefillParams {
@@ -728,12 +732,13 @@ struct PrefillTile {
 };
 
 template <int kDn, int kDr, int kDv>
-__global__ void __launch_bounds__(kPreThreads) MlaPrefillTcKernel(const __grid_constant__ PrefillParams p) {
+__global__ void __launch_bounds__(kPreThreads)
+    MlaPrefillTcKernel(const __grid_constant__ PrefillParams p) {
   using Tile = PrefillTile<kDn, kDr, kDv>;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* q_s = smem;
-  uint8_t* k_s = smem + Tile::kQBytes;                 // 2 stages
-  uint8_t* v_s = k_s + 2 * Tile::kKBytes;              // 2 stages
+  uint8_t* k_s = smem + Tile::kQBytes;     // 2 stages
+  uint8_t* v_s = k_s + 2 * Tile::kKBytes;  // 2 stages
 
   const int qt = gridDim.x - 1 - blockIdx.x;  // heaviest tiles first
   const int h = blockIdx.y;
@@ -795,7 +800,7 @@ __global__ void __launch_bounds__(kPreThreads) MlaPrefillTcKernel(const __grid_c
     for (int e = 0; e < 4; ++e) o_acc[nt][e] = 0.f;
   }
   float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};  // rows g, g + 8
-  const int pos0 = p.past + q0 + warp * 16 + g;                   // position of row g
+  const int pos0 = p.past + q0 + warp * 16 + g;                    // position of row g
   const int warp_min_pos = p.past + q0 + warp * 16;
   const uint32_t q_addr = SmemAddr(q_s);
 
@@ -824,7 +829,7 @@ __global__ void __launch_bounds__(kPreThreads) MlaPrefillTcKernel(const __grid_c
     }
 #pragma unroll
     for (int kk = 0; kk < Tile::kKSteps; ++kk) {
-      const uint32_t (&qf)[4] = q_frag[kk];
+      const uint32_t(&qf)[4] = q_frag[kk];
 #pragma unroll
       for (int np = 0; np < kPreKeys / 16; ++np) {
         uint32_t bf[4];
@@ -1168,16 +1173,17 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
     return Invalid("workspace", "is null (MlaDecodeWorkspaceBytes > 0)");
   }
   if (workspace_bytes < plan.workspace_bytes) {
-    return Invalid("workspace_bytes", "is below MlaDecodeWorkspaceBytes(shape, batch, max_seq_len)");
+    return Invalid("workspace_bytes",
+                   "is below MlaDecodeWorkspaceBytes(shape, batch, max_seq_len)");
   }
   const bool out_f32 = args.out_type == ActType::kF32;
   const float scale_log2 = ScaleLog2(s);
   const int heads = static_cast<int>(s.num_heads);
 
   using FastTile = DecodeTile<512, 64>;
-  const bool fast = DecodeFastShape(s) && Aligned16(args.q_abs) &&
-                    Aligned16(args.cache.pool) && Aligned16(args.out_latent) &&
-                    Aligned16(workspace) && SmemFits(FastTile::kSmemBytes);
+  const bool fast = DecodeFastShape(s) && Aligned16(args.q_abs) && Aligned16(args.cache.pool) &&
+                    Aligned16(args.out_latent) && Aligned16(workspace) &&
+                    SmemFits(FastTile::kSmemBytes);
   if (fast) {
     DecodeParams p{};
     p.q = args.q_abs;
@@ -1286,8 +1292,7 @@ Status MlaPrefill(const MlaPrefillArgs& args, cudaStream_t stream) {
   using FastTile = PrefillTile<128, 64, 128>;
   const bool fast = s.nope_dim == 128 && s.rope_dim == 64 && s.v_dim == 128 && ld_q % 8 == 0 &&
                     ld_krope % 8 == 0 && Aligned16(args.q) && Aligned16(args.kv) &&
-                    Aligned16(args.k_rope) && Aligned16(args.out) &&
-                    SmemFits(FastTile::kSmemBytes);
+                    Aligned16(args.k_rope) && Aligned16(args.out) && SmemFits(FastTile::kSmemBytes);
   if (fast) {
     auto* kernel = &MlaPrefillTcKernel<128, 64, 128>;
     STRATA_RETURN_IF_ERROR(
@@ -1299,7 +1304,8 @@ Status MlaPrefill(const MlaPrefillArgs& args, cudaStream_t stream) {
   }
   const int smem = static_cast<int>((dqk + s.v_dim + kSimpleThreads) * sizeof(float));
   if (smem > 48 * 1024) {
-    if (!SmemFits(smem)) return Invalid("shape", "dn + dr + dv too large for the generic prefill kernel");
+    if (!SmemFits(smem))
+      return Invalid("shape", "dn + dr + dv too large for the generic prefill kernel");
     STRATA_RETURN_IF_ERROR(AllowDynamicSmem(&MlaPrefillSimpleKernel, smem,
                                             "cudaFuncSetAttribute(MlaPrefillSimpleKernel)"));
   }
