@@ -1,0 +1,1066 @@
+// Sigmoid-routed mixture of experts on the GPU, with no host loop over experts
+// and no host synchronisation (the whole layer is graph-capturable).
+//
+// Pipeline (all on `stream`, every kernel reads its sizes from device memory):
+//   1. route      one warp per token: sigmoid, top-k by score + bias (ties to
+//                 the lower index), weights — bit-compatible with
+//                 cpu::RouteSigmoidTopK (see SigmoidLikeCpu). For n ≤ 128
+//                 tokens it runs inside the plan kernel (one launch less).
+//   2. plan       one CTA: per-expert histogram (shared-memory atomics), an
+//                 exclusive scan into offsets, the list of active experts, the
+//                 tile schedule of the grouped GEMM, and the permutation: each
+//                 (token, k) pair gets a row in expert-sorted order.
+//   3. gate|up    h[row, I] = silu(x·w1ᵀ) ⊙ (x·w3ᵀ), bf16, x gathered by row.
+//   4. down       yrows[row, D] = h · w2ᵀ, fp32.
+//   5. combine    y[t] = Σ_k w_k · yrows[pair_row(t, k)], summed in k order (no
+//                 float atomics, so results are reproducible bit for bit).
+// Two regimes:
+//   decode (n·k ≤ 512 rows, or shapes the GEMM cannot take): grouped GEMV on
+//     CUDA cores. Grid (expert slot, weight-row tile); a slot past the number
+//     of active experts exits at once; every CTA streams its weight rows once
+//     (16-byte no-L1-allocate loads, 4 per row in flight per lane) and
+//     multiplies them with all of its expert's token rows (8 at a time). For
+//     n ≤ 4 steps 4 and 5 are one kernel: a CTA owns 8 output features, each
+//     warp takes (token, k) pairs, and the k-ordered sum happens in shared
+//     memory.
+//   prefill: grouped GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32
+//     accumulate; 64×128×32 CTA tiles, 4-stage cp.async pipeline, ldmatrix
+//     from padded shared memory). The plan kernel writes a device-side tile
+//     schedule (expert, first row); the grid is the fixed upper bound
+//     ceil(n·k/64) + min(E, n·k) tiles and CTAs past the real count exit. The
+//     gate|up CTA's 128 weight rows interleave 16 gate rows and the matching
+//     16 up rows, so silu(g)·u is formed in registers.
+// Kernels are chained with programmatic dependent launch (each waits on
+// griddepcontrol.wait before touching its inputs), which hides most of the
+// launch gap between the short decode kernels.
+//
+// Cost model at the production shape (E=256, k=8, D=2304, I=1024, bf16):
+//   one expert = w13 2·1024·2304·2 B (9.44 MB) + w2 2304·1024·2 B (4.72 MB)
+//              = 14.16 MB.
+//   decode, batch 1: 8 experts = 113.2 MB → 26.5 µs at 4.27 TB/s (target
+//     ≥ 70%: ≤ 37.9 µs). Expected ~70%: gate|up and down stream at ~80-85%
+//     of copy bandwidth; the plan kernel and the launch gaps cost ~4-6 µs.
+//   decode, batch 8: E·(1-(1-k/E)^8) ≈ 57.4 distinct experts = 813 MB → 190 µs.
+//   decode, batch 64: ≈ 222.5 experts = 3.15 GB → 738 µs.
+//   prefill, n tokens: 2·n·k·3·I·D = n·113.2 MFLOP (n = 2000: 226 GFLOP →
+//     330 µs at 686 TFLOP/s) but all 256 experts (3.62 GB → 849 µs) stream
+//     once, so a layer stays bandwidth-bound until ≈ 161 rows per expert
+//     (686/4.27 FLOP per byte), i.e. n ≳ 5100 tokens. Side traffic: h (bf16)
+//     and yrows (fp32) written and read once, ≈ 9% at n = 2000. mma.sync
+//     reaches ~50-60% of the wgmma peak in the compute-bound regime.
+#include "backend/cuda/moe.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "backend/cuda/vec.cuh"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kMaxExperts = 1024;  // 32 biased scores per lane in the routing warp
+constexpr int kMaxTopK = 32;       // one pick per lane
+constexpr int64_t kFusedRouteMaxTokens = 128;
+constexpr int64_t kMoeGemvMaxRows = 512;   // n·k at or below: grouped GEMV
+constexpr int64_t kFusedCombineMaxTokens = 4;
+constexpr int kPlanThreads = 1024;
+constexpr int kRouteWarps = 8;
+constexpr int kGemvWarps = 8;
+constexpr int kGemvThreads = kGemvWarps * 32;
+constexpr int kGemvTokens = 8;     // token rows per pass over a weight tile
+constexpr int kFusedRows = 8;      // output features per CTA of the fused down+combine
+constexpr int kCombineThreads = 256;
+
+// Grouped GEMM tiling.
+constexpr int kBm = 64;   // token rows
+constexpr int kBn = 128;  // weight rows
+constexpr int kBk = 32;
+constexpr int kStages = 4;
+constexpr int kLds = kBk + 8;  // padded row: 80 bytes, ldmatrix rows hit distinct banks
+constexpr int kGemmThreads = 256;
+constexpr size_t kGemmSmemBytes =
+    static_cast<size_t>(kStages) * (kBm + kBn) * kLds * sizeof(bf16);  // 61440
+
+// One parameter block for every kernel of the layer (passed by value).
+struct MoeParams {
+  int num_tokens;
+  int num_experts;
+  int hidden;  // D
+  int inter;   // I
+  int top_k;
+  int renormalize;
+  float routed_scaling;
+  const bf16* x;          // [n, D]
+  const float* logits;    // [n, E]
+  const float* bias;      // [E] or null
+  const bf16* w13;        // [E, 2I, D]
+  const bf16* w2;         // [E, D, I]
+  float* y;               // [n, D]
+  int32_t* idx;           // [n·k] expert of pair (t, j)
+  float* wt;              // [n·k] routing weight of pair (t, j)
+  int32_t* offsets;       // [E + 1] first row of each expert
+  int32_t* meta;          // [0] active experts, [1] GEMM tiles
+  int32_t* active;        // [E] active experts, ascending
+  int32_t* tile_expert;   // [tile bound]
+  int32_t* tile_m0;       // [tile bound] first row of the tile within its expert
+  int32_t* row_token;     // [n·k] token of each expert-sorted row
+  int32_t* pair_row;      // [n·k] row of pair (t, j)
+  bf16* h;                // [n·k, I]
+  float* yrows;           // [n·k, D]
+};
+
+int64_t TileBound(int64_t rows, int64_t experts) {
+  return CeilDiv(rows, kBm) + std::min(experts, rows);
+}
+
+// Workspace slices, 256-byte aligned each, for n tokens.
+struct Layout {
+  size_t idx, wt, offsets, meta, active, tile_expert, tile_m0, row_token, pair_row, h, yrows;
+  size_t total;
+};
+
+Layout MakeLayout(const MoeShape& s, int64_t n) {
+  const size_t rows = static_cast<size_t>(n * s.top_k);
+  const size_t tiles = static_cast<size_t>(TileBound(n * s.top_k, s.num_experts));
+  const size_t e = static_cast<size_t>(s.num_experts);
+  Layout l{};
+  size_t off = 0;
+  auto take = [&off](size_t bytes) {
+    const size_t at = off;
+    off += AlignUp(bytes);
+    return at;
+  };
+  l.idx = take(sizeof(int32_t) * rows);
+  l.wt = take(sizeof(float) * rows);
+  l.offsets = take(sizeof(int32_t) * (e + 1));
+  l.meta = take(sizeof(int32_t) * 4);
+  l.active = take(sizeof(int32_t) * e);
+  l.tile_expert = take(sizeof(int32_t) * tiles);
+  l.tile_m0 = take(sizeof(int32_t) * tiles);
+  l.row_token = take(sizeof(int32_t) * rows);
+  l.pair_row = take(sizeof(int32_t) * rows);
+  l.h = take(sizeof(bf16) * rows * static_cast<size_t>(s.inter));
+  l.yrows = take(sizeof(float) * rows * static_cast<size_t>(s.hidden));
+  l.total = off;
+  return l;
+}
+
+Status CheckShape(const MoeShape& s, const char* fn) {
+  if (s.num_experts < 1 || s.num_experts > kMaxExperts) {
+    return absl::InvalidArgumentError(absl::StrCat(fn, ": shape.num_experts must be in [1, ",
+                                                   kMaxExperts, "], got ", s.num_experts));
+  }
+  if (s.top_k < 1 || s.top_k > std::min<int64_t>(s.num_experts, kMaxTopK)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(fn, ": shape.top_k must be in [1, min(num_experts, ", kMaxTopK, ")], got ",
+                     s.top_k, " with num_experts ", s.num_experts));
+  }
+  if (!std::isfinite(s.routed_scaling)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(fn, ": shape.routed_scaling must be finite, got ", s.routed_scaling));
+  }
+  return OkStatus();
+}
+
+Status CheckFfnShape(const MoeShape& s, const char* fn) {
+  if (s.hidden < 1 || s.hidden > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(fn, ": shape.hidden must be in [1, 2^20], got ", s.hidden));
+  }
+  if (s.inter < 1 || s.inter > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(fn, ": shape.inter must be in [1, 2^20], got ", s.inter));
+  }
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Launch helpers.
+
+__device__ __forceinline__ void PdlWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the next kernel of the stream start launching; its griddepcontrol.wait
+// still blocks until this whole grid has finished and its writes are visible.
+__device__ __forceinline__ void PdlLaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+template <typename Kernel>
+Status Launch(const char* name, Kernel kernel, dim3 grid, dim3 block, size_t smem,
+              cudaStream_t stream, const MoeParams& p) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p);
+  if (err != cudaSuccess) return CudaError(err, name);
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Routing.
+
+// The CPU computes 1 / (1 + expf(-x)) in float. expf rounded from a double exp
+// is the correctly rounded value, which glibc's expf returns (it is within
+// 0.502 ulp), so the scores — and with them the top-k picks and their order —
+// match the reference bit for bit. Explicit _rn ops keep the compiler from
+// contracting or approximating anything.
+__device__ __forceinline__ float SigmoidLikeCpu(float x) {
+  const float e = static_cast<float>(exp(-static_cast<double>(x)));
+  return __fdiv_rn(1.f, __fadd_rn(1.f, e));
+}
+
+// (v, e) ranks above (bv, be): larger value, ties to the lower index.
+__device__ __forceinline__ bool RanksAbove(float v, int e, float bv, int be) {
+  return v > bv || (v == bv && e < be);
+}
+
+// One warp routes one token. Pick j is the best expert strictly below pick
+// j−1 in the order (biased score desc, index asc), as the reference does.
+template <int kPer>
+__device__ void RouteToken(const float* logits, int num_experts, const float* bias, int top_k,
+                           bool renormalize, float routed_scaling, int32_t* idx_out,
+                           float* w_out) {
+  const int lane = threadIdx.x & 31;
+  float biased[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = lane + 32 * i;
+    float v = -INFINITY;
+    if (e < num_experts) {
+      const float b = bias != nullptr ? bias[e] : 0.f;
+      v = __fadd_rn(SigmoidLikeCpu(logits[e]), b);
+      if (v != v) v = -INFINITY;  // NaN ranks last, as in the reference
+    }
+    biased[i] = v;
+  }
+  float prev_v = 0.f;
+  int prev_e = -1;
+  int my_pick = 0;
+  for (int j = 0; j < top_k; ++j) {
+    float best_v = -INFINITY;
+    int best_e = INT_MAX;  // sentinel: loses to every real expert, -inf ones included
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      const float v = biased[i];
+      const bool below_prev = prev_e < 0 || v < prev_v || (v == prev_v && e > prev_e);
+      if (e < num_experts && below_prev && RanksAbove(v, e, best_v, best_e)) {
+        best_v = v;
+        best_e = e;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (RanksAbove(ov, oe, best_v, best_e)) {
+        best_v = ov;
+        best_e = oe;
+      }
+    }
+    if (lane == j) my_pick = best_e;
+    prev_v = best_v;
+    prev_e = best_e;
+  }
+  // Weights from the unbiased scores, summed in pick order like the reference.
+  const float s = lane < top_k ? SigmoidLikeCpu(logits[my_pick]) : 0.f;
+  float total = 0.f;
+  for (int j = 0; j < top_k; ++j) total = __fadd_rn(total, __shfl_sync(0xffffffffu, s, j));
+  const float norm = renormalize ? __fdiv_rn(1.f, __fadd_rn(total, 1e-20f)) : 1.f;
+  if (lane < top_k) {
+    idx_out[lane] = my_pick;
+    w_out[lane] = __fmul_rn(s, __fmul_rn(norm, routed_scaling));
+  }
+}
+
+template <int kPer>
+__global__ void __launch_bounds__(kRouteWarps * 32) MoeRouteKernel(MoeParams p) {
+  PdlWait();
+  PdlLaunchDependents();
+  const int t = blockIdx.x * kRouteWarps + (threadIdx.x >> 5);
+  if (t >= p.num_tokens) return;
+  const size_t t64 = static_cast<size_t>(t);
+  RouteToken<kPer>(p.logits + t64 * p.num_experts, p.num_experts, p.bias, p.top_k,
+                   p.renormalize != 0, p.routed_scaling, p.idx + t64 * p.top_k,
+                   p.wt + t64 * p.top_k);
+}
+
+__device__ __forceinline__ int WarpExclusiveScan(int v) {
+  const int lane = threadIdx.x & 31;
+  int incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  return incl - v;
+}
+
+// One CTA. Shared memory: count[E], cursor[E]. idx is read with plain loads
+// (never the read-only path): when route_here is set this CTA wrote it, and
+// __syncthreads makes a block's global writes visible to the block.
+template <int kPer>
+__global__ void __launch_bounds__(kPlanThreads) MoePlanKernel(MoeParams p, int route_here) {
+  extern __shared__ int32_t plan_smem[];
+  int32_t* count = plan_smem;
+  int32_t* cursor = plan_smem + p.num_experts;
+  PdlWait();
+  PdlLaunchDependents();
+  const int E = p.num_experts;
+  const int k = p.top_k;
+  const int pairs = p.num_tokens * k;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
+  if (route_here) {
+    const int num_warps = blockDim.x >> 5;
+    for (int t = warp; t < p.num_tokens; t += num_warps) {
+      const size_t t64 = static_cast<size_t>(t);
+      RouteToken<kPer>(p.logits + t64 * E, E, p.bias, k, p.renormalize != 0, p.routed_scaling,
+                       p.idx + t64 * k, p.wt + t64 * k);
+    }
+  }
+  __syncthreads();
+  for (int q = threadIdx.x; q < pairs; q += blockDim.x) atomicAdd(&count[p.idx[q]], 1);
+  __syncthreads();
+  if (warp == 0) {
+    // Lane l owns a contiguous run of experts; three exclusive scans give each
+    // lane its first row, active slot and tile.
+    const int per = (E + 31) / 32;
+    const int e0 = min(E, lane * per);
+    const int e1 = min(E, e0 + per);
+    int rows = 0, act = 0, tiles = 0;
+    for (int e = e0; e < e1; ++e) {
+      const int c = count[e];
+      rows += c;
+      act += c > 0 ? 1 : 0;
+      tiles += (c + kBm - 1) / kBm;
+    }
+    int row_at = WarpExclusiveScan(rows);
+    int act_at = WarpExclusiveScan(act);
+    int tile_at = WarpExclusiveScan(tiles);
+    for (int e = e0; e < e1; ++e) {
+      const int c = count[e];
+      p.offsets[e] = row_at;
+      cursor[e] = row_at;
+      row_at += c;
+      if (c > 0) {
+        p.active[act_at++] = e;
+        for (int m0 = 0; m0 < c; m0 += kBm) {
+          p.tile_expert[tile_at] = e;
+          p.tile_m0[tile_at] = m0;
+          ++tile_at;
+        }
+      }
+    }
+    if (lane == 31) {
+      p.offsets[E] = row_at;
+      p.meta[0] = act_at;
+      p.meta[1] = tile_at;
+    }
+  }
+  __syncthreads();
+  // Row order inside an expert follows the atomics and may vary between runs;
+  // no value depends on it (each row is computed on its own, and the combine
+  // reads rows through pair_row in k order).
+  for (int q = threadIdx.x; q < pairs; q += blockDim.x) {
+    const int pos = atomicAdd(&cursor[p.idx[q]], 1);
+    p.row_token[pos] = q / k;
+    p.pair_row[q] = pos;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Grouped GEMV (decode).
+
+// V = 8: 16-byte loads (rows 16-byte aligned, length a multiple of 8);
+// V = 1: scalar fallback for any shape.
+template <int V>
+struct Raw;
+template <>
+struct Raw<8> {
+  uint4 v;
+};
+template <>
+struct Raw<1> {
+  unsigned short v;
+};
+
+template <int V>
+__device__ __forceinline__ Raw<V> LoadWeight(const bf16* p);
+template <>
+__device__ __forceinline__ Raw<8> LoadWeight<8>(const bf16* p) {
+  // Read once: skip L1 (it keeps the activation rows) and fetch 256-byte L2 blocks.
+  Raw<8> r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r.v.x), "=r"(r.v.y), "=r"(r.v.z), "=r"(r.v.w)
+               : "l"(p));
+  return r;
+}
+template <>
+__device__ __forceinline__ Raw<1> LoadWeight<1>(const bf16* p) {
+  return Raw<1>{__ldg(reinterpret_cast<const unsigned short*>(p))};
+}
+
+template <int V>
+__device__ __forceinline__ Raw<V> LoadAct(const bf16* p);
+template <>
+__device__ __forceinline__ Raw<8> LoadAct<8>(const bf16* p) {
+  return Raw<8>{__ldg(reinterpret_cast<const uint4*>(p))};
+}
+template <>
+__device__ __forceinline__ Raw<1> LoadAct<1>(const bf16* p) {
+  return Raw<1>{__ldg(reinterpret_cast<const unsigned short*>(p))};
+}
+
+__device__ __forceinline__ void Unpack(const Raw<8>& r, float (&f)[8]) {
+  const float2 a = Bf16x2ToF32(r.v.x), b = Bf16x2ToF32(r.v.y);
+  const float2 c = Bf16x2ToF32(r.v.z), d = Bf16x2ToF32(r.v.w);
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+  f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+__device__ __forceinline__ void Unpack(const Raw<1>& r, float (&f)[1]) {
+  f[0] = Bf16BitsToF32(r.v);
+}
+
+// Per-lane partial dot products of R weight rows with TC activation rows over
+// K elements (only the first nt activation rows are used). Every weight load
+// of a U-step group is issued before the first use.
+template <int V, int R, int TC>
+__device__ __forceinline__ void WarpDot(const bf16* const (&w)[R], const bf16* const (&act)[TC],
+                                        int nt, int K, float (&acc)[R][TC]) {
+  constexpr int U = R >= 8 ? 1 : 8 / R;
+  constexpr int kStep = 32 * V;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int t = 0; t < TC; ++t) acc[r][t] = 0.f;
+  }
+  for (int k0 = lane * V; k0 < K; k0 += kStep * U) {
+    Raw<V> wr[R][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = k0 + u * kStep;
+#pragma unroll
+      for (int r = 0; r < R; ++r) wr[r][u] = k < K ? LoadWeight<V>(w[r] + k) : Raw<V>{};
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = k0 + u * kStep;
+      if (k < K) {
+        float wf[R][V];
+#pragma unroll
+        for (int r = 0; r < R; ++r) Unpack(wr[r][u], wf[r]);
+#pragma unroll
+        for (int t = 0; t < TC; ++t) {
+          if (t < nt) {
+            float xf[V];
+            Unpack(LoadAct<V>(act[t] + k), xf);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+#pragma unroll
+              for (int v = 0; v < V; ++v) acc[r][t] = fmaf(wf[r][v], xf[v], acc[r][t]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ float Silu(float g) { return g / (1.f + expf(-g)); }
+
+// h rows [row0, row0 + nt) of gate|up feature j for one expert.
+template <int V, int TC>
+__device__ __forceinline__ void GateUpRows(const MoeParams& p, const bf16* wg, const bf16* wu,
+                                           int row0, int nt, int j) {
+  const int lane = threadIdx.x & 31;
+  const bf16* act[TC];
+#pragma unroll
+  for (int t = 0; t < TC; ++t) {
+    const int tok = p.row_token[row0 + min(t, nt - 1)];
+    act[t] = p.x + static_cast<size_t>(tok) * p.hidden;
+  }
+  const bf16* w[2] = {wg, wu};
+  float acc[2][TC];
+  WarpDot<V, 2, TC>(w, act, nt, p.hidden, acc);
+#pragma unroll
+  for (int t = 0; t < TC; ++t) {
+    if (t < nt) {
+      const float g = WarpSum(acc[0][t]);
+      const float u = WarpSum(acc[1][t]);
+      if (lane == t) {
+        p.h[static_cast<size_t>(row0 + t) * p.inter + j] = __float2bfloat16_rn(Silu(g) * u);
+      }
+    }
+  }
+}
+
+// Grid (expert slot, ceil(I / 8)); warp w of tile y computes feature j = 8y + w
+// (gate row j and up row I + j) for every row of the slot's expert.
+template <int V>
+__global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams p) {
+  PdlWait();
+  PdlLaunchDependents();
+  if (static_cast<int>(blockIdx.x) >= p.meta[0]) return;
+  const int e = p.active[blockIdx.x];
+  const int first = p.offsets[e];
+  const int count = p.offsets[e + 1] - first;
+  const int j = blockIdx.y * kGemvWarps + (threadIdx.x >> 5);
+  if (j >= p.inter) return;
+  const size_t D = static_cast<size_t>(p.hidden);
+  const bf16* wg = p.w13 + (static_cast<size_t>(e) * 2 * p.inter + j) * D;
+  const bf16* wu = wg + static_cast<size_t>(p.inter) * D;
+  for (int t0 = 0; t0 < count; t0 += kGemvTokens) {
+    const int nt = min(kGemvTokens, count - t0);
+    if (nt == 1) {
+      GateUpRows<V, 1>(p, wg, wu, first + t0, nt, j);
+    } else if (nt == 2) {
+      GateUpRows<V, 2>(p, wg, wu, first + t0, nt, j);
+    } else if (nt <= 4) {
+      GateUpRows<V, 4>(p, wg, wu, first + t0, nt, j);
+    } else {
+      GateUpRows<V, kGemvTokens>(p, wg, wu, first + t0, nt, j);
+    }
+  }
+}
+
+// yrows rows [row0, row0 + nt), features d and d + 1 (d + 1 < D or skipped).
+template <int V, int TC>
+__device__ __forceinline__ void DownRows(const MoeParams& p, const bf16* w0, const bf16* w1,
+                                         bool has1, int row0, int nt, int d) {
+  const int lane = threadIdx.x & 31;
+  const bf16* act[TC];
+#pragma unroll
+  for (int t = 0; t < TC; ++t) {
+    act[t] = p.h + static_cast<size_t>(row0 + min(t, nt - 1)) * p.inter;
+  }
+  const bf16* w[2] = {w0, w1};
+  float acc[2][TC];
+  WarpDot<V, 2, TC>(w, act, nt, p.inter, acc);
+#pragma unroll
+  for (int t = 0; t < TC; ++t) {
+    if (t < nt) {
+      const float a = WarpSum(acc[0][t]);
+      const float b = WarpSum(acc[1][t]);
+      if (lane == t) {
+        float* out = p.yrows + static_cast<size_t>(row0 + t) * p.hidden + d;
+        out[0] = a;
+        if (has1) out[1] = b;
+      }
+    }
+  }
+}
+
+// Grid (expert slot, ceil(D / 16)); warp w of tile y computes features
+// 16y + 2w and 16y + 2w + 1.
+template <int V>
+__global__ void __launch_bounds__(kGemvThreads, 2) MoeDownGemvKernel(MoeParams p) {
+  PdlWait();
+  PdlLaunchDependents();
+  if (static_cast<int>(blockIdx.x) >= p.meta[0]) return;
+  const int e = p.active[blockIdx.x];
+  const int first = p.offsets[e];
+  const int count = p.offsets[e + 1] - first;
+  const int d = blockIdx.y * (2 * kGemvWarps) + 2 * (threadIdx.x >> 5);
+  if (d >= p.hidden) return;
+  const bool has1 = d + 1 < p.hidden;
+  const size_t I = static_cast<size_t>(p.inter);
+  const bf16* w0 = p.w2 + (static_cast<size_t>(e) * p.hidden + d) * I;
+  const bf16* w1 = has1 ? w0 + I : w0;
+  for (int t0 = 0; t0 < count; t0 += kGemvTokens) {
+    const int nt = min(kGemvTokens, count - t0);
+    if (nt == 1) {
+      DownRows<V, 1>(p, w0, w1, has1, first + t0, nt, d);
+    } else if (nt == 2) {
+      DownRows<V, 2>(p, w0, w1, has1, first + t0, nt, d);
+    } else if (nt <= 4) {
+      DownRows<V, 4>(p, w0, w1, has1, first + t0, nt, d);
+    } else {
+      DownRows<V, kGemvTokens>(p, w0, w1, has1, first + t0, nt, d);
+    }
+  }
+}
+
+// Down product and combine in one kernel for n ≤ kFusedCombineMaxTokens.
+// Grid ceil(D / 8): the CTA owns features [8b, 8b + 8); warp w takes pairs
+// q = w, w + 8, ... (each pair's expert rows are streamed once), partial
+// results go to shared memory, then y[t, d] = Σ_j wt[t, j] · part[t, j, d] in
+// j order.
+template <int V>
+__global__ void __launch_bounds__(kGemvThreads) MoeDownCombineKernel(MoeParams p) {
+  __shared__ float part[kFusedCombineMaxTokens * kMaxTopK][kFusedRows];
+  PdlWait();
+  PdlLaunchDependents();
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int d0 = blockIdx.x * kFusedRows;
+  const int pairs = p.num_tokens * p.top_k;
+  const size_t I = static_cast<size_t>(p.inter);
+  for (int q = warp; q < pairs; q += kGemvWarps) {
+    const int e = p.idx[q];
+    const bf16* w[kFusedRows];
+#pragma unroll
+    for (int r = 0; r < kFusedRows; ++r) {
+      w[r] = p.w2 + (static_cast<size_t>(e) * p.hidden + min(d0 + r, p.hidden - 1)) * I;
+    }
+    const bf16* act[1] = {p.h + static_cast<size_t>(p.pair_row[q]) * I};
+    float acc[kFusedRows][1];
+    WarpDot<V, kFusedRows, 1>(w, act, 1, p.inter, acc);
+#pragma unroll
+    for (int r = 0; r < kFusedRows; ++r) {
+      const float s = WarpSum(acc[r][0]);
+      if (lane == r) part[q][r] = s;
+    }
+  }
+  __syncthreads();
+  for (int o = threadIdx.x; o < p.num_tokens * kFusedRows; o += blockDim.x) {
+    const int t = o / kFusedRows;
+    const int r = o % kFusedRows;
+    const int d = d0 + r;
+    if (d >= p.hidden) continue;
+    float s = 0.f;
+    for (int j = 0; j < p.top_k; ++j) s = fmaf(p.wt[t * p.top_k + j], part[t * p.top_k + j][r], s);
+    p.y[static_cast<size_t>(t) * p.hidden + d] = s;
+  }
+}
+
+// y[t] = Σ_j wt[t, j] · yrows[pair_row[t, j]], j ascending. Grid n.
+template <bool kVec4>
+__global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(MoeParams p) {
+  __shared__ int rows[kMaxTopK];
+  __shared__ float wts[kMaxTopK];
+  PdlWait();
+  PdlLaunchDependents();
+  const int t = blockIdx.x;
+  const int k = p.top_k;
+  if (static_cast<int>(threadIdx.x) < k) {
+    rows[threadIdx.x] = p.pair_row[t * k + threadIdx.x];
+    wts[threadIdx.x] = p.wt[t * k + threadIdx.x];
+  }
+  __syncthreads();
+  const size_t D = static_cast<size_t>(p.hidden);
+  float* yt = p.y + static_cast<size_t>(t) * D;
+  if (kVec4) {
+    for (size_t d = threadIdx.x * 4; d < D; d += blockDim.x * 4) {
+      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int j = 0; j < k; ++j) {
+        const float a = wts[j];
+        const float4 v = *reinterpret_cast<const float4*>(p.yrows + rows[j] * D + d);
+        s.x = fmaf(a, v.x, s.x);
+        s.y = fmaf(a, v.y, s.y);
+        s.z = fmaf(a, v.z, s.z);
+        s.w = fmaf(a, v.w, s.w);
+      }
+      *reinterpret_cast<float4*>(yt + d) = s;
+    }
+  } else {
+    for (size_t d = threadIdx.x; d < D; d += blockDim.x) {
+      float s = 0.f;
+      for (int j = 0; j < k; ++j) s = fmaf(wts[j], p.yrows[rows[j] * D + d], s);
+      yt[d] = s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Grouped GEMM (prefill): mma.sync m16n8k16, bf16 in, fp32 accumulate.
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global → shared; zero-filled when !valid (src is not read then,
+// but must still be a mapped address).
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(p)));
+}
+
+__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// kGateUp: A = x rows gathered through row_token (K = D), B = 64 gate rows and
+// the matching 64 up rows of w13[e] interleaved in groups of 16 (smem row r is
+// gate row j0 + 16·(r/32) + r%16 when (r/16) is even, else the up row of the
+// same j), epilogue h = silu(g)·u as bf16. Otherwise A = h rows (K = I), B =
+// 128 rows of w2[e], epilogue yrows fp32.
+// Grid (tile bound, I/64 or D/128). Requires D % 128 == 0, I % 64 == 0 and
+// 16-byte aligned x, w13, w2 (checked on the host).
+template <bool kGateUp>
+__global__ void __launch_bounds__(kGemmThreads) MoeGroupedGemmKernel(MoeParams p) {
+  extern __shared__ __align__(16) unsigned char gemm_smem[];
+  bf16* const a_smem = reinterpret_cast<bf16*>(gemm_smem);  // [kStages][kBm][kLds]
+  bf16* const b_smem = a_smem + kStages * kBm * kLds;        // [kStages][kBn][kLds]
+  PdlWait();
+  PdlLaunchDependents();
+  const int tile = blockIdx.x;
+  if (tile >= p.meta[1]) return;
+  const int e = p.tile_expert[tile];
+  const int first = p.offsets[e] + p.tile_m0[tile];
+  const int rows = min(kBm, p.offsets[e + 1] - first);
+  const int D = p.hidden;
+  const int I = p.inter;
+  const int K = kGateUp ? D : I;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int wm = warp >> 2;  // 2 warps along M (32 rows each)
+  const int wn = warp & 3;   // 4 warps along N (32 columns each)
+
+  // Loaders: one 16-byte chunk of A and two of B per thread and stage.
+  const int ld_row = tid >> 2;          // 0..63
+  const int ld_col = (tid & 3) * 8;     // element offset of the chunk
+  const bool a_valid = ld_row < rows;
+  const bf16* a_src;
+  if (kGateUp) {
+    const int tok = a_valid ? p.row_token[first + ld_row] : 0;
+    a_src = p.x + static_cast<size_t>(tok) * D + ld_col;
+  } else {
+    a_src = p.h + static_cast<size_t>(first + (a_valid ? ld_row : 0)) * I + ld_col;
+  }
+  const bf16* b_src[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = ld_row + 64 * i;
+    size_t wrow;
+    if (kGateUp) {
+      const int group = r >> 4;
+      const int j = blockIdx.y * 64 + (group >> 1) * 16 + (r & 15);
+      wrow = static_cast<size_t>(e) * 2 * I + ((group & 1) ? I + j : j);
+    } else {
+      wrow = static_cast<size_t>(e) * D + blockIdx.y * kBn + r;
+    }
+    b_src[i] = (kGateUp ? p.w13 : p.w2) + wrow * K + ld_col;
+  }
+  auto load_stage = [&](int stage, int kt) {
+    const int koff = kt * kBk;
+    CpAsync16(a_smem + (stage * kBm + ld_row) * kLds + ld_col, a_src + koff, a_valid);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      CpAsync16(b_smem + (stage * kBn + ld_row + 64 * i) * kLds + ld_col, b_src[i] + koff, true);
+    }
+  };
+
+  const int k_tiles = K / kBk;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    CpAsyncCommit();  // empty groups keep the wait count uniform
+  }
+  float acc[2][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.f;
+    }
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    CpAsyncWait<kStages - 2>();  // this thread's copies of tile kt landed
+    __syncthreads();             // everyone's did, and tile kt−1 is no longer read
+    const int next = kt + kStages - 1;
+    if (next < k_tiles) load_stage(next % kStages, next);
+    CpAsyncCommit();
+    const bf16* a_tile = a_smem + (kt % kStages) * kBm * kLds;
+    const bf16* b_tile = b_smem + (kt % kStages) * kBn * kLds;
+#pragma unroll
+    for (int kk = 0; kk < kBk; kk += 16) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        LdMatrixX4(a[mi], a_tile + (wm * 32 + mi * 16 + (lane & 15)) * kLds + kk + (lane >> 4) * 8);
+      }
+      uint32_t b[4][2];
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj) {
+        uint32_t r[4];
+        LdMatrixX4(r, b_tile + (wn * 32 + nj * 16 + (lane >> 4) * 8 + (lane & 7)) * kLds + kk +
+                          ((lane >> 3) & 1) * 8);
+        b[2 * nj][0] = r[0];
+        b[2 * nj][1] = r[1];
+        b[2 * nj + 1][0] = r[2];
+        b[2 * nj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) Mma16816(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // Accumulator c of fragment (mi, ni): row wm·32 + mi·16 + lane/4 (+8 for
+  // c = 2, 3), column wn·32 + ni·8 + 2·(lane%4) (+1 for odd c).
+  const int g = lane >> 2;
+  const int c2 = (lane & 3) * 2;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = wm * 32 + mi * 16 + g + half * 8;
+      if (row >= rows) continue;
+      const size_t out_row = static_cast<size_t>(first + row);
+      if (kGateUp) {
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+          const int j = blockIdx.y * 64 + wn * 16 + ni * 8 + c2;
+          const float h0 = Silu(acc[mi][ni][2 * half]) * acc[mi][ni + 2][2 * half];
+          const float h1 = Silu(acc[mi][ni][2 * half + 1]) * acc[mi][ni + 2][2 * half + 1];
+          *reinterpret_cast<uint32_t*>(p.h + out_row * I + j) = F32x2ToBf16x2(h0, h1);
+        }
+      } else {
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          const int col = blockIdx.y * kBn + wn * 32 + ni * 8 + c2;
+          *reinterpret_cast<float2*>(p.yrows + out_row * D + col) =
+              make_float2(acc[mi][ni][2 * half], acc[mi][ni][2 * half + 1]);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+template <int kPer>
+Status LaunchRouting(const MoeParams& p, bool in_plan, cudaStream_t stream) {
+  if (!in_plan) {
+    const dim3 grid(static_cast<unsigned>(CeilDiv(p.num_tokens, kRouteWarps)));
+    STRATA_RETURN_IF_ERROR(
+        Launch("MoeRouteKernel", MoeRouteKernel<kPer>, grid, dim3(kRouteWarps * 32), 0, stream, p));
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(kPlanThreads);
+  cfg.dynamicSmemBytes = 2 * sizeof(int32_t) * static_cast<size_t>(p.num_experts);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, MoePlanKernel<kPer>, p, in_plan ? 1 : 0);
+  if (err != cudaSuccess) return CudaError(err, "MoePlanKernel");
+  return OkStatus();
+}
+
+Status RouteAndPlan(const MoeParams& p, bool in_plan, cudaStream_t stream) {
+  const int E = p.num_experts;
+  if (E <= 32) return LaunchRouting<1>(p, in_plan, stream);
+  if (E <= 64) return LaunchRouting<2>(p, in_plan, stream);
+  if (E <= 128) return LaunchRouting<4>(p, in_plan, stream);
+  if (E <= 256) return LaunchRouting<8>(p, in_plan, stream);
+  if (E <= 512) return LaunchRouting<16>(p, in_plan, stream);
+  return LaunchRouting<32>(p, in_plan, stream);
+}
+
+template <int kPer>
+Status LaunchRouteOnly(const MoeParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(p.num_tokens, kRouteWarps)));
+  return Launch("MoeRouteKernel", MoeRouteKernel<kPer>, grid, dim3(kRouteWarps * 32), 0, stream,
+                p);
+}
+
+template <int V>
+Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
+  const unsigned slots = static_cast<unsigned>(std::min<int64_t>(p.num_experts, rows));
+  STRATA_RETURN_IF_ERROR(Launch(
+      "MoeGateUpGemvKernel", MoeGateUpGemvKernel<V>,
+      dim3(slots, static_cast<unsigned>(CeilDiv(p.inter, kGemvWarps))), dim3(kGemvThreads), 0,
+      stream, p));
+  if (p.num_tokens <= kFusedCombineMaxTokens) {
+    return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V>,
+                  dim3(static_cast<unsigned>(CeilDiv(p.hidden, kFusedRows))), dim3(kGemvThreads),
+                  0, stream, p);
+  }
+  STRATA_RETURN_IF_ERROR(Launch(
+      "MoeDownGemvKernel", MoeDownGemvKernel<V>,
+      dim3(slots, static_cast<unsigned>(CeilDiv(p.hidden, 2 * kGemvWarps))), dim3(kGemvThreads), 0,
+      stream, p));
+  const dim3 grid(static_cast<unsigned>(p.num_tokens));
+  if (vec4_y) {
+    return Launch("MoeCombineKernel", MoeCombineKernel<true>, grid, dim3(kCombineThreads), 0,
+                  stream, p);
+  }
+  return Launch("MoeCombineKernel", MoeCombineKernel<false>, grid, dim3(kCombineThreads), 0,
+                stream, p);
+}
+
+Status LaunchGemmPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
+  const unsigned tiles = static_cast<unsigned>(TileBound(rows, p.num_experts));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(MoeGroupedGemmKernel<true>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kGemmSmemBytes)));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(MoeGroupedGemmKernel<false>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kGemmSmemBytes)));
+  STRATA_RETURN_IF_ERROR(Launch("MoeGroupedGemmKernel<gate_up>", MoeGroupedGemmKernel<true>,
+                                dim3(tiles, static_cast<unsigned>(p.inter / 64)),
+                                dim3(kGemmThreads), kGemmSmemBytes, stream, p));
+  STRATA_RETURN_IF_ERROR(Launch("MoeGroupedGemmKernel<down>", MoeGroupedGemmKernel<false>,
+                                dim3(tiles, static_cast<unsigned>(p.hidden / kBn)),
+                                dim3(kGemmThreads), kGemmSmemBytes, stream, p));
+  const dim3 grid(static_cast<unsigned>(p.num_tokens));
+  if (vec4_y) {
+    return Launch("MoeCombineKernel", MoeCombineKernel<true>, grid, dim3(kCombineThreads), 0,
+                  stream, p);
+  }
+  return Launch("MoeCombineKernel", MoeCombineKernel<false>, grid, dim3(kCombineThreads), 0,
+                stream, p);
+}
+
+}  // namespace
+
+size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens) {
+  if (max_tokens <= 0 || shape.num_experts <= 0 || shape.top_k <= 0 || shape.hidden <= 0 ||
+      shape.inter <= 0) {
+    return 0;
+  }
+  return MakeLayout(shape, max_tokens).total;
+}
+
+Status MoeRoute(const MoeShape& shape, const float* router_logits, const float* score_bias,
+                int64_t num_tokens, int32_t* idx, float* weight, cudaStream_t stream) {
+  STRATA_RETURN_IF_ERROR(CheckShape(shape, "MoeRoute"));
+  if (num_tokens < 0 || num_tokens > INT_MAX / kMaxTopK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoeRoute: num_tokens must be in [0, ", INT_MAX / kMaxTopK, "], got ",
+                     num_tokens));
+  }
+  if (num_tokens == 0) return OkStatus();
+  if (router_logits == nullptr) return absl::InvalidArgumentError("MoeRoute: router_logits is null");
+  if (idx == nullptr) return absl::InvalidArgumentError("MoeRoute: idx is null");
+  if (weight == nullptr) return absl::InvalidArgumentError("MoeRoute: weight is null");
+  MoeParams p{};
+  p.num_tokens = static_cast<int>(num_tokens);
+  p.num_experts = static_cast<int>(shape.num_experts);
+  p.top_k = static_cast<int>(shape.top_k);
+  p.renormalize = shape.renormalize ? 1 : 0;
+  p.routed_scaling = shape.routed_scaling;
+  p.logits = router_logits;
+  p.bias = score_bias;
+  p.idx = idx;
+  p.wt = weight;
+  const int E = p.num_experts;
+  if (E <= 32) return LaunchRouteOnly<1>(p, stream);
+  if (E <= 64) return LaunchRouteOnly<2>(p, stream);
+  if (E <= 128) return LaunchRouteOnly<4>(p, stream);
+  if (E <= 256) return LaunchRouteOnly<8>(p, stream);
+  if (E <= 512) return LaunchRouteOnly<16>(p, stream);
+  return LaunchRouteOnly<32>(p, stream);
+}
+
+Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
+                  cudaStream_t stream) {
+  const MoeShape& s = args.shape;
+  STRATA_RETURN_IF_ERROR(CheckShape(s, "MoeForward"));
+  STRATA_RETURN_IF_ERROR(CheckFfnShape(s, "MoeForward"));
+  // Rows (n·k) are counted in int (row offsets times D or I are size_t).
+  const int64_t max_tokens = INT_MAX / kMaxTopK;
+  if (args.num_tokens < 0 || args.num_tokens > max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("MoeForward: args.num_tokens must be in [0, ",
+                                                   max_tokens, "], got ", args.num_tokens));
+  }
+  if (args.num_tokens == 0) return OkStatus();
+  if (args.x == nullptr) return absl::InvalidArgumentError("MoeForward: args.x is null");
+  if (args.router_logits == nullptr) {
+    return absl::InvalidArgumentError("MoeForward: args.router_logits is null");
+  }
+  if (args.w13 == nullptr) return absl::InvalidArgumentError("MoeForward: args.w13 is null");
+  if (args.w2 == nullptr) return absl::InvalidArgumentError("MoeForward: args.w2 is null");
+  if (args.y == nullptr) return absl::InvalidArgumentError("MoeForward: args.y is null");
+  const Layout l = MakeLayout(s, args.num_tokens);
+  if (workspace == nullptr || workspace_bytes < l.total) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoeForward: workspace_bytes must be at least MoeWorkspaceBytes = ", l.total,
+                     " for ", args.num_tokens, " tokens, got ", workspace_bytes,
+                     workspace == nullptr ? " (workspace is null)" : ""));
+  }
+  if (!IsAligned(workspace, 256)) {
+    return absl::InvalidArgumentError("MoeForward: workspace must be 256-byte aligned");
+  }
+  char* ws = static_cast<char*>(workspace);
+  MoeParams p{};
+  p.num_tokens = static_cast<int>(args.num_tokens);
+  p.num_experts = static_cast<int>(s.num_experts);
+  p.hidden = static_cast<int>(s.hidden);
+  p.inter = static_cast<int>(s.inter);
+  p.top_k = static_cast<int>(s.top_k);
+  p.renormalize = s.renormalize ? 1 : 0;
+  p.routed_scaling = s.routed_scaling;
+  p.x = args.x;
+  p.logits = args.router_logits;
+  p.bias = args.score_bias;
+  p.w13 = args.w13;
+  p.w2 = args.w2;
+  p.y = args.y;
+  p.idx = reinterpret_cast<int32_t*>(ws + l.idx);
+  p.wt = reinterpret_cast<float*>(ws + l.wt);
+  p.offsets = reinterpret_cast<int32_t*>(ws + l.offsets);
+  p.meta = reinterpret_cast<int32_t*>(ws + l.meta);
+  p.active = reinterpret_cast<int32_t*>(ws + l.active);
+  p.tile_expert = reinterpret_cast<int32_t*>(ws + l.tile_expert);
+  p.tile_m0 = reinterpret_cast<int32_t*>(ws + l.tile_m0);
+  p.row_token = reinterpret_cast<int32_t*>(ws + l.row_token);
+  p.pair_row = reinterpret_cast<int32_t*>(ws + l.pair_row);
+  p.h = reinterpret_cast<bf16*>(ws + l.h);
+  p.yrows = reinterpret_cast<float*>(ws + l.yrows);
+
+  STRATA_RETURN_IF_ERROR(RouteAndPlan(p, args.num_tokens <= kFusedRouteMaxTokens, stream));
+
+  const bool vec4_y = s.hidden % 4 == 0 && IsAligned(args.y, 16);
+  const bool aligned = IsAligned(args.x, 16) && IsAligned(args.w13, 16) && IsAligned(args.w2, 16);
+  const int64_t rows = args.num_tokens * s.top_k;
+  if (rows > kMoeGemvMaxRows && aligned && s.hidden % kBn == 0 && s.inter % 64 == 0) {
+    return LaunchGemmPath(p, vec4_y, stream);
+  }
+  if (aligned && s.hidden % 8 == 0 && s.inter % 8 == 0) return LaunchGemvPath<8>(p, vec4_y, stream);
+  return LaunchGemvPath<1>(p, vec4_y, stream);
+}
+
+}  // namespace strata::cuda
