@@ -18,7 +18,7 @@ STRATA_API strata_status strata_request_cancel(strata_request* request) {
     // Under the handle's lock: generate may be retiring this handle right now.
     std::lock_guard<std::mutex> lock(request->mu);
     if (request->magic.load() != kRequestMagic) return call.Fail(STRATA_ERR_MISUSE, "request was already destroyed");
-    request->impl->Cancel();
+    request->engine->impl->Cancel(*request->impl);
     return STRATA_OK;
   });
 }

@@ -288,7 +288,9 @@ bool Engine::StepChat(const std::shared_ptr<Request>& rp) {
     st = StartRound(r, r.prompt_);
   } else {
     switch (c.wait_state()) {
-      case ChatTurn::Wait::kNone: break;
+      case ChatTurn::Wait::kNone:
+        st = s.Evaluate({});  // the token sampled last step
+        break;
       case ChatTurn::Wait::kBlocked: return false;  // not eligible; woken by SubmitToolResult
       case ChatTurn::Wait::kDeclined:
         FinishChat(rp, FinishReason::kToolCalls, OkStatus());
@@ -431,7 +433,7 @@ Status Engine::RunToCompletion(Request& request, const std::function<bool(int32_
       // Tokens the scheduler produced after the callback said stop are not shown to it.
       if (!stopped && on_token && !on_token(ev.token)) {
         stopped = true;
-        request.Cancel(FinishReason::kCallback);
+        Cancel(request, FinishReason::kCallback);
       }
       continue;
     }
@@ -453,7 +455,7 @@ Status Engine::RunChatToCompletion(Request& request, const std::function<bool(co
     if (stopped) continue;
     if (on_event && !on_event(ev)) {
       stopped = true;
-      request.Cancel(FinishReason::kCallback);
+      Cancel(request, FinishReason::kCallback);
       continue;
     }
     if (ev.type != EventType::kToolCall) continue;
@@ -473,6 +475,13 @@ Status Engine::RunChatToCompletion(Request& request, const std::function<bool(co
                                            .dump());
     }
   }
+}
+
+void Engine::Cancel(Request& request, FinishReason reason) {
+  request.Cancel(reason);
+  // Under the mutex, so a scheduler between Eligible and wait cannot miss it.
+  std::lock_guard<std::mutex> lock(mu_);
+  work_cv_.notify_one();
 }
 
 void Engine::Detach(Request& request) {

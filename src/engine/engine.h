@@ -97,6 +97,10 @@ class Engine {
   Status RunChatToCompletion(Request& request, const std::function<bool(const Event&)>& on_event,
                              FinishReason* reason);
 
+  // Cancels `request` (see Request::Cancel) and wakes the scheduler, which a
+  // request waiting for tool results or for its events to be polled needs.
+  void Cancel(Request& request, FinishReason reason = FinishReason::kCancelled);
+
   // The owner lets go of `request`: it is cancelled and its queued and future
   // events are dropped. Does not wait.
   void Detach(Request& request);
