@@ -35,6 +35,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -1070,6 +1071,23 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 int64_t NumChunks(int64_t tokens) { return (tokens + kChunk - 1) / kChunk; }
 
+// Raises the prefill kernels' dynamic shared-memory limit, once per device: a
+// later call (possibly inside a stream capture) then makes no runtime call
+// besides cudaGetDevice.
+Status AllowPrefillSharedMemory() {
+  static std::atomic<uint64_t> done_mask{0};
+  int device = 0;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done_mask.load(std::memory_order_acquire) & bit) != 0) return OkStatus();
+  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      KdaIntraChunkKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kIntraSmemBytes));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      KdaChunkRecurrenceKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRecSmemBytes));
+  done_mask.fetch_or(bit, std::memory_order_release);
+  return OkStatus();
+}
+
 }  // namespace
 
 size_t KdaPrefillWorkspaceBytes(const KdaShape& shape, int64_t num_tokens) {
@@ -1119,11 +1137,7 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
           Aligned16(args.v) && p.ld_qk % 8 == 0 && p.ld_v % 8 == 0 &&
           Aligned16(args.gates.g_raw) && p.gates.ld_g % 8 == 0 && Aligned16(args.gates.dt_bias);
 
-  // Not stream work: allowed while a stream is being captured.
-  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      KdaIntraChunkKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kIntraSmemBytes));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      KdaChunkRecurrenceKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRecSmemBytes));
+  STRATA_RETURN_IF_ERROR(AllowPrefillSharedMemory());
 
   const int64_t total_chunks = NumChunks(args.num_tokens);
   const int v_tiles = static_cast<int>((s.value_dim + kVt - 1) / kVt);

@@ -1,0 +1,884 @@
+// KDA on the GPU (backend/cuda/kda.h) against the CPU backend on random
+// inputs: q, k, v ~ N(0, 1) rounded to bf16, g_raw ~ N(0, 1), beta_raw ~
+// N(0, 1), A_log ~ U(−1, 1), dt_bias ~ N(0, 0.5); the CPU reference runs on the
+// same bf16 values with the gates computed on the host as the device does.
+// Prefill at small odd shapes and the production shape (H = 32, dk = dv = 128),
+// T = 1, continuation across calls, prefill then batched decode over a slot
+// pool, decode alone on both kernels, strong decays, CUDA-graph replay of a
+// decode step, and argument checks. Each comparison prints the L2-relative and
+// max-abs errors.
+#include "backend/cuda/kda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backend/cpu/kda.h"
+#include "base/thread_pool.h"
+
+namespace strata::cuda {
+namespace {
+
+constexpr double kBf16Tolerance = 1e-2;  // bf16 activations (L2-relative)
+constexpr double kF32Tolerance = 1e-4;   // fp32 decode path (L2-relative)
+
+#define ASSERT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+// Device memory released on scope exit.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t n) : n_(std::max<size_t>(n, 1)) {
+    if (cudaMalloc(&ptr_, n_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
+  }
+  ~DeviceArray() { cudaFree(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return ptr_; }
+  bool Upload(const std::vector<T>& host) {
+    return ptr_ != nullptr && host.size() <= n_ &&
+           cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) ==
+               cudaSuccess;
+  }
+  std::vector<T> Download(size_t n) const {
+    std::vector<T> host(n);
+    if (cudaMemcpy(host.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) {
+      host.clear();
+    }
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* ptr_ = nullptr;
+};
+
+float RoundBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+std::vector<bf16> ToBf16(const std::vector<float>& x) {
+  std::vector<bf16> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16_rn(x[i]);
+  return out;
+}
+
+std::vector<float> ToFloat(const std::vector<bf16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
+  return out;
+}
+
+struct Dims {
+  int64_t heads;
+  int64_t dk;
+  int64_t dv;
+};
+
+std::string DimsName(const Dims& d) { return absl::StrCat("H", d.heads, "_dk", d.dk, "_dv", d.dv); }
+
+// Per-head gate parameters.
+struct HeadParams {
+  std::vector<float> neg_exp_a;  // [H]
+  std::vector<float> dt_bias;    // [H·dk]
+};
+
+HeadParams MakeHeadParams(const Dims& d, std::mt19937& rng) {
+  std::uniform_real_distribution<float> a_log(-1.f, 1.f);
+  std::normal_distribution<float> bias(0.f, 0.5f);
+  HeadParams hp;
+  for (int64_t h = 0; h < d.heads; ++h) hp.neg_exp_a.push_back(-std::exp(a_log(rng)));
+  for (int64_t i = 0; i < d.heads * d.dk; ++i) hp.dt_bias.push_back(bias(rng));
+  return hp;
+}
+
+enum class GateDraw { kNormal, kStrong };
+
+// Rows [rows, H, d] of inputs; values already rounded as the device sees them.
+struct Inputs {
+  int64_t rows = 0;
+  Dims dims{};
+  ActType g_type = ActType::kF32;
+  std::vector<float> q, k, v;       // bf16-exact
+  std::vector<float> g_raw;         // bf16-exact when g_type is bf16
+  std::vector<float> beta_raw;      // fp32
+  std::vector<float> g, beta;       // host gates for the CPU reference
+};
+
+Inputs MakeInputs(int64_t rows, const Dims& d, const HeadParams& hp, ActType g_type,
+                  std::mt19937& rng, GateDraw draw = GateDraw::kNormal) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_real_distribution<float> unit(0.f, 1.f);
+  Inputs in;
+  in.rows = rows;
+  in.dims = d;
+  in.g_type = g_type;
+  const int64_t nk = rows * d.heads * d.dk, nv = rows * d.heads * d.dv;
+  for (int64_t i = 0; i < nk; ++i) in.q.push_back(RoundBf16(normal(rng)));
+  for (int64_t i = 0; i < nk; ++i) in.k.push_back(RoundBf16(normal(rng)));
+  for (int64_t i = 0; i < nv; ++i) in.v.push_back(RoundBf16(normal(rng)));
+  for (int64_t i = 0; i < nk; ++i) {
+    float x = normal(rng);
+    if (draw == GateDraw::kStrong) {
+      // Decays of −20…−100 per token (softplus in its linear range) next to
+      // near-zero ones: the chunk's cumulative decay spans hundreds of nats.
+      const float pick = unit(rng);
+      if (pick < 0.15f) {
+        x = 25.f + 40.f * unit(rng);
+      } else if (pick < 0.3f) {
+        x = -12.f - 6.f * unit(rng);
+      }
+    }
+    in.g_raw.push_back(g_type == ActType::kBf16 ? RoundBf16(x) : x);
+  }
+  for (int64_t i = 0; i < rows * d.heads; ++i) in.beta_raw.push_back(normal(rng));
+  in.g.resize(nk);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < d.heads; ++h) {
+      for (int64_t c = 0; c < d.dk; ++c) {
+        const int64_t i = (r * d.heads + h) * d.dk + c;
+        const float x = in.g_raw[i] + hp.dt_bias[h * d.dk + c];
+        const float softplus = x > 20.f ? x : std::log1p(std::exp(x));
+        in.g[i] = hp.neg_exp_a[h] * softplus;
+      }
+    }
+  }
+  for (float x : in.beta_raw) in.beta.push_back(1.f / (1.f + std::exp(-x)));
+  return in;
+}
+
+std::vector<float> RandomState(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.f, 0.5f);
+  std::vector<float> s(n);
+  for (float& x : s) x = normal(rng);
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Errors.
+
+struct ErrorStats {
+  double rel_l2 = 0;
+  double max_abs = 0;
+  double ref_max = 0;
+  bool finite = true;
+};
+
+ErrorStats Compare(const std::vector<float>& got, const std::vector<float>& want) {
+  ErrorStats s;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) s.finite = false;
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+    s.max_abs = std::max(s.max_abs, std::abs(d));
+    s.ref_max = std::max(s.ref_max, std::abs(static_cast<double>(want[i])));
+  }
+  s.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return s;
+}
+
+void ExpectClose(const std::string& label, const std::vector<float>& got,
+                 const std::vector<float>& want, double tolerance) {
+  ASSERT_EQ(got.size(), want.size()) << label;
+  const ErrorStats s = Compare(got, want);
+  std::printf("[kda] %-58s rel_l2 %.3e  max_abs %.3e  (max|ref| %.3e, tol %.0e)\n", label.c_str(),
+              s.rel_l2, s.max_abs, s.ref_max, tolerance);
+  EXPECT_TRUE(s.finite) << label << ": non-finite output";
+  EXPECT_LE(s.rel_l2, tolerance) << label;
+}
+
+// ---------------------------------------------------------------------------
+// CPU reference.
+
+cpu::KdaArgs CpuArgs(const Inputs& in, int64_t r0, int64_t len, float* state, float* out) {
+  const Dims& d = in.dims;
+  cpu::KdaArgs a;
+  a.num_tokens = len;
+  a.num_heads = d.heads;
+  a.key_dim = d.dk;
+  a.value_dim = d.dv;
+  a.q = in.q.data() + r0 * d.heads * d.dk;
+  a.k = in.k.data() + r0 * d.heads * d.dk;
+  a.v = in.v.data() + r0 * d.heads * d.dv;
+  a.g = in.g.data() + r0 * d.heads * d.dk;
+  a.beta = in.beta.data() + r0 * d.heads;
+  a.state = state;
+  a.out = out;
+  return a;
+}
+
+// Rows [r0, r0 + len) through cpu::KdaChunked; returns out [len, H, dv].
+std::vector<float> CpuChunked(const Inputs& in, int64_t r0, int64_t len, std::vector<float>* state) {
+  ThreadPool* pool = ThreadPool::Default();
+  const Dims& d = in.dims;
+  std::vector<float> out(len * d.heads * d.dv);
+  const size_t bytes =
+      cpu::KdaChunkedWorkspaceBytes(len, d.heads, d.dk, d.dv, pool->num_threads());
+  std::vector<char> ws(bytes + 64);
+  void* aligned = ws.data() + (64 - reinterpret_cast<uintptr_t>(ws.data()) % 64) % 64;
+  const Status st =
+      cpu::KdaChunked(CpuArgs(in, r0, len, state->data(), out.data()), aligned, bytes, pool);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+// One token (row r) of one sequence through cpu::KdaRecurrent.
+std::vector<float> CpuRecurrentRow(const Inputs& in, int64_t r, float* state) {
+  const Dims& d = in.dims;
+  std::vector<float> out(d.heads * d.dv);
+  const Status st = cpu::KdaRecurrent(CpuArgs(in, r, 1, state, out.data()), nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Device side.
+
+// All inputs of `in` on the device. With `fused`, q, k and v live in one
+// [rows, 3·H·dk] buffer (the conv output layout) and need dk = dv.
+struct DeviceInputs {
+  DeviceInputs(const Inputs& in, const HeadParams& hp, bool fused)
+      : dims(in.dims),
+        fused(fused),
+        qkv(fused ? in.rows * 3 * in.dims.heads * in.dims.dk : 0),
+        q(fused ? 0 : in.q.size()),
+        k(fused ? 0 : in.k.size()),
+        v(fused ? 0 : in.v.size()),
+        g_f32(in.g_type == ActType::kF32 ? in.g_raw.size() : 0),
+        g_bf16(in.g_type == ActType::kBf16 ? in.g_raw.size() : 0),
+        beta(in.beta_raw.size()),
+        neg_exp_a(hp.neg_exp_a.size()),
+        dt_bias(hp.dt_bias.size()),
+        g_type(in.g_type) {
+    bool ok = true;
+    if (fused) {
+      const int64_t w = dims.heads * dims.dk;
+      std::vector<float> packed(in.rows * 3 * w);
+      for (int64_t r = 0; r < in.rows; ++r) {
+        std::copy_n(in.q.begin() + r * w, w, packed.begin() + r * 3 * w);
+        std::copy_n(in.k.begin() + r * w, w, packed.begin() + r * 3 * w + w);
+        std::copy_n(in.v.begin() + r * w, w, packed.begin() + r * 3 * w + 2 * w);
+      }
+      ok &= qkv.Upload(ToBf16(packed));
+    } else {
+      ok &= q.Upload(ToBf16(in.q)) && k.Upload(ToBf16(in.k)) && v.Upload(ToBf16(in.v));
+    }
+    if (g_type == ActType::kF32) {
+      ok &= g_f32.Upload(in.g_raw);
+    } else {
+      ok &= g_bf16.Upload(ToBf16(in.g_raw));
+    }
+    ok &= beta.Upload(in.beta_raw) && neg_exp_a.Upload(hp.neg_exp_a) && dt_bias.Upload(hp.dt_bias);
+    uploaded = ok;
+  }
+
+  int64_t ld() const { return fused ? 3 * dims.heads * dims.dk : 0; }
+  const bf16* QRow(int64_t r) const {
+    return fused ? qkv.get() + r * ld() : q.get() + r * dims.heads * dims.dk;
+  }
+  const bf16* KRow(int64_t r) const {
+    return fused ? qkv.get() + r * ld() + dims.heads * dims.dk : k.get() + r * dims.heads * dims.dk;
+  }
+  const bf16* VRow(int64_t r) const {
+    return fused ? qkv.get() + r * ld() + 2 * dims.heads * dims.dk
+                 : v.get() + r * dims.heads * dims.dv;
+  }
+  KdaGates GatesFrom(int64_t r) const {
+    KdaGates g;
+    g.g_type = g_type;
+    g.g_raw = g_type == ActType::kF32
+                  ? static_cast<const void*>(g_f32.get() + r * dims.heads * dims.dk)
+                  : static_cast<const void*>(g_bf16.get() + r * dims.heads * dims.dk);
+    g.beta_raw = beta.get() + r * dims.heads;
+    g.beta_type = ActType::kF32;
+    g.neg_exp_a = neg_exp_a.get();
+    g.dt_bias = dt_bias.get();
+    return g;
+  }
+
+  Dims dims;
+  bool fused;
+  DeviceArray<bf16> qkv, q, k, v;
+  DeviceArray<float> g_f32;
+  DeviceArray<bf16> g_bf16;
+  DeviceArray<float> beta, neg_exp_a, dt_bias;
+  ActType g_type;
+  bool uploaded = false;
+};
+
+KdaShape ShapeOf(const Dims& d) {
+  KdaShape s;
+  s.num_heads = d.heads;
+  s.key_dim = d.dk;
+  s.value_dim = d.dv;
+  return s;
+}
+
+std::vector<float> DownloadOut(const DeviceArray<float>& out_f32, const DeviceArray<bf16>& out_bf16,
+                               ActType type, size_t n) {
+  return type == ActType::kF32 ? out_f32.Download(n) : ToFloat(out_bf16.Download(n));
+}
+
+// Rows [r0, r0 + len) through KdaPrefill continuing the device `state`;
+// returns out as fp32.
+std::vector<float> GpuPrefill(const DeviceInputs& dev, int64_t r0, int64_t len, float* state,
+                              ActType out_type, Status* status) {
+  const Dims& d = dev.dims;
+  const size_t n_out = len * d.heads * d.dv;
+  DeviceArray<float> out_f32(out_type == ActType::kF32 ? n_out : 0);
+  DeviceArray<bf16> out_bf16(out_type == ActType::kBf16 ? n_out : 0);
+  KdaPrefillArgs a;
+  a.shape = ShapeOf(d);
+  a.num_tokens = len;
+  a.q = dev.QRow(r0);
+  a.k = dev.KRow(r0);
+  a.v = dev.VRow(r0);
+  a.ld_qkv = dev.ld();
+  a.gates = dev.GatesFrom(r0);
+  a.state = state;
+  a.out_type = out_type;
+  a.out = out_type == ActType::kF32 ? static_cast<void*>(out_f32.get())
+                                    : static_cast<void*>(out_bf16.get());
+  const size_t ws_bytes = KdaPrefillWorkspaceBytes(a.shape, len);
+  DeviceArray<char> ws(ws_bytes);
+  *status = KdaPrefill(a, ws.get(), ws_bytes, nullptr);
+  if (status->ok() && cudaDeviceSynchronize() != cudaSuccess) {
+    *status = absl::InternalError(cudaGetErrorString(cudaGetLastError()));
+  }
+  if (!status->ok()) return {};
+  return DownloadOut(out_f32, out_bf16, out_type, n_out);
+}
+
+// ---------------------------------------------------------------------------
+// Prefill against cpu::KdaChunked.
+
+struct PrefillCase {
+  Dims dims;
+  int64_t tokens;
+  bool fused = false;
+  ActType g_type = ActType::kF32;
+  ActType out_type = ActType::kBf16;
+  GateDraw draw = GateDraw::kNormal;
+};
+
+std::string PrefillName(const ::testing::TestParamInfo<PrefillCase>& info) {
+  const PrefillCase& c = info.param;
+  return absl::StrCat(DimsName(c.dims), "_T", c.tokens, c.fused ? "_fused" : "",
+                      c.g_type == ActType::kBf16 ? "_gbf16" : "",
+                      c.out_type == ActType::kF32 ? "_outf32" : "",
+                      c.draw == GateDraw::kStrong ? "_strong" : "");
+}
+
+class KdaPrefillTest : public ::testing::TestWithParam<PrefillCase> {};
+
+TEST_P(KdaPrefillTest, MatchesCpuChunkedFromRandomState) {
+  const PrefillCase& c = GetParam();
+  std::mt19937 rng(1234 + static_cast<uint32_t>(c.tokens * 7 + c.dims.dk));
+  const HeadParams hp = MakeHeadParams(c.dims, rng);
+  const Inputs in = MakeInputs(c.tokens, c.dims, hp, c.g_type, rng, c.draw);
+  const size_t n_state = c.dims.heads * c.dims.dk * c.dims.dv;
+  std::vector<float> state = RandomState(n_state, rng);
+
+  DeviceInputs dev(in, hp, c.fused);
+  ASSERT_TRUE(dev.uploaded);
+  DeviceArray<float> d_state(n_state);
+  ASSERT_TRUE(d_state.Upload(state));
+  Status st;
+  const std::vector<float> got = GpuPrefill(dev, 0, c.tokens, d_state.get(), c.out_type, &st);
+  ASSERT_TRUE(st.ok()) << st;
+  const std::vector<float> got_state = d_state.Download(n_state);
+
+  const std::vector<float> want = CpuChunked(in, 0, c.tokens, &state);
+  const std::string name = PrefillName({c, 0});
+  ExpectClose(name + " out", got, want, kBf16Tolerance);
+  ExpectClose(name + " state", got_state, state, kBf16Tolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, KdaPrefillTest,
+    ::testing::Values(PrefillCase{{3, 48, 48}, 150}, PrefillCase{{5, 32, 32}, 201},
+                      PrefillCase{{4, 24, 24}, 97}, PrefillCase{{3, 48, 48}, 1},
+                      PrefillCase{{4, 128, 128}, 1},
+                      PrefillCase{{5, 32, 32}, 201, false, ActType::kBf16, ActType::kF32},
+                      PrefillCase{{4, 64, 40}, 130}, PrefillCase{{3, 40, 128}, 77},
+                      PrefillCase{{3, 48, 48}, 150, false, ActType::kF32, ActType::kBf16,
+                                  GateDraw::kStrong},
+                      PrefillCase{{32, 128, 128}, 300, true, ActType::kF32, ActType::kBf16,
+                                  GateDraw::kStrong},
+                      PrefillCase{{32, 128, 128}, 1000, true},
+                      PrefillCase{{32, 128, 128}, 4096, true, ActType::kBf16}),
+    PrefillName);
+
+// Two calls (130 then 71 tokens) continue the state exactly like one call.
+class KdaContinuationTest : public ::testing::TestWithParam<Dims> {};
+
+TEST_P(KdaContinuationTest, TwoPrefillsMatchOneCpuCall) {
+  const Dims d = GetParam();
+  std::mt19937 rng(99);
+  const HeadParams hp = MakeHeadParams(d, rng);
+  const int64_t first = 130, second = 71;
+  const Inputs in = MakeInputs(first + second, d, hp, ActType::kF32, rng);
+  const size_t n_state = d.heads * d.dk * d.dv;
+  std::vector<float> state(n_state, 0.f);
+
+  DeviceInputs dev(in, hp, /*fused=*/d.dk == d.dv);
+  ASSERT_TRUE(dev.uploaded);
+  DeviceArray<float> d_state(n_state);
+  ASSERT_TRUE(d_state.Upload(state));
+  Status st;
+  std::vector<float> got = GpuPrefill(dev, 0, first, d_state.get(), ActType::kF32, &st);
+  ASSERT_TRUE(st.ok()) << st;
+  const std::vector<float> got_first_state = d_state.Download(n_state);
+  const std::vector<float> got2 = GpuPrefill(dev, first, second, d_state.get(), ActType::kF32, &st);
+  ASSERT_TRUE(st.ok()) << st;
+  got.insert(got.end(), got2.begin(), got2.end());
+  const std::vector<float> got_state = d_state.Download(n_state);
+
+  std::vector<float> mid_state(n_state, 0.f);
+  CpuChunked(in, 0, first, &mid_state);
+  const std::vector<float> want = CpuChunked(in, 0, first + second, &state);
+  ExpectClose(DimsName(d) + " 130+71 out", got, want, kBf16Tolerance);
+  ExpectClose(DimsName(d) + " state after 130", got_first_state, mid_state, kBf16Tolerance);
+  ExpectClose(DimsName(d) + " state after 130+71", got_state, state, kBf16Tolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, KdaContinuationTest,
+                         ::testing::Values(Dims{4, 48, 48}, Dims{5, 32, 32}, Dims{32, 128, 128}),
+                         [](const ::testing::TestParamInfo<Dims>& i) { return DimsName(i.param); });
+
+// ---------------------------------------------------------------------------
+// Decode against cpu::KdaRecurrent.
+
+struct DecodeCase {
+  Dims dims;
+  int64_t batch;
+  ActType out_type = ActType::kF32;
+};
+
+std::string DecodeName(const ::testing::TestParamInfo<DecodeCase>& info) {
+  return absl::StrCat(DimsName(info.param.dims), "_B", info.param.batch,
+                      info.param.out_type == ActType::kBf16 ? "_outbf16" : "");
+}
+
+// A state pool with more slots than rows; row b uses slot SlotOf(b), so rows
+// land out of order and some slots are never touched.
+int32_t SlotOf(int64_t b, int64_t batch) { return static_cast<int32_t>(batch - b); }
+
+// Runs `steps` decode steps for `batch` rows on the device (pool slots
+// SlotOf) and on the CPU (per-row states), comparing every step's output and
+// the final pool (untouched slots must stay bit-identical).
+void CheckDecodeSteps(const DecodeCase& c, int steps, std::mt19937& rng) {
+  const Dims& d = c.dims;
+  const HeadParams hp = MakeHeadParams(d, rng);
+  const int64_t n_slots = c.batch + 2;
+  const size_t slot_elems = d.heads * d.dk * d.dv;
+  std::vector<float> pool = RandomState(n_slots * slot_elems, rng);
+  std::vector<int32_t> slots;
+  for (int64_t b = 0; b < c.batch; ++b) slots.push_back(SlotOf(b, c.batch));
+
+  DeviceArray<float> d_pool(pool.size());
+  ASSERT_TRUE(d_pool.Upload(pool));
+  DeviceArray<int32_t> d_slots(slots.size());
+  ASSERT_TRUE(d_slots.Upload(slots));
+  const double tol = c.out_type == ActType::kF32 ? kF32Tolerance : kBf16Tolerance;
+
+  for (int step = 0; step < steps; ++step) {
+    const Inputs in = MakeInputs(c.batch, d, hp, ActType::kF32, rng);
+    DeviceInputs dev(in, hp, /*fused=*/false);
+    ASSERT_TRUE(dev.uploaded);
+    const size_t n_out = c.batch * d.heads * d.dv;
+    DeviceArray<float> out_f32(n_out);
+    DeviceArray<bf16> out_bf16(n_out);
+    KdaDecodeArgs a;
+    a.shape = ShapeOf(d);
+    a.batch = c.batch;
+    a.q = dev.QRow(0);
+    a.k = dev.KRow(0);
+    a.v = dev.VRow(0);
+    a.gates = dev.GatesFrom(0);
+    a.state_pool = d_pool.get();
+    a.slots = d_slots.get();
+    a.out_type = c.out_type;
+    a.out = c.out_type == ActType::kF32 ? static_cast<void*>(out_f32.get())
+                                        : static_cast<void*>(out_bf16.get());
+    const Status st = KdaDecode(a, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<float> got = DownloadOut(out_f32, out_bf16, c.out_type, n_out);
+
+    // Row b of the batch is a one-token sequence whose state is its slot.
+    std::vector<float> want;
+    for (int64_t b = 0; b < c.batch; ++b) {
+      const std::vector<float> o = CpuRecurrentRow(in, b, pool.data() + slots[b] * slot_elems);
+      want.insert(want.end(), o.begin(), o.end());
+    }
+    ExpectClose(absl::StrCat(DecodeName({c, 0}), " step ", step, " out"), got, want, tol);
+  }
+  const std::vector<float> got_pool = d_pool.Download(pool.size());
+  ASSERT_EQ(got_pool.size(), pool.size());
+  for (int64_t b = 0; b < c.batch; ++b) {
+    const size_t off = slots[b] * slot_elems;
+    ExpectClose(absl::StrCat(DecodeName({c, 0}), " state of row ", b),
+                std::vector<float>(got_pool.begin() + off, got_pool.begin() + off + slot_elems),
+                std::vector<float>(pool.begin() + off, pool.begin() + off + slot_elems),
+                kF32Tolerance);
+  }
+  // Slot 0 and the last slot are not in the batch.
+  for (int64_t s : {int64_t{0}, n_slots - 1}) {
+    EXPECT_TRUE(std::equal(pool.begin() + s * slot_elems, pool.begin() + (s + 1) * slot_elems,
+                           got_pool.begin() + s * slot_elems))
+        << "slot " << s << " changed";
+  }
+}
+
+class KdaDecodeTest : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(KdaDecodeTest, MatchesCpuRecurrentOverThreeSteps) {
+  std::mt19937 rng(4321 + static_cast<uint32_t>(GetParam().batch));
+  CheckDecodeSteps(GetParam(), 3, rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, KdaDecodeTest,
+    ::testing::Values(DecodeCase{{32, 128, 128}, 1}, DecodeCase{{32, 128, 128}, 64},
+                      DecodeCase{{32, 128, 128}, 3, ActType::kBf16},
+                      DecodeCase{{4, 128, 96}, 3},   // fast kernel, 3 column slices
+                      DecodeCase{{4, 128, 72}, 2},   // dv not a multiple of 32: generic
+                      DecodeCase{{5, 32, 32}, 3}, DecodeCase{{3, 24, 24}, 2},
+                      DecodeCase{{4, 48, 48}, 5}, DecodeCase{{3, 40, 56}, 4}),
+    DecodeName);
+
+// ---------------------------------------------------------------------------
+// Prefill then decode: three sequences of different lengths prefilled into
+// slots 2, 0, 3 of a pool of 4 from different random states, then five decode
+// steps with the batch rows in that slot order.
+
+class KdaPrefillThenDecodeTest : public ::testing::TestWithParam<Dims> {};
+
+TEST_P(KdaPrefillThenDecodeTest, ThreeSlotsFiveSteps) {
+  const Dims d = GetParam();
+  std::mt19937 rng(777);
+  const HeadParams hp = MakeHeadParams(d, rng);
+  const size_t slot_elems = d.heads * d.dk * d.dv;
+  const std::vector<int32_t> slots = {2, 0, 3};
+  const std::vector<int64_t> lengths = {37, 130, 64};
+  std::vector<float> pool = RandomState(4 * slot_elems, rng);
+
+  DeviceArray<float> d_pool(pool.size());
+  ASSERT_TRUE(d_pool.Upload(pool));
+  DeviceArray<int32_t> d_slots(slots.size());
+  ASSERT_TRUE(d_slots.Upload(slots));
+
+  for (size_t b = 0; b < slots.size(); ++b) {
+    const Inputs in = MakeInputs(lengths[b], d, hp, ActType::kF32, rng);
+    DeviceInputs dev(in, hp, /*fused=*/d.dk == d.dv);
+    ASSERT_TRUE(dev.uploaded);
+    Status st;
+    const std::vector<float> got =
+        GpuPrefill(dev, 0, lengths[b], d_pool.get() + slots[b] * slot_elems, ActType::kBf16, &st);
+    ASSERT_TRUE(st.ok()) << st;
+    std::vector<float> state(pool.begin() + slots[b] * slot_elems,
+                             pool.begin() + (slots[b] + 1) * slot_elems);
+    const std::vector<float> want = CpuChunked(in, 0, lengths[b], &state);
+    std::copy(state.begin(), state.end(), pool.begin() + slots[b] * slot_elems);
+    ExpectClose(absl::StrCat(DimsName(d), " prefill seq ", b, " (T=", lengths[b], ") out"), got,
+                want, kBf16Tolerance);
+  }
+
+  const int64_t batch = static_cast<int64_t>(slots.size());
+  for (int step = 0; step < 5; ++step) {
+    const Inputs in = MakeInputs(batch, d, hp, ActType::kF32, rng);
+    DeviceInputs dev(in, hp, /*fused=*/d.dk == d.dv);
+    ASSERT_TRUE(dev.uploaded);
+    const size_t n_out = batch * d.heads * d.dv;
+    DeviceArray<bf16> out(n_out);
+    KdaDecodeArgs a;
+    a.shape = ShapeOf(d);
+    a.batch = batch;
+    a.q = dev.QRow(0);
+    a.k = dev.KRow(0);
+    a.v = dev.VRow(0);
+    a.ld_qkv = dev.ld();
+    a.gates = dev.GatesFrom(0);
+    a.state_pool = d_pool.get();
+    a.slots = d_slots.get();
+    a.out = out.get();
+    const Status st = KdaDecode(a, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    std::vector<float> want;
+    for (int64_t b = 0; b < batch; ++b) {
+      const std::vector<float> o = CpuRecurrentRow(in, b, pool.data() + slots[b] * slot_elems);
+      want.insert(want.end(), o.begin(), o.end());
+    }
+    ExpectClose(absl::StrCat(DimsName(d), " decode step ", step, " out"),
+                ToFloat(out.Download(n_out)), want, kBf16Tolerance);
+  }
+  const std::vector<float> got_pool = d_pool.Download(pool.size());
+  for (int32_t s : slots) {
+    ExpectClose(absl::StrCat(DimsName(d), " final state of slot ", s),
+                std::vector<float>(got_pool.begin() + s * slot_elems,
+                                   got_pool.begin() + (s + 1) * slot_elems),
+                std::vector<float>(pool.begin() + s * slot_elems, pool.begin() + (s + 1) * slot_elems),
+                kBf16Tolerance);
+  }
+  EXPECT_TRUE(std::equal(pool.begin() + slot_elems, pool.begin() + 2 * slot_elems,
+                         got_pool.begin() + slot_elems))
+      << "slot 1 is not in the batch and must not change";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, KdaPrefillThenDecodeTest,
+                         ::testing::Values(Dims{4, 48, 48}, Dims{32, 128, 128}),
+                         [](const ::testing::TestParamInfo<Dims>& i) { return DimsName(i.param); });
+
+// ---------------------------------------------------------------------------
+// A decode step captured in a CUDA graph replays exactly like eager launches
+// (the op enqueues on its stream only and allocates nothing).
+
+TEST(KdaDecodeGraph, ReplayMatchesEagerSteps) {
+  const Dims d{32, 128, 128};
+  const int64_t batch = 4;
+  std::mt19937 rng(55);
+  const HeadParams hp = MakeHeadParams(d, rng);
+  const Inputs in = MakeInputs(batch, d, hp, ActType::kF32, rng);
+  DeviceInputs dev(in, hp, /*fused=*/true);
+  ASSERT_TRUE(dev.uploaded);
+  const size_t slot_elems = d.heads * d.dk * d.dv;
+  const std::vector<float> pool = RandomState(batch * slot_elems, rng);
+  const std::vector<int32_t> slots = {1, 3, 0, 2};
+  DeviceArray<float> pool_eager(pool.size()), pool_graph(pool.size());
+  ASSERT_TRUE(pool_eager.Upload(pool));
+  ASSERT_TRUE(pool_graph.Upload(pool));
+  DeviceArray<int32_t> d_slots(slots.size());
+  ASSERT_TRUE(d_slots.Upload(slots));
+  const size_t n_out = batch * d.heads * d.dv;
+  DeviceArray<float> out_eager(n_out), out_graph(n_out);
+
+  KdaDecodeArgs a;
+  a.shape = ShapeOf(d);
+  a.batch = batch;
+  a.q = dev.QRow(0);
+  a.k = dev.KRow(0);
+  a.v = dev.VRow(0);
+  a.ld_qkv = dev.ld();
+  a.gates = dev.GatesFrom(0);
+  a.slots = d_slots.get();
+  a.out_type = ActType::kF32;
+
+  cudaStream_t stream;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  a.state_pool = pool_eager.get();
+  a.out = out_eager.get();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(KdaDecode(a, stream).ok());
+
+  a.state_pool = pool_graph.get();
+  a.out = out_graph.get();
+  cudaGraph_t graph;
+  ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const Status captured = KdaDecode(a, stream);
+  ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(captured.ok()) << captured;
+  cudaGraphExec_t exec;
+  ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+  ASSERT_CUDA(cudaStreamSynchronize(stream));
+
+  EXPECT_EQ(out_eager.Download(n_out), out_graph.Download(n_out));
+  EXPECT_EQ(pool_eager.Download(pool.size()), pool_graph.Download(pool.size()));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// ---------------------------------------------------------------------------
+// Argument checks (nothing is launched on bad input).
+
+class KdaArgsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(buf_.get() != nullptr);
+    ASSERT_CUDA(cudaMemset(buf_.get(), 0, sizeof(float) << 16));
+    const bf16* b16 = reinterpret_cast<const bf16*>(buf_.get());
+    prefill_.shape = ShapeOf(dims_);
+    prefill_.num_tokens = 10;
+    prefill_.q = prefill_.k = prefill_.v = b16;
+    prefill_.gates.g_raw = buf_.get();
+    prefill_.gates.beta_raw = buf_.get();
+    prefill_.gates.neg_exp_a = buf_.get();
+    prefill_.gates.dt_bias = buf_.get();
+    prefill_.state = buf_.get();
+    prefill_.out = buf_.get();
+    decode_.shape = ShapeOf(dims_);
+    decode_.batch = 2;
+    decode_.q = decode_.k = decode_.v = b16;
+    decode_.gates = prefill_.gates;
+    decode_.state_pool = buf_.get();
+    decode_.slots = reinterpret_cast<const int32_t*>(buf_.get());
+    decode_.out = buf_.get();
+    ws_bytes_ = KdaPrefillWorkspaceBytes(prefill_.shape, prefill_.num_tokens);
+  }
+
+  Status Prefill(const KdaPrefillArgs& a) { return KdaPrefill(a, ws_.get(), ws_bytes_, nullptr); }
+
+  void ExpectInvalid(const Status& st, const std::string& field) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(std::string(st.message()).find(field), std::string::npos)
+        << "message should name " << field << ": " << st;
+  }
+
+  Dims dims_{4, 32, 32};
+  DeviceArray<float> buf_{1 << 16};
+  DeviceArray<char> ws_{KdaPrefillWorkspaceBytes(ShapeOf(Dims{4, 32, 32}), 10)};
+  size_t ws_bytes_ = 0;
+  KdaPrefillArgs prefill_;
+  KdaDecodeArgs decode_;
+};
+
+TEST_F(KdaArgsTest, PrefillRejectsBadArguments) {
+  {
+    KdaPrefillArgs a = prefill_;
+    a.q = nullptr;
+    ExpectInvalid(Prefill(a), "q");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.gates.g_raw = nullptr;
+    ExpectInvalid(Prefill(a), "g_raw");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.gates.dt_bias = nullptr;
+    ExpectInvalid(Prefill(a), "dt_bias");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.state = nullptr;
+    ExpectInvalid(Prefill(a), "state");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.num_tokens = 0;
+    ExpectInvalid(Prefill(a), "num_tokens");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.shape.key_dim = 0;
+    ExpectInvalid(Prefill(a), "key_dim");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.shape.num_heads = -1;
+    ExpectInvalid(Prefill(a), "num_heads");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.shape.scale = std::nanf("");
+    ExpectInvalid(Prefill(a), "scale");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.ld_qkv = 4 * 32 - 1;
+    ExpectInvalid(Prefill(a), "ld_qkv");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.gates.ld_g = 5;
+    ExpectInvalid(Prefill(a), "ld_g");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.gates.ld_beta = 3;
+    ExpectInvalid(Prefill(a), "ld_beta");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.out_type = static_cast<ActType>(7);
+    ExpectInvalid(Prefill(a), "out_type");
+  }
+  {
+    KdaPrefillArgs a = prefill_;
+    a.gates.g_type = static_cast<ActType>(-1);
+    ExpectInvalid(Prefill(a), "g_type");
+  }
+  ExpectInvalid(KdaPrefill(prefill_, ws_.get(), ws_bytes_ - 1, nullptr), "workspace_bytes");
+  ExpectInvalid(KdaPrefill(prefill_, nullptr, ws_bytes_, nullptr), "workspace");
+  ExpectInvalid(KdaPrefill(prefill_, ws_.get() + 4, ws_bytes_, nullptr), "aligned");
+  {
+    KdaPrefillArgs a = prefill_;
+    a.shape.key_dim = 256;
+    EXPECT_EQ(Prefill(a).code(), absl::StatusCode::kUnimplemented);
+  }
+  // The baseline is valid (the checks above failed for their own field).
+  EXPECT_TRUE(Prefill(prefill_).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST_F(KdaArgsTest, DecodeRejectsBadArguments) {
+  {
+    KdaDecodeArgs a = decode_;
+    a.slots = nullptr;
+    ExpectInvalid(KdaDecode(a, nullptr), "slots");
+  }
+  {
+    KdaDecodeArgs a = decode_;
+    a.state_pool = nullptr;
+    ExpectInvalid(KdaDecode(a, nullptr), "state_pool");
+  }
+  {
+    KdaDecodeArgs a = decode_;
+    a.batch = 0;
+    ExpectInvalid(KdaDecode(a, nullptr), "batch");
+  }
+  {
+    KdaDecodeArgs a = decode_;
+    a.k = nullptr;
+    ExpectInvalid(KdaDecode(a, nullptr), "k");
+  }
+  {
+    KdaDecodeArgs a = decode_;
+    a.gates.beta_raw = nullptr;
+    ExpectInvalid(KdaDecode(a, nullptr), "beta_raw");
+  }
+  {
+    KdaDecodeArgs a = decode_;
+    a.gates.neg_exp_a = nullptr;
+    ExpectInvalid(KdaDecode(a, nullptr), "neg_exp_a");
+  }
+  {
+    KdaDecodeArgs a = decode_;
+    a.out = nullptr;
+    ExpectInvalid(KdaDecode(a, nullptr), "out");
+  }
+  {
+    KdaDecodeArgs a = decode_;
+    a.shape.value_dim = 129;
+    EXPECT_EQ(KdaDecode(a, nullptr).code(), absl::StatusCode::kUnimplemented);
+  }
+}
+
+TEST(KdaWorkspace, SizedPerPassOfChunks) {
+  const KdaShape prod = ShapeOf(Dims{32, 128, 128});
+  const size_t one = KdaPrefillWorkspaceBytes(prod, 1);
+  EXPECT_GT(one, 0u);
+  EXPECT_EQ(one % 256, 0u);
+  EXPECT_EQ(KdaPrefillWorkspaceBytes(prod, 64), one);
+  EXPECT_EQ(KdaPrefillWorkspaceBytes(prod, 65), 2 * one);
+  // Long prompts run in passes, so the workspace stops growing.
+  EXPECT_EQ(KdaPrefillWorkspaceBytes(prod, 32768), KdaPrefillWorkspaceBytes(prod, 131072));
+  EXPECT_EQ(KdaPrefillWorkspaceBytes(prod, 0), 0u);
+  EXPECT_EQ(KdaPrefillWorkspaceBytes(ShapeOf(Dims{32, 256, 128}), 10), 0u);
+}
+
+}  // namespace
+}  // namespace strata::cuda
