@@ -1,10 +1,14 @@
 // Architecture registry and the model-directory entry point.
 #include "model/model.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "model/config_reader.h"
 #include "model/models/builtin.h"
@@ -27,7 +31,145 @@ Registry& GetRegistry() {
   return *r;
 }
 
+// GPU executors and host dummy-weight writers by model_type (built in).
+ModelFactory CudaFactoryFor(const std::string& model_type) {
+#if defined(STRATA_HAVE_CUDA)
+  if (model_type == "kimi_linear") return CreateKimiLinearCudaModel;
+#endif
+  (void)model_type;
+  return nullptr;
+}
+
+using DummyWriter = Status (*)(const std::string& config_path, const std::string& dir,
+                               uint64_t seed);
+DummyWriter DummyWriterFor(const std::string& model_type) {
+  if (model_type == "kimi_linear") return WriteKimiLinearDummyCheckpoint;
+  return nullptr;
+}
+
+// A model that runs somewhere other than requested: forwards everything to
+// the model it wraps and reports the notice in its info.
+class PlacedModel final : public Model {
+ public:
+  PlacedModel(std::unique_ptr<Model> inner, std::string notice)
+      : inner_(std::move(inner)), info_(inner_->info()) {
+    info_.notice = std::move(notice);
+  }
+  const ModelInfo& info() const override { return info_; }
+  StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override {
+    return inner_->NewState(max_tokens);
+  }
+  Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
+                 bool all_logits) const override {
+    return inner_->Forward(tokens, state, logits, all_logits);
+  }
+  Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                     float* logits) const override {
+    return inner_->DecodeBatch(tokens, states, logits);
+  }
+  Status DecodeBatchSample(std::span<const int32_t> tokens,
+                           std::span<SequenceState* const> states,
+                           std::span<const DecodeSampling> sampling,
+                           int32_t* out_tokens) const override {
+    return inner_->DecodeBatchSample(tokens, states, sampling, out_tokens);
+  }
+  Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
+                                 uint64_t seed) const override {
+    return inner_->FillContextForBenchmark(state, num_tokens, seed);
+  }
+
+ private:
+  std::unique_ptr<Model> inner_;
+  ModelInfo info_;
+};
+
+// Device problems (as opposed to problems of the checkpoint or the caller)
+// make LoadModel fall back to the CPU.
+bool IsDeviceProblem(const Status& s) {
+  return absl::IsUnavailable(s) || absl::IsResourceExhausted(s) || absl::IsUnimplemented(s) ||
+         absl::IsFailedPrecondition(s) || absl::IsInternal(s);
+}
+
+// Writes host dummy weights for `config_path` to a private temporary
+// directory and opens them; the directory is removed at once (the mapping
+// keeps the data alive until the store closes).
+StatusOr<std::unique_ptr<WeightStore>> OpenHostDummyWeights(const std::string& model_type,
+                                                           const std::string& config_path,
+                                                           uint64_t seed) {
+  namespace fs = std::filesystem;
+  DummyWriter writer = DummyWriterFor(model_type);
+  if (writer == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("--load-format dummy is not supported for model_type '", model_type, "'"));
+  }
+  static std::atomic<int> counter{0};
+  std::error_code ec;
+  const fs::path dir = fs::temp_directory_path(ec) /
+                       absl::StrCat("strata_dummy_", ::getpid(), "_", counter.fetch_add(1));
+  Status written = writer(config_path, dir.string(), seed);
+  StatusOr<std::unique_ptr<WeightStore>> store =
+      written.ok() ? WeightStore::Open(dir.string()) : StatusOr<std::unique_ptr<WeightStore>>(written);
+  fs::remove_all(dir, ec);
+  return store;
+}
+
 }  // namespace
+
+Status Model::DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                          float* logits) const {
+  if (tokens.size() != states.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeBatch: ", tokens.size(), " tokens for ",
+                                                   states.size(), " states"));
+  }
+  std::set<const SequenceState*> seen;
+  for (size_t b = 0; b < states.size(); ++b) {
+    if (states[b] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("DecodeBatch: states[", b, "] is null"));
+    }
+    if (!seen.insert(states[b]).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DecodeBatch: states[", b, "] appears twice in the batch"));
+    }
+  }
+  const int64_t vocab = info().vocab_size;
+  for (size_t b = 0; b < states.size(); ++b) {
+    STRATA_RETURN_IF_ERROR(Forward(tokens.subspan(b, 1), *states[b],
+                                   logits ? logits + static_cast<int64_t>(b) * vocab : nullptr,
+                                   /*all_logits=*/false));
+  }
+  return OkStatus();
+}
+
+Status Model::DecodeBatchSample(std::span<const int32_t> tokens,
+                                std::span<SequenceState* const> states,
+                                std::span<const DecodeSampling> sampling,
+                                int32_t* out_tokens) const {
+  if (sampling.size() != tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeBatchSample: ", sampling.size(),
+                                                   " sampling rows for ", tokens.size(), " tokens"));
+  }
+  if (out_tokens == nullptr) return absl::InvalidArgumentError("DecodeBatchSample: out_tokens is null");
+  for (size_t b = 0; b < sampling.size(); ++b) {
+    if (sampling[b].temperature != 0.f) {
+      return absl::UnimplementedError(
+          "DecodeBatchSample: only greedy rows are supported on this executor (use the engine's "
+          "sampler on DecodeBatch logits)");
+    }
+  }
+  const int64_t vocab = info().vocab_size;
+  std::vector<float> logits(tokens.size() * static_cast<size_t>(vocab));
+  STRATA_RETURN_IF_ERROR(DecodeBatch(tokens, states, logits.data()));
+  for (size_t b = 0; b < tokens.size(); ++b) {
+    const float* row = logits.data() + b * static_cast<size_t>(vocab);
+    out_tokens[b] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+  }
+  return OkStatus();
+}
+
+Status Model::FillContextForBenchmark(SequenceState&, int64_t, uint64_t) const {
+  return absl::UnimplementedError(
+      absl::StrCat("FillContextForBenchmark: not supported on ", info().device));
+}
 
 bool RegisterModelArchitecture(const std::string& model_type, ModelFactory factory) {
   Registry& r = GetRegistry();
@@ -66,18 +208,68 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     return config.FieldError("model_type", absl::StrCat("unsupported architecture '", model_type,
                                                         "' (supported: ", known, ")"));
   }
-  // Weights take 90% of the progress bar; the adapter's own setup the rest.
-  std::function<bool(float)> weight_progress;
-  if (options.progress) {
-    weight_progress = [&](float f) { return options.progress(0.9f * f); };
+  const bool dummy = options.load_format == LoadFormat::kDummy;
+  std::shared_ptr<const WeightStore> shared;
+  // Opens the checkpoint (or makes host dummy weights) once, for whichever
+  // executor ends up using it. Weights take `share` of the progress bar.
+  auto open_weights = [&](float share) -> Status {
+    if (shared) return OkStatus();
+    std::function<bool(float)> weight_progress;
+    if (options.progress) {
+      weight_progress = [&options, share](float f) { return options.progress(share * f); };
+    }
+    std::unique_ptr<WeightStore> store;
+    if (dummy) {
+      STRATA_ASSIGN_OR_RETURN(store, OpenHostDummyWeights(model_type, config_path, options.dummy_seed));
+      if (weight_progress && !weight_progress(1.0f)) {
+        return absl::CancelledError(absl::StrCat(model_dir, ": load cancelled by the progress callback"));
+      }
+    } else {
+      STRATA_ASSIGN_OR_RETURN(store, WeightStore::Open(model_dir, weight_progress));
+    }
+    shared = std::move(store);
+    return OkStatus();
+  };
+
+  std::string notice;
+  if (options.device != Device::kCpu) {
+    const std::string asked =
+        options.device == Device::kCuda ? "CUDA requested but " : "device auto: ";
+    ModelFactory cuda_factory = CudaFactoryFor(model_type);
+    if (!cuda_factory) {
+#if defined(STRATA_HAVE_CUDA)
+      notice = absl::StrCat(asked, "model_type '", model_type,
+                            "' has no CUDA executor; running on the CPU");
+#else
+      notice = absl::StrCat(asked, "this build of Strata has no CUDA backend (configured without "
+                                   "STRATA_CUDA); running on the CPU");
+#endif
+    } else {
+      // The device copy is the slow part of a CUDA load; the mapping is quick.
+      if (!dummy) STRATA_RETURN_IF_ERROR(open_weights(0.05f));
+      StatusOr<std::unique_ptr<Model>> gpu = cuda_factory(shared, config_path, options);
+      if (gpu.ok()) {
+        if (options.progress && !options.progress(1.0f)) {
+          return absl::CancelledError(
+              absl::StrCat(model_dir, ": load cancelled by the progress callback"));
+        }
+        return std::move(*gpu);
+      }
+      if (!IsDeviceProblem(gpu.status())) return gpu.status();
+      notice = absl::StrCat(asked, gpu.status().message(), "; running on the CPU");
+    }
   }
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store,
-                          WeightStore::Open(model_dir, weight_progress));
-  std::shared_ptr<const WeightStore> shared(std::move(store));
+
+  if (Status s = open_weights(0.9f); !s.ok()) {
+    // E.g. a 48B-shaped dummy model that fell back from the GPU: say both.
+    if (notice.empty()) return s;
+    return Status(s.code(), absl::StrCat(notice, ", which failed: ", s.message()));
+  }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, factory(shared, config_path, options));
   if (options.progress && !options.progress(1.0f)) {
     return absl::CancelledError(absl::StrCat(model_dir, ": load cancelled by the progress callback"));
   }
+  if (!notice.empty()) return std::unique_ptr<Model>(new PlacedModel(std::move(model), notice));
   return model;
 }
 

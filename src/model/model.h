@@ -30,6 +30,11 @@ struct ModelInfo {
   uint64_t state_bytes_per_sequence = 0; // fixed state (recurrent matrices, conv tails)
   int32_t bos_token_id = -1;
   int32_t eos_token_id = -1;
+  // Where the model runs: "cpu", or "cuda:<index> <device name>".
+  std::string device = "cpu";
+  // Empty, or why the model runs somewhere other than requested, e.g.
+  // "CUDA requested but no device is visible (...); running on the CPU".
+  std::string notice;
 };
 
 // Everything one sequence carries between Forward calls (KV caches, recurrent
@@ -42,10 +47,46 @@ class SequenceState {
   virtual void Reset() = 0;  // back to an empty sequence
 };
 
+// Where LoadModel puts a model. kCuda and kAuto both take the first CUDA device
+// when it is usable (driver, device, enough free memory, kernels that accept
+// the model's shapes) and otherwise load on the CPU with ModelInfo::notice
+// saying why; they never fail only because the GPU is missing.
+enum class Device { kCpu, kCuda, kAuto };
+
+// kAuto: the checkpoint's safetensors. kDummy: config.json only; weights are
+// random (made on the device for CUDA) so that a model of a real model's exact
+// shapes can be benchmarked without its files. Dummy models compute nonsense.
+enum class LoadFormat { kAuto, kDummy };
+
 struct LoadOptions {
   ThreadPool* pool = nullptr;  // null: ThreadPool::Default()
   // Called with a fraction in [0,1]; returning false cancels the load (Cancelled).
   std::function<bool(float)> progress;
+  Device device = Device::kCpu;
+  LoadFormat load_format = LoadFormat::kAuto;
+  uint64_t dummy_seed = 0;  // seed of --load-format dummy weights
+
+  // GPU plan (ignored on the CPU). Scratch, graphs and state pools are sized
+  // once at load from these; 0 picks the default.
+  int64_t max_batch = 0;            // rows of one DecodeBatch step (default 64)
+  int64_t max_sequences = 0;        // live SequenceStates (default: max_batch)
+  int64_t max_context_tokens = 0;   // longest state (default: min(model, 131072))
+  int64_t prefill_slice_tokens = 0;  // tokens per prefill pass (default 8192)
+  double gpu_memory_fraction = 0.92;  // of the free memory at load; the rest of
+                                      // the budget after weights and scratch
+                                      // becomes the paged attention cache
+  bool cuda_graphs = true;          // capture decode steps in CUDA graphs
+};
+
+// Per-row token selection for Model::DecodeBatchSample (GPU sampling: greedy
+// argmax with ties to the lower id, or temperature / top-k / top-p with a
+// Philox stream keyed by (seed, step)).
+struct DecodeSampling {
+  float temperature = 0.f;  // 0: greedy
+  int32_t top_k = 0;        // 0: off
+  float top_p = 1.f;        // 1: off
+  uint64_t seed = 0;
+  uint64_t step = 0;        // the caller advances it each token
 };
 
 // Thread-safety: a Model is immutable after load; Forward may run concurrently
@@ -67,6 +108,31 @@ class Model {
   // over capacity), which are checked before any work.
   virtual Status Forward(std::span<const int32_t> tokens, SequenceState& state,
                          float* logits, bool all_logits) const = 0;
+
+  // One decode step for B = tokens.size() different sequences: token b is
+  // appended to states[b] (each state at most once per call). `logits`: null
+  // for none, or [B, vocab] fp32. Same results as B single-token Forward
+  // calls; the default does exactly that, the CUDA executor runs the batch as
+  // one launch sequence (a CUDA graph per batch size). Argument errors (sizes,
+  // token ids, capacity, a state given twice) are checked before any work.
+  virtual Status DecodeBatch(std::span<const int32_t> tokens,
+                             std::span<SequenceState* const> states, float* logits) const;
+
+  // DecodeBatch followed by token selection, returning one token per row in
+  // `out_tokens` [B] instead of the logits (on CUDA the logits never leave the
+  // device). The default computes logits with DecodeBatch and supports greedy
+  // rows only (Unimplemented otherwise).
+  virtual Status DecodeBatchSample(std::span<const int32_t> tokens,
+                                   std::span<SequenceState* const> states,
+                                   std::span<const DecodeSampling> sampling,
+                                   int32_t* out_tokens) const;
+
+  // BENCHMARK-ONLY shortcut: makes `state` (empty) hold `num_tokens` tokens of
+  // random cache and recurrent-state contents without running prefill, so
+  // decode at a long context can be timed quickly. The contents are not those
+  // of any token sequence. Unimplemented where not supported (the CPU).
+  virtual Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
+                                         uint64_t seed) const;
 };
 
 using ModelFactory = std::function<StatusOr<std::unique_ptr<Model>>(

@@ -1,37 +1,74 @@
-// `strata bench`: CPU prefill and decode throughput of a model (the demo model
-// when no --model is given), as the median over repeats after one warm-up.
-// For decode it also estimates the weight bytes one token reads (routed experts
-// counted at top_k / num_experts, one embedding row) and compares bytes/time
-// with this machine's measured copy bandwidth, since decode is memory-bound.
+// `strata bench`: prefill and decode speed of a model (the demo model when no
+// --model is given).
+//
+// Classic mode (CPU, no --batch/--context): CPU prefill and decode throughput
+// as the median over repeats after one warm-up; for decode it also estimates
+// the weight bytes one token reads (routed experts counted at top_k /
+// num_experts, one embedding row) and compares bytes/time with this machine's
+// measured copy bandwidth, since decode is memory-bound.
+//
+// Sweep mode (--device cuda/auto, or --batch/--context given): prefill time
+// per prompt length against FLOPs / bf16 peak, and batched decode time per
+// (batch, context) against the bytes a step must move / HBM bandwidth (the
+// kimi_linear cost model in model/models/kimi_linear_weights.h). With
+// --load-format dummy (or --preset kimi-linear-48b-a3b) no checkpoint is
+// needed; --fill-context sets each state's length with random cache contents
+// instead of running prefill (a benchmark-only shortcut).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/thread_pool.h"
 #include "cli.h"
+#include "model/config_reader.h"
 #include "model/demo_model.h"
 #include "model/model.h"
+#include "model/models/kimi_linear_config.h"
+#include "model/models/kimi_linear_weights.h"
 #include "model/weight_store.h"
+#if defined(STRATA_HAVE_CUDA)
+#include "model/models/kimi_linear_cuda.h"
+#endif
 
 namespace strata::cli {
 namespace {
 
 constexpr char kHelp[] =
-    "usage: strata bench [--model DIR] [--prompt-len P] [--gen-len G] [--threads N] [--repeats R]\n"
+    "usage: strata bench [--model DIR | --preset kimi-linear-48b-a3b] [--device cpu|cuda|auto]\n"
+    "                    [--load-format auto|dummy] [--prompt-len P[,P..]] [--gen-len G]\n"
+    "                    [--batch B[,B..]] [--context C[,C..]] [--fill-context] [--threads N] [--repeats R]\n"
     "\n"
-    "  --model DIR      model directory (default: the demo model, random weights)\n"
-    "  --prompt-len P   prefill length (default 128)\n"
-    "  --gen-len G      single-token decode steps after the prefill (default 32)\n"
-    "  --threads N      compute threads (default: one per core)\n"
-    "  --repeats R      timed repeats after one warm-up; the median is reported (default 5)\n"
-    "  --no-membw       skip the memory-bandwidth probe\n";
+    "  --model DIR        model directory (default: the demo model, random weights)\n"
+    "  --preset NAME      kimi-linear-48b-a3b: that model's config.json with dummy weights (no download)\n"
+    "  --device D         cpu (default), cuda or auto (the GPU when usable, else the CPU with a notice)\n"
+    "  --load-format F    auto (the checkpoint) or dummy (config.json only, random weights)\n"
+    "  --prompt-len P     prefill length(s) (default 128; in sweep mode: the --context values)\n"
+    "  --gen-len G        timed decode steps (default 32)\n"
+    "  --batch B,..       sweep: sequences decoded together (default 1)\n"
+    "  --context C,..     sweep: tokens already in each sequence when decode is timed\n"
+    "  --fill-context     sweep: set each state's length with random cache contents instead of running\n"
+    "                     prefill (BENCHMARK-ONLY shortcut; the decode cost is the same)\n"
+    "  --bandwidth-gbs X  HBM bandwidth the decode limit is computed with (default 4270, H200 copy)\n"
+    "  --peak-tflops X    bf16 peak the prefill limit is computed with (default 686, H200 matmul)\n"
+    "  --threads N        compute threads (default: one per core)\n"
+    "  --repeats R        timed repeats after one warm-up; the median is reported (default 5; sweep: 3)\n"
+    "  --no-membw         skip the memory-bandwidth probe (classic mode)\n"
+    "\n"
+    "Sweep mode runs when --device is cuda/auto or --batch/--context is given. Decode is reported as\n"
+    "ms per step and per token, with the bytes a step must move (non-expert weights, the expected\n"
+    "distinct experts of the batch, lm_head, recurrent states and latent caches) over the bandwidth\n"
+    "as its limit; prefill as ms with FLOPs over the bf16 peak as its limit.\n";
 
 // Weight bytes one decode token reads: everything except the routed experts
 // (top_k of num_experts per layer are used) and the embedding (one row).
@@ -83,17 +120,258 @@ double CopyBandwidth(ThreadPool* pool) {
   return best;
 }
 
+// Sweep-mode settings.
+struct Sweep {
+  std::vector<int64_t> prefill;   // prompt lengths timed from an empty state
+  std::vector<int64_t> contexts;  // cached tokens when decode is timed
+  std::vector<int64_t> batches;
+  int64_t gen = 32;
+  int64_t repeats = 3;
+  bool fill = false;
+  double bandwidth = 4270e9;  // bytes/s
+  double peak = 686e12;       // FLOP/s
+};
+
+// Decode steps before timing: the first step of a new shape runs eagerly and
+// the second captures its CUDA graph.
+constexpr int64_t kWarmSteps = 2;
+
+int RunSweep(const std::string& cmd, const std::string& dir, LoadOptions lo, const Sweep& sw) {
+  // The cost model needs the parsed config (kimi_linear only).
+  std::optional<KimiLinearConfig> cfg;
+  if (auto reader = ConfigReader::FromFile(dir + "/config.json"); reader.ok()) {
+    if (auto kc = ParseKimiLinearConfig(*reader); kc.ok()) cfg = *kc;
+  }
+  int64_t max_ctx = 1;
+  for (int64_t p : sw.prefill) max_ctx = std::max(max_ctx, p + 1);
+  for (int64_t c : sw.contexts) max_ctx = std::max(max_ctx, c + kWarmSteps + sw.gen + 1);
+  int64_t max_batch = 1;
+  for (int64_t b : sw.batches) max_batch = std::max(max_batch, b);
+  lo.max_batch = max_batch;
+  lo.max_sequences = max_batch;
+  lo.max_context_tokens = max_ctx;
+
+  const auto t_load = std::chrono::steady_clock::now();
+  auto loaded = LoadModel(dir, lo);
+  if (!loaded.ok()) return Fail(cmd, loaded.status(), kExitFailure);
+  const double load_s = SecondsSince(t_load);
+  const Model& model = **loaded;
+  const ModelInfo& info = model.info();
+  PrintPlacementNotice(cmd, info);
+  const int64_t V = info.vocab_size;
+  std::printf("model: %s%s (%s, %d layers, %s parameters, %s on the device)\n", dir.c_str(),
+              lo.load_format == LoadFormat::kDummy ? " [dummy weights]" : "", info.architecture.c_str(),
+              info.num_layers, FormatCount(info.num_parameters).c_str(),
+              FormatBytes(static_cast<double>(info.parameter_bytes)).c_str());
+  std::printf("device: %s; loaded in %.1f s\n", info.device.c_str(), load_s);
+#if defined(STRATA_HAVE_CUDA)
+  if (auto st = GetKimiCudaStats(model); st.ok()) {
+    std::printf("cuda plan: max batch %lld, max context %s, paged cache %s (%s tokens), scratch %s\n",
+                static_cast<long long>(st->max_batch), FormatCount(st->max_context_tokens).c_str(),
+                FormatBytes(static_cast<double>(st->kv_pool_bytes)).c_str(),
+                FormatCount(st->kv_blocks_total * 64).c_str(), FormatBytes(static_cast<double>(st->scratch_bytes)).c_str());
+  }
+#endif
+  std::printf("limits: decode bytes / %.0f GB/s, prefill FLOPs / %.0f TFLOP/s%s\n", sw.bandwidth / 1e9,
+              sw.peak / 1e12, cfg ? "" : " (no kimi_linear config: limits not computed)");
+
+  // --- prefill ---------------------------------------------------------------
+  if (!sw.prefill.empty()) {
+    std::printf("\nprefill (median of %lld after one warm-up)\n", static_cast<long long>(sw.repeats));
+    std::printf("  %8s %10s %12s %9s %10s %8s\n", "tokens", "ms", "tokens/s", "TFLOP/s", "limit ms", "of limit");
+  }
+  std::vector<float> logits(static_cast<size_t>(V));
+  for (int64_t P : sw.prefill) {
+    std::vector<int32_t> prompt(static_cast<size_t>(P));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 3) % V);
+    std::vector<double> times;
+    Status failed;
+    for (int64_t rep = 0; rep <= sw.repeats && failed.ok(); ++rep) {
+      auto state = model.NewState(P + 1);
+      if (!state.ok()) {
+        failed = state.status();
+        break;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      failed = model.Forward(prompt, **state, logits.data(), /*all_logits=*/false);
+      if (rep > 0) times.push_back(SecondsSince(t0));
+    }
+    if (!failed.ok()) {
+      std::printf("  %8lld skipped: %s\n", static_cast<long long>(P), std::string(failed.message()).c_str());
+      continue;
+    }
+    const double s = Median(times);
+    const double flops = cfg ? KimiLinearPrefillFlops(*cfg, P) : 0;
+    const double limit_s = flops / sw.peak;
+    std::printf("  %8lld %10.2f %12.0f %9.1f %10.2f %7.1f%%\n", static_cast<long long>(P), s * 1e3,
+                static_cast<double>(P) / s, flops / s / 1e12, limit_s * 1e3, 100.0 * limit_s / s);
+  }
+
+  // --- decode ------------------------------------------------------------------
+  if (!sw.contexts.empty()) {
+    std::printf("\ndecode (%lld timed steps after %lld warm-up; greedy sampling %s; contexts %s)\n",
+                static_cast<long long>(sw.gen), static_cast<long long>(kWarmSteps),
+                info.device == "cpu" ? "on the CPU" : "on the device",
+                sw.fill ? "filled with random cache contents (--fill-context)" : "built by prefill");
+    std::printf("  %6s %8s %10s %10s %11s %10s %10s %8s\n", "batch", "context", "ms/step", "ms/token", "tokens/s",
+                "GB/step", "limit ms", "of limit");
+  }
+  for (int64_t C : sw.contexts) {
+    for (int64_t B : sw.batches) {
+      std::vector<std::unique_ptr<SequenceState>> owned;
+      Status failed;
+      for (int64_t b = 0; b < B && failed.ok(); ++b) {
+        auto st = model.NewState(C + kWarmSteps + sw.gen + 1);
+        if (!st.ok()) {
+          failed = st.status();
+          break;
+        }
+        if (C > 0) {
+          if (sw.fill) {
+            failed = model.FillContextForBenchmark(**st, C, static_cast<uint64_t>(b + 1));
+          } else {
+            std::vector<int32_t> prompt(static_cast<size_t>(C));
+            for (size_t i = 0; i < prompt.size(); ++i) {
+              prompt[i] = static_cast<int32_t>((i * 7919 + 3 + static_cast<size_t>(b) * 13) % V);
+            }
+            failed = model.Forward(prompt, **st, nullptr, false);
+          }
+        }
+        owned.push_back(std::move(*st));
+      }
+      std::vector<SequenceState*> states;
+      for (auto& st : owned) states.push_back(st.get());
+      std::vector<int32_t> tokens(static_cast<size_t>(B)), next(static_cast<size_t>(B));
+      for (int64_t b = 0; b < B; ++b) tokens[static_cast<size_t>(b)] = static_cast<int32_t>((b * 131 + 17) % V);
+      const std::vector<DecodeSampling> greedy(static_cast<size_t>(B));
+      double total = 0;
+      for (int64_t step = 0; step < kWarmSteps + sw.gen && failed.ok(); ++step) {
+        const auto t0 = std::chrono::steady_clock::now();
+        failed = model.DecodeBatchSample(tokens, states, greedy, next.data());
+        if (step >= kWarmSteps) total += SecondsSince(t0);
+        tokens = next;
+      }
+      if (!failed.ok()) {
+        std::printf("  %6lld %8lld skipped: %s\n", static_cast<long long>(B), static_cast<long long>(C),
+                    std::string(failed.message()).c_str());
+        continue;
+      }
+      const double step_s = total / static_cast<double>(sw.gen);
+      // The context grows during the timed steps; charge the middle one.
+      const double bytes =
+          cfg ? KimiLinearDecodeBytes(*cfg, B, C + kWarmSteps + sw.gen / 2).total() : 0;
+      const double limit_s = bytes / sw.bandwidth;
+      std::printf("  %6lld %8lld %10.3f %10.4f %11.1f %10.2f %10.3f %7.1f%%\n", static_cast<long long>(B),
+                  static_cast<long long>(C), step_s * 1e3, step_s * 1e3 / static_cast<double>(B),
+                  static_cast<double>(B) / step_s, bytes / 1e9, limit_s * 1e3, 100.0 * limit_s / step_s);
+    }
+  }
+#if defined(STRATA_HAVE_CUDA)
+  if (auto st = GetKimiCudaStats(model); st.ok()) {
+    std::printf("\ncuda graphs: %lld captured, %lld steps replayed, %lld steps eager%s%s\n",
+                static_cast<long long>(st->graph_captures), static_cast<long long>(st->graph_launches),
+                static_cast<long long>(st->eager_steps), st->graph_error.empty() ? "" : "; disabled: ",
+                st->graph_error.c_str());
+  }
+#endif
+  return kExitOk;
+}
+
+// Writes the preset's config.json under the cache directory (dummy weights
+// need nothing else) and returns the directory.
+StatusOr<std::string> WritePreset(const std::string& name) {
+  if (name != "kimi-linear-48b-a3b") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--preset: unknown preset '", name, "' (known: kimi-linear-48b-a3b)"));
+  }
+  const std::string dir = (std::filesystem::path(DefaultDemoDir()).parent_path() / name).string();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
+  std::ofstream f(dir + "/config.json", std::ios::trunc);
+  f << KimiLinear48BConfigJson();
+  if (!f) return absl::InternalError(absl::StrCat(dir, "/config.json: write failed"));
+  return dir;
+}
+
+std::vector<int64_t> ToInt64(const std::vector<int32_t>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
+
 }  // namespace
 
 int RunBench(int argc, char** argv) {
   const std::string cmd = "bench";
-  Flags flags(cmd, {"model", "prompt-len", "gen-len", "threads", "repeats", "device"}, {"help", "no-membw"});
+  Flags flags(cmd,
+              {"model", "preset", "prompt-len", "gen-len", "threads", "repeats", "device", "load-format", "batch",
+               "context", "bandwidth-gbs", "peak-tflops"},
+              {"help", "no-membw", "fill-context"});
   if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
   if (flags.Bool("help")) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  if (int rc = CheckDevice(cmd, flags.String("device", "cpu")); rc != kExitOk) return rc;
+  LoadOptions lo;
+  if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &lo.device); rc != kExitOk) return rc;
+  if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &lo.load_format); rc != kExitOk) {
+    return rc;
+  }
+  const bool sweep = lo.device != Device::kCpu || flags.Has("batch") || flags.Has("context");
+  if (flags.Has("model") && flags.Has("preset")) {
+    return Fail(cmd, "--model and --preset are exclusive", kExitUsage);
+  }
+  if (sweep) {
+    Sweep sw;
+    auto prompts = flags.IntList("prompt-len");
+    auto contexts = flags.IntList("context");
+    auto batches = flags.IntList("batch");
+    auto G = flags.Int("gen-len", 32, 1, 1 << 20);
+    auto repeats = flags.Int("repeats", 3, 1, 1000);
+    auto bw = flags.Double("bandwidth-gbs", 4270, 1e-3, 1e7);
+    auto peak = flags.Double("peak-tflops", 686, 1e-6, 1e6);
+    for (const Status& s : {prompts.status(), contexts.status(), batches.status(), G.status(), repeats.status(),
+                            bw.status(), peak.status()}) {
+      if (!s.ok()) return Fail(cmd, s, kExitUsage);
+    }
+    sw.contexts = ToInt64(*contexts);
+    sw.batches = batches->empty() ? std::vector<int64_t>{1} : ToInt64(*batches);
+    sw.prefill = flags.Has("prompt-len") ? ToInt64(*prompts) : sw.contexts;
+    if (sw.prefill.empty() && sw.contexts.empty()) sw.prefill = {128}, sw.contexts = {128};
+    for (int64_t v : sw.prefill) {
+      if (v < 1) return Fail(cmd, "--prompt-len: lengths must be >= 1", kExitUsage);
+    }
+    for (int64_t v : sw.contexts) {
+      if (v < 0) return Fail(cmd, "--context: lengths must be >= 0", kExitUsage);
+    }
+    for (int64_t v : sw.batches) {
+      if (v < 1) return Fail(cmd, "--batch: sizes must be >= 1", kExitUsage);
+    }
+    sw.gen = *G;
+    sw.repeats = *repeats;
+    sw.fill = flags.Bool("fill-context");
+    sw.bandwidth = *bw * 1e9;
+    sw.peak = *peak * 1e12;
+    std::string dir = flags.String("model", "");
+    if (flags.Has("preset")) {
+      auto preset = WritePreset(flags.String("preset", ""));
+      if (!preset.ok()) return Fail(cmd, preset.status(), ExitCodeFor(preset.status()));
+      dir = *preset;
+      lo.load_format = LoadFormat::kDummy;
+    }
+    if (dir.empty()) {
+      dir = DefaultDemoDir();
+      if (Status st = WriteDemoKimiLinearModel(dir, DemoModelOptions{}); !st.ok()) {
+        return Fail(cmd, absl::StrCat("writing the demo model to ", dir, ": ", st.message()), kExitFailure);
+      }
+    }
+    auto threads = flags.Int("threads", 0, 0, 4096);
+    if (!threads.ok()) return Fail(cmd, threads.status(), kExitUsage);
+    ThreadPool pool(static_cast<int>(*threads));
+    lo.pool = &pool;
+    return RunSweep(cmd, dir, lo, sw);
+  }
+  if (flags.Has("preset") || flags.Bool("fill-context")) {
+    return Fail(cmd, "--preset and --fill-context need sweep mode (--device cuda/auto or --batch/--context)",
+                kExitUsage);
+  }
   auto P = flags.Int("prompt-len", 128, 1, 1 << 20);
   auto G = flags.Int("gen-len", 32, 1, 1 << 20);
   auto threads = flags.Int("threads", 0, 0, 4096);
@@ -111,7 +389,6 @@ int RunBench(int argc, char** argv) {
   }
 
   ThreadPool pool(static_cast<int>(*threads));
-  LoadOptions lo;
   lo.pool = &pool;
   auto model = LoadModel(dir, lo);
   if (!model.ok()) return Fail(cmd, model.status(), kExitFailure);

@@ -148,11 +148,36 @@ std::string DefaultDemoDir() {
 }
 
 int CheckDevice(const std::string& command, const std::string& device) {
-  if (device == "cpu") return kExitOk;
-  if (device == "cuda") {
-    return Fail(command, "CUDA backend for kimi_linear not available yet (use --device cpu)", kExitUsage);
+  Device d;
+  return ParseDevice(command, device, &d);
+}
+
+int ParseDevice(const std::string& command, const std::string& value, Device* out) {
+  if (value == "cpu") {
+    *out = Device::kCpu;
+  } else if (value == "cuda") {
+    *out = Device::kCuda;
+  } else if (value == "auto") {
+    *out = Device::kAuto;
+  } else {
+    return Fail(command, absl::StrCat("--device: expected cpu, cuda or auto, got '", value, "'"), kExitUsage);
   }
-  return Fail(command, absl::StrCat("--device: expected cpu or cuda, got '", device, "'"), kExitUsage);
+  return kExitOk;
+}
+
+int ParseLoadFormat(const std::string& command, const std::string& value, LoadFormat* out) {
+  if (value == "auto") {
+    *out = LoadFormat::kAuto;
+  } else if (value == "dummy") {
+    *out = LoadFormat::kDummy;
+  } else {
+    return Fail(command, absl::StrCat("--load-format: expected auto or dummy, got '", value, "'"), kExitUsage);
+  }
+  return kExitOk;
+}
+
+void PrintPlacementNotice(const std::string& command, const ModelInfo& info) {
+  if (!info.notice.empty()) std::fprintf(stderr, "strata %s: notice: %s\n", command.c_str(), info.notice.c_str());
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {

@@ -11,13 +11,16 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/status.h"
+#include "model/model.h"
 
 namespace strata::cli {
 
 // Exit codes: 0 success; 1 the work failed (unreadable model, bad file
 // contents, model error); 2 the command line is wrong or asks for something
-// this build cannot do (unknown flag, bad value, --device cuda).
+// this build cannot do (unknown flag, bad value).
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
@@ -70,13 +73,34 @@ std::string FormatCount(int64_t n);
 // else ./build/demo-model.
 std::string DefaultDemoDir();
 
-// Rejects --device values other than cpu, and cpu-less requests: "cuda" gives a
-// clear kExitUsage error because the kimi_linear CUDA backend does not exist yet.
-// Returns kExitOk when the device is usable.
+// --device: cpu, cuda or auto. cuda/auto load on the GPU when one is usable
+// and otherwise fall back to the CPU with a notice (never an error). Other
+// values print a kExitUsage error. Returns kExitOk when `device` is valid.
 int CheckDevice(const std::string& command, const std::string& device);
+int ParseDevice(const std::string& command, const std::string& value, Device* out);
+// --load-format: auto (the safetensors) or dummy (config.json only, random weights).
+int ParseLoadFormat(const std::string& command, const std::string& value, LoadFormat* out);
+// Prints "strata <command>: notice: ..." to stderr when the model runs
+// somewhere other than requested (e.g. CUDA asked for, no GPU visible).
+void PrintPlacementNotice(const std::string& command, const ModelInfo& info);
 
 double SecondsSince(std::chrono::steady_clock::time_point t0);
 double Median(std::vector<double> v);
+
+class Engine;
+class Session;
+
+// What `strata run` passes to its chat mode.
+struct ChatCliOptions {
+  std::string prompt;  // non-empty: one turn with this user message, then exit
+  std::string system;  // optional system message
+  int32_t max_new_tokens = 256;
+  float temperature = 0.0f;
+  uint64_t seed = 0;
+  nlohmann::ordered_json template_variables = nlohmann::ordered_json::object();
+};
+// Chat on `session` (which has a conversation): one-shot or the stdin REPL.
+int RunChat(Engine& engine, Session& session, const ChatCliOptions& options);
 
 // Subcommands: each returns the process exit code.
 int RunLogits(int argc, char** argv);

@@ -30,7 +30,7 @@ constexpr char kHelp[] =
     "  --stop ID,ID,...          stop when one of these ids is generated (not printed)\n"
     "  --ignore-eos              do not stop at the model's EOS id\n"
     "  --threads N               compute threads (default: one per core)\n"
-    "  --device cpu|cuda         cpu (default)\n";
+    "  --device cpu|cuda|auto    cpu (default); cuda/auto: the GPU when usable, else the CPU with a notice\n";
 
 }  // namespace
 
@@ -45,7 +45,8 @@ int RunGenerate(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  if (int rc = CheckDevice(cmd, flags.String("device", "cpu")); rc != kExitOk) return rc;
+  Device device = Device::kCpu;
+  if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &device); rc != kExitOk) return rc;
   auto model_dir = flags.Required("model");
   if (!model_dir.ok()) return Fail(cmd, model_dir.status(), kExitUsage);
   auto tokens_path = flags.Required("tokens");
@@ -93,8 +94,10 @@ int RunGenerate(int argc, char** argv) {
   if (!engine.ok()) return Fail(cmd, engine.status(), kExitFailure);
   LoadOptions lo;
   lo.pool = (*engine)->pool();  // the engine's compute threads run the model
+  lo.device = device;
   auto loaded = LoadModel(*model_dir, lo);
   if (!loaded.ok()) return Fail(cmd, loaded.status(), kExitFailure);
+  PrintPlacementNotice(cmd, (*loaded)->info());
   std::shared_ptr<const Model> model(std::move(*loaded));
 
   SessionOptions so;

@@ -6,20 +6,25 @@
 
 #include "cli.h"
 #include "model/model.h"
+#if defined(STRATA_HAVE_CUDA)
+#include "model/models/kimi_linear_cuda.h"
+#endif
 
 namespace strata::cli {
 namespace {
 
 constexpr char kHelp[] =
-    "usage: strata info --model DIR\n"
+    "usage: strata info --model DIR [--device cpu|cuda|auto] [--load-format auto|dummy]\n"
     "\n"
-    "  --model DIR   model directory (config.json + *.safetensors)\n";
+    "  --model DIR          model directory (config.json + *.safetensors)\n"
+    "  --device D           where to load it (default cpu); cuda/auto fall back to the CPU with a notice\n"
+    "  --load-format F      auto (default) or dummy: config.json only, random weights\n";
 
 }  // namespace
 
 int RunInfo(int argc, char** argv) {
   const std::string cmd = "info";
-  Flags flags(cmd, {"model"}, {"help"});
+  Flags flags(cmd, {"model", "device", "load-format"}, {"help"});
   if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
   if (flags.Bool("help")) {
     std::fputs(kHelp, stdout);
@@ -27,12 +32,31 @@ int RunInfo(int argc, char** argv) {
   }
   auto dir = flags.Required("model");
   if (!dir.ok()) return Fail(cmd, dir.status(), kExitUsage);
-  auto model = LoadModel(*dir);
+  LoadOptions lo;
+  if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &lo.device); rc != kExitOk) return rc;
+  if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &lo.load_format); rc != kExitOk) return rc;
+  auto model = LoadModel(*dir, lo);
   if (!model.ok()) return Fail(cmd, model.status(), kExitFailure);
   const ModelInfo& info = (*model)->info();
+  PrintPlacementNotice(cmd, info);
 
-  std::printf("model:          %s\n", dir->c_str());
+  std::printf("model:          %s%s\n", dir->c_str(),
+              lo.load_format == LoadFormat::kDummy ? " (dummy weights: random)" : "");
   std::printf("architecture:   %s\n", info.architecture.c_str());
+  std::printf("device:         %s\n", info.device.c_str());
+  if (!info.notice.empty()) std::printf("notice:         %s\n", info.notice.c_str());
+#if defined(STRATA_HAVE_CUDA)
+  if (auto st = GetKimiCudaStats(**model); st.ok()) {
+    std::printf("device memory:  weights %s, scratch %s, sequence slots %s (%lld), paged cache %s (%lld blocks of 64 tokens)\n",
+                FormatBytes(static_cast<double>(st->weight_bytes)).c_str(),
+                FormatBytes(static_cast<double>(st->scratch_bytes)).c_str(),
+                FormatBytes(static_cast<double>(st->state_pool_bytes)).c_str(), static_cast<long long>(st->slots_total),
+                FormatBytes(static_cast<double>(st->kv_pool_bytes)).c_str(), static_cast<long long>(st->kv_blocks_total));
+    std::printf("cuda plan:      max batch %lld, max context %s tokens, prefill slice %lld tokens\n",
+                static_cast<long long>(st->max_batch), FormatCount(st->max_context_tokens).c_str(),
+                static_cast<long long>(st->prefill_slice_tokens));
+  }
+#endif
   std::printf("vocab / hidden: %d / %d\n", info.vocab_size, info.hidden_size);
   std::printf("max context:    %s tokens\n", FormatCount(info.max_context).c_str());
   std::printf("bos / eos ids:  %d / %d\n", info.bos_token_id, info.eos_token_id);

@@ -14,13 +14,13 @@ namespace strata::cli {
 namespace {
 
 constexpr char kHelp[] =
-    "usage: strata logits --model DIR --tokens IN.npy --out OUT.npy [--prefill N] [--device cpu|cuda]\n"
+    "usage: strata logits --model DIR --tokens IN.npy --out OUT.npy [--prefill N] [--device cpu|cuda|auto]\n"
     "\n"
     "  --model DIR      model directory (config.json + *.safetensors)\n"
     "  --tokens IN.npy  token ids, int32 or int64, shape [T] (or [1, T])\n"
     "  --out OUT.npy    written: float32 [T, vocab], the logits after each position\n"
     "  --prefill N      tokens in the first (prefill) call; the rest are decoded one by one (default: all)\n"
-    "  --device D       cpu (default); cuda is not available for kimi_linear yet\n";
+    "  --device D       cpu (default), cuda or auto: the GPU when one is usable, else the CPU with a notice\n";
 
 }  // namespace
 
@@ -32,7 +32,8 @@ int RunLogits(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  if (int rc = CheckDevice(cmd, flags.String("device", "cpu")); rc != kExitOk) return rc;
+  LoadOptions lo;
+  if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &lo.device); rc != kExitOk) return rc;
   auto model_dir = flags.Required("model");
   auto tokens_path = flags.Required("tokens");
   auto out_path = flags.Required("out");
@@ -51,8 +52,9 @@ int RunLogits(int argc, char** argv) {
   auto prefill = flags.Int("prefill", T, 1, T);
   if (!prefill.ok()) return Fail(cmd, prefill.status(), kExitUsage);
 
-  auto model = LoadModel(*model_dir);
+  auto model = LoadModel(*model_dir, lo);
   if (!model.ok()) return Fail(cmd, model.status(), kExitFailure);
+  PrintPlacementNotice(cmd, (*model)->info());
   const int64_t vocab = (*model)->info().vocab_size;
   auto state = (*model)->NewState(T);
   if (!state.ok()) return Fail(cmd, state.status(), ExitCodeFor(state.status()));
@@ -69,9 +71,9 @@ int RunLogits(int argc, char** argv) {
 
   const std::vector<int64_t> out_shape = {T, vocab};
   if (Status w = WriteNpyFloat32(*out_path, out_shape, logits); !w.ok()) return Fail(cmd, w, kExitFailure);
-  std::printf("wrote %s: float32 [%lld, %lld] (prefill %lld, then %lld single-token steps)\n",
+  std::printf("wrote %s: float32 [%lld, %lld] (prefill %lld, then %lld single-token steps) on %s\n",
               out_path->c_str(), static_cast<long long>(T), static_cast<long long>(vocab),
-              static_cast<long long>(n), static_cast<long long>(T - n));
+              static_cast<long long>(n), static_cast<long long>(T - n), (*model)->info().device.c_str());
   return kExitOk;
 }
 

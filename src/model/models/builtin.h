@@ -12,6 +12,22 @@ StatusOr<std::unique_ptr<Model>> CreateKimiLinearModel(std::shared_ptr<const Wei
                                                        const std::string& config_path,
                                                        const LoadOptions& options);
 
+// kimi_linear_weights.cc: writes random host weights for `config_path` into
+// `dir`/model.safetensors (the CPU's --load-format dummy; small configs only).
+Status WriteKimiLinearDummyCheckpoint(const std::string& config_path, const std::string& dir,
+                                      uint64_t seed);
+
+#if defined(STRATA_HAVE_CUDA)
+// kimi_linear_cuda.cc: the GPU executor. `weights` null means dummy weights
+// made on the device. Unavailable (no driver or device), ResourceExhausted
+// (too little device memory) and Unimplemented (shapes the kernels reject)
+// tell LoadModel to fall back to the CPU; their messages complete the sentence
+// "CUDA requested but ...".
+StatusOr<std::unique_ptr<Model>> CreateKimiLinearCudaModel(
+    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
+    const LoadOptions& options);
+#endif
+
 }  // namespace strata
 
 #endif  // STRATA_MODEL_MODELS_BUILTIN_H_

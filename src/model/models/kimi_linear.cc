@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "model/models/builtin.h"
 #include "model/models/kimi_linear_config.h"
+#include "model/models/kimi_linear_weights.h"
 #include "model/weight_store.h"
 
 namespace strata {
@@ -161,17 +162,6 @@ WeightMatrix AsMatrix(const TensorView& v) {
   return {v.dtype, v.data, v.dim(0), v.rank() > 1 ? v.dim(1) : 1};
 }
 
-// Tensors that some exports store with extra unit dims (A_log as [1,1,H,1] or
-// [H], dt_bias as [H·dk] or [H, dk]): accept any listed shape.
-StatusOr<std::vector<float>> GetSmall(const WeightStore& store, const std::string& name,
-                                      const std::vector<std::vector<int64_t>>& shapes) {
-  STRATA_ASSIGN_OR_RETURN(TensorView v, store.Get(name));
-  for (const auto& s : shapes) {
-    if (v.shape == s) return store.GetF32Copy(name, s);
-  }
-  return store.GetF32Copy(name, shapes.front());  // error naming the expected shape
-}
-
 Status KimiLinearModel::Bind(const LoadOptions& options) {
   const WeightStore& ws = *store_;
   const int64_t D = cfg_.hidden_size, V = cfg_.vocab_size;
@@ -220,9 +210,10 @@ Status KimiLinearModel::Bind(const LoadOptions& options) {
       STRATA_ASSIGN_OR_RETURN(k.f_b, matrix(a + "f_b_proj.weight", H * dk, dk));
       STRATA_ASSIGN_OR_RETURN(k.b, matrix(a + "b_proj.weight", H, D));
       STRATA_ASSIGN_OR_RETURN(std::vector<float> a_log,
-                              GetSmall(ws, a + "A_log", {{1, 1, H, 1}, {H}, {H, 1}}));
+                              KimiGetSmallF32(ws, a + "A_log", KimiALogShapes(H)));
       for (float v : a_log) k.neg_exp_a.push_back(-std::exp(v));
-      STRATA_ASSIGN_OR_RETURN(k.dt_bias, GetSmall(ws, a + "dt_bias", {{H * dk}, {H, dk}}));
+      STRATA_ASSIGN_OR_RETURN(k.dt_bias,
+                              KimiGetSmallF32(ws, a + "dt_bias", KimiDtBiasShapes(H, dk)));
       STRATA_ASSIGN_OR_RETURN(k.g_a, matrix(a + "g_a_proj.weight", dk, D));
       STRATA_ASSIGN_OR_RETURN(k.g_b, matrix(a + "g_b_proj.weight", H * dk, dk));
       STRATA_ASSIGN_OR_RETURN(k.o_norm, ws.GetF32Copy(a + "o_norm.weight", {dk}));
@@ -234,10 +225,7 @@ Status KimiLinearModel::Bind(const LoadOptions& options) {
       // save_pretrained writes it under `block_sparse_moe.` (it reverses the
       // rename for every layer). Accept both; errors name the checkpoint form.
       const int64_t I = cfg_.intermediate_size;
-      const std::string d =
-          ws.Has(p + "mlp.gate_proj.weight") || !ws.Has(p + "block_sparse_moe.gate_proj.weight")
-              ? p + "mlp."
-              : p + "block_sparse_moe.";
+      const std::string d = KimiDenseMlpPrefix(ws, i);
       STRATA_ASSIGN_OR_RETURN(L.dense.gate, matrix(d + "gate_proj.weight", I, D));
       STRATA_ASSIGN_OR_RETURN(L.dense.up, matrix(d + "up_proj.weight", I, D));
       STRATA_ASSIGN_OR_RETURN(L.dense.down, matrix(d + "down_proj.weight", D, I));
@@ -292,6 +280,7 @@ StatusOr<std::unique_ptr<KimiLinearModel>> KimiLinearModel::Create(
   const KimiLinearConfig& c = m->cfg_;
   ModelInfo& info = m->info_;
   info.architecture = "kimi_linear";
+  info.device = "cpu";
   info.num_layers = static_cast<int32_t>(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     info.layer_kinds.push_back(absl::StrCat(c.is_mla[static_cast<size_t>(i)] ? "mla" : "kda", "+",

@@ -1,0 +1,392 @@
+// Internals of the kimi_linear CUDA executor, shared by kimi_linear_cuda.cc
+// (states, forward passes, graphs) and kimi_linear_load_cuda.cc (planning,
+// allocation, weight upload). Not part of any interface.
+//
+// Layout summary (docs/cuda-backend.md has the why):
+//  * weights bf16, fused at upload: KDA [q|k|v|f_a|g_a|b] (segments after v
+//    padded to 8 rows so every segment starts 16-byte aligned), dense MLP and
+//    shared expert [gate|up], experts w13 [E, 2I, D] and w2 [E, D, I]; norms,
+//    conv taps, −exp(A_log), dt_bias and the router bias fp32;
+//  * residual stream fp32, activations bf16, gates and router logits fp32;
+//  * per sequence: one slot of the KDA state / conv window pools (fp32) and
+//    64-token blocks of the paged MLA latent cache (bf16), shared by all MLA
+//    layers (block b of a sequence is block b in every layer's pool);
+//  * scratch carved once from one allocation for (prefill slice, max batch,
+//    max context); decode steps read their per-step inputs (tokens, slots,
+//    positions, lengths, block tables) from fixed device buffers, so a
+//    captured graph replays with new contents and the same pointers.
+#ifndef STRATA_MODEL_MODELS_KIMI_LINEAR_CUDA_IMPL_H_
+#define STRATA_MODEL_MODELS_KIMI_LINEAR_CUDA_IMPL_H_
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kda.h"
+#include "backend/cuda/mla.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/sampling.h"
+#include "model/model.h"
+#include "model/models/kimi_linear_config.h"
+#include "model/models/kimi_linear_cuda.h"
+
+namespace strata {
+class WeightStore;
+namespace kimi_cuda {
+
+using cuda::bf16;
+
+constexpr int64_t kDefaultMaxBatch = 64;
+constexpr int64_t kDefaultMaxContext = 131072;
+// Prefill slice: long enough that re-reading the expert weights per slice
+// (~96 GB at the 48B shapes, ~23 ms) stays well below the slice's compute.
+constexpr int64_t kPrefillSliceTokens = 8192;
+// Rows of the device logits buffer (all-logits prefill goes through it in
+// chunks of this many rows).
+constexpr int64_t kLogitsChunkRows = 64;
+// Smallest MlaDecode length bound a graph is captured for (see GraphKey).
+constexpr int64_t kMinMlaBucket = 256;
+constexpr int64_t kBlockTokens = 64;  // == cuda::kKvBlockTokens
+// MLA kv_a_layernorm epsilon: fixed in the reference, not rms_norm_eps.
+constexpr float kLatentNormEps = 1e-6f;
+
+inline int64_t Pad8(int64_t n) { return (n + 7) / 8 * 8; }
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Carves 256-byte aligned pieces out of one allocation. Run once with a null
+// base to size it, then again on the real allocation with the same calls.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <typename T>
+  T* Take(int64_t count) {
+    const size_t off = offset_;
+    offset_ += cuda::AlignUp(sizeof(T) * static_cast<size_t>(count > 0 ? count : 0));
+    return base_ ? reinterpret_cast<T*>(base_ + off) : nullptr;
+  }
+  size_t size() const { return offset_; }
+
+ private:
+  char* base_;
+  size_t offset_ = 0;
+};
+
+// Every dimension the executor uses, from the config.
+struct Geometry {
+  int64_t D = 0, V = 0, L = 0;
+  float eps = 1e-5f;
+  // KDA: C = H·dk channels per q/k/v; the fused input projection has n_in
+  // rows: [q | k | v] (3C), then f_a, g_a (dk each) and b (H) at the offsets.
+  int64_t H = 0, dk = 0, C = 0, K = 0, n_in = 0, off_fa = 0, off_ga = 0, off_b = 0;
+  int64_t window = 0;  // (K−1)·3C floats of conv window per sequence and layer
+  int64_t kda_state = 0;  // H·dk·dk floats per sequence and layer
+  // MLA.
+  int64_t Hm = 0, dn = 0, dr = 0, dv = 0, r = 0, qd = 0, cd = 0;
+  // FFN.
+  int64_t I_dense = 0, I = 0, E = 0, top_k = 0, Is = 0;
+  bool moe_renormalize = true;
+  float routed_scaling = 1.f;
+  int64_t num_kda = 0, num_mla = 0;
+  bool has_moe = false, has_dense = false;
+  int64_t gu_cols() const { return 2 * std::max(I_dense, Is); }
+};
+Geometry MakeGeometry(const KimiLinearConfig& c);
+
+inline cuda::KdaShape KdaShapeOf(const Geometry& g) {
+  cuda::KdaShape s;
+  s.num_heads = g.H;
+  s.key_dim = g.dk;
+  s.value_dim = g.dk;
+  s.scale = 0.f;
+  return s;
+}
+inline cuda::MlaShape MlaShapeOf(const Geometry& g) {
+  cuda::MlaShape s;
+  s.num_heads = g.Hm;
+  s.nope_dim = g.dn;
+  s.rope_dim = g.dr;
+  s.v_dim = g.dv;
+  s.kv_rank = g.r;
+  s.scale = 0.f;
+  return s;
+}
+inline cuda::MoeShape MoeShapeOf(const Geometry& g) {
+  cuda::MoeShape s;
+  s.num_experts = g.E;
+  s.hidden = g.D;
+  s.inter = g.I;
+  s.top_k = g.top_k;
+  s.renormalize = g.moe_renormalize;
+  s.routed_scaling = g.routed_scaling;
+  return s;
+}
+
+// Sizes fixed at load.
+struct Plan {
+  int64_t max_batch = 0;
+  int64_t max_sequences = 0;
+  int64_t max_ctx = 0;     // longest sequence (tokens)
+  int64_t slice = 0;       // prefill slice (tokens)
+  int64_t rows = 0;        // max(slice, max_batch): rows of the activation buffers
+  int64_t max_blocks = 0;  // blocks per sequence = ceil(max_ctx / 64)
+  size_t kda_ws = 0, mla_ws = 0, moe_ws = 0, sample_ws = 0;
+};
+
+struct KdaLayer {
+  bf16* in_proj = nullptr;  // [n_in, D]
+  bf16* f_b = nullptr;      // [C, dk]
+  bf16* g_b = nullptr;      // [C, dk]
+  bf16* o = nullptr;        // [D, C]
+  float* conv = nullptr;    // [3C, K]
+  float* neg_exp_a = nullptr;  // [H]
+  float* dt_bias = nullptr;    // [C]
+  float* o_norm = nullptr;     // [dk]
+};
+
+struct MlaLayer {
+  bf16* q = nullptr;      // [Hm·qd, D]
+  bf16* kv_a = nullptr;   // [cd, D]
+  float* kv_norm = nullptr;  // [r]
+  bf16* kv_b = nullptr;   // [Hm·(dn+dv), r]
+  bf16* o = nullptr;      // [D, Hm·dv]
+};
+
+struct FfnLayer {
+  bf16* gate_up = nullptr;  // dense MLP or shared expert: [2I, D]
+  bf16* down = nullptr;     // [D, I]
+  bf16* router = nullptr;   // [E, D]
+  float* score_bias = nullptr;  // [E]
+  bf16* w13 = nullptr;      // [E, 2I, D]
+  bf16* w2 = nullptr;       // [E, D, I]
+};
+
+struct Layer {
+  bool is_mla = false, is_moe = false;
+  int64_t index = 0;  // among the layers of its mixer kind (pool index)
+  float* input_norm = nullptr;
+  float* post_norm = nullptr;
+  KdaLayer kda;
+  MlaLayer mla;
+  FfnLayer ffn;
+};
+
+struct Weights {
+  bf16* embed = nullptr;    // [V, D]
+  bf16* lm_head = nullptr;  // [V, D] (the embedding when tied)
+  float* final_norm = nullptr;
+  std::vector<Layer> layers;
+};
+// Carves the fused weight layout (see the file comment) out of `c`.
+// `separate_lm_head`: false when the embeddings are tied and no lm_head is stored.
+void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_lm_head, Carver& c,
+                  Weights& w);
+
+// Activation buffers and op workspaces.
+struct Scratch {
+  int32_t* tokens = nullptr;       // [rows] prefill token ids
+  int32_t* step = nullptr;         // [4, max_batch]: tokens | slots | positions | seq_lens
+  int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
+  cuda::GpuSamplingRow* sampling = nullptr;  // [max_batch]
+  int32_t* sampled = nullptr;      // [max_batch]
+  float* h = nullptr;              // [rows, D] residual stream
+  bf16* xn = nullptr;              // [rows, D] normed input of a block
+  float* delta = nullptr;          // [rows, D] routed-expert output, added by the next norm
+  bf16* proj = nullptr;            // [rows, n_in]
+  bf16* qkv = nullptr;             // [rows, 3C] conv + SiLU output
+  float* graw = nullptr;           // [rows, C] f_b output (gate pre-activation)
+  bf16* gate = nullptr;            // [rows, C] g_b output
+  bf16* o = nullptr;               // [rows, C] KDA output
+  bf16* y = nullptr;               // [rows, C] gated-norm output
+  bf16* q = nullptr;               // [rows, Hm·qd]
+  bf16* kva = nullptr;             // [rows, cd]
+  bf16* q_abs = nullptr;           // [max_batch, Hm, cd]
+  bf16* lat_o = nullptr;           // [max_batch, Hm, r]
+  bf16* attn = nullptr;            // [rows, Hm·dv]
+  bf16* lat = nullptr;             // [max_ctx, cd] gathered latents (prefill)
+  bf16* kv_exp = nullptr;          // [max_ctx, Hm·(dn+dv)] expanded keys/values
+  bf16* gu = nullptr;              // [rows, gu_cols]
+  bf16* act = nullptr;             // [rows, gu_cols / 2]
+  float* router_logits = nullptr;  // [rows, E]
+  float* logits = nullptr;         // [max(max_batch, kLogitsChunkRows), V]
+  void* kda_ws = nullptr;
+  void* mla_ws = nullptr;
+  void* moe_ws = nullptr;
+  void* sample_ws = nullptr;
+};
+void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s);
+
+// Per-sequence pools.
+struct Pools {
+  float* kda_state = nullptr;    // [num_kda, slots, H·dk·dk]
+  float* conv_window = nullptr;  // [num_kda, slots, (K−1)·3C]
+  bf16* kv = nullptr;            // [num_mla, blocks, 64, cd]
+  int64_t slots = 0, blocks = 0;
+};
+
+// Host bookkeeping of slots and blocks. Shared with the states (which give
+// their slot and blocks back when destroyed, possibly after the model).
+struct PoolBook {
+  std::mutex mu;
+  std::vector<int32_t> free_slots;   // stack
+  std::vector<int32_t> free_blocks;  // stack, lowest index on top
+  int64_t total_slots = 0, total_blocks = 0;
+  uint64_t next_id = 1;
+
+  uint64_t NextId();
+  int32_t TakeSlot();  // −1 when none is free
+  int64_t FreeBlocks();
+  // Appends `n` blocks to `out`, all or none.
+  bool TakeBlocks(int64_t n, std::vector<int32_t>& out);
+  void GiveBack(int32_t slot, std::vector<int32_t>& blocks);
+  void GiveBackBlocks(std::vector<int32_t>& blocks);
+};
+
+class KimiLinearCudaModel;
+
+class CudaState final : public SequenceState {
+ public:
+  CudaState(const KimiLinearCudaModel* owner, std::shared_ptr<PoolBook> book, uint64_t id,
+            int32_t slot, int64_t max_tokens)
+      : owner_(owner), book_(std::move(book)), id_(id), slot_(slot), max_tokens_(max_tokens) {}
+  ~CudaState() override;
+  int64_t num_tokens() const override { return tokens_; }
+  std::unique_ptr<SequenceState> Clone() const override;
+  void Reset() override;
+
+  const KimiLinearCudaModel* owner_;
+  std::shared_ptr<PoolBook> book_;
+  uint64_t id_;
+  int32_t slot_;
+  int64_t max_tokens_;
+  int64_t tokens_ = 0;
+  uint64_t generation_ = 0;     // bumped whenever blocks_ is replaced
+  std::vector<int32_t> blocks_;  // MLA cache blocks, in sequence order
+};
+
+// Decode graphs are keyed by batch size, the MlaDecode length bound (the
+// next power of two ≥ the longest sequence, at least kMinMlaBucket) and
+// whether sampling is part of the step.
+using GraphKey = std::tuple<int64_t, int64_t, bool>;
+struct GraphEntry {
+  int eager_runs = 0;  // the first step of a key runs eagerly (kernel loading)
+  cudaGraphExec_t exec = nullptr;
+};
+
+class KimiLinearCudaModel final : public Model {
+ public:
+  // kimi_linear_load_cuda.cc.
+  static StatusOr<std::unique_ptr<KimiLinearCudaModel>> Create(
+      std::shared_ptr<const WeightStore> weights, const KimiLinearConfig& config,
+      const LoadOptions& options);
+  ~KimiLinearCudaModel() override;
+
+  const ModelInfo& info() const override { return info_; }
+  StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
+  Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
+                 bool all_logits) const override;
+  Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                     float* logits) const override;
+  Status DecodeBatchSample(std::span<const int32_t> tokens,
+                           std::span<SequenceState* const> states,
+                           std::span<const DecodeSampling> sampling,
+                           int32_t* out_tokens) const override;
+  Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
+                                 uint64_t seed) const override;
+
+  KimiCudaStats Stats() const;
+  // For CudaState (take mu_ themselves).
+  std::unique_ptr<SequenceState> CloneState(const CudaState& src) const;
+  void ResetState(CudaState& st) const;
+
+ private:
+  KimiLinearCudaModel() = default;
+
+  // --- kimi_linear_load_cuda.cc ---
+  Status Setup(std::shared_ptr<const WeightStore> weights, const KimiLinearConfig& config,
+               const LoadOptions& options);
+  Status UploadWeights(const WeightStore& store, const LoadOptions& options);
+  Status MakeDummyWeights(uint64_t seed);
+  Status SelfCheck();
+
+  // --- kimi_linear_cuda.cc ---
+  // Enqueue-only building blocks (no host synchronisation; graph-safe).
+  Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
+            int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta) const;
+  Status EnqueueLayers(int64_t n, const int32_t* tokens, const CudaState* prefill_state,
+                       int64_t past, int64_t mla_bound, const float** pending) const;
+  Status KdaMixer(const Layer& L, int64_t n, const CudaState* prefill_state) const;
+  Status MlaMixer(const Layer& L, int64_t n, const CudaState* prefill_state, int64_t past,
+                  int64_t mla_bound) const;
+  Status Ffn(const Layer& L, int64_t n, const float** pending) const;
+  Status EnqueueDecode(int64_t batch, int64_t mla_bound, bool sample) const;
+
+  // Host-side steps (hold mu_).
+  Status CheckState(SequenceState* s, CudaState** out, const char* what) const;
+  Status EnsureBlocks(CudaState& st, int64_t tokens) const;
+  Status UploadPrefillTable(const CudaState& st, int64_t tokens) const;
+  Status Prefill(std::span<const int32_t> tokens, CudaState& st, float* logits,
+                 bool all_logits) const;
+  Status DecodeLocked(std::span<const int32_t> tokens, std::span<CudaState* const> states,
+                      float* logits, std::span<const DecodeSampling> sampling,
+                      int32_t* out_tokens) const;
+  Status RunDecodeStep(int64_t batch, int64_t mla_bound, bool sample) const;
+  int64_t MlaBound(int64_t max_len) const;
+  Status ZeroSlot(int32_t slot) const;
+  Status Sync(const char* what) const;
+
+  KimiLinearConfig cfg_;
+  Geometry g_;
+  Plan plan_;
+  ModelInfo info_;
+  int device_ = 0;
+  mutable bool graphs_enabled_ = true;
+
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::BlasContext> blas_;
+  void* weight_mem_ = nullptr;
+  void* runtime_mem_ = nullptr;
+  size_t weight_bytes_ = 0, scratch_bytes_ = 0, state_pool_bytes_ = 0, kv_pool_bytes_ = 0;
+  Weights w_;
+  Scratch s_;
+  Pools pools_;
+  std::shared_ptr<PoolBook> book_;
+
+  // Pinned host mirrors of the per-step device inputs, and result staging.
+  void* pinned_ = nullptr;
+  int32_t* h_step_ = nullptr;         // [4, max_batch]
+  int32_t* h_block_table_ = nullptr;  // [max_batch + 1, max_blocks]
+  cuda::GpuSamplingRow* h_sampling_ = nullptr;
+  int32_t* h_sampled_ = nullptr;
+  float* h_logits_ = nullptr;         // [max_batch, V]
+  char* h_staging_ = nullptr;         // weight upload staging
+
+  mutable std::mutex mu_;  // one forward pass at a time: scratch and stream are shared
+  // Which (state id, generation, blocks) each device block-table row holds,
+  // so a decode step uploads only what changed.
+  struct RowOwner {
+    uint64_t id = 0, generation = 0;
+    int64_t blocks = 0;
+  };
+  mutable std::vector<RowOwner> row_owner_;
+  mutable std::map<GraphKey, GraphEntry> graphs_;
+  mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0;
+  mutable std::string graph_error_;
+};
+
+// "12.3 GiB".
+std::string GiB(double bytes);
+
+}  // namespace kimi_cuda
+}  // namespace strata
+
+#endif  // STRATA_MODEL_MODELS_KIMI_LINEAR_CUDA_IMPL_H_

@@ -1,0 +1,329 @@
+// Device selection and the model-level pieces around the CUDA executor that
+// every build has (runs in CPU-only CI):
+//   * device=cpu loads on the CPU with no notice; device=cuda/auto loads on
+//     the GPU when this build has CUDA and a usable device, and otherwise
+//     gives the CPU model plus a notice saying why, never an error;
+//   * --load-format dummy on the CPU (random host weights from config.json
+//     alone), deterministic per seed, and refused clearly for 48B shapes;
+//   * Model::DecodeBatch / DecodeBatchSample defaults (a loop of Forward);
+//   * the shared kimi_linear tensor list names every tensor of each fixture;
+//   * the cost model the benchmarks report against.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/npy.h"
+#include "model/config_reader.h"
+#include "model/model.h"
+#include "model/models/kimi_linear_config.h"
+#include "model/models/kimi_linear_weights.h"
+#include "model/weight_store.h"
+#if defined(STRATA_HAVE_CUDA)
+#include "backend/cuda/device_info.h"
+#endif
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Fixture(const std::string& name) { return std::string(STRATA_TEST_DATA_DIR) + "/" + name; }
+
+// Whether this build and machine should put a kimi_linear model on the GPU.
+bool GpuUsable() {
+#if defined(STRATA_HAVE_CUDA)
+  auto d = cuda::ListDevices();
+  return d.ok() && !d->empty() && d->front().compute_major == 9 && d->front().compute_minor == 0;
+#else
+  return false;
+#endif
+}
+
+std::vector<int32_t> Prompt(const std::string& fixture) {
+  auto p = ReadNpyInt32(Fixture(fixture) + "/prompt.npy");
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *p : std::vector<int32_t>{};
+}
+
+std::vector<float> PrefillLogits(const Model& m, const std::vector<int32_t>& tokens) {
+  auto st = m.NewState(static_cast<int64_t>(tokens.size()) + 1);
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (!st.ok()) return {};
+  std::vector<float> logits(tokens.size() * static_cast<size_t>(m.info().vocab_size));
+  Status s = m.Forward(tokens, **st, logits.data(), /*all_logits=*/true);
+  EXPECT_TRUE(s.ok()) << s;
+  return logits;
+}
+
+// A private directory removed at the end of the test.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag)
+      : path_(fs::temp_directory_path() /
+              (tag + "_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+               std::to_string(reinterpret_cast<uintptr_t>(this)))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+TEST(DeviceSelection, CpuRequestLoadsOnTheCpuWithoutNotice) {
+  LoadOptions o;
+  o.device = Device::kCpu;
+  auto m = LoadModel(Fixture("kimi_a"), o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->info().device, "cpu");
+  EXPECT_EQ((*m)->info().notice, "");
+}
+
+TEST(DeviceSelection, CudaOrAutoGivesTheGpuOrTheCpuWithANoticeNeverAnError) {
+  auto cpu = LoadModel(Fixture("kimi_a"));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const std::vector<int32_t> prompt = Prompt("kimi_a");
+  ASSERT_FALSE(prompt.empty());
+  const std::vector<float> want = PrefillLogits(**cpu, prompt);
+  for (Device d : {Device::kCuda, Device::kAuto}) {
+    LoadOptions o;
+    o.device = d;
+    auto m = LoadModel(Fixture("kimi_a"), o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const ModelInfo& info = (*m)->info();
+    std::printf("[fallback] device=%s -> info.device='%s' notice='%s'\n",
+                d == Device::kCuda ? "cuda" : "auto", info.device.c_str(), info.notice.c_str());
+    if (GpuUsable()) {
+      EXPECT_EQ(info.device.rfind("cuda:", 0), 0u) << info.notice;
+      EXPECT_EQ(info.notice, "");
+      continue;
+    }
+    EXPECT_EQ(info.device, "cpu");
+    EXPECT_NE(info.notice.find("running on the CPU"), std::string::npos) << info.notice;
+    EXPECT_NE(info.notice.find(d == Device::kCuda ? "CUDA requested" : "device auto"), std::string::npos)
+        << info.notice;
+    // The fallback is the CPU executor itself: the same logits, bit for bit.
+    EXPECT_EQ(PrefillLogits(**m, prompt), want);
+    EXPECT_EQ(info.num_layers, (*cpu)->info().num_layers);
+    EXPECT_EQ(info.vocab_size, (*cpu)->info().vocab_size);
+  }
+}
+
+TEST(DeviceSelection, FallbackModelStillReportsDeviceSpecificUnsupportedCalls) {
+  LoadOptions o;
+  o.device = Device::kAuto;
+  auto m = LoadModel(Fixture("kimi_b"), o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  if (GpuUsable()) GTEST_SKIP() << "a GPU is usable here; the CUDA executor implements this";
+  auto st = (*m)->NewState(16);
+  ASSERT_TRUE(st.ok());
+  const Status s = (*m)->FillContextForBenchmark(**st, 8, 1);
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+}
+
+// --- dummy weights on the CPU -------------------------------------------------
+
+TEST(DummyWeights, CpuDummyModelLoadsFromConfigAloneAndIsDeterministicPerSeed) {
+  TempDir dir("strata_dummy_cfg");
+  fs::copy_file(Fixture("kimi_b") + "/config.json", dir.str() + "/config.json");
+  const std::vector<int32_t> tokens = {1, 5, 9, 200, 3, 77, 0, 511};
+  std::vector<std::vector<float>> runs;
+  for (uint64_t seed : {7u, 7u, 8u}) {
+    LoadOptions o;
+    o.load_format = LoadFormat::kDummy;
+    o.dummy_seed = seed;
+    auto m = LoadModel(dir.str(), o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->info().device, "cpu");
+    EXPECT_GT((*m)->info().num_parameters, 0);
+    runs.push_back(PrefillLogits(**m, tokens));
+    double sum_sq = 0;
+    for (float v : runs.back()) {
+      ASSERT_TRUE(std::isfinite(v));
+      sum_sq += static_cast<double>(v) * v;
+    }
+    EXPECT_GT(sum_sq, 0.0) << "dummy logits are all zero";
+  }
+  EXPECT_EQ(runs[0], runs[1]) << "same seed, different weights";
+  EXPECT_NE(runs[0], runs[2]) << "different seeds, same weights";
+}
+
+TEST(DummyWeights, CpuRefuses48BShapesWithAClearMessage) {
+  TempDir dir("strata_dummy_48b");
+  {
+    std::ofstream f(dir.str() + "/config.json");
+    f << KimiLinear48BConfigJson();
+  }
+  LoadOptions o;
+  o.load_format = LoadFormat::kDummy;
+  o.device = Device::kCpu;
+  auto m = LoadModel(dir.str(), o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(m.status())) << m.status();
+  EXPECT_NE(m.status().message().find("dummy weights on the CPU"), std::string::npos) << m.status();
+}
+
+// --- the default batched decode ------------------------------------------------
+
+class DefaultDecodeBatch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = LoadModel(Fixture("kimi_a"));
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    prompt_ = Prompt("kimi_a");
+    ASSERT_GE(prompt_.size(), 60u);
+  }
+  std::unique_ptr<SequenceState> Prefilled(size_t begin, size_t n) {
+    auto st = model_->NewState(128);
+    EXPECT_TRUE(st.ok());
+    EXPECT_TRUE(model_->Forward(std::span(prompt_.data() + begin, n), **st, nullptr, false).ok());
+    return std::move(*st);
+  }
+  std::unique_ptr<Model> model_;
+  std::vector<int32_t> prompt_;
+};
+
+TEST_F(DefaultDecodeBatch, EqualsOneForwardPerSequence) {
+  const int64_t V = model_->info().vocab_size;
+  std::vector<std::unique_ptr<SequenceState>> batch, alone;
+  const size_t begins[3] = {0, 7, 30}, lens[3] = {5, 17, 29};
+  for (int i = 0; i < 3; ++i) {
+    batch.push_back(Prefilled(begins[i], lens[i]));
+    alone.push_back(Prefilled(begins[i], lens[i]));
+  }
+  std::vector<SequenceState*> states = {batch[0].get(), batch[1].get(), batch[2].get()};
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<int32_t> tokens = {prompt_[static_cast<size_t>(40 + step)],
+                                         prompt_[static_cast<size_t>(45 + step)],
+                                         prompt_[static_cast<size_t>(50 + step)]};
+    std::vector<float> got(static_cast<size_t>(3 * V));
+    ASSERT_TRUE(model_->DecodeBatch(tokens, states, got.data()).ok());
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> want(static_cast<size_t>(V));
+      ASSERT_TRUE(model_->Forward(std::span(&tokens[static_cast<size_t>(i)], 1), *alone[static_cast<size_t>(i)],
+                                  want.data(), false)
+                      .ok());
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + i * V)) << "step " << step << " row " << i;
+    }
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(batch[static_cast<size_t>(i)]->num_tokens(), static_cast<int64_t>(lens[i] + 4));
+}
+
+TEST_F(DefaultDecodeBatch, RejectsMismatchedSizesNullAndRepeatedStates) {
+  auto a = Prefilled(0, 3), b = Prefilled(3, 3);
+  const std::vector<int32_t> two = {1, 2}, one = {1};
+  std::vector<SequenceState*> ab = {a.get(), b.get()}, aa = {a.get(), a.get()}, an = {a.get(), nullptr};
+  EXPECT_TRUE(absl::IsInvalidArgument(model_->DecodeBatch(one, ab, nullptr)));
+  EXPECT_TRUE(absl::IsInvalidArgument(model_->DecodeBatch(two, aa, nullptr)));
+  EXPECT_TRUE(absl::IsInvalidArgument(model_->DecodeBatch(two, an, nullptr)));
+  EXPECT_EQ(a->num_tokens(), 3);
+  EXPECT_EQ(b->num_tokens(), 3);
+}
+
+TEST_F(DefaultDecodeBatch, GreedySampleIsTheArgmaxAndOtherSamplingIsUnimplemented) {
+  const int64_t V = model_->info().vocab_size;
+  auto a = Prefilled(0, 9), a2 = Prefilled(0, 9), b = Prefilled(9, 4), b2 = Prefilled(9, 4);
+  const std::vector<int32_t> tokens = {prompt_[20], prompt_[21]};
+  std::vector<SequenceState*> s1 = {a.get(), b.get()}, s2 = {a2.get(), b2.get()};
+  std::vector<float> logits(static_cast<size_t>(2 * V));
+  ASSERT_TRUE(model_->DecodeBatch(tokens, s1, logits.data()).ok());
+  std::vector<DecodeSampling> greedy(2);
+  int32_t out[2] = {-1, -1};
+  ASSERT_TRUE(model_->DecodeBatchSample(tokens, s2, greedy, out).ok());
+  for (int i = 0; i < 2; ++i) {
+    const float* row = logits.data() + i * V;
+    EXPECT_EQ(out[i], std::max_element(row, row + V) - row) << "row " << i;
+  }
+  greedy[1].temperature = 0.7f;
+  EXPECT_TRUE(absl::IsUnimplemented(model_->DecodeBatchSample(tokens, s2, greedy, out)));
+}
+
+// --- the shared tensor list --------------------------------------------------
+
+TEST(KimiTensorSpecs, NameEveryTensorOfEachFixtureWithItsShape) {
+  for (const char* name : {"kimi_a", "kimi_b", "kimi_c"}) {
+    const std::string dir = Fixture(name);
+    auto reader = ConfigReader::FromFile(dir + "/config.json");
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    auto cfg = ParseKimiLinearConfig(*reader);
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    auto store = WeightStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    const std::vector<KimiTensorSpec> specs = KimiLinearTensorSpecs(*cfg);
+    size_t found = 0;
+    for (const KimiTensorSpec& t : specs) {
+      std::string stored = t.name;
+      if (t.layer >= 0 && t.name.find(".mlp.") != std::string::npos) {
+        stored = KimiDenseMlpPrefix(**store, t.layer) + t.name.substr(t.name.find(".mlp.") + 5);
+      }
+      auto v = (*store)->Get(stored);
+      ASSERT_TRUE(v.ok()) << name << ": " << v.status();
+      ++found;
+      if (t.kind == KimiTensorKind::kALog || t.kind == KimiTensorKind::kDtBias) {
+        EXPECT_EQ(v->NumElements(), t.NumElements()) << name << " " << stored;
+      } else {
+        EXPECT_EQ(v->shape, t.shape) << name << " " << stored;
+      }
+    }
+    EXPECT_EQ(found, (*store)->Names().size()) << name << ": the fixture holds tensors the list misses";
+  }
+}
+
+// --- the cost model ----------------------------------------------------------
+
+KimiLinearConfig Config48B() {
+  auto reader = ConfigReader::FromString("kimi-48b/config.json", KimiLinear48BConfigJson());
+  EXPECT_TRUE(reader.ok()) << reader.status();
+  auto cfg = ParseKimiLinearConfig(*reader);
+  EXPECT_TRUE(cfg.ok()) << cfg.status();
+  return *cfg;
+}
+
+TEST(KimiCostModel, The48BModelReadsAbout6GBPerBatch1DecodeStep) {
+  const KimiLinearConfig c = Config48B();
+  const KimiParamCounts p = CountKimiParams(c);
+  const double active = p.dense_path + p.lm_head + static_cast<double>(p.top_k * p.moe_layers) * p.per_expert;
+  const double total = p.embedding + p.lm_head + p.dense_path +
+                       static_cast<double>(p.experts * p.moe_layers) * p.per_expert;
+  std::printf("[cost] 48B: %.3g parameters, %.3g active per token\n", total, active);
+  EXPECT_NEAR(active, 3.11e9, 0.1e9);  // "3.11 B active parameters" (issue 4)
+  EXPECT_NEAR(total, 49e9, 2e9);
+  const KimiDecodeBytes b1 = KimiLinearDecodeBytes(c, 1, 4096);
+  std::printf("[cost] batch 1 @4K: weights %.3g + experts %.3g + state %.3g = %.3g bytes -> %.3f ms at 4.27 TB/s\n",
+              b1.weights, b1.experts, b1.state, b1.total(), b1.total() / 4.27e12 * 1e3);
+  EXPECT_NEAR(b1.total(), 6.2e9, 0.3e9);
+  // More sequences touch more experts, up to all of them.
+  EXPECT_NEAR(ExpectedDistinctExperts(256, 8, 1), 8.0, 1e-9);
+  EXPECT_NEAR(ExpectedDistinctExperts(256, 8, 64), 256 * (1 - std::pow(1 - 8.0 / 256, 64)), 1e-6);
+  EXPECT_LT(ExpectedDistinctExperts(256, 8, 100000), 256.0 + 1e-9);
+  const KimiDecodeBytes b64 = KimiLinearDecodeBytes(c, 64, 32768);
+  EXPECT_GT(b64.experts, 25 * b1.experts);
+  // State bytes scale with batch and context.
+  EXPECT_NEAR(KimiLinearDecodeBytes(c, 2, 4096).state, 2 * b1.state, 1e-6 * b1.state);
+  EXPECT_GT(KimiLinearDecodeBytes(c, 1, 131072).state, 20 * b1.state);
+}
+
+TEST(KimiCostModel, PrefillFlopsAreTheMatmulsPlusQuadraticAttention) {
+  const KimiLinearConfig c = Config48B();
+  const double f4k = KimiLinearPrefillFlops(c, 4096), f32k = KimiLinearPrefillFlops(c, 32768);
+  std::printf("[cost] prefill FLOPs: 4K %.3g (%.1f ms at 686 TFLOP/s), 32K %.3g (%.1f ms)\n", f4k,
+              f4k / 686e12 * 1e3, f32k, f32k / 686e12 * 1e3);
+  const double linear = 2.0 * 3.11e9 * 32768;
+  EXPECT_GT(f32k, linear * 0.95);
+  EXPECT_LT(f32k, linear * 1.6);
+  EXPECT_GT(f32k / f4k, 8.0);  // superlinear: the attention term
+}
+
+}  // namespace
+}  // namespace strata
