@@ -57,9 +57,9 @@ __device__ __forceinline__ void StoreV(T* p, const float (&v)[V]) {
 __device__ __forceinline__ float Silu(float a) { return a / (1.f + expf(-a)); }
 
 template <int K, int V, typename XT>
-__global__ void __launch_bounds__(kThreads) CausalConvPrefillKernel(
-    const XT* x, int64_t ldx, int64_t num_tokens, int64_t channels, const float* w, float* window,
-    bf16* out) {
+__global__ void __launch_bounds__(kThreads)
+    CausalConvPrefillKernel(const XT* x, int64_t ldx, int64_t num_tokens, int64_t channels,
+                            const float* w, float* window, bf16* out) {
   constexpr int W = K - 1;
   constexpr int kHist = W > 0 ? W : 1;
   const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
@@ -109,10 +109,11 @@ __global__ void __launch_bounds__(kThreads) CausalConvPrefillKernel(
     }
   }
 
+  // Only the first run writes the window. New window row r = x̂[T − W + r]:
+  // from x when T − W + r ≥ 0, else old window row T + r, which is > r and so
+  // not yet overwritten (rows ascend). This thread read all the old rows of
+  // its channels above.
   if (blockIdx.y != 0) return;
-  // New window row r = x̂[T − W + r]: from x when T − W + r ≥ 0, else old
-  // window row T + r, which is > r and so not yet overwritten (rows ascend).
-  // This thread read all the old rows of its channels above.
 #pragma unroll
   for (int r = 0; r < W; ++r) {
     const int64_t src = num_tokens - W + r;
@@ -130,9 +131,9 @@ __global__ void __launch_bounds__(kThreads) CausalConvPrefillKernel(
 // shifted column back. A negative slot (padding) writes zeros and touches no
 // window.
 template <int K, typename XT>
-__global__ void __launch_bounds__(kThreads) CausalConvDecodeKernel(
-    const XT* x, int64_t ldx, int64_t channels, const float* w, float* window_pool,
-    const int32_t* slots, bf16* out) {
+__global__ void __launch_bounds__(kThreads)
+    CausalConvDecodeKernel(const XT* x, int64_t ldx, int64_t channels, const float* w,
+                           float* window_pool, const int32_t* slots, bf16* out) {
   constexpr int W = K - 1;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t b = blockIdx.y;
@@ -166,7 +167,8 @@ Status CheckCommon(const char* op, ActType x_type, int64_t ldx, int64_t channels
   }
   if (channels <= 0) return absl::InvalidArgumentError(absl::StrCat(op, ": channels must be > 0"));
   if (kernel < 1 || kernel > kMaxKernel) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": kernel must be in [1, ", kMaxKernel, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": kernel must be in [1, ", kMaxKernel, "]"));
   }
   if (ldx < channels) return absl::InvalidArgumentError(absl::StrCat(op, ": ldx < channels"));
   if (w == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": w is null"));
@@ -206,11 +208,11 @@ void DispatchDecode(const void* x, ActType x_type, int64_t ldx, int64_t batch, i
                     cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(CeilDiv(c, kThreads)), static_cast<unsigned>(batch));
   if (x_type == ActType::kF32) {
-    CausalConvDecodeKernel<K, float><<<grid, kThreads, 0, stream>>>(
-        static_cast<const float*>(x), ldx, c, w, pool, slots, out);
+    CausalConvDecodeKernel<K, float>
+        <<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x), ldx, c, w, pool, slots, out);
   } else {
-    CausalConvDecodeKernel<K, bf16><<<grid, kThreads, 0, stream>>>(
-        static_cast<const bf16*>(x), ldx, c, w, pool, slots, out);
+    CausalConvDecodeKernel<K, bf16>
+        <<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(x), ldx, c, w, pool, slots, out);
   }
 }
 
@@ -219,14 +221,30 @@ void DispatchDecode(const void* x, ActType x_type, int64_t ldx, int64_t batch, i
 template <typename F>
 void ForKernelSize(int64_t kernel, F&& f) {
   switch (kernel) {
-    case 1: f(std::integral_constant<int, 1>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 3: f(std::integral_constant<int, 3>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 5: f(std::integral_constant<int, 5>{}); break;
-    case 6: f(std::integral_constant<int, 6>{}); break;
-    case 7: f(std::integral_constant<int, 7>{}); break;
-    default: f(std::integral_constant<int, 8>{}); break;
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      break;
+    case 5:
+      f(std::integral_constant<int, 5>{});
+      break;
+    case 6:
+      f(std::integral_constant<int, 6>{});
+      break;
+    case 7:
+      f(std::integral_constant<int, 7>{});
+      break;
+    default:
+      f(std::integral_constant<int, 8>{});
+      break;
   }
   static_assert(kMaxKernel == 8, "extend the switch");
 }
@@ -254,8 +272,8 @@ Status CausalConvSiluPrefill(const void* x, ActType x_type, int64_t ldx, int64_t
   const bool vec = channels % 4 == 0 && ldx % 4 == 0 && IsAligned(x, 4 * ActBytes(x_type)) &&
                    IsAligned(out, 8) && (window == nullptr || IsAligned(window, 16));
   ForKernelSize(kernel, [&](auto k) {
-    DispatchPrefill<decltype(k)::value>(x, x_type, ldx, num_tokens, channels, w, window, out,
-                                        vec, stream);
+    DispatchPrefill<decltype(k)::value>(x, x_type, ldx, num_tokens, channels, w, window, out, vec,
+                                        stream);
   });
   return LaunchStatus("CausalConvPrefillKernel");
 }
@@ -274,8 +292,8 @@ Status CausalConvSiluDecode(const void* x, ActType x_type, int64_t ldx, int64_t 
   }
   if (batch == 0) return OkStatus();
   ForKernelSize(kernel, [&](auto k) {
-    DispatchDecode<decltype(k)::value>(x, x_type, ldx, batch, channels, w, window_pool, slots,
-                                       out, stream);
+    DispatchDecode<decltype(k)::value>(x, x_type, ldx, batch, channels, w, window_pool, slots, out,
+                                       stream);
   });
   return LaunchStatus("CausalConvDecodeKernel");
 }

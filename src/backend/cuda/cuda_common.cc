@@ -28,7 +28,7 @@ bool IsSticky(cudaError_t err) {
   }
 }
 
-Status Make(cudaError_t err, std::string_view prefix, std::string_view what) {
+Status Make(cudaError_t err, const char* prefix, const char* what) {
   if (IsSticky(err)) {
     return absl::UnavailableError(absl::StrCat(prefix, what, ": ", cudaGetErrorName(err), " (",
                                                cudaGetErrorString(err), ") [device lost]"));

@@ -169,18 +169,16 @@ __global__ void FillRandomBf16Kernel(bf16* dst, int64_t count, uint64_t seed, fl
 }
 
 template <bool kVec>
-__global__ void FillRandomF32Kernel(float* dst, int64_t count, uint64_t seed, float lo,
-                                    float hi) {
+__global__ void FillRandomF32Kernel(float* dst, int64_t count, uint64_t seed, float lo, float hi) {
   const float span = hi - lo;
   int64_t start = 0;
   if constexpr (kVec) {
     const int64_t vecs = count / 4;
     for (int64_t v = GlobalThread(); v < vecs; v += GridThreads()) {
       const uint64_t i = static_cast<uint64_t>(v) * 4;
-      StoreF4(dst + v * 4, make_float4(lo + span * UniformAt(seed, i),
-                                       lo + span * UniformAt(seed, i + 1),
-                                       lo + span * UniformAt(seed, i + 2),
-                                       lo + span * UniformAt(seed, i + 3)));
+      StoreF4(dst + v * 4,
+              make_float4(lo + span * UniformAt(seed, i), lo + span * UniformAt(seed, i + 1),
+                          lo + span * UniformAt(seed, i + 2), lo + span * UniformAt(seed, i + 3)));
     }
     start = vecs * 4;
   }
@@ -189,8 +187,8 @@ __global__ void FillRandomF32Kernel(float* dst, int64_t count, uint64_t seed, fl
   }
 }
 
-Status CheckCount(const char* op, int64_t count, const void* a, const char* a_name,
-                  const void* b, const char* b_name) {
+Status CheckCount(const char* op, int64_t count, const void* a, const char* a_name, const void* b,
+                  const char* b_name) {
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat(op, ": count must be >= 0"));
   if (count > 0 && a == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", a_name, " is null"));
@@ -224,11 +222,11 @@ Status EmbeddingGather(const bf16* embed, int64_t dim, const int32_t* tokens, in
   if (n == 0) return OkStatus();
   const int threads = static_cast<int>(std::clamp<int64_t>(CeilDiv(dim, 8 * 32) * 32, 32, 1024));
   if (dim % 8 == 0 && IsAligned(embed, 16) && IsAligned(h, 16)) {
-    EmbeddingGatherKernel<true><<<static_cast<unsigned>(n), threads, 0, stream>>>(embed, dim,
-                                                                                  tokens, h);
+    EmbeddingGatherKernel<true>
+        <<<static_cast<unsigned>(n), threads, 0, stream>>>(embed, dim, tokens, h);
   } else {
-    EmbeddingGatherKernel<false><<<static_cast<unsigned>(n), threads, 0, stream>>>(embed, dim,
-                                                                                   tokens, h);
+    EmbeddingGatherKernel<false>
+        <<<static_cast<unsigned>(n), threads, 0, stream>>>(embed, dim, tokens, h);
   }
   return LaunchStatus("EmbeddingGatherKernel");
 }

@@ -69,12 +69,12 @@ Status LtError(cublasStatus_t st, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cublasLtGetStatusString(st)));
 }
 
-#define STRATA_LT_RETURN_IF_ERROR(expr)                      \
-  do {                                                       \
-    const cublasStatus_t strata_lt_st_ = (expr);             \
-    if (strata_lt_st_ != CUBLAS_STATUS_SUCCESS) {            \
-      return LtError(strata_lt_st_, #expr);                  \
-    }                                                        \
+#define STRATA_LT_RETURN_IF_ERROR(expr)           \
+  do {                                            \
+    const cublasStatus_t strata_lt_st_ = (expr);  \
+    if (strata_lt_st_ != CUBLAS_STATUS_SUCCESS) { \
+      return LtError(strata_lt_st_, #expr);       \
+    }                                             \
   } while (0)
 
 // ---------------------------------------------------------------------------
@@ -215,10 +215,9 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
                                         F32x2ToBf16x2(b.x, b.y), F32x2ToBf16x2(b.z, b.w));
             const float2 h0 = Bf16x2ToF32(hi.x), h1 = Bf16x2ToF32(hi.y);
             const float2 h2 = Bf16x2ToF32(hi.z), h3 = Bf16x2ToF32(hi.w);
-            const uint4 lo = make_uint4(F32x2ToBf16x2(a.x - h0.x, a.y - h0.y),
-                                        F32x2ToBf16x2(a.z - h1.x, a.w - h1.y),
-                                        F32x2ToBf16x2(b.x - h2.x, b.y - h2.y),
-                                        F32x2ToBf16x2(b.z - h3.x, b.w - h3.y));
+            const uint4 lo = make_uint4(
+                F32x2ToBf16x2(a.x - h0.x, a.y - h0.y), F32x2ToBf16x2(a.z - h1.x, a.w - h1.y),
+                F32x2ToBf16x2(b.x - h2.x, b.y - h2.y), F32x2ToBf16x2(b.z - h3.x, b.w - h3.y));
             MmaBlock(acc[nt], wa[j], wb[j], hi);
             MmaBlock(acc[nt], wa[j], wb[j], lo);
           } else {
@@ -311,6 +310,7 @@ struct BlasContext::Plans {
     cublasLtMatrixLayout_t b = nullptr;
     cublasLtMatrixLayout_t c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool has_algo = false;  // false: cuBLASLt offers none (cached so we ask once)
   };
   static void Destroy(LtPlan& p) {
     if (p.op) cublasLtMatmulDescDestroy(p.op);
@@ -374,7 +374,8 @@ namespace {
 
 Status CheckGemmArgs(const GemmArgs& a, bool transpose_w, bool batched) {
   if (a.m < 0) return absl::InvalidArgumentError("Gemm: m must be >= 0");
-  if (a.n <= 0 || a.n > INT32_MAX) return absl::InvalidArgumentError("Gemm: n must be in [1, 2^31)");
+  if (a.n <= 0 || a.n > INT32_MAX)
+    return absl::InvalidArgumentError("Gemm: n must be in [1, 2^31)");
   if (a.k <= 0) return absl::InvalidArgumentError("Gemm: k must be > 0");
   if (a.x == nullptr) return absl::InvalidArgumentError("Gemm: x is null");
   if (a.w == nullptr) return absl::InvalidArgumentError("Gemm: w is null");
@@ -525,28 +526,34 @@ Status GetLtPlan(BlasContext& ctx, const LtCall& c, const LtPlan** out) {
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(ctx.handle()), p.op, p.a,
-                                        p.b, p.c, p.c, pref, 1, &result, &returned);
+    st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(ctx.handle()), p.op, p.a, p.b,
+                                        p.c, p.c, pref, 1, &result, &returned);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS) return fail(LtError(st, "cublasLtMatmulAlgoGetHeuristic"));
   if (returned == 0) {
-    return fail(absl::UnimplementedError(
-        absl::StrCat("Gemm: cuBLASLt has no algorithm for m=", c.m, " n=", c.n, " k=", c.k,
-                     " ldx=", c.ldx, " ldw=", c.ldw, " ldy=", c.ldy, " count=", c.count)));
+    BlasContext::Plans::Destroy(p);  // remembered as "no algorithm"
+  } else {
+    p.algo = result.algo;
+    p.has_algo = true;
   }
-  p.algo = result.algo;
   *out = &plans.lt.emplace(key, p).first->second;
   return OkStatus();
 }
 
+// Returns Unimplemented when cuBLASLt has no algorithm for the shape.
 Status RunLt(BlasContext& ctx, const LtCall& c, cudaStream_t stream) {
   const LtPlan* plan = nullptr;
   STRATA_RETURN_IF_ERROR(GetLtPlan(ctx, c, &plan));
-  STRATA_LT_RETURN_IF_ERROR(cublasLtMatmul(
-      static_cast<cublasLtHandle_t>(ctx.handle()), plan->op, &c.alpha, c.w, plan->a, c.x, plan->b,
-      &c.beta, c.y, plan->c, c.y, plan->c, &plan->algo, ctx.workspace(), ctx.workspace_bytes(),
-      stream));
+  if (!plan->has_algo) {
+    return absl::UnimplementedError(
+        absl::StrCat("Gemm: cuBLASLt has no algorithm for m=", c.m, " n=", c.n, " k=", c.k,
+                     " ldx=", c.ldx, " ldw=", c.ldw, " ldy=", c.ldy, " count=", c.count));
+  }
+  STRATA_LT_RETURN_IF_ERROR(cublasLtMatmul(static_cast<cublasLtHandle_t>(ctx.handle()), plan->op,
+                                           &c.alpha, c.w, plan->a, c.x, plan->b, &c.beta, c.y,
+                                           plan->c, c.y, plan->c, &plan->algo, ctx.workspace(),
+                                           ctx.workspace_bytes(), stream));
   return OkStatus();
 }
 
@@ -636,7 +643,18 @@ Status Gemm(BlasContext& ctx, const GemmArgs& args, cudaStream_t stream) {
   c.y = args.y;
   c.alpha = args.alpha;
   c.beta = args.beta;
-  return RunLt(ctx, c, stream);
+  const Status st = RunLt(ctx, c, stream);
+  if (st.code() != absl::StatusCode::kUnimplemented) return st;
+  // No cuBLASLt algorithm (odd leading dimensions): correct but slower, the
+  // streaming kernels over 16-row slices of x and y.
+  for (int64_t r = 0; r < args.m; r += kGemvMaxRows) {
+    GemmArgs slice = args;
+    slice.m = std::min<int64_t>(kGemvMaxRows, args.m - r);
+    slice.x = static_cast<const char*>(args.x) + r * ldx * ActBytes(args.x_type);
+    slice.y = static_cast<char*>(args.y) + r * ldy * ActBytes(args.y_type);
+    STRATA_RETURN_IF_ERROR(RunGemv(ctx, slice, ldx, ldw, ldy, stream));
+  }
+  return OkStatus();
 }
 
 Status StridedBatchedGemm(BlasContext& ctx, const StridedBatchedGemmArgs& args,

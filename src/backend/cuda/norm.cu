@@ -178,11 +178,11 @@ void LaunchAddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n
   if (delta == nullptr) {
     AddRmsNormKernel<V, false, float><<<grid, threads, 0, stream>>>(h, nullptr, dim, w, eps, out);
   } else if (delta_type == ActType::kF32) {
-    AddRmsNormKernel<V, true, float><<<grid, threads, 0, stream>>>(
-        h, static_cast<const float*>(delta), dim, w, eps, out);
+    AddRmsNormKernel<V, true, float>
+        <<<grid, threads, 0, stream>>>(h, static_cast<const float*>(delta), dim, w, eps, out);
   } else {
-    AddRmsNormKernel<V, true, bf16><<<grid, threads, 0, stream>>>(
-        h, static_cast<const bf16*>(delta), dim, w, eps, out);
+    AddRmsNormKernel<V, true, bf16>
+        <<<grid, threads, 0, stream>>>(h, static_cast<const bf16*>(delta), dim, w, eps, out);
   }
 }
 
@@ -238,8 +238,8 @@ Status RmsNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, ActType typ
     return absl::InvalidArgumentError("RmsNormRows: in place needs ldx == ldy");
   }
   if (n == 0) return OkStatus();
-  const bool vec = dim % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && Vec4(x, type) &&
-                   Vec4(y, type) && Vec4(w, ActType::kF32);
+  const bool vec = dim % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && Vec4(x, type) && Vec4(y, type) &&
+                   Vec4(w, ActType::kF32);
   if (type == ActType::kF32) {
     if (vec) {
       LaunchRmsNormRows<4, float>(x, ldx, y, ldy, n, dim, w, eps, stream);

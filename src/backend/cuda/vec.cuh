@@ -40,7 +40,9 @@ __device__ __forceinline__ void StoreF(bf16* p, float v) { *p = __float2bfloat16
 
 // Four consecutive elements; p must be aligned to 4 elements (16 bytes for
 // fp32, 8 bytes for bf16).
-__device__ __forceinline__ float4 LoadF4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 LoadF4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
 __device__ __forceinline__ float4 LoadF4(const bf16* p) {
   const uint2 u = *reinterpret_cast<const uint2*>(p);
   const float2 a = Bf16x2ToF32(u.x);
@@ -60,8 +62,7 @@ __device__ __forceinline__ void StoreF4(bf16* p, float4 v) {
 // schedules it; the asm is not volatile, so it may batch these loads freely.
 __device__ __forceinline__ uint4 LdgStream16(const void* p, bool pred) {
   uint4 v;
-  asm(
-      "{\n"
+  asm("{\n"
       "  .reg .pred q;\n"
       "  setp.ne.b32 q, %5, 0;\n"
       "  mov.b32 %0, 0;\n"
@@ -79,8 +80,7 @@ __device__ __forceinline__ uint4 LdgStream16(const void* p, bool pred) {
 // operands that many warps re-read. Guarded like LdgStream16.
 __device__ __forceinline__ uint4 Ldg16(const void* p, bool pred) {
   uint4 v;
-  asm(
-      "{\n"
+  asm("{\n"
       "  .reg .pred q;\n"
       "  setp.ne.b32 q, %5, 0;\n"
       "  mov.b32 %0, 0;\n"
