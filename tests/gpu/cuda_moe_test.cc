@@ -1,0 +1,529 @@
+// CUDA MoE against the CPU backend on random inputs:
+//  * MoeRoute vs cpu::RouteSigmoidTopK: indices exact, weights within 1e-6
+//    (E from 7 to 1000, k up to 32, with and without bias / renormalisation,
+//    exact ties in the scores, NaN and ±inf logits);
+//  * MoeForward vs cpu::Moe (the same bf16 expert weights, the router logits
+//    computed once by cpu::MatMul and fed to both; no shared expert):
+//      tiny odd shapes (E=7, k=2, D=64, I=48; n = 1, 3, 5, 97) and a scalar
+//      fallback shape (D=66, I=50), every decode path (fused down+combine for
+//      n ≤ 4, grouped GEMV otherwise);
+//      a mid shape on the tensor-core grouped GEMM (E=8, k=2, D=256, I=128,
+//      n=300);
+//      the production shape (E=256, k=8, D=2304, I=1024; n = 1, 8, 64, 2000);
+//      skewed routing (a bias of +10 sends every token to one expert) and
+//      experts with no tokens (everywhere E > n·k);
+//    L2-relative error ≤ 1e-2 (bf16 weights and activations, fp32 output),
+//    and a second run gives bit-identical output (k-ordered combine);
+//  * a captured CUDA graph replayed on new inputs equals the eager result;
+//  * argument misuse → InvalidArgument naming the field.
+// Each case prints max abs / max rel (to max |ref|) / L2-relative error.
+#include "backend/cuda/moe.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/moe.h"
+#include "backend/cpu/parallel.h"
+#include "base/dtype.h"
+#include "base/thread_pool.h"
+
+namespace strata::cuda {
+namespace {
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+class DevBuf {
+ public:
+  DevBuf() = default;
+  explicit DevBuf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16)), cudaSuccess); }
+  ~DevBuf() {
+    if (p_ != nullptr) cudaFree(p_);
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  void* p_ = nullptr;
+};
+
+template <typename T>
+void Upload(const DevBuf& d, const std::vector<T>& h) {
+  ASSERT_EQ(cudaMemcpy(d.get(), h.data(), sizeof(T) * h.size(), cudaMemcpyHostToDevice), cudaSuccess);
+}
+template <typename T>
+void Download(std::vector<T>& h, const DevBuf& d) {
+  ASSERT_EQ(cudaMemcpy(h.data(), d.get(), sizeof(T) * h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+ThreadPool* Pool() {
+  static ThreadPool* pool = new ThreadPool(0);
+  return pool;
+}
+
+// Counter-based uniform in [-scale, scale): parallel generation is reproducible.
+float HashUniform(uint64_t seed, uint64_t i, float scale) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const float u = static_cast<float>(z >> 40) * 0x1.0p-24f;  // [0, 1)
+  return (2.f * u - 1.f) * scale;
+}
+
+std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed, float scale) {
+  std::vector<uint16_t> v(n);
+  cpu::ParallelRange(Pool(), static_cast<int64_t>(n), 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) v[i] = F32ToBf16(HashUniform(seed, i, scale));
+  });
+  return v;
+}
+
+std::vector<float> RandomF32(size_t n, uint64_t seed, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = HashUniform(seed, i, scale);
+  return v;
+}
+
+struct Errors {
+  double max_abs = 0, max_rel = 0, l2_rel = 0;
+};
+
+Errors Compare(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0, max_ref = 0;
+  Errors e;
+  bool finite = true;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - ref[i];
+    if (!std::isfinite(got[i])) finite = false;
+    e.max_abs = std::max(e.max_abs, std::fabs(d));
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  e.max_rel = e.max_abs / std::max(max_ref, 1e-30);
+  e.l2_rel = std::sqrt(num / std::max(den, 1e-30));
+  if (!finite) e.max_abs = e.max_rel = e.l2_rel = std::numeric_limits<double>::infinity();
+  return e;
+}
+
+// ---------------------------------------------------------------------------
+// Routing.
+
+struct RouteCase {
+  int64_t E, k, n;
+  bool bias, renormalize;
+  float scaling;
+  int special;  // 0: random; 1: quantised logits (exact ties); 2: NaN/±inf sprinkled
+};
+
+void CheckRoute(const RouteCase& c, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "E=" << c.E << " k=" << c.k << " n=" << c.n
+                                  << " bias=" << c.bias << " renorm=" << c.renormalize
+                                  << " special=" << c.special);
+  std::vector<float> logits = RandomF32(static_cast<size_t>(c.n * c.E), seed, 4.f);
+  if (c.special == 1) {
+    for (float& v : logits) v = std::round(v * 2.f) / 2.f;  // ~17 distinct values
+  } else if (c.special == 2) {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const uint64_t h = static_cast<uint64_t>(HashUniform(seed + 7, i, 1.f) * 1e6f + 1e6f);
+      if (h % 13 == 0) logits[i] = std::numeric_limits<float>::quiet_NaN();
+      if (h % 17 == 0) logits[i] = std::numeric_limits<float>::infinity();
+      if (h % 19 == 0) logits[i] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  std::vector<float> bias;
+  if (c.bias) {
+    bias = RandomF32(static_cast<size_t>(c.E), seed + 1, 0.1f);
+    if (c.special == 1) {
+      for (float& b : bias) b = std::round(b * 20.f) / 20.f;  // ties survive the bias
+    }
+  }
+  std::vector<int32_t> ref_idx(static_cast<size_t>(c.n * c.k));
+  std::vector<float> ref_w(ref_idx.size());
+  for (int64_t t = 0; t < c.n; ++t) {
+    cpu::RouteSigmoidTopK(logits.data() + t * c.E, c.E, c.bias ? bias.data() : nullptr, c.k,
+                          c.renormalize, c.scaling, ref_idx.data() + t * c.k,
+                          ref_w.data() + t * c.k);
+  }
+  DevBuf d_logits(sizeof(float) * logits.size()), d_bias(sizeof(float) * c.E);
+  DevBuf d_idx(sizeof(int32_t) * ref_idx.size()), d_w(sizeof(float) * ref_w.size());
+  Upload(d_logits, logits);
+  if (c.bias) Upload(d_bias, bias);
+  MoeShape shape;
+  shape.num_experts = c.E;
+  shape.top_k = c.k;
+  shape.renormalize = c.renormalize;
+  shape.routed_scaling = c.scaling;
+  Status st = MoeRoute(shape, d_logits.get<float>(), c.bias ? d_bias.get<float>() : nullptr, c.n,
+                       d_idx.get<int32_t>(), d_w.get<float>(), nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<int32_t> idx(ref_idx.size());
+  std::vector<float> w(ref_w.size());
+  Download(idx, d_idx);
+  Download(w, d_w);
+  int64_t idx_mismatch = 0;
+  double max_w_err = 0;
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (idx[i] != ref_idx[i]) {
+      if (idx_mismatch++ < 5) {
+        ADD_FAILURE() << "token " << i / c.k << " pick " << i % c.k << ": gpu " << idx[i]
+                      << " cpu " << ref_idx[i];
+      }
+      continue;
+    }
+    if (std::isnan(ref_w[i]) || std::isnan(w[i])) {
+      EXPECT_TRUE(std::isnan(ref_w[i]) && std::isnan(w[i])) << "pair " << i;
+      continue;
+    }
+    const double err = std::fabs(static_cast<double>(w[i]) - ref_w[i]) /
+                       std::max(1.0, std::fabs(static_cast<double>(ref_w[i])));
+    max_w_err = std::max(max_w_err, err);
+  }
+  std::printf("MoeRoute E=%lld k=%lld n=%lld bias=%d renorm=%d special=%d: idx mismatches %lld, "
+              "max weight err %.3g\n",
+              static_cast<long long>(c.E), static_cast<long long>(c.k),
+              static_cast<long long>(c.n), c.bias, c.renormalize, c.special,
+              static_cast<long long>(idx_mismatch), max_w_err);
+  EXPECT_EQ(idx_mismatch, 0);
+  EXPECT_LE(max_w_err, 1e-6);
+}
+
+TEST(CudaMoeRoute, MatchesCpuRouting) {
+  const RouteCase cases[] = {
+      {7, 2, 97, false, true, 1.f, 0},      {7, 2, 5, true, false, 2.446f, 0},
+      {256, 8, 2000, true, true, 2.446f, 0}, {256, 8, 300, false, true, 2.446f, 1},
+      {256, 8, 300, true, true, 2.446f, 1},  {256, 8, 200, true, true, 2.446f, 2},
+      {64, 32, 100, true, true, 1.f, 0},     {33, 32, 50, true, false, 1.f, 1},
+      {384, 8, 100, true, true, 2.446f, 0},  {1000, 16, 64, true, true, 1.5f, 0},
+      {7, 7, 20, false, true, 1.f, 2},       {1, 1, 3, false, true, 1.f, 0},
+  };
+  uint64_t seed = 100;
+  for (const RouteCase& c : cases) CheckRoute(c, seed++);
+}
+
+// ---------------------------------------------------------------------------
+// MoeForward.
+
+// Stacked expert weights on host and device: w13 [E, 2I, D] (gate rows, then
+// up rows), w2 [E, D, I], router [E, D] fp32.
+struct Model {
+  MoeShape shape;
+  std::vector<uint16_t> w13, w2;
+  std::vector<float> router;
+  std::unique_ptr<DevBuf> d_w13, d_w2;
+
+  Model(int64_t E, int64_t D, int64_t I, int64_t k, uint64_t seed) {
+    shape.num_experts = E;
+    shape.hidden = D;
+    shape.inter = I;
+    shape.top_k = k;
+    w13 = RandomBf16(static_cast<size_t>(E * 2 * I * D), seed, 1.7f / std::sqrt(float(D)));
+    w2 = RandomBf16(static_cast<size_t>(E * D * I), seed + 1, 1.7f / std::sqrt(float(I)));
+    router = RandomF32(static_cast<size_t>(E * D), seed + 2, 1.7f / std::sqrt(float(D)));
+    d_w13 = std::make_unique<DevBuf>(sizeof(uint16_t) * w13.size());
+    d_w2 = std::make_unique<DevBuf>(sizeof(uint16_t) * w2.size());
+    Upload(*d_w13, w13);
+    Upload(*d_w2, w2);
+  }
+
+  cpu::MoeWeights CpuWeights(const float* bias) const {
+    const int64_t E = shape.num_experts, D = shape.hidden, I = shape.inter;
+    cpu::MoeWeights w;
+    w.router = cpu::WeightMatrix{DType::kF32, router.data(), E, D};
+    w.score_bias = bias;
+    w.top_k = shape.top_k;
+    w.renormalize = shape.renormalize;
+    w.routed_scaling = shape.routed_scaling;
+    w.has_shared = false;
+    w.experts.resize(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      const uint16_t* g = w13.data() + e * 2 * I * D;
+      w.experts[e].gate = cpu::WeightMatrix{DType::kBF16, g, I, D};
+      w.experts[e].up = cpu::WeightMatrix{DType::kBF16, g + I * D, I, D};
+      w.experts[e].down = cpu::WeightMatrix{DType::kBF16, w2.data() + e * D * I, D, I};
+    }
+    return w;
+  }
+};
+
+struct Inputs {
+  std::vector<uint16_t> x;
+  std::vector<float> x32, logits, bias;
+};
+
+// Random x, optional bias (a +10 on `skew_expert` when >= 0 sends every token
+// there), and the router logits the CPU reference computes for itself.
+Inputs MakeInputs(const Model& m, int64_t n, uint64_t seed, bool with_bias, int64_t skew_expert) {
+  const int64_t E = m.shape.num_experts, D = m.shape.hidden;
+  Inputs in;
+  in.x = RandomBf16(static_cast<size_t>(n * D), seed, 1.f);
+  in.x32.resize(in.x.size());
+  for (size_t i = 0; i < in.x.size(); ++i) in.x32[i] = Bf16ToF32(in.x[i]);
+  if (with_bias || skew_expert >= 0) {
+    in.bias = RandomF32(static_cast<size_t>(E), seed + 1, with_bias ? 0.1f : 0.f);
+    if (skew_expert >= 0) in.bias[skew_expert] = 10.f;
+  }
+  in.logits.resize(static_cast<size_t>(n * E));
+  cpu::WeightMatrix router{DType::kF32, m.router.data(), E, D};
+  std::vector<float> mm(
+      std::max<size_t>(1, cpu::MatMulScratchFloats(n, D, Pool()->num_threads())));
+  cpu::MatMul(in.x32.data(), n, router, in.logits.data(), mm.data(), Pool());
+  return in;
+}
+
+std::vector<float> CpuMoe(const Model& m, int64_t n, const Inputs& in) {
+  const cpu::MoeWeights w = m.CpuWeights(in.bias.empty() ? nullptr : in.bias.data());
+  const size_t bytes = cpu::MoeScratchBytes(n, m.shape.hidden, w, Pool()->num_threads());
+  std::vector<float> scratch(bytes / sizeof(float) + 64);
+  void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) &
+                                          ~uintptr_t{63});
+  std::vector<float> y(static_cast<size_t>(n * m.shape.hidden));
+  cpu::Moe(in.x32.data(), n, w, y.data(), aligned, Pool());
+  return y;
+}
+
+// Device copies of one input set plus the output and the workspace.
+struct GpuRun {
+  DevBuf x, logits, bias, y, ws;
+  size_t ws_bytes;
+  MoeArgs args;
+  GpuRun(const Model& m, int64_t n, const Inputs& in)
+      : x(sizeof(uint16_t) * in.x.size()),
+        logits(sizeof(float) * in.logits.size()),
+        bias(sizeof(float) * std::max<size_t>(1, in.bias.size())),
+        y(sizeof(float) * n * m.shape.hidden),
+        ws(MoeWorkspaceBytes(m.shape, n)),
+        ws_bytes(MoeWorkspaceBytes(m.shape, n)) {
+    Load(in);
+    args.shape = m.shape;
+    args.num_tokens = n;
+    args.x = x.get<bf16>();
+    args.router_logits = logits.get<float>();
+    args.score_bias = in.bias.empty() ? nullptr : bias.get<float>();
+    args.w13 = m.d_w13->get<bf16>();
+    args.w2 = m.d_w2->get<bf16>();
+    args.y = y.get<float>();
+  }
+  void Load(const Inputs& in) {
+    Upload(x, in.x);
+    Upload(logits, in.logits);
+    if (!in.bias.empty()) Upload(bias, in.bias);
+  }
+  std::vector<float> Run(cudaStream_t stream = nullptr) {
+    // Poison y so a kernel that skips an element cannot pass on stale data.
+    EXPECT_EQ(cudaMemsetAsync(y.get(), 0xff,
+                              sizeof(float) * args.num_tokens * args.shape.hidden, stream),
+              cudaSuccess);
+    const Status st = MoeForward(args, ws.get(), ws_bytes, stream);
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<float> out(static_cast<size_t>(args.num_tokens * args.shape.hidden));
+    Download(out, y);
+    return out;
+  }
+};
+
+void CheckForward(Model& m, int64_t n, uint64_t seed, bool bias, int64_t skew, bool renormalize,
+                  float scaling, const char* label) {
+  m.shape.renormalize = renormalize;
+  m.shape.routed_scaling = scaling;
+  SCOPED_TRACE(testing::Message() << label << " n=" << n);
+  const Inputs in = MakeInputs(m, n, seed, bias, skew);
+  const std::vector<float> ref = CpuMoe(m, n, in);
+  GpuRun run(m, n, in);
+  const std::vector<float> got = run.Run();
+  const Errors e = Compare(got, ref);
+  std::printf(
+      "MoeForward %-10s E=%lld k=%lld D=%lld I=%lld n=%-5lld skew=%lld: max abs %.3g, max rel "
+      "%.3g, L2 rel %.3g\n",
+      label, static_cast<long long>(m.shape.num_experts), static_cast<long long>(m.shape.top_k),
+      static_cast<long long>(m.shape.hidden), static_cast<long long>(m.shape.inter),
+      static_cast<long long>(n), static_cast<long long>(skew), e.max_abs, e.max_rel, e.l2_rel);
+  EXPECT_LE(e.l2_rel, 1e-2);
+  EXPECT_LE(e.max_rel, 5e-2);
+  const std::vector<float> again = run.Run();
+  EXPECT_EQ(std::memcmp(got.data(), again.data(), sizeof(float) * got.size()), 0)
+      << "second run differs: the combine must be deterministic";
+}
+
+TEST(CudaMoeForward, TinyOddShapes) {
+  Model m(7, 64, 48, 2, 11);
+  uint64_t seed = 1000;
+  for (int64_t n : {1, 3, 5, 97}) {
+    CheckForward(m, n, seed++, false, -1, true, 1.f, "tiny");
+    CheckForward(m, n, seed++, true, -1, false, 2.446f, "tiny+bias");
+  }
+  CheckForward(m, 97, seed++, true, 3, true, 2.446f, "tiny-skew");
+  CheckForward(m, 2, seed++, true, 0, true, 2.446f, "tiny-skew");
+}
+
+TEST(CudaMoeForward, ScalarFallbackShape) {
+  // D and I not multiples of 8 (and D not of 4): scalar loads, scalar combine.
+  Model m(5, 66, 50, 3, 12);
+  uint64_t seed = 2000;
+  for (int64_t n : {1, 4, 33}) CheckForward(m, n, seed++, true, -1, true, 2.446f, "scalar");
+}
+
+TEST(CudaMoeForward, MidShapeGroupedGemm) {
+  // n·k = 600 > 512 rows with D % 128 == 0 and I % 64 == 0: tensor-core path.
+  Model m(8, 256, 128, 2, 13);
+  CheckForward(m, 300, 3000, true, -1, true, 2.446f, "mid-gemm");
+  CheckForward(m, 300, 3001, true, 5, true, 2.446f, "mid-skew");  // 300 rows in one expert
+  CheckForward(m, 257, 3002, false, -1, false, 1.f, "mid-gemm");
+  CheckForward(m, 200, 3003, true, -1, true, 2.446f, "mid-gemv");  // 400 rows: GEMV
+}
+
+Model& Production() {
+  static Model* m = new Model(256, 2304, 1024, 8, 14);
+  return *m;
+}
+
+TEST(CudaMoeForward, ProductionShapeDecode) {
+  Model& m = Production();
+  uint64_t seed = 4000;
+  for (int64_t n : {1, 8, 64}) CheckForward(m, n, seed++, true, -1, true, 2.446f, "prod");
+  CheckForward(m, 64, seed++, true, 17, true, 2.446f, "prod-skew");  // 64 rows in one expert
+}
+
+TEST(CudaMoeForward, ProductionShapePrefill) {
+  Model& m = Production();
+  CheckForward(m, 2000, 5000, true, -1, true, 2.446f, "prod");
+  CheckForward(m, 2000, 5001, true, 200, true, 2.446f, "prod-skew");  // 2000 rows in one expert
+}
+
+// The layer enqueues no host synchronisation: capture it, replay on new
+// inputs written into the same buffers, and compare with an eager run.
+void CheckGraph(Model& m, int64_t n, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "graph n=" << n);
+  m.shape.renormalize = true;
+  m.shape.routed_scaling = 2.446f;
+  const Inputs a = MakeInputs(m, n, seed, true, -1);
+  const Inputs b = MakeInputs(m, n, seed + 1, true, -1);
+  GpuRun run(m, n, a);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const Status st = MoeForward(run.args, run.ws.get(), run.ws_bytes, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(st.ok()) << st;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  run.Load(b);
+  CUDA_OK(cudaGraphLaunch(exec, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<float> replayed(static_cast<size_t>(n * m.shape.hidden));
+  Download(replayed, run.y);
+  const std::vector<float> eager = run.Run(stream);
+  EXPECT_EQ(std::memcmp(replayed.data(), eager.data(), sizeof(float) * eager.size()), 0);
+  const Errors e = Compare(replayed, CpuMoe(m, n, b));
+  std::printf("MoeForward graph replay n=%lld: L2 rel %.3g vs CPU\n", static_cast<long long>(n),
+              e.l2_rel);
+  EXPECT_LE(e.l2_rel, 1e-2);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(CudaMoeForward, CapturedGraphReplaysOnNewInputs) {
+  Model tiny(7, 64, 48, 2, 15);
+  CheckGraph(tiny, 1, 6000);
+  CheckGraph(tiny, 97, 6002);
+  Model mid(8, 256, 128, 2, 16);
+  CheckGraph(mid, 300, 6004);
+}
+
+// ---------------------------------------------------------------------------
+// Misuse.
+
+void ExpectInvalid(const Status& st, const char* field) {
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(std::string(st.message()), testing::HasSubstr(field)) << st;
+}
+
+TEST(CudaMoeMisuse, RouteArguments) {
+  DevBuf logits(sizeof(float) * 64), idx(sizeof(int32_t) * 64), w(sizeof(float) * 64);
+  MoeShape s;
+  s.num_experts = 8;
+  s.top_k = 2;
+  auto route = [&](const MoeShape& shape, const float* l, int64_t n, int32_t* i, float* wt) {
+    return MoeRoute(shape, l, nullptr, n, i, wt, nullptr);
+  };
+  EXPECT_TRUE(route(s, logits.get<float>(), 4, idx.get<int32_t>(), w.get<float>()).ok());
+  ExpectInvalid(route(s, nullptr, 4, idx.get<int32_t>(), w.get<float>()), "router_logits");
+  ExpectInvalid(route(s, logits.get<float>(), 4, nullptr, w.get<float>()), "idx");
+  ExpectInvalid(route(s, logits.get<float>(), 4, idx.get<int32_t>(), nullptr), "weight");
+  ExpectInvalid(route(s, logits.get<float>(), -1, idx.get<int32_t>(), w.get<float>()),
+                "num_tokens");
+  MoeShape bad = s;
+  bad.top_k = 0;
+  ExpectInvalid(route(bad, logits.get<float>(), 4, idx.get<int32_t>(), w.get<float>()), "top_k");
+  bad.top_k = 9;
+  ExpectInvalid(route(bad, logits.get<float>(), 4, idx.get<int32_t>(), w.get<float>()), "top_k");
+  bad = s;
+  bad.num_experts = 0;
+  ExpectInvalid(route(bad, logits.get<float>(), 4, idx.get<int32_t>(), w.get<float>()),
+                "num_experts");
+  bad.num_experts = 2048;
+  ExpectInvalid(route(bad, logits.get<float>(), 4, idx.get<int32_t>(), w.get<float>()),
+                "num_experts");
+  bad = s;
+  bad.num_experts = 64;
+  bad.top_k = 33;
+  ExpectInvalid(route(bad, logits.get<float>(), 4, idx.get<int32_t>(), w.get<float>()), "top_k");
+  bad = s;
+  bad.routed_scaling = std::numeric_limits<float>::quiet_NaN();
+  ExpectInvalid(route(bad, logits.get<float>(), 4, idx.get<int32_t>(), w.get<float>()),
+                "routed_scaling");
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+TEST(CudaMoeMisuse, ForwardArguments) {
+  Model m(4, 64, 32, 2, 17);
+  const Inputs in = MakeInputs(m, 3, 7000, false, -1);
+  GpuRun run(m, 3, in);
+  EXPECT_TRUE(MoeForward(run.args, run.ws.get(), run.ws_bytes, nullptr).ok());
+  auto with = [&](auto edit) {
+    MoeArgs a = run.args;
+    edit(a);
+    return MoeForward(a, run.ws.get(), run.ws_bytes, nullptr);
+  };
+  ExpectInvalid(with([](MoeArgs& a) { a.x = nullptr; }), "x");
+  ExpectInvalid(with([](MoeArgs& a) { a.router_logits = nullptr; }), "router_logits");
+  ExpectInvalid(with([](MoeArgs& a) { a.w13 = nullptr; }), "w13");
+  ExpectInvalid(with([](MoeArgs& a) { a.w2 = nullptr; }), "w2");
+  ExpectInvalid(with([](MoeArgs& a) { a.y = nullptr; }), "y");
+  ExpectInvalid(with([](MoeArgs& a) { a.num_tokens = -2; }), "num_tokens");
+  ExpectInvalid(with([](MoeArgs& a) { a.shape.hidden = 0; }), "hidden");
+  ExpectInvalid(with([](MoeArgs& a) { a.shape.inter = 0; }), "inter");
+  ExpectInvalid(with([](MoeArgs& a) { a.shape.top_k = 5; }), "top_k");
+  ExpectInvalid(with([](MoeArgs& a) { a.shape.num_experts = 0; }), "num_experts");
+  // A workspace sized for fewer tokens, none at all, or misaligned.
+  ExpectInvalid(MoeForward(run.args, run.ws.get(), MoeWorkspaceBytes(m.shape, 2), nullptr),
+                "workspace_bytes");
+  ExpectInvalid(MoeForward(run.args, nullptr, run.ws_bytes, nullptr), "workspace");
+  DevBuf big(run.ws_bytes + 512);
+  ExpectInvalid(MoeForward(run.args, big.get<char>() + 16, run.ws_bytes, nullptr), "aligned");
+  // Zero tokens is a no-op, whatever the pointers.
+  MoeArgs none;
+  none.shape = m.shape;
+  EXPECT_TRUE(MoeForward(none, nullptr, 0, nullptr).ok());
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace strata::cuda
