@@ -1,0 +1,307 @@
+// CUDA RMS norms against the CPU backend (cpu::RmsNorm, cpu::GatedRmsNormSigmoid)
+// on random inputs, at tiny odd shapes (scalar path) and the production ones
+// (D = 2304, KDA heads of 128; vector path):
+//  * AddRmsNorm: h += delta exactly as fp32 adds (bf16/fp32/no delta), out
+//    (or none) against RmsNorm of the new h; misaligned h takes the scalar path;
+//  * RmsNormRows: strided rows, bf16 and fp32, in place, padding untouched;
+//  * GatedRmsNormSigmoid: every o/gate type pair;
+//  * misuse → InvalidArgument naming the field.
+// Each case prints max abs / max rel / L2-relative error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/norm.h"
+#include "backend/cuda/norm.h"
+#include "base/dtype.h"
+
+namespace strata::cuda {
+namespace {
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+class DevBuf {
+ public:
+  explicit DevBuf(size_t bytes, size_t offset_bytes = 0) : offset_(offset_bytes) {
+    EXPECT_EQ(cudaMalloc(&base_, bytes + offset_bytes + 16), cudaSuccess);
+  }
+  ~DevBuf() { cudaFree(base_); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  template <typename T = void>
+  T* get() const {
+    return reinterpret_cast<T*>(static_cast<char*>(base_) + offset_);
+  }
+
+ private:
+  void* base_ = nullptr;
+  size_t offset_;
+};
+
+struct Errors {
+  double max_abs = 0, max_rel = 0, l2_rel = 0;
+};
+
+Errors Compare(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0, max_ref = 0;
+  Errors e;
+  bool finite = true;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    finite = finite && std::isfinite(got[i]);
+    const double d = static_cast<double>(got[i]) - ref[i];
+    e.max_abs = std::max(e.max_abs, std::fabs(d));
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  e.max_rel = e.max_abs / std::max(max_ref, 1e-30);
+  e.l2_rel = finite ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
+  return e;
+}
+
+void Report(const std::string& what, const Errors& e, double tol) {
+  std::printf("[norm] %-70s max_abs=%.3e max_rel=%.3e l2_rel=%.3e (tol %.0e)\n", what.c_str(),
+              e.max_abs, e.max_rel, e.l2_rel, tol);
+  EXPECT_LE(e.l2_rel, tol) << what;
+}
+
+std::vector<float> Random(size_t n, std::mt19937_64& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& f : v) f = u(rng);
+  return v;
+}
+
+// Values as stored in `t` (bf16: rounded) and their bytes for upload.
+std::vector<float> RoundTo(ActType t, const std::vector<float>& v) {
+  if (t == ActType::kF32) return v;
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = Bf16ToF32(F32ToBf16(v[i]));
+  return r;
+}
+void Upload(ActType t, const std::vector<float>& v, void* dst) {
+  if (t == ActType::kF32) {
+    ASSERT_EQ(cudaMemcpy(dst, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  } else {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = F32ToBf16(v[i]);
+    ASSERT_EQ(cudaMemcpy(dst, b.data(), b.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+}
+std::vector<float> Download(ActType t, const void* src, size_t n) {
+  std::vector<float> v(n);
+  if (t == ActType::kF32) {
+    EXPECT_EQ(cudaMemcpy(v.data(), src, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  } else {
+    std::vector<uint16_t> b(n);
+    EXPECT_EQ(cudaMemcpy(b.data(), src, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < n; ++i) v[i] = Bf16ToF32(b[i]);
+  }
+  return v;
+}
+
+const char* Name(ActType t) { return t == ActType::kF32 ? "f32" : "bf16"; }
+
+constexpr float kEps = 1e-5f;
+
+TEST(CudaNorm, AddRmsNormMatchesCpu) {
+  uint64_t seed = 1;
+  struct Shape {
+    int64_t n, dim;
+    size_t h_offset;
+  };
+  for (const Shape& s :
+       {Shape{1, 64, 0}, Shape{3, 129, 0}, Shape{4, 24, 0}, Shape{5, 2304, 0}, Shape{37, 2304, 0},
+        Shape{300, 2304, 0}, Shape{2, 2304, 4}, Shape{1, 7168, 0}}) {
+    for (int delta_kind = 0; delta_kind < 3; ++delta_kind) {  // none, bf16, fp32
+      for (bool with_out : {true, false}) {
+        std::mt19937_64 rng(seed++);
+        const ActType dt = delta_kind == 2 ? ActType::kF32 : ActType::kBf16;
+        const size_t count = static_cast<size_t>(s.n * s.dim);
+        std::vector<float> h = Random(count, rng, -3.f, 3.f);
+        std::vector<float> delta = RoundTo(dt, Random(count, rng, -2.f, 2.f));
+        std::vector<float> w = Random(static_cast<size_t>(s.dim), rng, 0.5f, 1.5f);
+        DevBuf hd(count * 4, s.h_offset), dd(count * 4), wd(w.size() * 4), od(count * 2);
+        CUDA_OK(cudaMemcpy(hd.get(), h.data(), count * 4, cudaMemcpyHostToDevice));
+        Upload(dt, delta, dd.get());
+        CUDA_OK(cudaMemcpy(wd.get(), w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+        const Status st =
+            AddRmsNorm(hd.get<float>(), delta_kind ? dd.get() : nullptr, dt, s.n, s.dim,
+                       wd.get<float>(), kEps, with_out ? od.get<bf16>() : nullptr, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        CUDA_OK(cudaDeviceSynchronize());
+
+        std::vector<float> h_ref = h;
+        if (delta_kind) {
+          for (size_t i = 0; i < count; ++i) h_ref[i] += delta[i];
+        }
+        std::vector<float> h_got = Download(ActType::kF32, hd.get(), count);
+        // One fp32 add per element on both sides: bit-identical.
+        EXPECT_EQ(std::memcmp(h_got.data(), h_ref.data(), count * 4), 0)
+            << "h after add, n=" << s.n << " dim=" << s.dim;
+        if (!with_out) continue;
+        std::vector<float> ref(count);
+        cpu::RmsNorm(h_ref.data(), s.n, s.dim, w.data(), kEps, ref.data(), nullptr);
+        const Errors e = Compare(Download(ActType::kBf16, od.get(), count), ref);
+        char what[128];
+        std::snprintf(what, sizeof(what), "AddRmsNorm n=%lld dim=%lld delta=%s h_off=%zu",
+                      static_cast<long long>(s.n), static_cast<long long>(s.dim),
+                      delta_kind ? Name(dt) : "none", s.h_offset);
+        Report(what, e, 1e-2);
+        EXPECT_LE(e.max_rel, 2e-2) << what;
+      }
+    }
+  }
+}
+
+TEST(CudaNorm, RmsNormRowsStridedAndInPlace) {
+  uint64_t seed = 100;
+  struct Shape {
+    int64_t n, dim, ldx, ldy;
+  };
+  for (const Shape& s : {Shape{3, 24, 24, 24}, Shape{4, 33, 40, 35}, Shape{5, 512, 576, 520},
+                         Shape{64, 512, 576, 512}, Shape{7, 2304, 2304, 2304}}) {
+    for (ActType t : {ActType::kBf16, ActType::kF32}) {
+      for (bool in_place : {false, true}) {
+        std::mt19937_64 rng(seed++);
+        const int64_t ldy = in_place ? s.ldx : s.ldy;
+        std::vector<float> x = RoundTo(t, Random(static_cast<size_t>(s.n * s.ldx), rng, -2.f, 2.f));
+        std::vector<float> y0 =
+            RoundTo(t, Random(static_cast<size_t>(s.n * ldy), rng, -9.f, 9.f));  // padding marker
+        std::vector<float> w = Random(static_cast<size_t>(s.dim), rng, 0.5f, 1.5f);
+        const size_t esize = ActBytes(t);
+        DevBuf xd(x.size() * esize), yd(y0.size() * esize), wd(w.size() * 4);
+        Upload(t, x, xd.get());
+        Upload(t, y0, yd.get());
+        CUDA_OK(cudaMemcpy(wd.get(), w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+        void* y = in_place ? xd.get() : yd.get();
+        const Status st =
+            RmsNormRows(xd.get(), s.ldx, y, ldy, t, s.n, s.dim, wd.get<float>(), kEps, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> xp(static_cast<size_t>(s.n * s.dim));
+        for (int64_t r = 0; r < s.n; ++r)
+          for (int64_t c = 0; c < s.dim; ++c) xp[r * s.dim + c] = x[r * s.ldx + c];
+        std::vector<float> ref(xp.size());
+        cpu::RmsNorm(xp.data(), s.n, s.dim, w.data(), kEps, ref.data(), nullptr);
+        std::vector<float> yall = Download(t, y, static_cast<size_t>(s.n * ldy));
+        const std::vector<float>& before = in_place ? x : y0;
+        std::vector<float> got(ref.size());
+        for (int64_t r = 0; r < s.n; ++r) {
+          for (int64_t c = 0; c < s.dim; ++c) got[r * s.dim + c] = yall[r * ldy + c];
+          for (int64_t c = s.dim; c < ldy; ++c) {
+            ASSERT_EQ(yall[r * ldy + c], before[r * ldy + c]) << "padding written, row " << r;
+          }
+        }
+        char what[128];
+        std::snprintf(what, sizeof(what), "RmsNormRows n=%lld dim=%lld ldx=%lld ldy=%lld %s%s",
+                      static_cast<long long>(s.n), static_cast<long long>(s.dim),
+                      static_cast<long long>(s.ldx), static_cast<long long>(ldy), Name(t),
+                      in_place ? " in-place" : "");
+        Report(what, Compare(got, ref), t == ActType::kF32 ? 1e-5 : 1e-2);
+      }
+    }
+  }
+}
+
+TEST(CudaNorm, GatedRmsNormSigmoidMatchesCpu) {
+  uint64_t seed = 200;
+  struct Shape {
+    int64_t rows, dim;
+  };
+  // rows = tokens · heads: tiny fixtures (H 3..5, dk 24..48), an odd width,
+  // decode (32 heads of 128) and a prefill chunk.
+  for (const Shape& s : {Shape{1, 24}, Shape{15, 48}, Shape{20, 36}, Shape{9, 130}, Shape{32, 128},
+                         Shape{32 * 300, 128}}) {
+    for (ActType ot : {ActType::kF32, ActType::kBf16}) {
+      for (ActType gt : {ActType::kF32, ActType::kBf16}) {
+        std::mt19937_64 rng(seed++);
+        const size_t count = static_cast<size_t>(s.rows * s.dim);
+        std::vector<float> o = RoundTo(ot, Random(count, rng, -2.f, 2.f));
+        std::vector<float> g = RoundTo(gt, Random(count, rng, -4.f, 4.f));
+        std::vector<float> w = Random(static_cast<size_t>(s.dim), rng, 0.5f, 1.5f);
+        DevBuf od(count * 4), gd(count * 4), wd(w.size() * 4), yd(count * 2);
+        Upload(ot, o, od.get());
+        Upload(gt, g, gd.get());
+        CUDA_OK(cudaMemcpy(wd.get(), w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+        const Status st = GatedRmsNormSigmoid(od.get(), ot, gd.get(), gt, s.rows, s.dim,
+                                              wd.get<float>(), kEps, yd.get<bf16>(), nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> ref(count);
+        cpu::GatedRmsNormSigmoid(o.data(), g.data(), s.rows, s.dim, w.data(), kEps, ref.data(),
+                                 nullptr);
+        char what[128];
+        std::snprintf(what, sizeof(what), "GatedRmsNormSigmoid rows=%lld dim=%lld o=%s gate=%s",
+                      static_cast<long long>(s.rows), static_cast<long long>(s.dim), Name(ot),
+                      Name(gt));
+        const Errors e = Compare(Download(ActType::kBf16, yd.get(), count), ref);
+        Report(what, e, 1e-2);
+        EXPECT_LE(e.max_rel, 2e-2) << what;
+      }
+    }
+  }
+}
+
+void ExpectInvalid(const Status& st, const char* field) {
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << field << ": " << st;
+  EXPECT_NE(std::string(st.message()).find(field), std::string::npos) << st;
+}
+
+TEST(CudaNorm, MisuseIsInvalidArgument) {
+  DevBuf a(1 << 16), b(1 << 16), w(1 << 16);
+  float* h = a.get<float>();
+  const float* wp = w.get<float>();
+  bf16* out = b.get<bf16>();
+  ASSERT_TRUE(AddRmsNorm(h, nullptr, ActType::kBf16, 2, 64, wp, kEps, out, nullptr).ok());
+  ExpectInvalid(AddRmsNorm(nullptr, nullptr, ActType::kBf16, 2, 64, wp, kEps, out, nullptr), "h");
+  ExpectInvalid(AddRmsNorm(h, nullptr, ActType::kBf16, 2, 64, nullptr, kEps, out, nullptr), "w");
+  ExpectInvalid(AddRmsNorm(h, nullptr, ActType::kBf16, -1, 64, wp, kEps, out, nullptr), "n");
+  ExpectInvalid(AddRmsNorm(h, nullptr, ActType::kBf16, 2, 0, wp, kEps, out, nullptr), "dim");
+  ExpectInvalid(AddRmsNorm(h, nullptr, ActType::kBf16, 2, 64, wp, -1.f, out, nullptr), "eps");
+  ExpectInvalid(AddRmsNorm(h, b.get(), static_cast<ActType>(5), 2, 64, wp, kEps, out, nullptr),
+                "delta_type");
+  EXPECT_TRUE(AddRmsNorm(h, nullptr, ActType::kBf16, 0, 64, wp, kEps, out, nullptr).ok());
+
+  void* x = a.get();
+  ASSERT_TRUE(RmsNormRows(x, 64, x, 64, ActType::kF32, 2, 64, wp, kEps, nullptr).ok());
+  ExpectInvalid(RmsNormRows(nullptr, 64, x, 64, ActType::kF32, 2, 64, wp, kEps, nullptr), "x");
+  ExpectInvalid(RmsNormRows(x, 64, nullptr, 64, ActType::kF32, 2, 64, wp, kEps, nullptr), "y");
+  ExpectInvalid(RmsNormRows(x, 63, b.get(), 64, ActType::kF32, 2, 64, wp, kEps, nullptr), "ldx");
+  ExpectInvalid(RmsNormRows(x, 64, b.get(), 32, ActType::kF32, 2, 64, wp, kEps, nullptr), "ldy");
+  ExpectInvalid(RmsNormRows(x, 64, x, 80, ActType::kF32, 2, 64, wp, kEps, nullptr), "in place");
+  ExpectInvalid(RmsNormRows(x, 64, b.get(), 64, static_cast<ActType>(3), 2, 64, wp, kEps, nullptr),
+                "type");
+
+  const void* g = b.get();
+  bf16* y = w.get<bf16>() + 4096;
+  ASSERT_TRUE(
+      GatedRmsNormSigmoid(x, ActType::kF32, g, ActType::kBf16, 4, 32, wp, kEps, y, nullptr).ok());
+  ExpectInvalid(
+      GatedRmsNormSigmoid(nullptr, ActType::kF32, g, ActType::kBf16, 4, 32, wp, kEps, y, nullptr),
+      "o");
+  ExpectInvalid(
+      GatedRmsNormSigmoid(x, ActType::kF32, nullptr, ActType::kBf16, 4, 32, wp, kEps, y, nullptr),
+      "gate");
+  ExpectInvalid(
+      GatedRmsNormSigmoid(x, ActType::kF32, g, ActType::kBf16, 4, 32, wp, kEps, nullptr, nullptr),
+      "out");
+  ExpectInvalid(GatedRmsNormSigmoid(x, static_cast<ActType>(9), g, ActType::kBf16, 4, 32, wp, kEps,
+                                    y, nullptr),
+                "o_type");
+  ExpectInvalid(GatedRmsNormSigmoid(x, ActType::kF32, g, static_cast<ActType>(9), 4, 32, wp, kEps,
+                                    y, nullptr),
+                "gate_type");
+  ExpectInvalid(
+      GatedRmsNormSigmoid(x, ActType::kF32, g, ActType::kBf16, 4, -2, wp, kEps, y, nullptr), "dim");
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace strata::cuda
