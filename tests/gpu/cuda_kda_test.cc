@@ -709,7 +709,11 @@ class KdaArgsTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(buf_.get() != nullptr);
     ASSERT_CUDA(cudaMemset(buf_.get(), 0, sizeof(float) << 16));
+    // Zeros: read-only inputs at the start, state and out in their own ranges,
+    // so the valid baseline is a well-defined launch.
     const bf16* b16 = reinterpret_cast<const bf16*>(buf_.get());
+    float* state = buf_.get() + (1 << 14);
+    float* out = buf_.get() + (1 << 15);
     prefill_.shape = ShapeOf(dims_);
     prefill_.num_tokens = 10;
     prefill_.q = prefill_.k = prefill_.v = b16;
@@ -717,15 +721,15 @@ class KdaArgsTest : public ::testing::Test {
     prefill_.gates.beta_raw = buf_.get();
     prefill_.gates.neg_exp_a = buf_.get();
     prefill_.gates.dt_bias = buf_.get();
-    prefill_.state = buf_.get();
-    prefill_.out = buf_.get();
+    prefill_.state = state;
+    prefill_.out = out;
     decode_.shape = ShapeOf(dims_);
     decode_.batch = 2;
     decode_.q = decode_.k = decode_.v = b16;
     decode_.gates = prefill_.gates;
-    decode_.state_pool = buf_.get();
-    decode_.slots = reinterpret_cast<const int32_t*>(buf_.get());
-    decode_.out = buf_.get();
+    decode_.state_pool = state;
+    decode_.slots = reinterpret_cast<const int32_t*>(buf_.get());  // slot 0
+    decode_.out = out;
     ws_bytes_ = KdaPrefillWorkspaceBytes(prefill_.shape, prefill_.num_tokens);
   }
 
@@ -865,6 +869,8 @@ TEST_F(KdaArgsTest, DecodeRejectsBadArguments) {
     a.shape.value_dim = 129;
     EXPECT_EQ(KdaDecode(a, nullptr).code(), absl::StatusCode::kUnimplemented);
   }
+  EXPECT_TRUE(KdaDecode(decode_, nullptr).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 TEST(KdaWorkspace, SizedPerPassOfChunks) {
