@@ -108,13 +108,13 @@ struct ErrorStats {
   double max_abs = 0, max_rel = 0, l2_rel = 0;
 };
 
-// max |a − ref|, the largest error relative to max(|ref|, 1% of the rms of
+// max |a − ref|, the largest error relative to max(|ref|, 10% of the rms of
 // ref) (so near-zero references do not blow it up), and ‖a − ref‖₂ / ‖ref‖₂.
 ErrorStats Compare(const std::vector<double>& got, const std::vector<double>& ref) {
   ErrorStats e;
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) den += ref[i] * ref[i];
-  const double floor = 0.01 * std::sqrt(den / std::max<size_t>(ref.size(), 1));
+  const double floor = 0.1 * std::sqrt(den / std::max<size_t>(ref.size(), 1));
   for (size_t i = 0; i < ref.size(); ++i) {
     const double d = std::fabs(got[i] - ref[i]);
     num += d * d;
@@ -394,10 +394,17 @@ MlaShape ProductionShape(int64_t heads = 32) {
 
 void RunDecodeCase(const DecodeCase& c, uint32_t seed) {
   DecodeFixture f(c, seed);
-  ASSERT_TRUE(f.Upload());
-  std::printf("%s: workspace %zu bytes\n", c.name, f.workspace_bytes());
   const std::vector<double> ref = f.ReferenceLatents();
   ThreadPool pool(0);
+  if (c.cpu_chain) {
+    // The fp64 latents through W_UV against the CPU backend: the two
+    // references differ only by q̃'s bf16 rounding (a check of the harness).
+    const ErrorStats eh = f.CompareCpuChain(ref, &pool);
+    Report(std::string(c.name) + " [harness] fp64 ref vs cpu::MlaAbsorbed", eh);
+    EXPECT_LE(eh.l2_rel, 5e-3);
+  }
+  ASSERT_TRUE(f.Upload());
+  std::printf("%s: workspace %zu bytes\n", c.name, f.workspace_bytes());
   for (ActType t : {ActType::kF32, ActType::kBf16}) {
     const bool f32 = t == ActType::kF32;
     Status st = MlaDecode(f.Args(t), f.workspace(), f.workspace_bytes(), nullptr);
@@ -514,6 +521,53 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed, ThreadPool* pool) {
     }
   });
 
+  // CPU backend reference (fp32, its own expansion).
+  cpu::MlaDims d;
+  d.num_heads = H;
+  d.nope_dim = dn;
+  d.rope_dim = dr;
+  d.v_dim = dv;
+  d.kv_rank = r;
+  cpu::WeightMatrix w{DType::kF32, kv_b.data(), kvw, r};
+  std::vector<float> cpu_out(static_cast<size_t>(T * H * dv));
+  std::vector<float> scratch(cpu::MlaPrefillScratchFloats(d, T, pool->num_threads()));
+  cpu::MlaPrefill(d, q.data(), T, cache.data(), c.past, w, cpu_out.data(), scratch.data(), pool);
+  const std::vector<double> cpu_ref = ToDouble(cpu_out);
+
+  // fp64 reference on exactly the GPU's bf16 inputs.
+  const double scale = s.scale != 0.f ? s.scale : DefaultScale(s);
+  std::vector<double> ref(static_cast<size_t>(T * H * dv));
+  ParallelFor(pool, T * H, 4, [&](int64_t b, int64_t e) {
+    std::vector<double> sc(static_cast<size_t>(S));
+    for (int64_t th = b; th < e; ++th) {
+      const int64_t t = th / H, h = th % H, keys = c.past + t + 1;
+      const float* qh = &q[th * dqk];
+      double mx = -INFINITY;
+      for (int64_t k = 0; k < keys; ++k) {
+        double dot = 0;
+        const float* kn = &kv[k * kvw + h * (dn + dv)];
+        for (int64_t i = 0; i < dn; ++i) dot += static_cast<double>(qh[i]) * kn[i];
+        for (int64_t i = 0; i < dr; ++i)
+          dot += static_cast<double>(qh[dn + i]) * cache[k * cd + r + i];
+        sc[k] = dot * scale;
+        mx = std::max(mx, sc[k]);
+      }
+      double sum = 0;
+      for (int64_t k = 0; k < keys; ++k) sum += (sc[k] = std::exp(sc[k] - mx));
+      double* o = &ref[th * dv];
+      for (int64_t k = 0; k < keys; ++k) {
+        const double p = sc[k] / sum;
+        const float* v = &kv[k * kvw + h * (dn + dv) + dn];
+        for (int64_t j = 0; j < dv; ++j) o[j] += p * v[j];
+      }
+    }
+  });
+  // The two references differ only by kv's bf16 rounding: a check of the
+  // harness itself.
+  const ErrorStats eh = Compare(ref, cpu_ref);
+  Report(std::string(c.name) + " [harness] fp64 ref vs cpu::MlaPrefill", eh);
+  EXPECT_LE(eh.l2_rel, 5e-3);
+
   // Device: q, kv and the gathered cache rows (k_rope points into them with
   // row stride r + dr, as the executor does).
   DeviceArray<bf16> q_d(q.size()), kv_d(kv.size()), rows_d(cache.size());
@@ -539,48 +593,9 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed, ThreadPool* pool) {
   CUDA_ASSERT_OK(Download(&out_bits, out_d));
   const std::vector<double> got = Bf16ToDouble(out_bits);
 
-  // CPU backend reference (fp32, its own expansion).
-  cpu::MlaDims d;
-  d.num_heads = H;
-  d.nope_dim = dn;
-  d.rope_dim = dr;
-  d.v_dim = dv;
-  d.kv_rank = r;
-  cpu::WeightMatrix w{DType::kF32, kv_b.data(), kvw, r};
-  std::vector<float> cpu_out(static_cast<size_t>(T * H * dv));
-  std::vector<float> scratch(cpu::MlaPrefillScratchFloats(d, T, pool->num_threads()));
-  cpu::MlaPrefill(d, q.data(), T, cache.data(), c.past, w, cpu_out.data(), scratch.data(), pool);
-  const ErrorStats ec = Compare(got, ToDouble(cpu_out));
+  const ErrorStats ec = Compare(got, cpu_ref);
   Report(std::string(c.name) + " vs cpu::MlaPrefill", ec);
   EXPECT_LE(ec.l2_rel, 1e-2);
-
-  // fp64 reference on exactly the GPU's bf16 inputs.
-  const double scale = s.scale != 0.f ? s.scale : DefaultScale(s);
-  std::vector<double> ref(static_cast<size_t>(T * H * dv));
-  ParallelFor(pool, T * H, 4, [&](int64_t b, int64_t e) {
-    std::vector<double> sc(static_cast<size_t>(S));
-    for (int64_t th = b; th < e; ++th) {
-      const int64_t t = th / H, h = th % H, keys = c.past + t + 1;
-      const float* qh = &q[th * dqk];
-      double mx = -INFINITY;
-      for (int64_t k = 0; k < keys; ++k) {
-        double dot = 0;
-        for (int64_t i = 0; i < dn; ++i)
-          dot += static_cast<double>(qh[i]) * kv[k * kvw + h * (dn + dv) + i];
-        for (int64_t i = 0; i < dr; ++i)
-          dot += static_cast<double>(qh[dn + i]) * cache[k * cd + r + i];
-        sc[k] = dot * scale;
-        mx = std::max(mx, sc[k]);
-      }
-      double sum = 0;
-      for (int64_t k = 0; k < keys; ++k) sum += (sc[k] = std::exp(sc[k] - mx));
-      double* o = &ref[th * dv];
-      for (int64_t k = 0; k < keys; ++k) {
-        const double p = sc[k] / sum;
-        for (int64_t j = 0; j < dv; ++j) o[j] += p * kv[k * kvw + h * (dn + dv) + dn + j];
-      }
-    }
-  });
   const ErrorStats e = Compare(got, ref);
   Report(std::string(c.name) + " vs fp64 on bf16 inputs", e);
   EXPECT_LE(e.l2_rel, 1e-2);

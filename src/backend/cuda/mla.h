@@ -83,6 +83,9 @@ struct MlaPrefillArgs {
   int64_t ld_krope = 0;    // 0: dr
   bf16* out = nullptr;
 };
+// dn = 128, dr = 64, dv = 128 with 16-byte aligned q/kv/k_rope/out and ld_q,
+// ld_krope multiples of 8 take the tensor-core kernel; other shapes a simple
+// fp32 kernel.
 Status MlaPrefill(const MlaPrefillArgs& args, cudaStream_t stream);
 
 // Gathers sequence 0's first `n` cache rows into a contiguous [n, r+dr]
