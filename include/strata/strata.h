@@ -365,9 +365,9 @@ typedef struct strata_event {
   strata_finish_reason finish_reason;
   /** Tokens the request has produced so far, counting this TOKEN event. */
   uint32_t num_generated_tokens;
-  /** TEXT: the text; TOOL_ERROR: what went wrong. Not NUL-terminated inside: use text_len (a NUL follows it).
-   *  Borrowed, valid until this thread's next strata_engine_poll_event() (in a callback: during the call).
-   *  NULL for other events. @since 0.1 */
+  /** TEXT: the text; TOOL_ERROR: what went wrong. text_len bytes followed by a NUL (use text_len: the text
+   *  may contain NUL bytes). Borrowed, valid until this thread's next strata_engine_poll_event() (in a
+   *  callback: during the call). NULL for other events. @since 0.1 */
   const char *text;
   /** Bytes in text. @since 0.1 */
   size_t text_len;
@@ -539,7 +539,9 @@ STRATA_API strata_status strata_model_destroy(strata_model *model);
  * @brief A conversation: the token history and the model state that follows it.
  *
  * A session's history only grows (append, generate) until
- * strata_session_reset(). A session runs at most one request at a time; while
+ * strata_session_reset(), except that a chat turn may rewind it to the
+ * checkpoint where the previous turn's generation began when the chat
+ * template re-renders earlier turns differently (see @ref strata_chat). A session runs at most one request at a time; while
  * it does, only strata_session_destroy() and strata_request_cancel() may touch
  * it. Use a session from one thread at a time.
  * @{
@@ -654,7 +656,9 @@ STRATA_API strata_status strata_session_get_logits(strata_session *session, floa
 STRATA_API strata_status strata_session_get_num_tokens(const strata_session *session, size_t *out_tokens);
 
 /**
- * @brief Empties the history and the model state; clears a failed state.
+ * @brief Empties the history, the model state and the conversation's messages; clears a failed state.
+ *
+ * Tools registered with strata_session_add_tool() stay registered.
  * @param[in] session the session
  * @retval STRATA_OK                      reset
  * @retval STRATA_ERR_INVALID_ARGUMENT    @p session is NULL

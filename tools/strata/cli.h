@@ -16,6 +16,11 @@
 #include "base/status.h"
 #include "model/model.h"
 
+namespace strata {
+class Engine;
+class Session;
+}  // namespace strata
+
 namespace strata::cli {
 
 // Exit codes: 0 success; 1 the work failed (unreadable model, bad file
@@ -86,9 +91,6 @@ void PrintPlacementNotice(const std::string& command, const ModelInfo& info);
 
 double SecondsSince(std::chrono::steady_clock::time_point t0);
 double Median(std::vector<double> v);
-
-class Engine;
-class Session;
 
 // What `strata run` passes to its chat mode.
 struct ChatCliOptions {

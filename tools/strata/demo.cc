@@ -1,8 +1,10 @@
 // `strata make-demo-model` and `strata run`: the built-in demo model. It is a
-// small kimi_linear with RANDOM weights (WriteDemoKimiLinearModel): there is no
-// trained demo model yet, and `run` says so plainly. `run` writes it to the
-// cache directory, loads it, streams generated token ids from a fixed prompt
-// through the engine and reports tokens/s.
+// small kimi_linear with RANDOM weights (WriteDemoKimiLinearModel) plus the
+// demo tokenizer and chat template: there is no trained demo model yet, and
+// `run` says so plainly. `run` writes it to the cache directory, loads it,
+// streams generated token ids from a fixed prompt through the engine, reports
+// tokens/s, then runs one chat turn. With --model DIR whose directory has a
+// tokenizer and chat template, `run` chats (chat.cc).
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -16,6 +18,8 @@
 #include "engine/session.h"
 #include "model/demo_model.h"
 #include "model/model.h"
+#include "text/demo_tokenizer.h"
+#include "text/text_model.h"
 
 namespace strata::cli {
 namespace {
@@ -31,12 +35,20 @@ constexpr char kMakeHelp[] =
     "  --dtype bf16|f16|f32    stored weight type (default bf16)\n";
 
 constexpr char kRunHelp[] =
-    "usage: strata run [--prompt-len N] [--max-new N] [--threads N] [--seed S] [--model DIR]\n"
+    "usage: strata run [--model DIR] [--prompt TEXT] [--system TEXT] [--max-new N] [--threads N] ...\n"
     "\n"
-    "Generates from the built-in demo model (random weights: the ids are meaningless)\n"
-    "and reports prefill and decode tokens/s.\n"
-    "  --prompt-len N   fixed prompt length (default 16)\n"
-    "  --max-new N      tokens to generate (default 48)\n"
+    "Without --model: generates token ids from the built-in demo model (random weights: the\n"
+    "output is meaningless), reports prefill and decode tokens/s, then runs one chat turn.\n"
+    "With --model DIR whose directory has a tokenizer and a chat template: chats, streaming\n"
+    "the reply. --prompt TEXT runs one turn; otherwise each stdin line is a user message\n"
+    "(/reset starts over, /quit or end of input ends). Other directories: token ids as the demo.\n"
+    "  --prompt TEXT    one chat turn with this user message, then exit\n"
+    "  --system TEXT    a system message first\n"
+    "  --no-think       render the template with enable_thinking=false\n"
+    "  --interactive    demo: chat on stdin after the token-id run\n"
+    "  --tokens         token-id generation even when the directory can chat\n"
+    "  --prompt-len N   token-id mode: fixed prompt length (default 16)\n"
+    "  --max-new N      tokens to generate (default 48; chat with --model: 256)\n"
     "  --temperature T  0 = greedy (default); --sample-seed S for sampling\n"
     "  --threads N      compute threads (default: one per core)\n"
     "  --seed S         demo weight seed (default 1234)\n"
@@ -99,15 +111,18 @@ int RunMakeDemoModel(int argc, char** argv) {
 
 int RunDemo(int argc, char** argv) {
   const std::string cmd = "run";
-  Flags flags(cmd, {"prompt-len", "max-new", "threads", "seed", "model", "demo-dir", "temperature", "sample-seed"},
-              {"help"});
+  Flags flags(cmd,
+              {"prompt-len", "max-new", "threads", "seed", "model", "demo-dir", "temperature", "sample-seed", "prompt",
+               "system"},
+              {"help", "interactive", "tokens", "no-think"});
   if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
   if (flags.Bool("help")) {
     std::fputs(kRunHelp, stdout);
     return kExitOk;
   }
   auto prompt_len = flags.Int("prompt-len", 16, 1, 1 << 20);
-  auto max_new = flags.Int("max-new", 48, 1, 1 << 20);
+  const bool demo = !flags.Has("model");
+  auto max_new = flags.Int("max-new", demo || flags.Bool("tokens") ? 48 : 256, 1, 1 << 20);
   auto threads = flags.Int("threads", 0, 0, 4096);
   auto seed = flags.Int("seed", 1234, 0, std::numeric_limits<int64_t>::max());
   auto temperature = flags.Double("temperature", 0.0, 0.0, 1e6);
@@ -118,14 +133,15 @@ int RunDemo(int argc, char** argv) {
   }
 
   std::string dir = flags.String("model", "");
-  const bool demo = dir.empty();
   if (demo) {
     dir = flags.String("demo-dir", DefaultDemoDir());
     DemoModelOptions o;
     o.seed = static_cast<uint64_t>(*seed);
     // Rewritten every time (a few MB, milliseconds): the cache never serves a
     // model from an older build.
-    if (Status st = WriteDemoKimiLinearModel(dir, o); !st.ok()) {
+    Status st = WriteDemoKimiLinearModel(dir, o);
+    if (st.ok()) st = WriteDemoTokenizer(dir);
+    if (!st.ok()) {
       return Fail(cmd, absl::StrCat("writing the demo model to ", dir, ": ", st.message()), kExitFailure);
     }
     std::printf("NOTE: this demo model has RANDOM weights (seed %lld): there is no trained demo model yet.\n"
@@ -149,6 +165,32 @@ int RunDemo(int argc, char** argv) {
               info.architecture.c_str(), info.num_layers, FormatCount(info.num_parameters).c_str(),
               FormatBytes(static_cast<double>(info.parameter_bytes)).c_str(), load_s * 1e3,
               (*engine)->pool()->num_threads());
+
+  // Chat when the directory has a tokenizer and a chat template.
+  std::shared_ptr<const TextModel> text;
+  if (TextModel::DirectoryHasTokenizer(dir)) {
+    auto loaded_text = TextModel::FromDirectory(dir);
+    if (!loaded_text.ok()) return Fail(cmd, loaded_text.status(), kExitFailure);
+    if ((*loaded_text)->chat_template() != nullptr) text = *std::move(loaded_text);
+  }
+  ChatCliOptions chat;
+  chat.prompt = flags.String("prompt", "");
+  chat.system = flags.String("system", "");
+  chat.max_new_tokens = static_cast<int32_t>(*max_new);
+  chat.temperature = static_cast<float>(*temperature);
+  chat.seed = static_cast<uint64_t>(*sample_seed);
+  if (flags.Bool("no-think")) chat.template_variables["enable_thinking"] = false;
+  auto run_chat = [&]() -> int {
+    SessionOptions so;
+    so.text = text;
+    auto session = Session::Create(engine->get(), model, so);
+    if (!session.ok()) return Fail(cmd, session.status(), ExitCodeFor(session.status()));
+    return RunChat(**engine, **session, chat);
+  };
+  if (!demo && text != nullptr && !flags.Bool("tokens")) return run_chat();
+  if (text == nullptr && (flags.Has("prompt") || flags.Bool("interactive"))) {
+    return Fail(cmd, absl::StrCat(dir, " has no tokenizer and chat template: cannot chat"), kExitUsage);
+  }
 
   // A fixed prompt: BOS (when the model has one) then a deterministic id pattern.
   std::vector<int32_t> prompt;
@@ -197,6 +239,14 @@ int RunDemo(int argc, char** argv) {
   if (n > 1) {
     std::printf("decode:  %lld tokens in %.2f ms = %.1f tokens/s\n", static_cast<long long>(n - 1),
                 (total_s - first_s) * 1e3, (n - 1) / (total_s - first_s));
+  }
+  if (demo && text != nullptr && !flags.Bool("tokens")) {
+    // The demo model has the demo tokenizer and chat template: show a chat turn
+    // too (random weights: the text is gibberish, but it streams through the
+    // template, the detokenizer and the tool-call parser).
+    std::printf("\nchat (random weights: the reply is gibberish):\n");
+    if (chat.prompt.empty() && !flags.Bool("interactive")) chat.prompt = "Hello! What can you do?";
+    return run_chat();
   }
   return kExitOk;
 }

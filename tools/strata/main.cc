@@ -1,6 +1,6 @@
 // `strata`: the command-line tool. Dispatches to one subcommand per file
 // (logits.cc, generate.cc, info.cc, bench.cc, demo.cc, tokenize.cc,
-// detokenize.cc, template.cc).
+// detokenize.cc, template.cc; chat.cc is `run`'s chat mode).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -15,7 +15,7 @@ void PrintUsage(FILE* out) {
                "usage: strata <command> [flags]   (strata <command> --help for its flags)\n"
                "\n"
                "commands:\n"
-               "  run              generate from the built-in demo model (random weights) and report tokens/s\n"
+               "  run              demo (random weights): tokens/s and a chat turn; --model DIR: chat (REPL or --prompt)\n"
                "  make-demo-model  write the demo model (config.json + model.safetensors) to a directory\n"
                "  info             architecture, layers, parameter and state sizes of a model directory\n"
                "  logits           logits of every position of a token file (.npy) -> .npy\n"

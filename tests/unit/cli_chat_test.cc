@@ -1,0 +1,111 @@
+// `strata run` chatting, run as built: the demo (token ids, then one chat
+// turn), a one-shot --prompt turn on a model directory with tokenizer and
+// chat template, the stdin REPL (/reset, /quit), and the refusal to chat on a
+// directory without tokenizer. The demo model has random weights, so the
+// checks are about the output's shape, not its words.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kStrata = STRATA_BINARY_DIR "/tools/strata";
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+// Runs the CLI with `args`, feeding `input` on stdin.
+Result Run(const std::string& args, const std::string& input = "") {
+  const fs::path in = fs::path(STRATA_BINARY_DIR) / "testdata" / "cli_chat_stdin.txt";
+  fs::create_directories(in.parent_path());
+  std::ofstream(in) << input;
+  const std::string cmd = kStrata + " " + args + " < " + in.string() + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string DemoDir() { return (fs::path(STRATA_BINARY_DIR) / "testdata" / "cli_chat_demo").string(); }
+
+class CliChatTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(fs::exists(kStrata)) << kStrata << " is not built";
+    // The demo writes its model, tokenizer and chat template here, runs the
+    // token-id generation and then one chat turn.
+    demo_ = Run("run --demo-dir " + DemoDir() + " --max-new 8 --threads 1");
+  }
+  static Result demo_;
+};
+Result CliChatTest::demo_;
+
+TEST_F(CliChatTest, DemoRunsTokensThenAChatTurn) {
+  ASSERT_EQ(demo_.exit_code, 0) << demo_.out;
+  EXPECT_THAT(demo_.out, ::testing::HasSubstr("RANDOM weights"));
+  EXPECT_THAT(demo_.out, ::testing::ContainsRegex("generated:( [0-9]+)+\n"));
+  EXPECT_THAT(demo_.out, ::testing::HasSubstr("\nuser: Hello! What can you do?\nassistant: "));
+  EXPECT_THAT(demo_.out, ::testing::ContainsRegex("\nfinish: [a-z_]+ after [0-9]+ tokens \\([0-9.]+ tokens/s\\)\n"));
+  EXPECT_TRUE(fs::exists(fs::path(DemoDir()) / "tokenizer.json"));
+}
+
+TEST_F(CliChatTest, OneShotPromptOnAModelDirectory) {
+  ASSERT_EQ(demo_.exit_code, 0) << demo_.out;
+  const Result r = Run("run --model " + DemoDir() + " --prompt 'What is 2+2?' --max-new 6 --threads 1 --no-think");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  // Exactly one turn: the user line, the streamed reply, the finish line.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "\nuser: What is 2\\+2\\?\nassistant: [^\n]*(\n[^\n]*)*\nfinish: [a-z_]+ after [1-6] tokens"));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("generated:")));
+  EXPECT_EQ(r.out.find("assistant: "), r.out.rfind("assistant: "));
+}
+
+TEST_F(CliChatTest, ReplReadsStdinLines) {
+  ASSERT_EQ(demo_.exit_code, 0) << demo_.out;
+  const Result r = Run("run --model " + DemoDir() + " --max-new 4 --threads 1 --system 'Be brief.'",
+                       "Hi\n\n/reset\nBye\n/quit\nnot read\n");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("user: Hi\nassistant: "));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("(conversation reset)\nuser: Bye\nassistant: "));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("not read")));
+  size_t turns = 0;
+  for (size_t at = r.out.find("\nfinish: "); at != std::string::npos; at = r.out.find("\nfinish: ", at + 1)) ++turns;
+  EXPECT_EQ(turns, 2u);
+  // End of input ends the REPL as /quit does.
+  const Result eof = Run("run --model " + DemoDir() + " --max-new 2 --threads 1", "Hi\n");
+  EXPECT_EQ(eof.exit_code, 0) << eof.out;
+}
+
+TEST_F(CliChatTest, DirectoryWithoutTokenizerCannotChat) {
+  ASSERT_EQ(demo_.exit_code, 0) << demo_.out;
+  const fs::path bare = fs::path(STRATA_BINARY_DIR) / "testdata" / "cli_chat_bare";
+  fs::remove_all(bare);
+  fs::create_directories(bare);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fs::path(DemoDir()) / f, bare / f);
+  const Result r = Run("run --model " + bare.string() + " --prompt Hi --threads 1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("cannot chat"));
+  // Without --prompt it generates token ids, as before.
+  const Result ids = Run("run --model " + bare.string() + " --max-new 4 --threads 1");
+  EXPECT_EQ(ids.exit_code, 0) << ids.out;
+  EXPECT_THAT(ids.out, ::testing::ContainsRegex("generated:( [0-9]+)+\n"));
+}
+
+}  // namespace
+}  // namespace strata
