@@ -13,7 +13,8 @@
 //      skewed routing (a bias of +10 sends every token to one expert) and
 //      experts with no tokens (everywhere E > n·k);
 //    L2-relative error ≤ 1e-2 (bf16 weights and activations, fp32 output),
-//    and a second run gives bit-identical output (k-ordered combine);
+//    and a second run, on an explicit stream where the kernels are chained by
+//    programmatic dependent launch, gives bit-identical output;
 //  * a captured CUDA graph replayed on new inputs equals the eager result;
 //  * argument misuse → InvalidArgument naming the field.
 // Each case prints max abs / max rel (to max |ref|) / L2-relative error.
@@ -355,7 +356,12 @@ void CheckForward(Model& m, int64_t n, uint64_t seed, bool bias, int64_t skew, b
       static_cast<long long>(n), static_cast<long long>(skew), e.max_abs, e.max_rel, e.l2_rel);
   EXPECT_LE(e.l2_rel, 1e-2);
   EXPECT_LE(e.max_rel, 5e-2);
-  const std::vector<float> again = run.Run();
+  // Again on an explicit stream (kernels chained by programmatic dependent
+  // launch there): bit-identical, since the combine sums in k order.
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const std::vector<float> again = run.Run(stream);
+  cudaStreamDestroy(stream);
   EXPECT_EQ(std::memcmp(got.data(), again.data(), sizeof(float) * got.size()), 0)
       << "second run differs: the combine must be deterministic";
 }

@@ -11,6 +11,8 @@
 //    cases include exact ties at the top-k and at the top-p cut, V = 163840
 //    and an odd V;
 //  * equal (seed, step) give equal tokens, another step gives other tokens;
+//  * a captured CUDA graph replayed after the step changes on the device
+//    equals eager calls;
 //  * argument misuse → InvalidArgument naming the field.
 #include "backend/cuda/sampling.h"
 
@@ -351,6 +353,61 @@ TEST(CudaSampling, ReproducibleForEqualSeedAndStep) {
   std::printf("reproducibility: step 3 twice equal; step 4 differs in %lld of %lld rows\n",
               static_cast<long long>(differ), static_cast<long long>(B));
   EXPECT_GT(differ, B / 2);
+}
+
+// Captured in a CUDA graph on an explicit stream (programmatic dependent
+// launch on): a replay after the caller advances `step` on the device equals
+// an eager call with that step.
+TEST(CudaSampling, CapturedGraphFollowsDeviceParams) {
+  const int64_t V = 163840, B = 8;
+  const std::vector<float> row = UniformRow(V, 28, 2.f);
+  std::vector<float> l(static_cast<size_t>(B * V));
+  for (int64_t b = 0; b < B; ++b) std::copy(row.begin(), row.end(), l.begin() + b * V);
+  std::vector<GpuSamplingRow> rows(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    rows[b].temperature = b == 0 ? 0.f : 1.f;
+    rows[b].top_k = b % 2 == 0 ? 0 : 40;
+    rows[b].top_p = b % 3 == 0 ? 1.f : 0.9f;
+    rows[b].seed = 77 + b;
+    rows[b].step = 0;
+  }
+  DevBuf d_logits(sizeof(float) * l.size()), d_rows(sizeof(GpuSamplingRow) * B),
+      d_tokens(sizeof(int32_t) * B);
+  CUDA_OK(cudaMemcpy(d_logits.get(), l.data(), sizeof(float) * l.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_rows.get(), rows.data(), sizeof(GpuSamplingRow) * B, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const Status st = SampleTokens(d_logits.get<float>(), B, V, d_rows.get<GpuSamplingRow>(),
+                                 d_tokens.get<int32_t>(), nullptr, 0, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(st.ok()) << st;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  int64_t changed = 0;
+  std::vector<int32_t> previous;
+  for (uint64_t step = 1; step <= 3; ++step) {
+    for (auto& r : rows) r.step = step;
+    CUDA_OK(cudaMemcpy(d_rows.get(), rows.data(), sizeof(GpuSamplingRow) * B,
+                       cudaMemcpyHostToDevice));
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    std::vector<int32_t> replayed(static_cast<size_t>(B));
+    CUDA_OK(cudaMemcpy(replayed.data(), d_tokens.get(), sizeof(int32_t) * B,
+                       cudaMemcpyDeviceToHost));
+    const std::vector<int32_t> eager = Sample(l, V, rows);
+    EXPECT_EQ(replayed, eager) << "step " << step;
+    EXPECT_EQ(replayed[0], CpuGreedy(row));
+    if (!previous.empty()) {
+      for (int64_t b = 1; b < B; ++b) changed += replayed[b] != previous[b] ? 1 : 0;
+    }
+    previous = replayed;
+  }
+  EXPECT_GT(changed, 0) << "the replay ignored the new step";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 // ---------------------------------------------------------------------------

@@ -196,19 +196,32 @@ __device__ __forceinline__ void PdlLaunchDependents() {
 #endif
 }
 
-template <typename Kernel>
-Status Launch(const char* name, Kernel kernel, dim3 grid, dim3 block, size_t smem,
-              cudaStream_t stream, const MoeParams& p) {
+// Programmatic dependent launch between the layer's kernels. Only on explicit
+// streams: the executor's decode stream is one, and the legacy default stream's
+// implicit synchronisation is left untouched. Flip to false to rule PDL out.
+constexpr bool kUsePdl = true;
+
+cudaLaunchConfig_t LaunchConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
+  if (kUsePdl && stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  return cfg;
+}
+
+template <typename Kernel>
+Status Launch(const char* name, Kernel kernel, dim3 grid, dim3 block, size_t smem,
+              cudaStream_t stream, const MoeParams& p) {
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg = LaunchConfig(grid, block, smem, stream, attr);
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p);
   if (err != cudaSuccess) return CudaError(err, name);
   return OkStatus();
@@ -872,16 +885,10 @@ Status LaunchRouting(const MoeParams& p, bool in_plan, cudaStream_t stream) {
     STRATA_RETURN_IF_ERROR(
         Launch("MoeRouteKernel", MoeRouteKernel<kPer>, grid, dim3(kRouteWarps * 32), 0, stream, p));
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(1);
-  cfg.blockDim = dim3(kPlanThreads);
-  cfg.dynamicSmemBytes = 2 * sizeof(int32_t) * static_cast<size_t>(p.num_experts);
-  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg =
+      LaunchConfig(dim3(1), dim3(kPlanThreads),
+                   2 * sizeof(int32_t) * static_cast<size_t>(p.num_experts), stream, attr);
   const cudaError_t err = cudaLaunchKernelEx(&cfg, MoePlanKernel<kPer>, p, in_plan ? 1 : 0);
   if (err != cudaSuccess) return CudaError(err, "MoePlanKernel");
   return OkStatus();

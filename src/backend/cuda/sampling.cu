@@ -436,11 +436,15 @@ Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const Gpu
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
+  // Programmatic dependent launch (overlaps this launch with the tail of the
+  // LM head); only on explicit streams, as in moe.cu.
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  if (stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
   const cudaError_t err = cudaLaunchKernelEx(&cfg, SampleKernel, p);
   if (err != cudaSuccess) return CudaError(err, "SampleKernel");
   return OkStatus();
