@@ -671,6 +671,59 @@ __device__ __forceinline__ void LowerTimesPanels(const float* sL, const float* x
   }
 }
 
+// T' = (I + A)^-1·diag(β) in 16×16 blocks (A strictly lower): with X the
+// inverse, X_II = (I + A_II)^-1 and X_IJ = −X_II·Σ_{K=J}^{I−1} A_IK·X_KJ for
+// I > J. The four diagonal blocks are solved in parallel (16 sequential rows
+// instead of 64), then one block sub-diagonal at a time; the partial sums go
+// to the unused blocks above the diagonal, which no later step reads. β
+// scales the columns at the end. All fp32.
+__device__ void IntraInverse(const float* sA, const float* sBeta, float* sX) {
+  const int tid = threadIdx.x;
+  // Diagonal blocks, one column per 4 lanes (c = tid/4; a warp's 8 columns
+  // share one block): row i is [i = c] − Σ_{i0≤j<i} A[i][j]·X[j][c], every
+  // fourth j per lane. Entries above the diagonal come out as exact zeros.
+  {
+    const int c = tid >> 2, quarter = tid & 3;
+    const int i0 = c & ~15;
+    for (int i = i0; i < i0 + 16; ++i) {
+      float sum = 0.f;
+      for (int j = i0 + quarter; j < i; j += 4) sum += sA[i * kLdc + j] * sX[j * kLdc + c];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (quarter == 0) sX[i * kLdc + c] = (i == c ? 1.f : 0.f) - sum;
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  // Sub-diagonal `dist`: blocks (I, J = I − dist). Thread tid owns element
+  // (r, cc) = (tid/16, tid%16) of every block of the level.
+  const int r = tid >> 4, cc = tid & 15;
+  for (int dist = 1; dist < 4; ++dist) {
+    for (int bi = dist; bi < 4; ++bi) {
+      const int bj = bi - dist;
+      float sum = 0.f;  // P_IJ[r][cc] = Σ_{K=J}^{I−1} A_IK·X_KJ
+      for (int m = 16 * bj; m < 16 * bi; ++m) {
+        sum += sA[(16 * bi + r) * kLdc + m] * sX[m * kLdc + 16 * bj + cc];
+      }
+      sX[(16 * bj + r) * kLdc + 16 * bi + cc] = sum;  // block (J, I): above the diagonal
+    }
+    __syncthreads();
+    for (int bi = dist; bi < 4; ++bi) {
+      const int bj = bi - dist;
+      float sum = 0.f;  // (X_II·P_IJ)[r][cc]; X_II is zero right of its diagonal
+      for (int m = 0; m <= r; ++m) {
+        sum += sX[(16 * bi + r) * kLdc + 16 * bi + m] * sX[(16 * bj + m) * kLdc + 16 * bi + cc];
+      }
+      sX[(16 * bi + r) * kLdc + 16 * bj + cc] = -sum;
+    }
+    __syncthreads();
+  }
+  for (int idx = tid; idx < kChunk * kChunk; idx += kIntraThreads) {
+    const int i = idx / kChunk, c = idx % kChunk;
+    sX[i * kLdc + c] *= sBeta[c];
+  }
+}
+
 __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const PrefillParams p) {
   extern __shared__ float4 intra_smem[];
   float* sQ = reinterpret_cast<float*>(intra_smem);  // [64][kLd] q̂, then q̂⊙e^Γ
@@ -739,26 +792,7 @@ __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const Pr
     if (tid < kDim) item[kOffDecay + tid] = __expf(g_last[tid]);
   }
 
-  // T' by forward substitution, columns independent: row i of column c is
-  // β_c·[i = c] − Σ_{j<i} A[i][j]·T'[j][c]. Thread (c = tid/4, quarter) sums
-  // every fourth j; a column's four lanes sit in one warp, so __syncwarp
-  // orders the rows. Entries above the diagonal come out as exact zeros, and
-  // rows j < 8·warp (≤ c) need not be read.
-  {
-    const int c = tid >> 2, quarter = tid & 3;
-    const int j_first = 8 * warp;
-    const float beta_c = sBeta[c];
-    for (int i = 0; i < kChunk; ++i) {
-      float sum = 0.f;
-      if (i > j_first) {
-        for (int j = j_first + quarter; j < i; j += 4) sum += sA[i * kLdc + j] * sX[j * kLdc + c];
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (quarter == 0) sX[i * kLdc + c] = (i == c ? beta_c : 0.f) - sum;
-      __syncwarp();
-    }
-  }
+  IntraInverse(sA, sBeta, sX);
   __syncthreads();
 
   const int g = lane >> 2, t = lane & 3;
