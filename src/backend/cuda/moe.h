@@ -33,13 +33,19 @@ struct MoeArgs {
 };
 
 // Workspace for `max_tokens` tokens: routing results, per-expert counts and
-// offsets, the permuted activations and the intermediate [n·k, I].
+// offsets, the permuted activations and the intermediate [n·k, I]. It must
+// be 256-byte aligned (cudaMalloc is) and may serve any n ≤ max_tokens.
+// Limits (InvalidArgument beyond): num_experts ≤ 1024, top_k ≤ min(32, E).
+// Decode (n·k ≤ 512) streams each active expert once on CUDA cores; more
+// rows take the tensor-core grouped GEMM when D % 128 == 0, I % 64 == 0 and
+// x, w13, w2 are 16-byte aligned. No host sync: the call can be captured.
 size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens);
 Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
                   cudaStream_t stream);
 
 // Routing alone (exposed for tests and for the scheduler's statistics):
-// idx [n, k] int32 and weight [n, k] fp32 on the device.
+// idx [n, k] int32 and weight [n, k] fp32 on the device, bit-compatible with
+// cpu::RouteSigmoidTopK (picks in descending order).
 Status MoeRoute(const MoeShape& shape, const float* router_logits, const float* score_bias,
                 int64_t num_tokens, int32_t* idx, float* weight, cudaStream_t stream);
 

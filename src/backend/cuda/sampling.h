@@ -18,8 +18,13 @@ struct GpuSamplingRow {
   uint64_t step = 0;        // advanced by the caller each token
 };
 
+// The current kernel needs no scratch (0 bytes; workspace may then be null).
 size_t SampleWorkspaceBytes(int64_t batch, int64_t vocab);
-// rows: device [B]; tokens: device [B] int32 out.
+// rows: device [B]; tokens: device [B] int32 out. vocab ≤ 2^23. Rows are read
+// on the device, so they are not validated: T ≤ 0 or NaN means greedy,
+// top_k ≤ 0 off, top_p ≥ 1 or NaN off (≤ 0 keeps the top token). Draws are
+// deterministic for a given (seed, step) but not bit-equal to the CPU
+// Sampler's (same distribution).
 Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const GpuSamplingRow* rows,
                     int32_t* tokens, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
