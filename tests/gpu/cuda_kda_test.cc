@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <ostream>
 #include <random>
 #include <string>
 #include <utility>
@@ -85,6 +86,7 @@ struct Dims {
 };
 
 std::string DimsName(const Dims& d) { return absl::StrCat("H", d.heads, "_dk", d.dk, "_dv", d.dv); }
+void PrintTo(const Dims& d, std::ostream* os) { *os << DimsName(d); }
 
 // Per-head gate parameters.
 struct HeadParams {
@@ -380,6 +382,8 @@ std::string PrefillName(const ::testing::TestParamInfo<PrefillCase>& info) {
                       c.draw == GateDraw::kStrong ? "_strong" : "");
 }
 
+void PrintTo(const PrefillCase& c, std::ostream* os) { *os << PrefillName({c, 0}); }
+
 class KdaPrefillTest : public ::testing::TestWithParam<PrefillCase> {};
 
 TEST_P(KdaPrefillTest, MatchesCpuChunkedFromRandomState) {
@@ -541,6 +545,8 @@ void CheckDecodeSteps(const DecodeCase& c, int steps, std::mt19937& rng) {
         << "slot " << s << " changed";
   }
 }
+
+void PrintTo(const DecodeCase& c, std::ostream* os) { *os << DecodeName({c, 0}); }
 
 class KdaDecodeTest : public ::testing::TestWithParam<DecodeCase> {};
 
