@@ -11,15 +11,19 @@
 //    at ≥ 80% of bandwidth; B = 1 (128 CTAs, one DRAM round trip to read, a
 //    block reduction, then the write) is latency-bound, ~2 µs (~50%) expected.
 //  * Prefill per 64-token chunk and head: intra-chunk products (off-diagonal
-//    key–key/query–key blocks 0.8 MFLOP, T'·[K|V] and B·[W|U] ~2.2 MFLOP, the
-//    16×16 diagonal blocks pairwise on CUDA cores, 61 K exps) and the
-//    sequential state pass (W·S, Q'·S, Kdᵀ·V_new: 6.3 MFLOP). At T = 32K:
-//    16384 chunk-heads × ~9.3 MFLOP = 152 GFLOP, 0.22 ms at the 686 TFLOP/s
-//    bf16 peak (0.44 ms at the tf32 rate these kernels use). Memory: inputs
-//    1.3 KB and output 0.25 KB per token-head (1.6 GB, 0.37 ms) plus the fp32
-//    workspace written and read once (~5 KB per token-head, 1.2 ms). Expected
-//    ~1.5–2 ms per layer at T = 32K: the first, correctness-first version;
-//    bf16 workspace, a fused persistent kernel and wgmma are the next steps.
+//    key–key/query–key blocks 0.8 MFLOP, T'·[K|V] and B·[W|U] 2.4 MFLOP, the
+//    16×16 diagonal blocks pairwise on CUDA cores with 61 K exps, the blocked
+//    triangular inverse ~0.1 MFLOP) and the sequential state pass (W·S, Q'·S,
+//    Kdᵀ·V_new: 6.3 MFLOP), ~9.7 MFLOP in all. At T = 32K: 16384 chunk-heads →
+//    159 GFLOP, 0.23 ms at the 686 TFLOP/s bf16 peak (0.46 ms at the tf32 rate
+//    these kernels use). Memory: inputs 1.3 KB and output 0.25 KB per
+//    token-head (1.6 GB, 0.38 ms) plus the fp32 workspace, 2.6 KB per
+//    token-head written once and read once from DRAM (the 4 value-slice CTAs
+//    of a head share it through L2): 5.4 GB, 1.26 ms. So ~1.7–2 ms per layer at
+//    T = 32K is expected (~12% of the bf16 compute roof, ~20% of the I/O-only
+//    bound): a correctness-first version. Next steps: bf16 workspace (halves
+//    the dominant traffic), wgmma for the sequential pass, and a persistent
+//    kernel that overlaps the intra-chunk work with the state pass.
 //
 // Precision. Products run on tensor cores as tf32 (10-bit mantissa, rounded
 // with cvt.rna) with fp32 accumulation: ~4x smaller rounding than bf16, so the
