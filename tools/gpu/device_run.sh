@@ -6,7 +6,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # Compiled-in paths (fixtures, test data) point at the development checkout.
 mkdir -p /work && ln -sfn "$PWD" /work/main
-cublas=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+cublas=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH="$PWD/.carry/lib:$cublas:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
@@ -24,7 +24,7 @@ for what in "$@"; do
       for t in .carry/bin/gpu_cuda_*_test; do
         for tool in memcheck racecheck; do
           echo "=== $tool $t" | tee -a "$OUT/sanitize.log"
-          timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$t" --gtest_color=no \
+          timeout ${SANITIZE_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 9 "$t" --gtest_color=no \
             --gtest_filter="${SANITIZE_FILTER:-*Small*:*Odd*:*Tiny*}" 2>&1 | tail -5 | tee -a "$OUT/sanitize.log"
         done
       done ;;
