@@ -9,10 +9,10 @@
 //    The target is ≥ 85% of that. Expected (not yet measured): ~85–90% on
 //    the three large shapes; the 18.9 MB one is ~4 µs of ideal time, so the
 //    ~1 µs of launch and first-byte latency (outside a graph) caps it nearer
-//    75–80%. Even at m = 16 the arithmetic is 2·16 FLOP
-//    per 2 bytes of W (16 FLOP/byte, 68 TFLOP/s at full bandwidth): far below
-//    what mma.sync delivers, but above what fp32 FMA on CUDA cores delivers
-//    once the bf16 → fp32 conversions are counted, hence tensor cores here.
+//    75–80%. Even at m = 16 the arithmetic is 2·16 FLOP per 2 bytes of W
+//    (16 FLOP/byte, 68 TFLOP/s at full bandwidth): far below what mma.sync
+//    delivers, but above what fp32 FMA on CUDA cores delivers once the
+//    bf16 → fp32 conversions are counted, hence tensor cores here.
 //  * Large M (prefill): 2·m·n·k FLOPs on cuBLASLt, e.g. m = 4096 on
 //    [12288, 2304] is 232 GFLOP → 338 µs at 686 TFLOP/s.
 //
