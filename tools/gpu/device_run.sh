@@ -4,6 +4,9 @@
 # Usage: tools/gpu/device_run.sh [tests] [sanitize] [bench "ARGS"]...
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# At most 8 files come back: per-binary logs travel as one archive.
+LOGS=/tmp/gpulogs; rm -rf "$LOGS"; mkdir -p "$LOGS"
+trap 'tar -czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 # Compiled-in paths (fixtures, test data) point at the development checkout.
 mkdir -p /work && ln -sfn "$PWD" /work/main
 cublas=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
@@ -15,10 +18,13 @@ rc=0
 for what in "$@"; do
   case "$what" in
     tests)
-      for t in .carry/bin/gpu_*; do
-        echo "=== $t" | tee -a "$OUT/tests.log"
-        timeout 300 "$t" --gtest_color=no 2>&1 | tee -a "$OUT/tests.log" | grep -E '^\[  (PASSED|FAILED) |FAILED|max|error' | head -40
-        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      for t in ${GPU_TESTS:-.carry/bin/gpu_*}; do
+        log="$LOGS/$(basename "$t").log"
+        timeout 300 "$t" --gtest_color=no > "$log" 2>&1
+        st=$?
+        echo "=== $t exit $st: $(grep -E '^\[  (PASSED|FAILED) ' "$log" | tr '\n' ' ')" | tee -a "$OUT/tests.log"
+        grep -E '^\[  FAILED  \]' "$log" | head -20
+        [ $st = 0 ] || rc=1
       done ;;
     sanitize)
       for t in .carry/bin/gpu_cuda_*_test; do
