@@ -159,7 +159,7 @@ int RunSweep(const std::string& cmd, const std::string& dir, LoadOptions lo, con
   const ModelInfo& info = model.info();
   PrintPlacementNotice(cmd, info);
   const int64_t V = info.vocab_size;
-  std::printf("model: %s%s (%s, %d layers, %s parameters, %s on the device)\n", dir.c_str(),
+  std::printf("model: %s%s (%s, %d layers, %s parameters, %s of weights)\n", dir.c_str(),
               lo.load_format == LoadFormat::kDummy ? " [dummy weights]" : "", info.architecture.c_str(),
               info.num_layers, FormatCount(info.num_parameters).c_str(),
               FormatBytes(static_cast<double>(info.parameter_bytes)).c_str());

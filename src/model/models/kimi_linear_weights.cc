@@ -294,7 +294,8 @@ double KimiLinearPrefillFlops(const KimiLinearConfig& c, int64_t tokens) {
   const KimiParamCounts p = CountKimiParams(c);
   const double T = static_cast<double>(tokens);
   // Norm weights are in dense_path but cost no multiply-adds worth counting.
-  double flops = 2.0 * T * (p.dense_path + static_cast<double>(p.top_k) * p.per_expert);
+  double flops =
+      2.0 * T * (p.dense_path + static_cast<double>(p.top_k * p.moe_layers) * p.per_expert);
   flops += 2.0 * p.lm_head;  // the last position's logits
   const double Hm = static_cast<double>(c.mla_heads);
   const double qd = static_cast<double>(c.qk_nope_dim + c.qk_rope_dim);
