@@ -26,7 +26,7 @@ struct Result {
 };
 
 // Runs the CLI with `args`, feeding `input` on stdin.
-Result Run(const std::string& args, const std::string& input = "") {
+Result RunCli(const std::string& args, const std::string& input = "") {
   const fs::path in = fs::path(STRATA_BINARY_DIR) / "testdata" / "cli_chat_stdin.txt";
   fs::create_directories(in.parent_path());
   std::ofstream(in) << input;
@@ -50,7 +50,7 @@ class CliChatTest : public ::testing::Test {
     ASSERT_TRUE(fs::exists(kStrata)) << kStrata << " is not built";
     // The demo writes its model, tokenizer and chat template here, runs the
     // token-id generation and then one chat turn.
-    demo_ = Run("run --demo-dir " + DemoDir() + " --max-new 8 --threads 1");
+    demo_ = RunCli("run --demo-dir " + DemoDir() + " --max-new 8 --threads 1");
   }
   static Result demo_;
 };
@@ -67,7 +67,7 @@ TEST_F(CliChatTest, DemoRunsTokensThenAChatTurn) {
 
 TEST_F(CliChatTest, OneShotPromptOnAModelDirectory) {
   ASSERT_EQ(demo_.exit_code, 0) << demo_.out;
-  const Result r = Run("run --model " + DemoDir() + " --prompt 'What is 2+2?' --max-new 6 --threads 1 --no-think");
+  const Result r = RunCli("run --model " + DemoDir() + " --prompt 'What is 2+2?' --max-new 6 --threads 1 --no-think");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   // Exactly one turn: the user line, the streamed reply, the finish line.
   EXPECT_THAT(r.out, ::testing::ContainsRegex(
@@ -78,7 +78,7 @@ TEST_F(CliChatTest, OneShotPromptOnAModelDirectory) {
 
 TEST_F(CliChatTest, ReplReadsStdinLines) {
   ASSERT_EQ(demo_.exit_code, 0) << demo_.out;
-  const Result r = Run("run --model " + DemoDir() + " --max-new 4 --threads 1 --system 'Be brief.'",
+  const Result r = RunCli("run --model " + DemoDir() + " --max-new 4 --threads 1 --system 'Be brief.'",
                        "Hi\n\n/reset\nBye\n/quit\nnot read\n");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, ::testing::HasSubstr("user: Hi\nassistant: "));
@@ -88,7 +88,7 @@ TEST_F(CliChatTest, ReplReadsStdinLines) {
   for (size_t at = r.out.find("\nfinish: "); at != std::string::npos; at = r.out.find("\nfinish: ", at + 1)) ++turns;
   EXPECT_EQ(turns, 2u);
   // End of input ends the REPL as /quit does.
-  const Result eof = Run("run --model " + DemoDir() + " --max-new 2 --threads 1", "Hi\n");
+  const Result eof = RunCli("run --model " + DemoDir() + " --max-new 2 --threads 1", "Hi\n");
   EXPECT_EQ(eof.exit_code, 0) << eof.out;
 }
 
@@ -98,11 +98,11 @@ TEST_F(CliChatTest, DirectoryWithoutTokenizerCannotChat) {
   fs::remove_all(bare);
   fs::create_directories(bare);
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fs::path(DemoDir()) / f, bare / f);
-  const Result r = Run("run --model " + bare.string() + " --prompt Hi --threads 1");
+  const Result r = RunCli("run --model " + bare.string() + " --prompt Hi --threads 1");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, ::testing::HasSubstr("cannot chat"));
   // Without --prompt it generates token ids, as before.
-  const Result ids = Run("run --model " + bare.string() + " --max-new 4 --threads 1");
+  const Result ids = RunCli("run --model " + bare.string() + " --max-new 4 --threads 1");
   EXPECT_EQ(ids.exit_code, 0) << ids.out;
   EXPECT_THAT(ids.out, ::testing::ContainsRegex("generated:( [0-9]+)+\n"));
 }
