@@ -60,6 +60,14 @@ def _load_library(path=None):
         "strata_request_params_init": ([ctypes.POINTER(_RequestParams)], None),
         "strata_session_generate": ([vp, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
                                      ctypes.POINTER(_RequestParams), ctypes.POINTER(ctypes.c_int32)], st),
+        "strata_tokenizer_open": ([ctypes.c_char_p, ctypes.POINTER(vp)], st),
+        "strata_model_get_tokenizer": ([vp, ctypes.POINTER(vp)], st),
+        "strata_tokenizer_destroy": ([vp], st),
+        "strata_tokenizer_encode": ([vp, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_bool,
+                                     ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_size_t)], st),
+        "strata_tokenizer_decode": ([vp, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_bool,
+                                     ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)], st),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(lib, name)
@@ -122,6 +130,46 @@ class Model:
 
     def session(self):
         return Session(self)
+
+    def tokenizer(self):
+        """The tokenizer of the model's directory (StrataError when it has none)."""
+        return Tokenizer(model=self)
+
+
+class Tokenizer:
+    """Text <-> token ids with a directory's tokenizer files (no weights needed)."""
+
+    def __init__(self, model_dir=None, model=None):
+        self._h = ctypes.c_void_p()
+        if model is not None:
+            _check(library().strata_model_get_tokenizer(model._h, ctypes.byref(self._h)))
+        else:
+            _check(library().strata_tokenizer_open(os.fsencode(model_dir), ctypes.byref(self._h)))
+
+    def encode(self, text, add_special_tokens=True):
+        data = text.encode("utf-8")
+        count = ctypes.c_size_t()
+        _check(library().strata_tokenizer_encode(self._h, data, len(data), add_special_tokens, None, 0,
+                                                 ctypes.byref(count)))
+        buf = (ctypes.c_int32 * max(count.value, 1))()
+        _check(library().strata_tokenizer_encode(self._h, data, len(data), add_special_tokens, buf, count.value,
+                                                 ctypes.byref(count)))
+        return list(buf[: count.value])
+
+    def decode(self, tokens, skip_special_tokens=False):
+        arr, n = _ids(tokens)
+        length = ctypes.c_size_t()
+        _check(library().strata_tokenizer_decode(self._h, arr, n, skip_special_tokens, None, 0,
+                                                 ctypes.byref(length)))
+        buf = ctypes.create_string_buffer(length.value + 1)
+        _check(library().strata_tokenizer_decode(self._h, arr, n, skip_special_tokens, buf, length.value + 1,
+                                                 ctypes.byref(length)))
+        return buf.raw[: length.value].decode("utf-8", "replace")
+
+    def close(self):
+        if self._h:
+            _check(library().strata_tokenizer_destroy(self._h))
+            self._h = ctypes.c_void_p()
 
 
 class Session:

@@ -63,6 +63,15 @@ def main():
         check("out-of-vocabulary id raises", err.status != 0)
     finally:
         e.close()
+    tok = model.tokenizer()
+    text = "Hello <|im_start|>world, caf\u00e9 \U0001F600"
+    ids = tok.encode(text)
+    check("tokenizer round trip", tok.decode(ids) == text and len(ids) > 3)
+    check("special token literal is one id", len(tok.encode("<|im_start|>")) == 1)
+    tok.close()
+    standalone = strata.Tokenizer(model_dir)
+    check("tokenizer_open agrees", standalone.encode(text) == ids)
+    standalone.close()
     model.close()
     engine.close()
     print(f"{passed} passed, {failed} failed")
