@@ -567,8 +567,24 @@ Status KimiLinearCudaModel::DecodeLocked(std::span<const int32_t> tokens,
                                          std::span<CudaState* const> states, float* logits,
                                          std::span<const DecodeSampling> sampling,
                                          int32_t* out_tokens) const {
+  const Geometry& g = g_;
   const int64_t total = static_cast<int64_t>(tokens.size());
   const int64_t B_max = plan_.max_batch;
+  // Argument checks first, over the whole batch: on these errors nothing has
+  // changed.
+  for (int64_t b = 0; b < total; ++b) {
+    const int32_t t = tokens[static_cast<size_t>(b)];
+    if (t < 0 || t >= g.V) {
+      return absl::InvalidArgumentError(absl::StrCat("decode: token id ", t, " in row ", b,
+                                                     " is outside the vocabulary [0, ", g.V, ")"));
+    }
+    const CudaState& st = *states[static_cast<size_t>(b)];
+    if (st.tokens_ + 1 > st.max_tokens_) {
+      return absl::OutOfRangeError(absl::StrCat("decode: row ", b, ": 1 token on top of ",
+                                                st.tokens_, " exceeds the state's capacity of ",
+                                                st.max_tokens_));
+    }
+  }
   if (total > B_max) {
     // Larger batches run as consecutive steps of at most max_batch rows.
     const int64_t V = g_.V;
@@ -582,22 +598,7 @@ Status KimiLinearCudaModel::DecodeLocked(std::span<const int32_t> tokens,
     }
     return OkStatus();
   }
-  const Geometry& g = g_;
   const int64_t B = total;
-  // Argument checks first: on these errors nothing has changed.
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t t = tokens[static_cast<size_t>(b)];
-    if (t < 0 || t >= g.V) {
-      return absl::InvalidArgumentError(absl::StrCat("decode: token id ", t, " in row ", b,
-                                                     " is outside the vocabulary [0, ", g.V, ")"));
-    }
-    const CudaState& st = *states[static_cast<size_t>(b)];
-    if (st.tokens_ + 1 > st.max_tokens_) {
-      return absl::OutOfRangeError(absl::StrCat("decode: row ", b, ": 1 token on top of ",
-                                                st.tokens_, " exceeds the state's capacity of ",
-                                                st.max_tokens_));
-    }
-  }
   if (g.num_mla > 0) {
     int64_t need = 0;
     for (CudaState* st : states) {
