@@ -116,7 +116,7 @@ KdaGates Gates(const float* g, const float* beta, const float* nea, const float*
 }
 
 // --- KDA prefill: one layer, T tokens, from a zero state ---------------------
-void BM_KdaPrefill(benchmark::State& state) {
+void BM_CudaKdaPrefill(benchmark::State& state) {
   const int64_t T = state.range(0);
   cudaStream_t s = nullptr;
   cudaStreamCreate(&s);
@@ -154,10 +154,10 @@ void BM_KdaPrefill(benchmark::State& state) {
   ReportFlops(state, 2 * macs * std::ceil(static_cast<double>(T) / c) * kH);
   cudaStreamDestroy(s);
 }
-BENCHMARK(BM_KdaPrefill)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CudaKdaPrefill)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // --- KDA decode: one layer, B sequences, one token each ----------------------
-void BM_KdaDecode(benchmark::State& state) {
+void BM_CudaKdaDecode(benchmark::State& state) {
   const int64_t B = state.range(0);
   const int64_t state_elems = kH * kDk * kDk;
   const size_t per_batch = sizeof(float) * static_cast<size_t>(B * state_elems);
@@ -199,10 +199,10 @@ void BM_KdaDecode(benchmark::State& state) {
   ReportBandwidth(state, bytes);
   cudaStreamDestroy(s);
 }
-BENCHMARK(BM_KdaDecode)->Arg(1)->Arg(8)->Arg(32)->Arg(64)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaKdaDecode)->Arg(1)->Arg(8)->Arg(32)->Arg(64)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // --- MLA decode: one layer, B sequences of ctx tokens --------------------------
-void BM_MlaDecode(benchmark::State& state) {
+void BM_CudaMlaDecode(benchmark::State& state) {
   const int64_t B = state.range(0), ctx = state.range(1);
   MlaShape shape{kMlaH, kDn, kDr, kDv, kR, 0.f};
   const int64_t cd = shape.cache_dim();
@@ -243,13 +243,13 @@ void BM_MlaDecode(benchmark::State& state) {
   ReportBandwidth(state, static_cast<double>(B) * (static_cast<double>(ctx) * cd * 2 + kMlaH * (cd + kR) * 2.0));
   cudaStreamDestroy(s);
 }
-BENCHMARK(BM_MlaDecode)
+BENCHMARK(BM_CudaMlaDecode)
     ->ArgsProduct({{1, 8, 32, 64}, {4096, 32768, 131072}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
 // --- MoE layer: routing + grouped experts + combine ---------------------------
-void BM_MoeLayer(benchmark::State& state) {
+void BM_CudaMoeLayer(benchmark::State& state) {
   const int64_t n = state.range(0);
   MoeShape shape{kE, kD, kI, kTopK, true, 2.446f};
   cudaStream_t s = nullptr;
@@ -286,7 +286,7 @@ void BM_MoeLayer(benchmark::State& state) {
   }
   cudaStreamDestroy(s);
 }
-BENCHMARK(BM_MoeLayer)->Arg(1)->Arg(8)->Arg(32)->Arg(64)->Arg(8192)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaMoeLayer)->Arg(1)->Arg(8)->Arg(32)->Arg(64)->Arg(8192)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace strata::cuda
