@@ -119,16 +119,21 @@ TEST(DeviceSelection, CudaOrAutoGivesTheGpuOrTheCpuWithANoticeNeverAnError) {
   }
 }
 
-TEST(DeviceSelection, FallbackModelStillReportsDeviceSpecificUnsupportedCalls) {
+TEST(DeviceSelection, BenchmarkFillIsAGpuFeatureAndUnimplementedAfterAFallback) {
   LoadOptions o;
   o.device = Device::kAuto;
   auto m = LoadModel(Fixture("kimi_b"), o);
   ASSERT_TRUE(m.ok()) << m.status();
-  if (GpuUsable()) GTEST_SKIP() << "a GPU is usable here; the CUDA executor implements this";
   auto st = (*m)->NewState(16);
   ASSERT_TRUE(st.ok());
   const Status s = (*m)->FillContextForBenchmark(**st, 8, 1);
-  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  if (GpuUsable()) {
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ((*st)->num_tokens(), 8);
+  } else {
+    EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+    EXPECT_EQ((*st)->num_tokens(), 0);
+  }
 }
 
 // --- dummy weights on the CPU -------------------------------------------------
