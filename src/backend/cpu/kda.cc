@@ -345,6 +345,7 @@ struct ChunkScratch {
   float* kd;    // [C, dk] K̂ ⊙ exp(Γ_C − Γ)
   float* u;     // [C, dv] U, then V_new
   float* w;     // [C, dk] sub-chunk panels and diagonal-block rows, then W
+  float* gx;    // [C, dk] per-head decays broadcast over dk (g_per_head only)
 };
 
 constexpr size_t kFloatsPerLine = 16;
@@ -357,9 +358,9 @@ size_t Pad(size_t floats) {
 size_t LayoutScratch(int64_t dk, int64_t dv, float* base, ChunkScratch* s) {
   const size_t c = kChunk;
   const size_t cdk = Pad(c * dk), cdv = Pad(c * dv), cc = Pad(c * c);
-  float** const slots[] = {&s->qn, &s->kn, &s->ghi, &s->glo, &s->beta, &s->am,
-                           &s->bm, &s->tm, &s->kt,  &s->kd,  &s->u,    &s->w};
-  const size_t sizes[] = {cdk, cdk, cdk, cdk, Pad(c), cc, cc, cc, Pad(dk * c), cdk, cdv, cdk};
+  float** const slots[] = {&s->qn, &s->kn, &s->ghi, &s->glo, &s->beta, &s->am, &s->bm,
+                           &s->tm, &s->kt, &s->kd,  &s->u,   &s->w,    &s->gx};
+  const size_t sizes[] = {cdk, cdk, cdk, cdk, Pad(c), cc, cc, cc, Pad(dk * c), cdk, cdv, cdk, cdk};
   size_t offset = 0;
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
     if (base != nullptr) *slots[i] = base + offset;
@@ -373,15 +374,16 @@ size_t SlotBytes(int64_t dk, int64_t dv) {
   return LayoutScratch(dk, dv, nullptr, &unused) * sizeof(float);
 }
 
-// Normalises q/k of one chunk and accumulates Γ as a two-sum pair.
+// Normalises q/k of one chunk and accumulates Γ as a two-sum pair. Row i of
+// the chunk's log-decays is g_rows + i·g_stride.
 void PrepareChunk(const KdaArgs& a, int64_t h, int64_t t0, int64_t len, float scale,
-                  const ChunkScratch& s) {
+                  const float* g_rows, int64_t g_stride, const ChunkScratch& s) {
   const int64_t nh = a.num_heads, dk = a.key_dim;
   for (int64_t i = 0; i < len; ++i) {
     const int64_t row = (t0 + i) * nh + h;
     const float* __restrict q = a.q + row * dk;
     const float* __restrict k = a.k + row * dk;
-    const float* __restrict g = a.g + row * dk;
+    const float* __restrict g = g_rows + i * g_stride;
     const float inv_q = scale / std::sqrt(SumSquares(q, dk) + kNormEps);
     const float inv_k = 1.f / std::sqrt(SumSquares(k, dk) + kNormEps);
     float* __restrict qn = s.qn + i * dk;
@@ -617,11 +619,22 @@ void ChunkStep(const KdaArgs& a, int64_t h, int64_t t0, float scale, const Chunk
   const int64_t nh = a.num_heads, dk = a.key_dim, dv = a.value_dim;
   float* state = a.state + h * dk * dv;
   const int64_t len = std::min(kChunk, a.num_tokens - t0);
-  PrepareChunk(a, h, t0, len, scale, s);
+  // The chunk's log-decay rows. A per-head decay (GDN) is broadcast over dk
+  // into scratch first, so that everything below is KDA's per-channel code.
+  const float* g_rows = a.g + (t0 * nh + h) * dk;
+  int64_t g_stride = nh * dk;
+  if (a.g_per_head) {
+    for (int64_t i = 0; i < len; ++i) {
+      std::fill(s.gx + i * dk, s.gx + (i + 1) * dk, a.g[(t0 + i) * nh + h]);
+    }
+    g_rows = s.gx;
+    g_stride = dk;
+  }
+  PrepareChunk(a, h, t0, len, scale, g_rows, g_stride, s);
 
   std::memset(s.am, 0, sizeof(float) * len * kChunk);
   std::memset(s.bm, 0, sizeof(float) * len * kChunk);
-  IntraChunk(len, dk, a.g + (t0 * nh + h) * dk, nh * dk, s);
+  IntraChunk(len, dk, g_rows, g_stride, s);
   InvertUnitLower(len, s);
 
   const float* hi_last = s.ghi + (len - 1) * dk;
@@ -727,7 +740,9 @@ void RecurrentHead(const KdaArgs& a, int64_t h, float scale) {
     const int64_t row = t * nh + h;
     const float* q = a.q + row * dk;
     const float* k = a.k + row * dk;
-    const float* g = a.g + row * dk;
+    // GDN (g_per_head): one decay for the whole head, exp taken once per token.
+    const float* g = a.g_per_head ? nullptr : a.g + row * dk;
+    const float head_alpha = a.g_per_head ? std::exp(a.g[row]) : 0.f;
     const float* v = a.v + row * dv;
     float* out = a.out + row * dv;
     const float beta = a.beta[row];
@@ -741,6 +756,10 @@ void RecurrentHead(const KdaArgs& a, int64_t h, float scale) {
       for (int64_t d0 = 0; d0 < dk; d0 += kRecKeyTile) {
         const int64_t rows = std::min(kRecKeyTile, dk - d0);
         int64_t d = 0;
+        if (g == nullptr) {
+          std::fill(alpha, alpha + rows, head_alpha);
+          d = rows;
+        }
 #ifdef STRATA_KDA_SIMD
         for (; d + 8 <= rows; d += 8) _mm256_store_ps(alpha + d, Exp8(_mm256_loadu_ps(g + d0 + d)));
 #endif

@@ -90,6 +90,41 @@ void RouteSigmoidTopK(const float* logits, int64_t num_experts, const float* bia
   for (int64_t j = 0; j < top_k; ++j) weight[j] *= norm * routed_scaling;
 }
 
+void RouteSoftmaxTopK(const float* logits, int64_t num_experts, int64_t top_k, bool renormalize,
+                      float routed_scaling, int32_t* idx, float* weight) {
+  // Selection on the logits (softmax is monotonic); NaN ranks last as in
+  // RouteSigmoidTopK, so a full set of distinct experts is always chosen.
+  auto key = [&](int64_t e) { return std::isnan(logits[e]) ? -INFINITY : logits[e]; };
+  float prev_v = 0.f;
+  int64_t prev_e = -1;
+  for (int64_t j = 0; j < top_k; ++j) {
+    int64_t best = -1;
+    float best_v = 0.f;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      const float v = key(e);
+      if (prev_e >= 0 && !(v < prev_v || (v == prev_v && e > prev_e))) continue;
+      if (best < 0 || v > best_v) {
+        best = e;
+        best_v = v;
+      }
+    }
+    idx[j] = static_cast<int32_t>(best);
+    prev_v = best_v;
+    prev_e = best;
+  }
+  // p[e] = exp(l_e − max) / Σ_all exp(l − max), as the reference's fp32 softmax.
+  const float mx = key(idx[0]);
+  float denom = 0.f;
+  for (int64_t e = 0; e < num_experts; ++e) denom += std::exp(key(e) - mx);
+  float total = 0.f;
+  for (int64_t j = 0; j < top_k; ++j) {
+    weight[j] = std::exp(key(idx[j]) - mx) / denom;
+    total += weight[j];
+  }
+  const float norm = renormalize ? 1.f / total : 1.f;
+  for (int64_t j = 0; j < top_k; ++j) weight[j] *= norm * routed_scaling;
+}
+
 size_t MoeScratchBytes(int64_t num_tokens, int64_t hidden, const MoeWeights& w, int num_threads) {
   const int64_t n = num_tokens;
   const int64_t E = w.num_experts();
@@ -105,6 +140,7 @@ size_t MoeScratchBytes(int64_t num_tokens, int64_t hidden, const MoeWeights& w, 
   bytes += AlignUp(sizeof(float) * slots);                                 // bucket weights
   bytes += 2 * AlignUp(sizeof(float) * n * hidden);                        // gathered x, expert out
   bytes += AlignUp(sizeof(float) * (w.top_k + 1) * (2 * inter + hidden));  // single-token path
+  bytes += AlignUp(sizeof(float) * n);                                     // shared-expert gates
   bytes += AlignUp(sizeof(float) * std::max(MatMulScratchFloats(n, hidden, num_threads),
                                             SwiGluScratchFloats(n, hidden, inter, num_threads)));
   return bytes;
@@ -116,7 +152,7 @@ namespace {
 // parallel loop and every down row through a second, instead of three
 // dispatches per expert. `act_*` list the active experts, shared one last.
 void MoeSingleToken(const float* x, const MoeWeights& w, const int32_t* idx, const float* wt,
-                    float* work, float* y, ThreadPool* pool) {
+                    float shared_scale, float* work, float* y, ThreadPool* pool) {
   const int64_t D = w.router.cols;
   const int64_t K = w.top_k;
   const int64_t A = K + (w.has_shared ? 1 : 0);
@@ -164,7 +200,7 @@ void MoeSingleToken(const float* x, const MoeWeights& w, const int32_t* idx, con
     }
   }
   if (w.has_shared) {
-    for (int64_t j = 0; j < D; ++j) y[j] += out[K * D + j];
+    for (int64_t j = 0; j < D; ++j) y[j] += shared_scale * out[K * D + j];
   }
 }
 
@@ -188,18 +224,30 @@ void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void
   int64_t inter = w.has_shared ? w.shared.intermediate() : 0;
   for (const auto& e : w.experts) inter = std::max(inter, e.intermediate());
   float* single = c.Take<float>((K + 1) * (2 * inter + D));
+  float* shared_scale = c.Take<float>(n);  // sigmoid(shared_gate·x), or 1
   float* mm = c.Take<float>(1);  // the rest
 
   // The router runs in fp32 on fp32-converted weights (as the reference does).
   MatMul(x, n, w.router, logits, mm, pool);
   ParallelRange(pool, n, 8, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      RouteSigmoidTopK(logits + t * E, E, w.score_bias, K, w.renormalize, w.routed_scaling,
-                       idx + t * K, wt + t * K);
+      if (w.routing == MoeRouting::kSoftmax) {
+        RouteSoftmaxTopK(logits + t * E, E, K, w.renormalize, w.routed_scaling, idx + t * K,
+                         wt + t * K);
+      } else {
+        RouteSigmoidTopK(logits + t * E, E, w.score_bias, K, w.renormalize, w.routed_scaling,
+                         idx + t * K, wt + t * K);
+      }
     }
   });
+  if (w.has_shared && w.shared_gate.rows > 0) {
+    MatMul(x, n, w.shared_gate, shared_scale, mm, pool);  // [n, 1]
+    for (int64_t t = 0; t < n; ++t) shared_scale[t] = 1.f / (1.f + std::exp(-shared_scale[t]));
+  } else {
+    std::fill(shared_scale, shared_scale + n, 1.f);
+  }
   if (n == 1) {
-    MoeSingleToken(x, w, idx, wt, single, y, pool);
+    MoeSingleToken(x, w, idx, wt, shared_scale[0], single, y, pool);
     return;
   }
   // Counting sort of (token, weight) pairs by expert; tokens stay ascending.
@@ -234,7 +282,10 @@ void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void
   }
   if (w.has_shared) {
     SwiGlu(x, n, w.shared, yg, mm, pool);
-    for (int64_t i = 0; i < n * D; ++i) y[i] += yg[i];
+    for (int64_t t = 0; t < n; ++t) {
+      const float a = shared_scale[t];
+      for (int64_t j = 0; j < D; ++j) y[t * D + j] += a * yg[t * D + j];
+    }
   }
 }
 

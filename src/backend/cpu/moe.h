@@ -29,12 +29,22 @@ size_t SwiGluScratchFloats(int64_t num_tokens, int64_t hidden, int64_t intermedi
 void SwiGlu(const float* x, int64_t num_tokens, const SwiGluWeights& w, float* y, float* scratch,
             ThreadPool* pool);
 
+// How the router turns its logits into the chosen experts and their weights.
+enum class MoeRouting {
+  kSigmoid,  // Kimi / DeepSeek: RouteSigmoidTopK (selection bias, routed scaling)
+  kSoftmax,  // Qwen3-Next (model-spec §4.5): RouteSoftmaxTopK
+};
+
 struct MoeWeights {
+  MoeRouting routing = MoeRouting::kSigmoid;
   WeightMatrix router;                 // [E, D] (gate.weight)
   const float* score_bias = nullptr;   // [E] e_score_correction_bias; selection only; may be null
   std::vector<SwiGluWeights> experts;  // E routed experts
   bool has_shared = false;
   SwiGluWeights shared;  // shared experts fused: intermediate I·n_shared
+  // Qwen3-Next's shared_expert_gate [1, D]: the shared expert's output is
+  // scaled per token by sigmoid(shared_gate · x). rows == 0: no gate (Kimi).
+  WeightMatrix shared_gate;
   int64_t top_k = 1;
   bool renormalize = true;
   float routed_scaling = 1.f;
@@ -47,9 +57,17 @@ struct MoeWeights {
 void RouteSigmoidTopK(const float* logits, int64_t num_experts, const float* bias, int64_t top_k,
                       bool renormalize, float routed_scaling, int32_t* idx, float* weight);
 
+// Routing of one token, softmax flavour: p = softmax(logits) over all experts
+// (fp32); the top_k experts by p (ties go to the lower index) in descending
+// order; weights p[idx] (divided by Σ p[idx] when renormalising, i.e.
+// norm_topk_prob) times routed_scaling. No selection bias.
+void RouteSoftmaxTopK(const float* logits, int64_t num_experts, int64_t top_k, bool renormalize,
+                      float routed_scaling, int32_t* idx, float* weight);
+
 size_t MoeScratchBytes(int64_t num_tokens, int64_t hidden, const MoeWeights& w, int num_threads);
 
-// y[n, D] = Σ_k w_k Expert_{idx_k}(x) + Shared(x). Experts run in ascending
+// y[n, D] = Σ_k w_k Expert_{idx_k}(x) + Shared(x) (times sigmoid(shared_gate·x)
+// when there is a shared gate). Experts run in ascending
 // index over the tokens routed to them (batched). y must not alias x.
 // `scratch`: MoeScratchBytes bytes, 64-byte aligned.
 void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void* scratch,

@@ -50,5 +50,21 @@ void GatedRmsNormSigmoid(const float* x, const float* gate, int64_t rows, int64_
   });
 }
 
+void GatedRmsNormSilu(const float* x, const float* gate, int64_t rows, int64_t dim, const float* w,
+                      float eps, float* y, ThreadPool* pool) {
+  ParallelRange(pool, rows, Grain(dim), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = x + r * dim;
+      const float* gr = gate + r * dim;
+      float* yr = y + r * dim;
+      const float s = InvRms(xr, dim, eps);
+      for (int64_t i = 0; i < dim; ++i) {
+        const float silu = gr[i] / (1.f + std::exp(-gr[i]));
+        yr[i] = w[i] * (xr[i] * s) * silu;
+      }
+    }
+  });
+}
+
 }  // namespace cpu
 }  // namespace strata

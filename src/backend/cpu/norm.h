@@ -19,6 +19,12 @@ void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float ep
 void GatedRmsNormSigmoid(const float* x, const float* gate, int64_t rows, int64_t dim,
                          const float* w, float eps, float* y, ThreadPool* pool);
 
+// Qwen3-Next's gated RMSNorm (the GDN output norm): the same with SiLU,
+//   y = w ⊙ (x · rsqrt(mean(x²) + eps)) ⊙ gate·sigmoid(gate).
+// The weight is a plain scale (not "1 + w"). y may alias x.
+void GatedRmsNormSilu(const float* x, const float* gate, int64_t rows, int64_t dim, const float* w,
+                      float eps, float* y, ThreadPool* pool);
+
 }  // namespace cpu
 }  // namespace strata
 

@@ -12,6 +12,11 @@ StatusOr<std::unique_ptr<Model>> CreateKimiLinearModel(std::shared_ptr<const Wei
                                                        const std::string& config_path,
                                                        const LoadOptions& options);
 
+// qwen3_next.cc (CPU).
+StatusOr<std::unique_ptr<Model>> CreateQwen3NextModel(std::shared_ptr<const WeightStore> weights,
+                                                      const std::string& config_path,
+                                                      const LoadOptions& options);
+
 // kimi_linear_weights.cc: writes random host weights for `config_path` into
 // `dir`/model.safetensors (the CPU's --load-format dummy; small configs only).
 Status WriteKimiLinearDummyCheckpoint(const std::string& config_path, const std::string& dir,
