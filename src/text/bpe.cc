@@ -102,6 +102,8 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& m, const std:
     bpe->unk_id_ = it->second;
   }
   for (int b = 0; b < 256; ++b) {
+    auto it = bpe->vocab_.find(absl::StrFormat("<0x%02X>", b));
+    bpe->byte_fallback_ids_[b] = it != bpe->vocab_.end() ? it->second : -1;
     bpe->byte_ids_[b] = -1;
     if (byte_level) {
       std::string ch;
@@ -152,15 +154,52 @@ void BpeModel::EncodeUncached(std::string_view piece, std::vector<int32_t>* out)
   }
   std::vector<BpeSymbol> syms;
   syms.reserve(piece.size());
-  if (byte_level_) {
-    for (size_t i = 0; i < piece.size(); ++i) {
-      const int32_t id = byte_ids_[static_cast<uint8_t>(piece[i])];
-      // A byte without a token is dropped, as the reference does without unk.
-      if (id >= 0) {
-        syms.push_back({id, static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)});
-      } else if (unk_id_) {
-        syms.push_back({*unk_id_, static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)});
+  // The reference's merge_word: each character is its vocab token, else (with
+  // byte_fallback) the <0xNN> tokens of its bytes, else unk. A pending unk is
+  // added only before the next vocab token or at the end (so byte tokens can
+  // come before it), and fuse_unk extends it over consecutive unknowns.
+  std::optional<BpeSymbol> unk;
+  auto add_char = [&](std::string_view ch, int32_t id, uint32_t begin, uint32_t end) {
+    if (id >= 0) {
+      if (unk) {
+        syms.push_back(*unk);
+        unk.reset();
       }
+      syms.push_back({id, begin, end});
+      return;
+    }
+    if (byte_fallback_) {
+      const size_t before = syms.size();
+      bool all = true;
+      for (size_t k = 0; k < ch.size(); ++k) {
+        const int32_t b = byte_fallback_ids_[static_cast<uint8_t>(ch[k])];
+        if (b < 0) {
+          all = false;
+          break;
+        }
+        syms.push_back({b, begin, end});
+      }
+      if (all) return;
+      syms.resize(before);
+    }
+    if (!unk_id_) return;  // dropped, as the reference does without unk
+    if (unk && fuse_unk_) {
+      unk->end = end;
+      return;
+    }
+    if (unk) syms.push_back(*unk);
+    unk = BpeSymbol{*unk_id_, begin, end};
+  };
+  if (byte_level_) {
+    std::string ch;
+    for (size_t i = 0; i < piece.size(); ++i) {
+      const auto byte = static_cast<uint8_t>(piece[i]);
+      const int32_t id = byte_ids_[byte];
+      if (id < 0 && byte_fallback_) {
+        ch.clear();
+        AppendUtf8(ByteToByteLevelChar(byte), &ch);
+      }
+      add_char(ch, id, static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1));
     }
   } else {
     size_t i = 0;
@@ -168,35 +207,14 @@ void BpeModel::EncodeUncached(std::string_view piece, std::vector<int32_t>* out)
     while (i < piece.size()) {
       size_t len = DecodeUtf8(piece, i, &cp);
       if (len == 0) len = 1;
-      auto it = vocab_.find(AsAbsl(piece.substr(i, len)));
-      if (it != vocab_.end()) {
-        syms.push_back({it->second, static_cast<uint32_t>(i), static_cast<uint32_t>(i + len)});
-      } else if (byte_fallback_) {
-        bool all = true;
-        std::vector<BpeSymbol> bytes;
-        for (size_t k = i; k < i + len; ++k) {
-          auto bt = vocab_.find(absl::StrFormat("<0x%02X>", static_cast<uint8_t>(piece[k])));
-          if (bt == vocab_.end()) {
-            all = false;
-            break;
-          }
-          bytes.push_back({bt->second, static_cast<uint32_t>(k), static_cast<uint32_t>(k + 1)});
-        }
-        if (all) {
-          syms.insert(syms.end(), bytes.begin(), bytes.end());
-        } else if (unk_id_) {
-          syms.push_back({*unk_id_, static_cast<uint32_t>(i), static_cast<uint32_t>(i + len)});
-        }
-      } else if (unk_id_) {
-        if (fuse_unk_ && !syms.empty() && syms.back().id == *unk_id_) {
-          syms.back().end = static_cast<uint32_t>(i + len);
-        } else {
-          syms.push_back({*unk_id_, static_cast<uint32_t>(i), static_cast<uint32_t>(i + len)});
-        }
-      }
+      const std::string_view ch = piece.substr(i, len);
+      auto it = vocab_.find(AsAbsl(ch));
+      add_char(ch, it != vocab_.end() ? it->second : -1, static_cast<uint32_t>(i),
+               static_cast<uint32_t>(i + len));
       i += len;
     }
   }
+  if (unk) syms.push_back(*unk);
   MergeSymbols(&syms, [this](const BpeSymbol& l, const BpeSymbol& r) -> PairMerge {
     auto it = merges_.find((static_cast<uint64_t>(l.id) << 32) | static_cast<uint32_t>(r.id));
     if (it == merges_.end()) return {};

@@ -48,6 +48,7 @@ class BpeModel {
   // (left id << 32 | right id) -> rank and merged id.
   absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
   int32_t byte_ids_[256];  // byte-level mode: the token of each byte's character (-1: none)
+  int32_t byte_fallback_ids_[256];  // the <0xNN> token of each byte (-1: none)
   // ignore_merges in byte-level mode: raw bytes of each vocab token -> id.
   absl::flat_hash_map<std::string, int32_t> raw_vocab_;
   BpeCache cache_;

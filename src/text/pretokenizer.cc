@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "text/unicode.h"
 
 namespace strata::text {
 namespace {
@@ -54,7 +55,12 @@ class ByteLevelPreTokenizer : public PreTokenizer {
     if (regex_) {
       std::vector<Span> out;
       std::vector<std::pair<size_t, size_t>> m;
-      for (const auto& span : pieces->spans) {
+      int32_t start_piece = -1;
+      for (size_t k = 0; k < pieces->spans.size(); ++k) {
+        const Span span = pieces->spans[k];
+        if (static_cast<int32_t>(k) == pieces->start_piece) {
+          start_piece = static_cast<int32_t>(out.size());
+        }
         m.clear();
         std::string_view sub =
             std::string_view(pieces->buf).substr(span.first, span.second - span.first);
@@ -68,6 +74,7 @@ class ByteLevelPreTokenizer : public PreTokenizer {
         if (prev < sub.size()) out.emplace_back(span.first + prev, span.second);
       }
       pieces->spans.swap(out);
+      pieces->start_piece = start_piece;
     }
     return OkStatus();
   }
@@ -76,6 +83,63 @@ class ByteLevelPreTokenizer : public PreTokenizer {
  private:
   bool add_prefix_space_;
   std::unique_ptr<Regex> regex_;
+};
+
+// tokenizers' Metaspace: ' ' becomes the replacement character, which is
+// prepended (always, or only to the piece at the start of the input text)
+// unless the piece already starts with it; with `split`, every replacement
+// character then starts a new piece (MergedWithNext).
+class MetaspacePreTokenizer : public PreTokenizer {
+ public:
+  MetaspacePreTokenizer(std::string replacement, PrependScheme scheme, bool split)
+      : rep_(std::move(replacement)), scheme_(scheme), split_(split) {}
+  Status Apply(PieceList* pieces) const override {
+    std::vector<Span> out;
+    out.reserve(pieces->spans.size() * 2);
+    int32_t start_piece = -1;
+    std::string text;
+    for (size_t k = 0; k < pieces->spans.size(); ++k) {
+      const Span span = pieces->spans[k];
+      const bool at_start = static_cast<int32_t>(k) == pieces->start_piece;
+      text.clear();
+      const std::string_view piece =
+          std::string_view(pieces->buf).substr(span.first, span.second - span.first);
+      for (char ch : piece) {
+        if (ch == ' ') {
+          text += rep_;
+        } else {
+          text += ch;
+        }
+      }
+      const bool starts = text.compare(0, rep_.size(), rep_) == 0;
+      if (!text.empty() && !starts &&
+          (scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && at_start))) {
+        text.insert(0, rep_);
+      }
+      const auto base = static_cast<uint32_t>(pieces->buf.size());
+      pieces->buf += text;
+      if (at_start && !text.empty()) start_piece = static_cast<int32_t>(out.size());
+      if (!split_) {
+        if (!text.empty()) out.emplace_back(base, base + static_cast<uint32_t>(text.size()));
+        continue;
+      }
+      size_t b = 0;
+      for (size_t p = text.find(rep_, 1); p != std::string::npos;
+           p = text.find(rep_, p + rep_.size())) {
+        out.emplace_back(base + b, base + p);
+        b = p;
+      }
+      if (b < text.size()) out.emplace_back(base + b, base + static_cast<uint32_t>(text.size()));
+    }
+    pieces->spans.swap(out);
+    pieces->start_piece = start_piece;
+    return OkStatus();
+  }
+
+ private:
+  std::string rep_;
+  PrependScheme scheme_;
+  bool split_;
 };
 
 StatusOr<SplitBehavior> ParseBehavior(const Json& j, const std::string& where) {
@@ -96,6 +160,32 @@ bool GetBool(const Json& j, const char* key, bool def) {
 
 }  // namespace
 
+// "prepend_scheme" (default "always"), or the older "add_prefix_space" (false:
+// "never"), as the reference reads them.
+StatusOr<PrependScheme> ParsePrependScheme(const Json& j, const std::string& where) {
+  PrependScheme scheme = PrependScheme::kAlways;
+  if (auto it = j.find("prepend_scheme"); it != j.end()) {
+    const std::string v = it->is_string() ? it->get<std::string>() : "";
+    if (v == "always") {
+      scheme = PrependScheme::kAlways;
+    } else if (v == "first") {
+      scheme = PrependScheme::kFirst;
+    } else if (v == "never") {
+      scheme = PrependScheme::kNever;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".prepend_scheme: expected \"always\", \"first\" or \"never\", got ", it->dump()));
+    }
+  }
+  if (auto it = j.find("add_prefix_space"); it != j.end() && it->is_boolean() && !it->get<bool>()) {
+    if (scheme != PrependScheme::kNever) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".add_prefix_space: false does not match prepend_scheme (\"always\" unless given)"));
+    }
+  }
+  return scheme;
+}
+
 Status SplitPreTokenizer::Apply(PieceList* pieces) const {
   std::vector<Span> out;
   out.reserve(pieces->spans.size() * 2);
@@ -106,6 +196,9 @@ Status SplitPreTokenizer::Apply(PieceList* pieces) const {
   };
   std::vector<Part> parts;
   std::vector<Span> merged;
+  // The start piece stays the start piece if its first part is kept.
+  const uint32_t start_pos =
+      pieces->start_piece >= 0 ? pieces->spans[pieces->start_piece].first : UINT32_MAX;
   for (const auto& span : pieces->spans) {
     const std::string_view sub =
         std::string_view(pieces->buf).substr(span.first, span.second - span.first);
@@ -181,6 +274,15 @@ Status SplitPreTokenizer::Apply(PieceList* pieces) const {
     }
   }
   pieces->spans.swap(out);
+  pieces->start_piece = -1;
+  if (start_pos != UINT32_MAX) {
+    for (size_t k = 0; k < pieces->spans.size(); ++k) {
+      if (pieces->spans[k].first == start_pos) {
+        pieces->start_piece = static_cast<int32_t>(k);
+        break;
+      }
+    }
+  }
   return OkStatus();
 }
 
@@ -235,6 +337,19 @@ StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(const Json& j,
                             ParseBehavior(j.value("behavior", Json()), where));
     return std::unique_ptr<PreTokenizer>(
         new SplitPreTokenizer(std::move(regex), behavior, GetBool(j, "invert", false)));
+  }
+  if (type == "Metaspace") {
+    auto rit = j.find("replacement");
+    char32_t c;
+    if (rit == j.end() || !rit->is_string() || rit->get_ref<const std::string&>().empty() ||
+        DecodeUtf8(rit->get_ref<const std::string&>(), 0, &c) !=
+            rit->get_ref<const std::string&>().size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".replacement: expected a string of one character"));
+    }
+    STRATA_ASSIGN_OR_RETURN(PrependScheme scheme, ParsePrependScheme(j, where));
+    return std::unique_ptr<PreTokenizer>(
+        new MetaspacePreTokenizer(rit->get<std::string>(), scheme, GetBool(j, "split", true)));
   }
   if (type == "Digits") {
     const bool individual = GetBool(j, "individual_digits", false);

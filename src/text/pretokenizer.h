@@ -1,5 +1,6 @@
-// Pre-tokenizers of tokenizer.json (Split, ByteLevel, Digits, Sequence): they
-// cut a normalized segment into the pieces the model encodes one by one.
+// Pre-tokenizers of tokenizer.json (Split, ByteLevel, Digits, Metaspace,
+// Sequence): they cut a normalized segment into the pieces the model encodes
+// one by one.
 #ifndef STRATA_TEXT_PRETOKENIZER_H_
 #define STRATA_TEXT_PRETOKENIZER_H_
 
@@ -20,6 +21,10 @@ namespace strata::text {
 struct PieceList {
   std::string buf;
   std::vector<std::pair<uint32_t, uint32_t>> spans;  // [begin, end)
+  // The piece that begins at the very start of the input text (the
+  // reference's original offset 0), or -1. Metaspace's "first" prepend scheme
+  // adds its replacement only there; steps that cut pieces keep it current.
+  int32_t start_piece = -1;
   std::string_view Piece(size_t i) const {
     return std::string_view(buf).substr(spans[i].first, spans[i].second - spans[i].first);
   }
@@ -37,6 +42,12 @@ class PreTokenizer {
   static StatusOr<std::unique_ptr<PreTokenizer>> FromJson(const nlohmann::json& j,
                                                           const std::string& where);
 };
+
+// Metaspace's prepend_scheme (pre-tokenizer and decoder).
+enum class PrependScheme { kAlways, kFirst, kNever };
+// "prepend_scheme" (default "always"), or the older "add_prefix_space" (false:
+// "never"), as the reference reads them; `where` names the JSON path.
+StatusOr<PrependScheme> ParsePrependScheme(const nlohmann::json& j, const std::string& where);
 
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 

@@ -148,40 +148,28 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
     }
   }
 
-  const Json dec = j.value("decoder", Json());
-  if (!dec.is_null()) {
-    auto is_byte_level = [](const Json& d) {
-      return d.is_object() && d.value("type", "") == "ByteLevel";
-    };
-    bool ok = is_byte_level(dec);
-    if (!ok && dec.is_object() && dec.value("type", "") == "Sequence" && dec.contains("decoders") &&
-        dec["decoders"].is_array() && dec["decoders"].size() == 1) {
-      ok = is_byte_level(dec["decoders"][0]);
-    }
-    if (!ok) {
-      return absl::UnimplementedError(absl::StrCat(path, ": decoder: ", dec.dump().substr(0, 80),
-                                                   " is not supported (ByteLevel only)"));
-    }
-    t->decoder_ = DecoderKind::kByteLevel;
-  }
+  STRATA_ASSIGN_OR_RETURN(
+      t->decoder_, Decoder::FromJson(j.value("decoder", Json()), absl::StrCat(path, ": decoder")));
 
-  t->token_bytes_.resize(size);
+  // The decoder sees what the reference's id_to_token gives: an added
+  // token's content first, else the model's vocab spelling.
+  t->token_text_.resize(size);
+  t->present_.assign(size, false);
   t->special_.assign(size, false);
   for (int32_t id = 0; id < t->model_->size(); ++id) {
-    const std::string& tok = t->model_->IdToToken(id);
-    if (t->decoder_ == DecoderKind::kByteLevel && ByteLevelToBytes(tok, &t->token_bytes_[id])) {
-      continue;
-    }
-    t->token_bytes_[id] = tok;  // not byte-level text: its UTF-8 as is
+    t->token_text_[id] = t->model_->IdToToken(id);
+    t->present_[id] = t->model_->TokenToId(t->token_text_[id]) == id;
   }
   for (const AddedToken& a : t->added_.tokens()) {
-    // The decoder sees added tokens too: ByteLevel turns alphabet-only text
-    // into bytes and passes anything else through.
-    if (!(t->decoder_ == DecoderKind::kByteLevel &&
-          ByteLevelToBytes(a.content, &t->token_bytes_[a.id]))) {
-      t->token_bytes_[a.id] = a.content;
-    }
+    t->token_text_[a.id] = a.content;
+    t->present_[a.id] = true;
     t->special_[a.id] = a.special;
+  }
+  t->token_bytes_ = t->token_text_;
+  if (t->decoder_) {
+    for (std::string& b : t->token_bytes_) t->decoder_->StreamBytes(&b);
+    // ByteLevel alone decodes from token_bytes_ directly.
+    if (t->decoder_->IsByteLevelOnly()) std::vector<std::string>().swap(t->token_text_);
   }
   if (config.bos_token) {
     t->bos_id_ = t->TokenToId(*config.bos_token);
@@ -225,7 +213,9 @@ StatusOr<std::vector<int32_t>> HfTokenizer::Encode(std::string_view text,
       continue;
     }
     normalized.assign(text.substr(seg.begin, seg.end - seg.begin));
-    if (normalizer_) STRATA_RETURN_IF_ERROR(normalizer_->Normalize(&normalized));
+    // Whether the normalized text still begins at offset 0 of the input.
+    bool start_kept = seg.begin == 0;
+    if (normalizer_) STRATA_RETURN_IF_ERROR(normalizer_->Normalize(&normalized, &start_kept));
     norm_segs.clear();
     added_.Split(normalized, /*normalized_pass=*/true, options.parse_special, &norm_segs);
     for (const auto& ns : norm_segs) {
@@ -235,6 +225,7 @@ StatusOr<std::vector<int32_t>> HfTokenizer::Encode(std::string_view text,
       }
       pieces.buf.assign(normalized, ns.begin, ns.end - ns.begin);
       pieces.spans.assign(1, {0u, static_cast<uint32_t>(pieces.buf.size())});
+      pieces.start_piece = start_kept && ns.begin == 0 ? 0 : -1;
       if (pre_tokenizer_) STRATA_RETURN_IF_ERROR(pre_tokenizer_->Apply(&pieces));
       for (size_t i = 0; i < pieces.spans.size(); ++i) model_->Encode(pieces.Piece(i), &ids);
     }
@@ -251,19 +242,38 @@ StatusOr<std::vector<int32_t>> HfTokenizer::Encode(std::string_view text,
 
 StatusOr<std::string> HfTokenizer::Decode(const std::vector<int32_t>& ids,
                                           const DecodeOptions& options) const {
-  std::string bytes;
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size_) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Decode: token id ", id, " is outside the vocabulary (size ", vocab_size_, ")"));
     }
-    if (options.skip_special_tokens && special_[id]) continue;
-    if (decoder_ == DecoderKind::kNone) {
-      if (!bytes.empty()) bytes += ' ';
-    }
-    bytes += token_bytes_[id];
   }
-  return Utf8Lossy(bytes);
+  auto kept = [&](int32_t id) {
+    return present_[id] && !(options.skip_special_tokens && special_[id]);
+  };
+  if (decoder_ && decoder_->IsByteLevelOnly()) {
+    std::string bytes;
+    for (int32_t id : ids) {
+      if (kept(id)) bytes += token_bytes_[id];
+    }
+    return Utf8Lossy(bytes);
+  }
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (kept(id)) tokens.push_back(token_text_[id]);
+  }
+  std::string out;
+  if (!decoder_) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i) out += ' ';
+      out += tokens[i];
+    }
+    return out;
+  }
+  STRATA_RETURN_IF_ERROR(decoder_->DecodeChain(&tokens));
+  for (const std::string& t : tokens) out += t;
+  return out;
 }
 
 StatusOr<std::string> HfTokenizer::TokenBytes(int32_t id) const {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "text/bpe.h"
+#include "text/decoder.h"
 #include "text/normalizer.h"
 #include "text/pretokenizer.h"
 #include "text/tokenizer.h"
@@ -45,10 +46,13 @@ class HfTokenizer : public Tokenizer {
   // Post-processor template around a single sequence.
   std::vector<int32_t> prefix_ids_, suffix_ids_;
   std::optional<int32_t> bos_id_, eos_id_;
-  enum class DecoderKind { kNone, kByteLevel };
-  DecoderKind decoder_ = DecoderKind::kNone;
-  // Per id: the bytes the decoder turns the token into (before the final
-  // UTF-8 repair), and whether it is a special token.
+  std::unique_ptr<Decoder> decoder_;  // null: tokens are joined with spaces
+  // Per id: the string the decoder receives (an added token's content, else
+  // the vocab's spelling), whether the id has a token at all, the bytes the
+  // decoder turns the token into on its own (Decoder::StreamBytes), and
+  // whether it is a special token.
+  std::vector<std::string> token_text_;
+  std::vector<bool> present_;
   std::vector<std::string> token_bytes_;
   std::vector<bool> special_;
   int32_t vocab_size_ = 0;

@@ -1,5 +1,6 @@
-// NFC/NFD: full canonical decomposition (tables + Hangul arithmetic),
-// canonical ordering by combining class, then canonical composition.
+// NFC/NFD/NFKC/NFKD: full canonical (or compatibility) decomposition (tables +
+// Hangul arithmetic), canonical ordering by combining class, then canonical
+// composition. Also Lowercase and the combining marks StripAccents removes.
 #include "text/unicode_nfc.h"
 
 #include <algorithm>
@@ -29,6 +30,22 @@ const DecompEntry* FindDecomp(char32_t c) {
   const DecompEntry* it = std::lower_bound(
       kDecompTable, end, c, [](const DecompEntry& e, char32_t v) { return e.cp < v; });
   return (it != end && it->cp == c) ? it : nullptr;
+}
+
+const MappingEntry* FindCompat(char32_t c) {
+  const MappingEntry* end = kCompatTable + kCompatTableSize;
+  const MappingEntry* it = std::lower_bound(
+      kCompatTable, end, c, [](const MappingEntry& e, char32_t v) { return e.cp < v; });
+  return (it != end && it->cp == c) ? it : nullptr;
+}
+
+bool InRanges(const RangeEntry* table, size_t size, char32_t c) {
+  const RangeEntry* end = table + size;
+  const RangeEntry* it =
+      std::upper_bound(table, end, c, [](char32_t v, const RangeEntry& e) { return v < e.lo; });
+  if (it == table) return false;
+  --it;
+  return c <= it->hi;
 }
 
 void Decompose(char32_t c, std::vector<char32_t>* out) {
@@ -74,7 +91,8 @@ char32_t Compose(char32_t a, char32_t b) {
   return it == m.end() ? 0 : it->second;
 }
 
-std::vector<char32_t> DecomposeAndOrder(std::string_view s) {
+// `compat`: compatibility decomposition (NFKD) instead of canonical (NFD).
+std::vector<char32_t> DecomposeAndOrder(std::string_view s, bool compat) {
   std::vector<char32_t> cps;
   cps.reserve(s.size());
   size_t i = 0;
@@ -86,6 +104,12 @@ std::vector<char32_t> DecomposeAndOrder(std::string_view s) {
       i += 1;
     } else {
       i += len;
+    }
+    if (compat && c >= 0xA0) {
+      if (const MappingEntry* m = FindCompat(c)) {
+        cps.insert(cps.end(), kCompatData + m->offset, kCompatData + m->offset + m->len);
+        continue;
+      }
     }
     Decompose(c, &cps);
   }
@@ -107,44 +131,8 @@ std::vector<char32_t> DecomposeAndOrder(std::string_view s) {
   return cps;
 }
 
-bool IsUnstable(char32_t c) {
-  if (c < 0x300) return false;
-  const RangeEntry* end = kNfcUnstableRanges + kNfcUnstableRangesSize;
-  const RangeEntry* it = std::upper_bound(kNfcUnstableRanges, end, c,
-                                          [](char32_t v, const RangeEntry& e) { return v < e.lo; });
-  if (it == kNfcUnstableRanges) return false;
-  --it;
-  return c <= it->hi;
-}
-
-}  // namespace
-
-bool IsNfcStable(std::string_view s) {
-  size_t i = 0;
-  char32_t c;
-  while (i < s.size()) {
-    const auto b = static_cast<uint8_t>(s[i]);
-    if (b < 0xCC) {  // every code point below U+0300 is NFC-stable
-      i += b < 0x80 ? 1 : 2;
-      continue;
-    }
-    const size_t len = DecodeUtf8(s, i, &c);
-    if (len == 0) return false;
-    if (IsUnstable(c)) return false;
-    i += len;
-  }
-  return true;
-}
-
-std::string ToNfd(std::string_view s) {
-  std::string out;
-  for (char32_t c : DecomposeAndOrder(s)) AppendUtf8(c, &out);
-  return out;
-}
-
-std::string ToNfc(std::string_view s) {
-  if (IsNfcStable(s)) return std::string(s);
-  std::vector<char32_t> d = DecomposeAndOrder(s);
+// Canonical composition of a decomposed, ordered sequence, as UTF-8.
+std::string ComposeAll(const std::vector<char32_t>& d, size_t size_hint) {
   std::vector<char32_t> out;
   out.reserve(d.size());
   std::ptrdiff_t starter = -1;
@@ -168,9 +156,99 @@ std::string ToNfc(std::string_view s) {
     out.push_back(c);
   }
   std::string r;
-  r.reserve(s.size());
+  r.reserve(size_hint);
   for (char32_t c : out) AppendUtf8(c, &r);
   return r;
+}
+
+std::string ToUtf8(const std::vector<char32_t>& cps) {
+  std::string out;
+  for (char32_t c : cps) AppendUtf8(c, &out);
+  return out;
+}
+
+// True when no code point of s is in the ranges; lead bytes below `first_lead`
+// start code points that are in none.
+bool Stable(std::string_view s, const RangeEntry* table, size_t size, uint8_t first_lead) {
+  size_t i = 0;
+  char32_t c;
+  while (i < s.size()) {
+    const auto b = static_cast<uint8_t>(s[i]);
+    if (b < first_lead) {  // a code point below the first unstable one
+      i += b < 0x80 ? 1 : 2;
+      continue;
+    }
+    const size_t len = DecodeUtf8(s, i, &c);
+    if (len == 0) return false;
+    if (InRanges(table, size, c)) return false;
+    i += len;
+  }
+  return true;
+}
+
+const DecompEntry* FindLower(char32_t c) {
+  const DecompEntry* end = kLowercaseTable + kLowercaseTableSize;
+  const DecompEntry* it = std::lower_bound(
+      kLowercaseTable, end, c, [](const DecompEntry& e, char32_t v) { return e.cp < v; });
+  return (it != end && it->cp == c) ? it : nullptr;
+}
+
+}  // namespace
+
+// Every code point below U+0300 (lead bytes below 0xCC) is NFC-stable; every
+// one below U+00A0 (lead bytes below 0xC2) is NFKC-stable.
+bool IsNfcStable(std::string_view s) {
+  return Stable(s, kNfcUnstableRanges, kNfcUnstableRangesSize, 0xCC);
+}
+
+bool IsNfkcStable(std::string_view s) {
+  return Stable(s, kNfkcUnstableRanges, kNfkcUnstableRangesSize, 0xC2);
+}
+
+std::string ToNfd(std::string_view s) { return ToUtf8(DecomposeAndOrder(s, /*compat=*/false)); }
+
+std::string ToNfkd(std::string_view s) { return ToUtf8(DecomposeAndOrder(s, /*compat=*/true)); }
+
+std::string ToNfc(std::string_view s) {
+  if (IsNfcStable(s)) return std::string(s);
+  return ComposeAll(DecomposeAndOrder(s, /*compat=*/false), s.size());
+}
+
+std::string ToNfkc(std::string_view s) {
+  if (IsNfkcStable(s)) return std::string(s);
+  return ComposeAll(DecomposeAndOrder(s, /*compat=*/true), s.size());
+}
+
+std::string ToLowercase(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  char32_t c;
+  while (i < s.size()) {
+    const auto b = static_cast<uint8_t>(s[i]);
+    if (b < 0x80) {
+      out += static_cast<char>(b >= 'A' && b <= 'Z' ? b + ('a' - 'A') : b);
+      ++i;
+      continue;
+    }
+    size_t len = DecodeUtf8(s, i, &c);
+    if (len == 0) {  // callers pass valid UTF-8; keep the byte
+      out += s[i++];
+      continue;
+    }
+    if (const DecompEntry* e = FindLower(c)) {
+      AppendUtf8(e->first, &out);
+      if (e->second) AppendUtf8(e->second, &out);
+    } else {
+      out.append(s, i, len);
+    }
+    i += len;
+  }
+  return out;
+}
+
+bool IsCombiningMark(char32_t c) {
+  return c >= 0x300 && InRanges(kCombiningMarkRanges, kCombiningMarkRangesSize, c);
 }
 
 }  // namespace strata::text
