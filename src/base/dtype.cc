@@ -1,6 +1,7 @@
 // Scalar dtype helpers.
 #include "base/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace strata {
@@ -13,6 +14,7 @@ std::string_view DTypeName(DType t) {
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
     case DType::kU8: return "U8";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -20,7 +22,8 @@ std::string_view DTypeName(DType t) {
 bool ParseDTypeName(std::string_view s, DType* out) {
   static constexpr struct { std::string_view name; DType t; } kTable[] = {
       {"F32", DType::kF32}, {"F16", DType::kF16}, {"BF16", DType::kBF16},
-      {"I32", DType::kI32}, {"I64", DType::kI64}, {"U8", DType::kU8}};
+      {"I32", DType::kI32}, {"I64", DType::kI64}, {"U8", DType::kU8},
+      {"F8_E4M3", DType::kF8E4M3}};
   for (const auto& e : kTable) {
     if (e.name == s) {
       *out = e.t;
@@ -64,6 +67,46 @@ uint16_t F32ToF16(float f) {
   return static_cast<uint16_t>(sign | (r >> 13));
 }
 
+float F8E4M3ToF32(uint8_t b) {
+  const bool neg = (b & 0x80u) != 0;
+  const uint32_t exp = (b >> 3) & 0xfu;
+  const uint32_t man = b & 0x7u;
+  float v;
+  if (exp == 0xfu && man == 0x7u) {
+    v = NAN;  // e4m3fn has no infinities; S.1111.111 is NaN
+  } else if (exp == 0) {
+    v = std::ldexp(static_cast<float>(man), -9);  // subnormal: man · 2^-6 / 8
+  } else {
+    v = std::ldexp(static_cast<float>(man | 0x8u), static_cast<int>(exp) - 10);
+  }
+  return neg ? -v : v;
+}
+
+uint8_t F32ToF8E4M3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float a = std::min(std::fabs(f), 448.f);
+  // Nearest representable magnitude: walk the 127 finite codes' grid. The
+  // spacing at exponent e (>= 1) is 2^(e-10); subnormals are spaced 2^-9.
+  int e;
+  std::frexp(a, &e);  // a = m · 2^e, m in [0.5, 1)
+  const int unbiased = e - 1;                     // a in [2^unbiased, 2^(unbiased+1))
+  const int step_exp = std::max(unbiased, -6) - 3;  // mantissa has 3 bits
+  const float q = std::nearbyint(std::ldexp(a, -step_exp));  // ties to even (default mode)
+  const float r = std::ldexp(q, step_exp);
+  // Encode r (exactly representable by construction; may have carried into
+  // the next binade, which the decomposition below handles).
+  if (r == 0.f) return sign;
+  int re;
+  const float rm = std::frexp(r, &re);
+  const int rexp = re - 1 + 7;  // biased
+  if (rexp <= 0) {
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(std::lrint(std::ldexp(r, 9))));
+  }
+  const uint32_t man = static_cast<uint32_t>(std::lrint(std::ldexp(rm, 4))) & 0x7u;
+  return static_cast<uint8_t>(sign | (static_cast<uint32_t>(rexp) << 3) | man);
+}
+
 void ConvertToF32(DType t, const void* src, float* dst, size_t n) {
   switch (t) {
     case DType::kF32:
@@ -92,6 +135,11 @@ void ConvertToF32(DType t, const void* src, float* dst, size_t n) {
     case DType::kU8: {
       const auto* s = static_cast<const uint8_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = F8E4M3ToF32(s[i]);
       return;
     }
   }

@@ -26,6 +26,7 @@ Registry& GetRegistry() {
   static Registry* r = [] {
     auto* reg = new Registry;
     reg->factories["kimi_linear"] = CreateKimiLinearModel;
+    reg->factories["deepseek_v32"] = CreateDeepseekV32Model;
     reg->factories["qwen3_next"] = CreateQwen3NextModel;
     return reg;
   }();

@@ -61,6 +61,9 @@ void SafetensorsWriter::AddF32(std::string name, DType dtype, std::vector<int64_
       case DType::kU8:
         AppendRaw(&bytes, static_cast<uint8_t>(std::lrint(v)));
         break;
+      case DType::kF8E4M3:
+        AppendRaw(&bytes, F32ToF8E4M3(v));
+        break;
     }
   }
   Add(std::move(name), dtype, std::move(shape), std::move(bytes));

@@ -32,7 +32,10 @@ inline void Axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-float Scale(const MlaDims& d) { return 1.f / std::sqrt(static_cast<float>(d.q_dim())); }
+float Scale(const MlaDims& d) {
+  if (d.softmax_scale > 0.f) return d.softmax_scale;
+  return 1.f / std::sqrt(static_cast<float>(d.q_dim()));
+}
 
 }  // namespace
 
@@ -47,7 +50,7 @@ size_t MlaPrefillScratchFloats(const MlaDims& d, int64_t num_tokens, int num_thr
 
 void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
                 int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
-                ThreadPool* pool) {
+                ThreadPool* pool, const MlaSelection* selection) {
   const int64_t T = num_tokens;
   const int64_t H = d.num_heads;
   const int64_t B = kMlaKeyBlock;
@@ -86,12 +89,24 @@ void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const floa
         const int64_t h = p % H;
         const float* qh = q + (t * H + h) * qd;
         const int64_t visible = std::min(nb, past + t + 1 - s0);  // causal
+        // Keys j in [lo, hi) of this block: block rows j (dense) or, with a
+        // selection, the selected rows sel[j] that fall inside the block.
+        int64_t lo = 0, hi = visible;
+        const int32_t* sel = nullptr;
+        if (selection != nullptr) {
+          sel = selection->rows + t * selection->stride;
+          const int32_t* end = sel + selection->counts[t];
+          lo = std::lower_bound(sel, end, static_cast<int32_t>(s0)) - sel;
+          hi = std::lower_bound(sel, end, static_cast<int32_t>(s0 + visible)) - sel;
+        }
+        auto block_row = [&](int64_t j) { return sel ? sel[j] - s0 : j; };
         float block_max = -std::numeric_limits<float>::infinity();
-        for (int64_t s = 0; s < visible; ++s) {
+        for (int64_t j = lo; j < hi; ++j) {
+          const int64_t s = block_row(j);
           const float* kn = kv + s * kv_width + h * per_head;
           const float* kr = cache + (s0 + s) * cd + d.kv_rank;
           const float v = (Dot(qh, kn, d.nope_dim) + Dot(qh + d.nope_dim, kr, d.rope_dim)) * scale;
-          sc[s] = v;
+          sc[j - lo] = v;
           block_max = std::max(block_max, v);
         }
         const int64_t th = t * H + h;
@@ -105,10 +120,10 @@ void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const floa
           mx[th] = new_max;
         }
         float l = 0.f;
-        for (int64_t s = 0; s < visible; ++s) {
-          const float pw = std::exp(sc[s] - new_max);
+        for (int64_t j = lo; j < hi; ++j) {
+          const float pw = std::exp(sc[j - lo] - new_max);
           l += pw;
-          Axpy(pw, kv + s * kv_width + h * per_head + d.nope_dim, a, dv);
+          Axpy(pw, kv + block_row(j) * kv_width + h * per_head + d.nope_dim, a, dv);
         }
         sum[th] += l;
       }
@@ -128,7 +143,7 @@ size_t MlaAbsorbedScratchFloats(const MlaDims& d, int64_t num_tokens) {
 
 void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
                  int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
-                 ThreadPool* pool) {
+                 ThreadPool* pool, const MlaSelection* selection) {
   const int64_t T = num_tokens;
   const int64_t H = d.num_heads;
   const int64_t r = d.kv_rank;
@@ -158,17 +173,27 @@ void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const flo
       mx[p] = -std::numeric_limits<float>::infinity();
       sum[p] = 0.f;
     }
-    const int64_t keys = past + (e - 1) / H + 1;  // the last pair's query sees the most
+    // Keys are walked in blocks of B positions of each pair's key list: the
+    // causal rows 0 .. past+t (dense) or the selected rows (sparse).
+    int64_t keys = past + (e - 1) / H + 1;  // the last pair's query sees the most
+    if (selection != nullptr) {
+      keys = 0;
+      for (int64_t p = b; p < e; ++p) keys = std::max<int64_t>(keys, selection->counts[p / H]);
+    }
     float sc[kMlaKeyBlock];
     for (int64_t s0 = 0; s0 < keys; s0 += B) {
       for (int64_t p = b; p < e; ++p) {
-        const int64_t visible = std::min(B, past + p / H + 1 - s0);  // causal
+        const int32_t* sel =
+            selection ? selection->rows + (p / H) * selection->stride + s0 : nullptr;
+        const int64_t visible = selection ? std::min<int64_t>(B, selection->counts[p / H] - s0)
+                                          : std::min(B, past + p / H + 1 - s0);  // causal
         if (visible <= 0) continue;
+        auto key_row = [&](int64_t s) { return sel ? static_cast<int64_t>(sel[s]) : s0 + s; };
         const float* qt = qts + p * r;
         const float* qr = q + p * d.q_dim() + d.nope_dim;
         float block_max = -std::numeric_limits<float>::infinity();
         for (int64_t s = 0; s < visible; ++s) {
-          const float* row = cache + (s0 + s) * cd;
+          const float* row = cache + key_row(s) * cd;
           sc[s] = (Dot(qt, row, r) + Dot(qr, row + r, d.rope_dim)) * scale;
           block_max = std::max(block_max, sc[s]);
         }
@@ -183,7 +208,7 @@ void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const flo
         for (int64_t s = 0; s < visible; ++s) {
           const float w = std::exp(sc[s] - mx[p]);
           l += w;
-          Axpy(w, cache + (s0 + s) * cd, ot, r);
+          Axpy(w, cache + key_row(s) * cd, ot, r);
         }
         sum[p] += l;
       }
@@ -200,18 +225,31 @@ void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const flo
   });
 }
 
-double MlaPrefillCost(const MlaDims& d, int64_t num_tokens, int64_t past) {
+namespace {
+
+// Query-key pairs T new queries score: all causal ones, or at most top_k each.
+double AttendedPairs(int64_t num_tokens, int64_t past, int64_t top_k) {
+  const double T = static_cast<double>(num_tokens), P = static_cast<double>(past);
+  const double dense = T * (P + (T + 1) / 2);
+  return top_k > 0 ? std::min(dense, T * static_cast<double>(top_k)) : dense;
+}
+
+}  // namespace
+
+double MlaPrefillCost(const MlaDims& d, int64_t num_tokens, int64_t past, int64_t top_k) {
   const double T = static_cast<double>(num_tokens), P = static_cast<double>(past);
   const double H = static_cast<double>(d.num_heads);
   return (P + T) * H * static_cast<double>(d.kv_b_rows_per_head() * d.kv_rank) +
-         T * (P + (T + 1) / 2) * H * static_cast<double>(d.nope_dim + d.rope_dim + d.v_dim);
+         AttendedPairs(num_tokens, past, top_k) * H *
+             static_cast<double>(d.nope_dim + d.rope_dim + d.v_dim);
 }
 
-double MlaAbsorbedCost(const MlaDims& d, int64_t num_tokens, int64_t past) {
-  const double T = static_cast<double>(num_tokens), P = static_cast<double>(past);
+double MlaAbsorbedCost(const MlaDims& d, int64_t num_tokens, int64_t past, int64_t top_k) {
+  const double T = static_cast<double>(num_tokens);
   const double H = static_cast<double>(d.num_heads);
   return T * H * static_cast<double>(d.kv_b_rows_per_head() * d.kv_rank) +
-         T * (P + (T + 1) / 2) * H * static_cast<double>(2 * d.kv_rank + d.rope_dim);
+         AttendedPairs(num_tokens, past, top_k) * H *
+             static_cast<double>(2 * d.kv_rank + d.rope_dim);
 }
 
 }  // namespace cpu

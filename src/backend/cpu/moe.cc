@@ -90,6 +90,69 @@ void RouteSigmoidTopK(const float* logits, int64_t num_experts, const float* bia
   for (int64_t j = 0; j < top_k; ++j) weight[j] *= norm * routed_scaling;
 }
 
+void RouteSigmoidGroupedTopK(const float* logits, int64_t num_experts, const float* bias,
+                             int64_t num_groups, int64_t topk_groups, int64_t top_k,
+                             bool renormalize, float routed_scaling, int32_t* idx,
+                             float* weight) {
+  auto score = [&](int64_t e) { return 1.f / (1.f + std::exp(-logits[e])); };
+  auto biased = [&](int64_t e) {
+    const float v = score(e) + (bias ? bias[e] : 0.f);
+    return std::isnan(v) ? -INFINITY : v;
+  };
+  const int64_t per_group = num_experts / num_groups;
+  // Group score: the sum of the group's two largest biased scores.
+  constexpr int64_t kMaxGroups = 64;
+  float group_score[kMaxGroups];
+  bool eligible[kMaxGroups];
+  for (int64_t g = 0; g < num_groups; ++g) {
+    float first = -INFINITY, second = -INFINITY;
+    for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
+      const float v = biased(e);
+      if (v > first) {
+        second = first;
+        first = v;
+      } else if (v > second) {
+        second = v;
+      }
+    }
+    group_score[g] = first + second;
+    eligible[g] = false;
+  }
+  for (int64_t j = 0; j < topk_groups; ++j) {
+    int64_t best = -1;
+    for (int64_t g = 0; g < num_groups; ++g) {
+      if (!eligible[g] && (best < 0 || group_score[g] > group_score[best])) best = g;
+    }
+    eligible[best] = true;
+  }
+  // Top-k among eligible experts, in the order (biased score desc, index asc).
+  float prev_v = 0.f;
+  int64_t prev_e = -1;
+  for (int64_t j = 0; j < top_k; ++j) {
+    int64_t best = -1;
+    float best_v = 0.f;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      if (!eligible[e / per_group]) continue;
+      const float v = biased(e);
+      if (prev_e >= 0 && !(v < prev_v || (v == prev_v && e > prev_e))) continue;
+      if (best < 0 || v > best_v) {
+        best = e;
+        best_v = v;
+      }
+    }
+    idx[j] = static_cast<int32_t>(best);
+    prev_v = best_v;
+    prev_e = best;
+  }
+  float total = 0.f;
+  for (int64_t j = 0; j < top_k; ++j) {
+    weight[j] = score(idx[j]);
+    total += weight[j];
+  }
+  const float norm = renormalize ? 1.f / (total + 1e-20f) : 1.f;
+  for (int64_t j = 0; j < top_k; ++j) weight[j] *= norm * routed_scaling;
+}
+
 void RouteSoftmaxTopK(const float* logits, int64_t num_experts, int64_t top_k, bool renormalize,
                       float routed_scaling, int32_t* idx, float* weight) {
   // Selection on the logits (softmax is monotonic); NaN ranks last as in
@@ -245,6 +308,16 @@ void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void
     for (int64_t t = 0; t < n; ++t) shared_scale[t] = 1.f / (1.f + std::exp(-shared_scale[t]));
   } else {
     std::fill(shared_scale, shared_scale + n, 1.f);
+  }
+  if (w.num_groups > 1) {
+    // Group-limited routing (DeepSeek): re-select from the same logits with
+    // only the best groups eligible.
+    ParallelRange(pool, n, 8, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        RouteSigmoidGroupedTopK(logits + t * E, E, w.score_bias, w.num_groups, w.topk_groups, K,
+                                w.renormalize, w.routed_scaling, idx + t * K, wt + t * K);
+      }
+    });
   }
   if (n == 1) {
     MoeSingleToken(x, w, idx, wt, shared_scale[0], single, y, pool);

@@ -48,6 +48,11 @@ struct MoeWeights {
   int64_t top_k = 1;
   bool renormalize = true;
   float routed_scaling = 1.f;
+  // DeepSeek's group-limited routing (n_group, topk_group): experts form
+  // num_groups equal groups and only the topk_groups best groups may be
+  // chosen (RouteSigmoidGroupedTopK). num_groups <= 1: no limit (Kimi).
+  int64_t num_groups = 1;
+  int64_t topk_groups = 1;
   int64_t num_experts() const { return static_cast<int64_t>(experts.size()); }
 };
 
@@ -56,6 +61,17 @@ struct MoeWeights {
 // Σ s[idx] + 1e-20 when renormalising) times routed_scaling.
 void RouteSigmoidTopK(const float* logits, int64_t num_experts, const float* bias, int64_t top_k,
                       bool renormalize, float routed_scaling, int32_t* idx, float* weight);
+
+// RouteSigmoidTopK limited to the best groups (DeepSeek-V3 "noaux_tc",
+// model-spec §3.3.4): b = s + bias; a group's score is the sum of its two
+// largest b; the topk_groups groups with the largest scores (ties to the lower
+// group) stay eligible and top_k experts are chosen among them as above.
+// Requires num_experts % num_groups == 0, at least two experts per group and
+// top_k <= topk_groups · (experts per group).
+void RouteSigmoidGroupedTopK(const float* logits, int64_t num_experts, const float* bias,
+                             int64_t num_groups, int64_t topk_groups, int64_t top_k,
+                             bool renormalize, float routed_scaling, int32_t* idx,
+                             float* weight);
 
 // Routing of one token, softmax flavour: p = softmax(logits) over all experts
 // (fp32); the top_k experts by p (ties go to the lower index) in descending

@@ -66,5 +66,22 @@ void GatedRmsNormSilu(const float* x, const float* gate, int64_t rows, int64_t d
   });
 }
 
+void LayerNorm(const float* x, int64_t rows, int64_t dim, const float* w, const float* b,
+               float eps, float* y, ThreadPool* pool) {
+  ParallelRange(pool, rows, Grain(dim), [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      double sum = 0.0, ss = 0.0;
+      for (int64_t i = 0; i < dim; ++i) sum += xr[i];
+      const double mean = sum / static_cast<double>(dim);
+      for (int64_t i = 0; i < dim; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+      const float rstd = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+      const float m = static_cast<float>(mean);
+      for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] - m) * rstd * w[i] + b[i];
+    }
+  });
+}
+
 }  // namespace cpu
 }  // namespace strata

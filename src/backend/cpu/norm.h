@@ -25,6 +25,12 @@ void GatedRmsNormSigmoid(const float* x, const float* gate, int64_t rows, int64_
 void GatedRmsNormSilu(const float* x, const float* gate, int64_t rows, int64_t dim, const float* w,
                       float eps, float* y, ThreadPool* pool);
 
+// LayerNorm with weight and bias (DeepSeek-V3.2's indexer k_norm):
+//   y = (x − mean(x)) · rsqrt(var(x) + eps) ⊙ w + b, biased variance.
+// y may alias x.
+void LayerNorm(const float* x, int64_t rows, int64_t dim, const float* w, const float* b,
+               float eps, float* y, ThreadPool* pool);
+
 }  // namespace cpu
 }  // namespace strata
 

@@ -12,6 +12,11 @@ StatusOr<std::unique_ptr<Model>> CreateKimiLinearModel(std::shared_ptr<const Wei
                                                        const std::string& config_path,
                                                        const LoadOptions& options);
 
+// deepseek_v32.cc (CPU).
+StatusOr<std::unique_ptr<Model>> CreateDeepseekV32Model(std::shared_ptr<const WeightStore> weights,
+                                                        const std::string& config_path,
+                                                        const LoadOptions& options);
+
 // qwen3_next.cc (CPU).
 StatusOr<std::unique_ptr<Model>> CreateQwen3NextModel(std::shared_ptr<const WeightStore> weights,
                                                       const std::string& config_path,

@@ -1,0 +1,69 @@
+// The deepseek_v32 config.json, parsed and validated (model-spec §3.1). Accepts
+// the published checkpoint's spelling (rope_theta + legacy rope_scaling,
+// quantization_config) and what transformers' save_pretrained writes
+// (rope_parameters, layer_types / mlp_layer_types); values transformers
+// defaults are defaulted the same way, model dimensions are required, and
+// contradictions or unsupported variants are errors that name the field.
+#ifndef STRATA_MODEL_MODELS_DEEPSEEK_V32_CONFIG_H_
+#define STRATA_MODEL_MODELS_DEEPSEEK_V32_CONFIG_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/rope_yarn.h"
+#include "base/status.h"
+#include "model/config_reader.h"
+#include "model/fp8_weights.h"
+
+namespace strata {
+
+struct DeepseekV32Config {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;  // D
+  int64_t num_layers = 0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  int64_t max_context = 0;
+  int32_t bos_token_id = -1;
+  int32_t eos_token_id = -1;
+
+  // MLA with a low-rank query (q_a_proj -> q_a_layernorm -> q_b_proj).
+  int64_t num_heads = 0;     // H
+  int64_t q_lora_rank = 0;   // qr
+  int64_t kv_lora_rank = 0;  // r
+  int64_t qk_nope_dim = 0;   // dn
+  int64_t qk_rope_dim = 0;   // dr (rotated, interleaved pairs)
+  int64_t v_head_dim = 0;    // dv
+  cpu::RopeParams rope;      // rope.dim == qk_rope_dim
+  double softmax_scale = 0;  // (dn + dr)^-1/2 · mscale(s, mscale_all_dim)²
+
+  // Lightning indexer.
+  int64_t index_heads = 64;
+  int64_t index_head_dim = 128;
+  int64_t index_topk = 2048;
+
+  // FFN: dense SwiGLU for the first layers, then MoE with shared experts.
+  std::vector<bool> is_moe;
+  int64_t intermediate_size = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 0;
+  int64_t num_shared_experts = 1;
+  int64_t n_group = 8;
+  int64_t topk_group = 4;
+  bool norm_topk_prob = true;
+  double routed_scaling_factor = 2.5;
+
+  // quantization_config (FP8 e4m3 with block scales): the block of one scale.
+  bool fp8 = false;
+  Fp8BlockSize fp8_block;
+
+  int64_t NumMoeLayers() const;
+};
+
+// Parses the reader's JSON (the whole config.json).
+StatusOr<DeepseekV32Config> ParseDeepseekV32Config(const ConfigReader& config);
+
+}  // namespace strata
+
+#endif  // STRATA_MODEL_MODELS_DEEPSEEK_V32_CONFIG_H_
