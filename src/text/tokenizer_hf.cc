@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "text/unicode.h"
 
@@ -160,10 +161,21 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
     t->token_text_[id] = t->model_->IdToToken(id);
     t->present_[id] = t->model_->TokenToId(t->token_text_[id]) == id;
   }
+  absl::flat_hash_set<std::string> special_contents;
   for (const AddedToken& a : t->added_.tokens()) {
+    // A token matched in normalized text is decoded in its normalized form
+    // (the reference's normalized_cache).
     t->token_text_[a.id] = a.content;
+    if (a.normalized && t->normalizer_) {
+      STRATA_RETURN_IF_ERROR(t->normalizer_->Normalize(&t->token_text_[a.id]));
+    }
     t->present_[a.id] = true;
-    t->special_[a.id] = a.special;
+    if (a.special) special_contents.insert(a.content);
+  }
+  // skip_special_tokens drops the tokens whose decoded string is a special
+  // token's content, as the reference tests it (by string, not by id).
+  for (int32_t id = 0; id < size; ++id) {
+    t->special_[id] = t->present_[id] && special_contents.contains(t->token_text_[id]);
   }
   t->token_bytes_ = t->token_text_;
   if (t->decoder_) {

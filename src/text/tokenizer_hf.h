@@ -47,10 +47,11 @@ class HfTokenizer : public Tokenizer {
   std::vector<int32_t> prefix_ids_, suffix_ids_;
   std::optional<int32_t> bos_id_, eos_id_;
   std::unique_ptr<Decoder> decoder_;  // null: tokens are joined with spaces
-  // Per id: the string the decoder receives (an added token's content, else
-  // the vocab's spelling), whether the id has a token at all, the bytes the
-  // decoder turns the token into on its own (Decoder::StreamBytes), and
-  // whether it is a special token.
+  // Per id: the string the decoder receives (an added token's content,
+  // normalized if the token is matched in normalized text, else the vocab's
+  // spelling), whether the id has a token at all, the bytes the decoder turns
+  // the token into on its own (Decoder::StreamBytes), and whether
+  // skip_special_tokens drops it (its string is a special token's content).
   std::vector<std::string> token_text_;
   std::vector<bool> present_;
   std::vector<std::string> token_bytes_;

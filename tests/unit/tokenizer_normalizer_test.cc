@@ -170,6 +170,26 @@ TEST(TokenizerNormalizerTest, MetaspaceFirstPrependsOnlyAtTheStart) {
   EXPECT_EQ(*(*t)->TokenBytes(1), "\xC3");
 }
 
+TEST(TokenizerNormalizerTest, NormalizedAddedTokensDecodeNormalized) {
+  // The reference decodes a normalized added token in its normalized form,
+  // and skip_special_tokens compares strings, so a special token whose
+  // normalized form differs is kept.
+  TempDir d;
+  auto t = Tokenizer::FromTokenizerJson(d.Write("t.json", R"({"version": "1.0",
+    "added_tokens": [
+      {"id": 3, "content": "ＳＰ", "special": true, "lstrip": false, "rstrip": false,
+       "normalized": true, "single_word": false},
+      {"id": 4, "content": "ＡＤ", "special": false, "lstrip": false, "rstrip": false,
+       "normalized": true, "single_word": false}],
+    "normalizer": {"type": "NFKC"}, "pre_tokenizer": null, "post_processor": null,
+    "decoder": {"type": "Fuse"},
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2}, "merges": []}})"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*(*t)->Encode("aSPbＳＰ"), (std::vector<int32_t>{0, 3, 1, 3}));
+  EXPECT_EQ(*(*t)->Decode({0, 3, 4, 1}), "aSPADb");
+  EXPECT_EQ(*(*t)->Decode({0, 3, 4, 1}, {.skip_special_tokens = true}), "aSPADb");
+}
+
 void ExpectError(const StatusOr<std::unique_ptr<Tokenizer>>& r, const std::string& part1,
                  const std::string& part2) {
   ASSERT_FALSE(r.ok());
