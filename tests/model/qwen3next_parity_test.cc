@@ -16,6 +16,9 @@
 // spellings (checkpoint and save_pretrained). A perturbation test shows the
 // tolerance is meaningful: scaling any one layer's mixer output projection by
 // 1.1 moves our logits by more than 100x the tolerance.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,15 +27,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "base/dtype.h"
 #include "base/npy.h"
@@ -134,8 +133,8 @@ Comparison Compare(const std::vector<float>& ours, const std::vector<float>& ref
 
 std::string Describe(const Comparison& c) {
   std::ostringstream s;
-  s << "rel=" << c.rel << " max_abs=" << c.max_abs << " worst position " << c.worst_pos
-    << " (rel " << c.worst_pos_rel << ")";
+  s << "rel=" << c.rel << " max_abs=" << c.max_abs << " worst position " << c.worst_pos << " (rel "
+    << c.worst_pos_rel << ")";
   if (c.first_bad_pos >= 0) s << ", first position over tolerance: " << c.first_bad_pos;
   return s.str();
 }
@@ -195,8 +194,8 @@ TEST_P(Qwen3NextParityTest, FullPrefillLogitsMatchTransformers) {
   ASSERT_EQ(ours.size(), fixture_.logits.size());
   const Comparison c = Compare(ours, fixture_.logits, fixture_.vocab);
   RecordProperty("rel_error", std::to_string(c.rel));
-  std::printf("[parity] %s full prefill T=%lld: %s\n", GetParam().c_str(), static_cast<long long>(T),
-              Describe(c).c_str());
+  std::printf("[parity] %s full prefill T=%lld: %s\n", GetParam().c_str(),
+              static_cast<long long>(T), Describe(c).c_str());
   EXPECT_LE(c.rel, kTolerance) << Describe(c);
 }
 
@@ -255,7 +254,8 @@ TEST_P(Qwen3NextParityTest, ClonedStateContinuesLikeTheOriginal) {
   auto state = model_->NewState(T);
   ASSERT_TRUE(state.ok());
   std::vector<float> scratch(static_cast<size_t>(n * vocab));
-  ASSERT_TRUE(model_->Forward(std::span(fixture_.prompt.data(), n), **state, scratch.data(), true).ok());
+  ASSERT_TRUE(
+      model_->Forward(std::span(fixture_.prompt.data(), n), **state, scratch.data(), true).ok());
   std::unique_ptr<SequenceState> clone = (*state)->Clone();
   std::vector<float> a(static_cast<size_t>((T - n) * vocab)), b(a.size());
   const std::span rest(fixture_.prompt.data() + n, static_cast<size_t>(T - n));
@@ -275,8 +275,9 @@ TEST_P(Qwen3NextParityTest, GreedyContinuationMatchesTransformers) {
   auto state = model_->NewState(static_cast<int64_t>(fixture_.generate.size()) + 1);
   ASSERT_TRUE(state.ok()) << state.status();
   std::vector<float> logits(static_cast<size_t>(vocab));
-  ASSERT_TRUE(model_->Forward(std::span(fixture_.generate.data(), static_cast<size_t>(g)), **state,
-                              logits.data(), /*all_logits=*/false)
+  ASSERT_TRUE(model_
+                  ->Forward(std::span(fixture_.generate.data(), static_cast<size_t>(g)), **state,
+                            logits.data(), /*all_logits=*/false)
                   .ok());
   std::vector<int32_t> ours;
   for (size_t i = static_cast<size_t>(g); i < fixture_.generate.size(); ++i) {
@@ -295,7 +296,8 @@ TEST_P(Qwen3NextParityTest, GreedyContinuationMatchesTransformers) {
 
 std::vector<uint8_t> ReadBytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)),
+                              std::istreambuf_iterator<char>());
 }
 
 void WriteBytes(const std::string& path, const std::vector<uint8_t>& b) {
@@ -347,8 +349,9 @@ TEST_P(Qwen3NextParityTest, ScalingAnyLayersOutputProjectionMovesLogitsFarBeyond
   for (int32_t layer = 0; layer < model_->info().num_layers; ++layer) {
     const std::string dir = tmp + "/layer" + std::to_string(layer);
     const bool attention = fixture_.layer_kinds[static_cast<size_t>(layer)] == 'F';
-    const std::string tensor = "model.layers." + std::to_string(layer) +
-                               (attention ? ".self_attn.o_proj.weight" : ".linear_attn.out_proj.weight");
+    const std::string tensor =
+        "model.layers." + std::to_string(layer) +
+        (attention ? ".self_attn.o_proj.weight" : ".linear_attn.out_proj.weight");
     WriteScaledCopy(fixture_.dir, dir, tensor, static_cast<float>(kPerturbFactor));
     if (HasFatalFailure()) break;
     std::unique_ptr<Model> perturbed = Load(dir);
@@ -364,7 +367,9 @@ TEST_P(Qwen3NextParityTest, ScalingAnyLayersOutputProjectionMovesLogitsFarBeyond
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen3NextParityTest, ::testing::ValuesIn(FixtureNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 // The fixtures are committed; finding fewer means the data directory is wrong.
 TEST(Qwen3NextParityFixtures, AtLeastThreeFixturesArePresent) {

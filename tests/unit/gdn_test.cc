@@ -138,7 +138,8 @@ double RelErr(const std::vector<float>& got, const std::vector<double>& want) {
 }
 
 std::vector<uint8_t> Workspace(int64_t T, const Shape& s, int threads) {
-  return std::vector<uint8_t>(KdaChunkedWorkspaceBytes(T, s.heads, s.key_dim, s.value_dim, threads));
+  return std::vector<uint8_t>(
+      KdaChunkedWorkspaceBytes(T, s.heads, s.key_dim, s.value_dim, threads));
 }
 
 class GdnMatchesReference : public ::testing::TestWithParam<std::tuple<int64_t, Shape>> {};
@@ -168,16 +169,17 @@ TEST_P(GdnMatchesReference, ChunkedAndRecurrentFromNonZeroState) {
   EXPECT_LE(RelErr(rec_state, ref_state), kTolerance);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, GdnMatchesReference,
-    ::testing::Combine(::testing::Values(int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65},
-                                         int64_t{150}),
-                       ::testing::Values(Shape{3, 16, 24}, Shape{5, 32, 32}, Shape{1, 24, 8})),
-    [](const auto& info) {
-      const Shape s = std::get<1>(info.param);
-      return "T" + std::to_string(std::get<0>(info.param)) + "_H" + std::to_string(s.heads) +
-             "_dk" + std::to_string(s.key_dim) + "_dv" + std::to_string(s.value_dim);
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, GdnMatchesReference,
+                         ::testing::Combine(::testing::Values(int64_t{1}, int64_t{63}, int64_t{64},
+                                                              int64_t{65}, int64_t{150}),
+                                            ::testing::Values(Shape{3, 16, 24}, Shape{5, 32, 32},
+                                                              Shape{1, 24, 8})),
+                         [](const auto& info) {
+                           const Shape s = std::get<1>(info.param);
+                           return "T" + std::to_string(std::get<0>(info.param)) + "_H" +
+                                  std::to_string(s.heads) + "_dk" + std::to_string(s.key_dim) +
+                                  "_dv" + std::to_string(s.value_dim);
+                         });
 
 // Prefill (chunked) then one token at a time (recurrent), as a session runs.
 TEST(GdnTest, ChunkedPrefixThenRecurrentTokensMatchesOneCall) {
@@ -191,7 +193,8 @@ TEST(GdnTest, ChunkedPrefixThenRecurrentTokensMatchesOneCall) {
     std::vector<float> st_one(state_n, 0.f), out_one(T * row_out);
     std::vector<uint8_t> ws = Workspace(T, shape, pool.num_threads());
     ASSERT_TRUE(
-        KdaChunked(ArgsFor(in, 0, T, st_one.data(), out_one.data()), ws.data(), ws.size(), &pool).ok());
+        KdaChunked(ArgsFor(in, 0, T, st_one.data(), out_one.data()), ws.data(), ws.size(), &pool)
+            .ok());
     std::vector<float> st(state_n, 0.f), out(T * row_out);
     ASSERT_TRUE(
         KdaChunked(ArgsFor(in, 0, split, st.data(), out.data()), ws.data(), ws.size(), &pool).ok());
@@ -213,7 +216,8 @@ TEST(GdnTest, PerHeadDecayEqualsKdaWithBroadcastDecay) {
   const Inputs in = MakeInputs(T, shape, 5u);
   std::vector<float> g_wide(static_cast<size_t>(T * shape.heads * shape.key_dim));
   for (int64_t r = 0; r < T * shape.heads; ++r) {
-    std::fill(g_wide.begin() + r * shape.key_dim, g_wide.begin() + (r + 1) * shape.key_dim, in.g[r]);
+    std::fill(g_wide.begin() + r * shape.key_dim, g_wide.begin() + (r + 1) * shape.key_dim,
+              in.g[r]);
   }
   const size_t state_n = static_cast<size_t>(shape.heads * shape.key_dim * shape.value_dim);
   const size_t out_n = static_cast<size_t>(T * shape.heads * shape.value_dim);

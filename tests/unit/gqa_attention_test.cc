@@ -2,6 +2,8 @@
 // references on random (never zero) inputs: causal GQA over a K/V cache
 // (prefill, continuation, decode; several key blocks; odd head counts) and
 // the partial half-split RoPE.
+#include "backend/cpu/gqa_attention.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <tuple>
 #include <vector>
 
-#include "backend/cpu/gqa_attention.h"
 #include "backend/cpu/rope.h"
 #include "base/thread_pool.h"
 
@@ -88,23 +89,24 @@ TEST_P(GqaAttentionTest, MatchesDoubleReference) {
   const auto v = RandomVec(total * d.num_kv_heads * d.head_dim, 3 + total);
   const float scale = 1.f / std::sqrt(static_cast<float>(d.head_dim));
   std::vector<float> out(T * d.num_heads * d.head_dim);
-  ASSERT_TRUE(GqaAttention(d, q.data(), T, k.data(), v.data(), past, scale, out.data(), Pool()).ok());
+  ASSERT_TRUE(
+      GqaAttention(d, q.data(), T, k.data(), v.data(), past, scale, out.data(), Pool()).ok());
   const auto ref = RefAttention(d, q, T, k, v, past, scale);
   EXPECT_LE(RelErr(out.data(), ref), 2e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GqaAttentionTest,
-    ::testing::Values(AttnCase{{6, 3, 32}, 150, 0},   // prefill, two key blocks
-                      AttnCase{{5, 1, 48}, 1, 200},   // decode, one KV head
-                      AttnCase{{3, 3, 16}, 37, 130},  // continuation across a block edge
-                      AttnCase{{16, 2, 256}, 1, 129}, // published head shape, decode
-                      AttnCase{{4, 2, 20}, 300, 0}),  // three key blocks, odd hd
+    ::testing::Values(AttnCase{{6, 3, 32}, 150, 0},    // prefill, two key blocks
+                      AttnCase{{5, 1, 48}, 1, 200},    // decode, one KV head
+                      AttnCase{{3, 3, 16}, 37, 130},   // continuation across a block edge
+                      AttnCase{{16, 2, 256}, 1, 129},  // published head shape, decode
+                      AttnCase{{4, 2, 20}, 300, 0}),   // three key blocks, odd hd
     [](const auto& info) {
       const GqaDims d = std::get<0>(info.param);
       return "H" + std::to_string(d.num_heads) + "_Hkv" + std::to_string(d.num_kv_heads) + "_hd" +
-             std::to_string(d.head_dim) + "_T" + std::to_string(std::get<1>(info.param)) +
-             "_past" + std::to_string(std::get<2>(info.param));
+             std::to_string(d.head_dim) + "_T" + std::to_string(std::get<1>(info.param)) + "_past" +
+             std::to_string(std::get<2>(info.param));
     });
 
 // Prefill then decode over the same cache gives the prefill's own rows.
@@ -118,7 +120,8 @@ TEST(GqaAttentionTest, DecodeRowsEqualPrefillRows) {
   ASSERT_TRUE(GqaAttention(d, q.data(), T, k.data(), v.data(), 0, 0.2f, all.data(), Pool()).ok());
   for (int64_t t : {0, 1, 127, 128, 139}) {
     ASSERT_TRUE(
-        GqaAttention(d, q.data() + t * 6 * 24, 1, k.data(), v.data(), t, 0.2f, one.data(), Pool()).ok());
+        GqaAttention(d, q.data() + t * 6 * 24, 1, k.data(), v.data(), t, 0.2f, one.data(), Pool())
+            .ok());
     const std::vector<double> want(all.begin() + t * 6 * 24, all.begin() + (t + 1) * 6 * 24);
     EXPECT_LE(RelErr(one.data(), want), 1e-6) << "t=" << t;
   }
@@ -126,10 +129,14 @@ TEST(GqaAttentionTest, DecodeRowsEqualPrefillRows) {
 
 TEST(GqaAttentionTest, BadArgumentsAreErrors) {
   std::vector<float> x(64, 1.f), out(64);
-  EXPECT_FALSE(GqaAttention({4, 3, 4}, x.data(), 1, x.data(), x.data(), 0, 1.f, out.data(), Pool()).ok());
-  EXPECT_FALSE(GqaAttention({4, 2, 0}, x.data(), 1, x.data(), x.data(), 0, 1.f, out.data(), Pool()).ok());
-  EXPECT_FALSE(GqaAttention({4, 2, 4}, x.data(), 0, x.data(), x.data(), 0, 1.f, out.data(), Pool()).ok());
-  EXPECT_FALSE(GqaAttention({4, 2, 4}, nullptr, 1, x.data(), x.data(), 0, 1.f, out.data(), Pool()).ok());
+  EXPECT_FALSE(
+      GqaAttention({4, 3, 4}, x.data(), 1, x.data(), x.data(), 0, 1.f, out.data(), Pool()).ok());
+  EXPECT_FALSE(
+      GqaAttention({4, 2, 0}, x.data(), 1, x.data(), x.data(), 0, 1.f, out.data(), Pool()).ok());
+  EXPECT_FALSE(
+      GqaAttention({4, 2, 4}, x.data(), 0, x.data(), x.data(), 0, 1.f, out.data(), Pool()).ok());
+  EXPECT_FALSE(
+      GqaAttention({4, 2, 4}, nullptr, 1, x.data(), x.data(), 0, 1.f, out.data(), Pool()).ok());
 }
 
 TEST(RopeTest, InverseFrequenciesFollowTheDefaultRope) {
@@ -138,7 +145,8 @@ TEST(RopeTest, InverseFrequenciesFollowTheDefaultRope) {
     ASSERT_EQ(inv.size(), static_cast<size_t>(dim / 2));
     EXPECT_EQ(inv[0], 1.f);
     for (int64_t i = 0; i < dim / 2; ++i) {
-      const double want = 1.0 / std::pow(theta, 2.0 * static_cast<double>(i) / static_cast<double>(dim));
+      const double want =
+          1.0 / std::pow(theta, 2.0 * static_cast<double>(i) / static_cast<double>(dim));
       EXPECT_NEAR(inv[i], want, 1e-6 * want) << "dim " << dim << " i " << i;
     }
   }

@@ -194,7 +194,8 @@ TEST(MoeSoftmaxTest, SoftmaxMoeWithGatedSharedExpertMatchesNaiveLoop) {
         const float* xt = x.data() + t * D;
         std::vector<double> logits(E);
         for (int64_t e = 0; e < E; ++e) {
-          for (int64_t c = 0; c < D; ++c) logits[e] += static_cast<double>(router.values[e * D + c]) * xt[c];
+          for (int64_t c = 0; c < D; ++c)
+            logits[e] += static_cast<double>(router.values[e * D + c]) * xt[c];
         }
         std::vector<int> idx;
         std::vector<double> wt;
@@ -242,7 +243,8 @@ TEST(MoeSoftmaxTest, SaturatedSharedGateEqualsNoGate) {
   }
   std::vector<float> ones(D, 1e4f);
   std::vector<uint8_t> scratch(MoeScratchBytes(n, D, w, Pool()->num_threads()) + 64);
-  void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+  void* aligned =
+      reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
   std::vector<float> plain(n * D), gated(n * D);
   Moe(xs.data(), n, w, plain.data(), aligned, Pool());
   w.shared_gate = {DType::kF32, ones.data(), 1, D};

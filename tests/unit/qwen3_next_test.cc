@@ -122,8 +122,8 @@ TEST_F(Qwen3NextTest, LoadsWithCorrectInfo) {
   EXPECT_EQ(info.device, "cpu");
   EXPECT_EQ(info.num_layers, 4);
   // full_attention_interval 2; mlp_only_layers [2].
-  EXPECT_THAT(info.layer_kinds, ::testing::ElementsAre("gdn+moe", "attention+moe", "gdn+dense",
-                                                       "attention+moe"));
+  EXPECT_THAT(info.layer_kinds,
+              ::testing::ElementsAre("gdn+moe", "attention+moe", "gdn+dense", "attention+moe"));
   EXPECT_EQ(info.vocab_size, 320);
   EXPECT_EQ(info.hidden_size, 96);
   EXPECT_EQ(info.max_context, 4096);
@@ -304,9 +304,13 @@ TEST_F(Qwen3NextTest, ConfigErrorsNameTheField) {
       {"partial_rotary_factor", [](nlohmann::json& j) { j["partial_rotary_factor"] = 0.1; }},
       {"partial_rotary_factor", [](nlohmann::json& j) { j["partial_rotary_factor"] = 1.5; }},
       {"rope_parameters.rope_type",
-       [](nlohmann::json& j) { j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; }},
+       [](nlohmann::json& j) {
+         j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+       }},
       {"rope_theta",
-       [](nlohmann::json& j) { j["rope_parameters"] = {{"rope_theta", 5.0}, {"rope_type", "default"}}; }},
+       [](nlohmann::json& j) {
+         j["rope_parameters"] = {{"rope_theta", 5.0}, {"rope_type", "default"}};
+       }},
       {"hidden_act", [](nlohmann::json& j) { j["hidden_act"] = "gelu"; }},
       {"attention_bias", [](nlohmann::json& j) { j["attention_bias"] = true; }},
       {"rms_norm_eps", [](nlohmann::json& j) { j["rms_norm_eps"] = 0; }},
@@ -320,9 +324,10 @@ TEST_F(Qwen3NextTest, ConfigErrorsNameTheField) {
 }
 
 TEST_F(Qwen3NextTest, MissingOrMisshapenTensorsAreNamed) {
-  Status s = LoadError(WithTensors([](std::string& name, std::vector<int64_t>&, std::vector<uint8_t>&) {
-    return name != "model.layers.2.linear_attn.in_proj_ba.weight";
-  }));
+  Status s =
+      LoadError(WithTensors([](std::string& name, std::vector<int64_t>&, std::vector<uint8_t>&) {
+        return name != "model.layers.2.linear_attn.in_proj_ba.weight";
+      }));
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("model.layers.2.linear_attn.in_proj_ba.weight"));
   s = LoadError(WithTensors([](std::string& name, std::vector<int64_t>&, std::vector<uint8_t>&) {
@@ -334,10 +339,11 @@ TEST_F(Qwen3NextTest, MissingOrMisshapenTensorsAreNamed) {
   }));
   EXPECT_THAT(s.message(), HasSubstr("shared_expert_gate"));
   // q_norm stored as [2, 16] instead of [32].
-  s = LoadError(WithTensors([](std::string& name, std::vector<int64_t>& shape, std::vector<uint8_t>&) {
-    if (name == "model.layers.1.self_attn.q_norm.weight") shape = {2, 16};
-    return true;
-  }));
+  s = LoadError(
+      WithTensors([](std::string& name, std::vector<int64_t>& shape, std::vector<uint8_t>&) {
+        if (name == "model.layers.1.self_attn.q_norm.weight") shape = {2, 16};
+        return true;
+      }));
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("model.layers.1.self_attn.q_norm.weight"));
 }

@@ -30,17 +30,15 @@ inline float Dot(const float* a, const float* b, int64_t n) {
 }  // namespace
 
 Status GqaAttention(const GqaDims& d, const float* q, int64_t num_tokens, const float* k_cache,
-                    const float* v_cache, int64_t past, float scale, float* out,
-                    ThreadPool* pool) {
+                    const float* v_cache, int64_t past, float scale, float* out, ThreadPool* pool) {
   if (d.num_heads <= 0 || d.num_kv_heads <= 0 || d.head_dim <= 0 || num_tokens <= 0 || past < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GqaAttention: sizes must be positive (H=", d.num_heads, ", Hkv=", d.num_kv_heads,
         ", hd=", d.head_dim, ", T=", num_tokens, ", past=", past, ")"));
   }
   if (d.num_heads % d.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("GqaAttention: ", d.num_kv_heads,
-                                                   " KV heads do not divide ", d.num_heads,
-                                                   " query heads"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GqaAttention: ", d.num_kv_heads, " KV heads do not divide ", d.num_heads, " query heads"));
   }
   if (q == nullptr || k_cache == nullptr || v_cache == nullptr || out == nullptr) {
     return absl::InvalidArgumentError("GqaAttention: null tensor");

@@ -288,7 +288,7 @@ void Moe(const float* x, int64_t num_tokens, const MoeWeights& w, float* y, void
   for (const auto& e : w.experts) inter = std::max(inter, e.intermediate());
   float* single = c.Take<float>((K + 1) * (2 * inter + D));
   float* shared_scale = c.Take<float>(n);  // sigmoid(shared_gate·x), or 1
-  float* mm = c.Take<float>(1);  // the rest
+  float* mm = c.Take<float>(1);            // the rest
 
   // The router runs in fp32 on fp32-converted weights (as the reference does).
   MatMul(x, n, w.router, logits, mm, pool);

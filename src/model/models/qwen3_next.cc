@@ -39,13 +39,13 @@ using cpu::WeightMatrix;
 constexpr int64_t kMaxSliceTokens = 512;
 
 struct GdnWeights {
-  WeightMatrix qkvz;              // [2·Hk·dk + 2·Hv·dv, D], grouped per key head
-  WeightMatrix ba;                // [2·Hv, D], grouped per key head
-  std::vector<float> conv;        // [Hk·dk·2 + Hv·dv, K] over q ‖ k ‖ v
-  std::vector<float> neg_exp_a;   // [Hv]: −exp(A_log)
-  std::vector<float> dt_bias;     // [Hv]
-  std::vector<float> norm;        // [dv] gated RMSNorm weight (plain, not 1 + w)
-  WeightMatrix out;               // [D, Hv·dv]
+  WeightMatrix qkvz;             // [2·Hk·dk + 2·Hv·dv, D], grouped per key head
+  WeightMatrix ba;               // [2·Hv, D], grouped per key head
+  std::vector<float> conv;       // [Hk·dk·2 + Hv·dv, K] over q ‖ k ‖ v
+  std::vector<float> neg_exp_a;  // [Hv]: −exp(A_log)
+  std::vector<float> dt_bias;    // [Hv]
+  std::vector<float> norm;       // [dv] gated RMSNorm weight (plain, not 1 + w)
+  WeightMatrix out;              // [D, Hv·dv]
 };
 
 struct AttentionWeights {
@@ -57,7 +57,7 @@ struct AttentionWeights {
 
 struct Layer {
   bool is_attention = false;
-  int slot = 0;  // index among the layers of its kind (state arrays)
+  int slot = 0;                              // index among the layers of its kind (state arrays)
   std::vector<float> input_norm, post_norm;  // 1 + w
   GdnWeights gdn;
   AttentionWeights attn;
@@ -163,8 +163,7 @@ WeightMatrix AsMatrix(const TensorView& v) {
 
 // Qwen3-Next's zero-centred RMSNorms store w and scale by (1 + w), formed in
 // fp32 as the reference does; folding it at load leaves a plain RMSNorm.
-StatusOr<std::vector<float>> OnePlus(const WeightStore& ws, const std::string& name,
-                                     int64_t dim) {
+StatusOr<std::vector<float>> OnePlus(const WeightStore& ws, const std::string& name, int64_t dim) {
   STRATA_ASSIGN_OR_RETURN(std::vector<float> w, ws.GetF32Copy(name, {dim}));
   for (float& x : w) x = 1.f + x;
   return w;
@@ -293,9 +292,8 @@ StatusOr<std::unique_ptr<Qwen3NextModel>> Qwen3NextModel::Create(
   info.state_bytes_per_token =
       static_cast<uint64_t>(c.NumAttentionLayers() * 2 * c.num_kv_heads * c.head_dim) *
       sizeof(float);
-  const int64_t gdn_fixed =
-      c.linear_value_heads * c.linear_key_dim * c.linear_value_dim +  // S
-      c.ConvChannels() * (c.conv_kernel - 1);                          // window
+  const int64_t gdn_fixed = c.linear_value_heads * c.linear_key_dim * c.linear_value_dim +  // S
+                            c.ConvChannels() * (c.conv_kernel - 1);  // window
   info.state_bytes_per_sequence =
       static_cast<uint64_t>(c.NumLinearLayers() * gdn_fixed) * sizeof(float);
   info.bos_token_id = c.bos_token_id;
@@ -353,8 +351,8 @@ Status Qwen3NextModel::GdnMixer(const Layer& layer, const float* x, int64_t T, Q
   const int64_t rho = Hv / Hk;  // value heads per key head
   const int64_t kw = cfg_.LinearKeyWidth(), vw = cfg_.LinearValueWidth();
   const int64_t C = cfg_.ConvChannels();
-  const int64_t R = w.qkvz.rows;        // 2·kw + 2·vw
-  const int64_t group = R / Hk;         // 2·dk + 2·ρ·dv
+  const int64_t R = w.qkvz.rows;  // 2·kw + 2·vw
+  const int64_t group = R / Hk;   // 2·dk + 2·ρ·dv
   float* proj = Grow(s.a, static_cast<size_t>(T * R));
   float* mixed = Grow(s.b, static_cast<size_t>(T * C));
   float* conv = Grow(s.c, static_cast<size_t>(T * C));
@@ -436,8 +434,8 @@ Status Qwen3NextModel::GdnMixer(const Layer& layer, const float* x, int64_t T, Q
   }
 
   // y_h = RMSNorm(o_h)·w ⊙ silu(z_h) per value head, then out_proj.
-  cpu::GatedRmsNormSilu(o, z, T * Hv, dv, w.norm.data(), static_cast<float>(cfg_.rms_norm_eps),
-                        o, pool_);
+  cpu::GatedRmsNormSilu(o, z, T * Hv, dv, w.norm.data(), static_cast<float>(cfg_.rms_norm_eps), o,
+                        pool_);
   Linear(o, T, w.out, out, s);
   return OkStatus();
 }
@@ -534,8 +532,8 @@ Status Qwen3NextModel::ForwardSlice(const int32_t* tokens, int64_t T, Qwen3NextS
   return OkStatus();
 }
 
-Status Qwen3NextModel::Forward(std::span<const int32_t> tokens, SequenceState& state,
-                               float* logits, bool all_logits) const {
+Status Qwen3NextModel::Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
+                               bool all_logits) const {
   auto* st = dynamic_cast<Qwen3NextState*>(&state);
   if (st == nullptr || st->owner_ != this) {
     return absl::InvalidArgumentError(

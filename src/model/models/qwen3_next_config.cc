@@ -49,8 +49,8 @@ Status ParseLayerKinds(const ConfigReader& c, Qwen3NextConfig& q) {
   const nlohmann::json& v = c.json().at("layer_types");
   if (!v.is_array()) return c.FieldError("layer_types", "expected a list of strings");
   if (static_cast<int64_t>(v.size()) != L) {
-    return c.FieldError("layer_types", absl::StrCat("has ", v.size(),
-                                                    " entries but num_hidden_layers is ", L));
+    return c.FieldError("layer_types",
+                        absl::StrCat("has ", v.size(), " entries but num_hidden_layers is ", L));
   }
   q.is_attention.clear();
   for (size_t i = 0; i < v.size(); ++i) {
@@ -62,8 +62,8 @@ Status ParseLayerKinds(const ConfigReader& c, Qwen3NextConfig& q) {
   // transformers ignores the interval when layer_types is given; a config
   // stating both differently is ambiguous, so say so.
   if (interval && q.is_attention != by_interval) {
-    return c.FieldError("layer_types", absl::StrCat("contradicts full_attention_interval (",
-                                                    *interval, ")"));
+    return c.FieldError("layer_types",
+                        absl::StrCat("contradicts full_attention_interval (", *interval, ")"));
   }
   return OkStatus();
 }
@@ -131,8 +131,8 @@ Status ParseRope(const ConfigReader& c, Qwen3NextConfig& q) {
       STRATA_ASSIGN_OR_RETURN(top, c.GetDouble(key));
     }
     if (nested && top && *nested != *top) {
-      return c.FieldError(key, absl::StrCat("contradicts rope_parameters.", key, " (", *top,
-                                            " vs ", *nested, ")"));
+      return c.FieldError(
+          key, absl::StrCat("contradicts rope_parameters.", key, " (", *top, " vs ", *nested, ")"));
     }
     return nested ? *nested : top.value_or(fallback);
   };
@@ -203,10 +203,10 @@ StatusOr<Qwen3NextConfig> ParseQwen3NextConfig(const ConfigReader& c) {
     STRATA_ASSIGN_OR_RETURN(q.linear_value_dim, c.GetPositiveInt("linear_value_head_dim"));
     STRATA_ASSIGN_OR_RETURN(q.conv_kernel, AtLeast(c, "linear_conv_kernel_dim", 4, 1));
     if (q.linear_value_heads % q.linear_key_heads != 0) {
-      return c.FieldError("linear_num_value_heads",
-                          absl::StrCat(q.linear_value_heads, " is not a multiple of "
-                                       "linear_num_key_heads (",
-                                       q.linear_key_heads, ")"));
+      return c.FieldError("linear_num_value_heads", absl::StrCat(q.linear_value_heads,
+                                                                 " is not a multiple of "
+                                                                 "linear_num_key_heads (",
+                                                                 q.linear_key_heads, ")"));
     }
   }
 
@@ -216,9 +216,9 @@ StatusOr<Qwen3NextConfig> ParseQwen3NextConfig(const ConfigReader& c) {
     STRATA_ASSIGN_OR_RETURN(q.num_kv_heads, c.GetPositiveInt("num_key_value_heads"));
     STRATA_ASSIGN_OR_RETURN(q.head_dim, c.GetPositiveInt("head_dim"));
     if (q.num_heads % q.num_kv_heads != 0) {
-      return c.FieldError("num_key_value_heads",
-                          absl::StrCat(q.num_kv_heads, " does not divide num_attention_heads (",
-                                       q.num_heads, ")"));
+      return c.FieldError(
+          "num_key_value_heads",
+          absl::StrCat(q.num_kv_heads, " does not divide num_attention_heads (", q.num_heads, ")"));
     }
     STRATA_RETURN_IF_ERROR(ParseRope(c, q));
   }
