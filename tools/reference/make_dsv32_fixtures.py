@@ -46,6 +46,7 @@ import os
 import platform
 import shutil
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -66,6 +67,10 @@ ROUTING_MARGIN_MIN = 1e-5
 GROUP_MARGIN_MIN = 1e-5
 GREEDY_GAP_MIN = 1e-3
 PROMPT_TRIES = 40
+# Prompts are searched until one has an indexer margin of INDEX_MARGIN_GOOD, or
+# SEARCH_TRIES have been tried and one passes; the best of those is taken.
+INDEX_MARGIN_GOOD = 3e-5
+SEARCH_TRIES = 12
 
 BOS, EOS, PAD = 0, 1, 2  # in-vocabulary special ids; prompts use ids >= 3
 FP8_MAX = 448.0
@@ -93,7 +98,7 @@ FIXTURES = [
          heads=5, q_lora=136, kv_lora=64, nope=32, rope=32, v_head=32,
          index_heads=13, index_dim=48, index_topk=48,
          intermediate=272, moe_intermediate=48, experts=8, n_group=4, topk_group=2, top_k=2,
-         shared=2, prompt_len=201, gen_prompt_len=41, gen_new=8,
+         shared=2, prompt_len=201, gen_prompt_len=93, gen_new=8,
          rope_style="saved",
          rope_scaling={"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 4096,
                        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8},
@@ -451,7 +456,9 @@ class Probe:
         return fn
 
     def take(self):
-        out = {k: (min(v) if v else float("inf")) for k, v in
+        # None: no choice of that kind was made (e.g. no query had more than
+        # index_topk keys); JSON has no infinity.
+        out = {k: (min(v) if v else None) for k, v in
                (("index", self.index_margins), ("routing", self.route_margins), ("group", self.group_margins))}
         out["index_rows"] = len(self.index_margins)
         self.index_margins, self.route_margins, self.group_margins = [], [], []
@@ -460,6 +467,16 @@ class Probe:
     def close(self):
         for h in self.handles:
             h.remove()
+
+
+def worst_margins(margins):
+    return {k: min([m[k] for m in margins.values() if m[k] is not None], default=float("inf"))
+            for k in ("index", "routing", "group")}
+
+
+def margins_ok(margins):
+    w = worst_margins(margins)
+    return w["index"] >= INDEX_MARGIN_MIN and w["routing"] >= ROUTING_MARGIN_MIN and w["group"] >= GROUP_MARGIN_MIN
 
 
 # ----------------------------------------------------------------------------- reference runs
@@ -566,6 +583,14 @@ def sha256(path):
 
 
 def build_fixture(spec, out_root, env_info):
+    t0 = time.time()
+    try:
+        return build_fixture_timed(spec, out_root, env_info)
+    finally:
+        log(f"[dsv32_{spec['name']}] took {time.time() - t0:.1f} s")
+
+
+def build_fixture_timed(spec, out_root, env_info):
     name = f"dsv32_{spec['name']}"
     fdir = os.path.join(out_root, name)
     tmp = os.path.join(out_root, f"_tmp_{name}")
@@ -714,29 +739,53 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info):
     if worst != 0.0:
         raise RuntimeError(f"{name}: reloaded weights differ from the stored values by {worst}")
 
-    for prompt_try in range(PROMPT_TRIES):
+    def prompt_ids(prompt_try):
         rng = np.random.default_rng(spec["seed"] * 1000 + prompt_try)
         prompt = rng.integers(3, spec["vocab"], size=spec["prompt_len"]).astype(np.int32)
-        ids = torch.tensor(prompt[None].astype(np.int64))
+        return prompt, torch.tensor(prompt[None].astype(np.int64))
+
+    def cheap_run(prompt_try):
+        prompt, ids = prompt_ids(prompt_try)
         probe = Probe(ref)
-        logits = logits_full(ref, ids)
-        m_prompt = probe.take()
+        try:
+            logits = logits_full(ref, ids)
+            m_prompt = probe.take()
+            new_tokens, gaps = greedy_manual(ref, ids[:, :spec["gen_prompt_len"]], spec["gen_new"])
+            m_gen = probe.take()
+        finally:
+            probe.close()
+        return prompt, ids, logits, new_tokens, gaps, {"prompt": m_prompt, "generate": m_gen}
+
+    candidates = []  # (indexer margin, prompt try)
+    for prompt_try in range(PROMPT_TRIES):
+        _, _, _, _, gaps, margins = cheap_run(prompt_try)
+        w = worst_margins(margins)
+        log(f"[{name}] prompt try {prompt_try}: margins {json.dumps(w)}; greedy gap min {min(gaps):.3e}")
+        ok = margins_ok(margins) and min(gaps) >= GREEDY_GAP_MIN
+        if ok:
+            candidates.append((w["index"], prompt_try))
+        if (ok and w["index"] >= INDEX_MARGIN_GOOD) or (candidates and prompt_try + 1 >= SEARCH_TRIES):
+            break
+    chosen = None
+    for _, prompt_try in sorted(candidates, reverse=True):
+        prompt, ids, logits, new_tokens, gaps, margins = cheap_run(prompt_try)
         gen_ids = ids[:, :spec["gen_prompt_len"]]
-        new_tokens, gaps = greedy_manual(ref, gen_ids, spec["gen_new"])
-        m_gen = probe.take()
+        # Only the chosen prompt pays for the long prefill + decode run.
         split_n = 65
-        logits_split_ref = logits_split(ref, ids, split_n)
-        m_split = probe.take()
-        probe.close()
-        margins = {"prompt": m_prompt, "generate": m_gen, f"split_{split_n}": m_split}
-        worst = {k: min(m[k] for m in margins.values()) for k in ("index", "routing", "group")}
-        log(f"[{name}] prompt try {prompt_try}: margins {json.dumps(worst)}; greedy gap min {min(gaps):.3e}")
-        if (worst["index"] < INDEX_MARGIN_MIN or worst["routing"] < ROUTING_MARGIN_MIN
-                or worst["group"] < GROUP_MARGIN_MIN or min(gaps) < GREEDY_GAP_MIN):
-            continue
-        break
-    else:
+        probe = Probe(ref)
+        try:
+            logits_split_ref = logits_split(ref, ids, split_n)
+            margins[f"split_{split_n}"] = probe.take()
+        finally:
+            probe.close()
+        log(f"[{name}] prompt try {prompt_try}: with decode {json.dumps(worst_margins(margins))}")
+        if margins_ok(margins):
+            chosen = prompt_try
+            break
+    if chosen is None:
         raise RuntimeError(f"{name}: no prompt with robust margins in {PROMPT_TRIES} tries")
+    prompt_try = chosen
+    m_prompt = margins["prompt"]
     if m_prompt["index_rows"] == 0:
         raise RuntimeError(f"{name}: the indexer never had more than index_topk keys")
 
@@ -809,7 +858,7 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info):
     for fn in ("config.json", "model.safetensors", "prompt.npy", "logits.npy", "generate.npy", "layer_out.npy"):
         meta.setdefault("sha256", {})[fn] = sha256(os.path.join(fdir, fn))
     with open(os.path.join(fdir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1, sort_keys=True, default=str)
+        json.dump(meta, f, indent=1, sort_keys=True, default=str, allow_nan=False)
         f.write("\n")
     log(f"[{name}] self-consistency {json.dumps(meta['self_consistency'])}; sensitivity ok={sens_ok}")
     return "ok" if sens_ok else "sensitivity"
