@@ -180,7 +180,8 @@ StatusOr<PrependScheme> ParsePrependScheme(const Json& j, const std::string& whe
   if (auto it = j.find("add_prefix_space"); it != j.end() && it->is_boolean() && !it->get<bool>()) {
     if (scheme != PrependScheme::kNever) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ".add_prefix_space: false does not match prepend_scheme (\"always\" unless given)"));
+          where,
+          ".add_prefix_space: false does not match prepend_scheme (\"always\" unless given)"));
     }
   }
   return scheme;

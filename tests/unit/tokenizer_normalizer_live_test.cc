@@ -50,9 +50,9 @@ std::string RunHarness(const std::string& name, const std::string& args, std::st
                   << " is missing: run tools/setup.sh (it creates .venv-ref)";
     return "";
   }
-  const std::string out =
-      (fs::temp_directory_path() / absl::StrCat("strata_norm_cases_", name, "_", getpid(), ".jsonl"))
-          .string();
+  const std::string out = (fs::temp_directory_path() /
+                           absl::StrCat("strata_norm_cases_", name, "_", getpid(), ".jsonl"))
+                              .string();
   *workdir = out + ".dir";
   fs::create_directories(*workdir);
   const std::string cmd =
@@ -124,9 +124,9 @@ int CheckCodePoints(const text::Normalizer& n, const Json& rec, const std::strin
       if (parts[i - k] != want) {
         ++mismatches;
         if ((*reported)++ < kMaxReported) {
-          *report += absl::StrCat(rec["name"].get<std::string>(), " U+",
-                                  absl::StrFormat("%04X", cps[i]), ": want ", Quoted(want),
-                                  " got ", Quoted(parts[i - k]), "\n");
+          *report +=
+              absl::StrCat(rec["name"].get<std::string>(), " U+", absl::StrFormat("%04X", cps[i]),
+                           ": want ", Quoted(want), " got ", Quoted(parts[i - k]), "\n");
         }
       }
     }

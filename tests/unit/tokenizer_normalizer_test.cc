@@ -56,7 +56,7 @@ TEST(TokenizerNormalizerTest, NormalizersFromJson) {
                           {"type": "StripAccents"}, {"type": "Lowercase"}]})",
                        "Ǆéàç\u0301X\u20dd"),
             "ǆeacx");
-  EXPECT_EQ(Normalized(R"({"type": "Nmt"})", "a\x01" "b\tc\u200bd\ufeffe\u2581f\x7f\u0085"),
+  EXPECT_EQ(Normalized(R"({"type": "Nmt"})", "a\001b\tc\u200bd\ufeffe\u2581f\x7f\u0085"),
             "ab c d e f\u0085");
   EXPECT_EQ(Normalized(R"({"type": "ByteLevel"})", "é a"), "Ã©Ġa");
 }
@@ -79,8 +79,8 @@ constexpr char kLlamaDecoder[] = R"({"type": "Sequence", "decoders": [
 TEST(TokenizerNormalizerTest, Decoders) {
   // An invalid byte run gives one U+FFFD per byte; "<0x+A>" is byte 0x0A, as
   // Rust's from_str_radix reads it.
-  EXPECT_EQ(Decoded(kLlamaDecoder, {"▁Hello", "▁world", "<0xE5>", "<0x8f>", "a", "<0xe5>",
-                                    "<0x8f>", "<0xab>", "<0x+A>"}),
+  EXPECT_EQ(Decoded(kLlamaDecoder, {"▁Hello", "▁world", "<0xE5>", "<0x8f>", "a", "<0xe5>", "<0x8f>",
+                                    "<0xab>", "<0x+A>"}),
             "Hello world\uFFFD\uFFFDa叫\n");
   // Metaspace drops every replacement character of the first token unless
   // prepend_scheme is "never".
@@ -154,11 +154,11 @@ TEST(TokenizerNormalizerTest, ByteFallbackAndUnkAsTheReference) {
 
 TEST(TokenizerNormalizerTest, MetaspaceFirstPrependsOnlyAtTheStart) {
   TempDir d;
-  auto t = Tokenizer::FromTokenizerJson(d.Write(
-      "t.json", FallbackJson("null",
-                             R"({"type": "Metaspace", "replacement": "▁",
+  auto t = Tokenizer::FromTokenizerJson(
+      d.Write("t.json", FallbackJson("null",
+                                     R"({"type": "Metaspace", "replacement": "▁",
                                  "prepend_scheme": "first", "split": true})",
-                             kLlamaDecoder)));
+                                     kLlamaDecoder)));
   ASSERT_TRUE(t.ok()) << t.status();
   const EncodeOptions o{.add_special_tokens = false};
   EXPECT_EQ(*(*t)->Encode("a a", o), (std::vector<int32_t>{7, 7}));
@@ -190,6 +190,51 @@ TEST(TokenizerNormalizerTest, NormalizedAddedTokensDecodeNormalized) {
   EXPECT_EQ(*(*t)->Decode({0, 3, 4, 1}, {.skip_special_tokens = true}), "aSPADb");
 }
 
+TEST(TokenizerNormalizerTest, MetaspaceFirstAfterNormalizersThatDropTheStart) {
+  // When a normalizer deletes the first characters (or replaces a run of them),
+  // the reference's alignments no longer put the text at offset 0, so
+  // prepend_scheme "first" adds nothing. Expected ids from the reference.
+  struct Case {
+    const char* normalizer;
+    const char* text;
+    std::vector<int32_t> ids;
+  };
+  const Case cases[] = {
+      {R"({"type": "Strip", "strip_left": true, "strip_right": true})", "  a a", {3, 7}},
+      {R"({"type": "Replace", "pattern": {"String": "q"}, "content": ""})", "qa a", {3, 7}},
+      {R"({"type": "Replace", "pattern": {"String": "qq"}, "content": "b"})", "qqa", {4, 3}},
+      {R"({"type": "Replace", "pattern": {"String": "q"}, "content": "b"})", "qa", {6, 4, 3}},
+      {R"({"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "StripAccents"}]})",
+       "\u0301a a",
+       {3, 7}},
+      {R"({"type": "NFKC"})", "\u00aa a", {7, 7}},
+      {R"({"type": "Nmt"})", "\001a a", {3, 7}},
+      {R"({"type": "Sequence", "normalizers": [
+          {"type": "Strip", "strip_left": true, "strip_right": false},
+          {"type": "Prepend", "prepend": "b"}]})",
+       " a",
+       {4, 3}},
+      {R"({"type": "Sequence", "normalizers": [
+          {"type": "Replace", "pattern": {"String": "q"}, "content": ""},
+          {"type": "Replace", "pattern": {"String": "a"}, "content": "b"}]})",
+       "qa",
+       {4}},
+  };
+  TempDir d;
+  int i = 0;
+  for (const Case& c : cases) {
+    auto t = Tokenizer::FromTokenizerJson(d.Write(
+        absl::StrCat("t", i++, ".json"), FallbackJson(c.normalizer,
+                                                      R"({"type": "Metaspace", "replacement": "▁",
+                                 "prepend_scheme": "first", "split": true})",
+                                                      "null")));
+    ASSERT_TRUE(t.ok()) << t.status();
+    auto ids = (*t)->Encode(c.text, {.add_special_tokens = false});
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, c.ids) << c.normalizer << " on " << c.text;
+  }
+}
+
 void ExpectError(const StatusOr<std::unique_ptr<Tokenizer>>& r, const std::string& part1,
                  const std::string& part2) {
   ASSERT_FALSE(r.ok());
@@ -199,10 +244,10 @@ void ExpectError(const StatusOr<std::unique_ptr<Tokenizer>>& r, const std::strin
 
 TEST(TokenizerNormalizerTest, UnsupportedTypesNameTheJsonPath) {
   TempDir d;
-  std::string p = d.Write(
-      "n.json", FallbackJson(R"({"type": "Sequence", "normalizers": [{"type": "NFKC"},
+  std::string p =
+      d.Write("n.json", FallbackJson(R"({"type": "Sequence", "normalizers": [{"type": "NFKC"},
                                   {"type": "Precompiled", "precompiled_charsmap": "AA=="}]})",
-                             "null", "null"));
+                                     "null", "null"));
   ExpectError(Tokenizer::FromTokenizerJson(p), p + ": normalizer.normalizers[1].type",
               "\"Precompiled\" is not supported");
   p = d.Write("bert.json", FallbackJson(R"({"type": "BertNormalizer"})", "null", "null"));
@@ -213,9 +258,8 @@ TEST(TokenizerNormalizerTest, UnsupportedTypesNameTheJsonPath) {
                                 {"type": "WordPiece", "prefix": "##"}]})"));
   ExpectError(Tokenizer::FromTokenizerJson(p), p + ": decoder.decoders[1].type",
               "\"WordPiece\" is not supported");
-  p = d.Write("strip.json",
-              FallbackJson("null", "null",
-                           R"({"type": "Sequence", "decoders": [{"type": "Fuse"},
+  p = d.Write("strip.json", FallbackJson("null", "null",
+                                         R"({"type": "Sequence", "decoders": [{"type": "Fuse"},
                                 {"type": "Strip", "content": "ab", "start": 1, "stop": 0}]})"));
   ExpectError(Tokenizer::FromTokenizerJson(p), "decoder.decoders[1].content", "one character");
   p = d.Write("ms.json", FallbackJson("null",
@@ -227,8 +271,7 @@ TEST(TokenizerNormalizerTest, UnsupportedTypesNameTheJsonPath) {
                                        R"({"type": "Metaspace", "replacement": "▁",
                                            "add_prefix_space": false})",
                                        "null"));
-  ExpectError(Tokenizer::FromTokenizerJson(p), "pre_tokenizer.add_prefix_space",
-              "prepend_scheme");
+  ExpectError(Tokenizer::FromTokenizerJson(p), "pre_tokenizer.add_prefix_space", "prepend_scheme");
   p = d.Write("re.json", FallbackJson(R"({"type": "Replace", "pattern": {"Regex": "(a"},
                                          "content": "b"})",
                                       "null", "null"));
