@@ -542,7 +542,13 @@ __global__ void __launch_bounds__(kDecThreads, 1)
 }
 
 // Merges the splits of one (sequence, head): out = Σ_i w_i o_i with
-// w_i = 2^(lse_i − lse_max) / Σ_j 2^(lse_j − lse_max). Grid (H, B), 128 threads.
+// w_i = 2^(lse_i − lse_max) / Σ_j 2^(lse_j − lse_max).
+// MlaDecodeMergeKernel: grid (H, B), 128 threads walking all splits of four
+// columns each. MlaDecodeMergeWideKernel, used when H·B CTAs would leave SMs
+// idle (batch 1): grid (H, B, ceil(r / 128)); each CTA merges 128 latent
+// columns with four independent split streams per column (B = 1, H = 32: 128
+// CTAs instead of 32; 4K context 22.7 -> 19.1 us, 32K 42.9 -> 33.6 us).
+constexpr int kMergeGroups = 4;  // split groups per CTA (128 threads / 32 columns)
 struct MergeParams {
   const float* part_o;  // [B, splits, H, r]
   const float* part_lse;
@@ -592,6 +598,92 @@ __global__ void __launch_bounds__(128) MlaDecodeMergeKernel(const MergeParams p)
       acc.y += wi * v.y;
       acc.z += wi * v.z;
       acc.w += wi * v.w;
+    }
+    acc.x *= inv;
+    acc.y *= inv;
+    acc.z *= inv;
+    acc.w *= inv;
+    if (p.out_f32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(p.out) + out_row + d) = acc;
+    } else {
+      __nv_bfloat162* o =
+          reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + out_row + d);
+      o[0] = __floats2bfloat162_rn(acc.x, acc.y);
+      o[1] = __floats2bfloat162_rn(acc.z, acc.w);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(128) MlaDecodeMergeWideKernel(const MergeParams p) {
+  __shared__ float w[kMaxSplits];
+  __shared__ float red[32];
+  const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  const int seq_len = ClampedSeqLen(p.seq_lens, b, p.max_seq_len);
+  const int num_blocks = (seq_len + kDecTok - 1) / kDecTok;
+  const int ns = (num_blocks + p.blocks_per_split - 1) / p.blocks_per_split;  // ≤ num_splits
+  const int64_t out_row = (static_cast<int64_t>(b) * p.num_heads + h) * p.r;
+  const int64_t base = static_cast<int64_t>(b) * p.num_splits * p.num_heads + h;  // split 0
+  const int64_t split_stride = p.num_heads;
+
+  float mx = -INFINITY;
+  for (int i = tid; i < ns; i += blockDim.x) {
+    const float v = p.part_lse[base + i * split_stride];
+    w[i] = v;
+    mx = fmaxf(mx, v);
+  }
+  mx = BlockMax(mx, red);  // its barriers also publish w
+  float sum = 0.f;
+  for (int i = tid; i < ns; i += blockDim.x) {
+    const float e = exp2f(w[i] - mx);
+    w[i] = e;
+    sum += e;
+  }
+  sum = BlockSum(sum, red);
+  const float inv = ns > 0 ? 1.f / sum : 0.f;
+  // Thread (group sg = tid / 32, column c = tid % 32) sums splits sg, sg + 4,
+  // ... of the four latent columns d = 128·blockIdx.z + 4c: four independent
+  // load streams per column instead of one serial chain over all splits.
+  __shared__ float4 part[kMergeGroups][32];
+  const int sg = tid >> 5;
+  const int d = blockIdx.z * 128 + (tid & 31) * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (d < p.r) {
+    int i = sg;
+    for (; i + 3 * kMergeGroups < ns; i += 4 * kMergeGroups) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        v[u] = *reinterpret_cast<const float4*>(
+            p.part_o + (base + (i + u * kMergeGroups) * split_stride) * p.r + d);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float wi = w[i + u * kMergeGroups];
+        acc.x += wi * v[u].x;
+        acc.y += wi * v[u].y;
+        acc.z += wi * v[u].z;
+        acc.w += wi * v[u].w;
+      }
+    }
+    for (; i < ns; i += kMergeGroups) {
+      const float4 v = *reinterpret_cast<const float4*>(p.part_o + (base + i * split_stride) * p.r + d);
+      const float wi = w[i];
+      acc.x += wi * v.x;
+      acc.y += wi * v.y;
+      acc.z += wi * v.z;
+      acc.w += wi * v.w;
+    }
+  }
+  part[sg][tid & 31] = acc;
+  __syncthreads();
+  if (sg == 0 && d < p.r) {
+#pragma unroll
+    for (int g = 1; g < kMergeGroups; ++g) {
+      const float4 o = part[g][tid];
+      acc.x += o.x;
+      acc.y += o.y;
+      acc.z += o.z;
+      acc.w += o.w;
     }
     acc.x *= inv;
     acc.y *= inv;
@@ -1221,8 +1313,15 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
       m.r = static_cast<int>(s.kv_rank);
       m.out = args.out_latent;
       m.out_f32 = out_f32;
-      MlaDecodeMergeKernel<<<dim3(heads, static_cast<unsigned>(args.batch)), 128, 0, stream>>>(m);
-      STRATA_RETURN_IF_ERROR(LaunchStatus("MlaDecodeMergeKernel"));
+      if (static_cast<int64_t>(heads) * args.batch < SmCount()) {
+        MlaDecodeMergeWideKernel<<<dim3(heads, static_cast<unsigned>(args.batch),
+                                        static_cast<unsigned>((s.kv_rank + 127) / 128)),
+                                   128, 0, stream>>>(m);
+        STRATA_RETURN_IF_ERROR(LaunchStatus("MlaDecodeMergeWideKernel"));
+      } else {
+        MlaDecodeMergeKernel<<<dim3(heads, static_cast<unsigned>(args.batch)), 128, 0, stream>>>(m);
+        STRATA_RETURN_IF_ERROR(LaunchStatus("MlaDecodeMergeKernel"));
+      }
     }
     return OkStatus();
   }
