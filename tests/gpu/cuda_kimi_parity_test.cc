@@ -1,8 +1,14 @@
 // The kimi_linear CUDA executor end to end on the H200.
 //
 // Against transformers (fp32, the fixtures' logits.npy), with bf16 weights and
-// activations on the GPU, relative error ≤ 1e-2 (Frobenius norm over all
-// positions) for
+// activations on the GPU, relative error (Frobenius norm over all positions)
+// ≤ max(1e-2, 1.25 × the fixture's bf16 noise floor) — no worse than
+// transformers' own bf16 run on the GPU (meta.json `bf16_floor_l2_rel`, measured
+// by tools/reference/make_kimi_fixtures.py) — and ≤ 1e-2 (the bar) on
+// the fixtures built for bf16 (kimi_g1, kimi_g2: floor ≤ 5e-3, wide routing and
+// greedy margins). kimi_a/b/c were built for the fp32 CPU parity (routing
+// margins ~1e-5, strong per-layer sensitivity) and their floor is 0.06-0.14, so
+// there the bound is the floor's. This holds for
 //   * the logits of every prompt position from one prefill,
 //   * a prefill of N tokens then single-token decode steps, N in
 //     {1, 63, 64, 65, T−1} (the splits of tests/model/kimi_parity_test.cc),
@@ -44,7 +50,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kTolerance = 1e-2;        // vs transformers fp32 (bf16 activations)
+constexpr double kTolerance = 1e-2;        // vs transformers fp32 (bf16 activations), the bar
+// A fixture's bound is max(kTolerance, kFloorFactor × its bf16 floor); fixtures
+// whose floor is ≤ kBf16FixtureFloor must meet kTolerance itself.
+constexpr double kFloorFactor = 1.25;
+constexpr double kBf16FixtureFloor = 5e-3;
 // GPU against GPU. The same kernels on the same inputs agree exactly unless a
 // kernel reduces in a nondeterministic order (atomics), and then only by an
 // occasional flipped bf16 rounding; a wrong pointer or row shows as O(1).
@@ -72,7 +82,17 @@ struct Fixture {
   std::vector<int32_t> generate;  // prompt[:G] + continuation
   int64_t generate_prompt_len = 0;
   std::vector<double> gaps;  // reference top-1/top-2 gap per generated token
+  double floor = -1;         // transformers bf16 on the GPU vs logits.npy (L2 relative); -1: not recorded
+  // GPU vs transformers fp32 bound: max(kTolerance, kFloorFactor × floor), and
+  // kTolerance itself where the floor is ≤ kBf16FixtureFloor.
+  double tolerance = kTolerance;
 };
+
+std::string FloorNote(const Fixture& f) {
+  std::ostringstream s;
+  s << " [bf16 floor " << f.floor << ", bound " << f.tolerance << "]";
+  return s.str();
+}
 
 Fixture LoadFixture(const std::string& name) {
   Fixture f;
@@ -96,6 +116,13 @@ Fixture LoadFixture(const std::string& name) {
   if (!j.is_discarded()) {
     f.generate_prompt_len = j["generate"]["prompt_len"].get<int64_t>();
     for (const auto& g : j["generate"]["top1_top2_gaps"]) f.gaps.push_back(g.get<double>());
+    EXPECT_TRUE(j.contains("bf16_floor_l2_rel") && j["bf16_floor_l2_rel"].is_number())
+        << f.dir << "/meta.json has no bf16_floor_l2_rel (tools/reference/make_kimi_fixtures.py --floor-only)";
+    if (j.contains("bf16_floor_l2_rel") && j["bf16_floor_l2_rel"].is_number()) {
+      f.floor = j["bf16_floor_l2_rel"].get<double>();
+      EXPECT_GT(f.floor, 0.0) << f.dir;
+      f.tolerance = f.floor <= kBf16FixtureFloor ? kTolerance : std::max(kTolerance, kFloorFactor * f.floor);
+    }
   }
   return f;
 }
@@ -207,9 +234,10 @@ class CudaKimiParity : public ::testing::TestWithParam<std::string> {
 TEST_P(CudaKimiParity, FullPrefillLogitsMatchTransformers) {
   const std::vector<float> ours = RunSplit(*model_, fixture_.prompt, T());
   const Comparison c = Compare(ours, fixture_.logits, fixture_.vocab);
-  std::printf("[cuda-parity] %s full prefill T=%lld on %s: %s\n", GetParam().c_str(),
-              static_cast<long long>(T()), model_->info().device.c_str(), Describe(c).c_str());
-  EXPECT_LE(c.rel, kTolerance) << Describe(c);
+  std::printf("[cuda-parity] %s full prefill T=%lld on %s: %s%s\n", GetParam().c_str(),
+              static_cast<long long>(T()), model_->info().device.c_str(), Describe(c).c_str(),
+              FloorNote(fixture_).c_str());
+  EXPECT_LE(c.rel, fixture_.tolerance) << Describe(c) << FloorNote(fixture_);
 }
 
 TEST_P(CudaKimiParity, PrefillThenDecodeSplitsMatchTransformers) {
@@ -220,9 +248,10 @@ TEST_P(CudaKimiParity, PrefillThenDecodeSplitsMatchTransformers) {
   for (int64_t n : splits) {
     const std::vector<float> ours = RunSplit(*model_, fixture_.prompt, n);
     const Comparison c = Compare(ours, fixture_.logits, fixture_.vocab);
-    std::printf("[cuda-parity] %s prefill %lld + %lld decode steps: %s\n", GetParam().c_str(),
-                static_cast<long long>(n), static_cast<long long>(T() - n), Describe(c).c_str());
-    EXPECT_LE(c.rel, kTolerance) << "prefill " << n << ": " << Describe(c);
+    std::printf("[cuda-parity] %s prefill %lld + %lld decode steps: %s%s\n", GetParam().c_str(),
+                static_cast<long long>(n), static_cast<long long>(T() - n), Describe(c).c_str(),
+                FloorNote(fixture_).c_str());
+    EXPECT_LE(c.rel, fixture_.tolerance) << "prefill " << n << ": " << Describe(c) << FloorNote(fixture_);
   }
 }
 
@@ -244,8 +273,9 @@ TEST_P(CudaKimiParity, ChunkedContinuationsMatchTransformers) {
       pos += n;
     }
     const Comparison c = Compare(ours, fixture_.logits, vocab);
-    std::printf("[cuda-parity] %s forward pieces %s: %s\n", GetParam().c_str(), desc.c_str(), Describe(c).c_str());
-    EXPECT_LE(c.rel, kTolerance) << "pieces " << desc << ": " << Describe(c);
+    std::printf("[cuda-parity] %s forward pieces %s: %s%s\n", GetParam().c_str(), desc.c_str(), Describe(c).c_str(),
+                FloorNote(fixture_).c_str());
+    EXPECT_LE(c.rel, fixture_.tolerance) << "pieces " << desc << ": " << Describe(c) << FloorNote(fixture_);
   }
 }
 
@@ -259,8 +289,9 @@ TEST_P(CudaKimiParity, ShortPrefillSlicesMatchTransformers) {
   EXPECT_EQ(stats->prefill_slice_tokens, 48);
   const std::vector<float> ours = RunSplit(*sliced, fixture_.prompt, T());
   const Comparison c = Compare(ours, fixture_.logits, fixture_.vocab);
-  std::printf("[cuda-parity] %s prefill in 48-token slices: %s\n", GetParam().c_str(), Describe(c).c_str());
-  EXPECT_LE(c.rel, kTolerance) << Describe(c);
+  std::printf("[cuda-parity] %s prefill in 48-token slices: %s%s\n", GetParam().c_str(), Describe(c).c_str(),
+              FloorNote(fixture_).c_str());
+  EXPECT_LE(c.rel, fixture_.tolerance) << Describe(c) << FloorNote(fixture_);
 }
 
 TEST_P(CudaKimiParity, GreedyContinuationMatchesWhereMarginsAllow) {
@@ -294,7 +325,7 @@ TEST_P(CudaKimiParity, GreedyContinuationMatchesWhereMarginsAllow) {
 }
 
 // Three different sequences decoded together give what each gives alone, and
-// (loosely) what the CPU reference gives.
+// (within the fixture's bound, as against transformers) what the CPU reference gives.
 TEST_P(CudaKimiParity, DecodeBatchOfThreeEqualsEachRunAlone) {
   const int64_t vocab = fixture_.vocab;
   const int64_t T0 = T();
@@ -340,12 +371,13 @@ TEST_P(CudaKimiParity, DecodeBatchOfThreeEqualsEachRunAlone) {
       worst_batch = std::max(worst_batch, cb.rel);
       worst_cpu = std::max(worst_cpu, cc.rel);
       EXPECT_LE(cb.rel, kBatchTolerance) << "step " << step << " row " << i << ": " << Describe(cb);
-      EXPECT_LE(cc.rel, kTolerance) << "step " << step << " row " << i << " vs CPU: " << Describe(cc);
+      EXPECT_LE(cc.rel, fixture_.tolerance)
+          << "step " << step << " row " << i << " vs CPU: " << Describe(cc) << FloorNote(fixture_);
     }
   }
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(batched[i]->num_tokens(), alone[i]->num_tokens());
-  std::printf("[cuda-parity] %s DecodeBatch(3) x 6 steps: worst rel vs single-sequence %.3g, vs CPU %.3g\n",
-              GetParam().c_str(), worst_batch, worst_cpu);
+  std::printf("[cuda-parity] %s DecodeBatch(3) x 6 steps: worst rel vs single-sequence %.3g, vs CPU %.3g%s\n",
+              GetParam().c_str(), worst_batch, worst_cpu, FloorNote(fixture_).c_str());
 }
 
 TEST_P(CudaKimiParity, GraphReplayEqualsEagerSteps) {
@@ -392,7 +424,7 @@ TEST_P(CudaKimiParity, CloneContinuesIdenticallyAndResetStartsOver) {
   std::vector<float> fresh(static_cast<size_t>(T() * vocab));
   ASSERT_TRUE(model_->Forward(fixture_.prompt, **st, fresh.data(), true).ok());
   const Comparison c = Compare(fresh, fixture_.logits, vocab);
-  EXPECT_LE(c.rel, kTolerance) << "after Reset: " << Describe(c);
+  EXPECT_LE(c.rel, fixture_.tolerance) << "after Reset: " << Describe(c) << FloorNote(fixture_);
 }
 
 TEST_P(CudaKimiParity, GpuGreedySamplingIsTheArgmax) {
@@ -465,6 +497,17 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaKimiParity, ::testing::ValuesIn(FixtureNa
 
 TEST(CudaKimiFixtures, AtLeastThreeFixturesArePresent) {
   EXPECT_GE(FixtureNames().size(), 3u) << "no kimi_* fixtures under " << STRATA_TEST_DATA_DIR;
+}
+
+// The 1e-2 bar is checked as such on fixtures where bf16 is accurate.
+TEST(CudaKimiFixtures, AtLeastTwoFixturesHaveALowBf16Floor) {
+  int low = 0;
+  for (const std::string& name : FixtureNames()) {
+    const Fixture f = LoadFixture(name);
+    std::printf("[cuda-parity] %s: bf16 floor %.4g, bound %.4g\n", name.c_str(), f.floor, f.tolerance);
+    if (f.floor > 0 && f.floor <= kBf16FixtureFloor) ++low;
+  }
+  EXPECT_GE(low, 2) << "fixtures with a bf16 floor <= " << kBf16FixtureFloor << " (kimi_g1, kimi_g2)";
 }
 
 // --- dummy weights and memory planning --------------------------------------

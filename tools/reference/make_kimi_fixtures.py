@@ -18,12 +18,27 @@ For each fixture it:
      a greedy continuation, per-layer outputs, routing / argmax margins and the
      per-layer perturbation sensitivity.
 
+GPU-parity fixtures (kimi_g1, kimi_g2, "gpu": True in the spec) are built so that bf16
+execution is meaningfully accurate on them: 2 layers and gentle scales (o_proj gain 0.2,
+FFN down projections 0.12; every layer still moves the logits by > 1e-2),
+routers fitted to the fixture's own router inputs so that every token's k-th vs (k+1)-th
+biased score gap is >= 5e-2 (saturated sigmoid logits, |z| >= 4, with biases spaced
+>= 0.1 apart), norm weights 0.5 / 1 / 2 (exact in bf16 arithmetic), matrices with
+bf16-exact values also where the file is fp32 (g2: the fp32 loading path, without
+weight rounding in the floor), a 5x lm_head so greedy top-1/top-2 gaps are >= 0.1, and a measured bf16
+noise floor: transformers itself in bf16 on the GPU must be within 5e-3 (L2 relative) of
+the fp32 logits. Every fixture's meta.json records that floor (`bf16_floor_l2_rel`, see
+bf16_floor()); for fixtures already committed, `--floor-only a,b,c --data tests/data`
+recomputes the fp32 logits (must match the committed ones) and the floor and writes only
+an updated meta.json (the committed one plus the floor fields) under --out.
+
 Outputs per fixture: config.json, model.safetensors, prompt.npy (int32 [T]),
 logits.npy (float32 [T, vocab]), generate.npy (int32 prompt+continuation),
 layer_out.npy (float32 [L, T, D], hidden state after each decoder layer, for
 localising a parity failure) and meta.json.
 
-Usage: python3 make_kimi_fixtures.py --out DIR [--only a,b]
+Usage: python3 make_kimi_fixtures.py --out DIR [--only a,b] [--floor-device cuda|cpu]
+       python3 make_kimi_fixtures.py --out DIR --floor-only a,b,c [--data tests/data]
 """
 import argparse
 import copy
@@ -43,7 +58,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import transformers
-from transformers import KimiLinearConfig, KimiLinearForCausalLM
+from transformers import AutoModelForCausalLM, KimiLinearConfig, KimiLinearForCausalLM
 
 # Scale applied to one layer's weights for the sensitivity check. The parity
 # tolerance is 1e-4 relative; a 10% change of one layer's output must move the
@@ -54,6 +69,13 @@ SENSITIVITY_MIN = 1e-2
 # could legitimately pick another expert / another argmax token.
 ROUTING_MARGIN_MIN = 1e-5
 GREEDY_GAP_MIN = 1e-3
+
+# GPU-parity fixtures ("gpu": True): bf16 must not flip a decision, and transformers'
+# own bf16 run must be close to the fp32 logits.
+GPU_ROUTING_MARGIN_MIN = 5e-2
+GPU_GREEDY_GAP_MIN = 0.1
+GPU_FLOOR_MAX = 5e-3
+WIDE_ROUTER_ZMIN = 4.0  # |router logit| >= this: sigmoid within 0.018 of 0 or 1
 
 PAD, BOS, EOS = 0, 1, 2  # in-vocabulary special ids; prompts use ids >= 3
 
@@ -77,6 +99,21 @@ FIXTURES = [
          intermediate=128, moe_intermediate=32, experts=7, top_k=3, shared=1,
          first_k_dense=2, prompt_len=97, gen_prompt_len=97, gen_new=8,
          storage="f32", dense_name="block_sparse_moe"),
+    # GPU-parity fixtures: bf16 execution is accurate on these (see the module doc).
+    dict(name="g1", seed=404, layers="KM", vocab=384, hidden=96,
+         kda_heads=3, kda_head_dim=32,
+         mla_heads=3, kv_lora_rank=64, qk_nope=32, qk_rope=16, v_head=32,
+         intermediate=160, moe_intermediate=48, experts=6, top_k=2, shared=1,
+         first_k_dense=1, prompt_len=150, gen_prompt_len=150, gen_new=8,
+         storage="bf16+f32gates", gpu=True, o_gain=0.2, ffn_gain=0.12, lm_head_gain=5.0,
+         norm_pow2=True),
+    dict(name="g2", seed=505, layers="MK", vocab=384, hidden=96,
+         kda_heads=5, kda_head_dim=24,
+         mla_heads=5, kv_lora_rank=48, qk_nope=24, qk_rope=16, v_head=24,
+         intermediate=160, moe_intermediate=32, experts=8, top_k=3, shared=2,
+         first_k_dense=0, prompt_len=201, gen_prompt_len=37, gen_new=8,
+         storage="f32", gpu=True, o_gain=0.2, ffn_gain=0.12, lm_head_gain=5.0,
+         norm_pow2=True, bf16_exact_matrices=True),
 ]
 
 
@@ -279,6 +316,10 @@ def init_weights(model, spec, gen, o_gain):
                 p.copy_(normal(shape, 0.5, -2.0))
             elif "embed_tokens" in name:
                 p.copy_(normal(shape, 1.0))
+            elif len(shape) == 1 and spec.get("norm_pow2"):
+                # GPU fixtures: 0.5, 1 or 2 per channel (a skipped multiply shows, and
+                # bf16 x * weight is exact, so the norms add no rounding of their own).
+                p.copy_(2.0 ** torch.randint(-1, 2, shape, generator=gen).float())
             elif len(shape) == 1:
                 # RMSNorm / gated-norm / kv_a_layernorm weights: near 1, not exactly 1,
                 # so a skipped multiply shows.
@@ -288,6 +329,10 @@ def init_weights(model, spec, gen, o_gain):
             else:
                 fan_in = shape[-1]
                 gain = o_gain if name.endswith("o_proj.weight") else 1.0
+                if name == "lm_head.weight":
+                    gain = spec.get("lm_head_gain", 1.0)
+                elif "down_proj" in name or name.endswith(".w2.weight"):
+                    gain = spec.get("ffn_gain", 1.0)
                 p.copy_(normal(shape, gain / math.sqrt(fan_in)))
             done.add(name)
         for name, b in model.named_buffers():
@@ -441,6 +486,180 @@ def sensitivities(model, ids, ref_logits):
     return res
 
 
+# ----------------------------------------------------------------------------- GPU-parity helpers
+
+def round_to_storage(model, spec):
+    """Rounds every parameter / buffer in place to its storage dtype (the values the
+    reference will hold after the save / reload), so fits see the stored model."""
+    with torch.no_grad():
+        for n, p in list(model.named_parameters()) + list(model.named_buffers()):
+            if not torch.is_floating_point(p):
+                continue
+            dt = storage_dtype(spec, n)
+            if spec.get("bf16_exact_matrices") and p.dim() >= 2:
+                dt = torch.bfloat16  # stored as fp32, but with bf16-exact values
+            p.copy_(p.to(dt).float())
+
+
+def router_inputs(model, layer_idx, ids, gen_ids, k):
+    """Inputs of layer layer_idx's router over the full prompt and a greedy continuation."""
+    gate = router_of(model.model.layers[layer_idx].mlp)
+    rows = []
+    h = gate.register_forward_pre_hook(
+        lambda mod, args: rows.append(args[0].reshape(-1, gate.weight.shape[1]).float().clone()))
+    try:
+        logits_full(model, ids)
+        greedy_manual(model, gen_ids, k)
+    finally:
+        h.remove()
+    return torch.cat(rows, 0)
+
+
+def fit_router(x, n_experts, gen, init=None):
+    """Router weights [E, D] whose logits z = x W^T have |z| >= WIDE_ROUTER_ZMIN (a weak
+    penalty pulls them below 10) for every row of x: each expert's sigmoid score is then within 0.018 of
+    0 or 1. Which side a token lands on is left to the fit (it starts from a random
+    direction, or from `init`), so selections still vary from token to token."""
+    d = x.shape[1]
+    if init is None:
+        init = torch.randn((n_experts, d), generator=gen) * (6.0 / math.sqrt(d))
+    w = init.clone().float().requires_grad_(True)
+    opt = torch.optim.Adam([w], lr=0.05)
+    target = WIDE_ROUTER_ZMIN + 1.0
+    with torch.enable_grad():
+        for _ in range(600):
+            z = x @ w.t()
+            a = z.abs()
+            loss = torch.relu(target - a).pow(2).mean() + 0.01 * torch.relu(a - 10.0).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return w.detach()
+
+
+def fit_wide_routers(model, spec, gen, ids, gen_ids, name):
+    """Sets every MoE router (weight and e_score_correction_bias) so that the selection
+    margin is wide for the fixture's own tokens. Biases are a random permutation of
+    evenly spaced values (spacing >= 0.1, all <= 0.72): with saturated sigmoids, every two
+    experts' biased scores then differ by >= spacing - 0.036 and experts whose logit is
+    positive always beat those whose logit is negative. Layers are fitted in order
+    (a router's input depends on the layers before it only); the greedy continuation
+    depends on all of them, so its router inputs are collected again over a few rounds."""
+    moe = [i for i, l in enumerate(model.model.layers) if hasattr(l.mlp, "experts")]
+    bank = {i: [] for i in moe}
+    e = spec["experts"]
+    spacing = min(0.15, 0.72 / max(e - 1, 1))
+    assert spacing >= 0.1, spacing
+    perms = {i: torch.randperm(e, generator=gen).float() for i in moe}
+    for rnd in range(6):
+        for i in moe:
+            gate = router_of(model.model.layers[i].mlp)
+            bank[i].append(router_inputs(model, i, ids, gen_ids, spec["gen_new"]))
+            x = torch.cat(bank[i], 0)
+            # Later rounds start from the current weights: they only have to take in the
+            # router inputs of a changed continuation.
+            w = fit_router(x, e, gen, None if rnd == 0 else gate.weight.detach().float())
+            perm = perms[i]
+            with torch.no_grad():
+                gate.weight.copy_(w.to(gate.weight.dtype))
+                gate.e_score_correction_bias.copy_(perm * spacing)
+            round_to_storage(model, spec)
+            z = x @ gate.weight.float().t()
+            log(f"[{name}] router fit round {rnd} layer {i}: {x.shape[0]} inputs, "
+                f"min |z| {float(z.abs().min()):.3f}, max |z| {float(z.abs().max()):.2f}")
+        probe = RoutingProbe(model)
+        logits_full(model, ids)
+        greedy_manual(model, gen_ids, spec["gen_new"])
+        m = probe.take()
+        probe.close()
+        log(f"[{name}] router fit round {rnd}: min routing margin {m:.4f}")
+        if m >= GPU_ROUTING_MARGIN_MIN:
+            break
+    return spacing
+
+
+def selections(model, ids):
+    """Per MoE layer, the sorted expert ids each token selects (one forward)."""
+    out, handles = [], []
+    for layer in model.model.layers:
+        gate = router_of(layer.mlp)
+        if hasattr(layer.mlp, "experts") and gate is not None:
+            handles.append(gate.register_forward_hook(
+                lambda m, i, o: out.append(torch.sort(o[2], dim=-1).values.cpu())))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return out
+
+
+def bf16_floor(fdir, prompt, ref_logits, device):
+    """transformers itself, in bf16 and in fp32 on `device`, against the fp32 logits.
+    Returns the meta.json fields (bf16_floor_l2_rel and details)."""
+    ids = torch.tensor(np.asarray(prompt)[None].astype(np.int64)).to(device)
+    ref = torch.as_tensor(np.asarray(ref_logits, dtype=np.float32))
+    res = {}
+    sel = {}
+    for label, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        m = AutoModelForCausalLM.from_pretrained(fdir, dtype=dt, attn_implementation="eager").to(device).eval()
+        with torch.no_grad():
+            out = m(input_ids=ids).logits[0].float().cpu()
+        rows = torch.linalg.norm(out - ref, dim=1) / torch.linalg.norm(ref, dim=1)
+        res[label] = {"l2_rel": rel(out, ref), "worst_row": int(rows.argmax()),
+                      "worst_row_rel": float(rows.max()),
+                      "argmax_agree": float((out.argmax(1) == ref.argmax(1)).float().mean())}
+        sel[label] = selections(m, ids)
+        del m
+    flips = sum(int((a != b).any(dim=-1).sum()) for a, b in zip(sel["bf16"], sel["fp32"]))
+    dev = torch.cuda.get_device_name(0) if str(device).startswith("cuda") else "cpu"
+    return {
+        "bf16_floor_l2_rel": res["bf16"]["l2_rel"],
+        "bf16_floor": {
+            "what": "transformers AutoModelForCausalLM.from_pretrained(fixture dir, dtype=torch.bfloat16, "
+                    "attn_implementation='eager') on the GPU, full-prompt logits vs logits.npy (fp32)",
+            "device": f"{device} ({dev})",
+            "bf16": res["bf16"],
+            "fp32_same_device": res["fp32"],
+            "routing_selection_flips_bf16_vs_fp32": flips,
+            "routing_selections_compared": int(sum(a.shape[0] for a in sel["fp32"])),
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+        },
+    }
+
+
+def floor_only(names, data_dir, out_root, device):
+    """For committed fixtures: recompute the fp32 logits (CPU, as built, and on `device`)
+    and the bf16 floor; write the committed meta.json plus the floor fields to out."""
+    results = {}
+    for n in names:
+        name = f"kimi_{n}"
+        fdir = os.path.join(data_dir, name)
+        with open(os.path.join(fdir, "meta.json")) as f:
+            meta = json.load(f)
+        prompt = np.load(os.path.join(fdir, "prompt.npy"))
+        committed = np.load(os.path.join(fdir, "logits.npy"))
+        m = AutoModelForCausalLM.from_pretrained(fdir, dtype=torch.float32, attn_implementation="eager").eval()
+        cpu = logits_full(m, torch.tensor(prompt[None].astype(np.int64)))
+        del m
+        recheck = rel(cpu, torch.as_tensor(committed))
+        fl = bf16_floor(fdir, prompt, committed, device)
+        fl["bf16_floor"]["fp32_recheck_cpu_l2_rel_vs_committed"] = recheck
+        meta.update(fl)
+        ok = recheck <= 1e-5 and fl["bf16_floor"]["fp32_same_device"]["l2_rel"] <= 1e-5
+        log(f"[{name}] fp32 recheck cpu {recheck:.3g}, {device} "
+            f"{fl['bf16_floor']['fp32_same_device']['l2_rel']:.3g}; bf16 floor {fl['bf16_floor_l2_rel']:.4g}; "
+            f"routing flips {fl['bf16_floor']['routing_selection_flips_bf16_vs_fp32']}")
+        os.makedirs(os.path.join(out_root, name), exist_ok=True)
+        with open(os.path.join(out_root, name, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
+            f.write("\n")
+        results[n] = "ok" if ok else "fp32-mismatch"
+    return results
+
+
 # ----------------------------------------------------------------------------- one fixture
 
 def sha256(path):
@@ -450,7 +669,7 @@ def sha256(path):
     return h.hexdigest()
 
 
-def build_fixture(spec, out_root, env_info):
+def build_fixture(spec, out_root, env_info, floor_device, first_try=0):
     name = f"kimi_{spec['name']}"
     fdir = os.path.join(out_root, name)
     tmp = os.path.join(out_root, f"_tmp_{name}")
@@ -485,11 +704,12 @@ def build_fixture(spec, out_root, env_info):
         f"mlp_layer_types={getattr(model.config, 'mlp_layer_types', None)} "
         f"mla_use_nope={getattr(model.config, 'mla_use_nope', None)}")
 
-    o_gain = 2.0
+    o_gain = spec.get("o_gain", 2.0)
     for attempt in range(4):
-        for prompt_try in range(12):
-            result = try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, prompt_try, env_info, variant)
-            if result == "margin":
+        for prompt_try in range(first_try, first_try + 12):
+            result = try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, prompt_try, env_info, variant,
+                                 floor_device)
+            if result in ("margin", "floor"):
                 continue
             break
         if result == "sensitivity" and attempt < 3:
@@ -501,11 +721,21 @@ def build_fixture(spec, out_root, env_info):
     return result
 
 
-def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, prompt_try, env_info, variant):
+def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, prompt_try, env_info, variant, floor_device):
     name = f"kimi_{spec['name']}"
+    gpu = spec.get("gpu", False)
     gen = torch.Generator().manual_seed(spec["seed"])
     init_weights(model, spec, gen, o_gain)
     model.eval()
+    rng = np.random.default_rng(spec["seed"] * 1000 + prompt_try)
+    prompt = rng.integers(3, spec["vocab"], size=spec["prompt_len"]).astype(np.int32)
+    ids = torch.tensor(prompt[None].astype(np.int64))
+    gen_ids = ids[:, :spec["gen_prompt_len"]]
+    bias_spacing = None
+    if gpu:
+        round_to_storage(model, spec)
+        fgen = torch.Generator().manual_seed(spec["seed"] * 7 + prompt_try)
+        bias_spacing = fit_wide_routers(model, spec, fgen, ids, gen_ids, name)
 
     # 2. save_pretrained (original checkpoint names), then rewrite in the storage dtype.
     shutil.rmtree(tmp, ignore_errors=True)
@@ -596,14 +826,10 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, prompt_try, env_info, 
     if worst != 0.0:
         raise RuntimeError(f"{name}: reloaded weights differ from the stored values by {worst}")
 
-    # 4. prompt and reference outputs.
-    rng = np.random.default_rng(spec["seed"] * 1000 + prompt_try)
-    prompt = rng.integers(3, spec["vocab"], size=spec["prompt_len"]).astype(np.int32)
-    ids = torch.tensor(prompt[None].astype(np.int64))
+    # 4. reference outputs (the prompt was drawn above).
     probe = RoutingProbe(ref)
     logits = logits_full(ref, ids)
     margin_prompt = probe.take()
-    gen_ids = ids[:, :spec["gen_prompt_len"]]
     new_tokens, gaps = greedy_manual(ref, gen_ids, spec["gen_new"])
     margin_gen = probe.take()
     logits_cached = logits_full(ref, ids, use_cache=True)
@@ -614,7 +840,9 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, prompt_try, env_info, 
     min_gap = min(gaps)
     log(f"[{name}] try {prompt_try}: routing margins prompt={margin_prompt:.3e} gen={margin_gen:.3e} "
         f"split={margin_split:.3e}; greedy gaps min={min_gap:.3e}")
-    if min(margin_prompt, margin_gen, margin_split) < ROUTING_MARGIN_MIN or min_gap < GREEDY_GAP_MIN:
+    margin_min = GPU_ROUTING_MARGIN_MIN if gpu else ROUTING_MARGIN_MIN
+    gap_min = GPU_GREEDY_GAP_MIN if gpu else GREEDY_GAP_MIN
+    if min(margin_prompt, margin_gen, margin_split) < margin_min or min_gap < gap_min:
         log(f"[{name}] margin too small for a robust fixture; new prompt")
         return "margin"
 
@@ -671,6 +899,8 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, prompt_try, env_info, 
             f"rel_prefill_{split_n}_then_decode_vs_full": rel(logits_split_ref, logits),
         },
         "min_routing_margin": {"prompt": margin_prompt, "generate": margin_gen, "split": margin_split},
+        "required_min_routing_margin": margin_min,
+        "required_min_greedy_gap": gap_min,
         "perturbation": {"factor": PERTURB, "required_min_rel_change_o_proj": SENSITIVITY_MIN,
                          "ok": sens_ok, "per_layer": sens},
         "sublayer_output_rms": {"mixer": mix_rms, "ffn": ffn_rms,
@@ -679,13 +909,32 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, prompt_try, env_info, 
         "layer_out_note": "layer_out.npy[l] = hidden state after decoder layer l (before the final norm), "
                           "full prompt, one forward",
     }
+    if gpu:
+        meta["wide_router"] = {
+            "construction": "router weights fitted to this fixture's router inputs (prompt + greedy "
+                            f"continuation) so that |logit| >= {WIDE_ROUTER_ZMIN}; e_score_correction_bias "
+                            "a random permutation of k * spacing",
+            "bias_spacing": bias_spacing, "lm_head_gain": spec.get("lm_head_gain", 1.0)}
     for fn in ("config.json", "model.safetensors", "prompt.npy", "logits.npy", "generate.npy", "layer_out.npy"):
         meta.setdefault("sha256", {})[fn] = sha256(os.path.join(fdir, fn))
+    floor_ok = True
+    if floor_device:
+        fl = bf16_floor(fdir, prompt, logits.numpy(), floor_device)
+        meta.update(fl)
+        log(f"[{name}] bf16 floor {fl['bf16_floor_l2_rel']:.4g} on {floor_device}: {json.dumps(fl['bf16_floor'])}")
+        if gpu:
+            floor_ok = fl["bf16_floor_l2_rel"] <= GPU_FLOOR_MAX
+            meta["bf16_floor"]["required_max"] = GPU_FLOOR_MAX
     with open(os.path.join(fdir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, sort_keys=True)
         f.write("\n")
     log(f"[{name}] self-consistency {json.dumps(meta['self_consistency'])}; sensitivity ok={sens_ok}")
-    return "ok" if sens_ok else "sensitivity"
+    if not sens_ok:
+        return "sensitivity"
+    if not floor_ok:
+        log(f"[{name}] bf16 floor above {GPU_FLOOR_MAX}; new prompt")
+        return "floor"
+    return "ok"
 
 
 # ----------------------------------------------------------------------------- main
@@ -712,18 +961,36 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
+    ap.add_argument("--floor-device", default="cuda",
+                    help="where transformers' bf16 noise floor is measured ('none': skip; the GPU "
+                         "fixtures need it)")
+    ap.add_argument("--first-try", default="",
+                    help="name=N,...: start a fixture's prompt search at try N (a try known to pass)")
+    ap.add_argument("--floor-only", default="", help="committed fixtures to add the floor to (a,b,c)")
+    ap.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                                   "tests", "data"))
     args = ap.parse_args()
     torch.set_grad_enabled(False)
     os.makedirs(args.out, exist_ok=True)
+    floor_device = None if args.floor_device == "none" else args.floor_device
+    if floor_device and floor_device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--floor-device cuda: no GPU visible (the floor is measured on the GPU)")
     env_info = environment()
     log(f"environment: {json.dumps(env_info)}")
-    only = set(filter(None, args.only.split(",")))
     results = {}
+    if args.floor_only:
+        results.update({f"floor_{k}": v for k, v in floor_only(
+            list(filter(None, args.floor_only.split(","))), args.data, args.out, floor_device or "cpu").items()})
+    only = set(filter(None, args.only.split(",")))
+    if args.floor_only and not only:
+        only = {"-"}  # floor only: build nothing
     for spec in FIXTURES:
         if only and spec["name"] not in only:
             continue
         try:
-            results[spec["name"]] = build_fixture(spec, args.out, env_info)
+            first = dict(kv.split("=") for kv in filter(None, args.first_try.split(",")))
+            results[spec["name"]] = build_fixture(spec, args.out, env_info, floor_device,
+                                                  int(first.get(spec["name"], 0)))
         except Exception:  # noqa: BLE001 - keep going so one call yields the others
             traceback.print_exc()
             results[spec["name"]] = "error"
