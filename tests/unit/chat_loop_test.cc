@@ -10,6 +10,7 @@
 // This binary compiles the capi/ sources in (tests/CMakeLists.txt), so the C
 // functions and the architecture registry are the same instance.
 #include <atomic>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -161,7 +162,13 @@ class ChatLoopTest : public ::testing::TestWithParam<std::string> {
       ASSERT_TRUE(std::filesystem::exists(tokenizer_dir + "/tokenizer.json"))
           << "no shared Qwen3 tokenizer at " << tokenizer_dir;
     }
-    dir_ = MakeModelDir("chat_loop_" + GetParam(), tokenizer_dir);
+    // ctest runs every test case as its own process in parallel: each gets its
+    // own directory, or one case's set-up deletes the files another is loading.
+    std::string test_name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : test_name) {
+      if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+    }
+    dir_ = MakeModelDir("chat_loop_" + test_name, tokenizer_dir);
     auto tok = Tokenizer::FromDirectory(dir_);
     ASSERT_TRUE(tok.ok());
     tokenizer_ = *std::move(tok);

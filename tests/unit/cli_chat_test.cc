@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +21,12 @@ namespace fs = std::filesystem;
 
 const std::string kStrata = STRATA_BINARY_DIR "/tools/strata";
 
+// ctest runs each test case as its own process, in parallel: every process
+// works in its own directory, or one rewrites the demo model another is loading.
+fs::path WorkDir() {
+  return fs::path(STRATA_BINARY_DIR) / "testdata" / ("cli_chat_" + std::to_string(::getpid()));
+}
+
 struct Result {
   int exit_code = -1;
   std::string out;  // stdout and stderr together
@@ -27,7 +34,7 @@ struct Result {
 
 // Runs the CLI with `args`, feeding `input` on stdin.
 Result RunCli(const std::string& args, const std::string& input = "") {
-  const fs::path in = fs::path(STRATA_BINARY_DIR) / "testdata" / "cli_chat_stdin.txt";
+  const fs::path in = WorkDir() / "stdin.txt";
   fs::create_directories(in.parent_path());
   std::ofstream(in) << input;
   const std::string cmd = kStrata + " " + args + " < " + in.string() + " 2>&1";
@@ -42,7 +49,7 @@ Result RunCli(const std::string& args, const std::string& input = "") {
   return r;
 }
 
-std::string DemoDir() { return (fs::path(STRATA_BINARY_DIR) / "testdata" / "cli_chat_demo").string(); }
+std::string DemoDir() { return (WorkDir() / "demo").string(); }
 
 class CliChatTest : public ::testing::Test {
  protected:
@@ -51,6 +58,10 @@ class CliChatTest : public ::testing::Test {
     // The demo writes its model, tokenizer and chat template here, runs the
     // token-id generation and then one chat turn.
     demo_ = RunCli("run --demo-dir " + DemoDir() + " --max-new 8 --threads 1");
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(WorkDir(), ec);
   }
   static Result demo_;
 };
@@ -94,7 +105,7 @@ TEST_F(CliChatTest, ReplReadsStdinLines) {
 
 TEST_F(CliChatTest, DirectoryWithoutTokenizerCannotChat) {
   ASSERT_EQ(demo_.exit_code, 0) << demo_.out;
-  const fs::path bare = fs::path(STRATA_BINARY_DIR) / "testdata" / "cli_chat_bare";
+  const fs::path bare = WorkDir() / "bare";
   fs::remove_all(bare);
   fs::create_directories(bare);
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fs::path(DemoDir()) / f, bare / f);
