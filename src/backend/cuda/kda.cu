@@ -143,14 +143,29 @@ struct GateParams {
   ActType beta_type;
   int64_t ld_beta;
   const float* neg_exp_a;  // [H]
-  const float* dt_bias;    // [H·dk]
+  const float* dt_bias;    // [H·dk]; [H] when per_head
+  bool per_head;           // GDN: g_raw [rows, H], one decay per head
 };
 
 GateParams MakeGateParams(const KdaGates& g, int64_t heads, int64_t dk) {
-  return GateParams{g.g_raw,    g.g_type,    g.ld_g != 0 ? g.ld_g : heads * dk,
+  const int64_t ld_g = g.ld_g != 0 ? g.ld_g : (g.per_head ? heads : heads * dk);
+  return GateParams{g.g_raw,    g.g_type,    ld_g,
                     g.beta_raw, g.beta_type, g.ld_beta != 0 ? g.ld_beta : heads,
-                    g.neg_exp_a, g.dt_bias};
+                    g.neg_exp_a, g.dt_bias,  g.per_head};
 }
+
+// The log-decay of row `row`, head h, channel d (per-head gates ignore d).
+__device__ __forceinline__ float GateAt(const GateParams& gp, int64_t row, int h, int dk, int d) {
+  if (gp.per_head) {
+    return ForgetGate(LoadAct(gp.g_raw, gp.g_type, row * gp.ld_g + h), gp.dt_bias[h],
+                      gp.neg_exp_a[h]);
+  }
+  const int64_t c = static_cast<int64_t>(h) * dk + d;
+  return ForgetGate(LoadAct(gp.g_raw, gp.g_type, row * gp.ld_g + c), gp.dt_bias[c],
+                    gp.neg_exp_a[h]);
+}
+
+int64_t QkHeads(const KdaShape& s) { return s.num_qk_heads != 0 ? s.num_qk_heads : s.num_heads; }
 
 float EffectiveScale(const KdaShape& s) {
   return s.scale != 0.f ? s.scale : 1.f / std::sqrt(static_cast<float>(s.key_dim));
@@ -174,6 +189,7 @@ struct DecodeParams {
   void* out;             // [B, H, dv]
   ActType out_type;
   int heads;
+  int qk_group;  // value heads per q/k head: head h reads q/k head h / qk_group
   int dk;
   int dv;
   float scale;
@@ -190,11 +206,10 @@ __device__ __forceinline__ void DecodeLoadChannel(const DecodeParams& p, int64_t
                                                   float (&sums)[3]) {
   sums[0] = sums[1] = sums[2] = 0.f;
   if (tid >= p.dk) return;
-  const float q = __bfloat162float(p.q[b * p.ld_qk + static_cast<int64_t>(h) * p.dk + tid]);
-  const float k = __bfloat162float(p.k[b * p.ld_qk + static_cast<int64_t>(h) * p.dk + tid]);
-  const float raw =
-      LoadAct(p.gates.g_raw, p.gates.g_type, b * p.gates.ld_g + static_cast<int64_t>(h) * p.dk + tid);
-  const float g = ForgetGate(raw, p.gates.dt_bias[h * p.dk + tid], p.gates.neg_exp_a[h]);
+  const int64_t qk_off = b * p.ld_qk + static_cast<int64_t>(h / p.qk_group) * p.dk + tid;
+  const float q = __bfloat162float(p.q[qk_off]);
+  const float k = __bfloat162float(p.k[qk_off]);
+  const float g = GateAt(p.gates, b, h, p.dk, tid);
   s_q[tid] = q;
   s_k[tid] = k;
   s_alpha[tid] = expf(g);
@@ -432,6 +447,7 @@ struct PrefillParams {
   void* out;     // [T, H, dv]
   ActType out_type;
   int heads;
+  int qk_group;  // value heads per q/k head
   int dk;
   int dv;
   float scale;
@@ -468,12 +484,18 @@ __device__ void IntraLoad(const PrefillParams& p, int h, int64_t t0, int len, fl
     const bool valid = i < len;
     if (valid) {
       const int64_t t = t0 + i;
-      LoadRow8(p.q + t * p.ld_qk + static_cast<int64_t>(h) * p.dk, d0, p.dk, p.vec, q);
-      LoadRow8(p.k + t * p.ld_qk + static_cast<int64_t>(h) * p.dk, d0, p.dk, p.vec, k);
+      const int64_t qk_head = h / p.qk_group;
+      LoadRow8(p.q + t * p.ld_qk + qk_head * p.dk, d0, p.dk, p.vec, q);
+      LoadRow8(p.k + t * p.ld_qk + qk_head * p.dk, d0, p.dk, p.vec, k);
       LoadRow8(p.v + t * p.ld_v + static_cast<int64_t>(h) * p.dv, d0, p.dv, p.vec, v);
       const int64_t g_off = t * p.gates.ld_g + static_cast<int64_t>(h) * p.dk;
       const float* bias = p.gates.dt_bias + static_cast<int64_t>(h) * p.dk;
-      if (p.vec && d0 + 8 <= p.dk) {
+      if (p.gates.per_head) {
+        // GDN: one decay for the head, zero on the padded channels.
+        const float gh = GateAt(p.gates, t, h, p.dk, 0);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) g[j] = d0 + j < p.dk ? gh : 0.f;
+      } else if (p.vec && d0 + 8 <= p.dk) {
         float raw[8];
         if (p.gates.g_type == ActType::kBf16) {
           LoadBf16x8(static_cast<const bf16*>(p.gates.g_raw) + g_off + d0, raw);
@@ -1060,6 +1082,11 @@ Status CheckShape(const KdaShape& s, const char* op) {
   if (!std::isfinite(s.scale)) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": shape.scale must be finite"));
   }
+  if (s.num_qk_heads < 0 || (s.num_qk_heads != 0 && s.num_heads % s.num_qk_heads != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": shape.num_qk_heads (", s.num_qk_heads,
+                     ") must be 0 or divide shape.num_heads (", s.num_heads, ")"));
+  }
   return OkStatus();
 }
 
@@ -1070,17 +1097,20 @@ Status CheckCommon(const char* op, const KdaShape& s, const bf16* q, const bf16*
   if (q == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": q is null"));
   if (k == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": k is null"));
   if (v == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": v is null"));
-  if (ld_qkv < 0 || (ld_qkv != 0 && (ld_qkv < h * s.key_dim || ld_qkv < h * s.value_dim))) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ld_qkv (", ld_qkv,
-                                                   ") must be 0 or at least H·max(dk, dv)"));
+  if (ld_qkv < 0 ||
+      (ld_qkv != 0 && (ld_qkv < QkHeads(s) * s.key_dim || ld_qkv < h * s.value_dim))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ld_qkv (", ld_qkv, ") must be 0 or at least max(Hqk·dk, H·dv)"));
   }
   if (g.g_raw == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": gates.g_raw is null"));
   if (!ValidActType(g.g_type)) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": gates.g_type is not a valid ActType"));
   }
-  if (g.ld_g < 0 || (g.ld_g != 0 && g.ld_g < h * s.key_dim)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": gates.ld_g (", g.ld_g, ") must be 0 or at least H·dk"));
+  const int64_t g_width = g.per_head ? h : h * s.key_dim;
+  if (g.ld_g < 0 || (g.ld_g != 0 && g.ld_g < g_width)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": gates.ld_g (", g.ld_g,
+                                                   ") must be 0 or at least ", g_width,
+                                                   g.per_head ? " (H)" : " (H·dk)"));
   }
   if (g.beta_raw == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": gates.beta_raw is null"));
@@ -1159,21 +1189,24 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
   p.q = args.q;
   p.k = args.k;
   p.v = args.v;
-  p.ld_qk = args.ld_qkv != 0 ? args.ld_qkv : s.num_heads * s.key_dim;
+  p.ld_qk = args.ld_qkv != 0 ? args.ld_qkv : QkHeads(s) * s.key_dim;
   p.ld_v = args.ld_qkv != 0 ? args.ld_qkv : s.num_heads * s.value_dim;
   p.gates = MakeGateParams(args.gates, s.num_heads, s.key_dim);
   p.state = args.state;
   p.out = args.out;
   p.out_type = args.out_type;
   p.heads = static_cast<int>(s.num_heads);
+  p.qk_group = static_cast<int>(s.num_heads / QkHeads(s));
   p.dk = static_cast<int>(s.key_dim);
   p.dv = static_cast<int>(s.value_dim);
   p.scale = EffectiveScale(s);
   p.num_tokens = args.num_tokens;
   p.ws = static_cast<float*>(workspace);
+  // Per-head gates are read one scalar per row, so their alignment is moot.
   p.vec = s.key_dim % 8 == 0 && s.value_dim % 8 == 0 && Aligned16(args.q) && Aligned16(args.k) &&
           Aligned16(args.v) && p.ld_qk % 8 == 0 && p.ld_v % 8 == 0 &&
-          Aligned16(args.gates.g_raw) && p.gates.ld_g % 8 == 0 && Aligned16(args.gates.dt_bias);
+          (args.gates.per_head || (Aligned16(args.gates.g_raw) && p.gates.ld_g % 8 == 0 &&
+                                   Aligned16(args.gates.dt_bias)));
 
   STRATA_RETURN_IF_ERROR(AllowPrefillSharedMemory());
 
@@ -1205,7 +1238,7 @@ Status KdaDecode(const KdaDecodeArgs& args, cudaStream_t stream) {
   p.q = args.q;
   p.k = args.k;
   p.v = args.v;
-  p.ld_qk = args.ld_qkv != 0 ? args.ld_qkv : s.num_heads * s.key_dim;
+  p.ld_qk = args.ld_qkv != 0 ? args.ld_qkv : QkHeads(s) * s.key_dim;
   p.ld_v = args.ld_qkv != 0 ? args.ld_qkv : s.num_heads * s.value_dim;
   p.gates = MakeGateParams(args.gates, s.num_heads, s.key_dim);
   p.state_pool = args.state_pool;
@@ -1213,6 +1246,7 @@ Status KdaDecode(const KdaDecodeArgs& args, cudaStream_t stream) {
   p.out = args.out;
   p.out_type = args.out_type;
   p.heads = static_cast<int>(s.num_heads);
+  p.qk_group = static_cast<int>(s.num_heads / QkHeads(s));
   p.dk = static_cast<int>(s.key_dim);
   p.dv = static_cast<int>(s.value_dim);
   p.scale = EffectiveScale(s);

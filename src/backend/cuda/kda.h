@@ -6,6 +6,14 @@
 // (eps 1e-6 added to the sum of squares) and q is scaled by `scale`
 // (0 → 1/sqrt(dk)), exactly as cpu::KdaArgs documents. The CPU backend
 // (backend/cpu/kda.h) is the reference.
+//
+// Gated DeltaNet (Qwen3-Next, model-spec §4.3) runs on the same kernels:
+// its decay is one scalar per head (KdaGates::per_head: g_raw [rows, H] and
+// dt_bias [H], g = −exp(A_log)[h]·softplus(a + dt_bias[h]) broadcast over the
+// dk channels, β = sigmoid(b)), and it may have more value heads than q/k
+// heads (KdaShape::num_qk_heads): value head h reads q/k head h / (H / Hqk),
+// transformers' repeat_interleave. H is then the value-head count and the
+// state is [H, dk, dv]. Defaults keep KDA's behaviour.
 #ifndef STRATA_BACKEND_CUDA_KDA_H_
 #define STRATA_BACKEND_CUDA_KDA_H_
 
@@ -21,14 +29,21 @@ struct KdaGates {
   ActType beta_type = ActType::kF32;
   int64_t ld_beta = 0;               // 0: H
   const float* neg_exp_a = nullptr;  // [H]   −exp(A_log)
-  const float* dt_bias = nullptr;    // [H·dk]
+  const float* dt_bias = nullptr;    // [H·dk]; [H] with per_head
+  // GDN: one decay per head. g_raw is then [rows, H] (ld_g 0: H) and dt_bias
+  // [H]; the decay is the same for every dk channel of the head.
+  bool per_head = false;
 };
 
 // q/k/v rows: [rows, H, d] with row stride ld_qkv, so they can point into
 // the fused conv output [rows, 3·H·dk] (q at +0, k at +H·dk, v at +2·H·dk).
-// ld_qkv = 0 means packed rows: H·dk for q and k, H·dv for v.
+// ld_qkv = 0 means packed rows: H·dk for q and k, H·dv for v. With
+// num_qk_heads = Hqk < H, q and k rows are [rows, Hqk, dk] (packed: Hqk·dk)
+// and v rows [rows, H, dv]; GDN's conv output [rows, 2·Hqk·dk + H·dv] is q at
+// +0, k at +Hqk·dk, v at +2·Hqk·dk with ld_qkv its width.
 struct KdaShape {
-  int64_t num_heads = 0;  // H
+  int64_t num_heads = 0;     // H: value heads (= state heads)
+  int64_t num_qk_heads = 0;  // Hqk: 0 means H; otherwise must divide H (GDN)
   int64_t key_dim = 0;    // dk: any size 1..128 (larger → Unimplemented); 128 is the fast path
   int64_t value_dim = 0;  // dv: same range
   float scale = 0.f;

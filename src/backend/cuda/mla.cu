@@ -144,6 +144,22 @@ __device__ __forceinline__ int ClampedSeqLen(const int32_t* seq_lens, int b, int
   return min(max(seq_lens[b], 0), max_seq_len);
 }
 
+// Rows query b attends to: its selected count (sparse) or its sequence length.
+__device__ __forceinline__ int DecodeLength(const int32_t* seq_lens, const int32_t* sel_counts,
+                                            int b, int max_seq_len) {
+  return ClampedSeqLen(sel_counts != nullptr ? sel_counts : seq_lens, b, max_seq_len);
+}
+
+// Cache row of position `pos` through one sequence's block table, or null
+// when the position is outside it (sparse rows are data, so they are checked).
+__device__ __forceinline__ const bf16* SparseCacheRow(const bf16* pool, const int32_t* table,
+                                                      int64_t max_blocks, int pos, int cd) {
+  if (pos < 0 || pos / kKvBlockTokens >= max_blocks) return nullptr;
+  const int64_t blk = table[pos / kKvBlockTokens];
+  if (blk < 0) return nullptr;
+  return pool + (blk * kKvBlockTokens + pos % kKvBlockTokens) * cd;
+}
+
 // ---------------------------------------------------------------------------
 // Cache write / gather: one CTA per row.
 
@@ -232,6 +248,11 @@ struct DecodeParams {
   bool out_f32;
   float* part_o;    // [B, splits, H, r] normalised partial outputs
   float* part_lse;  // [B, splits, H] log2-sum-exp of each partial
+  // Sparse (DSA): rows [B, sel_stride] of positions, counts [B]; null: dense.
+  const int32_t* sel_rows;
+  const int32_t* sel_counts;
+  int64_t sel_stride;
+  bool sel_one_seq;  // every row uses block-table row 0 (sparse prefill)
 };
 
 template <int kR, int kDr>
@@ -277,7 +298,7 @@ __global__ void __launch_bounds__(kDecThreads, 1)
   const int g = lane >> 2, c4 = lane & 3;  // mma fragment row / column pair
   const int head0 = group * kDecHeads;
 
-  const int seq_len = ClampedSeqLen(p.seq_lens, b, p.max_seq_len);
+  const int seq_len = DecodeLength(p.seq_lens, p.sel_counts, b, p.max_seq_len);
   const int num_blocks = (seq_len + kDecTok - 1) / kDecTok;
   const int blk_begin = split * p.blocks_per_split;
   const int blk_end = min(num_blocks, blk_begin + p.blocks_per_split);
@@ -299,19 +320,35 @@ __global__ void __launch_bounds__(kDecThreads, 1)
     return;
   }
 
-  const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_blocks;
+  const int32_t* table =
+      p.block_table + static_cast<int64_t>(p.sel_one_seq ? 0 : b) * p.max_blocks;
   auto load_block = [&](int blk, int st) {
-    const int64_t phys = table[blk];
     const int valid = min(kDecTok, seq_len - blk * kDecTok);
-    const bf16* src = p.pool + phys * kDecTok * kCd;
     const uint32_t dst = SmemAddr(stage_base + st * Tile::kStageBytes);
+    if (p.sel_rows == nullptr) {
+      const int64_t phys = table[blk];
+      const bf16* src = p.pool + phys * kDecTok * kCd;
 #pragma unroll 6
-    for (int i = 0; i < kDecTok * Tile::kChunks / kDecThreads; ++i) {
-      const int c = tid + i * kDecThreads;
-      const int row = c / Tile::kChunks, ch = c % Tile::kChunks;
-      const bool ok = row < valid;
-      CpAsync16(dst + SwizzledOffset(row, ch, Tile::kRowBytes), ok ? src + row * kCd + ch * 8 : src,
-                ok);
+      for (int i = 0; i < kDecTok * Tile::kChunks / kDecThreads; ++i) {
+        const int c = tid + i * kDecThreads;
+        const int row = c / Tile::kChunks, ch = c % Tile::kChunks;
+        const bool ok = row < valid;
+        CpAsync16(dst + SwizzledOffset(row, ch, Tile::kRowBytes),
+                  ok ? src + row * kCd + ch * 8 : src, ok);
+      }
+    } else {
+      // Gather: row `row` of this virtual block is selected position
+      // sel[blk·64 + row], wherever its page is.
+      const int32_t* sel = p.sel_rows + static_cast<int64_t>(b) * p.sel_stride + blk * kDecTok;
+#pragma unroll 6
+      for (int i = 0; i < kDecTok * Tile::kChunks / kDecThreads; ++i) {
+        const int c = tid + i * kDecThreads;
+        const int row = c / Tile::kChunks, ch = c % Tile::kChunks;
+        const bf16* src =
+            row < valid ? SparseCacheRow(p.pool, table, p.max_blocks, sel[row], kCd) : nullptr;
+        const bool ok = src != nullptr;
+        CpAsync16(dst + SwizzledOffset(row, ch, Tile::kRowBytes), ok ? src + ch * 8 : p.pool, ok);
+      }
     }
   };
 
@@ -553,6 +590,7 @@ struct MergeParams {
   const float* part_o;  // [B, splits, H, r]
   const float* part_lse;
   const int32_t* seq_lens;
+  const int32_t* sel_counts;  // sparse: selected rows per query (replaces seq_lens)
   int max_seq_len;
   int num_splits;
   int blocks_per_split;
@@ -566,7 +604,7 @@ __global__ void __launch_bounds__(128) MlaDecodeMergeKernel(const MergeParams p)
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
-  const int seq_len = ClampedSeqLen(p.seq_lens, b, p.max_seq_len);
+  const int seq_len = DecodeLength(p.seq_lens, p.sel_counts, b, p.max_seq_len);
   const int num_blocks = (seq_len + kDecTok - 1) / kDecTok;
   const int ns = (num_blocks + p.blocks_per_split - 1) / p.blocks_per_split;  // ≤ num_splits
   const int64_t out_row = (static_cast<int64_t>(b) * p.num_heads + h) * p.r;
@@ -618,7 +656,7 @@ __global__ void __launch_bounds__(128) MlaDecodeMergeWideKernel(const MergeParam
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
-  const int seq_len = ClampedSeqLen(p.seq_lens, b, p.max_seq_len);
+  const int seq_len = DecodeLength(p.seq_lens, p.sel_counts, b, p.max_seq_len);
   const int num_blocks = (seq_len + kDecTok - 1) / kDecTok;
   const int ns = (num_blocks + p.blocks_per_split - 1) / p.blocks_per_split;  // ≤ num_splits
   const int64_t out_row = (static_cast<int64_t>(b) * p.num_heads + h) * p.r;
@@ -718,6 +756,10 @@ struct SimpleDecodeParams {
   float scale_log2;
   void* out;
   bool out_f32;
+  const int32_t* sel_rows;  // sparse, as DecodeParams
+  const int32_t* sel_counts;
+  int64_t sel_stride;
+  bool sel_one_seq;
 };
 
 constexpr int kSimpleThreads = 128;
@@ -730,13 +772,19 @@ __global__ void __launch_bounds__(kSimpleThreads)
   float* pw = acc + p.r;   // [128]
   __shared__ float red[32];
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
-  const int seq_len = ClampedSeqLen(p.seq_lens, b, p.max_seq_len);
+  const int seq_len = DecodeLength(p.seq_lens, p.sel_counts, b, p.max_seq_len);
   const bf16* q = p.q + (static_cast<int64_t>(b) * p.num_heads + h) * p.cd;
   for (int i = tid; i < p.cd; i += kSimpleThreads) qs[i] = __bfloat162float(q[i]);
   for (int i = tid; i < p.r; i += kSimpleThreads) acc[i] = 0.f;
   __syncthreads();
-  const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_blocks;
-  auto row_of = [&](int s) {
+  const int32_t* table =
+      p.block_table + static_cast<int64_t>(p.sel_one_seq ? 0 : b) * p.max_blocks;
+  const int32_t* sel =
+      p.sel_rows != nullptr ? p.sel_rows + static_cast<int64_t>(b) * p.sel_stride : nullptr;
+  // Row s of the (possibly gathered) sequence; null for an invalid selected
+  // position, which then reads as a zero row.
+  auto row_of = [&](int s) -> const bf16* {
+    if (sel != nullptr) return SparseCacheRow(p.pool, table, p.max_blocks, sel[s], p.cd);
     return p.pool +
            (static_cast<int64_t>(table[s / kKvBlockTokens]) * kKvBlockTokens + s % kKvBlockTokens) *
                p.cd;
@@ -748,7 +796,9 @@ __global__ void __launch_bounds__(kSimpleThreads)
     if (s < seq_len) {
       const bf16* row = row_of(s);
       float dot = 0.f;
-      for (int i = 0; i < p.cd; ++i) dot += qs[i] * __bfloat162float(row[i]);
+      if (row != nullptr) {
+        for (int i = 0; i < p.cd; ++i) dot += qs[i] * __bfloat162float(row[i]);
+      }
       x = dot * p.scale_log2;
     }
     const float m_new = fmaxf(m, BlockMax(x, red));
@@ -760,7 +810,10 @@ __global__ void __launch_bounds__(kSimpleThreads)
     const int count = min(kSimpleThreads, seq_len - s0);
     for (int i = tid; i < p.r; i += kSimpleThreads) {
       float a = acc[i] * alpha;
-      for (int k = 0; k < count; ++k) a += pw[k] * __bfloat162float(row_of(s0 + k)[i]);
+      for (int k = 0; k < count; ++k) {
+        const bf16* row = row_of(s0 + k);
+        if (row != nullptr) a += pw[k] * __bfloat162float(row[i]);
+      }
       acc[i] = a;
     }
     __syncthreads();  // pw is rewritten by the next chunk
@@ -1248,13 +1301,21 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
   if (args.batch == 0) return OkStatus();
   if (args.batch > 65535) return Invalid("batch", "exceeds 65535 sequences per call");
   if (args.q_abs == nullptr) return Invalid("q_abs", "is null");
-  if (args.seq_lens == nullptr) return Invalid("seq_lens", "is null");
+  const MlaSparseRows& sp = args.sparse;
+  const bool sparse = sp.rows != nullptr;
+  if (sparse) {
+    if (sp.counts == nullptr) return Invalid("sparse.counts", "is null (sparse.rows is set)");
+    if (sp.stride < args.max_seq_len) return Invalid("sparse.stride", "must be >= max_seq_len");
+  } else if (args.seq_lens == nullptr) {
+    return Invalid("seq_lens", "is null");
+  }
   if (args.out_latent == nullptr) return Invalid("out_latent", "is null");
   if (args.out_type != ActType::kBf16 && args.out_type != ActType::kF32) {
     return Invalid("out_type", "must be kBf16 or kF32");
   }
   if (args.max_seq_len < 1) return Invalid("max_seq_len", "must be >= 1");
-  if (args.max_seq_len > args.cache.max_blocks * kKvBlockTokens) {
+  // Sparse positions are checked against the table row by row on the device.
+  if (!sparse && args.max_seq_len > args.cache.max_blocks * kKvBlockTokens) {
     return Invalid("max_seq_len", "exceeds the block table (cache.max_blocks · 64 tokens)");
   }
   if (args.max_seq_len > std::numeric_limits<int32_t>::max() / 2) {
@@ -1290,6 +1351,10 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
     p.scale_log2 = scale_log2;
     p.out = args.out_latent;
     p.out_f32 = out_f32;
+    p.sel_rows = sp.rows;
+    p.sel_counts = sparse ? sp.counts : nullptr;
+    p.sel_stride = sp.stride;
+    p.sel_one_seq = sparse && sp.one_sequence;
     if (plan.num_splits > 1) {
       p.part_o = static_cast<float*>(workspace);
       p.part_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + plan.part_o_bytes);
@@ -1306,6 +1371,7 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
       m.part_o = p.part_o;
       m.part_lse = p.part_lse;
       m.seq_lens = args.seq_lens;
+      m.sel_counts = p.sel_counts;
       m.max_seq_len = p.max_seq_len;
       m.num_splits = plan.num_splits;
       m.blocks_per_split = plan.blocks_per_split;
@@ -1339,6 +1405,10 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
   p.scale_log2 = scale_log2;
   p.out = args.out_latent;
   p.out_f32 = out_f32;
+  p.sel_rows = sp.rows;
+  p.sel_counts = sparse ? sp.counts : nullptr;
+  p.sel_stride = sp.stride;
+  p.sel_one_seq = sparse && sp.one_sequence;
   const int smem = static_cast<int>((s.cache_dim() + s.kv_rank + kSimpleThreads) * sizeof(float));
   if (smem > 48 * 1024) {
     if (!SmemFits(smem)) return Invalid("shape", "r + dr too large for the generic decode kernel");
@@ -1348,6 +1418,55 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
   MlaDecodeSimpleKernel<<<dim3(heads, static_cast<unsigned>(args.batch)), kSimpleThreads, smem,
                           stream>>>(p);
   return LaunchStatus("MlaDecodeSimpleKernel");
+}
+
+namespace {
+constexpr int64_t kSparsePrefillPass = 65535;  // grid.z limit of the decode kernels
+}  // namespace
+
+size_t MlaSparsePrefillWorkspaceBytes(const MlaShape& shape, int64_t num_tokens, int64_t top_k) {
+  if (num_tokens < 1 || top_k < 1) return 0;
+  // Every pass is full-sized but the last; size for both.
+  const int64_t first = std::min(num_tokens, kSparsePrefillPass);
+  const int64_t last = num_tokens - (num_tokens - 1) / kSparsePrefillPass * kSparsePrefillPass;
+  return std::max(MlaDecodeWorkspaceBytes(shape, first, top_k),
+                  MlaDecodeWorkspaceBytes(shape, last, top_k));
+}
+
+Status MlaSparsePrefill(const MlaSparsePrefillArgs& args, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream) {
+  if (args.num_tokens < 0) return Invalid("num_tokens", "must be >= 0");
+  if (args.num_tokens == 0) return OkStatus();
+  if (args.top_k < 1) return Invalid("top_k", "must be >= 1");
+  if (args.rows == nullptr) return Invalid("rows", "is null");
+  if (args.counts == nullptr) return Invalid("counts", "is null");
+  if (args.q_abs == nullptr) return Invalid("q_abs", "is null");
+  if (args.out_latent == nullptr) return Invalid("out_latent", "is null");
+  if (args.out_type != ActType::kBf16 && args.out_type != ActType::kF32) {
+    return Invalid("out_type", "must be kBf16 or kF32");
+  }
+  STRATA_RETURN_IF_ERROR(CheckShape(args.shape, /*need_heads=*/true));
+  const int64_t cd = args.shape.cache_dim();
+  const int64_t heads = args.shape.num_heads;
+  const size_t out_elem = args.out_type == ActType::kF32 ? 4 : 2;
+  for (int64_t t0 = 0; t0 < args.num_tokens; t0 += kSparsePrefillPass) {
+    const int64_t n = std::min(kSparsePrefillPass, args.num_tokens - t0);
+    MlaDecodeArgs d;
+    d.shape = args.shape;
+    d.batch = n;
+    d.q_abs = args.q_abs + t0 * heads * cd;
+    d.cache = args.cache;
+    d.max_seq_len = args.top_k;
+    d.out_latent = static_cast<uint8_t*>(args.out_latent) +
+                   static_cast<size_t>(t0 * heads * args.shape.kv_rank) * out_elem;
+    d.out_type = args.out_type;
+    d.sparse.rows = args.rows + t0 * args.top_k;
+    d.sparse.counts = args.counts + t0;
+    d.sparse.stride = args.top_k;
+    d.sparse.one_sequence = true;
+    STRATA_RETURN_IF_ERROR(MlaDecode(d, workspace, workspace_bytes, stream));
+  }
+  return OkStatus();
 }
 
 Status MlaPrefill(const MlaPrefillArgs& args, cudaStream_t stream) {

@@ -48,6 +48,25 @@ Status MlaCacheWrite(const MlaShape& shape, const MlaCache& cache, const bf16* r
 // tensor-core kernel (any H); other shapes a simple fp32 kernel.
 // All heads of a sequence share each cache row, so one pass over the cache
 // serves every head; long sequences are split over CTAs (split-K) and merged.
+//
+// Sparse attention (DeepSeek-V3.2 DSA, gather-based): with sparse.rows set,
+// query row b reads only the cache positions sparse.rows[b·stride + j],
+// j < sparse.counts[b] (the indexer's selection, backend/cuda/indexer.h),
+// gathered row by row from the paged cache; seq_lens is then unused and
+// max_seq_len bounds the counts (≤ stride; top_k for DSA). The kernels are the
+// dense ones walking the gathered rows as if they were one sequence, so the
+// cost is flat in the context length once it exceeds top_k. Positions must be
+// valid cache positions of the row's sequence (negative or off-table ones
+// read as zero rows). With one_sequence every row uses sequence 0's block
+// table: the prefill form, where each of T query tokens (batch = T) has its
+// own selected set — see MlaSparsePrefill.
+struct MlaSparseRows {
+  const int32_t* rows = nullptr;    // device [batch, stride]; null: dense attention
+  const int32_t* counts = nullptr;  // device [batch]
+  int64_t stride = 0;
+  bool one_sequence = false;
+};
+
 struct MlaDecodeArgs {
   MlaShape shape;
   int64_t batch = 0;
@@ -57,6 +76,7 @@ struct MlaDecodeArgs {
   int64_t max_seq_len = 0;  // upper bound of seq_lens (host), sizes the split
   void* out_latent = nullptr;
   ActType out_type = ActType::kBf16;
+  MlaSparseRows sparse;     // optional DSA selection
 };
 size_t MlaDecodeWorkspaceBytes(const MlaShape& shape, int64_t batch, int64_t max_seq_len);
 Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_bytes,
@@ -87,6 +107,30 @@ struct MlaPrefillArgs {
 // ld_krope multiples of 8 take the tensor-core kernel; other shapes a simple
 // fp32 kernel.
 Status MlaPrefill(const MlaPrefillArgs& args, cudaStream_t stream);
+
+// Sparse prefill in the absorbed form (DeepSeek-V3.2): T query tokens of
+// sequence 0, token t attending to its own selected cache positions
+// rows[t·top_k + j], j < counts[t] (IndexerPrefill's output; the new tokens'
+// rows already written to the cache).
+//   q_abs [T, H, r + dr] bf16 (W_UK absorbed into q_nope, as for decode);
+//   out_latent [T, H, r]: Σ_j p(j) c_rows[j]; the caller applies W_UV.
+// This is MlaDecode with batch = T and sparse.one_sequence, in passes of at
+// most 65535 tokens. Absorbed is the right form here: each query reads ≤ top_k
+// rows, so expanding keys for the whole context would cost far more.
+struct MlaSparsePrefillArgs {
+  MlaShape shape;
+  int64_t num_tokens = 0;
+  const bf16* q_abs = nullptr;
+  MlaCache cache;
+  const int32_t* rows = nullptr;    // device [T, top_k]
+  const int32_t* counts = nullptr;  // device [T]
+  int64_t top_k = 0;
+  void* out_latent = nullptr;
+  ActType out_type = ActType::kBf16;
+};
+size_t MlaSparsePrefillWorkspaceBytes(const MlaShape& shape, int64_t num_tokens, int64_t top_k);
+Status MlaSparsePrefill(const MlaSparsePrefillArgs& args, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream);
 
 // Gathers sequence 0's first `n` cache rows into a contiguous [n, r+dr]
 // buffer (prefill reads its latents back for the kv_b expansion).
