@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool) from the repo root, over binaries that
 # tools/gpu/pack.sh put in .carry/. Writes logs to $OUT.
-# Usage: tools/gpu/device_run.sh [tests] [sanitize] [bench "ARGS"]...
+# Usage: tools/gpu/device_run.sh [tests] [sanitize] [bench "ARGS"] ["raw:COMMAND LINE"]...
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # At most 8 files come back: per-binary logs travel as one archive.
@@ -34,6 +34,9 @@ for what in "$@"; do
             --gtest_filter="${SANITIZE_FILTER:-*Small*:*Odd*:*Tiny*}" 2>&1 | tail -5 | tee -a "$OUT/sanitize.log"
         done
       done ;;
+    raw:*) # any command line, e.g. "raw:STRATA_CUDA_PDL=0 .carry/bin/strata bench ..."
+       echo "=== ${what#raw:}" | tee -a "$OUT/bench.log"
+       eval "${what#raw:}" 2>&1 | tee -a "$OUT/bench.log" ;;
     *) echo "=== strata $what" | tee -a "$OUT/bench.log"
        eval ".carry/bin/strata $what" 2>&1 | tee -a "$OUT/bench.log" ;;
   esac
