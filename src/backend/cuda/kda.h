@@ -42,11 +42,12 @@ struct KdaGates {
 // and v rows [rows, H, dv]; GDN's conv output [rows, 2·Hqk·dk + H·dv] is q at
 // +0, k at +Hqk·dk, v at +2·Hqk·dk with ld_qkv its width.
 struct KdaShape {
-  int64_t num_heads = 0;     // H: value heads (= state heads)
-  int64_t num_qk_heads = 0;  // Hqk: 0 means H; otherwise must divide H (GDN)
+  int64_t num_heads = 0;  // H: value heads (= state heads)
   int64_t key_dim = 0;    // dk: any size 1..128 (larger → Unimplemented); 128 is the fast path
   int64_t value_dim = 0;  // dv: same range
   float scale = 0.f;
+  int64_t num_qk_heads = 0;  // Hqk: 0 means H; otherwise must divide H (GDN). Last, so
+                             // brace-initialised shapes {H, dk, dv, scale} keep meaning KDA.
 };
 
 // Prefill of one sequence: T tokens continue from `state` ([H, dk, dv] fp32,
