@@ -198,7 +198,9 @@ void CheckRow(const std::string& label, const float* scores, int64_t n, const in
     if (j < gpu_count) {
       ASSERT_GE(gpu_rows[j], 0) << label << " j=" << j;
       ASSERT_LT(gpu_rows[j], n) << label << " j=" << j << ": not causal";
-      if (j > 0) ASSERT_GT(gpu_rows[j], gpu_rows[j - 1]) << label << ": not ascending";
+      if (j > 0) {
+        ASSERT_GT(gpu_rows[j], gpu_rows[j - 1]) << label << ": not ascending";
+      }
     } else {
       ASSERT_EQ(gpu_rows[j], -1) << label << " j=" << j << ": padding";
     }

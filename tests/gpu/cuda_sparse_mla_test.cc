@@ -281,7 +281,11 @@ struct DeviceProblem {
         counts(p.counts.size()),
         q(p.q_abs.size()) {
     std::vector<bf16> pool_host(p.pool_bits.size());
-    std::memcpy(pool_host.data(), p.pool_bits.data(), p.pool_bits.size() * 2);
+    for (size_t i = 0; i < pool_host.size(); ++i) {
+      __nv_bfloat16_raw raw;
+      raw.x = p.pool_bits[i];
+      pool_host[i] = bf16(raw);
+    }
     ok = pool.Upload(pool_host) && table.Upload(p.table) && sel.Upload(p.sel) &&
          counts.Upload(p.counts) && q.Upload(ToBf16(p.q_abs));
   }
