@@ -22,6 +22,7 @@
 
 #include <type_traits>
 
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
 namespace strata::cuda {
@@ -60,6 +61,8 @@ template <int K, int V, typename XT>
 __global__ void __launch_bounds__(kThreads)
     CausalConvPrefillKernel(const XT* x, int64_t ldx, int64_t num_tokens, int64_t channels,
                             const float* w, float* window, bf16* out) {
+  PdlWait();
+  PdlLaunchDependents();
   constexpr int W = K - 1;
   constexpr int kHist = W > 0 ? W : 1;
   const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
@@ -134,6 +137,8 @@ template <int K, typename XT>
 __global__ void __launch_bounds__(kThreads)
     CausalConvDecodeKernel(const XT* x, int64_t ldx, int64_t channels, const float* w,
                            float* window_pool, const int32_t* slots, bf16* out) {
+  PdlWait();
+  PdlLaunchDependents();
   constexpr int W = K - 1;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t b = blockIdx.y;
@@ -182,8 +187,7 @@ void LaunchPrefill(const void* x, int64_t ldx, int64_t t, int64_t c, const float
                    bf16* out, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(CeilDiv(CeilDiv(c, V), kThreads)),
                   static_cast<unsigned>(CeilDiv(t, kTokensPerThread)));
-  CausalConvPrefillKernel<K, V, XT>
-      <<<grid, kThreads, 0, stream>>>(static_cast<const XT*>(x), ldx, t, c, w, window, out);
+  (void)LaunchPdl(CausalConvPrefillKernel<K, V, XT>, dim3(grid), dim3(kThreads), 0, stream, static_cast<const XT*>(x), ldx, t, c, w, window, out);
 }
 
 template <int K>
@@ -208,11 +212,9 @@ void DispatchDecode(const void* x, ActType x_type, int64_t ldx, int64_t batch, i
                     cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(CeilDiv(c, kThreads)), static_cast<unsigned>(batch));
   if (x_type == ActType::kF32) {
-    CausalConvDecodeKernel<K, float>
-        <<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x), ldx, c, w, pool, slots, out);
+    (void)LaunchPdl(CausalConvDecodeKernel<K, float>, dim3(grid), dim3(kThreads), 0, stream, static_cast<const float*>(x), ldx, c, w, pool, slots, out);
   } else {
-    CausalConvDecodeKernel<K, bf16>
-        <<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(x), ldx, c, w, pool, slots, out);
+    (void)LaunchPdl(CausalConvDecodeKernel<K, bf16>, dim3(grid), dim3(kThreads), 0, stream, static_cast<const bf16*>(x), ldx, c, w, pool, slots, out);
   }
 }
 

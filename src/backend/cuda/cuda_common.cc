@@ -5,6 +5,9 @@
 // error state is cleared so the next call starts clean.
 #include "backend/cuda/cuda_common.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 
 namespace strata::cuda {
@@ -43,6 +46,14 @@ Status Make(cudaError_t err, const char* prefix, const char* what) {
 Status CudaError(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return OkStatus();
   return Make(err, "", what);
+}
+
+bool PdlEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("STRATA_CUDA_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
 }
 
 Status LaunchStatus(const char* kernel) {

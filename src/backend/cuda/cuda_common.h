@@ -40,6 +40,11 @@ Status CudaError(cudaError_t err, const char* what);
 // The status of the last launch on this thread: OK, or an error naming `kernel`.
 Status LaunchStatus(const char* kernel);
 
+// Whether kernel launches ask for programmatic dependent launch (see pdl.cuh):
+// on unless the environment variable STRATA_CUDA_PDL is "0" when first asked.
+// A diagnostic switch for A/B timing; results are identical either way.
+bool PdlEnabled();
+
 // Rounds `bytes` up to the 256-byte alignment every workspace slice uses.
 constexpr size_t AlignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
 

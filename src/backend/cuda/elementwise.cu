@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
 namespace strata::cuda {
@@ -38,6 +39,8 @@ __device__ __forceinline__ int64_t GridThreads() {
 template <bool kVec>
 __global__ void EmbeddingGatherKernel(const bf16* embed, int64_t dim, const int32_t* tokens,
                                       float* h) {
+  PdlWait();
+  PdlLaunchDependents();
   const int64_t row = blockIdx.x;
   const bf16* src = embed + static_cast<int64_t>(tokens[row]) * dim;
   float* dst = h + row * dim;
@@ -62,6 +65,8 @@ __device__ __forceinline__ float SiluTimes(float g, float u) { return g / (1.f +
 
 template <bool kVec, typename T>
 __global__ void SiluMulKernel(const T* gu, int64_t n, int64_t inter, bf16* out) {
+  PdlWait();
+  PdlLaunchDependents();
   if constexpr (kVec) {
     const int64_t per_row = inter / 4;
     for (int64_t v = GlobalThread(); v < n * per_row; v += GridThreads()) {
@@ -88,6 +93,8 @@ __global__ void SiluMulKernel(const T* gu, int64_t n, int64_t inter, bf16* out) 
 
 template <bool kAdd, bool kVec, typename S, typename D>
 __global__ void MapKernel(const S* src, D* dst, int64_t count) {
+  PdlWait();
+  PdlLaunchDependents();
   int64_t start = 0;
   if constexpr (kVec) {
     const int64_t vecs = count / 4;
@@ -116,9 +123,9 @@ Status LaunchMap(const S* src, D* dst, int64_t count, cudaStream_t stream, const
   if (count == 0) return OkStatus();
   const bool vec = IsAligned(src, 4 * sizeof(S)) && IsAligned(dst, 4 * sizeof(D));
   if (vec) {
-    MapKernel<kAdd, true><<<GridFor(CeilDiv(count, 4)), kThreads, 0, stream>>>(src, dst, count);
+    (void)LaunchPdl(MapKernel<kAdd, true, S, D>, dim3(GridFor(CeilDiv(count, 4))), dim3(kThreads), 0, stream, src, dst, count);
   } else {
-    MapKernel<kAdd, false><<<GridFor(count), kThreads, 0, stream>>>(src, dst, count);
+    (void)LaunchPdl(MapKernel<kAdd, false, S, D>, dim3(GridFor(count)), dim3(kThreads), 0, stream, src, dst, count);
   }
   return LaunchStatus(name);
 }
@@ -146,6 +153,8 @@ __device__ __forceinline__ bf16 RandomBf16(uint64_t seed, uint64_t i, float scal
 
 template <bool kVec>
 __global__ void FillRandomBf16Kernel(bf16* dst, int64_t count, uint64_t seed, float scale) {
+  PdlWait();
+  PdlLaunchDependents();
   int64_t start = 0;
   if constexpr (kVec) {
     const int64_t vecs = count / 8;
@@ -170,6 +179,8 @@ __global__ void FillRandomBf16Kernel(bf16* dst, int64_t count, uint64_t seed, fl
 
 template <bool kVec>
 __global__ void FillRandomF32Kernel(float* dst, int64_t count, uint64_t seed, float lo, float hi) {
+  PdlWait();
+  PdlLaunchDependents();
   const float span = hi - lo;
   int64_t start = 0;
   if constexpr (kVec) {
@@ -222,11 +233,9 @@ Status EmbeddingGather(const bf16* embed, int64_t dim, const int32_t* tokens, in
   if (n == 0) return OkStatus();
   const int threads = static_cast<int>(std::clamp<int64_t>(CeilDiv(dim, 8 * 32) * 32, 32, 1024));
   if (dim % 8 == 0 && IsAligned(embed, 16) && IsAligned(h, 16)) {
-    EmbeddingGatherKernel<true>
-        <<<static_cast<unsigned>(n), threads, 0, stream>>>(embed, dim, tokens, h);
+    (void)LaunchPdl(EmbeddingGatherKernel<true>, dim3(static_cast<unsigned>(n)), dim3(threads), 0, stream, embed, dim, tokens, h);
   } else {
-    EmbeddingGatherKernel<false>
-        <<<static_cast<unsigned>(n), threads, 0, stream>>>(embed, dim, tokens, h);
+    (void)LaunchPdl(EmbeddingGatherKernel<false>, dim3(static_cast<unsigned>(n)), dim3(threads), 0, stream, embed, dim, tokens, h);
   }
   return LaunchStatus("EmbeddingGatherKernel");
 }
@@ -245,16 +254,16 @@ Status SiluMul(const void* gu, ActType gu_type, int64_t n, int64_t inter, bf16* 
   if (gu_type == ActType::kF32) {
     const float* g = static_cast<const float*>(gu);
     if (vec) {
-      SiluMulKernel<true><<<grid, kThreads, 0, stream>>>(g, n, inter, out);
+      (void)LaunchPdl(SiluMulKernel<true, float>, dim3(grid), dim3(kThreads), 0, stream, g, n, inter, out);
     } else {
-      SiluMulKernel<false><<<grid, kThreads, 0, stream>>>(g, n, inter, out);
+      (void)LaunchPdl(SiluMulKernel<false, float>, dim3(grid), dim3(kThreads), 0, stream, g, n, inter, out);
     }
   } else {
     const bf16* g = static_cast<const bf16*>(gu);
     if (vec) {
-      SiluMulKernel<true><<<grid, kThreads, 0, stream>>>(g, n, inter, out);
+      (void)LaunchPdl(SiluMulKernel<true, bf16>, dim3(grid), dim3(kThreads), 0, stream, g, n, inter, out);
     } else {
-      SiluMulKernel<false><<<grid, kThreads, 0, stream>>>(g, n, inter, out);
+      (void)LaunchPdl(SiluMulKernel<false, bf16>, dim3(grid), dim3(kThreads), 0, stream, g, n, inter, out);
     }
   }
   return LaunchStatus("SiluMulKernel");
@@ -286,10 +295,9 @@ Status FillRandomBf16(bf16* dst, int64_t count, uint64_t seed, float scale, cuda
   }
   if (count == 0) return OkStatus();
   if (IsAligned(dst, 16)) {
-    FillRandomBf16Kernel<true>
-        <<<GridFor(CeilDiv(count, 8)), kThreads, 0, stream>>>(dst, count, seed, scale);
+    (void)LaunchPdl(FillRandomBf16Kernel<true>, dim3(GridFor(CeilDiv(count, 8))), dim3(kThreads), 0, stream, dst, count, seed, scale);
   } else {
-    FillRandomBf16Kernel<false><<<GridFor(count), kThreads, 0, stream>>>(dst, count, seed, scale);
+    (void)LaunchPdl(FillRandomBf16Kernel<false>, dim3(GridFor(count)), dim3(kThreads), 0, stream, dst, count, seed, scale);
   }
   return LaunchStatus("FillRandomBf16Kernel");
 }
@@ -302,10 +310,9 @@ Status FillRandomF32(float* dst, int64_t count, uint64_t seed, float lo, float h
   }
   if (count == 0) return OkStatus();
   if (IsAligned(dst, 16)) {
-    FillRandomF32Kernel<true>
-        <<<GridFor(CeilDiv(count, 4)), kThreads, 0, stream>>>(dst, count, seed, lo, hi);
+    (void)LaunchPdl(FillRandomF32Kernel<true>, dim3(GridFor(CeilDiv(count, 4))), dim3(kThreads), 0, stream, dst, count, seed, lo, hi);
   } else {
-    FillRandomF32Kernel<false><<<GridFor(count), kThreads, 0, stream>>>(dst, count, seed, lo, hi);
+    (void)LaunchPdl(FillRandomF32Kernel<false>, dim3(GridFor(count)), dim3(kThreads), 0, stream, dst, count, seed, lo, hi);
   }
   return LaunchStatus("FillRandomF32Kernel");
 }

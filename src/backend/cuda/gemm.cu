@@ -50,6 +50,7 @@
 #include "backend/cuda/gemm.h"
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 
 #include <algorithm>
 #include <array>
@@ -57,6 +58,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
 namespace strata::cuda {
@@ -175,6 +177,19 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
              ((x_ok[nt] ? r : 0) * p.ldx + t * 8) * static_cast<int64_t>(esize);
   }
 
+  // Until the previous kernel of the step has finished, only the weights may
+  // be touched: start the CTA's first round of weight loads (the first
+  // k_split·kU k blocks of each of its rows) into L2 while it drains.
+  {
+    const int64_t cta_row = static_cast<int64_t>(blockIdx.x) * p.tiles_per_cta * kTile + threadIdx.x;
+    if (static_cast<int>(threadIdx.x) < p.tiles_per_cta * kTile && cta_row < p.n) {
+      const int64_t first_k = min(p.k, static_cast<int64_t>(p.k_split) * kU * 32);
+      PrefetchL2(p.w + cta_row * p.ldw, static_cast<uint32_t>(first_k * 2));
+    }
+  }
+  PdlWait();
+  PdlLaunchDependents();
+
   float acc[kNT][4];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
@@ -262,6 +277,8 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
 // Any shape and alignment: one warp per W row, scalar loads, fp32 FMA.
 template <bool kXF32, typename YT>
 __global__ void __launch_bounds__(kGemvThreads) GemvSimpleKernel(const GemvParams p) {
+  PdlWait();
+  PdlLaunchDependents();
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   if (row >= p.n) return;  // warp-uniform; no barrier in this kernel
@@ -340,6 +357,7 @@ BlasContext::~BlasContext() {
   plans_.reset();  // descriptors before the handle
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+  if (cublas_handle_) cublasDestroy(static_cast<cublasHandle_t>(cublas_handle_));
 }
 
 StatusOr<std::unique_ptr<BlasContext>> BlasContext::Create() {
@@ -347,6 +365,11 @@ StatusOr<std::unique_ptr<BlasContext>> BlasContext::Create() {
   cublasLtHandle_t handle = nullptr;
   STRATA_LT_RETURN_IF_ERROR(cublasLtCreate(&handle));
   ctx->handle_ = handle;
+  cublasHandle_t cublas = nullptr;
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError("BlasContext: cublasCreate failed");
+  }
+  ctx->cublas_handle_ = cublas;
   STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->workspace_, kLtWorkspaceBytes));
   ctx->workspace_bytes_ = kLtWorkspaceBytes;
 
@@ -597,18 +620,11 @@ Status RunGemv(BlasContext& ctx, const GemmArgs& a, int64_t ldx, int64_t ldw, in
     p.tiles_per_cta = 1;
     p.k_split = 1;
     const unsigned grid = static_cast<unsigned>(CeilDiv(a.n, kGemvWarps));
-    if (x_f32) {
-      if (y_f32) {
-        GemvSimpleKernel<true, float><<<grid, kGemvThreads, 0, stream>>>(p);
-      } else {
-        GemvSimpleKernel<true, bf16><<<grid, kGemvThreads, 0, stream>>>(p);
-      }
-    } else if (y_f32) {
-      GemvSimpleKernel<false, float><<<grid, kGemvThreads, 0, stream>>>(p);
-    } else {
-      GemvSimpleKernel<false, bf16><<<grid, kGemvThreads, 0, stream>>>(p);
-    }
-    return LaunchStatus("GemvSimpleKernel");
+    const GemvKernelFn simple = x_f32 ? (y_f32 ? GemvSimpleKernel<true, float> : GemvSimpleKernel<true, bf16>)
+                                      : (y_f32 ? GemvSimpleKernel<false, float> : GemvSimpleKernel<false, bf16>);
+    const cudaError_t err = LaunchPdl(simple, dim3(grid), dim3(kGemvThreads), 0, stream, p);
+    if (err != cudaSuccess) return CudaError(err, "GemvSimpleKernel");
+    return OkStatus();
   }
 
   const int nt = a.m > 8 ? 2 : 1;
@@ -618,8 +634,10 @@ Status RunGemv(BlasContext& ctx, const GemmArgs& a, int64_t ldx, int64_t ldw, in
                                     ctx.plans()->gemv_resident_ctas[nt - 1][x_f32][y_f32]);
   p.k_split = kGemvWarps / p.tiles_per_cta;
   const unsigned grid = static_cast<unsigned>(CeilDiv(tiles, p.tiles_per_cta));
-  kGemvMma[nt - 1][x_f32][y_f32]<<<grid, kGemvThreads, 0, stream>>>(p);
-  return LaunchStatus("GemvMmaKernel");
+  const cudaError_t err =
+      LaunchPdl(kGemvMma[nt - 1][x_f32][y_f32], dim3(grid), dim3(kGemvThreads), 0, stream, p);
+  if (err != cudaSuccess) return CudaError(err, "GemvMmaKernel");
+  return OkStatus();
 }
 
 }  // namespace

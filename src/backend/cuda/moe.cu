@@ -50,14 +50,21 @@
 //     reaches ~50-60% of the wgmma peak in the compute-bound regime.
 #include "backend/cuda/moe.h"
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
 namespace strata::cuda {
@@ -121,6 +128,7 @@ int64_t TileBound(int64_t rows, int64_t experts) {
 // Workspace slices, 256-byte aligned each, for n tokens.
 struct Layout {
   size_t idx, wt, offsets, meta, active, tile_expert, tile_m0, row_token, pair_row, h, yrows;
+  size_t ptrs;  // cuBLAS grouped GEMM: A, B, C pointer arrays of both projections
   size_t total;
 };
 
@@ -146,6 +154,7 @@ Layout MakeLayout(const MoeShape& s, int64_t n) {
   l.pair_row = take(sizeof(int32_t) * rows);
   l.h = take(sizeof(bf16) * rows * static_cast<size_t>(s.inter));
   l.yrows = take(sizeof(float) * rows * static_cast<size_t>(s.hidden));
+  l.ptrs = take(sizeof(void*) * 6 * e);
   l.total = off;
   return l;
 }
@@ -182,47 +191,10 @@ Status CheckFfnShape(const MoeShape& s, const char* fn) {
 // ---------------------------------------------------------------------------
 // Launch helpers.
 
-__device__ __forceinline__ void PdlWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-// Lets the next kernel of the stream start launching; its griddepcontrol.wait
-// still blocks until this whole grid has finished and its writes are visible.
-__device__ __forceinline__ void PdlLaunchDependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-// Programmatic dependent launch between the layer's kernels. Only on explicit
-// streams: the executor's decode stream is one, and the legacy default stream's
-// implicit synchronisation is left untouched. Flip to false to rule PDL out.
-constexpr bool kUsePdl = true;
-
-cudaLaunchConfig_t LaunchConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                cudaLaunchAttribute* attr) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  if (kUsePdl && stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  return cfg;
-}
-
 template <typename Kernel>
 Status Launch(const char* name, Kernel kernel, dim3 grid, dim3 block, size_t smem,
               cudaStream_t stream, const MoeParams& p) {
-  cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = LaunchConfig(grid, block, smem, stream, attr);
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p);
+  const cudaError_t err = LaunchPdl(kernel, grid, block, smem, stream, p);
   if (err != cudaSuccess) return CudaError(err, name);
   return OkStatus();
 }
@@ -457,10 +429,13 @@ __device__ __forceinline__ void Unpack(const Raw<1>& r, float (&f)[1]) {
 // Per-lane partial dot products of R weight rows with TC activation rows over
 // K elements (only the first nt activation rows are used). Every weight load
 // of a U-step group is issued before the first use.
-template <int V, int R, int TC>
+// kU = 0 picks 8 / R steps per group (1 for R ≥ 8); a larger kU covers a
+// whole short row in one group, so the warp waits for DRAM once instead of
+// once per group.
+template <int V, int R, int TC, int kU = 0>
 __device__ __forceinline__ void WarpDot(const bf16* const (&w)[R], const bf16* const (&act)[TC],
                                         int nt, int K, float (&acc)[R][TC]) {
-  constexpr int U = R >= 8 ? 1 : 8 / R;
+  constexpr int U = kU > 0 ? kU : (R >= 8 ? 1 : 8 / R);
   constexpr int kStep = 32 * V;
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -503,7 +478,7 @@ __device__ __forceinline__ void WarpDot(const bf16* const (&w)[R], const bf16* c
 __device__ __forceinline__ float Silu(float g) { return g / (1.f + expf(-g)); }
 
 // h rows [row0, row0 + nt) of gate|up feature j for one expert.
-template <int V, int TC>
+template <int V, int TC, int kU>
 __device__ __forceinline__ void GateUpRows(const MoeParams& p, const bf16* wg, const bf16* wu,
                                            int row0, int nt, int j) {
   const int lane = threadIdx.x & 31;
@@ -515,7 +490,7 @@ __device__ __forceinline__ void GateUpRows(const MoeParams& p, const bf16* wg, c
   }
   const bf16* w[2] = {wg, wu};
   float acc[2][TC];
-  WarpDot<V, 2, TC>(w, act, nt, p.hidden, acc);
+  WarpDot<V, 2, TC, kU>(w, act, nt, p.hidden, acc);
 #pragma unroll
   for (int t = 0; t < TC; ++t) {
     if (t < nt) {
@@ -530,7 +505,7 @@ __device__ __forceinline__ void GateUpRows(const MoeParams& p, const bf16* wg, c
 
 // Grid (expert slot, ceil(I / 8)); warp w of tile y computes feature j = 8y + w
 // (gate row j and up row I + j) for every row of the slot's expert.
-template <int V>
+template <int V, int kU>
 __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams p) {
   PdlWait();
   PdlLaunchDependents();
@@ -546,13 +521,13 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
   for (int t0 = 0; t0 < count; t0 += kGemvTokens) {
     const int nt = min(kGemvTokens, count - t0);
     if (nt == 1) {
-      GateUpRows<V, 1>(p, wg, wu, first + t0, nt, j);
+      GateUpRows<V, 1, kU>(p, wg, wu, first + t0, nt, j);
     } else if (nt == 2) {
-      GateUpRows<V, 2>(p, wg, wu, first + t0, nt, j);
+      GateUpRows<V, 2, kU>(p, wg, wu, first + t0, nt, j);
     } else if (nt <= 4) {
-      GateUpRows<V, 4>(p, wg, wu, first + t0, nt, j);
+      GateUpRows<V, 4, kU>(p, wg, wu, first + t0, nt, j);
     } else {
-      GateUpRows<V, kGemvTokens>(p, wg, wu, first + t0, nt, j);
+      GateUpRows<V, kGemvTokens, kU>(p, wg, wu, first + t0, nt, j);
     }
   }
 }
@@ -885,11 +860,9 @@ Status LaunchRouting(const MoeParams& p, bool in_plan, cudaStream_t stream) {
     STRATA_RETURN_IF_ERROR(
         Launch("MoeRouteKernel", MoeRouteKernel<kPer>, grid, dim3(kRouteWarps * 32), 0, stream, p));
   }
-  cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg =
-      LaunchConfig(dim3(1), dim3(kPlanThreads),
-                   2 * sizeof(int32_t) * static_cast<size_t>(p.num_experts), stream, attr);
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, MoePlanKernel<kPer>, p, in_plan ? 1 : 0);
+  const cudaError_t err =
+      LaunchPdl(MoePlanKernel<kPer>, dim3(1), dim3(kPlanThreads),
+                2 * sizeof(int32_t) * static_cast<size_t>(p.num_experts), stream, p, in_plan ? 1 : 0);
   if (err != cudaSuccess) return CudaError(err, "MoePlanKernel");
   return OkStatus();
 }
@@ -911,14 +884,143 @@ Status LaunchRouteOnly(const MoeParams& p, cudaStream_t stream) {
                 p);
 }
 
+// ---------------------------------------------------------------------------
+// cuBLAS grouped GEMM path (prefill, opt-in).
+
+// xperm[r] = x[row_token[r]]: the token rows in expert order, as cuBLAS wants
+// each expert's rows contiguous. Grid: one CTA per row; D % 8 == 0, aligned.
+__global__ void __launch_bounds__(256) MoeGatherRowsKernel(MoeParams p, bf16* xperm) {
+  PdlWait();
+  PdlLaunchDependents();
+  const int row = blockIdx.x;
+  const int tok = p.row_token[row];
+  const uint4* src = reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(tok) * p.hidden);
+  uint4* dst = reinterpret_cast<uint4*>(xperm + static_cast<size_t>(row) * p.hidden);
+  for (int i = threadIdx.x; i < p.hidden / 8; i += blockDim.x) dst[i] = src[i];
+}
+
+bool CublasGroupedRequested() {
+  static const bool requested = [] {
+    const char* v = std::getenv("STRATA_MOE_GEMM");
+    return v != nullptr && std::strcmp(v, "cublas") == 0;
+  }();
+  return requested;
+}
+
+#define STRATA_CUBLAS_RETURN_IF_ERROR(expr)                                                  \
+  do {                                                                                       \
+    const cublasStatus_t strata_cublas_st_ = (expr);                                         \
+    if (strata_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                        \
+      return absl::InternalError(absl::StrCat(#expr, ": ", cublasGetStatusName(strata_cublas_st_))); \
+    }                                                                                        \
+  } while (0)
+
+// One grouped GEMM: for each active expert g, C_g = op(W_g) · B_gᵀ in cuBLAS's
+// column-major terms, i.e. row-major out[rows_g, n_out] = in[rows_g, K] · W_gᵀ.
+Status GroupedExpertGemm(cublasHandle_t handle, const std::vector<int>& experts,
+                         const std::vector<int32_t>& offsets, const bf16* w, int64_t n_out,
+                         int64_t K, const bf16* in, void* out, cudaDataType_t out_type,
+                         size_t out_elem_bytes, void** dev_ptrs, cudaStream_t stream) {
+  const size_t G = experts.size();
+  std::vector<cublasOperation_t> ta(G, CUBLAS_OP_T), tb(G, CUBLAS_OP_N);
+  std::vector<int> m(G, static_cast<int>(n_out)), n(G), k(G, static_cast<int>(K));
+  std::vector<int> lda(G, static_cast<int>(K)), ldb(G, static_cast<int>(K)),
+      ldc(G, static_cast<int>(n_out)), size(G, 1);
+  std::vector<float> alpha(G, 1.f), beta(G, 0.f);
+  std::vector<const void*> host_ptrs(3 * G);
+  for (size_t g = 0; g < G; ++g) {
+    const int e = experts[g];
+    n[g] = offsets[e + 1] - offsets[e];
+    host_ptrs[g] = w + static_cast<size_t>(e) * n_out * K;
+    host_ptrs[G + g] = in + static_cast<size_t>(offsets[e]) * K;
+    host_ptrs[2 * G + g] =
+        static_cast<char*>(out) + static_cast<size_t>(offsets[e]) * n_out * out_elem_bytes;
+  }
+  // From pageable memory the copy is staged before the call returns, so the
+  // host vector may go away afterwards.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_ptrs, host_ptrs.data(), sizeof(void*) * 3 * G,
+                                              cudaMemcpyHostToDevice, stream));
+  STRATA_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, stream));
+  STRATA_CUBLAS_RETURN_IF_ERROR(cublasGemmGroupedBatchedEx(
+      handle, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(),
+      reinterpret_cast<const void* const*>(dev_ptrs), CUDA_R_16BF, lda.data(),
+      reinterpret_cast<const void* const*>(dev_ptrs + G), CUDA_R_16BF, ldb.data(), beta.data(),
+      reinterpret_cast<void* const*>(dev_ptrs + 2 * G), out_type, ldc.data(),
+      static_cast<int>(G), size.data(), CUBLAS_COMPUTE_32F));
+  return OkStatus();
+}
+
+// The expert rows in expert order (gathered into the yrows area, which the
+// down projection overwrites only after both its users are done), the gate|up
+// product beside them, SwiGLU into h, the down product into yrows (fp32),
+// then the usual k-order combine. Needs 2·I ≤ D for the aliasing.
+Status LaunchCublasGroupedPath(const MoeParams& p, BlasContext& blas, void* ptrs, bool vec4_y,
+                               cudaStream_t stream) {
+  const int E = p.num_experts;
+  const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
+  std::vector<int32_t> offsets(static_cast<size_t>(E) + 1);
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets.data(), p.offsets,
+                                              sizeof(int32_t) * offsets.size(),
+                                              cudaMemcpyDeviceToHost, stream));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  std::vector<int> experts;
+  for (int e = 0; e < E; ++e) {
+    if (offsets[e + 1] > offsets[e]) experts.push_back(e);
+  }
+  bf16* xperm = reinterpret_cast<bf16*>(p.yrows);
+  bf16* gu = xperm + static_cast<size_t>(rows) * p.hidden;
+  STRATA_CUDA_RETURN_IF_ERROR(LaunchPdl(MoeGatherRowsKernel, dim3(static_cast<unsigned>(rows)),
+                                        dim3(256), 0, stream, p, xperm));
+  auto* handle = static_cast<cublasHandle_t>(blas.cublas_handle());
+  void** dev_ptrs = static_cast<void**>(ptrs);
+  STRATA_RETURN_IF_ERROR(GroupedExpertGemm(handle, experts, offsets, p.w13, 2 * p.inter, p.hidden,
+                                           xperm, gu, CUDA_R_16BF, sizeof(bf16), dev_ptrs, stream));
+  STRATA_RETURN_IF_ERROR(SiluMul(gu, ActType::kBf16, rows, p.inter, p.h, stream));
+  STRATA_RETURN_IF_ERROR(GroupedExpertGemm(handle, experts, offsets, p.w2, p.hidden, p.inter, p.h,
+                                           p.yrows, CUDA_R_32F, sizeof(float),
+                                           dev_ptrs + 3 * static_cast<size_t>(E), stream));
+  const dim3 grid(static_cast<unsigned>(p.num_tokens));
+  if (vec4_y) {
+    return Launch("MoeCombineKernel", MoeCombineKernel<true>, grid, dim3(kCombineThreads), 0,
+                  stream, p);
+  }
+  return Launch("MoeCombineKernel", MoeCombineKernel<false>, grid, dim3(kCombineThreads), 0,
+                stream, p);
+}
+
+// Whether a gate|up row short enough fits one group of loads per warp
+// (STRATA_MOE_ONE_ROUND=0 turns that off, a diagnostic switch for A/B timing).
+bool OneRoundEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("STRATA_MOE_ONE_ROUND");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+// The gate|up kernel for rows of `hidden` elements: with 16-byte loads, a row
+// of up to 9 · 256 elements (Kimi's 2304) is read in one group (2 rows × 9
+// loads of 16 bytes per lane, 72 registers) instead of three dependent ones.
+template <int V>
+void (*GateUpKernelFor(int hidden))(MoeParams) {
+  if constexpr (V == 8) {
+    const int64_t steps = CeilDiv(hidden, 32 * V);
+    if (OneRoundEnabled() && steps > 4) {
+      if (steps <= 6) return MoeGateUpGemvKernel<V, 6>;
+      if (steps <= 8) return MoeGateUpGemvKernel<V, 8>;
+      if (steps <= 9) return MoeGateUpGemvKernel<V, 9>;
+    }
+  }
+  return MoeGateUpGemvKernel<V, 0>;
+}
+
 template <int V>
 Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(p.num_experts, rows));
-  STRATA_RETURN_IF_ERROR(Launch(
-      "MoeGateUpGemvKernel", MoeGateUpGemvKernel<V>,
-      dim3(slots, static_cast<unsigned>(CeilDiv(p.inter, kGemvWarps))), dim3(kGemvThreads), 0,
-      stream, p));
+  const dim3 gate_up_grid(slots, static_cast<unsigned>(CeilDiv(p.inter, kGemvWarps)));
+  STRATA_RETURN_IF_ERROR(Launch("MoeGateUpGemvKernel", GateUpKernelFor<V>(p.hidden), gate_up_grid,
+                                dim3(kGemvThreads), 0, stream, p));
   if (p.num_tokens <= kFusedCombineMaxTokens) {
     return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V>,
                   dim3(static_cast<unsigned>(CeilDiv(p.hidden, kFusedRows))), dim3(kGemvThreads),
@@ -1064,6 +1166,13 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   const bool aligned = IsAligned(args.x, 16) && IsAligned(args.w13, 16) && IsAligned(args.w2, 16);
   const int64_t rows = args.num_tokens * s.top_k;
   if (rows > kMoeGemvMaxRows && aligned && s.hidden % kBn == 0 && s.inter % 64 == 0) {
+    if (args.blas != nullptr && CublasGroupedRequested() && 2 * s.inter <= s.hidden) {
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      STRATA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+      if (capture == cudaStreamCaptureStatusNone) {
+        return LaunchCublasGroupedPath(p, *args.blas, ws + l.ptrs, vec4_y, stream);
+      }
+    }
     return LaunchGemmPath(p, vec4_y, stream);
   }
   if (aligned && s.hidden % 8 == 0 && s.inter % 8 == 0) return LaunchGemvPath<8>(p, vec4_y, stream);

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
 namespace strata::cuda {
@@ -60,6 +61,8 @@ __device__ __forceinline__ void StoreV(T* p, const float (&v)[V]) {
 template <int V, bool kDelta, typename DT>
 __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const float* w, float eps,
                                  bf16* out) {
+  PdlWait();
+  PdlLaunchDependents();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   float* hr = h + row * dim;
@@ -97,6 +100,8 @@ __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const f
 template <int V, typename T>
 __global__ void RmsNormRowsKernel(const T* x, int64_t ldx, T* y, int64_t ldy, int64_t dim,
                                   const float* w, float eps) {
+  PdlWait();
+  PdlLaunchDependents();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const T* xr = x + row * ldx;
@@ -124,6 +129,8 @@ __global__ void RmsNormRowsKernel(const T* x, int64_t ldx, T* y, int64_t ldy, in
 template <int V, typename OT, typename GT>
 __global__ void GatedRmsNormSigmoidKernel(const OT* o, const GT* gate, int64_t rows, int64_t dim,
                                           const float* w, float eps, bf16* out) {
+  PdlWait();
+  PdlLaunchDependents();
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kGatedWarps + (threadIdx.x >> 5);
   if (row >= rows) return;  // warp-uniform; the kernel has no block barrier
@@ -176,21 +183,18 @@ void LaunchAddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n
   const int threads = RowThreads(dim / V);
   const unsigned grid = static_cast<unsigned>(n);
   if (delta == nullptr) {
-    AddRmsNormKernel<V, false, float><<<grid, threads, 0, stream>>>(h, nullptr, dim, w, eps, out);
+    (void)LaunchPdl(AddRmsNormKernel<V, false, float>, dim3(grid), dim3(threads), 0, stream, h, nullptr, dim, w, eps, out);
   } else if (delta_type == ActType::kF32) {
-    AddRmsNormKernel<V, true, float>
-        <<<grid, threads, 0, stream>>>(h, static_cast<const float*>(delta), dim, w, eps, out);
+    (void)LaunchPdl(AddRmsNormKernel<V, true, float>, dim3(grid), dim3(threads), 0, stream, h, static_cast<const float*>(delta), dim, w, eps, out);
   } else {
-    AddRmsNormKernel<V, true, bf16>
-        <<<grid, threads, 0, stream>>>(h, static_cast<const bf16*>(delta), dim, w, eps, out);
+    (void)LaunchPdl(AddRmsNormKernel<V, true, bf16>, dim3(grid), dim3(threads), 0, stream, h, static_cast<const bf16*>(delta), dim, w, eps, out);
   }
 }
 
 template <int V, typename T>
 void LaunchRmsNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, int64_t n, int64_t dim,
                        const float* w, float eps, cudaStream_t stream) {
-  RmsNormRowsKernel<V, T><<<static_cast<unsigned>(n), RowThreads(dim / V), 0, stream>>>(
-      static_cast<const T*>(x), ldx, static_cast<T*>(y), ldy, dim, w, eps);
+  (void)LaunchPdl(RmsNormRowsKernel<V, T>, dim3(static_cast<unsigned>(n)), dim3(RowThreads(dim / V)), 0, stream, static_cast<const T*>(x), ldx, static_cast<T*>(y), ldy, dim, w, eps);
 }
 
 template <int V, typename OT>
@@ -199,11 +203,9 @@ void LaunchGated(const void* o, const void* gate, ActType gate_type, int64_t row
   const unsigned grid = static_cast<unsigned>(CeilDiv(rows, kGatedWarps));
   const OT* op = static_cast<const OT*>(o);
   if (gate_type == ActType::kF32) {
-    GatedRmsNormSigmoidKernel<V, OT, float><<<grid, kGatedWarps * 32, 0, stream>>>(
-        op, static_cast<const float*>(gate), rows, dim, w, eps, out);
+    (void)LaunchPdl(GatedRmsNormSigmoidKernel<V, OT, float>, dim3(grid), dim3(kGatedWarps * 32), 0, stream, op, static_cast<const float*>(gate), rows, dim, w, eps, out);
   } else {
-    GatedRmsNormSigmoidKernel<V, OT, bf16><<<grid, kGatedWarps * 32, 0, stream>>>(
-        op, static_cast<const bf16*>(gate), rows, dim, w, eps, out);
+    (void)LaunchPdl(GatedRmsNormSigmoidKernel<V, OT, bf16>, dim3(grid), dim3(kGatedWarps * 32), 0, stream, op, static_cast<const bf16*>(gate), rows, dim, w, eps, out);
   }
 }
 

@@ -44,6 +44,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
 namespace strata::cuda {
@@ -79,16 +80,6 @@ struct Smem {
   int found;
 };
 
-__device__ __forceinline__ void PdlWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void PdlLaunchDependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
 
 // Larger float → larger key. −0 is folded into +0 because the reference
 // compares them equal (so they tie and the lower id wins).
@@ -431,21 +422,9 @@ Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const Gpu
   p.vec4 = (vocab % 4 == 0 && IsAligned(logits, 16)) ? 1 : 0;
   p.rows = rows;
   p.tokens = tokens;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(batch));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  // Programmatic dependent launch (overlaps this launch with the tail of the
-  // LM head); only on explicit streams, as in moe.cu.
-  cudaLaunchAttribute attr[1];
-  if (stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, SampleKernel, p);
+  // Programmatic dependent launch overlaps this launch with the LM head's tail.
+  const cudaError_t err =
+      LaunchPdl(SampleKernel, dim3(static_cast<unsigned>(batch)), dim3(kThreads), 0, stream, p);
   if (err != cudaSuccess) return CudaError(err, "SampleKernel");
   return OkStatus();
 }
