@@ -249,6 +249,7 @@ __device__ void ScoreFast(const Params& p, const int32_t* table, int s0, int n, 
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
     }
+#pragma unroll 4
     for (int pp = 0; pp < pairs; ++pp) {
       const int d0 = 32 * pp + 8 * t;
       const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
