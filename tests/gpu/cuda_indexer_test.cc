@@ -272,6 +272,9 @@ TEST_P(IndexerDecodeTest, SelectsTheCpuTopKPerSequence) {
   a.max_seq_len = max_len;
   a.rows = d_rows.get();
   a.counts = d_counts.get();
+  DeviceArray<unsigned long long> d_total(1);
+  ASSERT_TRUE(d_total.Upload({5}));  // accumulates onto what is there
+  a.selected_total = d_total.get();
   const size_t ws_bytes = IndexerDecodeWorkspaceBytes(a.shape, B, max_len);
   DeviceArray<char> ws(ws_bytes);
   const Status st = IndexerDecode(a, ws.get(), ws_bytes, nullptr);
@@ -279,6 +282,12 @@ TEST_P(IndexerDecodeTest, SelectsTheCpuTopKPerSequence) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<int32_t> rows = d_rows.Download(B * s.top_k);
   const std::vector<int32_t> counts = d_counts.Download(B);
+
+  const std::vector<unsigned long long> total = d_total.Download(1);
+  ASSERT_EQ(total.size(), 1u);
+  unsigned long long want_total = 5;
+  for (int64_t b = 0; b < B; ++b) want_total += std::min<int64_t>(s.top_k, c.lens[b]);
+  EXPECT_EQ(total[0], want_total) << "selected_total";
 
   int swaps = 0;
   for (int64_t b = 0; b < B; ++b) {

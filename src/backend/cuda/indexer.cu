@@ -41,6 +41,10 @@ constexpr int kSelThreads = 256;
 constexpr int kMergeThreads = 512;
 constexpr int kFastMaxHeads = 64;
 constexpr int kFastMaxDim = 256;
+// q rows in shared memory are head_dim + 32 bf16 apart (a 16-byte-unit
+// stride ≡ 4 mod 8), so the 8 lanes of each ldmatrix-free 16-byte load phase
+// (2 heads × 4 chunks) hit 8 different bank groups.
+constexpr int kQPad = 32;
 constexpr int kMaxSplits = 256;     // the merge keeps per-split counts in shared memory
 constexpr int64_t kMaxTopK = 65536;
 
@@ -204,6 +208,7 @@ struct Params {
   int32_t* cand_count;  // [pass rows, splits]
   int32_t* rows_out;    // [rows, top_k]
   int32_t* counts_out;  // [rows]
+  unsigned long long* selected_total;  // optional: += Σ counts
   bool fast;
 };
 
@@ -222,7 +227,12 @@ __device__ __forceinline__ const bf16* KeyRow(const Params& p, const int32_t* ta
 __device__ void WriteFinal(const Params& p, int64_t row, int count) {
   int32_t* out = p.rows_out + row * p.top_k;
   for (int j = count + threadIdx.x; j < p.top_k; j += blockDim.x) out[j] = -1;
-  if (threadIdx.x == 0) p.counts_out[row] = count;
+  if (threadIdx.x == 0) {
+    p.counts_out[row] = count;
+    if (p.selected_total != nullptr) {
+      atomicAdd(p.selected_total, static_cast<unsigned long long>(count));
+    }
+  }
 }
 
 // Scores keys s0 .. s0+n−1 into sk[0..n), tensor-core path. Warp w takes
@@ -306,7 +316,7 @@ __global__ void __launch_bounds__(kSelThreads) IndexerScoreSelectKernel(const Pa
   uint32_t* sk = reinterpret_cast<uint32_t*>(smem);  // [kSplit]
   float* sw = reinterpret_cast<float*>(sk + kSplit);  // [heads], padded to a multiple of 4
   const int heads_pad = (p.heads + 3) & ~3;
-  void* q_region = sw + heads_pad;  // fast: bf16 [heads][dim + 8]; generic: fp32 [heads][dim]
+  void* q_region = sw + heads_pad;  // fast: bf16 [heads][dim + kQPad]; generic: fp32 [heads][dim]
 
   const int split = blockIdx.x;
   const int64_t r = blockIdx.y;
@@ -328,7 +338,7 @@ __global__ void __launch_bounds__(kSelThreads) IndexerScoreSelectKernel(const Pa
   // Query row and weights into shared memory.
   const bf16* qg = p.q + row * p.ld_q;
   for (int h = threadIdx.x; h < p.heads; h += blockDim.x) sw[h] = p.w[row * p.ld_w + h];
-  const int ldq_s = p.dim + 8;
+  const int ldq_s = p.dim + kQPad;
   if (p.fast) {
     bf16* sq = static_cast<bf16*>(q_region);
     const int chunks = p.dim / 8;
@@ -464,7 +474,8 @@ bool FastShape(const IndexerShape& s) {
 
 int SmemBytes(const IndexerShape& s, bool fast) {
   const int64_t heads_pad = (s.num_heads + 3) & ~int64_t{3};
-  const int64_t q_bytes = fast ? s.num_heads * (s.head_dim + 8) * 2 : s.num_heads * s.head_dim * 4;
+  const int64_t q_bytes =
+      fast ? s.num_heads * (s.head_dim + kQPad) * 2 : s.num_heads * s.head_dim * 4;
   return static_cast<int>(kSplit * 4 + heads_pad * 4 + q_bytes);
 }
 
@@ -574,6 +585,7 @@ Status IndexerDecode(const IndexerDecodeArgs& args, void* workspace, size_t work
   p.num_splits = splits;
   p.rows_out = args.rows;
   p.counts_out = args.counts;
+  p.selected_total = args.selected_total;
   p.fast = FastShape(s) && Aligned16(args.q) && ld_q % 8 == 0 && Aligned16(args.cache.pool);
   return Launch(p, args.batch, s, workspace, stream);
 }
@@ -638,6 +650,7 @@ Status IndexerPrefill(const IndexerPrefillArgs& args, void* workspace, size_t wo
   p.w = args.weights;
   p.rows_out = args.rows;
   p.counts_out = args.counts;
+  p.selected_total = args.selected_total;
   for (int64_t r0 = 0; r0 < args.num_tokens; r0 += pass_rows) {
     p.row0 = r0;
     STRATA_RETURN_IF_ERROR(

@@ -72,6 +72,9 @@ struct IndexerDecodeArgs {
   int64_t max_seq_len = 0;
   int32_t* rows = nullptr;
   int32_t* counts = nullptr;
+  // Optional (device): Σ counts is added to it, the selected-row total the
+  // executor can hand the scheduler as this layer's effective attention cost.
+  unsigned long long* selected_total = nullptr;
 };
 size_t IndexerDecodeWorkspaceBytes(const IndexerShape& shape, int64_t batch, int64_t max_seq_len);
 Status IndexerDecode(const IndexerDecodeArgs& args, void* workspace, size_t workspace_bytes,
@@ -93,6 +96,7 @@ struct IndexerPrefillArgs {
   IndexKeyCache cache;
   int32_t* rows = nullptr;
   int32_t* counts = nullptr;
+  unsigned long long* selected_total = nullptr;  // optional, as for decode
 };
 size_t IndexerPrefillWorkspaceBytes(const IndexerShape& shape, int64_t num_tokens, int64_t past);
 Status IndexerPrefill(const IndexerPrefillArgs& args, void* workspace, size_t workspace_bytes,
