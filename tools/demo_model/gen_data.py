@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generates the demo model's training and evaluation data (stdlib only, seeded).
 
-Conversations (JSONL, one {"messages", "tools", "expect"} object a line) in
+Conversations (JSONL, one {"messages", "tools", "expect", "files"} object a
+line; "files" is the conversation's sandbox, path -> text) in
 which the assistant decides whether a tool is needed, calls it with correct
 JSON arguments, and answers from the result; the results come from the
 reference tool implementations in tools.py (what samples/agent runs):
@@ -338,7 +339,7 @@ def conversation(r):
         if not needs <= names:
             fn = turn_small_talk
         fn(c)
-    return {"messages": c.messages, "tools": tools, "expect": c.expect}
+    return {"messages": c.messages, "tools": tools, "expect": c.expect, "files": c.files or {}}
 
 
 # ---------------------------------------------------------------------------
