@@ -28,6 +28,7 @@ Registry& GetRegistry() {
     reg->factories["kimi_linear"] = CreateKimiLinearModel;
     reg->factories["deepseek_v32"] = CreateDeepseekV32Model;
     reg->factories["qwen3_next"] = CreateQwen3NextModel;
+    reg->factories["strata_hybrid"] = CreateStrataHybridModel;
     return reg;
   }();
   return *r;

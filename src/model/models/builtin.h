@@ -22,6 +22,11 @@ StatusOr<std::unique_ptr<Model>> CreateQwen3NextModel(std::shared_ptr<const Weig
                                                       const std::string& config_path,
                                                       const LoadOptions& options);
 
+// strata_hybrid.cc (CPU): the project's own KDA + DSA demo architecture.
+StatusOr<std::unique_ptr<Model>> CreateStrataHybridModel(std::shared_ptr<const WeightStore> weights,
+                                                         const std::string& config_path,
+                                                         const LoadOptions& options);
+
 // kimi_linear_weights.cc: writes random host weights for `config_path` into
 // `dir`/model.safetensors (the CPU's --load-format dummy; small configs only).
 Status WriteKimiLinearDummyCheckpoint(const std::string& config_path, const std::string& dir,

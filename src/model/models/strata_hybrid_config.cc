@@ -1,0 +1,109 @@
+// strata_hybrid config.json parsing: the model's dimensions are required for
+// the layer kinds present; contradictions are errors that name the field.
+#include "model/models/strata_hybrid_config.h"
+
+#include <string>
+
+namespace strata {
+namespace {
+
+// A list of strings, one per layer, each one of {a, b}; true where it is `b`.
+Status KindList(const ConfigReader& c, const std::string& key, int64_t layers, const char* a,
+                const char* b, std::vector<bool>& out) {
+  if (!c.Has(key)) return c.FieldError(key, "required but missing");
+  const nlohmann::json& v = c.json().at(key);
+  if (!v.is_array()) return c.FieldError(key, "expected a list of strings");
+  if (static_cast<int64_t>(v.size()) != layers) {
+    return c.FieldError(key, absl::StrCat("has ", v.size(), " entries but num_hidden_layers is ",
+                                          layers));
+  }
+  out.clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string s = v[i].is_string() ? v[i].get<std::string>() : std::string();
+    if (s != a && s != b) {
+      return c.FieldError(absl::StrCat(key, "[", i, "]"),
+                          absl::StrCat("expected '", a, "' or '", b, "'"));
+    }
+    out.push_back(s == b);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+int64_t StrataHybridConfig::NumDsaLayers() const {
+  int64_t n = 0;
+  for (bool d : is_dsa) n += d;
+  return n;
+}
+
+StatusOr<StrataHybridConfig> ParseStrataHybridConfig(const ConfigReader& c) {
+  StrataHybridConfig k;
+  STRATA_ASSIGN_OR_RETURN(k.vocab_size, c.GetPositiveInt("vocab_size"));
+  STRATA_ASSIGN_OR_RETURN(k.hidden_size, c.GetPositiveInt("hidden_size"));
+  STRATA_ASSIGN_OR_RETURN(k.num_layers, c.GetPositiveInt("num_hidden_layers"));
+  STRATA_ASSIGN_OR_RETURN(k.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-6));
+  if (!(k.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
+  STRATA_ASSIGN_OR_RETURN(k.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
+  STRATA_ASSIGN_OR_RETURN(k.max_context, c.GetIntOr("max_position_embeddings", 4096));
+  STRATA_ASSIGN_OR_RETURN(int64_t bos, c.GetIntOr("bos_token_id", -1));
+  STRATA_ASSIGN_OR_RETURN(int64_t eos, c.GetIntOr("eos_token_id", -1));
+  k.bos_token_id = static_cast<int32_t>(bos);
+  k.eos_token_id = static_cast<int32_t>(eos);
+  STRATA_RETURN_IF_ERROR(KindList(c, "layer_types", k.num_layers, "kda", "dsa", k.is_dsa));
+  STRATA_RETURN_IF_ERROR(KindList(c, "mlp_layer_types", k.num_layers, "dense", "moe", k.is_moe));
+
+  if (k.NumKdaLayers() > 0) {
+    STRATA_ASSIGN_OR_RETURN(k.kda_heads, c.GetPositiveInt("linear_num_heads"));
+    STRATA_ASSIGN_OR_RETURN(k.kda_head_dim, c.GetPositiveInt("linear_head_dim"));
+    STRATA_ASSIGN_OR_RETURN(k.conv_kernel, c.GetIntOr("linear_conv_kernel_dim", 4));
+    if (k.conv_kernel < 2) return c.FieldError("linear_conv_kernel_dim", "must be >= 2");
+  }
+  if (k.NumDsaLayers() > 0) {
+    STRATA_ASSIGN_OR_RETURN(k.num_heads, c.GetPositiveInt("num_attention_heads"));
+    STRATA_ASSIGN_OR_RETURN(k.q_lora_rank, c.GetPositiveInt("q_lora_rank"));
+    STRATA_ASSIGN_OR_RETURN(k.kv_lora_rank, c.GetPositiveInt("kv_lora_rank"));
+    STRATA_ASSIGN_OR_RETURN(k.qk_nope_dim, c.GetPositiveInt("qk_nope_head_dim"));
+    STRATA_ASSIGN_OR_RETURN(k.qk_rope_dim, c.GetPositiveInt("qk_rope_head_dim"));
+    if (k.qk_rope_dim % 2 != 0) return c.FieldError("qk_rope_head_dim", "must be even");
+    STRATA_ASSIGN_OR_RETURN(k.v_head_dim, c.GetPositiveInt("v_head_dim"));
+    STRATA_ASSIGN_OR_RETURN(k.rope_theta, c.GetDoubleOr("rope_theta", 10000.0));
+    if (!(k.rope_theta > 1.0)) return c.FieldError("rope_theta", "must be > 1");
+    STRATA_ASSIGN_OR_RETURN(k.index_heads, c.GetPositiveInt("index_n_heads"));
+    STRATA_ASSIGN_OR_RETURN(k.index_head_dim, c.GetPositiveInt("index_head_dim"));
+    if (k.index_head_dim < k.qk_rope_dim) {
+      return c.FieldError("index_head_dim", "is smaller than qk_rope_head_dim, its rotated part");
+    }
+    STRATA_ASSIGN_OR_RETURN(k.index_topk, c.GetPositiveInt("index_topk"));
+  }
+  bool any_dense = false;
+  for (bool m : k.is_moe) any_dense |= !m;
+  if (any_dense) {
+    STRATA_ASSIGN_OR_RETURN(k.intermediate_size, c.GetPositiveInt("intermediate_size"));
+  }
+  bool any_moe = false;
+  for (bool m : k.is_moe) any_moe |= m;
+  if (any_moe) {
+    STRATA_ASSIGN_OR_RETURN(k.moe_intermediate_size, c.GetPositiveInt("moe_intermediate_size"));
+    STRATA_ASSIGN_OR_RETURN(k.num_experts, c.GetPositiveInt("n_routed_experts"));
+    STRATA_ASSIGN_OR_RETURN(k.experts_per_token, c.GetPositiveInt("num_experts_per_tok"));
+    STRATA_ASSIGN_OR_RETURN(k.num_shared_experts, c.GetIntOr("n_shared_experts", 1));
+    if (k.num_shared_experts < 0) return c.FieldError("n_shared_experts", "must be >= 0");
+    STRATA_ASSIGN_OR_RETURN(k.n_group, c.GetIntOr("n_group", 1));
+    STRATA_ASSIGN_OR_RETURN(k.topk_group, c.GetIntOr("topk_group", 1));
+    if (k.n_group < 1 || k.num_experts % k.n_group != 0 || k.num_experts / k.n_group < 2) {
+      return c.FieldError("n_group", "must divide n_routed_experts into groups of at least 2");
+    }
+    if (k.topk_group < 1 || k.topk_group > k.n_group) {
+      return c.FieldError("topk_group", "must be in [1, n_group]");
+    }
+    if (k.experts_per_token > k.topk_group * (k.num_experts / k.n_group)) {
+      return c.FieldError("num_experts_per_tok", "exceeds the experts of the topk_group groups");
+    }
+    STRATA_ASSIGN_OR_RETURN(k.norm_topk_prob, c.GetBoolOr("norm_topk_prob", true));
+    STRATA_ASSIGN_OR_RETURN(k.routed_scaling_factor, c.GetDoubleOr("routed_scaling_factor", 1.0));
+  }
+  return k;
+}
+
+}  // namespace strata
