@@ -21,7 +21,60 @@ STRATA_API void strata_engine_params_init(strata_engine_params* params) {
   params->log_callback = nullptr;
   params->log_user_data = nullptr;
   params->log_level = STRATA_LOG_INFO;
+  const strata::EngineOptions d;
+  params->memory_budget_bytes = d.memory_budget_bytes;
+  params->prefill_chunk_tokens = d.prefill_chunk_tokens;
+  params->max_batch = d.max_batch;
+  params->prefix_cache_bytes = 0;  // opt-in through the C ABI: snapshots cost a state copy each on the CPU
+  params->prefix_block_tokens = d.prefix_block_tokens;
+  params->metrics_callback = nullptr;
+  params->metrics_user_data = nullptr;
+  params->metrics_interval_ms = static_cast<int32_t>(d.metrics_interval_ms);
 }
+
+namespace {
+
+strata_latency ToCLatency(const strata::LatencyPercentiles& p) {
+  strata_latency l{};
+  l.count = p.count;
+  l.mean_ms = p.mean_ms;
+  l.p50_ms = p.p50_ms;
+  l.p90_ms = p.p90_ms;
+  l.p99_ms = p.p99_ms;
+  l.max_ms = p.max_ms;
+  return l;
+}
+
+strata_metrics ToCMetrics(const strata::EngineMetrics& m) {
+  strata_metrics c{};
+  c.struct_size = sizeof(strata_metrics);
+  c.requests_submitted = m.requests_submitted;
+  c.requests_finished = m.requests_finished;
+  c.requests_running = m.requests_running;
+  c.requests_waiting = m.requests_waiting;
+  c.preemptions = m.preemptions;
+  c.deadline_misses = m.deadline_misses;
+  c.ttft = ToCLatency(m.ttft);
+  c.tpot = ToCLatency(m.tpot);
+  c.queue = ToCLatency(m.queue);
+  c.prefix_lookup_tokens = m.prefix_lookup_tokens;
+  c.prefix_hit_tokens = m.prefix_hit_tokens;
+  c.prefill_tokens = m.prefill_tokens;
+  c.generated_tokens = m.generated_tokens;
+  c.decode_steps = m.decode_steps;
+  c.decode_rows = m.decode_rows;
+  c.memory_budget_bytes = m.memory_budget_bytes;
+  c.state_resident_bytes = m.state_resident_bytes;
+  c.state_attention_bytes = m.state_attention_bytes;
+  c.state_recurrent_bytes = m.state_recurrent_bytes;
+  c.state_swapped_bytes = m.state_swapped_bytes;
+  c.prefix_cache_bytes = m.prefix_cache_bytes;
+  c.prefix_cache_entries = m.prefix_cache_entries;
+  c.state_active_bytes = m.state_active_bytes;
+  return c;
+}
+
+}  // namespace
 
 STRATA_API strata_status strata_engine_create(const strata_engine_params* params, strata_engine** out_engine) {
   const Call call("strata_engine_create");
@@ -30,7 +83,8 @@ STRATA_API strata_status strata_engine_create(const strata_engine_params* params
     *out_engine = nullptr;
     strata_engine_params p;
     strata_engine_params_init(&p);
-    if (strata_status s = strata::capi::ReadParams(call, params, &p, sizeof(strata_engine_params),
+    // The first layout (before the scheduling fields) is still accepted.
+    if (strata_status s = strata::capi::ReadParams(call, params, &p, offsetof(strata_engine_params, memory_budget_bytes),
                                                    "strata_engine_params");
         s != STRATA_OK) {
       return s;
@@ -39,8 +93,27 @@ STRATA_API strata_status strata_engine_create(const strata_engine_params* params
       return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
                        absl::StrCat("log_level must be in [0, 3], got ", p.log_level));
     }
+    if (p.prefill_chunk_tokens < 0 || p.max_batch < 0 || p.prefix_block_tokens < 0 || p.metrics_interval_ms < 0) {
+      return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
+                       absl::StrCat("prefill_chunk_tokens (", p.prefill_chunk_tokens, "), max_batch (", p.max_batch,
+                                    "), prefix_block_tokens (", p.prefix_block_tokens, ") and metrics_interval_ms (",
+                                    p.metrics_interval_ms, ") must be >= 0"));
+    }
     strata::EngineOptions options;
     options.num_threads = p.num_threads;
+    // Zero keeps each default (the zero value of a field appended later means the old behaviour).
+    if (p.prefill_chunk_tokens > 0) options.prefill_chunk_tokens = p.prefill_chunk_tokens;
+    if (p.max_batch > 0) options.max_batch = p.max_batch;
+    if (p.prefix_block_tokens > 0) options.prefix_block_tokens = p.prefix_block_tokens;
+    if (p.metrics_interval_ms > 0) options.metrics_interval_ms = p.metrics_interval_ms;
+    options.memory_budget_bytes = p.memory_budget_bytes;
+    options.prefix_cache_bytes = p.prefix_cache_bytes;
+    if (p.metrics_callback != nullptr) {
+      options.metrics_callback = [cb = p.metrics_callback, ud = p.metrics_user_data](const strata::EngineMetrics& m) {
+        const strata_metrics c = ToCMetrics(m);
+        cb(&c, ud);
+      };
+    }
     options.min_log_level = static_cast<strata::LogLevel>(p.log_level);
     if (p.log_callback != nullptr) {
       options.log = [cb = p.log_callback, ud = p.log_user_data](strata::LogLevel level, std::string_view m) {
@@ -75,6 +148,16 @@ STRATA_API strata_status strata_engine_destroy(strata_engine* engine) {
     engine->impl.reset();  // joins the scheduler thread
     strata::capi::BuryHandle(engine);
     return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_engine_get_metrics(strata_engine* engine, strata_metrics* out_metrics) {
+  const Call call("strata_engine_get_metrics");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, engine, kEngineMagic, "engine"); s != STRATA_OK) return s;
+    if (out_metrics == nullptr) return call.NullArgument("out_metrics");
+    return strata::capi::WriteOut(call, out_metrics, ToCMetrics(engine->impl->Metrics()), sizeof(strata_metrics),
+                                  "strata_metrics");
   });
 }
 

@@ -1,6 +1,7 @@
 // strata_session_*: session lifecycle, prefill, logits, and the two generation
 // entry points (submit, and the blocking generate built on it).
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -37,7 +38,9 @@ std::span<const int32_t> TokenSpan(const int32_t* tokens, size_t count) {
 strata_status ToGenerationParams(const Call& call, const strata_request_params* in, GenerationParams* out,
                                  strata_request_params* c_params) {
   strata_request_params_init(c_params);
-  if (strata_status s = ReadParams(call, in, c_params, sizeof(strata_request_params), "strata_request_params");
+  // The first layout (before the scheduling fields) is still accepted.
+  if (strata_status s = ReadParams(call, in, c_params, offsetof(strata_request_params, priority),
+                                   "strata_request_params");
       s != STRATA_OK) {
     return s;
   }
@@ -56,6 +59,9 @@ strata_status ToGenerationParams(const Call& call, const strata_request_params* 
   out->sampling.presence_penalty = p.presence_penalty;
   out->sampling.frequency_penalty = p.frequency_penalty;
   out->sampling.seed = p.seed;
+  out->priority = p.priority;
+  out->deadline_ms = p.deadline_ms;
+  out->max_context_tokens = p.max_context_tokens;
   return STRATA_OK;
 }
 
@@ -89,6 +95,9 @@ STRATA_API void strata_request_params_init(strata_request_params* params) {
   params->seed = d.sampling.seed;
   params->token_callback = nullptr;
   params->user_data = nullptr;
+  params->priority = d.priority;
+  params->deadline_ms = d.deadline_ms;
+  params->max_context_tokens = d.max_context_tokens;
 }
 
 STRATA_API strata_status strata_session_create(strata_model* model, const strata_session_params* params,
@@ -183,6 +192,52 @@ STRATA_API strata_status strata_session_reset(strata_session* session) {
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
     return call.From(session->impl->Reset());
+  });
+}
+
+STRATA_API strata_status strata_session_fork(strata_session* session, strata_session** out_session) {
+  const Call call("strata_session_fork");
+  return Guarded(call, [&]() -> strata_status {
+    if (out_session == nullptr) return call.NullArgument("out_session");
+    *out_session = nullptr;
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    auto handle = std::make_unique<strata_session>();
+    auto fork = session->impl->Fork();
+    if (!fork.ok()) return call.From(fork.status());
+    handle->engine = session->engine;
+    handle->impl = *std::move(fork);
+    session->engine->num_sessions.fetch_add(1);
+    *out_session = handle.release();
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_session_mark(strata_session* session, uint64_t* out_mark) {
+  const Call call("strata_session_mark");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    if (out_mark == nullptr) return call.NullArgument("out_mark");
+    *out_mark = 0;
+    auto mark = session->impl->Mark();
+    if (!mark.ok()) return call.From(mark.status());
+    *out_mark = *mark;
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_session_rollback(strata_session* session, uint64_t mark) {
+  const Call call("strata_session_rollback");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    return call.From(session->impl->Rollback(mark));
+  });
+}
+
+STRATA_API strata_status strata_session_release_mark(strata_session* session, uint64_t mark) {
+  const Call call("strata_session_release_mark");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    return call.From(session->impl->ReleaseMark(mark));
   });
 }
 

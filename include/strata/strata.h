@@ -250,6 +250,93 @@ typedef int32_t strata_log_level;
  */
 typedef void (*strata_log_callback)(strata_log_level level, const char *message, void *user_data);
 
+/** @brief Percentiles of one latency over the engine's most recent 4096 samples, in milliseconds. */
+typedef struct strata_latency {
+  /** Samples ever recorded (not only those in the window). */
+  int64_t count;
+  /** Mean of the window. */
+  double mean_ms;
+  /** Median. */
+  double p50_ms;
+  /** 90th percentile. */
+  double p90_ms;
+  /** 99th percentile. */
+  double p99_ms;
+  /** Largest sample of the window. */
+  double max_ms;
+} strata_latency;
+
+/**
+ * @brief Serving metrics of an engine. Output struct: set struct_size = sizeof(strata_metrics).
+ *
+ * Memory is the engine's accounting by the models' state sizes
+ * (strata_model_info::state_bytes_per_token and state_bytes_per_sequence),
+ * by kind (attention rows, recurrent state, prefix-cache snapshots) and tier
+ * (resident within the budget, or moved aside by a preemption).
+ * @since 0.1
+ */
+typedef struct strata_metrics {
+  /** sizeof(strata_metrics); set by the caller. */
+  uint32_t struct_size;
+  /** Requests accepted by a submit call. */
+  int64_t requests_submitted;
+  /** Requests that ended (any reason). */
+  int64_t requests_finished;
+  /** Requests that ran in the scheduler's last iteration. */
+  int64_t requests_running;
+  /** Requests that wanted to run in the last iteration but waited (memory, batch slots, prefill budget). */
+  int64_t requests_waiting;
+  /** Times a running request's state was moved out of the memory budget to resume later. */
+  int64_t preemptions;
+  /** Requests that ended with ::STRATA_FINISH_DEADLINE. */
+  int64_t deadline_misses;
+  /** Time to first token: submit to the first generated token. */
+  strata_latency ttft;
+  /** Time per output token: between consecutive generated tokens of a request. */
+  strata_latency tpot;
+  /** Queue time: submit to the request's first scheduled work. */
+  strata_latency queue;
+  /** Prompt tokens that requests needed evaluated when the prefix cache was asked. */
+  int64_t prefix_lookup_tokens;
+  /** Of those, tokens restored from the prefix cache (hit rate = hit / lookup). */
+  int64_t prefix_hit_tokens;
+  /** Tokens run through prefill. */
+  int64_t prefill_tokens;
+  /** Tokens generated. */
+  int64_t generated_tokens;
+  /** Batched decode steps run. */
+  int64_t decode_steps;
+  /** Rows over all decode steps (mean batch size = decode_rows / decode_steps). */
+  int64_t decode_rows;
+  /** strata_engine_params::memory_budget_bytes (0: unlimited). */
+  uint64_t memory_budget_bytes;
+  /** Sequence state within the budget (attention + recurrent). */
+  uint64_t state_resident_bytes;
+  /** Of the resident state: attention rows (grow per token). */
+  uint64_t state_attention_bytes;
+  /** Of the resident state: recurrent state slots and conv tails (fixed per sequence). */
+  uint64_t state_recurrent_bytes;
+  /** State of preempted requests, moved aside (host tier). */
+  uint64_t state_swapped_bytes;
+  /** Snapshots held by the prefix cache (marks included). */
+  uint64_t prefix_cache_bytes;
+  /** Entries of the prefix cache. */
+  int64_t prefix_cache_entries;
+  /** Of the resident state: sessions running a request, the part the memory budget bounds together with
+   *  prefix_cache_bytes (idle sessions' states are the host's to reset or destroy). */
+  uint64_t state_active_bytes;
+} strata_metrics;
+
+/**
+ * @brief Receives the engine's metrics periodically (strata_engine_params::metrics_interval_ms).
+ * @param metrics   the metrics, valid only during the call
+ * @param user_data strata_engine_params::metrics_user_data
+ *
+ * Runs on the engine's scheduler thread, between scheduling iterations: keep
+ * it short. It must not call back into the library.
+ */
+typedef void (*strata_metrics_callback)(const strata_metrics *metrics, void *user_data);
+
 /** @brief Parameters of strata_engine_create(). Fill with strata_engine_params_init(). */
 typedef struct strata_engine_params {
   /** sizeof(strata_engine_params); set by strata_engine_params_init(). */
@@ -262,6 +349,28 @@ typedef struct strata_engine_params {
   void *log_user_data;
   /** Least severe level passed to log_callback; default ::STRATA_LOG_INFO. */
   strata_log_level log_level;
+  /** Bytes of running requests' sequence state plus prefix-cache snapshots the scheduler keeps resident
+   *  (strata_metrics::state_active_bytes + prefix_cache_bytes); growth is planned before it is applied, and
+   *  when it is short the prefix cache is evicted, then lower-priority requests are preempted (resumed
+   *  later), else a request waits; a request that cannot fit even alone fails with
+   *  ::STRATA_ERR_RESOURCE_EXHAUSTED. 0 (default): unlimited. @since 0.1 */
+  uint64_t memory_budget_bytes;
+  /** Prompt tokens evaluated per scheduling iteration over all requests, so long prompts are fed in chunks
+   *  between decode steps. 0: the default, 512. @since 0.1 */
+  int64_t prefill_chunk_tokens;
+  /** Most requests in one batched decode step. 0: the default, 64. @since 0.1 */
+  int32_t max_batch;
+  /** Capacity of the exact prefix cache in bytes (snapshots of whole model states at shared prefixes and
+   *  marks, see strata_session_mark()); 0 (default) turns it off. @since 0.1 */
+  uint64_t prefix_cache_bytes;
+  /** Block size of the prefix cache's chained hashes, in tokens. 0: the default, 64. @since 0.1 */
+  int32_t prefix_block_tokens;
+  /** Receives the metrics every metrics_interval_ms; NULL (default): none. @since 0.1 */
+  strata_metrics_callback metrics_callback;
+  /** Passed to metrics_callback unchanged; default NULL. @since 0.1 */
+  void *metrics_user_data;
+  /** Period of metrics_callback in milliseconds. 0: the default, 1000. @since 0.1 */
+  int32_t metrics_interval_ms;
 } strata_engine_params;
 
 /**
@@ -304,6 +413,18 @@ STRATA_API strata_status strata_engine_create(const strata_engine_params *params
  */
 STRATA_API strata_status strata_engine_destroy(strata_engine *engine);
 
+/**
+ * @brief Reads the engine's serving metrics now.
+ * @param[in]  engine      the engine
+ * @param[out] out_metrics receives the metrics; out_metrics->struct_size must be set by the caller
+ * @retval STRATA_OK                   written
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer or out_metrics->struct_size too small
+ * @retval STRATA_ERR_MISUSE           @p engine was destroyed or is not an engine
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_engine_get_metrics(strata_engine *engine, strata_metrics *out_metrics);
+
 /** @brief Kind of an event (one of the `STRATA_EVENT_*` values). */
 typedef int32_t strata_event_type;
 /** No event (set when strata_engine_poll_event() returns ::STRATA_AGAIN). */
@@ -345,6 +466,9 @@ typedef int32_t strata_finish_reason;
  *  NULL content, or a tool without callback in strata_session_chat()), or strata_chat_params::max_tool_rounds
  *  was reached. The calls stay unanswered in the conversation: add tool messages and chat again. @since 0.1 */
 #define STRATA_FINISH_TOOL_CALLS 9
+/** strata_request_params::deadline_ms passed before the request ended; the status is
+ *  ::STRATA_ERR_DEADLINE_EXCEEDED. @since 0.1 */
+#define STRATA_FINISH_DEADLINE 10
 
 /**
  * @brief One event from strata_engine_poll_event(). Output struct: set
@@ -669,6 +793,80 @@ STRATA_API strata_status strata_session_get_num_tokens(const strata_session *ses
  */
 STRATA_API strata_status strata_session_reset(strata_session *session);
 
+/**
+ * @brief Branches a conversation: a new session that continues from this one's history.
+ *
+ * The new session has the same model, context size, history, model state,
+ * marks, conversation messages and tools; afterwards the two evolve
+ * independently (generation on one never changes the other). On the CPU the
+ * model state is copied; a paged GPU executor shares attention rows
+ * copy-on-write.
+ *
+ * @param[in]  session     the session to branch; it must not be running a request
+ * @param[out] out_session receives the new session, owned by the caller (release with
+ *                         strata_session_destroy() before the engine); NULL on failure
+ * @retval STRATA_OK                      forked
+ * @retval STRATA_ERR_INVALID_ARGUMENT    a NULL pointer
+ * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or failed earlier
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @retval STRATA_ERR_OUT_OF_MEMORY       allocation failed
+ * @par Thread safety: one thread per session at a time; the new session is independent.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_fork(strata_session *session, strata_session **out_session);
+
+/**
+ * @brief Marks the current point of the conversation (end of a system prompt, a turn, a tool result).
+ *
+ * Evaluates a pending generated token, then keeps the model state at this
+ * point: strata_session_rollback() returns to it, and while the mark exists
+ * its prefix is pinned in the engine's prefix cache, so any session of the
+ * engine whose prompt starts with this exact history restores the state
+ * instead of evaluating it (exactly: the whole state or nothing).
+ *
+ * @param[in]  session  the session; it must not be running a request
+ * @param[out] out_mark receives the mark's id (> 0), valid for this session (and its forks)
+ * @retval STRATA_OK                      marked
+ * @retval STRATA_ERR_INVALID_ARGUMENT    a NULL pointer
+ * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or failed earlier
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_mark(strata_session *session, uint64_t *out_mark);
+
+/**
+ * @brief Returns the session to a mark: history, model state, logits and the conversation's messages.
+ *
+ * Marks made after @p mark stay valid (the session may move forward to them again).
+ * @param[in] session the session; it must not be running a request
+ * @param[in] mark    an id from strata_session_mark() on this session (or the session it was forked from)
+ * @retval STRATA_OK                      restored
+ * @retval STRATA_ERR_INVALID_ARGUMENT    @p session is NULL
+ * @retval STRATA_ERR_NOT_FOUND           no such mark (never made, or released)
+ * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or failed earlier
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_rollback(strata_session *session, uint64_t mark);
+
+/**
+ * @brief Forgets a mark; its prefix-cache entry is no longer pinned.
+ *
+ * strata_session_reset() and strata_session_destroy() forget every mark.
+ * @param[in] session the session; it must not be running a request
+ * @param[in] mark    an id from strata_session_mark()
+ * @retval STRATA_OK                      released
+ * @retval STRATA_ERR_INVALID_ARGUMENT    @p session is NULL
+ * @retval STRATA_ERR_NOT_FOUND           no such mark
+ * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_release_mark(strata_session *session, uint64_t mark);
+
 /** @} */
 
 /* ------------------------------------------------------------------------- */
@@ -728,6 +926,15 @@ typedef struct strata_request_params {
   strata_token_callback token_callback;
   /** Passed to token_callback unchanged; default NULL. */
   void *user_data;
+  /** Scheduling priority: higher is admitted, batched and given prefill budget first, and preempted last.
+   *  Default 0. @since 0.1 */
+  int32_t priority;
+  /** Milliseconds after submission by which the request must finish; when it passes first, the request
+   *  ends with ::STRATA_FINISH_DEADLINE and ::STRATA_ERR_DEADLINE_EXCEEDED. 0 (default): none. @since 0.1 */
+  int64_t deadline_ms;
+  /** The request ends with ::STRATA_FINISH_CONTEXT_FULL when the session's history reaches this many
+   *  tokens. 0 (default): the session's max_context_tokens. @since 0.1 */
+  int64_t max_context_tokens;
 } strata_request_params;
 
 /**

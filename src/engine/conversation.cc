@@ -59,6 +59,17 @@ void Conversation::ClearMessages() {
   if (auto family = text_->tool_call_family()) parser_ = ToolCallParser::Create(*family);
 }
 
+void Conversation::TruncateMessages(size_t n) {
+  while (messages_.size() > n) messages_.erase(messages_.size() - 1);
+}
+
+std::unique_ptr<Conversation> Conversation::Copy() const {
+  auto c = std::make_unique<Conversation>(text_);
+  c->messages_ = messages_;
+  c->tools_ = tools_;
+  return c;
+}
+
 const ToolSpec* Conversation::FindTool(const std::string& name) const {
   for (const ToolSpec& t : tools_) {
     if (t.name == name) return &t;

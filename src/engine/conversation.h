@@ -51,6 +51,11 @@ class Conversation {
   void ClearTools() { tools_.clear(); }
   // Forgets the messages (tools stay registered) and restarts call ids.
   void ClearMessages();
+  // Keeps the first `n` messages (session rollback).
+  void TruncateMessages(size_t n);
+  // A copy with the same messages and tools (session fork). Call ids of the
+  // copy's parser restart.
+  std::unique_ptr<Conversation> Copy() const;
 
   const ToolSpec* FindTool(const std::string& name) const;
   const std::vector<ToolSpec>& tools() const { return tools_; }

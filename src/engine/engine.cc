@@ -1,15 +1,27 @@
-// Engine: submission checks, the round-robin scheduler loop and the event queue.
+// Engine: submission checks, the continuous-batching scheduler and the event queue.
 #include "engine/engine.h"
 
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <new>
 #include <string>
 #include <system_error>
 #include <utility>
 
 namespace strata {
+namespace {
+
+Status ValidateSchedulingParams(const GenerationParams& p) {
+  if (p.deadline_ms < 0) return absl::InvalidArgumentError(absl::StrCat("deadline_ms must be >= 0, got ", p.deadline_ms));
+  if (p.max_context_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_context_tokens must be >= 0, got ", p.max_context_tokens));
+  }
+  return OkStatus();
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (options.num_threads < 0 || options.num_threads > 1024) {
@@ -17,6 +29,21 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   }
   if (options.max_pending_token_events == 0) {
     return absl::InvalidArgumentError("max_pending_token_events must be > 0");
+  }
+  if (options.prefill_chunk_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill_chunk_tokens must be >= 1, got ", options.prefill_chunk_tokens));
+  }
+  if (options.max_batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_batch must be >= 1, got ", options.max_batch));
+  }
+  if (options.prefix_block_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefix_block_tokens must be >= 1, got ", options.prefix_block_tokens));
+  }
+  if (options.metrics_interval_ms < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_interval_ms must be >= 1, got ", options.metrics_interval_ms));
   }
   // std::thread reports failure to start by throwing; the core answers with a value.
   try {
@@ -30,7 +57,43 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   }
 }
 
-Engine::Engine(const EngineOptions& options) : options_(options), pool_(options.num_threads) {}
+Engine::Engine(const EngineOptions& options)
+    : options_(options),
+      pool_(options.num_threads),
+      cache_(options.prefix_cache_bytes, options.prefix_block_tokens) {}
+
+void Engine::AdjustStateBytes(int64_t attention, int64_t recurrent, int64_t swapped, int64_t active) {
+  active_bytes_.fetch_add(static_cast<uint64_t>(active), std::memory_order_relaxed);
+  attention_bytes_.fetch_add(static_cast<uint64_t>(attention), std::memory_order_relaxed);
+  recurrent_bytes_.fetch_add(static_cast<uint64_t>(recurrent), std::memory_order_relaxed);
+  swapped_bytes_.fetch_add(static_cast<uint64_t>(swapped), std::memory_order_relaxed);
+}
+
+EngineMetrics Engine::Metrics() const {
+  EngineMetrics m;
+  m.requests_submitted = submitted_.load(std::memory_order_relaxed);
+  m.requests_finished = finished_.load(std::memory_order_relaxed);
+  m.requests_running = running_.load(std::memory_order_relaxed);
+  m.requests_waiting = waiting_.load(std::memory_order_relaxed);
+  m.preemptions = preemptions_.load(std::memory_order_relaxed);
+  m.deadline_misses = deadline_misses_.load(std::memory_order_relaxed);
+  recorder_.FillLatencies(&m);
+  m.prefix_lookup_tokens = prefix_lookup_tokens_.load(std::memory_order_relaxed);
+  m.prefix_hit_tokens = prefix_hit_tokens_.load(std::memory_order_relaxed);
+  m.prefill_tokens = prefill_tokens_.load(std::memory_order_relaxed);
+  m.generated_tokens = generated_tokens_.load(std::memory_order_relaxed);
+  m.decode_steps = decode_steps_.load(std::memory_order_relaxed);
+  m.decode_rows = decode_rows_.load(std::memory_order_relaxed);
+  m.memory_budget_bytes = options_.memory_budget_bytes;
+  m.state_attention_bytes = attention_bytes_.load(std::memory_order_relaxed);
+  m.state_recurrent_bytes = recurrent_bytes_.load(std::memory_order_relaxed);
+  m.state_resident_bytes = m.state_attention_bytes + m.state_recurrent_bytes;
+  m.state_swapped_bytes = swapped_bytes_.load(std::memory_order_relaxed);
+  m.state_active_bytes = active_bytes_.load(std::memory_order_relaxed);
+  m.prefix_cache_bytes = cache_.bytes();
+  m.prefix_cache_entries = cache_.entries();
+  return m;
+}
 
 Engine::~Engine() {
   {
@@ -59,16 +122,19 @@ StatusOr<std::shared_ptr<Request>> Engine::Submit(Session& session, std::span<co
     return absl::InvalidArgumentError(absl::StrCat("max_tokens must be >= 0, got ", params.max_tokens));
   }
   STRATA_RETURN_IF_ERROR(ValidateSamplingParams(params.sampling));
+  STRATA_RETURN_IF_ERROR(ValidateSchedulingParams(params));
   STRATA_RETURN_IF_ERROR(session.CheckTokens(prompt, "prompt_tokens"));
   STRATA_RETURN_IF_ERROR(session.CheckTokens(params.stop_tokens, "stop_tokens"));
   if (prompt.empty() && session.num_tokens() == 0) {
     return absl::InvalidArgumentError("empty prompt on an empty session: nothing to generate from");
   }
   // Room for at least one generated token.
-  if (session.num_tokens() + static_cast<int64_t>(prompt.size()) >= session.max_context_tokens()) {
+  const int64_t cap = params.max_context_tokens > 0 ? std::min(params.max_context_tokens, session.max_context_tokens())
+                                                    : session.max_context_tokens();
+  if (session.num_tokens() + static_cast<int64_t>(prompt.size()) >= cap) {
     return absl::OutOfRangeError(absl::StrCat("history of ", session.num_tokens(), " tokens plus a prompt of ",
                                               prompt.size(), " leaves no room in the context of ",
-                                              session.max_context_tokens(), " tokens"));
+                                              cap, " tokens"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return absl::FailedPreconditionError("the engine is shutting down");
@@ -76,9 +142,12 @@ StatusOr<std::shared_ptr<Request>> Engine::Submit(Session& session, std::span<co
   if (session.busy_.exchange(true, std::memory_order_acq_rel)) {
     return absl::FailedPreconditionError("the session is running a request");
   }
+  submitted_.fetch_add(1, std::memory_order_relaxed);
   auto request = std::make_shared<Request>(next_id_++, &session, std::vector<int32_t>(prompt.begin(), prompt.end()),
                                            std::move(params), tag, private_events);
   session.active_ = request.get();
+  session.counted_active_ = true;  // its state now counts against the memory budget
+  session.UpdateAccounting();
   queue_.push_back(request);
   work_cv_.notify_one();
   return request;
@@ -99,6 +168,7 @@ StatusOr<std::shared_ptr<Request>> Engine::SubmitChat(Session& session, Generati
   }
   if (!chat.variables.is_object()) return absl::InvalidArgumentError("template variables must be a JSON object");
   STRATA_RETURN_IF_ERROR(ValidateSamplingParams(params.sampling));
+  STRATA_RETURN_IF_ERROR(ValidateSchedulingParams(params));
   STRATA_RETURN_IF_ERROR(session.CheckTokens(params.stop_tokens, "stop_tokens"));
   // The template's end-of-turn markers end a chat message like EOS does.
   for (int32_t id : session.conversation()->text().end_of_turn_tokens()) {
@@ -120,9 +190,12 @@ StatusOr<std::shared_ptr<Request>> Engine::SubmitChat(Session& session, Generati
   if (session.busy_.exchange(true, std::memory_order_acq_rel)) {
     return absl::FailedPreconditionError("the session is running a request");
   }
+  submitted_.fetch_add(1, std::memory_order_relaxed);
   auto request = std::make_shared<Request>(next_id_++, &session, std::move(prompt), std::move(params), tag,
                                            private_events, std::move(turn));
   session.active_ = request.get();
+  session.counted_active_ = true;  // its state now counts against the memory budget
+  session.UpdateAccounting();
   queue_.push_back(request);
   work_cv_.notify_one();
   return request;
@@ -149,98 +222,538 @@ bool Engine::Eligible(const Request& r) const {
 void Engine::SchedulerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    auto it = std::find_if(queue_.begin(), queue_.end(), [&](const auto& r) { return Eligible(*r); });
-    if (it == queue_.end()) {
+    std::vector<RequestPtr> runnable, parked;
+    for (const auto& r : queue_) {
+      if (Eligible(*r)) {
+        runnable.push_back(r);
+      } else {
+        parked.push_back(r);
+      }
+    }
+    if (stop_) {
+      for (const auto& r : runnable) r->Cancel();
+    }
+    if (runnable.empty()) {
       if (stop_ && queue_.empty()) return;
-      work_cv_.wait(lock);
+      if (options_.metrics_callback) {
+        lock.unlock();
+        MaybeReportMetrics();
+        lock.lock();
+        work_cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, options_.metrics_interval_ms)));
+      } else {
+        work_cv_.wait(lock);
+      }
       continue;
     }
-    std::shared_ptr<Request> r = std::move(*it);
-    queue_.erase(it);
-    if (stop_) r->Cancel();
     lock.unlock();
-    bool done = true;
-    // The scheduler thread has no caller to hand an exception to (the standard
-    // library may throw bad_alloc): it becomes the request's error instead.
-    try {
-      done = Step(r);
-    } catch (const std::bad_alloc&) {
-      if (!r->finished()) Finish(r, FinishReason::kError, absl::ResourceExhaustedError("out of memory"));
-    } catch (const std::exception& e) {
-      if (!r->finished()) Finish(r, FinishReason::kError, absl::InternalError(e.what()));
-    }
+    RunIteration(std::move(runnable), std::move(parked));
+    MaybeReportMetrics();
     lock.lock();
-    // Back of the queue: every runnable request gets a token before this one gets another.
-    if (!done) queue_.push_back(std::move(r));
   }
 }
 
-bool Engine::Step(const std::shared_ptr<Request>& rp) {
-  if (rp->chat_ != nullptr) return StepChat(rp);
+void Engine::MaybeReportMetrics() {
+  if (!options_.metrics_callback) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_report_) return;
+  next_report_ = now + std::chrono::milliseconds(std::max<int64_t>(1, options_.metrics_interval_ms));
+  try {
+    options_.metrics_callback(Metrics());
+  } catch (...) {
+    // A host callback must not take the scheduler down.
+  }
+}
+
+void Engine::Fail(const RequestPtr& r, Status status) {
+  Log(LogLevel::kWarning, absl::StrCat("request ", r->id(), " failed: ", status.message()));
+  if (r->finished()) return;
+  if (r->chat_ != nullptr) {
+    FinishChat(r, FinishReason::kError, std::move(status));
+  } else {
+    Finish(r, FinishReason::kError, std::move(status));
+  }
+}
+
+// Runs `body` for one request; an exception (the standard library may throw
+// bad_alloc) becomes that request's error, never the scheduler's.
+template <class F>
+static void ForRequest(Engine* e, const std::shared_ptr<Request>& r, F&& body,
+                       void (Engine::*fail)(const std::shared_ptr<Request>&, Status)) {
+  try {
+    body();
+  } catch (const std::bad_alloc&) {
+    (e->*fail)(r, absl::ResourceExhaustedError("out of memory"));
+  } catch (const std::exception& ex) {
+    (e->*fail)(r, absl::InternalError(ex.what()));
+  }
+}
+
+bool Engine::Prepare(const RequestPtr& rp) {
   Request& r = *rp;
+  const bool chat = r.chat_ != nullptr;
+  auto end = [&](FinishReason reason, Status st) {
+    if (chat) {
+      FinishChat(rp, reason, std::move(st));
+    } else {
+      Finish(rp, reason, std::move(st));
+    }
+    return false;
+  };
   const FinishReason cancel = r.cancel_reason();
   if (cancel != FinishReason::kNone) {
-    Finish(rp, cancel,
-           cancel == FinishReason::kCallback
-               ? OkStatus()
-               : absl::CancelledError(absl::StrCat("request ", r.id(), " was cancelled")));
-    return true;
+    return end(cancel, cancel == FinishReason::kCallback
+                           ? OkStatus()
+                           : absl::CancelledError(absl::StrCat("request ", r.id(), " was cancelled")));
+  }
+  if (r.deadline_missed()) {
+    deadline_misses_.fetch_add(1, std::memory_order_relaxed);
+    return end(FinishReason::kDeadline,
+               absl::DeadlineExceededError(absl::StrCat("request ", r.id(), " missed its deadline of ",
+                                                        r.params_.deadline_ms, " ms")));
   }
   Session& s = *r.session_;
-  Status st = r.started_ ? s.Evaluate({}) : s.Evaluate(r.prompt_);
-  if (!st.ok()) {
-    Log(LogLevel::kWarning, absl::StrCat("request ", r.id(), " failed: ", st.message()));
-    Finish(rp, FinishReason::kError, std::move(st));
+  if (!chat) {
+    if (!r.started_) {
+      r.started_ = true;
+      r.history_ = r.prompt_;
+      BeginPrefill(r, r.prompt_);
+    }
     return true;
   }
-  if (!r.started_) {
+  ChatTurn& c = *r.chat_;
+  auto start_round = [&](std::vector<int32_t> prompt) -> Status {
+    STRATA_ASSIGN_OR_RETURN(Alignment a, s.AlignTo(prompt));
+    Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": conversation of ", prompt.size(), " tokens, ",
+                                       a.kind == AlignKind::kAppend ? "appending "
+                                       : a.kind == AlignKind::kCheckpoint
+                                           ? "diverged; from the checkpoint, evaluating "
+                                           : "diverged; from scratch, evaluating ",
+                                       a.suffix.size(), " new tokens"));
     r.started_ = true;
-    r.history_ = r.prompt_;
+    r.in_round_prefill_ = true;
+    r.round_prompt_ = std::move(prompt);
+    BeginPrefill(r, std::move(a.suffix));
+    return OkStatus();
+  };
+  Status st;
+  if (!r.started_) {
+    st = start_round(r.prompt_);
+  } else if (!r.in_round_prefill_) {
+    switch (c.wait_state()) {
+      case ChatTurn::Wait::kNone: break;
+      case ChatTurn::Wait::kBlocked: break;  // not eligible unless cancelled
+      case ChatTurn::Wait::kDeclined: return end(FinishReason::kToolCalls, OkStatus());
+      case ChatTurn::Wait::kReady: {
+        c.AppendResults();
+        auto prompt = c.Prompt();
+        st = prompt.ok() ? start_round(*std::move(prompt)) : prompt.status();
+        break;
+      }
+    }
   }
+  if (!st.ok()) {
+    Log(LogLevel::kWarning, absl::StrCat("request ", r.id(), " failed: ", st.message()));
+    return end(FinishReason::kError, std::move(st));
+  }
+  return true;
+}
+
+void Engine::BeginPrefill(Request& r, std::vector<int32_t> tokens) {
+  Session& s = *r.session_;
+  r.prefill_ = std::move(tokens);
+  r.prefill_pos_ = 0;
+  r.snapshots_.clear();
+  r.next_snapshot_ = 0;
+  const size_t before = s.tokens_.size();
+  const size_t target_len = before + r.prefill_.size();
+  if (cache_.enabled() && target_len > s.evaluated_) {
+    std::vector<int32_t> target = s.tokens_;
+    target.insert(target.end(), r.prefill_.begin(), r.prefill_.end());
+    prefix_lookup_tokens_.fetch_add(static_cast<int64_t>(target_len - s.evaluated_), std::memory_order_relaxed);
+    // Only a prefix covering the whole history (pending token included) can
+    // replace the session's state.
+    const int64_t min_len = static_cast<int64_t>(std::max(s.evaluated_, before == 0 ? 0 : before - 1));
+    std::shared_ptr<const StateSnapshot> hit =
+        cache_.Lookup(&s.model(), s.max_context_tokens(), target, min_len);
+    if (hit != nullptr && hit->tokens.size() >= before) {
+      prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - s.evaluated_),
+                                   std::memory_order_relaxed);
+      r.prefill_pos_ = hit->tokens.size() - before;
+      s.Restore(*hit);
+      Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": prefix cache hit of ", hit->tokens.size(),
+                                         " tokens; evaluating ", target_len - hit->tokens.size()));
+    }
+    // Snapshots for later requests that share a prefix: at the last block
+    // boundary of the prompt, and at the boundaries B, 2B, 4B, 8B... below
+    // it, so a shared prefix of any length is found with at least half of
+    // it restored. (On the CPU a snapshot is a full copy of the state, so
+    // not every block; a paged GPU cache would share every block.)
+    const int64_t b = cache_.block_tokens();
+    const int64_t last = static_cast<int64_t>(target_len) / b * b;
+    for (int64_t at = b; at < last; at *= 2) {
+      if (at > static_cast<int64_t>(s.evaluated_)) r.snapshots_.push_back(at);
+    }
+    if (last > static_cast<int64_t>(s.evaluated_)) r.snapshots_.push_back(last);
+  }
+}
+
+StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens) {
+  Session& s = *r.session_;
+  const size_t tail = s.tokens_.size() - s.evaluated_;
+  size_t n = std::min(r.prefill_.size() - r.prefill_pos_, static_cast<size_t>(std::max<int64_t>(0, max_tokens)));
+  while (r.next_snapshot_ < r.snapshots_.size() &&
+         r.snapshots_[r.next_snapshot_] <= static_cast<int64_t>(s.evaluated_)) {
+    ++r.next_snapshot_;
+  }
+  const int64_t snapshot_at = r.next_snapshot_ < r.snapshots_.size() ? r.snapshots_[r.next_snapshot_] : -1;
+  if (snapshot_at > 0 && static_cast<int64_t>(s.tokens_.size()) < snapshot_at) {
+    n = std::min(n, static_cast<size_t>(snapshot_at - static_cast<int64_t>(s.tokens_.size())));
+  }
+  STRATA_RETURN_IF_ERROR(s.Evaluate(std::span<const int32_t>(r.prefill_).subspan(r.prefill_pos_, n)));
+  r.prefill_pos_ += n;
+  prefill_tokens_.fetch_add(static_cast<int64_t>(n + tail), std::memory_order_relaxed);
+  if (snapshot_at > 0 && static_cast<int64_t>(s.evaluated_) == snapshot_at &&
+      !cache_.Contains(&s.model(), s.max_context_tokens(), std::span<const int32_t>(s.tokens_))) {
+    cache_.Insert(s.Snapshot());
+  }
+  if (r.prefill_pos_ == r.prefill_.size() && r.in_round_prefill_) {
+    // A chat round's prompt is in: its start is a turn boundary (the
+    // checkpoint AlignTo rewinds to, and a prefix-cache entry).
+    r.in_round_prefill_ = false;
+    if (r.first_round_) s.TakeCheckpoint();
+    r.first_round_ = false;
+    if (cache_.enabled() && !cache_.Contains(&s.model(), s.max_context_tokens(), std::span<const int32_t>(s.tokens_))) {
+      cache_.Insert(s.Snapshot());
+    }
+    r.history_ = std::move(r.round_prompt_);
+    r.round_prompt_.clear();
+    r.chat_->BeginMessage();
+  }
+  return static_cast<int64_t>(n + tail);
+}
+
+Engine::Need Engine::NeedOf(const Request& r) const {
+  if (r.finished()) return Need::kNone;
+  if (r.chat_ != nullptr && !r.in_round_prefill_ && r.chat_->wait_state() != ChatTurn::Wait::kNone) {
+    return Need::kNone;
+  }
+  const Session& s = *r.session_;
+  // A chat round's prefill also ends there (even with nothing new to feed).
+  if (r.prefill_pos_ < r.prefill_.size() || r.in_round_prefill_) return Need::kPrefill;
+  const size_t tail = s.tokens_.size() - s.evaluated_;
+  if (tail == 0) return Need::kSample;
+  if (tail == 1 && s.evaluated_ > 0) return Need::kDecode;
+  return Need::kPrefill;
+}
+
+double Engine::EffectiveCost(const Request& r) const {
+  const Session& s = *r.session_;
+  const int64_t tail = static_cast<int64_t>(s.tokens_.size() - s.evaluated_);
+  const int64_t fresh = std::max<int64_t>(1, static_cast<int64_t>(r.prefill_.size() - r.prefill_pos_) + tail);
+  const ModelInfo& info = s.model().info();
+  int64_t attention_layers = 0;
+  for (const std::string& kind : info.layer_kinds) {
+    // Linear-time mixers (KDA, Gated DeltaNet) cost the same at any context.
+    if (kind.rfind("kda", 0) != 0 && kind.rfind("gdn", 0) != 0 && kind.rfind("linear", 0) != 0) ++attention_layers;
+  }
+  const double layers = std::max<int32_t>(1, info.num_layers);
+  const double attended =
+      s.state_ == nullptr ? 0.0 : static_cast<double>(s.model().EffectiveAttendedTokens(*s.state_, fresh));
+  // Per new token: one unit per layer, plus attention layers' reads of
+  // `attended` earlier rows (a row costs about 1/1024 of a layer's matmuls).
+  return static_cast<double>(fresh) * (layers + static_cast<double>(attention_layers) * attended / 1024.0);
+}
+
+uint64_t Engine::ResidentBytes() const {
+  return active_bytes_.load(std::memory_order_relaxed) + cache_.bytes();
+}
+
+void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestPtr> parked) {
+  // 1. Cancellations, deadlines, round transitions, admission bookkeeping.
+  struct Work {
+    RequestPtr r;
+    Need need;
+    double cost;
+    int64_t chunk = 0;  // prefill tokens approved
+  };
+  std::vector<Work> work;
+  for (const RequestPtr& r : runnable) {
+    bool keep = false;
+    ForRequest(this, r, [&] { keep = Prepare(r); }, &Engine::Fail);
+    if (!keep || r->finished()) continue;
+    const Need need = NeedOf(*r);
+    if (need != Need::kNone) work.push_back({r, need, EffectiveCost(*r)});
+  }
+  std::sort(work.begin(), work.end(), [](const Work& a, const Work& b) {
+    if (a.r->params_.priority != b.r->params_.priority) return a.r->params_.priority > b.r->params_.priority;
+    // Decode rows (and ready samples) before prefills; among prefills the
+    // cheaper effective cost first; then arrival.
+    const bool ad = a.need != Need::kPrefill, bd = b.need != Need::kPrefill;
+    if (ad != bd) return ad;
+    if (!ad && a.cost != b.cost) return a.cost < b.cost;
+    return a.r->seq_ < b.r->seq_;
+  });
+
+  // 2. Plan: prefill budget, batch slots and memory, before anything grows.
+  const uint64_t budget = options_.memory_budget_bytes;
+  int64_t avail = budget == 0 ? std::numeric_limits<int64_t>::max()
+                              : static_cast<int64_t>(budget) - static_cast<int64_t>(ResidentBytes());
+  int64_t prefill_left = options_.prefill_chunk_tokens;
+  int32_t batch_left = options_.max_batch;
+  std::vector<bool> approved(work.size(), false), preempted(work.size(), false);
+  for (size_t i = 0; i < work.size(); ++i) {
+    Work& w = work[i];
+    Session& s = *w.r->session_;
+    const ModelInfo& info = s.model().info();
+    const int64_t per_token = static_cast<int64_t>(info.state_bytes_per_token);
+    const int64_t tail = static_cast<int64_t>(s.tokens_.size() - s.evaluated_);
+    int64_t grow_tokens = 0;
+    if (w.need == Need::kDecode) {
+      if (batch_left == 0) continue;
+      grow_tokens = 1;
+    } else if (w.need == Need::kPrefill) {
+      if (prefill_left <= 0) continue;
+      w.chunk = std::min<int64_t>(prefill_left, static_cast<int64_t>(w.r->prefill_.size() - w.r->prefill_pos_));
+      grow_tokens = w.chunk + tail;
+    }
+    const int64_t swap_in = s.swapped_ ? static_cast<int64_t>(StateBytes(info, s.num_evaluated())) : 0;
+    auto need_bytes = [&] { return swap_in + grow_tokens * per_token; };
+    if (budget != 0 && need_bytes() > avail) {
+      avail += static_cast<int64_t>(cache_.EvictTo(cache_.bytes() - std::min<uint64_t>(
+                                                       cache_.bytes(), static_cast<uint64_t>(need_bytes() - avail))));
+    }
+    if (budget != 0 && need_bytes() > avail && w.need == Need::kPrefill && per_token > 0) {
+      // A shorter chunk that fits still makes progress.
+      const int64_t fit = (avail - swap_in) / per_token - tail;
+      if (fit >= 1) {
+        w.chunk = std::min(w.chunk, fit);
+        grow_tokens = w.chunk + tail;
+      }
+    }
+    // Preempt parked requests (they cannot run now anyway), then
+    // lower-ranked admitted requests, lowest first.
+    for (const RequestPtr& q : parked) {
+      if (budget == 0 || need_bytes() <= avail) break;
+      Session& v = *q->session_;
+      if (&v == &s || v.swapped_ || !q->started_ || q->params_.priority > w.r->params_.priority) continue;
+      const int64_t held = static_cast<int64_t>(StateBytes(v.model().info(), v.num_evaluated()));
+      v.SwapOut();
+      preemptions_.fetch_add(1, std::memory_order_relaxed);
+      avail += held;
+    }
+    for (size_t j = work.size(); budget != 0 && need_bytes() > avail && j-- > i + 1;) {
+      Session& v = *work[j].r->session_;
+      if (approved[j] || preempted[j] || v.swapped_ || !work[j].r->started_ || &v == &s) continue;
+      const int64_t held = static_cast<int64_t>(StateBytes(v.model().info(), v.num_evaluated()));
+      v.SwapOut();
+      preempted[j] = true;
+      preemptions_.fetch_add(1, std::memory_order_relaxed);
+      avail += held;
+      Log(LogLevel::kDebug, absl::StrCat("request ", work[j].r->id(), " preempted (", held,
+                                         " bytes moved aside) for request ", w.r->id()));
+    }
+    if (budget != 0 && need_bytes() > avail) continue;  // waits
+    approved[i] = true;
+    avail -= need_bytes();
+    if (s.swapped_) s.SwapIn();
+    if (w.need == Need::kDecode) --batch_left;
+    if (w.need == Need::kPrefill) prefill_left -= w.chunk;
+    if (!w.r->scheduled_) {
+      w.r->scheduled_ = true;
+      recorder_.AddQueue(std::chrono::duration<double, std::milli>(Request::Clock::now() - w.r->submitted_).count());
+    }
+  }
+  if (budget != 0 && !work.empty() && std::none_of(approved.begin(), approved.end(), [](bool a) { return a; })) {
+    // Nothing fits. A request whose own state would exceed the whole budget
+    // can never run: it fails. Otherwise it waits for memory held by other
+    // requests (they finish), idle sessions (the host resets or destroys
+    // them) or pinned marks (released).
+    const Work& first = work[0];
+    const Session& s = *first.r->session_;
+    const int64_t grow = first.need == Need::kDecode ? 1
+                         : first.need == Need::kPrefill
+                             ? std::max<int64_t>(1, static_cast<int64_t>(s.tokens_.size() - s.evaluated_))
+                             : 0;
+    // Pinned prefix-cache entries (marks) stay too; everything else in the
+    // cache can go.
+    cache_.EvictTo(0);
+    const uint64_t alone = StateBytes(s.model().info(), s.num_evaluated() + grow) + cache_.bytes();
+    if (alone > budget) {
+      Fail(first.r, absl::ResourceExhaustedError(absl::StrCat("request ", first.r->id(), " needs ", alone,
+                                                              " bytes of state, more than the memory budget of ",
+                                                              budget, " bytes")));
+    } else {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait_for(lock, std::chrono::milliseconds(5));
+    }
+  }
+
+  // 3. One batched decode step per model for every approved decode row.
+  std::vector<RequestPtr> ready;
+  std::vector<std::pair<const Model*, std::vector<size_t>>> groups;
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (!approved[i] || work[i].need != Need::kDecode) continue;
+    const Model* m = &work[i].r->session_->model();
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& p) { return p.first == m; });
+    if (g == groups.end()) {
+      groups.push_back({m, {}});
+      g = groups.end() - 1;
+    }
+    g->second.push_back(i);
+  }
+  for (const auto& [model, rows] : groups) {
+    const size_t batch = rows.size();
+    const size_t vocab = static_cast<size_t>(model->info().vocab_size);
+    std::vector<int32_t> tokens(batch);
+    std::vector<SequenceState*> states(batch);
+    for (size_t b = 0; b < batch; ++b) {
+      Session& s = *work[rows[b]].r->session_;
+      tokens[b] = s.tokens_.back();
+      states[b] = s.state_.get();
+    }
+    Status st;
+    std::vector<float> logits;
+    try {
+      logits.resize(batch * vocab);
+      st = model->DecodeBatch(tokens, states, logits.data());
+    } catch (const std::bad_alloc&) {
+      st = absl::ResourceExhaustedError("out of memory");
+    } catch (const std::exception& e) {
+      st = absl::InternalError(e.what());
+    }
+    if (st.ok()) {
+      decode_steps_.fetch_add(1, std::memory_order_relaxed);
+      decode_rows_.fetch_add(static_cast<int64_t>(batch), std::memory_order_relaxed);
+      for (size_t b = 0; b < batch; ++b) {
+        Session& s = *work[rows[b]].r->session_;
+        s.logits_.assign(logits.begin() + static_cast<std::ptrdiff_t>(b * vocab),
+                         logits.begin() + static_cast<std::ptrdiff_t>((b + 1) * vocab));
+        s.evaluated_ = s.tokens_.size();
+        s.UpdateAccounting();
+        ready.push_back(work[rows[b]].r);
+      }
+      continue;
+    }
+    // One failing request must not take the batch with it. A batch runs its
+    // rows in order (the CPU default) or fails before any row runs (argument
+    // errors, checked first). Rows whose state advanced were run, logits
+    // row written; the first row that did not is the one at fault (its state
+    // is unknown: it fails and its session needs a reset); the rows after it
+    // never ran and are retried one by one.
+    Log(LogLevel::kWarning, absl::StrCat("batched decode of ", batch, " rows failed (", st.message(), ")"));
+    const bool argument = absl::IsInvalidArgument(st) || absl::IsOutOfRange(st);
+    bool blamed = false;
+    for (size_t b = 0; b < batch; ++b) {
+      const RequestPtr& r = work[rows[b]].r;
+      Session& s = *r->session_;
+      if (s.state_->num_tokens() == static_cast<int64_t>(s.tokens_.size()) && !logits.empty()) {
+        s.logits_.assign(logits.begin() + static_cast<std::ptrdiff_t>(b * vocab),
+                         logits.begin() + static_cast<std::ptrdiff_t>((b + 1) * vocab));
+        s.evaluated_ = s.tokens_.size();
+        s.UpdateAccounting();
+        ready.push_back(r);
+        continue;
+      }
+      if (!blamed && !argument) {
+        blamed = true;
+        s.failed_ = true;
+        Fail(r, st);
+        continue;
+      }
+      ForRequest(this, r, [&] {
+        Status one = r->session_->Evaluate({});
+        if (one.ok()) {
+          ready.push_back(r);
+        } else {
+          Fail(r, std::move(one));
+        }
+      }, &Engine::Fail);
+    }
+  }
+
+  // 4. Prefill chunks under the token budget.
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (!approved[i]) continue;
+    const RequestPtr& r = work[i].r;
+    if (work[i].need == Need::kSample) {
+      ready.push_back(r);
+      continue;
+    }
+    if (work[i].need != Need::kPrefill) continue;
+    ForRequest(this, r, [&] {
+      StatusOr<int64_t> used = PrefillChunk(*r, work[i].chunk);
+      if (!used.ok()) {
+        Fail(r, used.status());
+        return;
+      }
+      if (NeedOf(*r) == Need::kSample) ready.push_back(r);
+    }, &Engine::Fail);
+  }
+
+  // 5. Sampling and events for every request whose logits are ready.
+  for (const RequestPtr& r : ready) {
+    if (r->finished()) continue;
+    ForRequest(this, r, [&] {
+      if (r->chat_ != nullptr) {
+        SampleAndEmitChat(r);
+      } else {
+        SampleAndEmit(r);
+      }
+    }, &Engine::Fail);
+  }
+  int64_t running = 0;
+  for (size_t i = 0; i < work.size(); ++i) running += approved[i] ? 1 : 0;
+  running_.store(running, std::memory_order_relaxed);
+  waiting_.store(static_cast<int64_t>(work.size()) - running, std::memory_order_relaxed);
+}
+
+void Engine::NoteToken(Request& r) {
+  const auto now = Request::Clock::now();
+  if (!r.has_token_time_) {
+    recorder_.AddTtft(std::chrono::duration<double, std::milli>(now - r.submitted_).count());
+    r.has_token_time_ = true;
+  } else {
+    recorder_.AddTpot(std::chrono::duration<double, std::milli>(now - r.last_token_at_).count());
+  }
+  r.last_token_at_ = now;
+  generated_tokens_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The request's context cap: its own limit, else the session's.
+static int64_t ContextCap(const Request& r, const Session& s) {
+  const int64_t own = r.params().max_context_tokens;
+  return own > 0 ? std::min(own, s.max_context_tokens()) : s.max_context_tokens();
+}
+
+void Engine::SampleAndEmit(const RequestPtr& rp) {
+  Request& r = *rp;
+  Session& s = *r.session_;
   const int32_t token = r.sampler_.Sample(s.logits_, r.history_);
   // The token joins the history now and is evaluated by the next step (or lazily
   // by the session), so a request that ends here costs no extra forward.
   s.PushPending(token);
   r.history_.push_back(token);
+  NoteToken(r);
 
   const GenerationParams& p = r.params_;
   const int32_t eos = s.model().info().eos_token_id;
   if (p.stop_at_eos && eos >= 0 && token == eos) {
     Finish(rp, FinishReason::kEos, OkStatus(), token);
-    return true;
+    return;
   }
   if (std::find(p.stop_tokens.begin(), p.stop_tokens.end(), token) != p.stop_tokens.end()) {
     Finish(rp, FinishReason::kStopToken, OkStatus(), token);
-    return true;
+    return;
   }
   PushToken(rp, token);
   if (p.max_tokens > 0 && r.num_generated() >= p.max_tokens) {
     Finish(rp, FinishReason::kMaxTokens, OkStatus());
-    return true;
+    return;
   }
-  if (s.num_tokens() >= s.max_context_tokens()) {
+  if (s.num_tokens() >= ContextCap(r, s)) {
     Finish(rp, FinishReason::kContextFull, OkStatus());
-    return true;
+    return;
   }
-  return false;
-}
-
-Status Engine::StartRound(Request& r, std::vector<int32_t> prompt) {
-  Session& s = *r.session_;
-  STRATA_ASSIGN_OR_RETURN(Alignment a, s.AlignTo(prompt));
-  Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": conversation of ", prompt.size(), " tokens, ",
-                                     a.kind == AlignKind::kAppend       ? "appending "
-                                     : a.kind == AlignKind::kCheckpoint ? "diverged; from the checkpoint, evaluating "
-                                                                        : "diverged; from scratch, evaluating ",
-                                     a.suffix.size(), " new tokens"));
-  STRATA_RETURN_IF_ERROR(s.Evaluate(a.suffix));
-  // The first round of a request starts a turn: later turns that re-render
-  // this one differently (dropped reasoning) restart from here.
-  if (!r.started_) s.TakeCheckpoint();
-  r.started_ = true;
-  r.history_ = std::move(prompt);
-  r.chat_->BeginMessage();
-  return OkStatus();
 }
 
 void Engine::RecordToken(Request& r, int32_t token) {
@@ -271,48 +784,15 @@ void Engine::FinishChat(const std::shared_ptr<Request>& r, FinishReason reason, 
   Finish(r, reason, std::move(status), token);
 }
 
-bool Engine::StepChat(const std::shared_ptr<Request>& rp) {
+void Engine::SampleAndEmitChat(const RequestPtr& rp) {
   Request& r = *rp;
   ChatTurn& c = *r.chat_;
   Session& s = *r.session_;
-  const FinishReason cancel = r.cancel_reason();
-  if (cancel != FinishReason::kNone) {
-    FinishChat(rp, cancel,
-               cancel == FinishReason::kCallback
-                   ? OkStatus()
-                   : absl::CancelledError(absl::StrCat("request ", r.id(), " was cancelled")));
-    return true;
-  }
-  Status st;
-  if (!r.started_) {
-    st = StartRound(r, r.prompt_);
-  } else {
-    switch (c.wait_state()) {
-      case ChatTurn::Wait::kNone:
-        st = s.Evaluate({});  // the token sampled last step
-        break;
-      case ChatTurn::Wait::kBlocked: return false;  // not eligible; woken by SubmitToolResult
-      case ChatTurn::Wait::kDeclined:
-        FinishChat(rp, FinishReason::kToolCalls, OkStatus());
-        return true;
-      case ChatTurn::Wait::kReady: {
-        c.AppendResults();
-        auto prompt = c.Prompt();
-        st = prompt.ok() ? StartRound(r, *std::move(prompt)) : prompt.status();
-        break;
-      }
-    }
-  }
-  if (!st.ok()) {
-    Log(LogLevel::kWarning, absl::StrCat("request ", r.id(), " failed: ", st.message()));
-    FinishChat(rp, FinishReason::kError, std::move(st));
-    return true;
-  }
-
   const int32_t token = r.sampler_.Sample(s.logits_, r.history_);
   s.PushPending(token);
   r.history_.push_back(token);
   RecordToken(r, token);
+  NoteToken(r);
   const GenerationParams& p = r.params_;
   const int32_t eos = s.model().info().eos_token_id;
   const bool is_eos = p.stop_at_eos && eos >= 0 && token == eos;
@@ -320,34 +800,31 @@ bool Engine::StepChat(const std::shared_ptr<Request>& rp) {
     PushEvents(rp, c.EndMessage());
     if (c.wait_state() == ChatTurn::Wait::kNone) {
       FinishChat(rp, is_eos ? FinishReason::kEos : FinishReason::kStopToken, OkStatus(), token);
-      return true;
+      return;
     }
     if (c.rounds() >= c.options().max_tool_rounds) {
       FinishChat(rp, FinishReason::kToolCalls, OkStatus(), token);
-      return true;
     }
-    return false;  // waits for the results (Eligible), then starts the next round
+    return;  // waits for the results (Eligible), then starts the next round
   }
   bool stopped = false;
   auto events = c.Push(token, &stopped);
   if (!events.ok()) {
     FinishChat(rp, FinishReason::kError, events.status());
-    return true;
+    return;
   }
   PushEvents(rp, *std::move(events));
   if (stopped) {
     FinishChat(rp, FinishReason::kStopString, OkStatus());
-    return true;
+    return;
   }
   if (p.max_tokens > 0 && r.num_generated() >= p.max_tokens) {
     FinishChat(rp, FinishReason::kMaxTokens, OkStatus());
-    return true;
+    return;
   }
-  if (s.num_tokens() >= s.max_context_tokens()) {
+  if (s.num_tokens() >= ContextCap(r, s)) {
     FinishChat(rp, FinishReason::kContextFull, OkStatus());
-    return true;
   }
-  return false;
 }
 
 void Engine::PushToken(const std::shared_ptr<Request>& r, int32_t token) {
@@ -370,9 +847,19 @@ void Engine::PushToken(const std::shared_ptr<Request>& r, int32_t token) {
 }
 
 void Engine::Finish(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token) {
+  // A preempted request's state comes back into the accounting with its
+  // session, which leaves the budget (idle sessions are the host's).
+  r->session_->swapped_ = false;
+  r->session_->counted_active_ = false;
+  r->session_->UpdateAccounting();
+  r->prefill_.clear();
+  r->prefill_pos_ = 0;
   r->SetOutcome(reason, status);
+  finished_.fetch_add(1, std::memory_order_relaxed);
   const int64_t n = r->num_generated();
   std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find(queue_.begin(), queue_.end(), r);
+  if (it != queue_.end()) queue_.erase(it);
   // The scheduler does not touch the session after this point, so its owner may
   // use it as soon as it sees the session idle or the FINISHED event.
   Session& s = *r->session_;

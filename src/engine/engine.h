@@ -1,11 +1,17 @@
-// Engine: the compute thread pool, the scheduler thread that runs submitted
-// requests round-robin one token at a time, and the event queue that carries
-// their tokens, text, tool calls and outcomes back to the host. Chat requests
+// Engine: the compute thread pool, the scheduler thread that serves every
+// submitted request with continuous batching (each iteration: one batched
+// decode step of all decoding requests, plus prefill chunks under a token
+// budget, admitted under a memory budget by priority and effective cost),
+// the exact prefix cache, serving metrics, and the event queue that carries
+// tokens, text, tool calls and outcomes back to the host. docs/serving.md
+// describes the design. Chat requests
 // run the tool loop here: generate, deliver tool calls, wait for results,
 // append them through the template and continue from the held state.
 #ifndef STRATA_ENGINE_ENGINE_H_
 #define STRATA_ENGINE_ENGINE_H_
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -22,6 +28,8 @@
 #include "base/thread_pool.h"
 #include "engine/chat_turn.h"
 #include "engine/event.h"
+#include "engine/metrics.h"
+#include "engine/prefix_cache.h"
 #include "engine/request.h"
 #include "engine/session.h"
 
@@ -37,6 +45,27 @@ struct EngineOptions {
   // Undelivered TOKEN events per request before the scheduler pauses it, so a
   // host that polls slowly bounds memory and a cancel lands within this many tokens.
   size_t max_pending_token_events = 64;
+
+  // Prompt tokens evaluated per scheduler iteration, all prefills together,
+  // so a long prompt is fed in chunks between decode steps of the running
+  // requests instead of stalling them. >= 1.
+  int64_t prefill_chunk_tokens = 512;
+  // Most decode rows in one batched step. >= 1.
+  int32_t max_batch = 64;
+  // Bytes of sequence state (ModelInfo::state_bytes_per_token/_per_sequence
+  // accounting) plus prefix-cache snapshots the scheduler may keep resident.
+  // Growth is planned before it is applied: short of room, the cache is
+  // evicted, then lower-priority requests are preempted, else the request
+  // waits. 0: unlimited.
+  uint64_t memory_budget_bytes = 0;
+  // Capacity of the prefix cache in bytes; 0 turns it off.
+  uint64_t prefix_cache_bytes = 256ull << 20;
+  // Block size of the prefix cache's chained hashes; a prefill snapshots its
+  // state at the last block boundary of its prompt. >= 1.
+  int32_t prefix_block_tokens = 64;
+  // Called every metrics_interval_ms on the scheduler thread (keep it short).
+  std::function<void(const EngineMetrics&)> metrics_callback;
+  int64_t metrics_interval_ms = 1000;
 };
 
 // Thread-safety: every public method is thread-safe. Sessions must be
@@ -109,16 +138,45 @@ class Engine {
   // scheduler has finished it. Called by ~Session.
   void CancelAndWait(Session& session);
 
+  // Serving metrics now.
+  EngineMetrics Metrics() const;
+  PrefixCache& prefix_cache() { return cache_; }
+  const EngineOptions& options() const { return options_; }
+  // Sessions report their state bytes here (deltas; see Session::UpdateAccounting).
+  void AdjustStateBytes(int64_t attention, int64_t recurrent, int64_t swapped, int64_t active);
+
  private:
+  using RequestPtr = std::shared_ptr<Request>;
+  // What a request needs from this iteration.
+  enum class Need { kNone, kPrefill, kDecode, kSample };
+
   explicit Engine(const EngineOptions& options);
   void SchedulerLoop();
-  // Runs one token of `r` on the scheduler thread (no lock held). Returns true
-  // when the request finished (its FINISHED event is queued).
-  bool Step(const std::shared_ptr<Request>& r);
+  // One scheduler iteration over `runnable` (no lock held). `parked`:
+  // admitted requests not runnable now (backpressure, waiting for tool
+  // results), whose states may still be preempted.
+  void RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestPtr> parked);
+  // Cancellation, deadlines, chat round transitions and admission of a
+  // request; false when it finished.
+  bool Prepare(const RequestPtr& r);
+  Need NeedOf(const Request& r) const;
+  // Starts (or continues a chat request with) a prefill of `tokens` after
+  // the session's history, restoring the longest cached prefix first.
+  void BeginPrefill(Request& r, std::vector<int32_t> tokens);
+  // Evaluates up to `max_tokens` of r's prefill; returns the tokens used.
+  StatusOr<int64_t> PrefillChunk(Request& r, int64_t max_tokens);
+  // Logits are ready: samples, emits events, applies the stop rules.
+  void SampleAndEmit(const RequestPtr& r);
+  void SampleAndEmitChat(const RequestPtr& r);
+  // Scheduling order (higher first): priority, then running before waiting,
+  // then lower effective cost, then arrival.
+  double EffectiveCost(const Request& r) const;
+  uint64_t ResidentBytes() const;
+  void Fail(const RequestPtr& r, Status status);
+  void MaybeReportMetrics();
+  void NoteToken(Request& r);
   void PushToken(const std::shared_ptr<Request>& r, int32_t token);
-  // Chat requests: one step, the start of a round, and event delivery.
-  bool StepChat(const std::shared_ptr<Request>& r);
-  Status StartRound(Request& r, std::vector<int32_t> prompt);
+  // Chat requests: event delivery.
   void RecordToken(Request& r, int32_t token);
   void PushEvents(const std::shared_ptr<Request>& r, std::vector<Event> events);
   // Ends a chat request: closes an open message, appends answered tool results.
@@ -136,10 +194,20 @@ class Engine {
   std::condition_variable work_cv_;   // scheduler: a request became runnable, or stop
   std::condition_variable event_cv_;  // pollers: an event was queued
   std::condition_variable idle_cv_;   // CancelAndWait: a request finished
-  std::deque<std::shared_ptr<Request>> queue_;  // unfinished requests not being stepped, guarded by mu_
+  std::deque<std::shared_ptr<Request>> queue_;  // unfinished requests, guarded by mu_
   std::deque<Event> events_;                    // guarded by mu_
   uint64_t next_id_ = 1;                        // guarded by mu_
   bool stop_ = false;                           // guarded by mu_
+
+  PrefixCache cache_;
+  MetricsRecorder recorder_;
+  std::atomic<uint64_t> attention_bytes_{0}, recurrent_bytes_{0}, swapped_bytes_{0};
+  std::atomic<uint64_t> active_bytes_{0};  // resident state of sessions running a request (budgeted)
+  std::atomic<int64_t> submitted_{0}, finished_{0}, preemptions_{0}, deadline_misses_{0};
+  std::atomic<int64_t> prefix_lookup_tokens_{0}, prefix_hit_tokens_{0}, prefill_tokens_{0};
+  std::atomic<int64_t> generated_tokens_{0}, decode_steps_{0}, decode_rows_{0};
+  std::atomic<int64_t> running_{0}, waiting_{0};
+  std::chrono::steady_clock::time_point next_report_{};  // scheduler thread
   std::thread scheduler_;
 };
 

@@ -19,6 +19,7 @@ const char* FinishReasonName(FinishReason reason) {
     case FinishReason::kCallback: return "callback";
     case FinishReason::kStopString: return "stop_string";
     case FinishReason::kToolCalls: return "tool_calls";
+    case FinishReason::kDeadline: return "deadline";
   }
   return "unknown";
 }
@@ -32,6 +33,7 @@ Request::Request(uint64_t id, Session* session, std::vector<int32_t> prompt, Gen
       tag_(tag),
       private_events_(private_events),
       chat_(std::move(chat)),
+      seq_(id),
       sampler_(params_.sampling) {}
 
 Request::~Request() = default;

@@ -5,6 +5,7 @@
 #define STRATA_ENGINE_REQUEST_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,7 @@ enum class FinishReason : int32_t {
   kCallback = 7,     // the blocking loop's token callback asked to stop
   kStopString = 8,   // chat: the text reached one of ChatOptions::stop_strings
   kToolCalls = 9,    // chat: the model called tools that were declined or over max_tool_rounds
+  kDeadline = 10,    // GenerationParams::deadline_ms passed first (status DeadlineExceeded)
 };
 const char* FinishReasonName(FinishReason reason);
 
@@ -38,6 +40,15 @@ struct GenerationParams {
   std::vector<int32_t> stop_tokens;  // end the request when generated (not delivered)
   bool stop_at_eos = true;
   SamplingParams sampling;
+  // Scheduling: higher runs first (admission, batch slots, prefill budget)
+  // and is preempted last. Any int32.
+  int32_t priority = 0;
+  // Milliseconds after submission by which the request must finish; when it
+  // passes first, the request ends with kDeadline. 0: none.
+  int64_t deadline_ms = 0;
+  // The request ends with kContextFull when the session's history reaches
+  // this many tokens. 0: the session's max_context_tokens (also the cap).
+  int64_t max_context_tokens = 0;
 };
 
 // Thread-safety: Cancel() and the outcome getters are safe from any thread.
@@ -88,10 +99,32 @@ class Request {
   const std::unique_ptr<ChatTurn> chat_;
   std::atomic<FinishReason> cancel_reason_{FinishReason::kNone};
 
+  using Clock = std::chrono::steady_clock;
+
   // Scheduler-thread state.
-  bool started_ = false;          // prompt appended to the session
+  bool started_ = false;          // admitted: prefill began (chat: the first round's)
+  // Tokens still to evaluate before the next sample (the prompt, or a chat
+  // round's suffix), fed in chunks under the per-iteration budget.
+  std::vector<int32_t> prefill_;
+  size_t prefill_pos_ = 0;
+  bool in_round_prefill_ = false;   // chat: a round's prefill is running
+  bool first_round_ = true;         // chat: the next round is the request's first
+  std::vector<int32_t> round_prompt_;  // chat: that round's whole rendering
+  // History lengths where the prefill snapshots its state for the prefix
+  // cache (ascending), and the next one to reach.
+  std::vector<int64_t> snapshots_;
+  size_t next_snapshot_ = 0;
+  bool scheduled_ = false;          // queue time recorded
+  const uint64_t seq_;              // arrival order
+  const Clock::time_point submitted_ = Clock::now();
+  Clock::time_point last_token_at_{};
+  bool has_token_time_ = false;
   std::vector<int32_t> history_;  // prompt + sampled tokens: the penalties' window
   Sampler sampler_;
+  bool deadline_missed() const {
+    return params_.deadline_ms > 0 &&
+           Clock::now() - submitted_ >= std::chrono::milliseconds(params_.deadline_ms);
+  }
 
   // Engine-mutex state (Engine::mu_).
   bool detached_ = false;       // owner let go: drop its events

@@ -37,9 +37,116 @@ Session::Session(Engine* engine, std::shared_ptr<const Model> model, std::unique
                  int64_t max_context, std::shared_ptr<const TextModel> text)
     : engine_(engine), model_(std::move(model)), state_(std::move(state)), max_context_(max_context) {
   if (text != nullptr) conversation_ = std::make_unique<Conversation>(std::move(text));
+  UpdateAccounting();
 }
 
-Session::~Session() { engine_->CancelAndWait(*this); }
+Session::~Session() {
+  engine_->CancelAndWait(*this);
+  marks_.clear();
+  checkpoint_.reset();
+  state_.reset();
+  tokens_.clear();
+  evaluated_ = 0;
+  swapped_ = false;
+  UpdateAccounting();
+}
+
+void Session::UpdateAccounting() {
+  const ModelInfo& info = model_->info();
+  const uint64_t attention = state_ == nullptr ? 0 : info.state_bytes_per_token * evaluated_;
+  const uint64_t recurrent = state_ == nullptr ? 0 : info.state_bytes_per_sequence;
+  uint64_t att = swapped_ ? 0 : attention, rec = swapped_ ? 0 : recurrent;
+  uint64_t swp = swapped_ ? attention + recurrent : 0;
+  uint64_t act = counted_active_ ? att + rec : 0;
+  engine_->AdjustStateBytes(static_cast<int64_t>(att) - static_cast<int64_t>(accounted_attention_),
+                            static_cast<int64_t>(rec) - static_cast<int64_t>(accounted_recurrent_),
+                            static_cast<int64_t>(swp) - static_cast<int64_t>(accounted_swapped_),
+                            static_cast<int64_t>(act) - static_cast<int64_t>(accounted_active_));
+  accounted_attention_ = att;
+  accounted_recurrent_ = rec;
+  accounted_swapped_ = swp;
+  accounted_active_ = act;
+}
+
+void Session::SwapOut() {
+  swapped_ = true;
+  UpdateAccounting();
+}
+
+void Session::SwapIn() {
+  swapped_ = false;
+  UpdateAccounting();
+}
+
+std::shared_ptr<const StateSnapshot> Session::Snapshot() const {
+  auto snap = std::make_shared<StateSnapshot>();
+  snap->model = model_.get();
+  snap->max_context = max_context_;
+  snap->tokens.assign(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(evaluated_));
+  snap->state = state_->Clone();
+  snap->logits = logits_;
+  snap->bytes = StateBytes(model_->info(), static_cast<int64_t>(evaluated_));
+  return snap;
+}
+
+void Session::Restore(const StateSnapshot& snap) {
+  state_ = snap.state->Clone();
+  tokens_ = snap.tokens;
+  evaluated_ = tokens_.size();
+  logits_ = snap.logits;
+  failed_ = false;
+  if (checkpoint_ != nullptr && checkpoint_tokens_ > evaluated_) {
+    checkpoint_.reset();
+    checkpoint_tokens_ = 0;
+    checkpoint_logits_.clear();
+  }
+  UpdateAccounting();
+}
+
+StatusOr<std::unique_ptr<Session>> Session::Fork() const {
+  STRATA_RETURN_IF_ERROR(CheckIdle());
+  auto s = std::unique_ptr<Session>(new Session(engine_, model_, state_->Clone(), max_context_, nullptr));
+  s->tokens_ = tokens_;
+  s->evaluated_ = evaluated_;
+  s->logits_ = logits_;
+  if (checkpoint_ != nullptr) {
+    s->checkpoint_ = checkpoint_->Clone();
+    s->checkpoint_tokens_ = checkpoint_tokens_;
+    s->checkpoint_logits_ = checkpoint_logits_;
+  }
+  s->marks_ = marks_;  // snapshots are immutable and shared
+  s->next_mark_ = next_mark_;
+  if (conversation_ != nullptr) s->conversation_ = conversation_->Copy();
+  s->UpdateAccounting();
+  return s;
+}
+
+StatusOr<uint64_t> Session::Mark() {
+  STRATA_RETURN_IF_ERROR(CheckIdle());
+  STRATA_RETURN_IF_ERROR(Evaluate({}));
+  MarkPoint m;
+  m.snap = Snapshot();
+  m.messages = conversation_ != nullptr ? conversation_->messages().size() : 0;
+  if (evaluated_ > 0) engine_->prefix_cache().Insert(m.snap);
+  const uint64_t id = next_mark_++;
+  marks_.emplace(id, std::move(m));
+  return id;
+}
+
+Status Session::Rollback(uint64_t id) {
+  STRATA_RETURN_IF_ERROR(CheckIdle());
+  auto it = marks_.find(id);
+  if (it == marks_.end()) return absl::NotFoundError(absl::StrCat("no mark ", id, " on this session"));
+  Restore(*it->second.snap);
+  if (conversation_ != nullptr) conversation_->TruncateMessages(it->second.messages);
+  return OkStatus();
+}
+
+Status Session::ReleaseMark(uint64_t id) {
+  if (busy()) return absl::FailedPreconditionError("the session is running a request");
+  if (marks_.erase(id) == 0) return absl::NotFoundError(absl::StrCat("no mark ", id, " on this session"));
+  return OkStatus();
+}
 
 Status Session::CheckIdle() const {
   if (busy()) return absl::FailedPreconditionError("the session is running a request");
@@ -80,6 +187,7 @@ Status Session::Evaluate(std::span<const int32_t> more) {
   }
   tokens_.insert(tokens_.end(), more.begin(), more.end());
   evaluated_ = tokens_.size();
+  UpdateAccounting();
   return OkStatus();
 }
 
@@ -106,7 +214,9 @@ Status Session::Reset() {
   checkpoint_.reset();
   checkpoint_tokens_ = 0;
   checkpoint_logits_.clear();
+  marks_.clear();
   if (conversation_ != nullptr) conversation_->ClearMessages();
+  UpdateAccounting();
   return OkStatus();
 }
 
@@ -137,6 +247,7 @@ StatusOr<Alignment> Session::AlignTo(std::span<const int32_t> target) {
     checkpoint_.reset();
     checkpoint_tokens_ = 0;
   }
+  UpdateAccounting();
   a.kept = tokens_.size();
   a.suffix.assign(target.begin() + static_cast<std::ptrdiff_t>(a.kept), target.end());
   return a;

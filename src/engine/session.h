@@ -7,12 +7,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "base/status.h"
 #include "engine/conversation.h"
+#include "engine/prefix_cache.h"
 #include "model/model.h"
 #include "text/text_model.h"
 
@@ -64,9 +66,27 @@ class Session {
   // Logits predicting the token after the whole history ([vocab]); evaluates a
   // pending tail first. Valid until the next call on the session.
   StatusOr<std::span<const float>> Logits();
-  // Empties history, state, checkpoint and conversation messages (tools stay
-  // registered) and clears the failed flag.
+  // Empties history, state, checkpoint, marks and conversation messages
+  // (tools stay registered) and clears the failed flag.
   Status Reset();
+
+  // A new session continuing from this one's history: same model, context,
+  // state, logits, checkpoint, marks, conversation messages and tools. Both
+  // then evolve independently. On the CPU the state is copied (Clone); a
+  // paged GPU executor can share attention blocks copy-on-write instead.
+  StatusOr<std::unique_ptr<Session>> Fork() const;
+  // Marks the current point (end of a system prompt, a turn, a tool
+  // result): evaluates a pending token, snapshots the state and returns the
+  // mark's id (> 0). The snapshot also enters the engine's prefix cache
+  // pinned, so other sessions whose prompts start with this history restore
+  // it instead of evaluating it, until ReleaseMark / Reset / destruction.
+  StatusOr<uint64_t> Mark();
+  // Returns to mark `id`: history, state, logits and (chat) the messages
+  // present when it was made. Later marks stay valid. NotFound for an
+  // unknown id.
+  Status Rollback(uint64_t id);
+  // Forgets mark `id` (unpins its prefix-cache entry). NotFound when unknown.
+  Status ReleaseMark(uint64_t id);
 
   // The chat conversation; null when the session was made without a
   // TextModel. Mutate it only while the session is idle.
@@ -84,6 +104,10 @@ class Session {
   Engine& engine() const { return *engine_; }
   bool busy() const { return busy_.load(std::memory_order_acquire); }
   bool failed() const { return failed_; }
+  // Tokens the state has consumed (the history minus a pending sampled token).
+  int64_t num_evaluated() const { return static_cast<int64_t>(evaluated_); }
+  // Preempted by the scheduler: its state is outside the memory budget.
+  bool swapped() const { return swapped_; }
 
  private:
   friend class Engine;
@@ -98,6 +122,17 @@ class Session {
   Status Evaluate(std::span<const int32_t> more);
   // Appends a sampled token without evaluating it.
   void PushPending(int32_t token) { tokens_.push_back(token); }
+  // A snapshot of the fully evaluated history (state Clone + logits).
+  std::shared_ptr<const StateSnapshot> Snapshot() const;
+  // Continues from `snap`, whose tokens must extend the evaluated history.
+  void Restore(const StateSnapshot& snap);
+  // Keeps the engine's memory counters equal to this session's state bytes.
+  void UpdateAccounting();
+  // The scheduler moves a preempted session's state out of the memory budget
+  // and back. On the CPU both tiers are host memory, so only the accounting
+  // moves; an executor with device memory would copy the state to the host.
+  void SwapOut();
+  void SwapIn();
 
   // Prepares the history to continue as `target` (the whole conversation
   // rendered and tokenized), using the longest common token prefix:
@@ -127,6 +162,21 @@ class Session {
   std::unique_ptr<SequenceState> checkpoint_;   // state after checkpoint_tokens_ history tokens
   size_t checkpoint_tokens_ = 0;
   std::vector<float> checkpoint_logits_;        // logits_ at the checkpoint
+  struct MarkPoint {
+    std::shared_ptr<const StateSnapshot> snap;
+    size_t messages = 0;  // conversation messages when marked
+  };
+  std::map<uint64_t, MarkPoint> marks_;
+  uint64_t next_mark_ = 1;
+  bool swapped_ = false;
+  // Whether the state counts against the engine's memory budget: set by the
+  // engine while a request runs on the session (idle sessions' states are
+  // the host's to reset or destroy, and reported apart).
+  bool counted_active_ = false;
+  uint64_t accounted_attention_ = 0;  // bytes this session added to the engine's counters
+  uint64_t accounted_recurrent_ = 0;
+  uint64_t accounted_swapped_ = 0;
+  uint64_t accounted_active_ = 0;
   std::atomic<bool> busy_{false};  // a request is running; set and cleared by the engine
   Request* active_ = nullptr;      // that request; guarded by the engine's mutex
 };

@@ -80,6 +80,9 @@ class PlacedModel final : public Model {
                                  uint64_t seed) const override {
     return inner_->FillContextForBenchmark(state, num_tokens, seed);
   }
+  int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const override {
+    return inner_->EffectiveAttendedTokens(state, new_tokens);
+  }
 
  private:
   std::unique_ptr<Model> inner_;

@@ -127,6 +127,16 @@ class Model {
                                    std::span<const DecodeSampling> sampling,
                                    int32_t* out_tokens) const;
 
+  // Scheduling cost hook: how many earlier tokens one step of `new_tokens`
+  // appended to `state` attends to, per attention layer, for the engine's
+  // ordering of requests by effective cost. Linear-attention layers do not
+  // depend on it (their cost is per token). Default: the context length
+  // (dense attention); a sparse executor (DSA) reports its selected-token
+  // count instead.
+  virtual int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const {
+    return state.num_tokens() + new_tokens;
+  }
+
   // BENCHMARK-ONLY shortcut: makes `state` (empty) hold `num_tokens` tokens of
   // random cache and recurrent-state contents without running prefill, so
   // decode at a long context can be timed quickly. The contents are not those

@@ -298,7 +298,10 @@ std::vector<int64_t> ToInt64(const std::vector<int32_t>& v) { return std::vector
 
 }  // namespace
 
+StatusOr<std::string> WriteBenchPreset(const std::string& name) { return WritePreset(name); }
+
 int RunBench(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[2]) == "serve") return RunBenchServe(argc, argv);
   const std::string cmd = "bench";
   Flags flags(cmd,
               {"model", "preset", "prompt-len", "gen-len", "threads", "repeats", "device", "load-format", "batch",

@@ -114,6 +114,11 @@ int RunDemo(int argc, char** argv);
 int RunTokenize(int argc, char** argv);
 int RunDetokenize(int argc, char** argv);
 int RunTemplate(int argc, char** argv);
+// serve.cc: `strata generate --prompts-jsonl` and `strata bench serve`.
+int RunGenerateBatch(int argc, char** argv);
+int RunBenchServe(int argc, char** argv);
+// bench.cc: writes a --preset's config.json and returns its directory.
+StatusOr<std::string> WriteBenchPreset(const std::string& name);
 
 }  // namespace strata::cli
 

@@ -30,11 +30,18 @@ constexpr char kHelp[] =
     "  --stop ID,ID,...          stop when one of these ids is generated (not printed)\n"
     "  --ignore-eos              do not stop at the model's EOS id\n"
     "  --threads N               compute threads (default: one per core)\n"
-    "  --device cpu|cuda|auto    cpu (default); cuda/auto: the GPU when usable, else the CPU with a notice\n";
+    "  --device cpu|cuda|auto    cpu (default); cuda/auto: the GPU when usable, else the CPU with a notice\n"
+    "\n"
+    "       strata generate --model DIR --prompts-jsonl IN.jsonl --max-new K [--concurrency C] ...\n"
+    "  many prompts through the serving engine (strata generate --prompts-jsonl x --help)\n";
 
 }  // namespace
 
 int RunGenerate(int argc, char** argv) {
+  // Many prompts at once go through the serving driver (serve.cc).
+  for (int i = 2; i < argc; ++i) {
+    if (std::string(argv[i]).rfind("--prompts-jsonl", 0) == 0) return RunGenerateBatch(argc, argv);
+  }
   const std::string cmd = "generate";
   Flags flags(cmd,
               {"model", "tokens", "max-new", "temperature", "top-k", "top-p", "min-p", "repetition-penalty",

@@ -1,0 +1,155 @@
+// PrefixCache: block-chained keys, LRU with pinning, exact verification.
+#include "engine/prefix_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace strata {
+namespace {
+
+// splitmix64 finaliser: a cheap, well-mixed 64-bit hash step.
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t HashTokens(uint64_t seed, std::span<const int32_t> tokens) {
+  uint64_t h = seed;
+  for (int32_t t : tokens) h = Mix(h ^ static_cast<uint32_t>(t));
+  return h;
+}
+
+}  // namespace
+
+uint64_t StateBytes(const ModelInfo& info, int64_t tokens) {
+  return info.state_bytes_per_sequence + info.state_bytes_per_token * static_cast<uint64_t>(std::max<int64_t>(0, tokens));
+}
+
+PrefixCache::PrefixCache(uint64_t capacity_bytes, int32_t block_tokens)
+    : capacity_(capacity_bytes), block_tokens_(std::max(1, block_tokens)) {}
+
+// The key of a prefix chains one hash per full block (each block's hash
+// depends on every block before it), then the partial tail and the length:
+// a GPU block table can reuse the per-block chain as its block identities.
+uint64_t PrefixCache::Key(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const {
+  uint64_t h = Mix(reinterpret_cast<uintptr_t>(model) ^ Mix(static_cast<uint64_t>(max_context)));
+  const size_t b = static_cast<size_t>(block_tokens_);
+  size_t i = 0;
+  for (; i + b <= tokens.size(); i += b) h = Mix(h ^ HashTokens(0x5EED, tokens.subspan(i, b)));
+  h = Mix(h ^ HashTokens(0x7A11, tokens.subspan(i)));
+  return Mix(h ^ static_cast<uint64_t>(tokens.size()));
+}
+
+std::shared_ptr<const StateSnapshot> PrefixCache::Lookup(const Model* model, int64_t max_context,
+                                                         std::span<const int32_t> tokens, int64_t min_tokens) {
+  if (!enabled()) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [len, n] : lengths_) {  // longest first
+    if (len > static_cast<int64_t>(tokens.size())) continue;
+    if (len <= min_tokens) break;
+    const auto prefix = tokens.first(static_cast<size_t>(len));
+    const uint64_t key = Key(model, max_context, prefix);
+    auto [lo, hi] = by_key_.equal_range(key);
+    for (auto it = lo; it != hi; ++it) {
+      const StateSnapshot& s = *it->second->snap;
+      // The hash only finds candidates; the tokens decide (exactness).
+      if (s.model != model || s.max_context != max_context || s.tokens.size() != prefix.size() ||
+          !std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) {
+        continue;
+      }
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return lru_.front().snap;
+    }
+  }
+  return nullptr;
+}
+
+bool PrefixCache::Contains(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const {
+  if (!enabled()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [lo, hi] = by_key_.equal_range(Key(model, max_context, tokens));
+  for (auto it = lo; it != hi; ++it) {
+    const StateSnapshot& s = *it->second->snap;
+    if (s.model == model && s.max_context == max_context && s.tokens.size() == tokens.size() &&
+        std::equal(tokens.begin(), tokens.end(), s.tokens.begin())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool PrefixCache::Insert(std::shared_ptr<const StateSnapshot> snap) {
+  if (!enabled() || snap == nullptr || snap->state == nullptr) return false;
+  if (snap->bytes > capacity_) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t key = Key(snap->model, snap->max_context, snap->tokens);
+  auto [lo, hi] = by_key_.equal_range(key);
+  for (auto it = lo; it != hi; ++it) {
+    const StateSnapshot& s = *it->second->snap;
+    if (s.model == snap->model && s.max_context == snap->max_context && s.tokens == snap->tokens) {
+      EraseLocked(it->second);
+      break;
+    }
+  }
+  lru_.push_front(Entry{key, snap});
+  by_key_.emplace(key, lru_.begin());
+  ++lengths_[static_cast<int64_t>(snap->tokens.size())];
+  bytes_ += snap->bytes;
+  if (bytes_ > capacity_) EvictLocked(capacity_);
+  // It may have been the only unpinned entry left to drop; a pinned one that
+  // still does not fit (pinned entries fill the cache) is not kept either:
+  // the cache never grows past its capacity.
+  for (auto [a, b] = by_key_.equal_range(key); a != b; ++a) {
+    if (a->second->snap != snap) continue;
+    if (bytes_ <= capacity_) return true;
+    EraseLocked(a->second);
+    return false;
+  }
+  return false;
+}
+
+void PrefixCache::EraseLocked(List::iterator it) {
+  auto [lo, hi] = by_key_.equal_range(it->key);
+  for (auto k = lo; k != hi; ++k) {
+    if (k->second == it) {
+      by_key_.erase(k);
+      break;
+    }
+  }
+  auto len = lengths_.find(static_cast<int64_t>(it->snap->tokens.size()));
+  if (len != lengths_.end() && --len->second == 0) lengths_.erase(len);
+  bytes_ -= it->snap->bytes;
+  lru_.erase(it);
+}
+
+uint64_t PrefixCache::EvictLocked(uint64_t target_bytes) {
+  uint64_t freed = 0;
+  for (auto it = lru_.end(); bytes_ > target_bytes && it != lru_.begin();) {
+    --it;
+    // use_count > 1: a session's mark (or a restore in progress) holds it.
+    if (it->snap.use_count() > 1) continue;
+    auto victim = it++;
+    freed += victim->snap->bytes;
+    EraseLocked(victim);
+  }
+  return freed;
+}
+
+uint64_t PrefixCache::EvictTo(uint64_t target_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return EvictLocked(target_bytes);
+}
+
+uint64_t PrefixCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+int64_t PrefixCache::entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(lru_.size());
+}
+
+}  // namespace strata

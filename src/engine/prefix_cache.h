@@ -1,0 +1,96 @@
+// PrefixCache: exact prefix caching for hybrid models. An entry is a whole
+// restorable sequence state (recurrent matrices, conv tails and attention
+// rows together) at a token prefix, keyed by a chain of block hashes and
+// verified token by token on lookup, so a hit restores everything or is a
+// miss: never attention rows without the recurrent state that goes with them.
+//
+// CPU implementation: an entry holds a SequenceState::Clone snapshot (a deep
+// copy). The interface hands out shared, immutable StateSnapshots and
+// restores by cloning one into a session, so a paged GPU executor can later
+// make a snapshot reference shared attention blocks copy-on-write and copy
+// only the recurrent slots, without changing the engine.
+#ifndef STRATA_ENGINE_PREFIX_CACHE_H_
+#define STRATA_ENGINE_PREFIX_CACHE_H_
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "model/model.h"
+
+namespace strata {
+
+// A sequence state frozen at `tokens`: restore with state->Clone(). Immutable
+// once made, so it may be shared between the cache, sessions' marks and
+// forks.
+struct StateSnapshot {
+  const Model* model = nullptr;
+  int64_t max_context = 0;            // capacity of the state (sessions only restore their own size)
+  std::vector<int32_t> tokens;        // the exact prefix the state has consumed
+  std::unique_ptr<SequenceState> state;
+  std::vector<float> logits;          // [vocab] after the last token
+  uint64_t bytes = 0;                 // the model's accounting of this state
+};
+
+// Bytes of a state of `tokens` tokens by the model's accounting.
+uint64_t StateBytes(const ModelInfo& info, int64_t tokens);
+
+// Thread-safety: every method is thread-safe.
+class PrefixCache {
+ public:
+  // capacity_bytes 0 disables the cache (Insert keeps nothing).
+  PrefixCache(uint64_t capacity_bytes, int32_t block_tokens);
+
+  bool enabled() const { return capacity_ > 0; }
+  int32_t block_tokens() const { return block_tokens_; }
+
+  // The longest entry of (model, max_context) whose tokens are a prefix of
+  // `tokens` and longer than `min_tokens`; null on a miss. Marks it used.
+  std::shared_ptr<const StateSnapshot> Lookup(const Model* model, int64_t max_context,
+                                              std::span<const int32_t> tokens, int64_t min_tokens);
+
+  // Adds `snap` (replacing an entry of the same prefix), then evicts least
+  // recently used unpinned entries until the cache fits its capacity. A
+  // snapshot is pinned while anything besides the cache holds it (a
+  // session's mark). Returns false when it was not kept (cache off, or it
+  // could not fit: the cache never holds more than its capacity, pinned
+  // entries included).
+  bool Insert(std::shared_ptr<const StateSnapshot> snap);
+  // True when an entry of exactly this prefix exists (no LRU update).
+  bool Contains(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const;
+
+  // Drops unpinned entries, least recently used first, until bytes() <= target.
+  // Returns the bytes freed.
+  uint64_t EvictTo(uint64_t target_bytes);
+
+  uint64_t bytes() const;
+  int64_t entries() const;
+
+ private:
+  struct Entry {
+    uint64_t key;
+    std::shared_ptr<const StateSnapshot> snap;
+  };
+  using List = std::list<Entry>;  // front: most recently used
+
+  uint64_t Key(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const;
+  uint64_t EvictLocked(uint64_t target_bytes);  // requires mu_
+  void EraseLocked(List::iterator it);          // requires mu_
+
+  const uint64_t capacity_;
+  const int32_t block_tokens_;
+  mutable std::mutex mu_;
+  List lru_;                                              // guarded by mu_
+  std::unordered_multimap<uint64_t, List::iterator> by_key_;  // guarded by mu_
+  std::map<int64_t, int64_t, std::greater<int64_t>> lengths_;  // prefix length -> entries; guarded by mu_
+  uint64_t bytes_ = 0;                                    // guarded by mu_
+};
+
+}  // namespace strata
+
+#endif  // STRATA_ENGINE_PREFIX_CACHE_H_

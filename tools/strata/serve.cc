@@ -1,0 +1,402 @@
+// `strata generate --prompts-jsonl` and `strata bench serve`: many requests
+// through the serving engine at once (continuous batching, chunked prefill,
+// prefix cache), from one closed-loop driver that keeps --concurrency
+// requests in flight. generate prints the ids; bench serve reports
+// throughput, TTFT/TPOT percentiles and the prefix-cache hit rate, in-process
+// (like `vllm bench serve` without the HTTP server).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cli.h"
+#include "engine/engine.h"
+#include "engine/request.h"
+#include "engine/session.h"
+#include "jsonl.h"
+#include "model/model.h"
+
+namespace strata::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  Clock::time_point submitted, first_token, last_token;
+  FinishReason reason = FinishReason::kNone;
+  Status status;
+};
+
+// Keeps up to `concurrency` requests in flight, each on a fresh session of
+// `max_context` tokens (one size for all, so prefix-cache entries are shared),
+// until every prompt is done.
+Status RunClosedLoop(Engine& engine, const std::shared_ptr<const Model>& model,
+                     const std::vector<std::vector<int32_t>>& prompts, const GenerationParams& params,
+                     bool seed_per_request, int64_t concurrency, int64_t max_context, std::vector<Outcome>* out) {
+  out->assign(prompts.size(), Outcome{});
+  struct Live {
+    size_t index;
+    std::unique_ptr<Session> session;
+    std::shared_ptr<Request> request;
+  };
+  std::unordered_map<const Request*, Live> live;
+  size_t next = 0, done = 0;
+  auto submit_next = [&]() -> Status {
+    const size_t i = next++;
+    SessionOptions so;
+    so.max_context_tokens = max_context;
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::Create(&engine, model, so));
+    GenerationParams p = params;
+    if (seed_per_request) p.sampling.seed += i;
+    (*out)[i].submitted = Clock::now();
+    auto r = engine.Submit(*s, prompts[i], p);
+    if (!r.ok()) return Status(r.status().code(), absl::StrCat("prompt ", i + 1, ": ", r.status().message()));
+    const Request* key = r->get();
+    live.emplace(key, Live{i, std::move(s), *std::move(r)});
+    return OkStatus();
+  };
+  while (next < prompts.size() && static_cast<int64_t>(live.size()) < concurrency) {
+    STRATA_RETURN_IF_ERROR(submit_next());
+  }
+  Event ev;
+  while (done < prompts.size()) {
+    engine.PollEvent(&ev, -1);
+    auto it = live.find(ev.request.get());
+    if (it == live.end()) continue;
+    Outcome& o = (*out)[it->second.index];
+    if (ev.type == EventType::kToken) {
+      const auto now = Clock::now();
+      if (o.tokens.empty()) o.first_token = now;
+      o.last_token = now;
+      o.tokens.push_back(ev.token);
+      continue;
+    }
+    if (ev.type != EventType::kFinished) continue;
+    o.reason = ev.finish_reason;
+    o.status = ev.status;
+    ev = Event{};
+    live.erase(it);  // the session goes with it
+    ++done;
+    if (next < prompts.size()) STRATA_RETURN_IF_ERROR(submit_next());
+  }
+  return OkStatus();
+}
+
+// Flags shared by both commands: model placement, engine and sampling.
+const std::vector<std::string> kCommonValueFlags = {
+    "model", "preset", "device", "load-format", "threads", "concurrency", "prefill-chunk", "max-batch",
+    "memory-budget", "prefix-cache-bytes", "prefix-block", "temperature", "top-k", "top-p", "seed"};
+const std::vector<std::string> kCommonBoolFlags = {"help", "no-prefix-cache"};
+
+constexpr char kCommonHelp[] =
+    "  --model DIR               model directory (or --preset kimi-linear-48b-a3b: dummy weights, no download)\n"
+    "  --device cpu|cuda|auto    cpu (default); cuda/auto: the GPU when usable, else the CPU with a notice\n"
+    "  --load-format auto|dummy  the checkpoint (default) or config.json with random weights\n"
+    "  --concurrency C           requests kept in flight (default 8)\n"
+    "  --prefill-chunk N         prompt tokens per scheduler iteration, all requests together (default 512)\n"
+    "  --max-batch B             most rows of one decode step (default: --concurrency)\n"
+    "  --memory-budget BYTES     state + prefix-cache bytes the scheduler keeps resident (default: unlimited)\n"
+    "  --no-prefix-cache         turn the prefix cache off\n"
+    "  --prefix-cache-bytes N    prefix-cache capacity (default 256 MiB)\n"
+    "  --prefix-block N          prefix-cache block size in tokens (default 64)\n"
+    "  --temperature T           0 = greedy (default 0); --top-k K --top-p P --seed S\n"
+    "  --threads N               compute threads (default: one per core)\n";
+
+struct Setup {
+  std::unique_ptr<Engine> engine;
+  std::shared_ptr<const Model> model;
+  GenerationParams params;
+  int64_t concurrency = 8;
+};
+
+// Parses the common flags, creates the engine and loads the model. Returns
+// an exit code (kExitOk on success).
+int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup* s) {
+  Device device = Device::kCpu;
+  if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &device); rc != kExitOk) return rc;
+  LoadOptions lo;
+  lo.device = device;
+  if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &lo.load_format); rc != kExitOk) return rc;
+  if (flags.Has("model") == flags.Has("preset")) return Fail(cmd, "give one of --model and --preset", kExitUsage);
+  std::string dir = flags.String("model", "");
+  if (flags.Has("preset")) {
+    auto preset = WriteBenchPreset(flags.String("preset", ""));
+    if (!preset.ok()) return Fail(cmd, preset.status(), ExitCodeFor(preset.status()));
+    dir = *preset;
+    lo.load_format = LoadFormat::kDummy;
+  }
+  const double kBig = std::numeric_limits<float>::max();
+  auto concurrency = flags.Int("concurrency", 8, 1, 4096);
+  auto chunk = flags.Int("prefill-chunk", 512, 1, int64_t{1} << 30);
+  auto threads = flags.Int("threads", 0, 0, 4096);
+  auto budget = flags.Int("memory-budget", 0, 0, std::numeric_limits<int64_t>::max());
+  auto cache = flags.Int("prefix-cache-bytes", int64_t{256} << 20, 0, std::numeric_limits<int64_t>::max());
+  auto block = flags.Int("prefix-block", 64, 1, 1 << 20);
+  if (!block.ok()) return Fail(cmd, block.status(), kExitUsage);
+  auto temperature = flags.Double("temperature", 0.0, 0.0, kBig);
+  auto top_k = flags.Int("top-k", 0, 0, std::numeric_limits<int32_t>::max());
+  auto top_p = flags.Double("top-p", 1.0, 0.0, 1.0);
+  auto seed = flags.Int("seed", 0, 0, std::numeric_limits<int64_t>::max());
+  for (const Status& st : {concurrency.status(), chunk.status(), threads.status(), budget.status(), cache.status(),
+                           temperature.status(), top_k.status(), top_p.status(), seed.status()}) {
+    if (!st.ok()) return Fail(cmd, st, kExitUsage);
+  }
+  auto max_batch = flags.Int("max-batch", *concurrency, 1, 4096);
+  if (!max_batch.ok()) return Fail(cmd, max_batch.status(), kExitUsage);
+  s->concurrency = *concurrency;
+  SamplingParams& sp = s->params.sampling;
+  sp.temperature = static_cast<float>(*temperature);
+  sp.top_k = static_cast<int32_t>(*top_k);
+  sp.top_p = static_cast<float>(*top_p);
+  sp.seed = static_cast<uint64_t>(*seed);
+  if (Status v = ValidateSamplingParams(sp); !v.ok()) return Fail(cmd, v, kExitUsage);
+
+  EngineOptions eo;
+  eo.num_threads = static_cast<int>(*threads);
+  eo.prefill_chunk_tokens = *chunk;
+  eo.max_batch = static_cast<int32_t>(*max_batch);
+  eo.memory_budget_bytes = static_cast<uint64_t>(*budget);
+  eo.prefix_cache_bytes = flags.Bool("no-prefix-cache") ? 0 : static_cast<uint64_t>(*cache);
+  eo.prefix_block_tokens = static_cast<int32_t>(*block);
+  auto engine = Engine::Create(eo);
+  if (!engine.ok()) return Fail(cmd, engine.status(), kExitUsage);
+  s->engine = *std::move(engine);
+  lo.pool = s->engine->pool();
+  // GPU pools are sized at load: a state per live session plus prefix-cache
+  // snapshots (each a state of its own until a paged cache shares blocks).
+  lo.max_batch = *max_batch;
+  lo.max_sequences = 2 * *concurrency + 8;
+  lo.max_context_tokens = max_context;
+  auto loaded = LoadModel(dir, lo);
+  if (!loaded.ok()) return Fail(cmd, loaded.status(), kExitFailure);
+  PrintPlacementNotice(cmd, (*loaded)->info());
+  s->model = std::shared_ptr<const Model>(*std::move(loaded));
+  if (s->model->info().max_context > 0 && max_context > s->model->info().max_context) {
+    return Fail(cmd,
+                absl::StrCat("prompt + generated tokens (", max_context, ") exceed the model's context of ",
+                             s->model->info().max_context),
+                kExitUsage);
+  }
+  return kExitOk;
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t k = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, k == 0 ? 0 : k - 1)];
+}
+
+constexpr char kGenerateHelp[] =
+    "usage: strata generate --model DIR --prompts-jsonl IN.jsonl --max-new K [flags]\n"
+    "\n"
+    "Each input line is a JSON array of token ids; prints one JSON array of generated ids per input\n"
+    "line, in input order (statistics on stderr). Requests run concurrently through the serving\n"
+    "engine; greedy output does not depend on --concurrency, --prefill-chunk or the prefix cache.\n"
+    "With --temperature > 0, request i (from 0) samples with seed S + i.\n"
+    "\n"
+    "  --prompts-jsonl FILE      the prompts\n"
+    "  --max-new K               tokens to generate per prompt (default 32)\n"
+    "  --ignore-eos              do not stop at the model's EOS id\n";
+
+}  // namespace
+
+int RunGenerateBatch(int argc, char** argv) {
+  const std::string cmd = "generate";
+  std::vector<std::string> values = kCommonValueFlags, bools = kCommonBoolFlags;
+  values.insert(values.end(), {"prompts-jsonl", "max-new"});
+  bools.push_back("ignore-eos");
+  Flags flags(cmd, values, bools);
+  if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
+  if (flags.Bool("help")) {
+    std::fputs(kGenerateHelp, stdout);
+    std::fputs(kCommonHelp, stdout);
+    return kExitOk;
+  }
+  auto path = flags.Required("prompts-jsonl");
+  if (!path.ok()) return Fail(cmd, path.status(), kExitUsage);
+  auto max_new = flags.Int("max-new", 32, 1, 1 << 20);
+  if (!max_new.ok()) return Fail(cmd, max_new.status(), kExitUsage);
+  std::vector<std::vector<int32_t>> prompts;
+  Status read = ForEachJsonLine(*path, [&](const nlohmann::json& v, const std::string& where) -> Status {
+    if (!v.is_array() || v.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": expected a non-empty JSON array of token ids"));
+    }
+    std::vector<int32_t> p;
+    for (const auto& x : v) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": not a token id: ", x.dump()));
+      }
+      p.push_back(x.get<int32_t>());
+    }
+    prompts.push_back(std::move(p));
+    return OkStatus();
+  });
+  if (!read.ok()) return Fail(cmd, read, ExitCodeFor(read));
+  if (prompts.empty()) return Fail(cmd, absl::StrCat(*path, ": no prompts"), kExitFailure);
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const int64_t max_context = static_cast<int64_t>(longest) + *max_new + 1;
+
+  Setup s;
+  if (int rc = SetUp(cmd, flags, max_context, &s); rc != kExitOk) return rc;
+  s.params.max_tokens = static_cast<int32_t>(*max_new);
+  s.params.stop_at_eos = !flags.Bool("ignore-eos");
+  std::vector<Outcome> out;
+  const auto t0 = Clock::now();
+  Status st = RunClosedLoop(*s.engine, s.model, prompts, s.params, /*seed_per_request=*/true, s.concurrency,
+                            max_context, &out);
+  const double wall = SecondsSince(t0);
+  if (!st.ok()) return Fail(cmd, st, ExitCodeFor(st));
+  int failures = 0;
+  int64_t generated = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::printf("%s\n", nlohmann::json(out[i].tokens).dump().c_str());
+    generated += static_cast<int64_t>(out[i].tokens.size());
+    if (!out[i].status.ok()) {
+      ++failures;
+      std::fprintf(stderr, "strata generate: line %zu: %s\n", i + 1, std::string(out[i].status.message()).c_str());
+    }
+  }
+  const EngineMetrics m = s.engine->Metrics();
+  std::fprintf(stderr,
+               "%zu prompts, %lld tokens generated in %.2f s (%.1f tokens/s); prefix cache hit %lld of %lld tokens; "
+               "%lld preemptions\n",
+               out.size(), static_cast<long long>(generated), wall, generated / std::max(wall, 1e-9),
+               static_cast<long long>(m.prefix_hit_tokens), static_cast<long long>(m.prefix_lookup_tokens),
+               static_cast<long long>(m.preemptions));
+  return failures == 0 ? kExitOk : kExitFailure;
+}
+
+int RunBenchServe(int argc, char** argv) {
+  const std::string cmd = "bench serve";
+  std::vector<std::string> values = kCommonValueFlags, bools = kCommonBoolFlags;
+  values.insert(values.end(), {"input-len", "output-len", "requests", "shared-prefix"});
+  bools.push_back("json");
+  Flags flags(cmd, values, bools);
+  if (Status st = flags.Parse(argc, argv, 3); !st.ok()) return Fail(cmd, st, kExitUsage);
+  if (flags.Bool("help")) {
+    std::fputs(
+        "usage: strata bench serve --model DIR --input-len L --output-len M --requests R --concurrency C\n"
+        "                          [--shared-prefix P] [--json] [flags]\n"
+        "\n"
+        "In-process serving benchmark: R requests of L random prompt tokens (the first P shared by all)\n"
+        "and exactly M generated tokens, C kept in flight. Reports request and token throughput, TTFT,\n"
+        "TPOT and end-to-end latency percentiles, the prefix-cache hit rate and the engine's metrics.\n"
+        "\n"
+        "  --input-len L --output-len M --requests R (defaults 512, 128, 64)\n"
+        "  --shared-prefix P         leading prompt tokens identical in every request (default 0)\n"
+        "  --json                    one JSON object on stdout instead of the table\n",
+        stdout);
+    std::fputs(kCommonHelp, stdout);
+    return kExitOk;
+  }
+  auto L = flags.Int("input-len", 512, 1, int64_t{1} << 24);
+  auto M = flags.Int("output-len", 128, 1, int64_t{1} << 24);
+  auto R = flags.Int("requests", 64, 1, int64_t{1} << 24);
+  auto P = flags.Int("shared-prefix", 0, 0, int64_t{1} << 24);
+  for (const Status& st : {L.status(), M.status(), R.status(), P.status()}) {
+    if (!st.ok()) return Fail(cmd, st, kExitUsage);
+  }
+  if (*P > *L) return Fail(cmd, "--shared-prefix must not exceed --input-len", kExitUsage);
+  const int64_t max_context = *L + *M + 1;
+  Setup s;
+  if (int rc = SetUp(cmd, flags, max_context, &s); rc != kExitOk) return rc;
+  s.params.max_tokens = static_cast<int32_t>(*M);
+  s.params.stop_at_eos = false;
+
+  const int32_t vocab = s.model->info().vocab_size;
+  std::mt19937_64 rng(s.params.sampling.seed + 12345);
+  auto random_id = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
+  std::vector<int32_t> prefix(static_cast<size_t>(*P));
+  for (auto& t : prefix) t = random_id();
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(*R));
+  for (auto& p : prompts) {
+    p = prefix;
+    while (static_cast<int64_t>(p.size()) < *L) p.push_back(random_id());
+  }
+  std::vector<Outcome> out;
+  const auto t0 = Clock::now();
+  Status st = RunClosedLoop(*s.engine, s.model, prompts, s.params, /*seed_per_request=*/true, s.concurrency,
+                            max_context, &out);
+  const double wall = SecondsSince(t0);
+  if (!st.ok()) return Fail(cmd, st, ExitCodeFor(st));
+  std::vector<double> ttft, tpot, e2e;
+  int64_t generated = 0, failed = 0;
+  for (const Outcome& o : out) {
+    if (!o.status.ok()) ++failed;
+    generated += static_cast<int64_t>(o.tokens.size());
+    if (o.tokens.empty()) continue;
+    ttft.push_back(std::chrono::duration<double, std::milli>(o.first_token - o.submitted).count());
+    e2e.push_back(std::chrono::duration<double, std::milli>(o.last_token - o.submitted).count());
+    if (o.tokens.size() > 1) {
+      tpot.push_back(std::chrono::duration<double, std::milli>(o.last_token - o.first_token).count() /
+                     static_cast<double>(o.tokens.size() - 1));
+    }
+  }
+  const EngineMetrics m = s.engine->Metrics();
+  const double hit = m.prefix_lookup_tokens > 0
+                         ? static_cast<double>(m.prefix_hit_tokens) / static_cast<double>(m.prefix_lookup_tokens)
+                         : 0.0;
+  auto pct = [](const std::vector<double>& v) {
+    return nlohmann::ordered_json{{"mean", v.empty() ? 0.0 : [&] {
+                                     double sum = 0;
+                                     for (double x : v) sum += x;
+                                     return sum / static_cast<double>(v.size());
+                                   }()},
+                                  {"p50", Percentile(v, 0.5)},
+                                  {"p90", Percentile(v, 0.9)},
+                                  {"p99", Percentile(v, 0.99)}};
+  };
+  nlohmann::ordered_json j;
+  j["model"] = s.model->info().architecture;
+  j["device"] = s.model->info().device;
+  j["input_len"] = *L;
+  j["output_len"] = *M;
+  j["shared_prefix"] = *P;
+  j["requests"] = *R;
+  j["concurrency"] = s.concurrency;
+  j["failed"] = failed;
+  j["duration_s"] = wall;
+  j["request_throughput"] = static_cast<double>(*R) / wall;
+  j["output_tokens_per_s"] = static_cast<double>(generated) / wall;
+  j["total_tokens_per_s"] = static_cast<double>(generated + *R * *L) / wall;
+  j["ttft_ms"] = pct(ttft);
+  j["tpot_ms"] = pct(tpot);
+  j["e2e_ms"] = pct(e2e);
+  j["prefix_cache_hit_rate"] = hit;
+  j["prefix_hit_tokens"] = m.prefix_hit_tokens;
+  j["prefill_tokens"] = m.prefill_tokens;
+  j["mean_decode_batch"] = m.decode_steps > 0 ? static_cast<double>(m.decode_rows) / m.decode_steps : 0.0;
+  j["preemptions"] = m.preemptions;
+  if (flags.Bool("json")) {
+    std::printf("%s\n", j.dump().c_str());
+    return failed == 0 ? kExitOk : kExitFailure;
+  }
+  std::printf("model %s on %s; %lld requests, input %lld (shared prefix %lld), output %lld, concurrency %lld\n",
+              j["model"].get<std::string>().c_str(), j["device"].get<std::string>().c_str(),
+              static_cast<long long>(*R), static_cast<long long>(*L), static_cast<long long>(*P),
+              static_cast<long long>(*M), static_cast<long long>(s.concurrency));
+  std::printf("duration            %10.2f s   (%lld failed)\n", wall, static_cast<long long>(failed));
+  std::printf("request throughput  %10.2f req/s\n", j["request_throughput"].get<double>());
+  std::printf("output tokens/s     %10.1f\n", j["output_tokens_per_s"].get<double>());
+  std::printf("total tokens/s      %10.1f\n", j["total_tokens_per_s"].get<double>());
+  for (const char* k : {"ttft_ms", "tpot_ms", "e2e_ms"}) {
+    std::printf("%-8s mean %9.2f  p50 %9.2f  p90 %9.2f  p99 %9.2f ms\n", k, j[k]["mean"].get<double>(),
+                j[k]["p50"].get<double>(), j[k]["p90"].get<double>(), j[k]["p99"].get<double>());
+  }
+  std::printf("prefix cache hit    %10.1f %% of prompt tokens (%lld of %lld)\n", 100.0 * hit,
+              static_cast<long long>(m.prefix_hit_tokens), static_cast<long long>(m.prefix_lookup_tokens));
+  std::printf("mean decode batch   %10.2f rows; %lld preemptions\n", j["mean_decode_batch"].get<double>(),
+              static_cast<long long>(m.preemptions));
+  return failed == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace strata::cli
