@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-from transformers import AutoTokenizer
+from transformers import PreTrainedTokenizerFast
 
 
 def main():
@@ -23,7 +23,7 @@ def main():
     ap.add_argument("--strata", required=True)
     ap.add_argument("--n", type=int, default=50)
     args = ap.parse_args()
-    tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    tok = PreTrainedTokenizerFast.from_pretrained(args.tokenizer)
     convs = [json.loads(l) for l in open(os.path.join(args.data, "eval.jsonl"))][: args.n]
     plain = [json.loads(l)["text"] for l in open(os.path.join(args.data, "plain.jsonl"))][:20]
     texts, bad = [], 0
