@@ -15,6 +15,7 @@ Usage: python3 prepare_data.py --data DIR --tokenizer DIR --out DIR [--plain-fra
 """
 import argparse
 import json
+import multiprocessing
 import os
 import random
 
@@ -46,6 +47,22 @@ def encode_with_mask(tok, text, spans):
     return ids, mask
 
 
+_TOK = None
+
+
+def _init(tokenizer_dir):
+    global _TOK
+    _TOK = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+
+
+def _conversation(line):
+    c = json.loads(line)
+    text = _TOK.apply_chat_template(c["messages"], tools=c["tools"], tokenize=False)
+    ids, mask = encode_with_mask(_TOK, text, assistant_spans(text))
+    eot = _TOK.convert_tokens_to_ids("<|endoftext|>")
+    return ids + [eot], mask + [0]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -55,18 +72,17 @@ def main():
     ap.add_argument("--plain-fraction", type=float, default=0.25,
                     help="share of plain-text tokens in the output (by tokens, at most what exists)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     args = ap.parse_args()
     tok = PreTrainedTokenizerFast.from_pretrained(args.tokenizer)
     eot = tok.convert_tokens_to_ids("<|endoftext|>")
-    docs = []
-    conv_tokens = 0
     with open(os.path.join(args.data, f"{args.split}.jsonl")) as f:
-        for line in f:
-            c = json.loads(line)
-            text = tok.apply_chat_template(c["messages"], tools=c["tools"], tokenize=False)
-            ids, mask = encode_with_mask(tok, text, assistant_spans(text))
-            docs.append((ids + [eot], mask + [0]))
-            conv_tokens += len(ids) + 1
+        lines = f.readlines()
+    # Rendering and tokenizing are independent per conversation; the output
+    # order is the input order whatever the number of workers.
+    with multiprocessing.Pool(args.workers, initializer=_init, initargs=(args.tokenizer,)) as pool:
+        docs = pool.map(_conversation, lines, chunksize=64)
+    conv_tokens = sum(len(ids) for ids, _ in docs)
     plain_budget = int(conv_tokens * args.plain_fraction / max(1e-9, 1 - args.plain_fraction))
     plain_tokens = 0
     with open(os.path.join(args.data, "plain.jsonl")) as f:
