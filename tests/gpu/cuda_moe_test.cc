@@ -32,7 +32,6 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
-#include "backend/cuda/gemm.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/parallel.h"
 #include "base/dtype.h"
@@ -298,18 +297,6 @@ std::vector<float> CpuMoe(const Model& m, int64_t n, const Inputs& in) {
   return y;
 }
 
-// One BlasContext for the process: with it MoeForward may take the cuBLAS
-// grouped-GEMM path when STRATA_MOE_GEMM=cublas is set (run the binary both
-// ways to cover both paths).
-BlasContext* SharedBlas() {
-  static BlasContext* ctx = [] {
-    auto c = BlasContext::Create();
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? c->release() : nullptr;
-  }();
-  return ctx;
-}
-
 // Device copies of one input set plus the output and the workspace.
 struct GpuRun {
   DevBuf x, logits, bias, y, ws;
@@ -331,7 +318,6 @@ struct GpuRun {
     args.w13 = m.d_w13->get<bf16>();
     args.w2 = m.d_w2->get<bf16>();
     args.y = y.get<float>();
-    args.blas = SharedBlas();
   }
   void Load(const Inputs& in) {
     Upload(x, in.x);

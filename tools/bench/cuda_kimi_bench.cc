@@ -24,7 +24,6 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/elementwise.h"
-#include "backend/cuda/gemm.h"
 #include "backend/cuda/kda.h"
 #include "backend/cuda/mla.h"
 #include "backend/cuda/moe.h"
@@ -276,10 +275,6 @@ void BM_CudaMoeLayer(benchmark::State& state) {
   a.w13 = w13.as<bf16>();
   a.w2 = w2.as<bf16>();
   a.y = y.as<float>();
-  // Lets STRATA_MOE_GEMM=cublas pick the cuBLAS grouped path for prefill sizes.
-  auto blas = BlasContext::Create();
-  if (!blas.ok()) return state.SkipWithError("BlasContext::Create failed");
-  a.blas = blas->get();
   // The expert weights (3.6 GB) dwarf L2: no rotation needed.
   TimeLoop(state, s, [&](int64_t) { return MoeForward(a, ws.p, ws_bytes, s); });
   const double per_expert = 3.0 * kI * kD * 2;

@@ -50,7 +50,6 @@
 #include "backend/cuda/gemm.h"
 
 #include <cublasLt.h>
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <array>
@@ -357,7 +356,6 @@ BlasContext::~BlasContext() {
   plans_.reset();  // descriptors before the handle
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
-  if (cublas_handle_) cublasDestroy(static_cast<cublasHandle_t>(cublas_handle_));
 }
 
 StatusOr<std::unique_ptr<BlasContext>> BlasContext::Create() {
@@ -365,11 +363,6 @@ StatusOr<std::unique_ptr<BlasContext>> BlasContext::Create() {
   cublasLtHandle_t handle = nullptr;
   STRATA_LT_RETURN_IF_ERROR(cublasLtCreate(&handle));
   ctx->handle_ = handle;
-  cublasHandle_t cublas = nullptr;
-  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) {
-    return absl::InternalError("BlasContext: cublasCreate failed");
-  }
-  ctx->cublas_handle_ = cublas;
   STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->workspace_, kLtWorkspaceBytes));
   ctx->workspace_bytes_ = kLtWorkspaceBytes;
 

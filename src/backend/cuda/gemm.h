@@ -21,9 +21,6 @@ class BlasContext {
   BlasContext& operator=(const BlasContext&) = delete;
 
   void* handle() const { return handle_; }  // cublasLtHandle_t
-  // A cuBLAS handle for the calls cuBLASLt lacks (grouped GEMM); the caller
-  // sets its stream before each use.
-  void* cublas_handle() const { return cublas_handle_; }  // cublasHandle_t
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
 
@@ -36,7 +33,6 @@ class BlasContext {
  private:
   BlasContext();
   void* handle_ = nullptr;
-  void* cublas_handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::unique_ptr<Plans> plans_;

@@ -50,7 +50,6 @@
 //     reaches ~50-60% of the wgmma peak in the compute-bound regime.
 #include "backend/cuda/moe.h"
 
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -59,11 +58,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "backend/cuda/elementwise.h"
-#include "backend/cuda/gemm.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
@@ -128,7 +124,6 @@ int64_t TileBound(int64_t rows, int64_t experts) {
 // Workspace slices, 256-byte aligned each, for n tokens.
 struct Layout {
   size_t idx, wt, offsets, meta, active, tile_expert, tile_m0, row_token, pair_row, h, yrows;
-  size_t ptrs;  // cuBLAS grouped GEMM: A, B, C pointer arrays of both projections
   size_t total;
 };
 
@@ -154,7 +149,6 @@ Layout MakeLayout(const MoeShape& s, int64_t n) {
   l.pair_row = take(sizeof(int32_t) * rows);
   l.h = take(sizeof(bf16) * rows * static_cast<size_t>(s.inter));
   l.yrows = take(sizeof(float) * rows * static_cast<size_t>(s.hidden));
-  l.ptrs = take(sizeof(void*) * 6 * e);
   l.total = off;
   return l;
 }
@@ -884,110 +878,6 @@ Status LaunchRouteOnly(const MoeParams& p, cudaStream_t stream) {
                 p);
 }
 
-// ---------------------------------------------------------------------------
-// cuBLAS grouped GEMM path (prefill, opt-in).
-
-// xperm[r] = x[row_token[r]]: the token rows in expert order, as cuBLAS wants
-// each expert's rows contiguous. Grid: one CTA per row; D % 8 == 0, aligned.
-__global__ void __launch_bounds__(256) MoeGatherRowsKernel(MoeParams p, bf16* xperm) {
-  PdlWait();
-  PdlLaunchDependents();
-  const int row = blockIdx.x;
-  const int tok = p.row_token[row];
-  const uint4* src = reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(tok) * p.hidden);
-  uint4* dst = reinterpret_cast<uint4*>(xperm + static_cast<size_t>(row) * p.hidden);
-  for (int i = threadIdx.x; i < p.hidden / 8; i += blockDim.x) dst[i] = src[i];
-}
-
-bool CublasGroupedRequested() {
-  static const bool requested = [] {
-    const char* v = std::getenv("STRATA_MOE_GEMM");
-    return v != nullptr && std::strcmp(v, "cublas") == 0;
-  }();
-  return requested;
-}
-
-#define STRATA_CUBLAS_RETURN_IF_ERROR(expr)                                                  \
-  do {                                                                                       \
-    const cublasStatus_t strata_cublas_st_ = (expr);                                         \
-    if (strata_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                        \
-      return absl::InternalError(absl::StrCat(#expr, ": ", cublasGetStatusName(strata_cublas_st_))); \
-    }                                                                                        \
-  } while (0)
-
-// One grouped GEMM: for each active expert g, C_g = op(W_g) · B_gᵀ in cuBLAS's
-// column-major terms, i.e. row-major out[rows_g, n_out] = in[rows_g, K] · W_gᵀ.
-Status GroupedExpertGemm(cublasHandle_t handle, const std::vector<int>& experts,
-                         const std::vector<int32_t>& offsets, const bf16* w, int64_t n_out,
-                         int64_t K, const bf16* in, void* out, cudaDataType_t out_type,
-                         size_t out_elem_bytes, void** dev_ptrs, cudaStream_t stream) {
-  const size_t G = experts.size();
-  std::vector<cublasOperation_t> ta(G, CUBLAS_OP_T), tb(G, CUBLAS_OP_N);
-  std::vector<int> m(G, static_cast<int>(n_out)), n(G), k(G, static_cast<int>(K));
-  std::vector<int> lda(G, static_cast<int>(K)), ldb(G, static_cast<int>(K)),
-      ldc(G, static_cast<int>(n_out)), size(G, 1);
-  std::vector<float> alpha(G, 1.f), beta(G, 0.f);
-  std::vector<const void*> host_ptrs(3 * G);
-  for (size_t g = 0; g < G; ++g) {
-    const int e = experts[g];
-    n[g] = offsets[e + 1] - offsets[e];
-    host_ptrs[g] = w + static_cast<size_t>(e) * n_out * K;
-    host_ptrs[G + g] = in + static_cast<size_t>(offsets[e]) * K;
-    host_ptrs[2 * G + g] =
-        static_cast<char*>(out) + static_cast<size_t>(offsets[e]) * n_out * out_elem_bytes;
-  }
-  // From pageable memory the copy is staged before the call returns, so the
-  // host vector may go away afterwards.
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_ptrs, host_ptrs.data(), sizeof(void*) * 3 * G,
-                                              cudaMemcpyHostToDevice, stream));
-  STRATA_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, stream));
-  STRATA_CUBLAS_RETURN_IF_ERROR(cublasGemmGroupedBatchedEx(
-      handle, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(),
-      reinterpret_cast<const void* const*>(dev_ptrs), CUDA_R_16BF, lda.data(),
-      reinterpret_cast<const void* const*>(dev_ptrs + G), CUDA_R_16BF, ldb.data(), beta.data(),
-      reinterpret_cast<void* const*>(dev_ptrs + 2 * G), out_type, ldc.data(),
-      static_cast<int>(G), size.data(), CUBLAS_COMPUTE_32F));
-  return OkStatus();
-}
-
-// The expert rows in expert order (gathered into the yrows area, which the
-// down projection overwrites only after both its users are done), the gate|up
-// product beside them, SwiGLU into h, the down product into yrows (fp32),
-// then the usual k-order combine. Needs 2·I ≤ D for the aliasing.
-Status LaunchCublasGroupedPath(const MoeParams& p, BlasContext& blas, void* ptrs, bool vec4_y,
-                               cudaStream_t stream) {
-  const int E = p.num_experts;
-  const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
-  std::vector<int32_t> offsets(static_cast<size_t>(E) + 1);
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets.data(), p.offsets,
-                                              sizeof(int32_t) * offsets.size(),
-                                              cudaMemcpyDeviceToHost, stream));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  std::vector<int> experts;
-  for (int e = 0; e < E; ++e) {
-    if (offsets[e + 1] > offsets[e]) experts.push_back(e);
-  }
-  bf16* xperm = reinterpret_cast<bf16*>(p.yrows);
-  bf16* gu = xperm + static_cast<size_t>(rows) * p.hidden;
-  STRATA_CUDA_RETURN_IF_ERROR(LaunchPdl(MoeGatherRowsKernel, dim3(static_cast<unsigned>(rows)),
-                                        dim3(256), 0, stream, p, xperm));
-  auto* handle = static_cast<cublasHandle_t>(blas.cublas_handle());
-  void** dev_ptrs = static_cast<void**>(ptrs);
-  STRATA_RETURN_IF_ERROR(GroupedExpertGemm(handle, experts, offsets, p.w13, 2 * p.inter, p.hidden,
-                                           xperm, gu, CUDA_R_16BF, sizeof(bf16), dev_ptrs, stream));
-  STRATA_RETURN_IF_ERROR(SiluMul(gu, ActType::kBf16, rows, p.inter, p.h, stream));
-  STRATA_RETURN_IF_ERROR(GroupedExpertGemm(handle, experts, offsets, p.w2, p.hidden, p.inter, p.h,
-                                           p.yrows, CUDA_R_32F, sizeof(float),
-                                           dev_ptrs + 3 * static_cast<size_t>(E), stream));
-  const dim3 grid(static_cast<unsigned>(p.num_tokens));
-  if (vec4_y) {
-    return Launch("MoeCombineKernel", MoeCombineKernel<true>, grid, dim3(kCombineThreads), 0,
-                  stream, p);
-  }
-  return Launch("MoeCombineKernel", MoeCombineKernel<false>, grid, dim3(kCombineThreads), 0,
-                stream, p);
-}
-
 // Whether a gate|up row short enough fits one group of loads per warp
 // (STRATA_MOE_ONE_ROUND=0 turns that off, a diagnostic switch for A/B timing).
 bool OneRoundEnabled() {
@@ -1166,13 +1056,6 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   const bool aligned = IsAligned(args.x, 16) && IsAligned(args.w13, 16) && IsAligned(args.w2, 16);
   const int64_t rows = args.num_tokens * s.top_k;
   if (rows > kMoeGemvMaxRows && aligned && s.hidden % kBn == 0 && s.inter % 64 == 0) {
-    if (args.blas != nullptr && CublasGroupedRequested() && 2 * s.inter <= s.hidden) {
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      STRATA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
-      if (capture == cudaStreamCaptureStatusNone) {
-        return LaunchCublasGroupedPath(p, *args.blas, ws + l.ptrs, vec4_y, stream);
-      }
-    }
     return LaunchGemmPath(p, vec4_y, stream);
   }
   if (aligned && s.hidden % 8 == 0 && s.inter % 8 == 0) return LaunchGemvPath<8>(p, vec4_y, stream);

@@ -21,8 +21,6 @@ struct MoeShape {
   float routed_scaling = 1.f;
 };
 
-class BlasContext;
-
 struct MoeArgs {
   MoeShape shape;
   int64_t num_tokens = 0;              // n
@@ -32,11 +30,6 @@ struct MoeArgs {
   const bf16* w13 = nullptr;
   const bf16* w2 = nullptr;
   float* y = nullptr;                  // [n, D] fp32, overwritten with Σ_k w_k E_k(x)
-  // Optional. With it, and STRATA_MOE_GEMM=cublas in the environment, a long
-  // eager (not captured) call runs the expert GEMMs as two cuBLAS grouped
-  // GEMMs; that path reads the per-expert counts back to the host (one
-  // stream synchronisation). Opt-in while it is being measured.
-  BlasContext* blas = nullptr;
 };
 
 // Workspace for `max_tokens` tokens: routing results, per-expert counts and

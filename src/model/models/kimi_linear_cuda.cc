@@ -467,7 +467,6 @@ Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, const float** pending
   a.w13 = f.w13;
   a.w2 = f.w2;
   a.y = s_.delta;
-  a.blas = blas_.get();
   STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
   if (g.Is > 0) STRATA_RETURN_IF_ERROR(swiglu(g.Is));
   // The routed sum joins the residual in the next AddRmsNorm (one pass less).
