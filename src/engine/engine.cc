@@ -583,6 +583,10 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
                                                               " bytes of state, more than the memory budget of ",
                                                               budget, " bytes")));
     } else {
+      Log(LogLevel::kDebug,
+          absl::StrCat("request ", first.r->id(), " waits for memory: ", alone, " bytes with the pinned cache; active ",
+                       active_bytes_.load(), ", cache ", cache_.bytes(), ", budget ", budget, "; ", work.size(),
+                       " wanting work, ", parked.size(), " parked"));
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait_for(lock, std::chrono::milliseconds(5));
     }

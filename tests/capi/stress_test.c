@@ -106,6 +106,11 @@ static void check_reference(int k) {
   pthread_mutex_unlock(&g_mu);
 }
 
+static void print_log(strata_log_level level, const char *message, void *user_data) {
+  (void)user_data;
+  fprintf(stderr, "[%d] %s\n", (int)level, message);
+}
+
 static void *poller(void *arg) {
   strata_event ev;
   (void)arg;
@@ -144,7 +149,10 @@ static void *worker(void *arg) {
       reqs[i] = NULL;
       if (sessions[i] == NULL) continue;
       (void)strata_session_get_num_tokens(sessions[i], &have);
-      if (have + len > 160) CHECK(strata_session_reset(sessions[i]) == STRATA_OK);
+      if (have + len > 160) {
+        CHECK(strata_session_reset(sessions[i]) == STRATA_OK); /* forgets the marks too */
+        marks[i] = 0;
+      }
       for (k = 0; k < len; ++k) prompt[k] = (int32_t)(next_rand(&seed) % 500);
       /* Shared prefixes: half the prompts start like reference prompt 0. */
       if (next_rand(&seed) % 2 == 0) memcpy(prompt, g_ref_prompt[0], (len < g_ref_len[0] ? len : g_ref_len[0]) * sizeof(int32_t));
@@ -272,14 +280,18 @@ int main(int argc, char **argv) {
 
   /* The serving engine: small chunks, small cache blocks, a tight budget. */
   strata_engine_params_init(&ep);
+  if (getenv("STRATA_STRESS_LOG") != NULL) {
+    ep.log_callback = print_log;
+    ep.log_level = STRATA_LOG_DEBUG;
+  }
   ep.num_threads = 2;
   ep.prefill_chunk_tokens = 24;
   ep.max_batch = 32;
   ep.prefix_block_tokens = 8;
-  ep.prefix_cache_bytes = 1u << 20;
+  ep.prefix_cache_bytes = 256u << 10; /* well under the budget: pinned marks never crowd requests out */
   /* Running requests' states (sessions hold up to ~230 tokens) within about
-     24 of those at once: the others wait or are preempted. */
-  ep.memory_budget_bytes = 24 * (info.state_bytes_per_sequence + 230 * info.state_bytes_per_token);
+     12 of those at once: the others wait or are preempted. */
+  ep.memory_budget_bytes = 12 * (info.state_bytes_per_sequence + 230 * info.state_bytes_per_token);
   if (strata_engine_create(&ep, &g_engine) != STRATA_OK ||
       strata_model_load(g_engine, g_model_dir, NULL, &g_model) != STRATA_OK) {
     fprintf(stderr, "setup failed: %s\n", strata_last_error_message());
