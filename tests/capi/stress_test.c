@@ -23,7 +23,7 @@
 static const char *g_model_dir = NULL;
 static strata_engine *g_engine = NULL;
 static strata_model *g_model = NULL;
-static int g_rounds = 12;
+static int g_rounds = 8;
 static int32_t g_ref_prompt[REFS][MAX_PROMPT];
 static size_t g_ref_len[REFS];
 static int32_t g_ref_out[REFS][REF_GEN];
