@@ -375,11 +375,12 @@ void Engine::BeginPrefill(Request& r, std::vector<int32_t> tokens) {
     const int64_t min_len = static_cast<int64_t>(std::max(s.evaluated_, before == 0 ? 0 : before - 1));
     std::shared_ptr<const StateSnapshot> hit =
         cache_.Lookup(&s.model(), s.max_context_tokens(), target, min_len);
-    if (hit != nullptr && hit->tokens.size() >= before) {
-      prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - s.evaluated_),
+    const size_t evaluated_before = s.evaluated_;
+    // A restore the executor has no room for is a miss.
+    if (hit != nullptr && hit->tokens.size() >= before && s.Restore(*hit)) {
+      prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - evaluated_before),
                                    std::memory_order_relaxed);
       r.prefill_pos_ = hit->tokens.size() - before;
-      s.Restore(*hit);
       Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": prefix cache hit of ", hit->tokens.size(),
                                          " tokens; evaluating ", target_len - hit->tokens.size()));
     }
@@ -414,7 +415,7 @@ StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens) {
   prefill_tokens_.fetch_add(static_cast<int64_t>(n + tail), std::memory_order_relaxed);
   if (snapshot_at > 0 && static_cast<int64_t>(s.evaluated_) == snapshot_at &&
       !cache_.Contains(&s.model(), s.max_context_tokens(), std::span<const int32_t>(s.tokens_))) {
-    cache_.Insert(s.Snapshot());
+    cache_.Insert(s.Snapshot());  // a null snapshot (no room) is not kept
   }
   if (r.prefill_pos_ == r.prefill_.size() && r.in_round_prefill_) {
     // A chat round's prompt is in: its start is a turn boundary (the

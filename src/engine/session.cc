@@ -84,13 +84,17 @@ std::shared_ptr<const StateSnapshot> Session::Snapshot() const {
   snap->max_context = max_context_;
   snap->tokens.assign(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(evaluated_));
   snap->state = state_->Clone();
+  // An executor with a fixed state pool answers null when it is full.
+  if (snap->state == nullptr) return nullptr;
   snap->logits = logits_;
   snap->bytes = StateBytes(model_->info(), static_cast<int64_t>(evaluated_));
   return snap;
 }
 
-void Session::Restore(const StateSnapshot& snap) {
-  state_ = snap.state->Clone();
+bool Session::Restore(const StateSnapshot& snap) {
+  std::unique_ptr<SequenceState> state = snap.state->Clone();
+  if (state == nullptr) return false;  // no room for a copy: nothing changes
+  state_ = std::move(state);
   tokens_ = snap.tokens;
   evaluated_ = tokens_.size();
   logits_ = snap.logits;
@@ -101,11 +105,14 @@ void Session::Restore(const StateSnapshot& snap) {
     checkpoint_logits_.clear();
   }
   UpdateAccounting();
+  return true;
 }
 
 StatusOr<std::unique_ptr<Session>> Session::Fork() const {
   STRATA_RETURN_IF_ERROR(CheckIdle());
-  auto s = std::unique_ptr<Session>(new Session(engine_, model_, state_->Clone(), max_context_, nullptr));
+  std::unique_ptr<SequenceState> state = state_->Clone();
+  if (state == nullptr) return absl::ResourceExhaustedError("no room for another sequence state (fork)");
+  auto s = std::unique_ptr<Session>(new Session(engine_, model_, std::move(state), max_context_, nullptr));
   s->tokens_ = tokens_;
   s->evaluated_ = evaluated_;
   s->logits_ = logits_;
@@ -126,6 +133,7 @@ StatusOr<uint64_t> Session::Mark() {
   STRATA_RETURN_IF_ERROR(Evaluate({}));
   MarkPoint m;
   m.snap = Snapshot();
+  if (m.snap == nullptr) return absl::ResourceExhaustedError("no room for another sequence state (mark)");
   m.messages = conversation_ != nullptr ? conversation_->messages().size() : 0;
   if (evaluated_ > 0) engine_->prefix_cache().Insert(m.snap);
   const uint64_t id = next_mark_++;
@@ -137,7 +145,9 @@ Status Session::Rollback(uint64_t id) {
   STRATA_RETURN_IF_ERROR(CheckIdle());
   auto it = marks_.find(id);
   if (it == marks_.end()) return absl::NotFoundError(absl::StrCat("no mark ", id, " on this session"));
-  Restore(*it->second.snap);
+  if (!Restore(*it->second.snap)) {
+    return absl::ResourceExhaustedError("no room for another sequence state (rollback)");
+  }
   if (conversation_ != nullptr) conversation_->TruncateMessages(it->second.messages);
   return OkStatus();
 }

@@ -122,10 +122,12 @@ class Session {
   Status Evaluate(std::span<const int32_t> more);
   // Appends a sampled token without evaluating it.
   void PushPending(int32_t token) { tokens_.push_back(token); }
-  // A snapshot of the fully evaluated history (state Clone + logits).
+  // A snapshot of the fully evaluated history (state Clone + logits); null
+  // when the executor has no room for another state.
   std::shared_ptr<const StateSnapshot> Snapshot() const;
   // Continues from `snap`, whose tokens must extend the evaluated history.
-  void Restore(const StateSnapshot& snap);
+  // False (nothing changed) when the executor has no room for the copy.
+  bool Restore(const StateSnapshot& snap);
   // Keeps the engine's memory counters equal to this session's state bytes.
   void UpdateAccounting();
   // The scheduler moves a preempted session's state out of the memory budget
