@@ -798,9 +798,9 @@ STRATA_API strata_status strata_session_reset(strata_session *session);
  *
  * The new session has the same model, context size, history, model state,
  * marks, conversation messages and tools; afterwards the two evolve
- * independently (generation on one never changes the other). On the CPU the
- * model state is copied; a paged GPU executor shares attention rows
- * copy-on-write.
+ * independently (generation on one never changes the other). The model
+ * state is copied whole (on the GPU into a slot of the executor's state pool;
+ * attention rows are not yet shared copy-on-write).
  *
  * @param[in]  session     the session to branch; it must not be running a request
  * @param[out] out_session receives the new session, owned by the caller (release with
@@ -810,6 +810,7 @@ STRATA_API strata_status strata_session_reset(strata_session *session);
  * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or failed earlier
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
  * @retval STRATA_ERR_OUT_OF_MEMORY       allocation failed
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED the model has no room for another state copy (the GPU state pool is full)
  * @par Thread safety: one thread per session at a time; the new session is independent.
  * @since 0.1
  */
@@ -830,6 +831,7 @@ STRATA_API strata_status strata_session_fork(strata_session *session, strata_ses
  * @retval STRATA_ERR_INVALID_ARGUMENT    a NULL pointer
  * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or failed earlier
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED the model has no room for another state copy (the GPU state pool is full)
  * @par Thread safety: one thread per session at a time.
  * @since 0.1
  */
@@ -846,6 +848,7 @@ STRATA_API strata_status strata_session_mark(strata_session *session, uint64_t *
  * @retval STRATA_ERR_NOT_FOUND           no such mark (never made, or released)
  * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or failed earlier
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED the model has no room for another state copy (the GPU state pool is full)
  * @par Thread safety: one thread per session at a time.
  * @since 0.1
  */
