@@ -79,7 +79,10 @@ def parse_args():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr", type=float, default=1e-4)
     ap.add_argument("--warmup", type=int, default=200)
-    ap.add_argument("--total-steps", type=int, default=6000, help="length of the LR schedule")
+    ap.add_argument("--total-steps", type=int, default=6000,
+                    help="length of the LR schedule; 0: as many steps as this run's --minutes "
+                         "allow at the rate measured over its steps 10..30 (recorded in ckpt.pt "
+                         "and training.json, so a resumed run keeps the same curve)")
     ap.add_argument("--max-steps", type=int, default=0, help="stop this run after N steps (0: no)")
     ap.add_argument("--minutes", type=float, default=9.0, help="wall-time budget of this run")
     ap.add_argument("--save-every", type=int, default=500)
@@ -181,13 +184,13 @@ def balance_routers(probes, rate):
         router.e_score_correction_bias += rate * torch.sign(load.mean() - load)
 
 
-def export(model, tok_dir, out_dir, tokens_seen, step, shard_mb):
+def export(model, tok_dir, out_dir, tokens_seen, step, shard_mb, total_steps):
     sh.save_checkpoint(model, out_dir, dtype=torch.bfloat16,
                        max_shard_bytes=int(shard_mb * 1024 * 1024))
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tok_dir, f), os.path.join(out_dir, f))
     with open(os.path.join(out_dir, "training.json"), "w") as f:
-        json.dump({"tokens_seen": tokens_seen, "step": step,
+        json.dump({"tokens_seen": tokens_seen, "step": step, "total_steps": total_steps,
                    "parameters": sh.count_parameters(model)}, f)
 
 
@@ -228,6 +231,8 @@ def main():
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         step, tokens_seen = ck["step"], ck["tokens_seen"]
+        if a.total_steps == 0:
+            a.total_steps = ck["args"]["total_steps"]
         data.rng.bit_generator.state = ck["data_rng"]
         torch.set_rng_state(ck["torch_rng"])
         print(f"resumed at step {step} ({tokens_seen / 1e6:.1f} M tokens)", flush=True)
@@ -243,7 +248,8 @@ def main():
                     "tokens_seen": tokens_seen, "data_rng": data.rng.bit_generator.state,
                     "torch_rng": torch.get_rng_state(), "args": vars(a)}, ckpt_path + ".tmp")
         os.replace(ckpt_path + ".tmp", ckpt_path)
-        export(model, a.tokenizer, os.path.join(a.out, "model"), tokens_seen, step, a.shard_mb)
+        export(model, a.tokenizer, os.path.join(a.out, "model"), tokens_seen, step, a.shard_mb,
+               a.total_steps)
 
     probes = Probes(model)
     forward = torch.compile(model) if a.compile else model
@@ -251,6 +257,11 @@ def main():
     t0 = time.time()
     run_steps = 0
     log = open(os.path.join(a.out, "train_log.jsonl"), "a")
+    auto_steps = a.total_steps == 0
+    if auto_steps:
+        a.total_steps = 10**9  # fixed at run step 30; the warmup is longer than that
+        assert a.warmup > 30
+    t10 = None
     while step < a.total_steps:
         if a.max_steps and run_steps >= a.max_steps:
             break
@@ -277,6 +288,16 @@ def main():
         step += 1
         run_steps += 1
         tokens_seen += x.numel()
+        if auto_steps and run_steps in (10, 30):
+            torch.cuda.synchronize() if dev.type == "cuda" else None
+            now = time.time()
+            if run_steps == 10:
+                t10 = now
+            else:
+                rate = 20 / (now - t10)
+                left = a.minutes * 60 - (now - t0) - 30  # 30 s for the final save
+                a.total_steps = step + max(1, int(rate * left))
+                print(f"schedule: {rate:.2f} steps/s -> total_steps {a.total_steps}", flush=True)
         if step % 20 == 0 or run_steps <= 3:
             rec = {"step": step, "lm": round(lm.item(), 4), "indexer_kl": round(float(kl), 4),
                    "grad_norm": round(gn.item(), 3), "lr": lr_at(step, a),
