@@ -38,6 +38,7 @@ Registry& GetRegistry() {
 ModelFactory CudaFactoryFor(const std::string& model_type) {
 #if defined(STRATA_HAVE_CUDA)
   if (model_type == "kimi_linear") return CreateKimiLinearCudaModel;
+  if (model_type == "deepseek_v32") return CreateDeepseekV32CudaModel;
 #endif
   (void)model_type;
   return nullptr;

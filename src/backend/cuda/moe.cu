@@ -4,7 +4,8 @@
 // Pipeline (all on `stream`, every kernel reads its sizes from device memory):
 //   1. route      one warp per token: sigmoid, top-k by score + bias (ties to
 //                 the lower index), weights — bit-compatible with
-//                 cpu::RouteSigmoidTopK (see SigmoidLikeCpu). For n ≤ 128
+//                 cpu::RouteSigmoidTopK (see SigmoidLikeCpu), or with a group
+//                 limit cpu::RouteSigmoidGroupedTopK. For n ≤ 128
 //                 tokens it runs inside the plan kernel (one launch less).
 //   2. plan       one CTA: per-expert histogram (shared-memory atomics), an
 //                 exclusive scan into offsets, the list of active experts, the
@@ -98,6 +99,8 @@ struct MoeParams {
   int top_k;
   int renormalize;
   float routed_scaling;
+  int num_groups;   // <= 1: no group limit
+  int topk_groups;
   const bf16* x;          // [n, D]
   const float* logits;    // [n, E]
   const float* bias;      // [E] or null
@@ -163,6 +166,20 @@ Status CheckShape(const MoeShape& s, const char* fn) {
         absl::StrCat(fn, ": shape.top_k must be in [1, min(num_experts, ", kMaxTopK, ")], got ",
                      s.top_k, " with num_experts ", s.num_experts));
   }
+  if (s.num_groups > 1) {
+    const int64_t g = s.num_groups;
+    if (g > 32 || s.num_experts % g != 0 || s.num_experts / g < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          fn, ": shape.num_groups must be at most 32 and divide num_experts into groups of at "
+              "least 2, got ", g, " groups of ", s.num_experts, " experts"));
+    }
+    if (s.topk_groups < 1 || s.topk_groups > g ||
+        s.top_k > s.topk_groups * (s.num_experts / g)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          fn, ": shape.topk_groups must be in [1, num_groups] and leave at least top_k eligible "
+              "experts, got ", s.topk_groups, " of ", g, " groups for top_k ", s.top_k));
+    }
+  }
   if (!std::isfinite(s.routed_scaling)) {
     return absl::InvalidArgumentError(
         absl::StrCat(fn, ": shape.routed_scaling must be finite, got ", s.routed_scaling));
@@ -213,22 +230,69 @@ __device__ __forceinline__ bool RanksAbove(float v, int e, float bv, int be) {
 
 // One warp routes one token. Pick j is the best expert strictly below pick
 // j−1 in the order (biased score desc, index asc), as the reference does.
+__device__ __forceinline__ float BiasedScore(const float* logits, const float* bias, int e) {
+  const float b = bias != nullptr ? bias[e] : 0.f;
+  const float v = __fadd_rn(SigmoidLikeCpu(logits[e]), b);
+  return v != v ? -INFINITY : v;  // NaN ranks last, as in the reference
+}
+
+// Group limit (cpu::RouteSigmoidGroupedTopK): lane g < num_groups scores its
+// group (sum of its two largest biased scores, re-derived from the logits:
+// the same rounded values), then topk_groups warp-wide picks (ties to the
+// lower group) give the bit mask of eligible groups.
+__device__ uint32_t EligibleGroups(const float* logits, int num_experts, const float* bias,
+                                   int num_groups, int topk_groups) {
+  const int lane = threadIdx.x & 31;
+  const int per_group = num_experts / num_groups;
+  float score = -INFINITY;
+  if (lane < num_groups) {
+    float first = -INFINITY, second = -INFINITY;
+    for (int e = lane * per_group; e < (lane + 1) * per_group; ++e) {
+      const float v = BiasedScore(logits, bias, e);
+      if (v > first) {
+        second = first;
+        first = v;
+      } else if (v > second) {
+        second = v;
+      }
+    }
+    score = __fadd_rn(first, second);
+  }
+  uint32_t mask = 0;
+  for (int j = 0; j < topk_groups; ++j) {
+    const bool taken = lane >= num_groups || ((mask >> lane) & 1u) != 0;
+    float best_v = taken ? -INFINITY : score;
+    int best_g = taken ? INT_MAX : lane;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+      const int og = __shfl_xor_sync(0xffffffffu, best_g, o);
+      if (RanksAbove(ov, og, best_v, best_g)) {
+        best_v = ov;
+        best_g = og;
+      }
+    }
+    mask |= 1u << best_g;
+  }
+  return mask;
+}
+
 template <int kPer>
 __device__ void RouteToken(const float* logits, int num_experts, const float* bias, int top_k,
-                           bool renormalize, float routed_scaling, int32_t* idx_out,
-                           float* w_out) {
+                           bool renormalize, float routed_scaling, int num_groups,
+                           int topk_groups, int32_t* idx_out, float* w_out) {
   const int lane = threadIdx.x & 31;
+  const uint32_t groups = num_groups > 1
+                              ? EligibleGroups(logits, num_experts, bias, num_groups, topk_groups)
+                              : 0xffffffffu;
+  const int per_group = num_groups > 1 ? num_experts / num_groups : num_experts;
   float biased[kPer];
+  bool eligible[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = lane + 32 * i;
-    float v = -INFINITY;
-    if (e < num_experts) {
-      const float b = bias != nullptr ? bias[e] : 0.f;
-      v = __fadd_rn(SigmoidLikeCpu(logits[e]), b);
-      if (v != v) v = -INFINITY;  // NaN ranks last, as in the reference
-    }
-    biased[i] = v;
+    biased[i] = e < num_experts ? BiasedScore(logits, bias, e) : -INFINITY;
+    eligible[i] = e < num_experts && ((groups >> (e / per_group)) & 1u) != 0;
   }
   float prev_v = 0.f;
   int prev_e = -1;
@@ -241,7 +305,7 @@ __device__ void RouteToken(const float* logits, int num_experts, const float* bi
       const int e = lane + 32 * i;
       const float v = biased[i];
       const bool below_prev = prev_e < 0 || v < prev_v || (v == prev_v && e > prev_e);
-      if (e < num_experts && below_prev && RanksAbove(v, e, best_v, best_e)) {
+      if (eligible[i] && below_prev && RanksAbove(v, e, best_v, best_e)) {
         best_v = v;
         best_e = e;
       }
@@ -278,8 +342,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32) MoeRouteKernel(MoeParams p) 
   if (t >= p.num_tokens) return;
   const size_t t64 = static_cast<size_t>(t);
   RouteToken<kPer>(p.logits + t64 * p.num_experts, p.num_experts, p.bias, p.top_k,
-                   p.renormalize != 0, p.routed_scaling, p.idx + t64 * p.top_k,
-                   p.wt + t64 * p.top_k);
+                   p.renormalize != 0, p.routed_scaling, p.num_groups, p.topk_groups,
+                   p.idx + t64 * p.top_k, p.wt + t64 * p.top_k);
 }
 
 __device__ __forceinline__ int WarpExclusiveScan(int v) {
@@ -314,7 +378,7 @@ __global__ void __launch_bounds__(kPlanThreads) MoePlanKernel(MoeParams p, int r
     for (int t = warp; t < p.num_tokens; t += num_warps) {
       const size_t t64 = static_cast<size_t>(t);
       RouteToken<kPer>(p.logits + t64 * E, E, p.bias, k, p.renormalize != 0, p.routed_scaling,
-                       p.idx + t64 * k, p.wt + t64 * k);
+                       p.num_groups, p.topk_groups, p.idx + t64 * k, p.wt + t64 * k);
     }
   }
   __syncthreads();
@@ -981,6 +1045,8 @@ Status MoeRoute(const MoeShape& shape, const float* router_logits, const float* 
   p.top_k = static_cast<int>(shape.top_k);
   p.renormalize = shape.renormalize ? 1 : 0;
   p.routed_scaling = shape.routed_scaling;
+  p.num_groups = static_cast<int>(shape.num_groups);
+  p.topk_groups = static_cast<int>(shape.topk_groups);
   p.logits = router_logits;
   p.bias = score_bias;
   p.idx = idx;
@@ -1032,6 +1098,8 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   p.top_k = static_cast<int>(s.top_k);
   p.renormalize = s.renormalize ? 1 : 0;
   p.routed_scaling = s.routed_scaling;
+  p.num_groups = static_cast<int>(s.num_groups);
+  p.topk_groups = static_cast<int>(s.topk_groups);
   p.x = args.x;
   p.logits = args.router_logits;
   p.bias = args.score_bias;

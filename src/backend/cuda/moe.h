@@ -19,6 +19,11 @@ struct MoeShape {
   int64_t top_k = 0;
   bool renormalize = true;
   float routed_scaling = 1.f;
+  // Group-limited selection (DeepSeek-V3 "noaux_tc", cpu::RouteSigmoidGroupedTopK):
+  // num_groups equal groups of experts, only the topk_groups best (sum of a
+  // group's two largest biased scores) eligible. num_groups <= 1: no limit.
+  int64_t num_groups = 1;
+  int64_t topk_groups = 1;
 };
 
 struct MoeArgs {
@@ -35,7 +40,9 @@ struct MoeArgs {
 // Workspace for `max_tokens` tokens: routing results, per-expert counts and
 // offsets, the permuted activations and the intermediate [n·k, I]. It must
 // be 256-byte aligned (cudaMalloc is) and may serve any n ≤ max_tokens.
-// Limits (InvalidArgument beyond): num_experts ≤ 1024, top_k ≤ min(32, E).
+// Limits (InvalidArgument beyond): num_experts ≤ 1024, top_k ≤ min(32, E);
+// with groups: num_groups ≤ 32 dividing E, ≥ 2 experts per group,
+// 1 ≤ topk_groups ≤ num_groups and top_k ≤ topk_groups · E / num_groups.
 // Decode (n·k ≤ 512) streams each active expert once on CUDA cores; more
 // rows take the tensor-core grouped GEMM when D % 128 == 0, I % 64 == 0 and
 // x, w13, w2 are 16-byte aligned. No host sync: the call can be captured.

@@ -125,6 +125,33 @@ __global__ void RmsNormRowsKernel(const T* x, int64_t ldx, T* y, int64_t ldy, in
   }
 }
 
+// One CTA per row, scalar accesses (the indexer's key rows are ~128 wide).
+// Mean, then the variance around it (two passes, as the CPU does, so that a
+// large mean does not cancel the variance), then the output; every thread
+// reads and writes only its own elements, so y may be x.
+template <typename T>
+__global__ void LayerNormRowsKernel(const T* x, int64_t ldx, T* y, int64_t ldy, int64_t dim,
+                                    const float* w, const float* b, float eps) {
+  PdlWait();
+  PdlLaunchDependents();
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * ldx;
+  T* yr = y + row * ldy;
+  float sum = 0.f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += LoadF(xr + i);
+  const float mean = BlockSum(sum, scratch) / static_cast<float>(dim);
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float d = LoadF(xr + i) - mean;
+    ss = fmaf(d, d, ss);
+  }
+  const float rstd = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    StoreF(yr + i, fmaf((LoadF(xr + i) - mean) * rstd, w[i], b[i]));
+  }
+}
+
 // One warp per row (a head's value vector).
 template <int V, typename OT, typename GT>
 __global__ void GatedRmsNormSigmoidKernel(const OT* o, const GT* gate, int64_t rows, int64_t dim,
@@ -254,6 +281,30 @@ Status RmsNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, ActType typ
     LaunchRmsNormRows<1, bf16>(x, ldx, y, ldy, n, dim, w, eps, stream);
   }
   return LaunchStatus("RmsNormRowsKernel");
+}
+
+Status LayerNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, ActType type, int64_t n,
+                     int64_t dim, const float* w, const float* b, float eps, cudaStream_t stream) {
+  STRATA_RETURN_IF_ERROR(CheckRows("LayerNormRows", n, dim, w, eps));
+  STRATA_RETURN_IF_ERROR(CheckType(type, "LayerNormRows: type"));
+  if (b == nullptr) return absl::InvalidArgumentError("LayerNormRows: b is null");
+  if (x == nullptr) return absl::InvalidArgumentError("LayerNormRows: x is null");
+  if (y == nullptr) return absl::InvalidArgumentError("LayerNormRows: y is null");
+  if (ldx < dim) return absl::InvalidArgumentError("LayerNormRows: ldx < dim");
+  if (ldy < dim) return absl::InvalidArgumentError("LayerNormRows: ldy < dim");
+  if (x == y && ldx != ldy) {
+    return absl::InvalidArgumentError("LayerNormRows: in place needs ldx == ldy");
+  }
+  if (n == 0) return OkStatus();
+  const dim3 grid(static_cast<unsigned>(n)), block(RowThreads(dim));
+  if (type == ActType::kF32) {
+    (void)LaunchPdl(LayerNormRowsKernel<float>, grid, block, 0, stream,
+                    static_cast<const float*>(x), ldx, static_cast<float*>(y), ldy, dim, w, b, eps);
+  } else {
+    (void)LaunchPdl(LayerNormRowsKernel<bf16>, grid, block, 0, stream, static_cast<const bf16*>(x),
+                    ldx, static_cast<bf16*>(y), ldy, dim, w, b, eps);
+  }
+  return LaunchStatus("LayerNormRowsKernel");
 }
 
 Status GatedRmsNormSigmoid(const void* o, ActType o_type, const void* gate, ActType gate_type,

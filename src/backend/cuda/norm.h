@@ -18,6 +18,13 @@ Status AddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n, in
 Status RmsNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, ActType type, int64_t n,
                    int64_t dim, const float* w, float eps, cudaStream_t stream);
 
+// LayerNorm of rows with a stride and a bias (DeepSeek-V3.2's indexer k_norm,
+// matching cpu::LayerNorm): y[i, :dim] = (x − mean) · rsqrt(var + eps) · w + b,
+// biased variance, fp32 statistics; x and y of type `type` (may alias with
+// the same stride). w, b: [dim] fp32.
+Status LayerNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, ActType type, int64_t n,
+                     int64_t dim, const float* w, const float* b, float eps, cudaStream_t stream);
+
 // KDA output norm: o[r] = RMSNorm(o[r]) · w ⊙ sigmoid(gate[r]) for rows of
 // width dim (rows = tokens · heads). o: fp32 or bf16 (o_type), gate bf16 or
 // fp32 (gate_type), out bf16.

@@ -1,0 +1,342 @@
+// Internals of the deepseek_v32 CUDA executor, shared by deepseek_v32_cuda.cc
+// (states, forward passes, graphs) and deepseek_v32_load_cuda.cc (planning,
+// allocation, weight upload). Not part of any interface.
+//
+// It is built like the kimi_linear executor (kimi_linear_cuda_impl.h) and
+// reuses its Carver (one allocation carved twice: sizing, then for real) and
+// PoolBook (host bookkeeping of sequence slots and 64-token cache blocks).
+// Layout:
+//  * weights bf16 (FP8 block-scaled checkpoints are dequantised on the host
+//    and uploaded as bf16), fused at upload where one input feeds several
+//    products: per layer [q_a | kv_a | indexer wk] (segments padded to 8 rows
+//    so each starts 16-byte aligned), dense MLP / shared expert [gate|up],
+//    experts w13 [E, 2I, D] and w2 [E, D, I]; norms, the indexer LayerNorm's
+//    weight and bias and the router bias fp32;
+//  * residual stream fp32, activations bf16, router logits and the indexer's
+//    head weights fp32;
+//  * per sequence: 64-token blocks shared by two paged caches per layer, the
+//    MLA latent rows [c (r) | rotated k_r (dr)] and the indexer's keys [dI]
+//    (backend/cuda/indexer.h: one block table addresses both);
+//  * rotary cos/sin tables [max_ctx, dr/2] fp32, made on the host exactly as
+//    the CPU makes them (cpu::RopeCosSin), uploaded once;
+//  * scratch carved once for (prefill slice, max batch, max context); decode
+//    steps read their per-step inputs from fixed device buffers, so captured
+//    graphs replay with new contents and the same pointers.
+#ifndef STRATA_MODEL_MODELS_DEEPSEEK_V32_CUDA_IMPL_H_
+#define STRATA_MODEL_MODELS_DEEPSEEK_V32_CUDA_IMPL_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/indexer.h"
+#include "backend/cuda/mla.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/sampling.h"
+#include "model/model.h"
+#include "model/models/deepseek_v32_config.h"
+#include "model/models/deepseek_v32_cuda.h"
+#include "model/models/kimi_linear_cuda_impl.h"
+
+namespace strata {
+class WeightStore;
+namespace dsv32_cuda {
+
+using cuda::bf16;
+using kimi_cuda::Carver;
+using kimi_cuda::CeilDiv;
+using kimi_cuda::Pad8;
+using kimi_cuda::PoolBook;
+
+constexpr int64_t kDefaultMaxBatch = 64;
+constexpr int64_t kDefaultMaxContext = 131072;
+// Prefill slice. Sparse prefill runs in the absorbed form, whose per-token
+// buffers (q̃ [H, r+dr] and the latent output [H, r], ~0.28 MB per token at
+// the published shapes) are what the slice multiplies.
+constexpr int64_t kPrefillSliceTokens = 2048;
+constexpr int64_t kLogitsChunkRows = 64;
+constexpr int64_t kMinMlaBucket = 256;
+constexpr int64_t kBlockTokens = 64;  // == cuda::kKvBlockTokens
+// q_a_layernorm / kv_a_layernorm keep DeepseekV32RMSNorm's default epsilon;
+// the indexer's k_norm is a LayerNorm with eps 1e-6 (as deepseek_v32.cc).
+constexpr float kLatentNormEps = 1e-6f;
+constexpr float kIndexerNormEps = 1e-6f;
+
+struct Geometry {
+  int64_t D = 0, V = 0, L = 0;
+  float eps = 1e-6f;
+  // MLA with a low-rank query.
+  int64_t H = 0, dn = 0, dr = 0, dv = 0, r = 0, qr = 0, qd = 0, cd = 0, half = 0;
+  float softmax_scale = 0.f;
+  // Indexer.
+  int64_t HI = 0, dI = 0, K = 0;
+  // The fused [q_a | kv_a | wk] projection: n_a rows, segments at 0, off_kv, off_ik.
+  int64_t n_a = 0, off_kv = 0, off_ik = 0;
+  // FFN.
+  int64_t I_dense = 0, I = 0, E = 0, top_k = 0, Is = 0, n_group = 1, topk_group = 1;
+  bool renormalize = true;
+  float routed_scaling = 1.f;
+  bool has_moe = false, has_dense = false;
+  int64_t gu_cols() const { return 2 * std::max(I_dense, Is); }
+};
+Geometry MakeGeometry(const DeepseekV32Config& c);
+
+inline cuda::MlaShape MlaShapeOf(const Geometry& g) {
+  cuda::MlaShape s;
+  s.num_heads = g.H;
+  s.nope_dim = g.dn;
+  s.rope_dim = g.dr;
+  s.v_dim = g.dv;
+  s.kv_rank = g.r;
+  s.scale = g.softmax_scale;
+  return s;
+}
+inline cuda::IndexerShape IndexerShapeOf(const Geometry& g) {
+  cuda::IndexerShape s;
+  s.num_heads = g.HI;
+  s.head_dim = g.dI;
+  s.top_k = g.K;
+  s.scale = 0.f;  // head_dim^-1/2, as the CPU
+  return s;
+}
+inline cuda::MoeShape MoeShapeOf(const Geometry& g) {
+  cuda::MoeShape s;
+  s.num_experts = g.E;
+  s.hidden = g.D;
+  s.inter = g.I;
+  s.top_k = g.top_k;
+  s.renormalize = g.renormalize;
+  s.routed_scaling = g.routed_scaling;
+  s.num_groups = g.n_group;
+  s.topk_groups = g.topk_group;
+  return s;
+}
+
+struct Plan {
+  int64_t max_batch = 0;
+  int64_t max_sequences = 0;
+  int64_t max_ctx = 0;
+  int64_t slice = 0;
+  int64_t rows = 0;        // max(slice, max_batch)
+  int64_t max_blocks = 0;  // ceil(max_ctx / 64)
+  int64_t dense_ctx = 0;   // min(max_ctx, K): longest context attended densely
+  size_t mla_ws = 0, index_ws = 0, moe_ws = 0, sample_ws = 0;
+};
+
+struct AttnLayer {
+  bf16* a = nullptr;           // [n_a, D]: q_a, kv_a, wk
+  float* q_a_norm = nullptr;   // [qr]
+  float* kv_norm = nullptr;    // [r]
+  float* ik_norm_w = nullptr;  // [dI]
+  float* ik_norm_b = nullptr;  // [dI]
+  bf16* q_b = nullptr;         // [H·qd, qr]
+  bf16* kv_b = nullptr;        // [H·(dn+dv), r]
+  bf16* o = nullptr;           // [D, H·dv]
+  bf16* iq = nullptr;          // indexer wq_b [HI·dI, qr]
+  bf16* iw = nullptr;          // indexer weights_proj [HI, D]
+};
+
+struct FfnLayer {
+  bf16* gate_up = nullptr;  // dense MLP or shared experts: [2I, D]
+  bf16* down = nullptr;     // [D, I]
+  bf16* router = nullptr;   // [E, D]
+  float* score_bias = nullptr;
+  bf16* w13 = nullptr;      // [E, 2I, D]
+  bf16* w2 = nullptr;       // [E, D, I]
+};
+
+struct Layer {
+  bool is_moe = false;
+  float* input_norm = nullptr;
+  float* post_norm = nullptr;
+  AttnLayer attn;
+  FfnLayer ffn;
+};
+
+struct Weights {
+  bf16* embed = nullptr;
+  bf16* lm_head = nullptr;
+  float* final_norm = nullptr;
+  std::vector<Layer> layers;
+};
+void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate_lm_head,
+                  Carver& c, Weights& w);
+
+struct Scratch {
+  int32_t* tokens = nullptr;       // [rows]
+  int32_t* step = nullptr;         // [4, max_batch]: tokens | unused | positions | seq_lens
+  int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
+  cuda::GpuSamplingRow* sampling = nullptr;
+  int32_t* sampled = nullptr;
+  unsigned long long* selected_total = nullptr;  // Σ indexer selections, all layers and steps
+  float* rope_cos = nullptr;       // [max_ctx, half]
+  float* rope_sin = nullptr;
+  float* h = nullptr;              // [rows, D]
+  bf16* xn = nullptr;              // [rows, D]
+  float* delta = nullptr;          // [rows, D] routed-expert output
+  bf16* a = nullptr;               // [rows, n_a]: c_q | kv row | index key
+  bf16* q = nullptr;               // [rows, H·qd]
+  bf16* iq = nullptr;              // [rows, HI·dI]
+  float* iw = nullptr;             // [rows, HI]
+  int32_t* sel_rows = nullptr;     // [rows, K]
+  int32_t* sel_counts = nullptr;   // [rows]
+  bf16* q_abs = nullptr;           // [rows, H, cd]
+  bf16* lat_o = nullptr;           // [rows, H, r]
+  bf16* attn = nullptr;            // [rows, H·dv]
+  bf16* lat = nullptr;             // [dense_ctx, cd]
+  bf16* kv_exp = nullptr;          // [dense_ctx, H·(dn+dv)]
+  bf16* gu = nullptr;
+  bf16* act = nullptr;
+  float* router_logits = nullptr;  // [rows, E]
+  float* logits = nullptr;         // [max(max_batch, kLogitsChunkRows), V]
+  void* mla_ws = nullptr;
+  void* index_ws = nullptr;
+  void* moe_ws = nullptr;
+  void* sample_ws = nullptr;
+};
+void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s);
+
+struct Pools {
+  bf16* kv = nullptr;  // [L, blocks, 64, cd]
+  bf16* ik = nullptr;  // [L, blocks, 64, dI]
+  int64_t slots = 0, blocks = 0;
+};
+
+class DeepseekV32CudaModel;
+
+class DsaCudaState final : public SequenceState {
+ public:
+  DsaCudaState(const DeepseekV32CudaModel* owner, std::shared_ptr<PoolBook> book, uint64_t id,
+               int32_t slot, int64_t max_tokens)
+      : owner_(owner), book_(std::move(book)), id_(id), slot_(slot), max_tokens_(max_tokens) {}
+  ~DsaCudaState() override;
+  int64_t num_tokens() const override { return tokens_; }
+  std::unique_ptr<SequenceState> Clone() const override;
+  void Reset() override;
+
+  const DeepseekV32CudaModel* owner_;
+  std::shared_ptr<PoolBook> book_;
+  uint64_t id_;
+  int32_t slot_;  // counts live sequences only (DSA keeps no per-slot state)
+  int64_t max_tokens_;
+  int64_t tokens_ = 0;
+  uint64_t generation_ = 0;
+  std::vector<int32_t> blocks_;
+};
+
+// Decode graphs are keyed by batch size, the length bound (next power of two
+// ≥ the longest sequence, at least kMinMlaBucket), whether sampling is part
+// of the step and whether the step is sparse (some sequence longer than
+// index_topk: indexer + gathered attention for every row).
+using GraphKey = std::tuple<int64_t, int64_t, bool, bool>;
+using kimi_cuda::GraphEntry;
+
+class DeepseekV32CudaModel final : public Model {
+ public:
+  static StatusOr<std::unique_ptr<DeepseekV32CudaModel>> Create(
+      std::shared_ptr<const WeightStore> weights, const DeepseekV32Config& config,
+      const LoadOptions& options);
+  ~DeepseekV32CudaModel() override;
+
+  const ModelInfo& info() const override { return info_; }
+  StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
+  Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
+                 bool all_logits) const override;
+  Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                     float* logits) const override;
+  Status DecodeBatchSample(std::span<const int32_t> tokens,
+                           std::span<SequenceState* const> states,
+                           std::span<const DecodeSampling> sampling,
+                           int32_t* out_tokens) const override;
+  Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
+                                 uint64_t seed) const override;
+
+  DeepseekV32CudaStats Stats() const;
+  std::unique_ptr<SequenceState> CloneState(const DsaCudaState& src) const;
+  void ResetState(DsaCudaState& st) const;
+
+ private:
+  DeepseekV32CudaModel() = default;
+
+  // --- deepseek_v32_load_cuda.cc ---
+  Status Setup(std::shared_ptr<const WeightStore> weights, const DeepseekV32Config& config,
+               const LoadOptions& options);
+  Status UploadWeights(const WeightStore& store, const LoadOptions& options);
+  Status MakeDummyWeights(uint64_t seed);
+  Status SelfCheck();
+
+  // --- deepseek_v32_cuda.cc ---
+  Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
+            int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta,
+            float alpha = 1.f) const;
+  Status Rope(bool interleaved, bf16* x, int64_t n, int64_t heads, int64_t token_stride,
+              int64_t head_stride, int64_t offset, int64_t pos0, bool decode) const;
+  Status EnqueueLayers(int64_t n, const int32_t* tokens, int64_t past, int64_t bound,
+                       bool sparse_decode, const float** pending) const;
+  Status Attention(const Layer& L, int64_t l, int64_t n, int64_t past, int64_t bound,
+                   bool sparse_decode) const;
+  Status Ffn(const Layer& L, int64_t n, const float** pending) const;
+  Status EnqueueDecode(int64_t batch, int64_t bound, bool sample, bool sparse) const;
+
+  Status CheckState(SequenceState* s, DsaCudaState** out, const char* what) const;
+  Status EnsureBlocks(DsaCudaState& st, int64_t tokens) const;
+  Status UploadPrefillTable(const DsaCudaState& st, int64_t tokens) const;
+  Status Prefill(std::span<const int32_t> tokens, DsaCudaState& st, float* logits,
+                 bool all_logits) const;
+  Status DecodeLocked(std::span<const int32_t> tokens, std::span<DsaCudaState* const> states,
+                      float* logits, std::span<const DecodeSampling> sampling,
+                      int32_t* out_tokens) const;
+  Status RunDecodeStep(int64_t batch, int64_t bound, bool sample, bool sparse) const;
+  int64_t LengthBound(int64_t max_len) const;
+  Status Sync(const char* what) const;
+
+  DeepseekV32Config cfg_;
+  Geometry g_;
+  Plan plan_;
+  ModelInfo info_;
+  int device_ = 0;
+  mutable bool graphs_enabled_ = true;
+
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::BlasContext> blas_;
+  void* weight_mem_ = nullptr;
+  void* runtime_mem_ = nullptr;
+  size_t weight_bytes_ = 0, scratch_bytes_ = 0, kv_pool_bytes_ = 0;
+  Weights w_;
+  Scratch s_;
+  Pools pools_;
+  std::shared_ptr<PoolBook> book_;
+
+  void* pinned_ = nullptr;
+  int32_t* h_step_ = nullptr;
+  int32_t* h_block_table_ = nullptr;
+  cuda::GpuSamplingRow* h_sampling_ = nullptr;
+  int32_t* h_sampled_ = nullptr;
+  float* h_logits_ = nullptr;
+
+  mutable std::mutex mu_;
+  struct RowOwner {
+    uint64_t id = 0, generation = 0;
+    int64_t blocks = 0;
+  };
+  mutable std::vector<RowOwner> row_owner_;
+  mutable std::map<GraphKey, GraphEntry> graphs_;
+  mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0;
+  mutable int64_t sparse_prefill_layers_ = 0, dense_prefill_layers_ = 0;
+  mutable int64_t sparse_decode_steps_ = 0, dense_decode_steps_ = 0;
+  mutable std::string graph_error_;
+};
+
+}  // namespace dsv32_cuda
+}  // namespace strata
+
+#endif  // STRATA_MODEL_MODELS_DEEPSEEK_V32_CUDA_IMPL_H_

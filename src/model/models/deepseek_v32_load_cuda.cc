@@ -1,0 +1,597 @@
+// Loading of the deepseek_v32 CUDA executor: the device check, the memory
+// plan (weights, scratch, the two paged caches), the weight upload (or dummy
+// weights made on the device), the rotary tables, and a load-time self-check
+// that runs one prefill and one decode step so that shapes the kernels reject
+// fall back to the CPU at load rather than fail in the middle of a request.
+//
+// FP8 block-scaled checkpoints are dequantised on the host (the CPU adapter's
+// LoadFp8BlockScaled) and uploaded as bf16: the GEMMs run bf16 × bf16, not
+// FP8 × FP8 as DeepSeek's own inference code does.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "backend/cpu/rope_yarn.h"
+#include "backend/cuda/device_info.h"
+#include "backend/cuda/elementwise.h"
+#include "base/dtype.h"
+#include "model/config_reader.h"
+#include "model/fp8_weights.h"
+#include "model/models/builtin.h"
+#include "model/models/deepseek_v32_cuda_impl.h"
+#include "model/weight_store.h"
+
+namespace strata {
+namespace dsv32_cuda {
+
+using kimi_cuda::GiB;
+
+Geometry MakeGeometry(const DeepseekV32Config& c) {
+  Geometry g;
+  g.D = c.hidden_size;
+  g.V = c.vocab_size;
+  g.L = c.num_layers;
+  g.eps = static_cast<float>(c.rms_norm_eps);
+  g.H = c.num_heads;
+  g.dn = c.qk_nope_dim;
+  g.dr = c.qk_rope_dim;
+  g.dv = c.v_head_dim;
+  g.r = c.kv_lora_rank;
+  g.qr = c.q_lora_rank;
+  g.qd = g.dn + g.dr;
+  g.cd = g.r + g.dr;
+  g.half = g.dr / 2;
+  g.softmax_scale = static_cast<float>(c.softmax_scale);
+  g.HI = c.index_heads;
+  g.dI = c.index_head_dim;
+  g.K = c.index_topk;
+  g.off_kv = Pad8(g.qr);
+  g.off_ik = g.off_kv + Pad8(g.cd);
+  g.n_a = g.off_ik + Pad8(g.dI);
+  g.I_dense = c.intermediate_size;
+  g.I = c.moe_intermediate_size;
+  g.E = c.num_experts;
+  g.top_k = c.experts_per_token;
+  g.Is = c.moe_intermediate_size * c.num_shared_experts;
+  g.n_group = c.n_group;
+  g.topk_group = c.topk_group;
+  g.renormalize = c.norm_topk_prob;
+  g.routed_scaling = static_cast<float>(c.routed_scaling_factor);
+  for (bool m : c.is_moe) (m ? g.has_moe : g.has_dense) = true;
+  if (!g.has_moe) g.Is = 0;
+  if (!g.has_dense) g.I_dense = 0;
+  return g;
+}
+
+void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate_lm_head,
+                  Carver& c, Weights& w) {
+  w.embed = c.Take<bf16>(g.V * g.D);
+  w.lm_head = separate_lm_head ? c.Take<bf16>(g.V * g.D) : w.embed;
+  w.final_norm = c.Take<float>(g.D);
+  w.layers.assign(static_cast<size_t>(g.L), Layer{});
+  for (int64_t i = 0; i < g.L; ++i) {
+    Layer& L = w.layers[static_cast<size_t>(i)];
+    L.is_moe = cfg.is_moe[static_cast<size_t>(i)];
+    L.input_norm = c.Take<float>(g.D);
+    L.post_norm = c.Take<float>(g.D);
+    AttnLayer& a = L.attn;
+    a.a = c.Take<bf16>(g.n_a * g.D);
+    a.q_a_norm = c.Take<float>(g.qr);
+    a.kv_norm = c.Take<float>(g.r);
+    a.ik_norm_w = c.Take<float>(g.dI);
+    a.ik_norm_b = c.Take<float>(g.dI);
+    a.q_b = c.Take<bf16>(g.H * g.qd * g.qr);
+    a.kv_b = c.Take<bf16>(g.H * (g.dn + g.dv) * g.r);
+    a.o = c.Take<bf16>(g.D * g.H * g.dv);
+    a.iq = c.Take<bf16>(g.HI * g.dI * g.qr);
+    a.iw = c.Take<bf16>(g.HI * g.D);
+    FfnLayer& f = L.ffn;
+    if (!L.is_moe) {
+      f.gate_up = c.Take<bf16>(2 * g.I_dense * g.D);
+      f.down = c.Take<bf16>(g.D * g.I_dense);
+    } else {
+      f.router = c.Take<bf16>(g.E * g.D);
+      f.score_bias = c.Take<float>(g.E);
+      f.w13 = c.Take<bf16>(g.E * 2 * g.I * g.D);
+      f.w2 = c.Take<bf16>(g.E * g.D * g.I);
+      if (g.Is > 0) {
+        f.gate_up = c.Take<bf16>(2 * g.Is * g.D);
+        f.down = c.Take<bf16>(g.D * g.Is);
+      }
+    }
+  }
+}
+
+void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s) {
+  const int64_t R = p.rows, B = p.max_batch;
+  s.tokens = c.Take<int32_t>(R);
+  s.step = c.Take<int32_t>(4 * B);
+  s.block_table = c.Take<int32_t>((B + 1) * p.max_blocks);
+  s.sampling = c.Take<cuda::GpuSamplingRow>(B);
+  s.sampled = c.Take<int32_t>(B);
+  s.selected_total = c.Take<unsigned long long>(1);
+  s.rope_cos = c.Take<float>(p.max_ctx * g.half);
+  s.rope_sin = c.Take<float>(p.max_ctx * g.half);
+  s.h = c.Take<float>(R * g.D);
+  s.xn = c.Take<bf16>(R * g.D);
+  s.delta = c.Take<float>(R * g.D);
+  s.a = c.Take<bf16>(R * g.n_a);
+  s.q = c.Take<bf16>(R * g.H * g.qd);
+  s.iq = c.Take<bf16>(R * g.HI * g.dI);
+  s.iw = c.Take<float>(R * g.HI);
+  s.sel_rows = c.Take<int32_t>(R * g.K);
+  s.sel_counts = c.Take<int32_t>(R);
+  s.q_abs = c.Take<bf16>(R * g.H * g.cd);
+  s.lat_o = c.Take<bf16>(R * g.H * g.r);
+  s.attn = c.Take<bf16>(R * g.H * g.dv);
+  s.lat = c.Take<bf16>(p.dense_ctx * g.cd);
+  s.kv_exp = c.Take<bf16>(p.dense_ctx * g.H * (g.dn + g.dv));
+  if (g.gu_cols() > 0) {
+    s.gu = c.Take<bf16>(R * g.gu_cols());
+    s.act = c.Take<bf16>(R * g.gu_cols() / 2);
+  }
+  if (g.has_moe) s.router_logits = c.Take<float>(R * g.E);
+  s.logits = c.Take<float>(std::max(B, kLogitsChunkRows) * g.V);
+  s.mla_ws = c.Take<char>(static_cast<int64_t>(p.mla_ws));
+  s.index_ws = c.Take<char>(static_cast<int64_t>(p.index_ws));
+  s.moe_ws = c.Take<char>(static_cast<int64_t>(p.moe_ws));
+  s.sample_ws = c.Take<char>(static_cast<int64_t>(p.sample_ws));
+}
+
+namespace {
+
+// A checkpoint matrix [rows, cols] as bf16 bits on the host: bf16 as stored,
+// fp32/fp16 rounded, FP8 block-scaled dequantised (fp32) then rounded.
+StatusOr<std::vector<uint16_t>> HostBf16(const WeightStore& ws, const std::string& name,
+                                         int64_t rows, int64_t cols, Fp8BlockSize block) {
+  STRATA_ASSIGN_OR_RETURN(TensorView raw, ws.Get(name));
+  std::vector<uint16_t> out(static_cast<size_t>(rows * cols));
+  if (raw.dtype == DType::kF8E4M3) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> f, LoadFp8BlockScaled(ws, name, rows, cols, block));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = F32ToBf16(f[i]);
+    return out;
+  }
+  STRATA_ASSIGN_OR_RETURN(TensorView v, ws.GetFloat(name, {rows, cols}));
+  const auto* src = static_cast<const uint8_t*>(v.data);
+  // The format does not promise alignment: read elements through memcpy.
+  if (v.dtype == DType::kBF16) {
+    std::memcpy(out.data(), src, 2 * out.size());
+  } else if (v.dtype == DType::kF32) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      float f;
+      std::memcpy(&f, src + 4 * i, 4);
+      out[i] = F32ToBf16(f);
+    }
+  } else {
+    for (size_t i = 0; i < out.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      out[i] = F32ToBf16(F16ToF32(h));
+    }
+  }
+  return out;
+}
+
+constexpr float kDummyScale = 0.02f;
+
+}  // namespace
+
+DeepseekV32CudaModel::~DeepseekV32CudaModel() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (auto& [key, entry] : graphs_) {
+    if (entry.exec != nullptr) cudaGraphExecDestroy(entry.exec);
+  }
+  blas_.reset();
+  if (weight_mem_ != nullptr) cudaFree(weight_mem_);
+  if (runtime_mem_ != nullptr) cudaFree(runtime_mem_);
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  cudaGetLastError();
+}
+
+StatusOr<std::unique_ptr<DeepseekV32CudaModel>> DeepseekV32CudaModel::Create(
+    std::shared_ptr<const WeightStore> weights, const DeepseekV32Config& config,
+    const LoadOptions& options) {
+  std::unique_ptr<DeepseekV32CudaModel> m(new DeepseekV32CudaModel);
+  STRATA_RETURN_IF_ERROR(m->Setup(std::move(weights), config, options));
+  return m;
+}
+
+Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
+                                   const DeepseekV32Config& config, const LoadOptions& options) {
+  cfg_ = config;
+  g_ = MakeGeometry(config);
+  const Geometry& g = g_;
+  if (g.dr < 2 || g.dr % 2 != 0 || g.half > 256) {
+    return absl::UnimplementedError(absl::StrCat(
+        "qk_rope_head_dim ", g.dr, " is not supported by the CUDA rotary kernel (even, 2..512)"));
+  }
+  if (g.n_group > 32) {
+    return absl::UnimplementedError(
+        absl::StrCat("n_group ", g.n_group, " exceeds the CUDA router's 32 groups"));
+  }
+
+  // --- the device -----------------------------------------------------------
+  StatusOr<std::vector<cuda::DeviceInfo>> devices = cuda::ListDevices();
+  if (!devices.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("no device is visible (", devices.status().message(), ")"));
+  }
+  if (devices->empty()) return absl::UnavailableError("no device is visible (0 CUDA devices)");
+  const cuda::DeviceInfo& dev = devices->front();
+  device_ = dev.index;
+  const std::string dev_name = absl::StrCat("cuda:", dev.index, " ", dev.name);
+  if (dev.compute_major != 9 || dev.compute_minor != 0) {
+    return absl::UnavailableError(absl::StrCat(dev_name, " is sm_", dev.compute_major,
+                                               dev.compute_minor,
+                                               "; this build's kernels are for sm_90a (Hopper)"));
+  }
+  if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError(
+        absl::StrCat("cudaSetDevice(", device_, ") failed: ", cudaGetErrorString(e)));
+  }
+
+  // --- the plan -------------------------------------------------------------
+  Plan& p = plan_;
+  p.max_batch = options.max_batch > 0 ? options.max_batch : kDefaultMaxBatch;
+  p.max_sequences = options.max_sequences > 0 ? options.max_sequences : p.max_batch;
+  const int64_t model_ctx = config.max_context > 0 ? config.max_context : kDefaultMaxContext;
+  p.max_ctx = options.max_context_tokens > 0 ? std::min(options.max_context_tokens, model_ctx)
+                                             : std::min(model_ctx, kDefaultMaxContext);
+  if (p.max_ctx < 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoadOptions.max_context_tokens: the CUDA plan needs at least 3 tokens, got ", p.max_ctx));
+  }
+  if (!(options.gpu_memory_fraction > 0.0 && options.gpu_memory_fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoadOptions.gpu_memory_fraction must be in (0, 1], got ", options.gpu_memory_fraction));
+  }
+  p.slice = std::min(
+      options.prefill_slice_tokens > 0 ? options.prefill_slice_tokens : kPrefillSliceTokens,
+      p.max_ctx);
+  p.rows = std::max(p.slice, p.max_batch);
+  p.max_blocks = CeilDiv(p.max_ctx, kBlockTokens);
+  p.dense_ctx = std::min(p.max_ctx, g.K);
+  const cuda::MlaShape mshape = MlaShapeOf(g);
+  const cuda::IndexerShape ishape = IndexerShapeOf(g);
+  // Sized for every (batch, length bound) a decode graph may use, dense or
+  // sparse, and for a sparse prefill slice.
+  for (int64_t b = 1; b <= p.max_batch; ++b) {
+    for (int64_t len = kMinMlaBucket;; len *= 2) {
+      const int64_t bound = std::min(len, p.max_ctx);
+      p.mla_ws = std::max(p.mla_ws, cuda::MlaDecodeWorkspaceBytes(mshape, b, bound));
+      p.index_ws = std::max(p.index_ws, cuda::IndexerDecodeWorkspaceBytes(ishape, b, bound));
+      if (bound == p.max_ctx) break;
+    }
+    p.mla_ws = std::max(p.mla_ws, cuda::MlaDecodeWorkspaceBytes(mshape, b, g.K));
+  }
+  p.mla_ws = std::max(p.mla_ws, cuda::MlaSparsePrefillWorkspaceBytes(mshape, p.slice, g.K));
+  p.index_ws = std::max(p.index_ws, cuda::IndexerPrefillWorkspaceBytes(
+                                        ishape, p.slice, std::max<int64_t>(0, p.max_ctx - p.slice)));
+  if (g.has_moe) p.moe_ws = cuda::MoeWorkspaceBytes(MoeShapeOf(g), p.rows);
+  for (int64_t b = 1; b <= p.max_batch; ++b) {
+    p.sample_ws = std::max(p.sample_ws, cuda::SampleWorkspaceBytes(b, g.V));
+  }
+
+  const bool separate_lm_head =
+      !config.tie_word_embeddings || (weights != nullptr && weights->Has("lm_head.weight"));
+  Carver weight_size(nullptr);
+  CarveWeights(g, config, separate_lm_head, weight_size, w_);
+  Carver scratch_size(nullptr);
+  CarveScratch(g, p, scratch_size, s_);
+  weight_bytes_ = weight_size.size();
+  scratch_bytes_ = scratch_size.size();
+  const size_t block_bytes = static_cast<size_t>(g.L * kBlockTokens * (g.cd + g.dI)) * 2;
+
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  STRATA_ASSIGN_OR_RETURN(blas_, cuda::BlasContext::Create());
+  size_t free_bytes = 0, total_bytes = 0;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const double budget = options.gpu_memory_fraction * static_cast<double>(free_bytes);
+  const double fixed = static_cast<double>(weight_bytes_ + scratch_bytes_);
+  const double one_sequence = static_cast<double>(block_bytes * static_cast<size_t>(p.max_blocks));
+  if (fixed + one_sequence > budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        dev_name, " has ", GiB(static_cast<double>(free_bytes)), " free (",
+        static_cast<int>(100 * options.gpu_memory_fraction), "% usable) and the model needs ",
+        GiB(fixed + one_sequence), ": weights ", GiB(static_cast<double>(weight_bytes_)),
+        ", scratch ", GiB(static_cast<double>(scratch_bytes_)), " and the cache of one ",
+        p.max_ctx, "-token sequence"));
+  }
+  int64_t blocks = static_cast<int64_t>((budget - fixed) / static_cast<double>(block_bytes));
+  blocks = std::min(blocks, p.max_sequences * p.max_blocks);
+  blocks = std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max());
+  pools_.slots = p.max_sequences;
+  pools_.blocks = blocks;
+  kv_pool_bytes_ = block_bytes * static_cast<size_t>(blocks);
+
+  // --- allocation -------------------------------------------------------------
+  auto alloc = [&](void** ptr, size_t bytes, const char* what) -> Status {
+    if (bytes == 0) return OkStatus();
+    if (cudaError_t e = cudaMalloc(ptr, bytes); e != cudaSuccess) {
+      cudaGetLastError();
+      *ptr = nullptr;
+      return absl::ResourceExhaustedError(absl::StrCat(dev_name, ": allocating ", GiB(bytes),
+                                                       " for the ", what,
+                                                       " failed: ", cudaGetErrorString(e)));
+    }
+    return OkStatus();
+  };
+  STRATA_RETURN_IF_ERROR(alloc(&weight_mem_, weight_bytes_, "weights"));
+  {
+    Carver c(static_cast<char*>(weight_mem_));
+    CarveWeights(g, config, separate_lm_head, c, w_);
+  }
+  Carver runtime_size(nullptr);
+  runtime_size.Take<char>(static_cast<int64_t>(scratch_bytes_));
+  runtime_size.Take<bf16>(g.L * blocks * kBlockTokens * g.cd);
+  runtime_size.Take<bf16>(g.L * blocks * kBlockTokens * g.dI);
+  STRATA_RETURN_IF_ERROR(alloc(&runtime_mem_, runtime_size.size(), "scratch and caches"));
+  {
+    Carver c(static_cast<char*>(runtime_mem_));
+    CarveScratch(g, p, c, s_);
+    pools_.kv = c.Take<bf16>(g.L * blocks * kBlockTokens * g.cd);
+    pools_.ik = c.Take<bf16>(g.L * blocks * kBlockTokens * g.dI);
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(runtime_mem_, 0, runtime_size.size(), stream_));
+
+  // Rotary tables: the CPU's, for every position of the plan.
+  {
+    const std::vector<float> inv_freq = cpu::RopeInvFreq(config.rope);
+    const float factor = static_cast<float>(cpu::RopeAttentionFactor(config.rope));
+    std::vector<float> cos(static_cast<size_t>(p.max_ctx * g.half));
+    std::vector<float> sin(cos.size());
+    cpu::RopeCosSin(inv_freq.data(), g.half, 0, p.max_ctx, factor, cos.data(), sin.data());
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.rope_cos, cos.data(), sizeof(float) * cos.size(),
+                                                cudaMemcpyHostToDevice, stream_));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.rope_sin, sin.data(), sizeof(float) * sin.size(),
+                                                cudaMemcpyHostToDevice, stream_));
+    STRATA_RETURN_IF_ERROR(Sync("rotary tables"));  // the host vectors go out of scope
+  }
+
+  {
+    Carver c(nullptr);
+    c.Take<int32_t>(4 * p.max_batch);
+    c.Take<int32_t>((p.max_batch + 1) * p.max_blocks);
+    c.Take<cuda::GpuSamplingRow>(p.max_batch);
+    c.Take<int32_t>(p.max_batch);
+    c.Take<float>(p.max_batch * g.V);
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, c.size()));
+    Carver h(static_cast<char*>(pinned_));
+    h_step_ = h.Take<int32_t>(4 * p.max_batch);
+    h_block_table_ = h.Take<int32_t>((p.max_batch + 1) * p.max_blocks);
+    h_sampling_ = h.Take<cuda::GpuSamplingRow>(p.max_batch);
+    h_sampled_ = h.Take<int32_t>(p.max_batch);
+    h_logits_ = h.Take<float>(p.max_batch * g.V);
+    std::memset(h_step_, 0, sizeof(int32_t) * static_cast<size_t>(4 * p.max_batch));
+    std::memset(h_block_table_, 0,
+                sizeof(int32_t) * static_cast<size_t>((p.max_batch + 1) * p.max_blocks));
+  }
+  row_owner_.assign(static_cast<size_t>(p.max_batch), RowOwner{});
+
+  book_ = std::make_shared<PoolBook>();
+  book_->total_slots = pools_.slots;
+  book_->total_blocks = pools_.blocks;
+  for (int64_t i = pools_.slots - 1; i >= 0; --i) book_->free_slots.push_back(static_cast<int32_t>(i));
+  for (int64_t i = pools_.blocks - 1; i >= 0; --i) {
+    book_->free_blocks.push_back(static_cast<int32_t>(i));
+  }
+  graphs_enabled_ = options.cuda_graphs;
+
+  // --- weights ---------------------------------------------------------------
+  if (weights == nullptr) {
+    STRATA_RETURN_IF_ERROR(MakeDummyWeights(options.dummy_seed));
+  } else {
+    STRATA_RETURN_IF_ERROR(UploadWeights(*weights, options));
+  }
+
+  // --- info --------------------------------------------------------------------
+  ModelInfo& info = info_;
+  info.architecture = "deepseek_v32";
+  info.device = dev_name;
+  info.num_layers = static_cast<int32_t>(config.num_layers);
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    info.layer_kinds.push_back(config.is_moe[static_cast<size_t>(i)] ? "dsa+moe" : "dsa+dense");
+  }
+  if (weights != nullptr) info.num_parameters = weights->TotalElements();
+  info.parameter_bytes = weight_bytes_;
+  info.vocab_size = static_cast<int32_t>(config.vocab_size);
+  info.hidden_size = static_cast<int32_t>(config.hidden_size);
+  info.max_context = p.max_ctx;
+  info.state_bytes_per_token = static_cast<uint64_t>(g.L * (g.cd + g.dI)) * sizeof(bf16);
+  info.state_bytes_per_sequence = 0;
+  info.bos_token_id = config.bos_token_id;
+  info.eos_token_id = config.eos_token_id;
+
+  return SelfCheck();
+}
+
+Status DeepseekV32CudaModel::UploadWeights(const WeightStore& ws, const LoadOptions& options) {
+  const Geometry& g = g_;
+  const Fp8BlockSize block = cfg_.fp8_block;
+  const int64_t D = g.D, V = g.V;
+  // Synchronous copies from pageable host vectors: simple, and the host-side
+  // conversion (FP8 dequantisation in particular) dominates anyway.
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, bf16* dst) -> Status {
+    STRATA_ASSIGN_OR_RETURN(std::vector<uint16_t> h, HostBf16(ws, name, rows, cols, block));
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(dst, h.data(), 2 * h.size(), cudaMemcpyHostToDevice));
+    return OkStatus();
+  };
+  auto vec = [&](const std::string& name, int64_t n, float* dst) -> Status {
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> v, ws.GetF32Copy(name, {n}));
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(dst, v.data(), sizeof(float) * v.size(), cudaMemcpyHostToDevice));
+    return OkStatus();
+  };
+  // Padding rows of the fused matrices stay zero.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(weight_mem_, 0, weight_bytes_, stream_));
+  STRATA_RETURN_IF_ERROR(Sync("weight memset"));
+  STRATA_RETURN_IF_ERROR(matrix("model.embed_tokens.weight", V, D, w_.embed));
+  if (w_.lm_head != w_.embed) STRATA_RETURN_IF_ERROR(matrix("lm_head.weight", V, D, w_.lm_head));
+  STRATA_RETURN_IF_ERROR(vec("model.norm.weight", D, w_.final_norm));
+  for (int64_t i = 0; i < g.L; ++i) {
+    const Layer& L = w_.layers[static_cast<size_t>(i)];
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    const std::string a = p + "self_attn.";
+    const std::string x = a + "indexer.";
+    STRATA_RETURN_IF_ERROR(vec(p + "input_layernorm.weight", D, L.input_norm));
+    STRATA_RETURN_IF_ERROR(vec(p + "post_attention_layernorm.weight", D, L.post_norm));
+    const AttnLayer& w = L.attn;
+    STRATA_RETURN_IF_ERROR(matrix(a + "q_a_proj.weight", g.qr, D, w.a));
+    STRATA_RETURN_IF_ERROR(matrix(a + "kv_a_proj_with_mqa.weight", g.cd, D, w.a + g.off_kv * D));
+    STRATA_RETURN_IF_ERROR(matrix(x + "wk.weight", g.dI, D, w.a + g.off_ik * D));
+    STRATA_RETURN_IF_ERROR(vec(a + "q_a_layernorm.weight", g.qr, w.q_a_norm));
+    STRATA_RETURN_IF_ERROR(vec(a + "kv_a_layernorm.weight", g.r, w.kv_norm));
+    STRATA_RETURN_IF_ERROR(vec(x + "k_norm.weight", g.dI, w.ik_norm_w));
+    STRATA_RETURN_IF_ERROR(vec(x + "k_norm.bias", g.dI, w.ik_norm_b));
+    STRATA_RETURN_IF_ERROR(matrix(a + "q_b_proj.weight", g.H * g.qd, g.qr, w.q_b));
+    STRATA_RETURN_IF_ERROR(matrix(a + "kv_b_proj.weight", g.H * (g.dn + g.dv), g.r, w.kv_b));
+    STRATA_RETURN_IF_ERROR(matrix(a + "o_proj.weight", D, g.H * g.dv, w.o));
+    STRATA_RETURN_IF_ERROR(matrix(x + "wq_b.weight", g.HI * g.dI, g.qr, w.iq));
+    STRATA_RETURN_IF_ERROR(matrix(x + "weights_proj.weight", g.HI, D, w.iw));
+
+    const std::string m = p + "mlp.";
+    const FfnLayer& f = L.ffn;
+    if (!L.is_moe) {
+      const int64_t I = g.I_dense;
+      STRATA_RETURN_IF_ERROR(matrix(m + "gate_proj.weight", I, D, f.gate_up));
+      STRATA_RETURN_IF_ERROR(matrix(m + "up_proj.weight", I, D, f.gate_up + I * D));
+      STRATA_RETURN_IF_ERROR(matrix(m + "down_proj.weight", D, I, f.down));
+    } else {
+      const int64_t E = g.E, I = g.I;
+      STRATA_RETURN_IF_ERROR(matrix(m + "gate.weight", E, D, f.router));
+      STRATA_RETURN_IF_ERROR(vec(m + "gate.e_score_correction_bias", E, f.score_bias));
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string xe = absl::StrCat(m, "experts.", e, ".");
+        bf16* w13 = f.w13 + e * 2 * I * D;
+        STRATA_RETURN_IF_ERROR(matrix(xe + "gate_proj.weight", I, D, w13));
+        STRATA_RETURN_IF_ERROR(matrix(xe + "up_proj.weight", I, D, w13 + I * D));
+        STRATA_RETURN_IF_ERROR(matrix(xe + "down_proj.weight", D, I, f.w2 + e * D * I));
+      }
+      if (g.Is > 0) {
+        const int64_t Is = g.Is;
+        STRATA_RETURN_IF_ERROR(matrix(m + "shared_experts.gate_proj.weight", Is, D, f.gate_up));
+        STRATA_RETURN_IF_ERROR(
+            matrix(m + "shared_experts.up_proj.weight", Is, D, f.gate_up + Is * D));
+        STRATA_RETURN_IF_ERROR(matrix(m + "shared_experts.down_proj.weight", D, Is, f.down));
+      }
+    }
+    if (options.progress) {
+      const float frac = 0.05f + 0.9f * static_cast<float>(i + 1) / static_cast<float>(g.L);
+      if (!options.progress(frac)) {
+        return absl::CancelledError(
+            absl::StrCat(ws.dir(), ": load cancelled by the progress callback"));
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Status DeepseekV32CudaModel::MakeDummyWeights(uint64_t seed) {
+  const Geometry& g = g_;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(weight_mem_, 0, weight_bytes_, stream_));
+  uint64_t counter = 0;
+  auto next = [&] { return seed * 0x9e3779b97f4a7c15ull + (++counter) * 0xbf58476d1ce4e5b9ull; };
+  auto mat = [&](bf16* p, int64_t n) {
+    return cuda::FillRandomBf16(p, n, next(), kDummyScale, stream_);
+  };
+  auto f32 = [&](float* p, int64_t n, float lo, float hi) {
+    return cuda::FillRandomF32(p, n, next(), lo, hi, stream_);
+  };
+  STRATA_RETURN_IF_ERROR(mat(w_.embed, g.V * g.D));
+  if (w_.lm_head != w_.embed) STRATA_RETURN_IF_ERROR(mat(w_.lm_head, g.V * g.D));
+  STRATA_RETURN_IF_ERROR(f32(w_.final_norm, g.D, 1.f, 1.f));
+  for (const Layer& L : w_.layers) {
+    STRATA_RETURN_IF_ERROR(f32(L.input_norm, g.D, 1.f, 1.f));
+    STRATA_RETURN_IF_ERROR(f32(L.post_norm, g.D, 1.f, 1.f));
+    const AttnLayer& a = L.attn;
+    STRATA_RETURN_IF_ERROR(mat(a.a, g.qr * g.D));
+    STRATA_RETURN_IF_ERROR(mat(a.a + g.off_kv * g.D, g.cd * g.D));
+    STRATA_RETURN_IF_ERROR(mat(a.a + g.off_ik * g.D, g.dI * g.D));
+    STRATA_RETURN_IF_ERROR(f32(a.q_a_norm, g.qr, 1.f, 1.f));
+    STRATA_RETURN_IF_ERROR(f32(a.kv_norm, g.r, 1.f, 1.f));
+    STRATA_RETURN_IF_ERROR(f32(a.ik_norm_w, g.dI, 1.f, 1.f));
+    STRATA_RETURN_IF_ERROR(f32(a.ik_norm_b, g.dI, 0.f, 0.f));
+    STRATA_RETURN_IF_ERROR(mat(a.q_b, g.H * g.qd * g.qr));
+    STRATA_RETURN_IF_ERROR(mat(a.kv_b, g.H * (g.dn + g.dv) * g.r));
+    STRATA_RETURN_IF_ERROR(mat(a.o, g.D * g.H * g.dv));
+    STRATA_RETURN_IF_ERROR(mat(a.iq, g.HI * g.dI * g.qr));
+    STRATA_RETURN_IF_ERROR(mat(a.iw, g.HI * g.D));
+    const FfnLayer& f = L.ffn;
+    if (!L.is_moe) {
+      STRATA_RETURN_IF_ERROR(mat(f.gate_up, 2 * g.I_dense * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.down, g.D * g.I_dense));
+    } else {
+      STRATA_RETURN_IF_ERROR(mat(f.router, g.E * g.D));
+      STRATA_RETURN_IF_ERROR(f32(f.score_bias, g.E, -0.01f, 0.01f));
+      STRATA_RETURN_IF_ERROR(mat(f.w13, g.E * 2 * g.I * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.w2, g.E * g.D * g.I));
+      if (g.Is > 0) {
+        STRATA_RETURN_IF_ERROR(mat(f.gate_up, 2 * g.Is * g.D));
+        STRATA_RETURN_IF_ERROR(mat(f.down, g.D * g.Is));
+      }
+    }
+  }
+  return Sync("dummy weights");
+}
+
+Status DeepseekV32CudaModel::SelfCheck() {
+  // One 2-token prefill and one decode step on a scratch sequence: every op
+  // sees the model's shapes once. The selection counter is restored after.
+  auto fail = [](const Status& s) {
+    if (absl::IsResourceExhausted(s) || absl::IsUnavailable(s)) return s;
+    return absl::UnimplementedError(
+        absl::StrCat("the CUDA executor failed its load-time check (", s.message(), ")"));
+  };
+  {
+    StatusOr<std::unique_ptr<SequenceState>> st = NewState(3);
+    if (!st.ok()) return fail(st.status());
+    std::vector<float> logits(static_cast<size_t>(g_.V));
+    const int32_t prompt[2] = {0, static_cast<int32_t>(g_.V - 1)};
+    if (Status s = Forward(std::span(prompt, 2), **st, logits.data(), false); !s.ok()) {
+      return fail(s);
+    }
+    const int32_t next = 1 % static_cast<int32_t>(g_.V);
+    if (Status s = Forward(std::span(&next, 1), **st, logits.data(), false); !s.ok()) {
+      return fail(s);
+    }
+    for (float v : logits) {
+      if (!std::isfinite(v)) {
+        return absl::InternalError(
+            "the CUDA executor's load-time check produced non-finite logits");
+      }
+    }
+  }
+  // The check's passes do not count in the statistics.
+  sparse_prefill_layers_ = dense_prefill_layers_ = 0;
+  sparse_decode_steps_ = dense_decode_steps_ = 0;
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(s_.selected_total, 0, sizeof(unsigned long long), stream_));
+  return Sync("self-check");
+}
+
+}  // namespace dsv32_cuda
+
+StatusOr<std::unique_ptr<Model>> CreateDeepseekV32CudaModel(
+    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
+    const LoadOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(config_path));
+  STRATA_ASSIGN_OR_RETURN(DeepseekV32Config config, ParseDeepseekV32Config(reader));
+  STRATA_ASSIGN_OR_RETURN(
+      std::unique_ptr<dsv32_cuda::DeepseekV32CudaModel> model,
+      dsv32_cuda::DeepseekV32CudaModel::Create(std::move(weights), config, options));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+StatusOr<DeepseekV32CudaStats> GetDeepseekV32CudaStats(const Model& model) {
+  const auto* m = dynamic_cast<const dsv32_cuda::DeepseekV32CudaModel*>(&model);
+  if (m == nullptr) return absl::NotFoundError("not a deepseek_v32 CUDA model");
+  return m->Stats();
+}
+
+}  // namespace strata
