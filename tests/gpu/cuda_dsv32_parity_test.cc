@@ -61,7 +61,11 @@ namespace fs = std::filesystem;
 constexpr double kTolerance = 1e-2;         // where bf16 itself is accurate (recorded floor)
 constexpr double kFloorFactor = 1.25;
 constexpr double kNoFloorTolerance = 0.2;   // fp32-margin fixtures, see the file comment
-constexpr double kNoFloorRowTolerance = 0.3;  // one position (batched rows vs the CPU)
+// One position against the CPU (the batched rows): a single row carries a
+// whole flipped expert pick or key swap undiluted, so only gross errors
+// (wrong cache row, wrong rotation, wrong sequence) are caught here; the
+// tight checks on these rows are against the GPU's own single-sequence runs.
+constexpr double kNoFloorRowTolerance = 0.5;
 constexpr double kBatchTolerance = 5e-3;    // batched vs one sequence at a time
 // A row whose attention takes another kernel path in the batch (dense alone,
 // gathered rows inside a sparse batch): the same keys and weights, summed in
