@@ -228,8 +228,7 @@ __device__ __forceinline__ bool RanksAbove(float v, int e, float bv, int be) {
   return v > bv || (v == bv && e < be);
 }
 
-// One warp routes one token. Pick j is the best expert strictly below pick
-// j−1 in the order (biased score desc, index asc), as the reference does.
+// sigmoid(logit) + bias, NaN as −inf.
 __device__ __forceinline__ float BiasedScore(const float* logits, const float* bias, int e) {
   const float b = bias != nullptr ? bias[e] : 0.f;
   const float v = __fadd_rn(SigmoidLikeCpu(logits[e]), b);
@@ -277,6 +276,9 @@ __device__ uint32_t EligibleGroups(const float* logits, int num_experts, const f
   return mask;
 }
 
+// One warp routes one token. Pick j is the best eligible expert strictly
+// below pick j−1 in the order (biased score desc, index asc), as the
+// reference does.
 template <int kPer>
 __device__ void RouteToken(const float* logits, int num_experts, const float* bias, int top_k,
                            bool renormalize, float routed_scaling, int num_groups,
