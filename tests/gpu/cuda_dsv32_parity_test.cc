@@ -4,20 +4,28 @@
 // is an FP8 block-scaled checkpoint, dequantised to bf16 at upload).
 //
 // Against transformers (logits.npy), with bf16 weights and activations on the
-// GPU, relative error (Frobenius norm over all positions) within the
-// fixture's bound:
-//   * max(1e-2, 1.25 × meta.json bf16_floor_l2_rel) where the fixture records
-//     transformers' own bf16 error (the kimi GPU test's rule);
-//   * else kNoFloorTolerance = 0.2. The dsv32 fixtures were built for the
-//     fp32 CPU parity: their routing margins are ~2e-4 and their indexer
-//     margins ~3e-5 of the row's largest value (meta.json margins), far below
-//     bf16's 4e-3 relative rounding, so bf16 flips some expert picks and swaps
-//     some selected keys. The kimi fixtures built the same way measured bf16
-//     floors of 0.06-0.14 (routing flips alone); 0.2 leaves room for the
-//     indexer's swaps. It still fails on any structural error: the fixtures
-//     record that attending densely instead of through the selection moves
-//     the logits by 0.57-0.82 (meta.json sparse_vs_dense), and this test
-//     requires that to exceed twice the bound.
+// GPU. The dsv32 fixtures were built for the fp32 CPU parity: their routing
+// margins are ~2e-4 and their indexer margins ~3e-5 of the row's largest
+// value (meta.json margins), far below bf16's 4e-3 relative rounding, so bf16
+// flips expert picks and swaps selected keys at a minority of positions, and
+// a flipped position can be off by O(1). Measured on the CPU (the CPU
+// executor with every GEMM input, q, the cached latent rows and index keys
+// rounded to bf16, and the weights rounded as the upload rounds them): per
+// position relative error median 0.043 / 0.122 / 0.011 and overall L2
+// 0.17 / 0.27 / 0.13 on dsv32_a / b / c (b, FP8, also loses exactness when
+// fp8 × block scale is rounded to bf16: 0.10 median from that alone). So
+// each comparison with the reference bounds
+//   * the median over positions of the per-position relative error by
+//     kMedianTolerance = 0.25 (~2× the worst measured): flips move a minority
+//     of positions, a structural error (wrong rotation, wrong cache row, the
+//     selection ignored) moves most of them. Attending densely instead of
+//     through the selection moves the median by 0.49-0.83 (measured in the
+//     test on the CPU, required to exceed 1.5× the bound);
+//   * the overall relative L2 error by kL2Tolerance = 0.6 (~2× the worst
+//     measured), which catches garbage anywhere.
+// Where a fixture records transformers' own bf16 error (meta.json
+// bf16_floor_l2_rel, as the kimi fixtures do), both bounds become the kimi
+// GPU test's max(1e-2, 1.25 × floor).
 // This holds for
 //   * every prompt position's logits from one prefill (sparse: T > index_topk),
 //   * a prefill of N tokens then single-token decode steps, N in
@@ -28,8 +36,9 @@
 //   * DecodeBatch of 3 sequences (one short enough to be dense alone, inside
 //     a sparse batch) equals each run alone,
 //   * graph replay equals eager steps, a clone continues like the original;
-// and against the CPU executor: the batched rows, and the greedy continuation
-// wherever the CPU's top-2 margin is wide enough that bf16 cannot flip it.
+// and against the CPU executor: the batched rows (median bound), and the
+// greedy continuation where the CPU's top-2 margin exceeds 0.1 (at least 3
+// of 4 such steps: a flipped position can move a logit by O(1)).
 // The sparse path is checked to be taken: the executor's statistics count
 // sparse layers and the indexer's selected rows, which must equal
 // Σ min(index_topk, causal keys) exactly.
@@ -58,14 +67,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kTolerance = 1e-2;         // where bf16 itself is accurate (recorded floor)
+constexpr double kTolerance = 1e-2;      // where bf16 itself is accurate (recorded floor)
 constexpr double kFloorFactor = 1.25;
-constexpr double kNoFloorTolerance = 0.2;   // fp32-margin fixtures, see the file comment
-// One position against the CPU (the batched rows): a single row carries a
-// whole flipped expert pick or key swap undiluted, so only gross errors
-// (wrong cache row, wrong rotation, wrong sequence) are caught here; the
-// tight checks on these rows are against the GPU's own single-sequence runs.
-constexpr double kNoFloorRowTolerance = 0.5;
+constexpr double kMedianTolerance = 0.25;  // median per-position error, see the file comment
+constexpr double kL2Tolerance = 0.6;       // overall relative L2 error, see the file comment
+constexpr double kDenseFactor = 1.5;       // dense attention must move the median this × the bound
 constexpr double kBatchTolerance = 5e-3;    // batched vs one sequence at a time
 // A row whose attention takes another kernel path in the batch (dense alone,
 // gathered rows inside a sparse batch): the same keys and weights, summed in
@@ -95,9 +101,8 @@ struct Fixture {
   std::vector<double> gaps;
   int64_t index_topk = 0;
   int64_t layers = 0;
-  double sparse_vs_dense = 0;  // logits moved by attending densely (meta.json)
-  double tolerance = kNoFloorTolerance;
-  double row_tolerance = kNoFloorRowTolerance;
+  double median_bound = kMedianTolerance;
+  double l2_bound = kL2Tolerance;
 };
 
 Fixture LoadFixture(const std::string& name) {
@@ -124,41 +129,45 @@ Fixture LoadFixture(const std::string& name) {
   for (const auto& g : j["generate"]["top1_top2_gaps"]) f.gaps.push_back(g.get<double>());
   f.index_topk = j["spec"]["index_topk"].get<int64_t>();
   f.layers = j["spec"]["layers"].get<int64_t>();
-  f.sparse_vs_dense = j["sparse_vs_dense"]["rel_logit_difference_all_layers_dense"].get<double>();
   if (j.contains("bf16_floor_l2_rel") && j["bf16_floor_l2_rel"].is_number()) {
-    f.tolerance = std::max(kTolerance, kFloorFactor * j["bf16_floor_l2_rel"].get<double>());
-  }
-  if (j.contains("bf16_floor") && j["bf16_floor"].contains("bf16") &&
-      j["bf16_floor"]["bf16"].contains("worst_row_rel")) {
-    f.row_tolerance =
-        std::max(kTolerance, kFloorFactor * j["bf16_floor"]["bf16"]["worst_row_rel"].get<double>());
+    f.l2_bound = f.median_bound =
+        std::max(kTolerance, kFloorFactor * j["bf16_floor_l2_rel"].get<double>());
   }
   return f;
 }
 
 std::string Bound(const Fixture& f) {
   std::ostringstream s;
-  s << " [bound " << f.tolerance << "]";
+  s << " [bounds: median " << f.median_bound << ", L2 " << f.l2_bound << "]";
   return s.str();
 }
 
 struct Comparison {
-  double rel = 0;
+  double rel = 0;     // ‖ours − ref‖ / ‖ref‖ over all positions
+  double median = 0;  // median over positions of the per-position relative error
   double max_abs = 0;
   int64_t worst_pos = -1;
   double worst_pos_rel = 0;
 };
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 Comparison Compare(const float* ours, const float* ref, int64_t rows, int64_t vocab) {
   Comparison c;
   double num = 0, den = 0;
+  std::vector<double> per_pos;
   for (int64_t t = 0; t < rows; ++t) {
     double pn = 0, pd = 0;
     for (int64_t v = 0; v < vocab; ++v) {
       const double r = ref[t * vocab + v];
       const double d = static_cast<double>(ours[t * vocab + v]) - r;
       if (!std::isfinite(d)) {
-        c.rel = c.max_abs = INFINITY;
+        c.rel = c.median = c.max_abs = INFINITY;
         c.worst_pos = t;
         return c;
       }
@@ -169,12 +178,14 @@ Comparison Compare(const float* ours, const float* ref, int64_t rows, int64_t vo
     num += pn;
     den += pd;
     const double pr = std::sqrt(pn / std::max(pd, 1e-30));
+    per_pos.push_back(pr);
     if (pr > c.worst_pos_rel) {
       c.worst_pos_rel = pr;
       c.worst_pos = t;
     }
   }
   c.rel = std::sqrt(num / std::max(den, 1e-30));
+  c.median = Median(per_pos);
   return c;
 }
 
@@ -186,9 +197,16 @@ Comparison Compare(const std::vector<float>& ours, const std::vector<float>& ref
 
 std::string Describe(const Comparison& c) {
   std::ostringstream s;
-  s << "L2 rel=" << c.rel << " max_abs=" << c.max_abs << " worst position " << c.worst_pos
+  s << "L2 rel=" << c.rel << " median position rel=" << c.median << " max_abs=" << c.max_abs
+    << " worst position " << c.worst_pos
     << " (rel " << c.worst_pos_rel << ")";
   return s.str();
+}
+
+// Against transformers: the median and overall bounds of the file comment.
+void ExpectNearReference(const Comparison& c, const Fixture& f, const std::string& what) {
+  EXPECT_LE(c.median, f.median_bound) << what << ": " << Describe(c) << Bound(f);
+  EXPECT_LE(c.rel, f.l2_bound) << what << ": " << Describe(c) << Bound(f);
 }
 
 LoadOptions CudaOptions() {
@@ -228,6 +246,22 @@ std::vector<float> RunSplit(const Model& model, const std::vector<int32_t>& toke
   return out;
 }
 
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& tag)
+      : path_(fs::temp_directory_path() / (tag + "_" + std::to_string(::getpid()))) {
+    fs::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
 DeepseekV32CudaStats StatsOf(const Model& m) {
   auto s = GetDeepseekV32CudaStats(m);
   EXPECT_TRUE(s.ok()) << s.status();
@@ -248,11 +282,31 @@ class CudaDsv32Parity : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Model> model_;
 };
 
+// The bounds can tell a run that ignores the indexer: the CPU executor with
+// index_topk raised past the prompt (dense attention, the same weights) moves
+// the median position by more than kDenseFactor × the median bound.
 TEST_P(CudaDsv32Parity, FixtureSelectionMattersMoreThanTheBound) {
-  EXPECT_GT(fixture_.sparse_vs_dense, 2 * fixture_.tolerance)
-      << "dense attention moves this fixture's logits by only " << fixture_.sparse_vs_dense
-      << ": the bound could not tell a run that ignores the indexer";
-  EXPECT_LT(fixture_.index_topk, T());
+  ASSERT_LT(fixture_.index_topk, T());
+  ScratchDir dir("strata_cuda_dsv32_dense_" + GetParam());
+  std::error_code ec;
+  fs::create_symlink(fs::absolute(fixture_.dir + "/model.safetensors"),
+                     dir.str() + "/model.safetensors", ec);
+  ASSERT_FALSE(ec) << ec.message();
+  {
+    std::ifstream in(fixture_.dir + "/config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(cfg.is_discarded());
+    cfg["index_topk"] = T() + 1;
+    std::ofstream out(dir.str() + "/config.json");
+    out << cfg.dump(2);
+  }
+  auto dense = LoadModel(dir.str());
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  const Comparison c = Compare(RunSplit(**dense, fixture_.prompt, T()), fixture_.logits, fixture_.vocab);
+  std::printf("[cuda-dsv32] %s dense attention (CPU) vs reference: %s; median bound %.3g\n",
+              GetParam().c_str(), Describe(c).c_str(), fixture_.median_bound);
+  EXPECT_GT(c.median, kDenseFactor * fixture_.median_bound)
+      << "attending densely moves this fixture's median position by only " << c.median;
 }
 
 TEST_P(CudaDsv32Parity, FullPrefillLogitsMatchTransformers) {
@@ -262,7 +316,7 @@ TEST_P(CudaDsv32Parity, FullPrefillLogitsMatchTransformers) {
               GetParam().c_str(), static_cast<long long>(T()),
               static_cast<long long>(fixture_.index_topk), model_->info().device.c_str(),
               Describe(c).c_str(), Bound(fixture_).c_str());
-  EXPECT_LE(c.rel, fixture_.tolerance) << Describe(c) << Bound(fixture_);
+  ExpectNearReference(c, fixture_, "full prefill");
 }
 
 TEST_P(CudaDsv32Parity, PrefillThenDecodeSplitsMatchTransformers) {
@@ -276,7 +330,7 @@ TEST_P(CudaDsv32Parity, PrefillThenDecodeSplitsMatchTransformers) {
     std::printf("[cuda-dsv32] %s prefill %lld + %lld decode steps: %s%s\n", GetParam().c_str(),
                 static_cast<long long>(n), static_cast<long long>(T() - n), Describe(c).c_str(),
                 Bound(fixture_).c_str());
-    EXPECT_LE(c.rel, fixture_.tolerance) << "prefill " << n << ": " << Describe(c) << Bound(fixture_);
+    ExpectNearReference(c, fixture_, "prefill " + std::to_string(n) + " + decode");
   }
 }
 
@@ -300,7 +354,7 @@ TEST_P(CudaDsv32Parity, ChunkedContinuationsAndShortSlicesMatchTransformers) {
     const Comparison c = Compare(ours, fixture_.logits, vocab);
     std::printf("[cuda-dsv32] %s forward pieces %s: %s%s\n", GetParam().c_str(), desc.c_str(),
                 Describe(c).c_str(), Bound(fixture_).c_str());
-    EXPECT_LE(c.rel, fixture_.tolerance) << "pieces " << desc << ": " << Describe(c) << Bound(fixture_);
+    ExpectNearReference(c, fixture_, "pieces " + desc);
   }
   LoadOptions o = CudaOptions();
   o.prefill_slice_tokens = 48;  // slices straddle index_topk and the 64-token blocks
@@ -311,7 +365,7 @@ TEST_P(CudaDsv32Parity, ChunkedContinuationsAndShortSlicesMatchTransformers) {
   const Comparison c = Compare(ours, fixture_.logits, vocab);
   std::printf("[cuda-dsv32] %s prefill in 48-token slices: %s%s\n", GetParam().c_str(),
               Describe(c).c_str(), Bound(fixture_).c_str());
-  EXPECT_LE(c.rel, fixture_.tolerance) << Describe(c) << Bound(fixture_);
+  ExpectNearReference(c, fixture_, "48-token slices");
 }
 
 // The indexer really runs, on the rows it must: a prefill of T > index_topk
@@ -369,7 +423,7 @@ TEST_P(CudaDsv32Parity, GreedyContinuationMatchesTransformersAndTheCpu) {
   const std::span<const int32_t> prompt(fixture_.generate.data(), static_cast<size_t>(g));
   ASSERT_TRUE(model_->Forward(prompt, **gpu_st, ours.data(), false).ok());
   ASSERT_TRUE(cpu.Forward(prompt, **cpu_st, theirs.data(), false).ok());
-  int checked = 0;
+  int checked = 0, agreed = 0;
   for (size_t i = static_cast<size_t>(g); i < fixture_.generate.size(); ++i) {
     const int32_t gpu_tok = static_cast<int32_t>(std::max_element(ours.begin(), ours.end()) - ours.begin());
     std::vector<float> sorted = theirs;
@@ -384,16 +438,19 @@ TEST_P(CudaDsv32Parity, GreedyContinuationMatchesTransformersAndTheCpu) {
     EXPECT_EQ(cpu_tok, want) << "the CPU executor itself disagrees at step " << k;
     if (cpu_gap > kGreedyMargin && ref_gap > kGreedyMargin) {
       ++checked;
-      EXPECT_EQ(gpu_tok, cpu_tok) << "step " << k << " (CPU margin " << cpu_gap << ")";
+      agreed += gpu_tok == cpu_tok ? 1 : 0;
     }
     // Both continue with the reference token, so one flip does not hide later steps.
     ASSERT_TRUE(model_->Forward(std::span(&want, 1), **gpu_st, ours.data(), false).ok());
     ASSERT_TRUE(cpu.Forward(std::span(&want, 1), **cpu_st, theirs.data(), false).ok());
   }
-  std::printf("[cuda-dsv32] %s greedy: %d of %zu steps had margins > %.2f and were checked\n",
+  std::printf("[cuda-dsv32] %s greedy: %d of %zu steps had margins > %.2f; the GPU agreed with the "
+              "CPU on %d\n",
               GetParam().c_str(), checked, fixture_.generate.size() - static_cast<size_t>(g),
-              kGreedyMargin);
+              kGreedyMargin, agreed);
   EXPECT_GE(checked, 1) << "no step had a margin wide enough to check";
+  EXPECT_GE(4 * agreed, 3 * checked) << "the GPU's greedy token differs from the CPU's at "
+                                     << checked - agreed << " of " << checked << " checked steps";
 }
 
 TEST_P(CudaDsv32Parity, DecodeBatchOfThreeEqualsEachRunAlone) {
@@ -427,6 +484,7 @@ TEST_P(CudaDsv32Parity, DecodeBatchOfThreeEqualsEachRunAlone) {
   for (auto& s : batched) states.push_back(s.get());
   const DeepseekV32CudaStats before = StatsOf(*model_);
   double worst_batch = 0, worst_cpu = 0;
+  std::vector<double> vs_cpu;
   for (int step = 0; step < 6; ++step) {
     std::vector<int32_t> tokens;
     for (size_t i = 0; i < spans.size(); ++i) {
@@ -444,10 +502,9 @@ TEST_P(CudaDsv32Parity, DecodeBatchOfThreeEqualsEachRunAlone) {
       const Comparison cc = Compare(got.data() + static_cast<int64_t>(i) * vocab, ref.data(), 1, vocab);
       worst_batch = std::max(worst_batch, cb.rel);
       worst_cpu = std::max(worst_cpu, cc.rel);
+      vs_cpu.push_back(cc.rel);
       EXPECT_LE(cb.rel, i == 0 ? kMixedPathTolerance : kBatchTolerance)
           << "step " << step << " row " << i << ": " << Describe(cb);
-      EXPECT_LE(cc.rel, fixture_.row_tolerance)
-          << "step " << step << " row " << i << " vs CPU: " << Describe(cc);
     }
   }
   const DeepseekV32CudaStats after = StatsOf(*model_);
@@ -455,9 +512,13 @@ TEST_P(CudaDsv32Parity, DecodeBatchOfThreeEqualsEachRunAlone) {
   EXPECT_GE(after.sparse_decode_steps - before.sparse_decode_steps, 6);
   EXPECT_GE(after.dense_decode_steps - before.dense_decode_steps, 6);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(batched[i]->num_tokens(), alone[i]->num_tokens());
-  std::printf("[cuda-dsv32] %s DecodeBatch(3) x 6 steps: worst rel vs single-sequence %.3g, vs CPU %.3g"
-              " [row bound %.3g]\n",
-              GetParam().c_str(), worst_batch, worst_cpu, fixture_.row_tolerance);
+  // Against the CPU, single positions carry whole flips: the median over the
+  // 18 rows is bounded, as the prompt's positions are.
+  const double median_cpu = Median(vs_cpu);
+  EXPECT_LE(median_cpu, fixture_.median_bound) << "batched rows vs the CPU executor" << Bound(fixture_);
+  std::printf("[cuda-dsv32] %s DecodeBatch(3) x 6 steps: worst rel vs single-sequence %.3g; vs CPU "
+              "median %.3g, worst %.3g%s\n",
+              GetParam().c_str(), worst_batch, median_cpu, worst_cpu, Bound(fixture_).c_str());
 }
 
 TEST_P(CudaDsv32Parity, GraphReplayEqualsEagerSteps) {
@@ -502,7 +563,7 @@ TEST_P(CudaDsv32Parity, CloneContinuesIdenticallyAndResetStartsOver) {
   std::vector<float> fresh(static_cast<size_t>(T() * vocab));
   ASSERT_TRUE(model_->Forward(fixture_.prompt, **st, fresh.data(), true).ok());
   const Comparison c = Compare(fresh, fixture_.logits, vocab);
-  EXPECT_LE(c.rel, fixture_.tolerance) << "after Reset: " << Describe(c) << Bound(fixture_);
+  ExpectNearReference(c, fixture_, "after Reset");
 }
 
 TEST_P(CudaDsv32Parity, GpuGreedySamplingIsTheArgmax) {
@@ -571,21 +632,6 @@ TEST(CudaDsv32Fixtures, AtLeastThreeFixturesArePresent) {
 
 // --- dummy weights ------------------------------------------------------------
 
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& tag)
-      : path_(fs::temp_directory_path() / (tag + "_" + std::to_string(::getpid()))) {
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 TEST(CudaDsv32Dummy, DummyWeightsOnTheGpuAreDeterministicPerSeedAndDecodeAtAFilledContext) {
   ScratchDir dir("strata_cuda_dsv32_dummy");
