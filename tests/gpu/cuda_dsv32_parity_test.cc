@@ -668,5 +668,110 @@ TEST(CudaDsv32Dummy, DummyWeightsOnTheGpuAreDeterministicPerSeedAndDecodeAtAFill
   EXPECT_GT(Compare(runs[0], runs[2], 320).rel, 1e-2);
 }
 
+// Two layers (one dense, one MoE) at DeepSeek-V3.2's published shapes, dummy
+// weights: the tensor-core paths the small fixtures never reach (MLA decode
+// and prefill at r = 512 / dr = 64, the indexer at 64 heads × 128, grouped
+// routing over 256 experts in 8 groups, the MoE grouped GEMM) run, give
+// finite logits, and select exactly Σ min(index_topk, causal keys) rows.
+std::string DeepseekV32TwoLayerConfigJson() {
+  return R"({
+  "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+  "vocab_size": 129280, "hidden_size": 7168, "num_hidden_layers": 2,
+  "first_k_dense_replace": 1, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+  "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+  "n_group": 8, "topk_group": 4, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+  "scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1,
+  "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536,
+  "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+  "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048,
+  "max_position_embeddings": 163840, "rms_norm_eps": 1e-06, "rope_theta": 10000,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": 1,
+  "attention_bias": false, "hidden_act": "silu", "num_nextn_predict_layers": 0
+})";
+}
+
+TEST(CudaDsv32Dummy, PublishedShapesPrefillAndSparseBatchedDecodeSelectTheExpectedRows) {
+  ScratchDir dir("strata_cuda_dsv32_published");
+  {
+    std::ofstream f(dir.str() + "/config.json");
+    f << DeepseekV32TwoLayerConfigJson();
+  }
+  LoadOptions o;
+  o.device = Device::kCuda;
+  o.load_format = LoadFormat::kDummy;
+  o.max_batch = 4;
+  o.max_sequences = 6;
+  o.max_context_tokens = 8192;
+  std::unique_ptr<Model> m = LoadCuda(dir.str(), o);
+  ASSERT_NE(m, nullptr);
+  const int64_t V = m->info().vocab_size, K = 2048, L = 2;
+  const DeepseekV32CudaStats s0 = StatsOf(*m);
+  std::printf("[cuda-dsv32-published] weights %.1f GiB, scratch %.2f GiB, caches %.2f GiB\n",
+              s0.weight_bytes / 1073741824.0, s0.scratch_bytes / 1073741824.0,
+              s0.kv_pool_bytes / 1073741824.0);
+
+  // Prefill of 3000 tokens in 2048-token slices: the first is dense (no query
+  // has more than index_topk keys), the second sparse.
+  const int64_t T = 3000;
+  std::vector<int32_t> prompt(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 3) % V);
+  auto p = m->NewState(T + 8);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<float> logits(static_cast<size_t>(4 * V));
+  Status s = m->Forward(prompt, **p, logits.data(), false);
+  ASSERT_TRUE(s.ok()) << s;
+  for (int64_t i = 0; i < V; ++i) ASSERT_TRUE(std::isfinite(logits[static_cast<size_t>(i)])) << i;
+  const DeepseekV32CudaStats s1 = StatsOf(*m);
+  // Slice by slice: a slice whose last query has at most K causal keys is
+  // dense (nothing selected), a later one selects min(K, t + 1) per query.
+  uint64_t want = 0;
+  int64_t sparse_slices = 0, dense_slices = 0;
+  for (int64_t b = 0; b < T; b += s0.prefill_slice_tokens) {
+    const int64_t e = std::min(T, b + s0.prefill_slice_tokens);
+    if (e <= K) {
+      ++dense_slices;
+      continue;
+    }
+    ++sparse_slices;
+    for (int64_t t = b; t < e; ++t) want += static_cast<uint64_t>(std::min(K, t + 1));
+  }
+  EXPECT_GE(sparse_slices, 1);
+  EXPECT_EQ(s1.selected_rows - s0.selected_rows, static_cast<uint64_t>(L) * want);
+  EXPECT_EQ(s1.sparse_prefill_layers - s0.sparse_prefill_layers, L * sparse_slices);
+  EXPECT_EQ(s1.dense_prefill_layers - s0.dense_prefill_layers, L * dense_slices);
+
+  // Four sequences at a filled 4K context, batched sparse decode steps.
+  std::vector<std::unique_ptr<SequenceState>> owned;
+  std::vector<SequenceState*> states;
+  for (int b = 0; b < 4; ++b) {
+    auto st = m->NewState(4096 + 8);
+    ASSERT_TRUE(st.ok()) << st.status();
+    ASSERT_TRUE(m->FillContextForBenchmark(**st, 4096, static_cast<uint64_t>(b + 1)).ok());
+    states.push_back(st->get());
+    owned.push_back(std::move(*st));
+  }
+  std::vector<int32_t> tokens = {1, 2, 3, 4}, next(4);
+  const std::vector<DecodeSampling> greedy(4);
+  for (int step = 0; step < 3; ++step) {
+    s = m->DecodeBatchSample(tokens, states, greedy, next.data());
+    ASSERT_TRUE(s.ok()) << s;
+    for (int32_t t : next) {
+      ASSERT_GE(t, 0);
+      ASSERT_LT(t, V);
+    }
+    tokens = next;
+  }
+  s = m->DecodeBatch(tokens, states, logits.data());
+  ASSERT_TRUE(s.ok()) << s;
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  const DeepseekV32CudaStats s2 = StatsOf(*m);
+  EXPECT_EQ(s2.sparse_decode_steps - s1.sparse_decode_steps, 4);
+  EXPECT_EQ(s2.selected_rows - s1.selected_rows, static_cast<uint64_t>(4 * 4 * L * K));
+  for (SequenceState* st : states) EXPECT_EQ(st->num_tokens(), 4096 + 4);
+}
+
 }  // namespace
 }  // namespace strata
