@@ -142,6 +142,10 @@ class DeepseekV32Model final : public Model {
   StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
   Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
                  bool all_logits) const override;
+  // min(context, index_topk): see DsaAttendedTokens.
+  int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const override {
+    return DsaAttendedTokens(cfg_, state.num_tokens() + new_tokens);
+  }
 
  private:
   DeepseekV32Model(std::shared_ptr<const WeightStore> weights, DeepseekV32Config config,

@@ -3,6 +3,7 @@
 // dimensions, which are required.
 #include "model/models/deepseek_v32_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <optional>
@@ -203,6 +204,10 @@ Status ParseQuantization(const ConfigReader& c, DeepseekV32Config& k) {
 }
 
 }  // namespace
+
+int64_t DsaAttendedTokens(const DeepseekV32Config& config, int64_t context) {
+  return std::min(std::max<int64_t>(context, 0), config.index_topk);
+}
 
 int64_t DeepseekV32Config::NumMoeLayers() const {
   int64_t n = 0;

@@ -61,6 +61,17 @@ struct DeepseekV32Config {
   int64_t NumMoeLayers() const;
 };
 
+// Model::EffectiveAttendedTokens for deepseek_v32 (CPU adapter and CUDA
+// executor alike): every decoder layer is MLA + DSA (first_k_dense_replace
+// only makes the MLP dense, not the attention), and a query attends to all of
+// its causal keys while they number at most index_topk, to index_topk of them
+// after. So the per-layer count at `context` tokens is min(context,
+// index_topk), the same for every layer. The indexer's own scan of all keys
+// is not included: per key it costs index_heads·index_head_dim products
+// against num_heads·(2·kv_lora_rank + qk_rope_dim) for an attended latent
+// (8192 vs 139264 at the published shapes).
+int64_t DsaAttendedTokens(const DeepseekV32Config& config, int64_t context);
+
 // Parses the reader's JSON (the whole config.json).
 StatusOr<DeepseekV32Config> ParseDeepseekV32Config(const ConfigReader& config);
 

@@ -78,6 +78,37 @@ Status DeepseekV32CudaModel::Mm(const void* x, ActType x_type, int64_t ldx, int6
   return cuda::Gemm(*blas_, a, stream_);
 }
 
+Status DeepseekV32CudaModel::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m,
+                                const Mat& w, int64_t n, int64_t k, void* y, ActType y_type,
+                                int64_t ldy, float beta, float alpha) const {
+  if (!w.is_fp8()) {
+    return Mm(x, x_type, ldx, m, static_cast<const bf16*>(w.bf), n, k, y, y_type, ldy, beta, alpha);
+  }
+  if (x_type != ActType::kBf16) {
+    return absl::InternalError("deepseek_v32 CUDA: FP8 weights take bf16 activations only");
+  }
+  cuda::Fp8GemmArgs a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.x = static_cast<const bf16*>(x);
+  a.ldx = ldx;
+  a.w.w = w.fp8;
+  a.w.ldw = k;
+  a.w.scale = w.scale;
+  a.w.ld_scale = CeilDiv(k, w.block_cols);
+  a.w.block_rows = kFp8ScaleRows;
+  a.w.block_cols = w.block_cols;
+  a.y = y;
+  a.y_type = y_type;
+  a.ldy = ldy;
+  a.alpha = alpha;
+  a.beta = beta;
+  a.tile = s_.fp8_tile;
+  a.tile_elems = plan_.fp8_tile;
+  return cuda::Fp8Gemm(*blas_, a, stream_);
+}
+
 Status DeepseekV32CudaModel::Rope(bool interleaved, bf16* x, int64_t n, int64_t heads,
                                   int64_t token_stride, int64_t head_stride, int64_t offset,
                                   int64_t pos0, bool decode) const {
@@ -796,12 +827,19 @@ Status DeepseekV32CudaModel::FillContextForBenchmark(SequenceState& state, int64
   return OkStatus();
 }
 
+int64_t DeepseekV32CudaModel::EffectiveAttendedTokens(const SequenceState& state,
+                                                      int64_t new_tokens) const {
+  return DsaAttendedTokens(cfg_, state.num_tokens() + new_tokens);
+}
+
 DeepseekV32CudaStats DeepseekV32CudaModel::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   DeepseekV32CudaStats s;
   s.weight_bytes = weight_bytes_;
   s.scratch_bytes = scratch_bytes_;
   s.kv_pool_bytes = kv_pool_bytes_;
+  s.fp8_weight_bytes = fp8_.bytes;
+  s.fp8_matrices = fp8_.matrices;
   s.kv_blocks_total = pools_.blocks;
   {
     std::lock_guard<std::mutex> book_lock(book_->mu);

@@ -6,12 +6,20 @@
 // reuses its Carver (one allocation carved twice: sizing, then for real) and
 // PoolBook (host bookkeeping of sequence slots and 64-token cache blocks).
 // Layout:
-//  * weights bf16 (FP8 block-scaled checkpoints are dequantised on the host
-//    and uploaded as bf16), fused at upload where one input feeds several
-//    products: per layer [q_a | kv_a | indexer wk] (segments padded to 8 rows
-//    so each starts 16-byte aligned), dense MLP / shared expert [gate|up],
-//    experts w13 [E, 2I, D] and w2 [E, D, I]; norms, the indexer LayerNorm's
-//    weight and bias and the router bias fp32;
+//  * weights bf16, fused at upload where one input feeds several products:
+//    per layer [q_a | kv_a | indexer wk] (segments padded to 8 rows so each
+//    starts 16-byte aligned), dense MLP / shared expert [gate|up], experts
+//    w13 [E, 2I, D] and w2 [E, D, I]; norms, the indexer LayerNorm's weight
+//    and bias and the router bias fp32;
+//  * FP8 block-scaled checkpoints: the matrices the plain GEMMs read (the
+//    fused a, q_b, o, indexer wq_b / weights_proj, dense MLP and shared
+//    experts, router) stay e4m3 on the device when stored so, with their
+//    scales expanded to one row of the grid per 8 weight rows (Mat below) so
+//    that a fused matrix's segments, which start at multiples of 8 rows, keep
+//    their own scales. They run through cuda::Fp8Gemm (backend/cuda/
+//    fp8_gemm.h). kv_b (read by the batched absorption GEMMs, transposed)
+//    and the routed experts (the grouped MoE kernels take bf16) are
+//    dequantised on the host and uploaded bf16;
 //  * residual stream fp32, activations bf16, router logits and the indexer's
 //    head weights fp32;
 //  * per sequence: 64-token blocks shared by two paged caches per layer, the
@@ -28,6 +36,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +46,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/indexer.h"
 #include "backend/cuda/mla.h"
@@ -130,25 +140,41 @@ struct Plan {
   int64_t max_blocks = 0;  // ceil(max_ctx / 64)
   int64_t dense_ctx = 0;   // min(max_ctx, K): longest context attended densely
   size_t mla_ws = 0, index_ws = 0, moe_ws = 0, sample_ws = 0;
+  int64_t fp8_tile = 0;    // bf16 elements of the prefill dequantisation tile
+};
+
+// Rows of weight that share one row of a Mat's device scale grid.
+constexpr int64_t kFp8ScaleRows = 8;
+// Cap on the prefill dequantisation tile (bf16 elements, 64 MiB).
+constexpr int64_t kFp8TileMaxElems = int64_t{1} << 25;
+
+// A weight matrix [rows, cols] the plain GEMMs read: bf16, or FP8 e4m3 codes
+// with fp32 scales [ceil(rows / kFp8ScaleRows), ceil(cols / block_cols)].
+struct Mat {
+  bf16* bf = nullptr;
+  uint8_t* fp8 = nullptr;
+  float* scale = nullptr;
+  int64_t block_cols = 0;
+  bool is_fp8() const { return fp8 != nullptr; }
 };
 
 struct AttnLayer {
-  bf16* a = nullptr;           // [n_a, D]: q_a, kv_a, wk
+  Mat a;                       // [n_a, D]: q_a, kv_a, wk
   float* q_a_norm = nullptr;   // [qr]
   float* kv_norm = nullptr;    // [r]
   float* ik_norm_w = nullptr;  // [dI]
   float* ik_norm_b = nullptr;  // [dI]
-  bf16* q_b = nullptr;         // [H·qd, qr]
+  Mat q_b;                     // [H·qd, qr]
   bf16* kv_b = nullptr;        // [H·(dn+dv), r]
-  bf16* o = nullptr;           // [D, H·dv]
-  bf16* iq = nullptr;          // indexer wq_b [HI·dI, qr]
-  bf16* iw = nullptr;          // indexer weights_proj [HI, D]
+  Mat o;                       // [D, H·dv]
+  Mat iq;                      // indexer wq_b [HI·dI, qr]
+  Mat iw;                      // indexer weights_proj [HI, D]
 };
 
 struct FfnLayer {
-  bf16* gate_up = nullptr;  // dense MLP or shared experts: [2I, D]
-  bf16* down = nullptr;     // [D, I]
-  bf16* router = nullptr;   // [E, D]
+  Mat gate_up;              // dense MLP or shared experts: [2I, D]
+  Mat down;                 // [D, I]
+  Mat router;               // [E, D]
   float* score_bias = nullptr;
   bf16* w13 = nullptr;      // [E, 2I, D]
   bf16* w2 = nullptr;       // [E, D, I]
@@ -168,8 +194,19 @@ struct Weights {
   float* final_norm = nullptr;
   std::vector<Layer> layers;
 };
+// Which checkpoint tensors are FP8 (given by name); empty: none (dummy
+// weights, bf16 checkpoints).
+using Fp8Query = std::function<bool(const std::string&)>;
+// fp8_bytes: the device bytes of the matrices kept FP8 (codes and scales);
+// max_fp8_elems: the largest of them (rows · cols), what the prefill tile
+// must hold to dequantise one in a single chunk.
+struct Fp8Footprint {
+  uint64_t bytes = 0;
+  int64_t matrices = 0;
+  int64_t max_elems = 0;
+};
 void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate_lm_head,
-                  Carver& c, Weights& w);
+                  const Fp8Query& is_fp8, Carver& c, Weights& w, Fp8Footprint* fp8);
 
 struct Scratch {
   int32_t* tokens = nullptr;       // [rows]
@@ -202,6 +239,7 @@ struct Scratch {
   void* index_ws = nullptr;
   void* moe_ws = nullptr;
   void* sample_ws = nullptr;
+  bf16* fp8_tile = nullptr;        // [plan.fp8_tile]: FP8 weight rows for prefill GEMMs
 };
 void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s);
 
@@ -260,6 +298,9 @@ class DeepseekV32CudaModel final : public Model {
   Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
                                  uint64_t seed) const override;
 
+  // As the CPU adapter: min(context, index_topk) (DsaAttendedTokens).
+  int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const override;
+
   DeepseekV32CudaStats Stats() const;
   std::unique_ptr<SequenceState> CloneState(const DsaCudaState& src) const;
   void ResetState(DsaCudaState& st) const;
@@ -276,6 +317,10 @@ class DeepseekV32CudaModel final : public Model {
 
   // --- deepseek_v32_cuda.cc ---
   Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
+            int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta,
+            float alpha = 1.f) const;
+  // The same on a Mat: FP8 ones through cuda::Fp8Gemm (bf16 x only).
+  Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const Mat& w, int64_t n,
             int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta,
             float alpha = 1.f) const;
   Status Rope(bool interleaved, bf16* x, int64_t n, int64_t heads, int64_t token_stride,
@@ -311,6 +356,7 @@ class DeepseekV32CudaModel final : public Model {
   void* weight_mem_ = nullptr;
   void* runtime_mem_ = nullptr;
   size_t weight_bytes_ = 0, scratch_bytes_ = 0, kv_pool_bytes_ = 0;
+  Fp8Footprint fp8_;
   Weights w_;
   Scratch s_;
   Pools pools_;

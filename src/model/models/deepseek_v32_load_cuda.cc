@@ -4,9 +4,10 @@
 // that runs one prefill and one decode step so that shapes the kernels reject
 // fall back to the CPU at load rather than fail in the middle of a request.
 //
-// FP8 block-scaled checkpoints are dequantised on the host (the CPU adapter's
-// LoadFp8BlockScaled) and uploaded as bf16: the GEMMs run bf16 × bf16, not
-// FP8 × FP8 as DeepSeek's own inference code does.
+// FP8 block-scaled checkpoints keep the matrices of the plain GEMMs in FP8 on
+// the device (codes copied as stored, scales expanded to 8-row groups; see
+// deepseek_v32_cuda_impl.h); kv_b and the routed experts are dequantised on
+// the host (the CPU adapter's LoadFp8BlockScaled) and uploaded as bf16.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -67,7 +68,36 @@ Geometry MakeGeometry(const DeepseekV32Config& c) {
 }
 
 void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate_lm_head,
-                  Carver& c, Weights& w) {
+                  const Fp8Query& is_fp8, Carver& c, Weights& w, Fp8Footprint* fp8) {
+  const int64_t bc = cfg.fp8_block.cols;
+  // A matrix stays FP8 when every tensor fused into it is FP8 and the
+  // checkpoint's scale blocks map onto whole 8-row groups; `rows_ok` is
+  // false when a fused segment would start inside a group.
+  const bool fp8_ok = static_cast<bool>(is_fp8) && bc > 0 && cfg.fp8_block.rows > 0 &&
+                      cfg.fp8_block.rows % kFp8ScaleRows == 0;
+  auto want = [&](std::initializer_list<std::string> names, bool rows_ok = true) {
+    if (!fp8_ok || !rows_ok) return false;
+    for (const std::string& n : names) {
+      if (!is_fp8(n)) return false;
+    }
+    return true;
+  };
+  Fp8Footprint foot;
+  auto mat = [&](int64_t rows, int64_t cols, bool f8) {
+    Mat m;
+    if (!f8) {
+      m.bf = c.Take<bf16>(rows * cols);
+      return m;
+    }
+    const int64_t scales = CeilDiv(rows, kFp8ScaleRows) * CeilDiv(cols, bc);
+    m.fp8 = c.Take<uint8_t>(rows * cols);
+    m.scale = c.Take<float>(scales);
+    m.block_cols = bc;
+    foot.bytes += static_cast<uint64_t>(rows * cols + 4 * scales);
+    ++foot.matrices;
+    foot.max_elems = std::max(foot.max_elems, rows * cols);
+    return m;
+  };
   w.embed = c.Take<bf16>(g.V * g.D);
   w.lm_head = separate_lm_head ? c.Take<bf16>(g.V * g.D) : w.embed;
   w.final_norm = c.Take<float>(g.D);
@@ -77,32 +107,41 @@ void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate
     L.is_moe = cfg.is_moe[static_cast<size_t>(i)];
     L.input_norm = c.Take<float>(g.D);
     L.post_norm = c.Take<float>(g.D);
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    const std::string sa = p + "self_attn.";
+    const std::string sx = sa + "indexer.";
+    const std::string m = p + "mlp.";
     AttnLayer& a = L.attn;
-    a.a = c.Take<bf16>(g.n_a * g.D);
+    a.a = mat(g.n_a, g.D,
+              want({sa + "q_a_proj.weight", sa + "kv_a_proj_with_mqa.weight", sx + "wk.weight"}));
     a.q_a_norm = c.Take<float>(g.qr);
     a.kv_norm = c.Take<float>(g.r);
     a.ik_norm_w = c.Take<float>(g.dI);
     a.ik_norm_b = c.Take<float>(g.dI);
-    a.q_b = c.Take<bf16>(g.H * g.qd * g.qr);
+    a.q_b = mat(g.H * g.qd, g.qr, want({sa + "q_b_proj.weight"}));
     a.kv_b = c.Take<bf16>(g.H * (g.dn + g.dv) * g.r);
-    a.o = c.Take<bf16>(g.D * g.H * g.dv);
-    a.iq = c.Take<bf16>(g.HI * g.dI * g.qr);
-    a.iw = c.Take<bf16>(g.HI * g.D);
+    a.o = mat(g.D, g.H * g.dv, want({sa + "o_proj.weight"}));
+    a.iq = mat(g.HI * g.dI, g.qr, want({sx + "wq_b.weight"}));
+    a.iw = mat(g.HI, g.D, want({sx + "weights_proj.weight"}));
     FfnLayer& f = L.ffn;
     if (!L.is_moe) {
-      f.gate_up = c.Take<bf16>(2 * g.I_dense * g.D);
-      f.down = c.Take<bf16>(g.D * g.I_dense);
+      f.gate_up = mat(2 * g.I_dense, g.D, want({m + "gate_proj.weight", m + "up_proj.weight"},
+                                               g.I_dense % kFp8ScaleRows == 0));
+      f.down = mat(g.D, g.I_dense, want({m + "down_proj.weight"}));
     } else {
-      f.router = c.Take<bf16>(g.E * g.D);
+      f.router = mat(g.E, g.D, want({m + "gate.weight"}));
       f.score_bias = c.Take<float>(g.E);
       f.w13 = c.Take<bf16>(g.E * 2 * g.I * g.D);
       f.w2 = c.Take<bf16>(g.E * g.D * g.I);
       if (g.Is > 0) {
-        f.gate_up = c.Take<bf16>(2 * g.Is * g.D);
-        f.down = c.Take<bf16>(g.D * g.Is);
+        const std::string se = m + "shared_experts.";
+        f.gate_up = mat(2 * g.Is, g.D, want({se + "gate_proj.weight", se + "up_proj.weight"},
+                                            g.Is % kFp8ScaleRows == 0));
+        f.down = mat(g.D, g.Is, want({se + "down_proj.weight"}));
       }
     }
   }
+  if (fp8 != nullptr) *fp8 = foot;
 }
 
 void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s) {
@@ -134,6 +173,7 @@ void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s) {
     s.act = c.Take<bf16>(R * g.gu_cols() / 2);
   }
   if (g.has_moe) s.router_logits = c.Take<float>(R * g.E);
+  if (p.fp8_tile > 0) s.fp8_tile = c.Take<bf16>(p.fp8_tile);
   s.logits = c.Take<float>(std::max(B, kLogitsChunkRows) * g.V);
   s.mla_ws = c.Take<char>(static_cast<int64_t>(p.mla_ws));
   s.index_ws = c.Take<char>(static_cast<int64_t>(p.index_ws));
@@ -173,6 +213,52 @@ StatusOr<std::vector<uint16_t>> HostBf16(const WeightStore& ws, const std::strin
     }
   }
   return out;
+}
+
+// An FP8 checkpoint matrix [rows, cols] into rows [row0, row0 + rows) of
+// `dst` (an FP8 Mat cols wide, row0 a multiple of kFp8ScaleRows): the codes
+// as stored, the scale grid with each row repeated for the 8-row groups of
+// its block.
+Status UploadFp8(const WeightStore& ws, const std::string& name, int64_t rows, int64_t cols,
+                 Fp8BlockSize block, const Mat& dst, int64_t row0) {
+  STRATA_ASSIGN_OR_RETURN(TensorView w, ws.Get(name));
+  const std::string where =
+      absl::StrCat("tensor '", name, "' in ", std::string(w.file));
+  if (w.dtype != DType::kF8E4M3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": dtype ", std::string(DTypeName(w.dtype)), ", expected F8_E4M3"));
+  }
+  if (w.shape != std::vector<int64_t>{rows, cols}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": expected shape [", rows, ", ", cols, "]"));
+  }
+  if (row0 % kFp8ScaleRows != 0 || dst.block_cols != block.cols ||
+      block.rows % kFp8ScaleRows != 0) {
+    return absl::InternalError(absl::StrCat(where, ": FP8 layout mismatch at upload"));
+  }
+  const std::string scale_name = Fp8ScaleName(name);
+  if (!ws.Has(scale_name)) {
+    return absl::NotFoundError(absl::StrCat(where, " is FP8 but its scale tensor '", scale_name,
+                                            "' is not in ", ws.dir()));
+  }
+  const int64_t grid_cols = CeilDiv(cols, block.cols);
+  STRATA_ASSIGN_OR_RETURN(std::vector<float> grid,
+                          ws.GetF32Copy(scale_name, {CeilDiv(rows, block.rows), grid_cols}));
+  const int64_t groups = CeilDiv(rows, kFp8ScaleRows);
+  std::vector<float> expanded(static_cast<size_t>(groups * grid_cols));
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const int64_t src = gi * kFp8ScaleRows / block.rows;
+    std::memcpy(expanded.data() + gi * grid_cols, grid.data() + src * grid_cols,
+                sizeof(float) * static_cast<size_t>(grid_cols));
+  }
+  // cudaMemcpy takes the mapped file's bytes at any alignment.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst.fp8 + row0 * cols, w.data,
+                                         static_cast<size_t>(rows * cols),
+                                         cudaMemcpyHostToDevice));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst.scale + row0 / kFp8ScaleRows * grid_cols,
+                                         expanded.data(), sizeof(float) * expanded.size(),
+                                         cudaMemcpyHostToDevice));
+  return OkStatus();
 }
 
 constexpr float kDummyScale = 0.02f;
@@ -279,8 +365,19 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
 
   const bool separate_lm_head =
       !config.tie_word_embeddings || (weights != nullptr && weights->Has("lm_head.weight"));
+  Fp8Query is_fp8;
+  if (weights != nullptr) {
+    is_fp8 = [store = weights.get()](const std::string& name) {
+      StatusOr<TensorView> t = store->Get(name);
+      return t.ok() && t->dtype == DType::kF8E4M3;
+    };
+  }
   Carver weight_size(nullptr);
-  CarveWeights(g, config, separate_lm_head, weight_size, w_);
+  CarveWeights(g, config, separate_lm_head, is_fp8, weight_size, w_, &fp8_);
+  // Prefill GEMMs on FP8 weights dequantise row chunks into this tile; a cap
+  // keeps it small next to the weights (the largest published FP8 matrix,
+  // o_proj [7168, 16384], then takes 4 chunks).
+  p.fp8_tile = std::min(fp8_.max_elems, kFp8TileMaxElems);
   Carver scratch_size(nullptr);
   CarveScratch(g, p, scratch_size, s_);
   weight_bytes_ = weight_size.size();
@@ -324,7 +421,7 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   STRATA_RETURN_IF_ERROR(alloc(&weight_mem_, weight_bytes_, "weights"));
   {
     Carver c(static_cast<char*>(weight_mem_));
-    CarveWeights(g, config, separate_lm_head, c, w_);
+    CarveWeights(g, config, separate_lm_head, is_fp8, c, w_, nullptr);
   }
   Carver runtime_size(nullptr);
   runtime_size.Take<char>(static_cast<int64_t>(scratch_bytes_));
@@ -428,7 +525,13 @@ Status DeepseekV32CudaModel::UploadWeights(const WeightStore& ws, const LoadOpti
         cudaMemcpy(dst, v.data(), sizeof(float) * v.size(), cudaMemcpyHostToDevice));
     return OkStatus();
   };
-  // Padding rows of the fused matrices stay zero.
+  // A checkpoint matrix into rows [row0, row0 + rows) of `dst` (cols wide).
+  auto put = [&](const std::string& name, int64_t rows, int64_t cols, const Mat& dst,
+                 int64_t row0) -> Status {
+    if (dst.is_fp8()) return UploadFp8(ws, name, rows, cols, block, dst, row0);
+    return matrix(name, rows, cols, dst.bf + row0 * cols);
+  };
+  // Padding rows of the fused matrices stay zero (codes and scales).
   STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(weight_mem_, 0, weight_bytes_, stream_));
   STRATA_RETURN_IF_ERROR(Sync("weight memset"));
   STRATA_RETURN_IF_ERROR(matrix("model.embed_tokens.weight", V, D, w_.embed));
@@ -442,29 +545,29 @@ Status DeepseekV32CudaModel::UploadWeights(const WeightStore& ws, const LoadOpti
     STRATA_RETURN_IF_ERROR(vec(p + "input_layernorm.weight", D, L.input_norm));
     STRATA_RETURN_IF_ERROR(vec(p + "post_attention_layernorm.weight", D, L.post_norm));
     const AttnLayer& w = L.attn;
-    STRATA_RETURN_IF_ERROR(matrix(a + "q_a_proj.weight", g.qr, D, w.a));
-    STRATA_RETURN_IF_ERROR(matrix(a + "kv_a_proj_with_mqa.weight", g.cd, D, w.a + g.off_kv * D));
-    STRATA_RETURN_IF_ERROR(matrix(x + "wk.weight", g.dI, D, w.a + g.off_ik * D));
+    STRATA_RETURN_IF_ERROR(put(a + "q_a_proj.weight", g.qr, D, w.a, 0));
+    STRATA_RETURN_IF_ERROR(put(a + "kv_a_proj_with_mqa.weight", g.cd, D, w.a, g.off_kv));
+    STRATA_RETURN_IF_ERROR(put(x + "wk.weight", g.dI, D, w.a, g.off_ik));
     STRATA_RETURN_IF_ERROR(vec(a + "q_a_layernorm.weight", g.qr, w.q_a_norm));
     STRATA_RETURN_IF_ERROR(vec(a + "kv_a_layernorm.weight", g.r, w.kv_norm));
     STRATA_RETURN_IF_ERROR(vec(x + "k_norm.weight", g.dI, w.ik_norm_w));
     STRATA_RETURN_IF_ERROR(vec(x + "k_norm.bias", g.dI, w.ik_norm_b));
-    STRATA_RETURN_IF_ERROR(matrix(a + "q_b_proj.weight", g.H * g.qd, g.qr, w.q_b));
+    STRATA_RETURN_IF_ERROR(put(a + "q_b_proj.weight", g.H * g.qd, g.qr, w.q_b, 0));
     STRATA_RETURN_IF_ERROR(matrix(a + "kv_b_proj.weight", g.H * (g.dn + g.dv), g.r, w.kv_b));
-    STRATA_RETURN_IF_ERROR(matrix(a + "o_proj.weight", D, g.H * g.dv, w.o));
-    STRATA_RETURN_IF_ERROR(matrix(x + "wq_b.weight", g.HI * g.dI, g.qr, w.iq));
-    STRATA_RETURN_IF_ERROR(matrix(x + "weights_proj.weight", g.HI, D, w.iw));
+    STRATA_RETURN_IF_ERROR(put(a + "o_proj.weight", D, g.H * g.dv, w.o, 0));
+    STRATA_RETURN_IF_ERROR(put(x + "wq_b.weight", g.HI * g.dI, g.qr, w.iq, 0));
+    STRATA_RETURN_IF_ERROR(put(x + "weights_proj.weight", g.HI, D, w.iw, 0));
 
     const std::string m = p + "mlp.";
     const FfnLayer& f = L.ffn;
     if (!L.is_moe) {
       const int64_t I = g.I_dense;
-      STRATA_RETURN_IF_ERROR(matrix(m + "gate_proj.weight", I, D, f.gate_up));
-      STRATA_RETURN_IF_ERROR(matrix(m + "up_proj.weight", I, D, f.gate_up + I * D));
-      STRATA_RETURN_IF_ERROR(matrix(m + "down_proj.weight", D, I, f.down));
+      STRATA_RETURN_IF_ERROR(put(m + "gate_proj.weight", I, D, f.gate_up, 0));
+      STRATA_RETURN_IF_ERROR(put(m + "up_proj.weight", I, D, f.gate_up, I));
+      STRATA_RETURN_IF_ERROR(put(m + "down_proj.weight", D, I, f.down, 0));
     } else {
       const int64_t E = g.E, I = g.I;
-      STRATA_RETURN_IF_ERROR(matrix(m + "gate.weight", E, D, f.router));
+      STRATA_RETURN_IF_ERROR(put(m + "gate.weight", E, D, f.router, 0));
       STRATA_RETURN_IF_ERROR(vec(m + "gate.e_score_correction_bias", E, f.score_bias));
       for (int64_t e = 0; e < E; ++e) {
         const std::string xe = absl::StrCat(m, "experts.", e, ".");
@@ -475,10 +578,9 @@ Status DeepseekV32CudaModel::UploadWeights(const WeightStore& ws, const LoadOpti
       }
       if (g.Is > 0) {
         const int64_t Is = g.Is;
-        STRATA_RETURN_IF_ERROR(matrix(m + "shared_experts.gate_proj.weight", Is, D, f.gate_up));
-        STRATA_RETURN_IF_ERROR(
-            matrix(m + "shared_experts.up_proj.weight", Is, D, f.gate_up + Is * D));
-        STRATA_RETURN_IF_ERROR(matrix(m + "shared_experts.down_proj.weight", D, Is, f.down));
+        STRATA_RETURN_IF_ERROR(put(m + "shared_experts.gate_proj.weight", Is, D, f.gate_up, 0));
+        STRATA_RETURN_IF_ERROR(put(m + "shared_experts.up_proj.weight", Is, D, f.gate_up, Is));
+        STRATA_RETURN_IF_ERROR(put(m + "shared_experts.down_proj.weight", D, Is, f.down, 0));
       }
     }
     if (options.progress) {
@@ -510,30 +612,30 @@ Status DeepseekV32CudaModel::MakeDummyWeights(uint64_t seed) {
     STRATA_RETURN_IF_ERROR(f32(L.input_norm, g.D, 1.f, 1.f));
     STRATA_RETURN_IF_ERROR(f32(L.post_norm, g.D, 1.f, 1.f));
     const AttnLayer& a = L.attn;
-    STRATA_RETURN_IF_ERROR(mat(a.a, g.qr * g.D));
-    STRATA_RETURN_IF_ERROR(mat(a.a + g.off_kv * g.D, g.cd * g.D));
-    STRATA_RETURN_IF_ERROR(mat(a.a + g.off_ik * g.D, g.dI * g.D));
+    STRATA_RETURN_IF_ERROR(mat(a.a.bf, g.qr * g.D));
+    STRATA_RETURN_IF_ERROR(mat(a.a.bf + g.off_kv * g.D, g.cd * g.D));
+    STRATA_RETURN_IF_ERROR(mat(a.a.bf + g.off_ik * g.D, g.dI * g.D));
     STRATA_RETURN_IF_ERROR(f32(a.q_a_norm, g.qr, 1.f, 1.f));
     STRATA_RETURN_IF_ERROR(f32(a.kv_norm, g.r, 1.f, 1.f));
     STRATA_RETURN_IF_ERROR(f32(a.ik_norm_w, g.dI, 1.f, 1.f));
     STRATA_RETURN_IF_ERROR(f32(a.ik_norm_b, g.dI, 0.f, 0.f));
-    STRATA_RETURN_IF_ERROR(mat(a.q_b, g.H * g.qd * g.qr));
+    STRATA_RETURN_IF_ERROR(mat(a.q_b.bf, g.H * g.qd * g.qr));
     STRATA_RETURN_IF_ERROR(mat(a.kv_b, g.H * (g.dn + g.dv) * g.r));
-    STRATA_RETURN_IF_ERROR(mat(a.o, g.D * g.H * g.dv));
-    STRATA_RETURN_IF_ERROR(mat(a.iq, g.HI * g.dI * g.qr));
-    STRATA_RETURN_IF_ERROR(mat(a.iw, g.HI * g.D));
+    STRATA_RETURN_IF_ERROR(mat(a.o.bf, g.D * g.H * g.dv));
+    STRATA_RETURN_IF_ERROR(mat(a.iq.bf, g.HI * g.dI * g.qr));
+    STRATA_RETURN_IF_ERROR(mat(a.iw.bf, g.HI * g.D));
     const FfnLayer& f = L.ffn;
     if (!L.is_moe) {
-      STRATA_RETURN_IF_ERROR(mat(f.gate_up, 2 * g.I_dense * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.down, g.D * g.I_dense));
+      STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.I_dense * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.I_dense));
     } else {
-      STRATA_RETURN_IF_ERROR(mat(f.router, g.E * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.router.bf, g.E * g.D));
       STRATA_RETURN_IF_ERROR(f32(f.score_bias, g.E, -0.01f, 0.01f));
       STRATA_RETURN_IF_ERROR(mat(f.w13, g.E * 2 * g.I * g.D));
       STRATA_RETURN_IF_ERROR(mat(f.w2, g.E * g.D * g.I));
       if (g.Is > 0) {
-        STRATA_RETURN_IF_ERROR(mat(f.gate_up, 2 * g.Is * g.D));
-        STRATA_RETURN_IF_ERROR(mat(f.down, g.D * g.Is));
+        STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.Is * g.D));
+        STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.Is));
       }
     }
   }
