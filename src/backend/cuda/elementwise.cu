@@ -88,6 +88,19 @@ __global__ void SiluMulKernel(const T* gu, int64_t n, int64_t inter, bf16* out) 
 }
 
 // ---------------------------------------------------------------------------
+// AddSigmoidScaledRows: dst[t, i] += sigmoid(logit[t · ld]) · src[t, i]
+// (Qwen3-Next's gated shared expert), one element per thread step.
+__global__ void AddSigmoidScaledRowsKernel(float* dst, const float* src, const float* logit,
+                                           int64_t ld_logit, int64_t dim, int64_t count) {
+  PdlWait();
+  PdlLaunchDependents();
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    const float l = logit[(i / dim) * ld_logit];
+    dst[i] += src[i] * (1.f / (1.f + expf(-l)));
+  }
+}
+
+// ---------------------------------------------------------------------------
 // AddInto and the casts: dst[i] = src[i] (kAdd: dst[i] += src[i]), 4 elements
 // per step on the vector path and a scalar tail after it.
 
@@ -276,6 +289,22 @@ Status AddInto(float* dst, const void* src, ActType src_type, int64_t count, cud
     return LaunchMap<true>(static_cast<const float*>(src), dst, count, stream, "AddInto");
   }
   return LaunchMap<true>(static_cast<const bf16*>(src), dst, count, stream, "AddInto");
+}
+
+Status AddSigmoidScaledRows(float* dst, const float* src, const float* logit, int64_t ld_logit,
+                            int64_t n, int64_t dim, cudaStream_t stream) {
+  if (n < 0 || dim <= 0 || ld_logit <= 0) {
+    return absl::InvalidArgumentError(
+        "AddSigmoidScaledRows: n must be >= 0, dim and ld_logit positive");
+  }
+  if (n == 0) return OkStatus();
+  if (dst == nullptr || src == nullptr || logit == nullptr) {
+    return absl::InvalidArgumentError("AddSigmoidScaledRows: dst, src and logit must be set");
+  }
+  const int64_t count = n * dim;
+  (void)LaunchPdl(AddSigmoidScaledRowsKernel, dim3(GridFor(count)), dim3(kThreads), 0, stream,
+                  dst, src, logit, ld_logit, dim, count);
+  return LaunchStatus("AddSigmoidScaledRowsKernel");
 }
 
 Status CastF32ToBf16(const float* src, bf16* dst, int64_t count, cudaStream_t stream) {

@@ -18,6 +18,11 @@ Status SiluMul(const void* gu, ActType gu_type, int64_t n, int64_t inter, bf16* 
 // dst[i] += src[i] (fp32 destination).
 Status AddInto(float* dst, const void* src, ActType src_type, int64_t count, cudaStream_t stream);
 
+// dst[t, :] += sigmoid(logit[t · ld_logit]) · src[t, :] for n rows of `dim`
+// fp32 values (a per-token gate, e.g. Qwen3-Next's shared-expert gate).
+Status AddSigmoidScaledRows(float* dst, const float* src, const float* logit, int64_t ld_logit,
+                            int64_t n, int64_t dim, cudaStream_t stream);
+
 // Conversions.
 Status CastF32ToBf16(const float* src, bf16* dst, int64_t count, cudaStream_t stream);
 Status CastBf16ToF32(const bf16* src, float* dst, int64_t count, cudaStream_t stream);

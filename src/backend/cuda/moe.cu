@@ -101,6 +101,7 @@ struct MoeParams {
   float routed_scaling;
   int num_groups;   // <= 1: no group limit
   int topk_groups;
+  int softmax;      // 1: softmax routing (cpu::RouteSoftmaxTopK), no bias or groups
   const bf16* x;          // [n, D]
   const float* logits;    // [n, E]
   const float* bias;      // [E] or null
@@ -165,6 +166,10 @@ Status CheckShape(const MoeShape& s, const char* fn) {
     return absl::InvalidArgumentError(
         absl::StrCat(fn, ": shape.top_k must be in [1, min(num_experts, ", kMaxTopK, ")], got ",
                      s.top_k, " with num_experts ", s.num_experts));
+  }
+  if (s.softmax && s.num_groups > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(fn, ": softmax routing takes no expert groups, got ", s.num_groups));
   }
   if (s.num_groups > 1) {
     const int64_t g = s.num_groups;
@@ -276,13 +281,22 @@ __device__ uint32_t EligibleGroups(const float* logits, int num_experts, const f
   return mask;
 }
 
+// Softmax routing's selection key: the logit itself (softmax is monotonic),
+// NaN as −inf, as cpu::RouteSoftmaxTopK.
+__device__ __forceinline__ float LogitKey(const float* logits, int e) {
+  const float v = logits[e];
+  return v != v ? -INFINITY : v;
+}
+
 // One warp routes one token. Pick j is the best eligible expert strictly
 // below pick j−1 in the order (biased score desc, index asc), as the
-// reference does.
+// reference does. With `softmax` the order is on the logits and the weights
+// are softmax probabilities over all experts (cpu::RouteSoftmaxTopK; the
+// denominator is summed in warp order, not the CPU's, a few ulp apart).
 template <int kPer>
 __device__ void RouteToken(const float* logits, int num_experts, const float* bias, int top_k,
                            bool renormalize, float routed_scaling, int num_groups,
-                           int topk_groups, int32_t* idx_out, float* w_out) {
+                           int topk_groups, bool softmax, int32_t* idx_out, float* w_out) {
   const int lane = threadIdx.x & 31;
   const uint32_t groups = num_groups > 1
                               ? EligibleGroups(logits, num_experts, bias, num_groups, topk_groups)
@@ -293,12 +307,15 @@ __device__ void RouteToken(const float* logits, int num_experts, const float* bi
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = lane + 32 * i;
-    biased[i] = e < num_experts ? BiasedScore(logits, bias, e) : -INFINITY;
+    biased[i] = e >= num_experts ? -INFINITY
+                : softmax        ? LogitKey(logits, e)
+                                 : BiasedScore(logits, bias, e);
     eligible[i] = e < num_experts && ((groups >> (e / per_group)) & 1u) != 0;
   }
   float prev_v = 0.f;
   int prev_e = -1;
   int my_pick = 0;
+  float top_v = 0.f;  // the first pick's key: softmax's max
   for (int j = 0; j < top_k; ++j) {
     float best_v = -INFINITY;
     int best_e = INT_MAX;  // sentinel: loses to every real expert, -inf ones included
@@ -322,8 +339,29 @@ __device__ void RouteToken(const float* logits, int num_experts, const float* bi
       }
     }
     if (lane == j) my_pick = best_e;
+    if (j == 0) top_v = best_v;
     prev_v = best_v;
     prev_e = best_e;
+  }
+  if (softmax) {
+    float part = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if (lane + 32 * i < num_experts) part = __fadd_rn(part, expf(__fsub_rn(biased[i], top_v)));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) part = __fadd_rn(part, __shfl_xor_sync(0xffffffffu, part, o));
+    const float p = lane < top_k
+                        ? __fdiv_rn(expf(__fsub_rn(LogitKey(logits, my_pick), top_v)), part)
+                        : 0.f;
+    float total = 0.f;
+    for (int j = 0; j < top_k; ++j) total = __fadd_rn(total, __shfl_sync(0xffffffffu, p, j));
+    const float norm = renormalize ? __fdiv_rn(1.f, total) : 1.f;
+    if (lane < top_k) {
+      idx_out[lane] = my_pick;
+      w_out[lane] = __fmul_rn(p, __fmul_rn(norm, routed_scaling));
+    }
+    return;
   }
   // Weights from the unbiased scores, summed in pick order like the reference.
   const float s = lane < top_k ? SigmoidLikeCpu(logits[my_pick]) : 0.f;
@@ -345,7 +383,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) MoeRouteKernel(MoeParams p) 
   const size_t t64 = static_cast<size_t>(t);
   RouteToken<kPer>(p.logits + t64 * p.num_experts, p.num_experts, p.bias, p.top_k,
                    p.renormalize != 0, p.routed_scaling, p.num_groups, p.topk_groups,
-                   p.idx + t64 * p.top_k, p.wt + t64 * p.top_k);
+                   p.softmax != 0, p.idx + t64 * p.top_k, p.wt + t64 * p.top_k);
 }
 
 __device__ __forceinline__ int WarpExclusiveScan(int v) {
@@ -380,7 +418,8 @@ __global__ void __launch_bounds__(kPlanThreads) MoePlanKernel(MoeParams p, int r
     for (int t = warp; t < p.num_tokens; t += num_warps) {
       const size_t t64 = static_cast<size_t>(t);
       RouteToken<kPer>(p.logits + t64 * E, E, p.bias, k, p.renormalize != 0, p.routed_scaling,
-                       p.num_groups, p.topk_groups, p.idx + t64 * k, p.wt + t64 * k);
+                       p.num_groups, p.topk_groups, p.softmax != 0, p.idx + t64 * k,
+                       p.wt + t64 * k);
     }
   }
   __syncthreads();
@@ -1049,6 +1088,7 @@ Status MoeRoute(const MoeShape& shape, const float* router_logits, const float* 
   p.routed_scaling = shape.routed_scaling;
   p.num_groups = static_cast<int>(shape.num_groups);
   p.topk_groups = static_cast<int>(shape.topk_groups);
+  p.softmax = shape.softmax ? 1 : 0;
   p.logits = router_logits;
   p.bias = score_bias;
   p.idx = idx;
@@ -1102,6 +1142,7 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   p.routed_scaling = s.routed_scaling;
   p.num_groups = static_cast<int>(s.num_groups);
   p.topk_groups = static_cast<int>(s.topk_groups);
+  p.softmax = s.softmax ? 1 : 0;
   p.x = args.x;
   p.logits = args.router_logits;
   p.bias = args.score_bias;

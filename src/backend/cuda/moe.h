@@ -24,6 +24,10 @@ struct MoeShape {
   // group's two largest biased scores) eligible. num_groups <= 1: no limit.
   int64_t num_groups = 1;
   int64_t topk_groups = 1;
+  // Softmax routing (Qwen3-Next, cpu::RouteSoftmaxTopK): top-k of the logits,
+  // weights softmax(logits) over all experts (renormalised over the picks with
+  // `renormalize`). No score_bias and no groups with it.
+  bool softmax = false;
 };
 
 struct MoeArgs {

@@ -153,7 +153,8 @@ __global__ void LayerNormRowsKernel(const T* x, int64_t ldx, T* y, int64_t ldy, 
 }
 
 // One warp per row (a head's value vector).
-template <int V, typename OT, typename GT>
+// kSilu: the gate is silu(g) = g·σ(g) (Qwen3-Next's GDN output norm).
+template <int V, typename OT, typename GT, bool kSilu>
 __global__ void GatedRmsNormSigmoidKernel(const OT* o, const GT* gate, int64_t rows, int64_t dim,
                                           const float* w, float eps, bf16* out) {
   PdlWait();
@@ -179,7 +180,10 @@ __global__ void GatedRmsNormSigmoidKernel(const OT* o, const GT* gate, int64_t r
     LoadV<V>(grow + i * V, g);
     LoadV<V>(w + i * V, s);
 #pragma unroll
-    for (int e = 0; e < V; ++e) v[e] = s[e] * (v[e] * inv) * (1.f / (1.f + expf(-g[e])));
+    for (int e = 0; e < V; ++e) {
+      const float sg = 1.f / (1.f + expf(-g[e]));
+      v[e] = s[e] * (v[e] * inv) * (kSilu ? g[e] * sg : sg);
+    }
     StoreV<V>(yrow + i * V, v);
   }
 }
@@ -224,15 +228,15 @@ void LaunchRmsNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, int64_t
   (void)LaunchPdl(RmsNormRowsKernel<V, T>, dim3(static_cast<unsigned>(n)), dim3(RowThreads(dim / V)), 0, stream, static_cast<const T*>(x), ldx, static_cast<T*>(y), ldy, dim, w, eps);
 }
 
-template <int V, typename OT>
+template <int V, typename OT, bool kSilu>
 void LaunchGated(const void* o, const void* gate, ActType gate_type, int64_t rows, int64_t dim,
                  const float* w, float eps, bf16* out, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(CeilDiv(rows, kGatedWarps));
   const OT* op = static_cast<const OT*>(o);
   if (gate_type == ActType::kF32) {
-    (void)LaunchPdl(GatedRmsNormSigmoidKernel<V, OT, float>, dim3(grid), dim3(kGatedWarps * 32), 0, stream, op, static_cast<const float*>(gate), rows, dim, w, eps, out);
+    (void)LaunchPdl(GatedRmsNormSigmoidKernel<V, OT, float, kSilu>, dim3(grid), dim3(kGatedWarps * 32), 0, stream, op, static_cast<const float*>(gate), rows, dim, w, eps, out);
   } else {
-    (void)LaunchPdl(GatedRmsNormSigmoidKernel<V, OT, bf16>, dim3(grid), dim3(kGatedWarps * 32), 0, stream, op, static_cast<const bf16*>(gate), rows, dim, w, eps, out);
+    (void)LaunchPdl(GatedRmsNormSigmoidKernel<V, OT, bf16, kSilu>, dim3(grid), dim3(kGatedWarps * 32), 0, stream, op, static_cast<const bf16*>(gate), rows, dim, w, eps, out);
   }
 }
 
@@ -307,30 +311,49 @@ Status LayerNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, ActType t
   return LaunchStatus("LayerNormRowsKernel");
 }
 
-Status GatedRmsNormSigmoid(const void* o, ActType o_type, const void* gate, ActType gate_type,
-                           int64_t rows, int64_t dim, const float* w, float eps, bf16* out,
-                           cudaStream_t stream) {
-  STRATA_RETURN_IF_ERROR(CheckRows("GatedRmsNormSigmoid", rows, dim, w, eps));
-  STRATA_RETURN_IF_ERROR(CheckType(o_type, "GatedRmsNormSigmoid: o_type"));
-  STRATA_RETURN_IF_ERROR(CheckType(gate_type, "GatedRmsNormSigmoid: gate_type"));
-  if (o == nullptr) return absl::InvalidArgumentError("GatedRmsNormSigmoid: o is null");
-  if (gate == nullptr) return absl::InvalidArgumentError("GatedRmsNormSigmoid: gate is null");
-  if (out == nullptr) return absl::InvalidArgumentError("GatedRmsNormSigmoid: out is null");
+namespace {
+
+template <bool kSilu>
+Status GatedRmsNorm(const char* op, const void* o, ActType o_type, const void* gate,
+                    ActType gate_type, int64_t rows, int64_t dim, const float* w, float eps,
+                    bf16* out, cudaStream_t stream) {
+  STRATA_RETURN_IF_ERROR(CheckRows(op, rows, dim, w, eps));
+  STRATA_RETURN_IF_ERROR(CheckType(o_type, absl::StrCat(op, ": o_type").c_str()));
+  STRATA_RETURN_IF_ERROR(CheckType(gate_type, absl::StrCat(op, ": gate_type").c_str()));
+  if (o == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": o is null"));
+  if (gate == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": gate is null"));
+  if (out == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": out is null"));
   if (rows == 0) return OkStatus();
   const bool vec = dim % 4 == 0 && Vec4(o, o_type) && Vec4(gate, gate_type) &&
                    Vec4(w, ActType::kF32) && Vec4(out, ActType::kBf16);
   if (o_type == ActType::kF32) {
     if (vec) {
-      LaunchGated<4, float>(o, gate, gate_type, rows, dim, w, eps, out, stream);
+      LaunchGated<4, float, kSilu>(o, gate, gate_type, rows, dim, w, eps, out, stream);
     } else {
-      LaunchGated<1, float>(o, gate, gate_type, rows, dim, w, eps, out, stream);
+      LaunchGated<1, float, kSilu>(o, gate, gate_type, rows, dim, w, eps, out, stream);
     }
   } else if (vec) {
-    LaunchGated<4, bf16>(o, gate, gate_type, rows, dim, w, eps, out, stream);
+    LaunchGated<4, bf16, kSilu>(o, gate, gate_type, rows, dim, w, eps, out, stream);
   } else {
-    LaunchGated<1, bf16>(o, gate, gate_type, rows, dim, w, eps, out, stream);
+    LaunchGated<1, bf16, kSilu>(o, gate, gate_type, rows, dim, w, eps, out, stream);
   }
   return LaunchStatus("GatedRmsNormSigmoidKernel");
+}
+
+}  // namespace
+
+Status GatedRmsNormSigmoid(const void* o, ActType o_type, const void* gate, ActType gate_type,
+                           int64_t rows, int64_t dim, const float* w, float eps, bf16* out,
+                           cudaStream_t stream) {
+  return GatedRmsNorm<false>("GatedRmsNormSigmoid", o, o_type, gate, gate_type, rows, dim, w, eps,
+                             out, stream);
+}
+
+Status GatedRmsNormSilu(const void* o, ActType o_type, const void* gate, ActType gate_type,
+                        int64_t rows, int64_t dim, const float* w, float eps, bf16* out,
+                        cudaStream_t stream) {
+  return GatedRmsNorm<true>("GatedRmsNormSilu", o, o_type, gate, gate_type, rows, dim, w, eps,
+                            out, stream);
 }
 
 }  // namespace strata::cuda

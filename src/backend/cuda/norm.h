@@ -32,6 +32,12 @@ Status GatedRmsNormSigmoid(const void* o, ActType o_type, const void* gate, ActT
                            int64_t rows, int64_t dim, const float* w, float eps, bf16* out,
                            cudaStream_t stream);
 
+// Qwen3-Next GDN output norm: the same with silu(gate) = gate·sigmoid(gate)
+// in place of sigmoid(gate) (cpu::GatedRmsNormSilu).
+Status GatedRmsNormSilu(const void* o, ActType o_type, const void* gate, ActType gate_type,
+                        int64_t rows, int64_t dim, const float* w, float eps, bf16* out,
+                        cudaStream_t stream);
+
 }  // namespace strata::cuda
 
 #endif  // STRATA_BACKEND_CUDA_NORM_H_
