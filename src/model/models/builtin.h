@@ -47,6 +47,12 @@ StatusOr<std::unique_ptr<Model>> CreateKimiLinearCudaModel(
 StatusOr<std::unique_ptr<Model>> CreateDeepseekV32CudaModel(
     std::shared_ptr<const WeightStore> weights, const std::string& config_path,
     const LoadOptions& options);
+
+// qwen3_next_load_cuda.cc: the GPU executor of qwen3_next (same contract and
+// fallback statuses as CreateKimiLinearCudaModel).
+StatusOr<std::unique_ptr<Model>> CreateQwen3NextCudaModel(
+    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
+    const LoadOptions& options);
 #endif
 
 }  // namespace strata

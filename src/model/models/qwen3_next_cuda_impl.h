@@ -1,0 +1,320 @@
+// Internals of the qwen3_next CUDA executor, shared by qwen3_next_cuda.cc
+// (states, forward passes, graphs) and qwen3_next_load_cuda.cc (planning,
+// allocation, weight upload). Not part of any interface. The slot/block
+// bookkeeping (PoolBook), the Carver and the graph entries are Kimi-Linear's
+// (kimi_linear_cuda_impl.h).
+//
+// Layout (qwen3_next.cc is the CPU reference for the math):
+//  * weights bf16, regrouped at upload so that no kernel has to de-interleave:
+//    GDN in_proj [q (Hk·dk) | k (Hk·dk) | v (Hv·dv) | z (Hv·dv)] with heads in
+//    order (transformers' fix_query_key_value_ordering done once), ba
+//    [b (Hv) | a (Hv)]; attention [q (H·hd) | gate (H·hd) | k | v] (q_proj's
+//    per-head [query | gate] split); dense MLP and shared expert [gate|up];
+//    experts w13 [E, 2I, D], w2 [E, D, I]; the shared-expert gate padded to 8
+//    rows (row 0 real) so its product has an aligned row; all "1 + w" norms
+//    folded to plain weights in fp32;
+//  * residual stream fp32, activations bf16, GDN gates, router logits and the
+//    shared-expert gate fp32;
+//  * per sequence: one slot of GDN states [Hv, dk, dv] and conv windows
+//    [K−1, C] (fp32) per GDN layer, and 64-token blocks of the paged bf16 K/V
+//    cache, shared by all attention layers (block b of a sequence is block b
+//    in every layer's pool).
+#ifndef STRATA_MODEL_MODELS_QWEN3_NEXT_CUDA_IMPL_H_
+#define STRATA_MODEL_MODELS_QWEN3_NEXT_CUDA_IMPL_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gqa.h"
+#include "backend/cuda/kda.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/sampling.h"
+#include "model/model.h"
+#include "model/models/kimi_linear_cuda_impl.h"
+#include "model/models/qwen3_next_config.h"
+#include "model/models/qwen3_next_cuda.h"
+
+namespace strata {
+class WeightStore;
+namespace qwen3next_cuda {
+
+using cuda::bf16;
+using kimi_cuda::Carver;
+using kimi_cuda::CeilDiv;
+using kimi_cuda::GraphEntry;
+using kimi_cuda::Pad8;
+using kimi_cuda::PoolBook;
+
+constexpr int64_t kDefaultMaxBatch = 64;
+constexpr int64_t kDefaultMaxContext = 131072;
+constexpr int64_t kPrefillSliceTokens = 4096;
+constexpr int64_t kLogitsChunkRows = 64;
+constexpr int64_t kBlockTokens = 64;
+constexpr int64_t kSharedGateRows = 8;
+
+struct Geometry {
+  int64_t D = 0, V = 0, L = 0;
+  float eps = 1e-6f;
+  // GDN: q/k heads Hk of dk, value heads Hv of dv; C conv channels.
+  int64_t Hk = 0, Hv = 0, dk = 0, dv = 0, kw = 0, vw = 0, C = 0, K = 0;
+  int64_t n_in = 0;    // in_proj rows: C + vw (z at +C)
+  int64_t window = 0;  // (K−1)·C floats per sequence and layer
+  int64_t state = 0;   // Hv·dk·dv floats per sequence and layer
+  // Attention.
+  int64_t H = 0, Hkv = 0, hd = 0, rot = 0, n_attn = 0;  // n_attn = 2·H·hd + 2·Hkv·hd
+  // FFN.
+  int64_t I_dense = 0, I = 0, E = 0, top_k = 0, Is = 0;
+  bool renormalize = true;
+  int64_t num_gdn = 0, num_attn = 0;
+  bool has_moe = false, has_dense = false;
+  int64_t gu_cols() const { return 2 * std::max(I_dense, Is); }
+};
+Geometry MakeGeometry(const Qwen3NextConfig& c);
+
+inline cuda::KdaShape KdaShapeOf(const Geometry& g) {
+  cuda::KdaShape s;
+  s.num_heads = g.Hv;
+  s.key_dim = g.dk;
+  s.value_dim = g.dv;
+  s.scale = 0.f;
+  s.num_qk_heads = g.Hk;
+  return s;
+}
+inline cuda::GqaShape GqaShapeOf(const Geometry& g) {
+  cuda::GqaShape s;
+  s.num_heads = g.H;
+  s.num_kv_heads = g.Hkv;
+  s.head_dim = g.hd;
+  s.rotary_dim = g.rot;
+  return s;
+}
+inline cuda::MoeShape MoeShapeOf(const Geometry& g) {
+  cuda::MoeShape s;
+  s.num_experts = g.E;
+  s.hidden = g.D;
+  s.inter = g.I;
+  s.top_k = g.top_k;
+  s.renormalize = g.renormalize;
+  s.routed_scaling = 1.f;
+  s.softmax = true;
+  return s;
+}
+
+struct Plan {
+  int64_t max_batch = 0, max_sequences = 0, max_ctx = 0, slice = 0, rows = 0, max_blocks = 0;
+  size_t kda_ws = 0, moe_ws = 0, sample_ws = 0;
+};
+
+struct GdnLayer {
+  bf16* in_proj = nullptr;  // [n_in, D]
+  bf16* ba = nullptr;       // [2·Hv, D]
+  bf16* out = nullptr;      // [D, vw]
+  float* conv = nullptr;    // [C, K]
+  float* neg_exp_a = nullptr;  // [Hv]
+  float* dt_bias = nullptr;    // [Hv]
+  float* norm = nullptr;       // [dv]
+};
+
+struct AttnLayer {
+  bf16* qkv = nullptr;  // [n_attn, D]
+  bf16* o = nullptr;    // [D, H·hd]
+  float* q_norm = nullptr;  // [hd]
+  float* k_norm = nullptr;  // [hd]
+};
+
+struct FfnLayer {
+  bf16* gate_up = nullptr;  // dense MLP or shared expert: [2I, D]
+  bf16* down = nullptr;     // [D, I]
+  bf16* router = nullptr;   // [E, D]
+  bf16* shared_gate = nullptr;  // [8, D], row 0 real
+  bf16* w13 = nullptr;      // [E, 2I, D]
+  bf16* w2 = nullptr;       // [E, D, I]
+};
+
+struct Layer {
+  bool is_attn = false, is_moe = false;
+  int64_t index = 0;  // among the layers of its mixer kind (pool index)
+  float* input_norm = nullptr;
+  float* post_norm = nullptr;
+  GdnLayer gdn;
+  AttnLayer attn;
+  FfnLayer ffn;
+};
+
+struct Weights {
+  bf16* embed = nullptr;
+  bf16* lm_head = nullptr;
+  float* final_norm = nullptr;
+  float* inv_freq = nullptr;  // [rot / 2]
+  std::vector<Layer> layers;
+};
+void CarveWeights(const Geometry& g, const Qwen3NextConfig& cfg, bool separate_lm_head, Carver& c,
+                  Weights& w);
+
+struct Scratch {
+  int32_t* tokens = nullptr;       // [rows]
+  int32_t* step = nullptr;         // [4, max_batch]: tokens | slots | positions | seq_lens
+  int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
+  cuda::GpuSamplingRow* sampling = nullptr;
+  int32_t* sampled = nullptr;
+  float* h = nullptr;       // [rows, D]
+  bf16* xn = nullptr;       // [rows, D]
+  float* delta = nullptr;   // [rows, D] routed-expert output, added by the next norm
+  float* shared = nullptr;  // [rows, D] shared-expert output before its gate
+  float* sgate = nullptr;   // [rows, 8] shared-expert gate logits
+  bf16* proj = nullptr;     // [rows, C] GDN q|k|v before the conv
+  bf16* z = nullptr;        // [rows, vw]
+  float* gba = nullptr;     // [rows, 2·Hv] b | a
+  bf16* qkv = nullptr;      // [rows, C] conv + SiLU output
+  bf16* o = nullptr;        // [rows, vw] GDN output
+  bf16* y = nullptr;        // [rows, max(vw, H·hd)] gated-norm / attention output
+  bf16* aproj = nullptr;    // [rows, n_attn]
+  bf16* gu = nullptr;
+  bf16* act = nullptr;
+  float* router_logits = nullptr;
+  float* logits = nullptr;
+  void* kda_ws = nullptr;
+  void* moe_ws = nullptr;
+  void* sample_ws = nullptr;
+};
+void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s);
+
+struct Pools {
+  float* state = nullptr;   // [num_gdn, slots, state]
+  float* window = nullptr;  // [num_gdn, slots, window]
+  bf16* k = nullptr;        // [num_attn, blocks, 64, Hkv, hd]
+  bf16* v = nullptr;
+  int64_t slots = 0, blocks = 0;
+  int64_t block_elems = 0;  // 64·Hkv·hd
+};
+
+class Qwen3NextCudaModel;
+
+class CudaState final : public SequenceState {
+ public:
+  CudaState(const Qwen3NextCudaModel* owner, std::shared_ptr<PoolBook> book, uint64_t id,
+            int32_t slot, int64_t max_tokens)
+      : owner_(owner), book_(std::move(book)), id_(id), slot_(slot), max_tokens_(max_tokens) {}
+  ~CudaState() override;
+  int64_t num_tokens() const override { return tokens_; }
+  std::unique_ptr<SequenceState> Clone() const override;
+  void Reset() override;
+
+  const Qwen3NextCudaModel* owner_;
+  std::shared_ptr<PoolBook> book_;
+  uint64_t id_;
+  int32_t slot_;
+  int64_t max_tokens_;
+  int64_t tokens_ = 0;
+  uint64_t generation_ = 0;
+  std::vector<int32_t> blocks_;
+};
+
+// Decode graphs are keyed by batch size and whether sampling is part of the
+// step (attention reads each row's length from the device).
+using GraphKey = std::tuple<int64_t, bool>;
+
+class Qwen3NextCudaModel final : public Model {
+ public:
+  static StatusOr<std::unique_ptr<Qwen3NextCudaModel>> Create(
+      std::shared_ptr<const WeightStore> weights, const Qwen3NextConfig& config,
+      const LoadOptions& options);
+  ~Qwen3NextCudaModel() override;
+
+  const ModelInfo& info() const override { return info_; }
+  StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
+  Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
+                 bool all_logits) const override;
+  Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                     float* logits) const override;
+  Status DecodeBatchSample(std::span<const int32_t> tokens,
+                           std::span<SequenceState* const> states,
+                           std::span<const DecodeSampling> sampling,
+                           int32_t* out_tokens) const override;
+
+  Qwen3NextCudaStats Stats() const;
+  std::unique_ptr<SequenceState> CloneState(const CudaState& src) const;
+  void ResetState(CudaState& st) const;
+
+ private:
+  Qwen3NextCudaModel() = default;
+
+  // --- qwen3_next_load_cuda.cc ---
+  Status Setup(std::shared_ptr<const WeightStore> weights, const Qwen3NextConfig& config,
+               const LoadOptions& options);
+  Status UploadWeights(const WeightStore& store, const LoadOptions& options);
+  Status MakeDummyWeights(uint64_t seed);
+  Status SelfCheck();
+
+  // --- qwen3_next_cuda.cc ---
+  Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
+            int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta) const;
+  Status EnqueueLayers(int64_t n, const int32_t* tokens, const CudaState* prefill_state,
+                       int64_t past, const float** pending) const;
+  Status GdnMixer(const Layer& L, int64_t n, const CudaState* prefill_state) const;
+  Status AttnMixer(const Layer& L, int64_t n, const CudaState* prefill_state, int64_t past) const;
+  Status Ffn(const Layer& L, int64_t n, const float** pending) const;
+  Status EnqueueDecode(int64_t batch, bool sample) const;
+
+  Status CheckState(SequenceState* s, CudaState** out, const char* what) const;
+  Status EnsureBlocks(CudaState& st, int64_t tokens) const;
+  Status UploadPrefillTable(const CudaState& st, int64_t tokens) const;
+  Status Prefill(std::span<const int32_t> tokens, CudaState& st, float* logits,
+                 bool all_logits) const;
+  Status DecodeLocked(std::span<const int32_t> tokens, std::span<CudaState* const> states,
+                      float* logits, std::span<const DecodeSampling> sampling,
+                      int32_t* out_tokens) const;
+  Status RunDecodeStep(int64_t batch, bool sample) const;
+  Status ZeroSlot(int32_t slot) const;
+  Status Sync(const char* what) const;
+
+  Qwen3NextConfig cfg_;
+  Geometry g_;
+  Plan plan_;
+  ModelInfo info_;
+  int device_ = 0;
+  mutable bool graphs_enabled_ = true;
+
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::BlasContext> blas_;
+  void* weight_mem_ = nullptr;
+  void* runtime_mem_ = nullptr;
+  size_t weight_bytes_ = 0, scratch_bytes_ = 0, state_pool_bytes_ = 0, kv_pool_bytes_ = 0;
+  Weights w_;
+  Scratch s_;
+  Pools pools_;
+  std::shared_ptr<PoolBook> book_;
+
+  void* pinned_ = nullptr;
+  int32_t* h_step_ = nullptr;
+  int32_t* h_block_table_ = nullptr;
+  cuda::GpuSamplingRow* h_sampling_ = nullptr;
+  int32_t* h_sampled_ = nullptr;
+  float* h_logits_ = nullptr;
+  char* h_staging_ = nullptr;
+
+  mutable std::mutex mu_;
+  struct RowOwner {
+    uint64_t id = 0, generation = 0;
+    int64_t blocks = 0;
+  };
+  mutable std::vector<RowOwner> row_owner_;
+  mutable std::map<GraphKey, GraphEntry> graphs_;
+  mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0;
+  mutable std::string graph_error_;
+};
+
+}  // namespace qwen3next_cuda
+}  // namespace strata
+
+#endif  // STRATA_MODEL_MODELS_QWEN3_NEXT_CUDA_IMPL_H_
