@@ -7,19 +7,23 @@
 // GPU. The fixtures were built for the fp32 CPU parity: their smallest routing
 // logit margins are 1.7e-3 / 2.1e-3 / 3.5e-4 (meta.json
 // min_routing_logit_margin) and prompt argmax gaps down to 2e-4, below bf16's
-// 4e-3 relative rounding of the router input, so bf16 flips expert picks at a
-// minority of positions and a flipped position can be off by O(1). As for the
-// deepseek_v32 GPU test (docs/cuda-backend.md), each comparison with the
-// reference therefore bounds
+// 4e-3 relative rounding, so bf16 can flip expert picks at some positions and
+// a flipped position is off by much more than the rest. The bounds come from
+// tools/reference/emulate_qwen3next_bf16.py: a numpy forward that reproduces
+// logits.npy to 1e-6 in fp32 and, rounding to bf16 wherever this executor
+// stores bf16, gives per-position relative error median 0.0106 / 0.0232 /
+// 0.0095 and overall L2 0.021 / 0.025 / 0.011 on qwen3next_a / b / c (worst
+// position 0.13 / 0.05 / 0.03). The GPU adds what the emulation leaves out
+// (the chunked delta rule's tensor-core products, summation orders), so each
+// comparison with the reference bounds
 //   * the median over positions of the per-position relative error by
-//     kMedianTolerance = 0.25: flips move a minority of positions, a
-//     structural error (wrong rotation, cache row, gate or head grouping)
-//     moves most of them;
-//   * the overall relative L2 error by kL2Tolerance = 0.6, which catches
-//     garbage anywhere.
-// These are the deepseek_v32 bounds (calibrated there by a CPU emulation of
-// the GPU's bf16 roundings at 2x the worst measured error); the values this
-// test prints on the H200 are the calibration to check them against here.
+//     kMedianTolerance = 0.06 (2.6x the worst emulated);
+//   * the overall relative L2 error by kL2Tolerance = 0.08 (3.2x).
+// Structural errors (wrong rotation, cache row, gate, head grouping, routing
+// rule) are O(1); for scale, the emulation with the first layer's mixer
+// output off by 10% moves the median to 0.12 / 0.16 / 0.093, above the bound
+// (a 10% error in a late layer stays within bf16 noise and is the CPU parity
+// test's job).
 // This holds for
 //   * every prompt position's logits from one prefill,
 //   * a prefill of N tokens then single-token decode steps, N in
@@ -54,8 +58,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kMedianTolerance = 0.25;  // median per-position error, see the file comment
-constexpr double kL2Tolerance = 0.6;       // overall relative L2 error, see the file comment
+constexpr double kMedianTolerance = 0.06;  // median per-position error, see the file comment
+constexpr double kL2Tolerance = 0.08;      // overall relative L2 error, see the file comment
 // GPU against GPU: the same kernels on the same inputs; batched rows take
 // other GEMM shapes (another summation order), so a flipped bf16 rounding may
 // reach a near-tied routing pick.
