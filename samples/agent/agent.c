@@ -4,7 +4,8 @@
  *   strata-agent [--model DIR] [--sandbox DIR]          (interactive chat)
  *
  * It loads a model directory (config.json, weights, tokenizer and chat
- * template; default: the STRATA_AGENT_MODEL environment variable), registers
+ * template; default: the STRATA_AGENT_MODEL environment variable, else the
+ * embedded trained strata-demo model), registers
  * five host tools as callbacks (calculator, convert_units, lookup_element,
  * list_files and read_file inside the sandbox directory, default "."), and
  * runs the blocking chat loop, strata_session_chat(): the model's text is
@@ -23,6 +24,12 @@
 #include "agent_tools.h"
 
 #define RESULT_CAP 16384
+
+/* The build defines this as the repository's models/strata-demo (the trained
+ * demo model, committed); an installed copy lives under share/strata. */
+#ifndef STRATA_AGENT_DEFAULT_MODEL
+#define STRATA_AGENT_DEFAULT_MODEL "models/strata-demo"
+#endif
 
 static const char kSystemPrompt[] =
     "You are the Strata demo assistant. Use the tools for arithmetic, unit conversions, chemical "
@@ -196,7 +203,8 @@ static int ask(Agent *a, strata_session *s, const char *question, int32_t max_to
 static void usage(FILE *f) {
   fprintf(f,
           "usage: strata-agent [--model DIR] [--sandbox DIR] [--max-tokens N] [--question TEXT]\n"
-          "  --model DIR      model directory (default: $STRATA_AGENT_MODEL)\n"
+          "  --model DIR      model directory (default: $STRATA_AGENT_MODEL, else the embedded\n"
+          "                   strata-demo model: " STRATA_AGENT_DEFAULT_MODEL ")\n"
           "  --sandbox DIR    the only directory list_files/read_file may read (default: .)\n"
           "  --max-tokens N   tokens per answer, tool rounds included (default: 512)\n"
           "  --question TEXT  answer once and exit; without it, an interactive chat\n");
@@ -241,7 +249,8 @@ int strata_agent_main(int argc, char **argv, FILE *in, FILE *out, FILE *err) {
     }
     ++i;
   }
-  if (model_dir == NULL || max_tokens <= 0) {
+  if (model_dir == NULL) model_dir = STRATA_AGENT_DEFAULT_MODEL;
+  if (max_tokens <= 0) {
     usage(err);
     return 2;
   }

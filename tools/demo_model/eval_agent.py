@@ -5,6 +5,7 @@ first user turn of held-out conversations. Each question runs as
 `strata-agent --model M --sandbox S --question Q`, with S holding that
 conversation's sandbox files. From the output it reads the printed tool calls
 ("[tool] NAME ARGS -> RESULT") and the answer after them, and it reports:
+  format_valid  printed calls / (printed calls + "[tool error]" lines)
   right_calls   the calls equal the expected ones (name and canonical arguments, in order)
   answer_right  the answer contains the expected string (the exact calculator result, ...)
 split by the first expected tool. CPU only, and no torch needed.
@@ -25,6 +26,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tools as T  # noqa: E402
 
 TOOL_LINE = re.compile(r"^\[tool\] (\S+) (\{.*?\}) -> ", re.M)
+# The agent prints "[tool error] ..." when the parser rejects a call block
+# (malformed JSON, missing name, unknown tool): the format-validity failures.
+TOOL_ERROR_LINE = re.compile(r"^\[tool error\] ", re.M)
 
 
 def main():
@@ -39,6 +43,7 @@ def main():
     convs = [json.loads(l) for l in open(os.path.join(args.data, "eval.jsonl"))][: args.limit]
     stats = collections.defaultdict(lambda: [0, 0, 0])
     shown = 0
+    blocks = valid = 0
     for c in convs:
         exp = c["expect"][0]
         with tempfile.TemporaryDirectory() as box:
@@ -58,6 +63,9 @@ def main():
             last = list(TOOL_LINE.finditer(out))[-1]
             tail = out[last.end():]
             tail = tail.split("\n", 1)[1] if "\n" in tail else ""
+        errors = len(TOOL_ERROR_LINE.findall(out))
+        blocks += len(made) + errors
+        valid += len(made)
         kind = exp["calls"][0]["name"] if exp["calls"] else "no_tool"
         s = stats[kind]
         s[0] += 1
@@ -68,6 +76,7 @@ def main():
             print(f"$ strata-agent --question {exp['user']!r}\n{out}(exit {run.returncode})\n")
     turns = sum(v[0] for v in stats.values())
     report = {"questions": turns,
+              "format_valid": valid / blocks if blocks else None, "tool_call_blocks": blocks,
               "right_calls": sum(v[1] for v in stats.values()) / turns,
               "answer_right": sum(v[2] for v in stats.values()) / turns,
               "by_first_tool": {k: {"questions": v[0], "right_calls": v[1] / v[0],

@@ -269,8 +269,11 @@ def main():
             break
         x, m = data.next()
         x, m = x.to(dev, non_blocking=True), m.to(dev, non_blocking=True)
+        lr = lr_at(step, a)
+        if a.init_from and run_steps < 50:
+            lr *= (run_steps + 1) / 50  # fresh optimizer moments: warm up again
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, a)
+            g["lr"] = lr
         probes.clear()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_amp):
             logits = forward(x[:, :-1])

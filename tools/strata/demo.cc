@@ -1,10 +1,12 @@
-// `strata make-demo-model` and `strata run`: the built-in demo model. It is a
-// small kimi_linear with RANDOM weights (WriteDemoKimiLinearModel) plus the
-// demo tokenizer and chat template: there is no trained demo model yet, and
-// `run` says so plainly. `run` writes it to the cache directory, loads it,
-// streams generated token ids from a fixed prompt through the engine, reports
-// tokens/s, then runs one chat turn. With --model DIR whose directory has a
-// tokenizer and chat template, `run` chats (chat.cc).
+// `strata make-demo-model` and `strata run`. Without --model, `run` uses the
+// embedded default: the trained strata-demo model committed in models/
+// (STRATA_DEFAULT_MODEL_DIR, a KDA + DSA hybrid trained by tools/demo_model).
+// With --random (or --demo-dir, or when that directory is missing) it writes
+// a small kimi_linear with RANDOM weights (WriteDemoKimiLinearModel) plus the
+// demo tokenizer to the cache directory instead, and says so plainly. Either
+// way it streams generated token ids from a fixed prompt through the engine,
+// reports tokens/s, then runs one chat turn. With --model DIR whose directory
+// has a tokenizer and chat template, `run` chats (chat.cc).
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -37,8 +39,9 @@ constexpr char kMakeHelp[] =
 constexpr char kRunHelp[] =
     "usage: strata run [--model DIR] [--prompt TEXT] [--system TEXT] [--max-new N] [--threads N] ...\n"
     "\n"
-    "Without --model: generates token ids from the built-in demo model (random weights: the\n"
-    "output is meaningless), reports prefill and decode tokens/s, then runs one chat turn.\n"
+    "Without --model: runs the embedded strata-demo model (trained by the project, in\n"
+    "models/strata-demo): generates token ids, reports prefill and decode tokens/s, then runs\n"
+    "one chat turn. --random uses a random-weight kimi_linear demo model instead.\n"
     "With --model DIR whose directory has a tokenizer and a chat template: chats, streaming\n"
     "the reply. --prompt TEXT runs one turn; otherwise each stdin line is a user message\n"
     "(/reset starts over, /quit or end of input ends). Other directories: token ids as the demo.\n"
@@ -51,9 +54,10 @@ constexpr char kRunHelp[] =
     "  --max-new N      tokens to generate (default 48; chat with --model: 256)\n"
     "  --temperature T  0 = greedy (default); --sample-seed S for sampling\n"
     "  --threads N      compute threads (default: one per core)\n"
-    "  --seed S         demo weight seed (default 1234)\n"
+    "  --seed S         random demo weight seed (default 1234)\n"
     "  --model DIR      use this model directory instead of the demo model\n"
-    "  --demo-dir DIR   where to write the demo model (default: the user cache directory)\n";
+    "  --random         the random-weight demo model instead of the embedded trained one\n"
+    "  --demo-dir DIR   where to write the random demo model (default: the user cache directory)\n";
 
 // Parses the size flags shared by make-demo-model into `o`.
 Status ReadDemoOptions(const Flags& flags, DemoModelOptions* o) {
@@ -114,7 +118,7 @@ int RunDemo(int argc, char** argv) {
   Flags flags(cmd,
               {"prompt-len", "max-new", "threads", "seed", "model", "demo-dir", "temperature", "sample-seed", "prompt",
                "system"},
-              {"help", "interactive", "tokens", "no-think"});
+              {"help", "interactive", "tokens", "no-think", "random"});
   if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
   if (flags.Bool("help")) {
     std::fputs(kRunHelp, stdout);
@@ -133,7 +137,15 @@ int RunDemo(int argc, char** argv) {
   }
 
   std::string dir = flags.String("model", "");
-  if (demo) {
+  const std::string embedded = STRATA_DEFAULT_MODEL_DIR;
+  const bool use_embedded = demo && !flags.Bool("random") && !flags.Has("demo-dir") &&
+                            std::filesystem::exists(std::filesystem::path(embedded) / "config.json");
+  if (use_embedded) {
+    dir = embedded;
+    std::printf("The embedded default model: strata-demo, an 11 M-parameter KDA + DSA hybrid trained by the\n"
+                "project for tool use (models/strata-demo; tools/demo_model/README.md). The ids below come\n"
+                "from a fixed synthetic prompt; the chat turn after them is real text.\n");
+  } else if (demo) {
     dir = flags.String("demo-dir", DefaultDemoDir());
     DemoModelOptions o;
     o.seed = static_cast<uint64_t>(*seed);
@@ -144,7 +156,7 @@ int RunDemo(int argc, char** argv) {
     if (!st.ok()) {
       return Fail(cmd, absl::StrCat("writing the demo model to ", dir, ": ", st.message()), kExitFailure);
     }
-    std::printf("NOTE: this demo model has RANDOM weights (seed %lld): there is no trained demo model yet.\n"
+    std::printf("NOTE: this demo model has RANDOM weights (seed %lld) (--random, or no embedded model).\n"
                 "      The generated ids below are meaningless; they show the engine running, not language.\n",
                 static_cast<long long>(*seed));
   }
@@ -241,11 +253,14 @@ int RunDemo(int argc, char** argv) {
                 (total_s - first_s) * 1e3, (n - 1) / (total_s - first_s));
   }
   if (demo && text != nullptr && !flags.Bool("tokens")) {
-    // The demo model has the demo tokenizer and chat template: show a chat turn
-    // too (random weights: the text is gibberish, but it streams through the
-    // template, the detokenizer and the tool-call parser).
-    std::printf("\nchat (random weights: the reply is gibberish):\n");
-    if (chat.prompt.empty() && !flags.Bool("interactive")) chat.prompt = "Hello! What can you do?";
+    // Both demo models have a tokenizer and chat template: show a chat turn
+    // too. With random weights the text is gibberish, but it streams through
+    // the template, the detokenizer and the tool-call parser. (`strata run`
+    // registers no tools; strata-agent is the tool-calling demo.)
+    std::printf(use_embedded ? "\nchat:\n" : "\nchat (random weights: the reply is gibberish):\n");
+    if (chat.prompt.empty() && !flags.Bool("interactive")) {
+      chat.prompt = use_embedded ? "Hi! Who are you?" : "Hello! What can you do?";
+    }
     return run_chat();
   }
   return kExitOk;
