@@ -106,6 +106,22 @@ WORDS = ("alpha beta gamma delta apple river stone cloud paper green orange lamp
          "winter summer budget meeting project report draft plan notes ideas recipe "
          "travel music photo invoice order list backup config server client").split()
 DIRS = ["docs", "notes", "data", "reports", "src", "work", "home", "archive"]
+# --random-names P: with probability P a directory name, file name or word of
+# a file's text is a made-up word instead of one from the lists above, so the
+# model must copy names it has never seen rather than recall a closed set.
+RANDOM_NAMES = 0.0
+_SYLLABLES = ("ka ri to mu sen la vo pe dri qui nox bel tam fi zu or an el yg "
+              "stra pol kin ber mo ha tu ve lin dor").split()
+
+
+def made_up_word(r):
+    return "".join(r.choice(_SYLLABLES) for _ in range(r.randint(2, 3)))
+
+
+def word(r, words=None):
+    if RANDOM_NAMES and r.random() < RANDOM_NAMES:
+        return made_up_word(r)
+    return r.choice(words or WORDS)
 
 
 def file_text(r, name):
@@ -121,6 +137,8 @@ def file_text(r, name):
     sents = []
     for _ in range(n):
         w = r.sample(WORDS, 4)
+        if RANDOM_NAMES:
+            w = [made_up_word(r) if r.random() < RANDOM_NAMES else x for x in w]
         sents.append(f"The {w[0]} {w[1]} is next to the {w[2]} {w[3]}.")
     return " ".join(sents)
 
@@ -131,9 +149,12 @@ def make_sandbox(r):
                    r.randint(1, 3))
     for f in top:
         files[f] = file_text(r, f)
-    for d in r.sample(DIRS, r.randint(1, 3)):
+    dirs = r.sample(DIRS, r.randint(1, 3))
+    if RANDOM_NAMES:
+        dirs = [made_up_word(r) if r.random() < RANDOM_NAMES else d for d in dirs]
+    for d in dirs:
         for _ in range(r.randint(1, 3)):
-            base = r.choice(WORDS)
+            base = word(r)
             ext = r.choice([".txt", ".txt", ".md", ".csv"])
             files[f"{d}/{base}{ext}"] = file_text(r, base + ext)
     return files
@@ -381,7 +402,12 @@ def main():
     ap.add_argument("--eval", type=int, default=500)
     ap.add_argument("--plain-mb", type=float, default=6.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--random-names", type=float, default=0.0,
+                    help="probability of a made-up directory/file name or file word (0: the "
+                         "closed word lists, as the committed strata-demo was trained)")
     args = ap.parse_args()
+    global RANDOM_NAMES
+    RANDOM_NAMES = args.random_names
     os.makedirs(args.out, exist_ok=True)
     for name, n, seed in (("train", args.train, args.seed), ("eval", args.eval, args.seed + 1000)):
         r = random.Random(seed)
