@@ -72,6 +72,18 @@ PROMPT_TRIES = 40
 INDEX_MARGIN_GOOD = 3e-5
 SEARCH_TRIES = 12
 
+# GPU-parity fixtures ("gpu": True): margins wide enough that bf16 execution (~4e-3
+# relative per rounding) makes every discrete choice the fp32 reference makes, and a
+# measured bf16 noise floor of transformers itself.
+GPU_INDEX_MARGIN_MIN = 2e-2
+GPU_INDEX_FIT_TARGET = 6e-2   # the fit aims past the minimum: rounding and later layers' refits move it
+GPU_ROUTING_MARGIN_MIN = 5e-2  # group and expert choices alike, relative as above
+GPU_GREEDY_GAP_MIN = 0.1
+GPU_FLOOR_MAX = 5e-3
+WIDE_ROUTER_ZMIN = 5.0  # |router logit| >= this: sigmoid within 0.007 of 0 or 1
+GPU_FIT_ROUNDS = 8
+GPU_PROMPT_TRIES = 6
+
 BOS, EOS, PAD = 0, 1, 2  # in-vocabulary special ids; prompts use ids >= 3
 FP8_MAX = 448.0
 FP8_BLOCK = 128
@@ -110,6 +122,26 @@ FIXTURES = [
          intermediate=96, moe_intermediate=24, experts=6, n_group=2, topk_group=1, top_k=2,
          shared=1, prompt_len=150, gen_prompt_len=150, gen_new=8,
          rope_style="published", rope_scaling=None, storage="f32"),
+    # GPU-parity fixtures (see the module doc and tools/reference/README.md): bf16-exact
+    # weights, indexers and routers fitted to the fixture's own tokens, gentle scales,
+    # a 5x lm_head. Odd MLA head counts (the CPU parity test asks every fixture for
+    # one). g1: published YaRN, bf16 storage, 4 groups of 2 experts, 2 kept; g2: plain
+    # rope, fp32 storage holding bf16-exact values, top-3 of the 4 experts of 2 kept
+    # groups, a generate prompt shorter than the prompt.
+    dict(name="g1", seed=4404, layers=2, first_dense=1, vocab=320, hidden=96,
+         heads=3, q_lora=64, kv_lora=48, nope=32, rope=16, v_head=32,
+         index_heads=9, index_dim=32, index_topk=32,
+         intermediate=160, moe_intermediate=32, experts=8, n_group=4, topk_group=2, top_k=2,
+         shared=1, prompt_len=170, gen_prompt_len=170, gen_new=8,
+         rope_style="published", rope_scaling=YARN_PUBLISHED, storage="bf16",
+         gpu=True, o_gain=0.15, ffn_gain=0.08, lm_head_gain=5.0),
+    dict(name="g2", seed=5505, layers=2, first_dense=1, vocab=256, hidden=64,
+         heads=5, q_lora=48, kv_lora=32, nope=16, rope=16, v_head=16,
+         index_heads=7, index_dim=32, index_topk=48,
+         intermediate=96, moe_intermediate=24, experts=6, n_group=3, topk_group=2, top_k=3,
+         shared=1, prompt_len=201, gen_prompt_len=97, gen_new=8,
+         rope_style="published", rope_scaling=None, storage="f32",
+         gpu=True, o_gain=0.15, ffn_gain=0.08, lm_head_gain=5.0),
 ]
 
 FP8_SUFFIXES = ("self_attn.q_a_proj.weight", "self_attn.q_b_proj.weight",
@@ -308,8 +340,11 @@ def check_structure(model, spec):
 
 # ----------------------------------------------------------------------------- weights
 
-def init_weights(model, gen, o_gain):
-    """Fan-in scaled normal weights; every parameter is assigned exactly once."""
+def init_weights(model, gen, o_gain, spec=None):
+    """Fan-in scaled normal weights; every parameter is assigned exactly once. GPU
+    fixtures: norm weights 0.5 / 1 / 2 (bf16 x weight is exact), gentler FFN down
+    projections and a wider lm_head (spec's ffn_gain / lm_head_gain)."""
+    spec = spec or {}
     done = set()
 
     def normal(shape, std, mean=0.0):
@@ -322,6 +357,8 @@ def init_weights(model, gen, o_gain):
                 p.copy_(normal(shape, 1.0))
             elif name.endswith("k_norm.bias"):
                 p.copy_(normal(shape, 0.1))
+            elif len(shape) == 1 and spec.get("gpu"):
+                p.copy_(2.0 ** torch.randint(-1, 2, shape, generator=gen).float())
             elif len(shape) == 1:
                 # RMSNorm / LayerNorm weights near 1, not exactly 1, so a skipped
                 # multiply shows.
@@ -329,6 +366,10 @@ def init_weights(model, gen, o_gain):
             else:
                 fan_in = shape[-1]
                 gain = o_gain if name.endswith("o_proj.weight") else 1.0
+                if name == "lm_head.weight":
+                    gain = spec.get("lm_head_gain", 1.0)
+                elif name.endswith("down_proj.weight") or name.endswith("down_proj"):
+                    gain = spec.get("ffn_gain", 1.0)
                 p.copy_(normal(shape, gain / math.sqrt(fan_in)))
             done.add(name)
         for name, b in model.named_buffers():
@@ -573,6 +614,278 @@ def sensitivities(model, ids, ref_logits):
     return res
 
 
+# ----------------------------------------------------------------------------- GPU-parity helpers
+
+def round_to_bf16_values(model):
+    """Every parameter and buffer to a bf16-exact value (in place), whatever its storage
+    dtype: the GPU uploads bf16, so the fp32 reference must hold exactly those values."""
+    with torch.no_grad():
+        # Parameters and the correction bias; not the rotary inv_freq buffer (not saved,
+        # recomputed at load).
+        tensors = [p for _, p in model.named_parameters()]
+        tensors += [b for n, b in model.named_buffers() if n.endswith("e_score_correction_bias")]
+        for p in tensors:
+            p.copy_(p.to(torch.bfloat16).float())
+
+
+def indexer_inputs(model, seqs):
+    """Per layer, the indexer's inputs (hidden states, q_resid, cos, sin) for each
+    sequence in `seqs` (one causal forward each: a decode step's query sees exactly the
+    keys the same position sees in a prefill of the whole sequence)."""
+    caught = {i: [] for i in range(len(model.model.layers))}
+    handles = []
+    for i, layer in enumerate(model.model.layers):
+        ix = layer.self_attn.indexer
+        def hook(mod, args, kwargs, i=i):
+            names = ["hidden_states", "q_resid", "position_embeddings", "attention_mask", "position_ids"]
+            vals = dict(zip(names, args))
+            vals.update(kwargs)
+            cos, sin = vals["position_embeddings"]
+            caught[i].append((vals["hidden_states"][0].float().clone(), vals["q_resid"][0].float().clone(),
+                              cos[0].float().clone(), sin[0].float().clone()))
+        handles.append(ix.register_forward_pre_hook(hook, with_kwargs=True))
+    try:
+        for ids in seqs:
+            logits_full(model, ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return caught
+
+
+def index_scores(ix, x, q_resid, cos, sin):
+    """The indexer's score matrix [S, S] (before the causal mask) as transformers computes
+    it, differentiable in wq_b / wk / weights_proj."""
+    from transformers.models.deepseek_v32.modeling_deepseek_v32 import apply_rotary_pos_emb
+    S = x.shape[0]
+    rd = ix.qk_rope_head_dim
+    q = ix.wq_b(q_resid).view(S, ix.n_heads, ix.head_dim)
+    k = ix.k_norm(ix.wk(x)).unsqueeze(1)
+    q_rot, q_pass = torch.split(q, [rd, ix.head_dim - rd], -1)
+    k_rot, k_pass = torch.split(k, [rd, ix.head_dim - rd], -1)
+    q_rot, k_rot = apply_rotary_pos_emb(q_rot, k_rot, cos, sin, unsqueeze_dim=1)
+    q = torch.cat([q_rot, q_pass], -1)          # [S, H, d]
+    k = torch.cat([k_rot, k_pass], -1)[:, 0]     # [S, d]
+    sc = torch.relu(torch.einsum("shd,td->sht", q, k) * ix.softmax_scale)
+    w = ix.weights_proj(x) * (ix.n_heads ** -0.5)  # [S, H]
+    return torch.einsum("sh,sht->st", w, sc)
+
+
+def index_gaps(scores, topk):
+    """Relative k-th vs (k+1)-th gap of every causal row with more than topk keys."""
+    S = scores.shape[0]
+    if S <= topk:
+        return torch.zeros(0)
+    causal = torch.ones(S, S, dtype=torch.bool).tril()
+    masked = scores.masked_fill(~causal, float("-inf"))[topk:]
+    srt = torch.sort(masked, dim=-1, descending=True).values
+    top = scores.abs().masked_fill(~causal, 0.0)[topk:].max(dim=-1).values.clamp(min=1e-30)
+    return (srt[:, topk - 1] - srt[:, topk]) / top
+
+
+def fit_indexer(ix, inputs, target, steps, name, layer):
+    """Fits wq_b, wk and weights_proj so that every causal row of every captured
+    sequence has a k-th vs (k+1)-th score gap of at least `target` of the row's largest
+    score: a hinge on that gap only, so which keys a row selects stays the model's."""
+    params = [ix.wq_b.weight, ix.wk.weight, ix.weights_proj.weight]
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(params, lr=3e-3)
+    with torch.enable_grad():
+        for step in range(steps):
+            gaps = torch.cat([index_gaps(index_scores(ix, *inp), ix.index_topk) for inp in inputs])
+            loss = torch.relu(target - gaps).pow(2).mean()
+            if step % 50 == 0 or step == steps - 1:
+                log(f"[{name}] indexer fit layer {layer} step {step}: min gap {float(gaps.min()):.4f}, "
+                    f"{int((gaps < target).sum())} of {gaps.numel()} rows below {target}")
+            if float(loss) == 0.0:
+                break
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    for p in params:
+        p.requires_grad_(False)
+
+
+def router_inputs(model, layer_idx, seqs):
+    gate = model.model.layers[layer_idx].mlp.gate
+    rows = []
+    h = gate.register_forward_pre_hook(lambda mod, args: rows.append(args[0].reshape(-1, mod.hidden_dim).float().clone()))
+    try:
+        for ids in seqs:
+            logits_full(model, ids)
+    finally:
+        h.remove()
+    return torch.cat(rows, 0)
+
+
+def fit_router(x, n_experts, gen, init=None):
+    """Router weights [E, D] with |logit| >= WIDE_ROUTER_ZMIN for every row of x (a weak
+    penalty keeps them below 12): every sigmoid score is within 0.007 of 0 or 1. Which
+    side a token lands on is the fit's (from a random start), so selections vary."""
+    d = x.shape[1]
+    if init is None:
+        init = torch.randn((n_experts, d), generator=gen) * (6.0 / math.sqrt(d))
+    w = init.clone().float().requires_grad_(True)
+    opt = torch.optim.Adam([w], lr=0.05)
+    target = WIDE_ROUTER_ZMIN + 1.0
+    with torch.enable_grad():
+        for _ in range(600):
+            a = (x @ w.t()).abs()
+            loss = torch.relu(target - a).pow(2).mean() + 0.01 * torch.relu(a - 12.0).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return w.detach()
+
+
+def spaced_bias(spec, gen, tries=4000):
+    """e_score_correction_bias = a permutation of k / E (k = 0..E-1; bf16-exact for E a
+    power of two, rounded otherwise). With saturated sigmoids (0 or 1), two experts'
+    biased scores differ by a nonzero multiple of 1/E plus an integer, so never by less
+    than 1/E - 0.014; the permutation is chosen so that the groups' top-2 sums (any pair
+    of a group) are likewise as far apart modulo 1 as it gets."""
+    E, G = spec["experts"], spec["n_group"]
+    m = E // G
+    best, best_perm = -1.0, None
+    for _ in range(tries):
+        perm = torch.randperm(E, generator=gen)
+        b = perm.double() / E
+        sums = []
+        for g in range(G):
+            vals = b[g * m:(g + 1) * m].tolist()
+            sums.append([vals[i] + vals[j] for i in range(m) for j in range(i + 1, m)])
+        worst = 1.0
+        for g in range(G):
+            for h in range(g + 1, G):
+                for u in sums[g]:
+                    for v in sums[h]:
+                        d = (u - v) % 1.0
+                        worst = min(worst, d, 1.0 - d)
+        if worst > best:
+            best, best_perm = worst, perm
+    return (best_perm.float() / E).to(torch.bfloat16).float(), best
+
+
+def gpu_margins(model, spec, ids, gen_ids):
+    probe = Probe(model)
+    try:
+        logits_full(model, ids)
+        m_prompt = probe.take()
+        new_tokens, gaps = greedy_manual(model, gen_ids, spec["gen_new"])
+        m_gen = probe.take()
+    finally:
+        probe.close()
+    return {"prompt": m_prompt, "generate": m_gen}, new_tokens, gaps
+
+
+def gpu_margins_ok(margins, gaps):
+    w = worst_margins(margins)
+    return (w["index"] >= GPU_INDEX_MARGIN_MIN and w["routing"] >= GPU_ROUTING_MARGIN_MIN
+            and w["group"] >= GPU_ROUTING_MARGIN_MIN and min(gaps) >= GPU_GREEDY_GAP_MIN)
+
+
+def fit_for_bf16(model, spec, ids, gen_ids, prompt_try, name):
+    """Fits every indexer and router to this prompt and its greedy continuation, layer
+    by layer (a layer's inputs depend on the layers before it only), over a few rounds
+    (the continuation depends on all of them). Returns what meta.json records."""
+    gen = torch.Generator().manual_seed(spec["seed"] * 7 + prompt_try)
+    moe = [i for i in range(spec["layers"]) if i >= spec["first_dense"]]
+    bias = {}
+    for i in moe:
+        bias[i], bias_sep = spaced_bias(spec, gen)
+        log(f"[{name}] layer {i} bias {bias[i].tolist()} (group pair sums >= {bias_sep:.3f} apart mod 1)")
+    router_bank = {i: [] for i in moe}
+    history = []
+    seqs = [ids]  # the prompt and every continuation seen so far
+    for rnd in range(GPU_FIT_ROUNDS):
+        new_tokens, _ = greedy_manual(model, gen_ids, spec["gen_new"])
+        seq = torch.cat([gen_ids, torch.tensor([new_tokens])], 1)
+        if not any(torch.equal(seq, q) for q in seqs):
+            seqs.append(seq)
+        for i in range(spec["layers"]):
+            ix = model.model.layers[i].self_attn.indexer
+            inputs = indexer_inputs(model, seqs)[i]
+            fit_indexer(ix, inputs, GPU_INDEX_FIT_TARGET, 400, name, i)
+            round_to_bf16_values(model)
+            if i in moe:
+                gate = model.model.layers[i].mlp.gate
+                router_bank[i].append(router_inputs(model, i, seqs[:1] + seqs[-1:]))
+                x = torch.cat(router_bank[i], 0)
+                w = fit_router(x, spec["experts"], gen, None if rnd == 0 else gate.weight.detach().float())
+                with torch.no_grad():
+                    gate.weight.copy_(w)
+                    gate.e_score_correction_bias.copy_(bias[i])
+                round_to_bf16_values(model)
+                z = x @ gate.weight.float().t()
+                log(f"[{name}] round {rnd} layer {i} router: {x.shape[0]} inputs, min |z| "
+                    f"{float(z.abs().min()):.3f}, max |z| {float(z.abs().max()):.2f}")
+        margins, _, gaps = gpu_margins(model, spec, ids, gen_ids)
+        w = worst_margins(margins)
+        history.append({"round": rnd, **w, "greedy_gap": min(gaps)})
+        log(f"[{name}] fit round {rnd}: margins {json.dumps(w)}; greedy gap min {min(gaps):.3f}")
+        if gpu_margins_ok(margins, gaps):
+            break
+    return {"construction": "every indexer's wq_b / wk / weights_proj fitted (Adam, hinge on the "
+                            f"k-th vs (k+1)-th gap, target {GPU_INDEX_FIT_TARGET}) to the causal rows of the "
+                            "prompt and of the generate prompt + greedy continuation; every router's "
+                            f"weight fitted so |logit| >= {WIDE_ROUTER_ZMIN}; e_score_correction_bias a "
+                            "permutation of k / n_experts chosen so groups' top-2 sums are far apart; "
+                            "every weight rounded to a bf16-exact value",
+            "rounds": history, "bias": {str(i): bias[i].tolist() for i in moe},
+            "lm_head_gain": spec.get("lm_head_gain", 1.0), "o_gain": spec.get("o_gain"),
+            "ffn_gain": spec.get("ffn_gain")}
+
+
+def selections(model, ids):
+    out, handles = [], []
+    for layer in model.model.layers:
+        if hasattr(layer.mlp, "experts"):
+            handles.append(layer.mlp.gate.register_forward_hook(
+                lambda m, i, o: out.append(torch.sort(o[2], dim=-1).values.cpu())))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return out
+
+
+def bf16_floor(fdir, prompt, ref_logits, device):
+    """transformers itself, in bf16 and in fp32 on `device`, against the fp32 logits
+    (the meta.json fields bf16_floor_l2_rel and bf16_floor)."""
+    ids = torch.tensor(np.asarray(prompt)[None].astype(np.int64)).to(device)
+    ref = torch.as_tensor(np.asarray(ref_logits, dtype=np.float32))
+    res, sel = {}, {}
+    for label, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        m = DeepseekV32ForCausalLM.from_pretrained(fdir, dtype=dt, attn_implementation="eager").to(device).eval()
+        with torch.no_grad():
+            out = m(input_ids=ids).logits[0].float().cpu()
+        rows = torch.linalg.norm(out - ref, dim=1) / torch.linalg.norm(ref, dim=1)
+        res[label] = {"l2_rel": rel(out, ref), "worst_row": int(rows.argmax()),
+                      "worst_row_rel": float(rows.max()),
+                      "argmax_agree": float((out.argmax(1) == ref.argmax(1)).float().mean())}
+        sel[label] = selections(m, ids)
+        del m
+    flips = sum(int((a != b).any(dim=-1).sum()) for a, b in zip(sel["bf16"], sel["fp32"]))
+    dev = torch.cuda.get_device_name(0) if str(device).startswith("cuda") else "cpu"
+    return {
+        "bf16_floor_l2_rel": res["bf16"]["l2_rel"],
+        "bf16_floor": {
+            "what": "transformers DeepseekV32ForCausalLM.from_pretrained(fixture dir, dtype=torch.bfloat16, "
+                    "attn_implementation='eager'), full-prompt logits vs logits.npy (fp32)",
+            "device": f"{device} ({dev})",
+            "note": "measured on the CPU (no GPU where the fixtures were built)" if dev == "cpu" else "",
+            "bf16": res["bf16"], "fp32_same_device": res["fp32"],
+            "routing_selection_flips_bf16_vs_fp32": flips,
+            "routing_selections_compared": int(sum(a.shape[0] for a in sel["fp32"])),
+            "required_max": GPU_FLOOR_MAX,
+            "transformers": transformers.__version__, "torch": torch.__version__,
+        },
+    }
+
+
 # ----------------------------------------------------------------------------- one fixture
 
 def sha256(path):
@@ -582,15 +895,15 @@ def sha256(path):
     return h.hexdigest()
 
 
-def build_fixture(spec, out_root, env_info):
+def build_fixture(spec, out_root, env_info, floor_device=None):
     t0 = time.time()
     try:
-        return build_fixture_timed(spec, out_root, env_info)
+        return build_fixture_timed(spec, out_root, env_info, floor_device)
     finally:
         log(f"[dsv32_{spec['name']}] took {time.time() - t0:.1f} s")
 
 
-def build_fixture_timed(spec, out_root, env_info):
+def build_fixture_timed(spec, out_root, env_info, floor_device):
     name = f"dsv32_{spec['name']}"
     fdir = os.path.join(out_root, name)
     tmp = os.path.join(out_root, f"_tmp_{name}")
@@ -608,10 +921,17 @@ def build_fixture_timed(spec, out_root, env_info):
     log(f"[{name}] rope: type={model.model.rotary_emb.rope_type} inv_freq={model.model.rotary_emb.inv_freq.tolist()} "
         f"attention_scaling={model.model.rotary_emb.attention_scaling} scaling={model.model.layers[0].self_attn.scaling}")
 
-    o_gain = 2.0
+    o_gain = spec.get("o_gain", 2.0)
     result = None
     for attempt in range(3):
-        result = try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info)
+        if spec.get("gpu"):
+            # GPU fixtures fit the model to one prompt: a new prompt is a new fit.
+            for prompt_try in range(GPU_PROMPT_TRIES):
+                result = try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info, prompt_try, floor_device)
+                if result not in ("margin", "floor"):
+                    break
+        else:
+            result = try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info)
         if result == "sensitivity" and attempt < 2:
             o_gain *= 1.6
             log(f"[{name}] sensitivity too low; retrying with o_proj gain {o_gain}")
@@ -696,11 +1016,23 @@ def write_checkpoint(spec, model, fdir, tmp, cfg_dict):
     return reference, ref_dir, fp8_table
 
 
-def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info):
+def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info, gpu_prompt_try=None, floor_device=None):
     name = f"dsv32_{spec['name']}"
+    gpu = spec.get("gpu", False)
     gen = torch.Generator().manual_seed(spec["seed"])
-    init_weights(model, gen, o_gain)
+    init_weights(model, gen, o_gain, spec)
     model.eval()
+
+    def prompt_ids(prompt_try):
+        rng = np.random.default_rng(spec["seed"] * 1000 + prompt_try)
+        prompt = rng.integers(3, spec["vocab"], size=spec["prompt_len"]).astype(np.int32)
+        return prompt, torch.tensor(prompt[None].astype(np.int64))
+
+    wide = None
+    if gpu:
+        round_to_bf16_values(model)
+        _, fit_ids = prompt_ids(gpu_prompt_try)
+        wide = fit_for_bf16(model, spec, fit_ids, fit_ids[:, :spec["gen_prompt_len"]], gpu_prompt_try, name)
     values, ref_dir, fp8_table = write_checkpoint(spec, model, fdir, tmp, cfg_dict)
     stored_meta = load_file(os.path.join(fdir, "model.safetensors"))
     log(f"[{name}] stored {len(stored_meta)} tensors; "
@@ -739,11 +1071,6 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info):
     if worst != 0.0:
         raise RuntimeError(f"{name}: reloaded weights differ from the stored values by {worst}")
 
-    def prompt_ids(prompt_try):
-        rng = np.random.default_rng(spec["seed"] * 1000 + prompt_try)
-        prompt = rng.integers(3, spec["vocab"], size=spec["prompt_len"]).astype(np.int32)
-        return prompt, torch.tensor(prompt[None].astype(np.int64))
-
     def cheap_run(prompt_try):
         prompt, ids = prompt_ids(prompt_try)
         probe = Probe(ref)
@@ -757,11 +1084,11 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info):
         return prompt, ids, logits, new_tokens, gaps, {"prompt": m_prompt, "generate": m_gen}
 
     candidates = []  # (indexer margin, prompt try)
-    for prompt_try in range(PROMPT_TRIES):
+    for prompt_try in ([gpu_prompt_try] if gpu else range(PROMPT_TRIES)):
         _, _, _, _, gaps, margins = cheap_run(prompt_try)
         w = worst_margins(margins)
         log(f"[{name}] prompt try {prompt_try}: margins {json.dumps(w)}; greedy gap min {min(gaps):.3e}")
-        ok = margins_ok(margins) and min(gaps) >= GREEDY_GAP_MIN
+        ok = gpu_margins_ok(margins, gaps) if gpu else (margins_ok(margins) and min(gaps) >= GREEDY_GAP_MIN)
         if ok:
             candidates.append((w["index"], prompt_try))
         if (ok and w["index"] >= INDEX_MARGIN_GOOD) or (candidates and prompt_try + 1 >= SEARCH_TRIES):
@@ -779,9 +1106,12 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info):
         finally:
             probe.close()
         log(f"[{name}] prompt try {prompt_try}: with decode {json.dumps(worst_margins(margins))}")
-        if margins_ok(margins):
+        if gpu_margins_ok(margins, gaps) if gpu else margins_ok(margins):
             chosen = prompt_try
             break
+    if chosen is None and gpu:
+        log(f"[{name}] prompt try {gpu_prompt_try}: margins too small after the fit; new prompt")
+        return "margin"
     if chosen is None:
         raise RuntimeError(f"{name}: no prompt with robust margins in {PROMPT_TRIES} tries")
     prompt_try = chosen
@@ -840,8 +1170,12 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info):
                              f"rel_prefill_{split_n}_then_decode_vs_full": rel(logits_split_ref, logits)},
         "sparse_vs_dense": {"rel_logit_difference_all_layers_dense": dense_diff,
                             "required_min": DENSE_DIFF_MIN},
-        "margins": {"thresholds": {"index": INDEX_MARGIN_MIN, "routing": ROUTING_MARGIN_MIN,
-                                   "group": GROUP_MARGIN_MIN, "greedy_gap": GREEDY_GAP_MIN},
+        "margins": {"thresholds": ({"index": GPU_INDEX_MARGIN_MIN, "routing": GPU_ROUTING_MARGIN_MIN,
+                                    "group": GPU_ROUTING_MARGIN_MIN, "greedy_gap": GPU_GREEDY_GAP_MIN}
+                                   if gpu else
+                                   {"index": INDEX_MARGIN_MIN, "routing": ROUTING_MARGIN_MIN,
+                                    "group": GROUP_MARGIN_MIN, "greedy_gap": GREEDY_GAP_MIN}),
+                    "worst": worst_margins(margins), "greedy_gap_min": min(gaps),
                     "note": "relative to the row's largest |value|; index: k-th minus (k+1)-th "
                             "indexer score over queries with more than index_topk causal keys; "
                             "group: topk_group-th minus next group score; routing: top_k-th minus "
@@ -857,11 +1191,25 @@ def try_fixture(spec, cfg_dict, model, fdir, tmp, o_gain, env_info):
     }
     for fn in ("config.json", "model.safetensors", "prompt.npy", "logits.npy", "generate.npy", "layer_out.npy"):
         meta.setdefault("sha256", {})[fn] = sha256(os.path.join(fdir, fn))
+    floor_ok = True
+    if gpu:
+        meta["wide_selection"] = wide
+        if not floor_device:
+            raise RuntimeError(f"{name}: a GPU fixture needs its bf16 floor (--floor-device)")
+        fl = bf16_floor(fdir, prompt, logits.numpy(), floor_device)
+        meta.update(fl)
+        floor_ok = fl["bf16_floor_l2_rel"] <= GPU_FLOOR_MAX
+        log(f"[{name}] bf16 floor {fl['bf16_floor_l2_rel']:.4g} on {floor_device}: {json.dumps(fl['bf16_floor'])}")
     with open(os.path.join(fdir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, sort_keys=True, default=str, allow_nan=False)
         f.write("\n")
     log(f"[{name}] self-consistency {json.dumps(meta['self_consistency'])}; sensitivity ok={sens_ok}")
-    return "ok" if sens_ok else "sensitivity"
+    if not sens_ok:
+        return "sensitivity"
+    if not floor_ok:
+        log(f"[{name}] bf16 floor above {GPU_FLOOR_MAX}; new prompt")
+        return "floor"
+    return "ok"
 
 
 # ----------------------------------------------------------------------------- main
@@ -879,8 +1227,13 @@ def environment():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="a,b,c", help="fixtures to build (default a,b,c; g1,g2 are the GPU ones)")
+    ap.add_argument("--floor-device", default="cuda",
+                    help="where transformers' bf16 noise floor of the GPU fixtures is measured (cuda or cpu)")
     args = ap.parse_args()
+    if args.floor_device.startswith("cuda") and not torch.cuda.is_available() and any(
+            n.startswith("g") for n in args.only.split(",")):
+        raise SystemExit("--floor-device cuda: no GPU visible (use --floor-device cpu)")
     torch.set_grad_enabled(False)
     os.makedirs(args.out, exist_ok=True)
     env_info = environment()
@@ -891,7 +1244,7 @@ def main():
         if only and spec["name"] not in only:
             continue
         try:
-            results[spec["name"]] = build_fixture(spec, args.out, env_info)
+            results[spec["name"]] = build_fixture(spec, args.out, env_info, args.floor_device)
         except Exception:  # noqa: BLE001 - keep going so one call yields the others
             traceback.print_exc()
             results[spec["name"]] = "error"
