@@ -34,7 +34,15 @@ logits.npy (float32 [T, vocab]), generate.npy (int32 prompt+continuation),
 layer_out.npy (float32 [L, T, D]: hidden state after each decoder layer) and
 meta.json (versions, structure, rotary tables, margins, sensitivities, sha256).
 
-Usage: python3 make_dsv32_fixtures.py --out DIR [--only a,b]
+GPU-parity fixtures g1, g2 ("gpu": True in the spec; README "GPU-parity fixtures
+(dsv32_g1, dsv32_g2)"): bf16-exact weights, every indexer and router fitted to the
+fixture's own prompt and greedy continuation so that the indexer's k-th vs (k+1)-th
+gap is >= 2e-2 of the row's largest score and group / expert choices have gaps
+>= 5e-2, gentle scales, a 5x lm_head (greedy gaps >= 0.1), and transformers' own bf16
+error (bf16_floor_l2_rel, measured on --floor-device) <= 5e-3.
+
+Usage: python3 make_dsv32_fixtures.py --out DIR [--only a,b,c]
+       python3 make_dsv32_fixtures.py --out DIR --only g1,g2 [--floor-device cuda|cpu]
 """
 import argparse
 import copy
