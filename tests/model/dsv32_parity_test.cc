@@ -393,5 +393,27 @@ TEST(Dsv32ParityFixtures, AtLeastTwoFixturesOneOfThemFp8) {
   EXPECT_GE(fp8, 1);
 }
 
+// dsv32_g1 / dsv32_g2 are the GPU test's tight-bound fixtures: their recorded
+// margins must be the ones bf16 cannot flip, and transformers' own bf16 error
+// (measured when they were built) at most 5e-3. The parity cases above check
+// that the CPU executor reproduces them at 1e-4 like every other fixture.
+TEST(Dsv32ParityFixtures, TwoFixturesCarryMarginsBuiltForBf16) {
+  int built_for_bf16 = 0;
+  for (const std::string& n : FixtureNames()) {
+    std::ifstream f(std::string(STRATA_TEST_DATA_DIR) + "/" + n + "/meta.json");
+    const nlohmann::json meta = nlohmann::json::parse(f, nullptr, false);
+    ASSERT_FALSE(meta.is_discarded()) << n;
+    if (!meta["spec"].value("gpu", false)) continue;
+    ++built_for_bf16;
+    const nlohmann::json& worst = meta["margins"]["worst"];
+    EXPECT_GE(worst["index"].get<double>(), 2e-2) << n;
+    EXPECT_GE(worst["routing"].get<double>(), 5e-2) << n;
+    EXPECT_GE(worst["group"].get<double>(), 5e-2) << n;
+    EXPECT_GE(meta["margins"]["greedy_gap_min"].get<double>(), 0.1) << n;
+    EXPECT_LE(meta["bf16_floor_l2_rel"].get<double>(), 5e-3) << n;
+  }
+  EXPECT_GE(built_for_bf16, 2) << "dsv32_g1 / dsv32_g2 missing under " << STRATA_TEST_DATA_DIR;
+}
+
 }  // namespace
 }  // namespace strata
