@@ -1,7 +1,10 @@
 // The deepseek_v32 CUDA executor end to end on the H200, on the dsv32_*
 // fixtures (transformers 5.17, fp32 eager; index_topk well below the prompt
 // length, so the lightning indexer's selection decides what MLA reads; dsv32_b
-// is an FP8 block-scaled checkpoint, dequantised to bf16 at upload).
+// is an FP8 block-scaled checkpoint whose plain-GEMM matrices stay e4m3 on the
+// device and run through cuda::Fp8Gemm, checked through the executor's
+// statistics; the FP8 kernels round code × scale to bf16 exactly as the
+// former host dequantisation did, so the calibration below still holds).
 //
 // Against transformers (logits.npy), with bf16 weights and activations on the
 // GPU. The dsv32 fixtures were built for the fp32 CPU parity: their routing
@@ -599,6 +602,47 @@ TEST_P(CudaDsv32Parity, MisuseIsRejectedBeforeAnyWork) {
   EXPECT_TRUE(absl::IsOutOfRange(model_->FillContextForBenchmark(**st, 9, 1)));
   ASSERT_TRUE(model_->Forward(std::span(bad, 1), **st, nullptr, false).ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(model_->FillContextForBenchmark(**st, 2, 1)));
+}
+
+// FP8 checkpoints (config.json's quantization_config) keep the matrices of
+// the plain GEMMs e4m3 on the device, so every comparison above ran the FP8
+// kernels (decode and short slices: the streaming kernel; prefill over 64
+// rows: the dequantised tile); bf16 checkpoints keep none.
+TEST_P(CudaDsv32Parity, Fp8CheckpointsKeepTheirWeightsFp8OnTheDevice) {
+  std::ifstream in(fixture_.dir + "/config.json");
+  const nlohmann::json cfg = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(cfg.is_discarded());
+  const bool fp8 = cfg.contains("quantization_config");
+  const DeepseekV32CudaStats s = StatsOf(*model_);
+  std::printf("[cuda-dsv32] %s: %lld FP8 matrices, %llu of %llu weight bytes\n", GetParam().c_str(),
+              static_cast<long long>(s.fp8_matrices),
+              static_cast<unsigned long long>(s.fp8_weight_bytes),
+              static_cast<unsigned long long>(s.weight_bytes));
+  if (fp8) {
+    // At least the fused [q_a | kv_a | wk], q_b, o_proj and wq_b of each layer.
+    EXPECT_GE(s.fp8_matrices, 4 * fixture_.layers);
+    EXPECT_GT(s.fp8_weight_bytes, 0u);
+    EXPECT_LT(s.fp8_weight_bytes, s.weight_bytes);
+  } else {
+    EXPECT_EQ(s.fp8_matrices, 0);
+    EXPECT_EQ(s.fp8_weight_bytes, 0u);
+  }
+}
+
+// The scheduling hook reports the selection size, not the context: dense
+// while the context fits in index_topk, index_topk after.
+TEST_P(CudaDsv32Parity, EffectiveAttendedTokensIsTheContextCappedAtIndexTopk) {
+  ASSERT_LT(fixture_.index_topk, T());
+  auto st = model_->NewState(T() + 1);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(model_->EffectiveAttendedTokens(**st, 1), 1);
+  EXPECT_EQ(model_->EffectiveAttendedTokens(**st, T()), fixture_.index_topk);
+  ASSERT_TRUE(model_->Forward(std::span(fixture_.prompt.data(), 2), **st, nullptr, false).ok());
+  EXPECT_EQ(model_->EffectiveAttendedTokens(**st, 1), 3);
+  ASSERT_TRUE(model_->Forward(std::span(fixture_.prompt.data() + 2, static_cast<size_t>(T() - 2)),
+                              **st, nullptr, false)
+                  .ok());
+  EXPECT_EQ(model_->EffectiveAttendedTokens(**st, 1), fixture_.index_topk);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaDsv32Parity, ::testing::ValuesIn(FixtureNames()),

@@ -291,6 +291,32 @@ TEST_F(DeepseekV32Test, ClonesContinueIndependentlyAndResetStartsOver) {
   EXPECT_LE(RelError(c, a), 1e-5);
 }
 
+// The engine's cost hook: every layer is MLA + DSA, so a step attends to the
+// context while it fits in index_topk (6 here) and to index_topk keys after,
+// whatever the dense-MLP first layers do.
+TEST_F(DeepseekV32Test, EffectiveAttendedTokensIsTheContextCappedAtIndexTopk) {
+  auto m = Load(model_dir_);
+  ASSERT_NE(m, nullptr);
+  auto st = m->NewState(40);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(m->EffectiveAttendedTokens(**st, 1), 1);
+  EXPECT_EQ(m->EffectiveAttendedTokens(**st, 6), 6);
+  EXPECT_EQ(m->EffectiveAttendedTokens(**st, 30), 6);
+  const std::vector<int32_t> tokens = RandomTokens(20, 97, 9);
+  ASSERT_TRUE(m->Forward(std::span(tokens.data(), 4), **st, nullptr, false).ok());
+  EXPECT_EQ(m->EffectiveAttendedTokens(**st, 1), 5);
+  EXPECT_EQ(m->EffectiveAttendedTokens(**st, 2), 6);
+  ASSERT_TRUE(m->Forward(std::span(tokens.data() + 4, 16), **st, nullptr, false).ok());
+  EXPECT_EQ(m->EffectiveAttendedTokens(**st, 1), 6);
+  // The dense default would have reported the whole context.
+  EXPECT_EQ(m->Model::EffectiveAttendedTokens(**st, 1), 21);
+  // A clone reports from its own length.
+  std::unique_ptr<SequenceState> clone = (*st)->Clone();
+  (*st)->Reset();
+  EXPECT_EQ(m->EffectiveAttendedTokens(**st, 3), 3);
+  EXPECT_EQ(m->EffectiveAttendedTokens(*clone, 3), 6);
+}
+
 TEST_F(DeepseekV32Test, Fp8CheckpointEqualsItsDequantisedCopy) {
   const std::string fp8 = dir_.File("fp8"), ref = dir_.File("fp8_ref");
   WriteModel(fp8, TinyConfig(), /*fp8=*/true, ref);
