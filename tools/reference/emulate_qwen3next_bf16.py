@@ -25,6 +25,8 @@ import numpy as np
 ROUND = False
 # Sensitivity: the mixer output of this layer is scaled by 1.1 (None: off).
 PERTURB_LAYER = None
+# Tokens to run instead of the fixture's prompt.npy (None: the prompt).
+PROMPT = None
 
 
 def bf16(x):
@@ -79,7 +81,7 @@ def forward(d):
     W = {k: (v if k.endswith(("norm.weight", "A_log", "dt_bias", "conv1d.weight", "q_norm.weight",
                                "k_norm.weight", "layernorm.weight"))
              else bf16(v)) for k, v in W.items()}
-    prompt = np.load(d + "/prompt.npy").astype(np.int64)
+    prompt = (PROMPT if PROMPT is not None else np.load(d + "/prompt.npy")).astype(np.int64)
     eps = cfg.get("rms_norm_eps", 1e-6)
     rp = cfg.get("rope_parameters") or {}
     theta = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
@@ -191,6 +193,28 @@ def compare(ours, ref):
     return float(np.median(per)), float(np.sqrt(((ours - ref) ** 2).sum() / (ref ** 2).sum())), float(per.max())
 
 
+def greedy(d, start=40, steps=16, margin=0.1):
+    """Greedy steps from prompt[:start], fed the fp32 run's token: how many
+    of those where the fp32 top-2 margin exceeds `margin` keep their argmax
+    in the bf16 run (the GPU test's greedy-vs-CPU check)."""
+    global ROUND, PROMPT
+    seq = list(np.load(d + "/prompt.npy")[:start])
+    checked = matched = 0
+    for _ in range(steps):
+        PROMPT = np.array(seq)
+        ROUND = False
+        lf = forward(d)[-1]
+        ROUND = True
+        lb = forward(d)[-1]
+        top = np.sort(lf)
+        if top[-1] - top[-2] > margin:
+            checked += 1
+            matched += int(lf.argmax() == lb.argmax())
+        seq.append(int(lf.argmax()))
+    PROMPT = None
+    return checked, matched
+
+
 def main():
     global ROUND, PERTURB_LAYER
     for d in sys.argv[1:]:
@@ -213,6 +237,9 @@ def main():
         PERTURB_LAYER = None
         print(f"{d}: bf16 emulation with one layer's mixer output x1.1, per layer: median " +
               " ".join(f"{m[0]:.3g}" for m in moved) + "; L2 " + " ".join(f"{m[1]:.3g}" for m in moved))
+        checked, matched = greedy(d)
+        print(f"{d}: greedy from prompt[:40], 16 steps: {matched} of {checked} steps with an fp32 "
+              "top-2 margin > 0.1 keep their token in bf16")
 
 
 if __name__ == "__main__":
