@@ -518,6 +518,82 @@ TEST(CudaQwen3NextDummy, DummyWeightsOnTheGpuAreFiniteAndDeterministicPerSeed) {
   EXPECT_GT(Compare(runs[0], runs[2], V).rel, 1e-2);
 }
 
+// Qwen3-Next-80B-A3B's published layer shapes (hidden 2048, 16 query / 2 KV
+// heads of 256 with 64 rotary dims, GDN 16 key / 32 value heads of 128, 512
+// experts top-10 of 512 with a 512 shared expert, vocabulary 151936) on four
+// layers of dummy weights: the kernels accept them (E = 512 softmax routing,
+// head_dim 256, GVA 2x) and a long prefill, a batched decode and its graph
+// replay stay finite and consistent with single-sequence steps.
+TEST(CudaQwen3NextDummy, PublishedLayerShapesPrefillAndBatchedDecode) {
+  ScratchDir dir("strata_cuda_qwen3next_80b_shapes");
+  {
+    std::ofstream f(dir.str() + "/config.json");
+    f << R"({"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"],
+      "hidden_size": 2048, "num_hidden_layers": 4, "full_attention_interval": 4,
+      "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+      "partial_rotary_factor": 0.25, "rope_theta": 10000000.0, "rms_norm_eps": 1e-06,
+      "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+      "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+      "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+      "shared_expert_intermediate_size": 512, "intermediate_size": 5120,
+      "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": true,
+      "vocab_size": 151936, "max_position_embeddings": 262144, "tie_word_embeddings": false,
+      "bos_token_id": 151643, "eos_token_id": 151645})";
+  }
+  LoadOptions o;
+  o.device = Device::kCuda;
+  o.load_format = LoadFormat::kDummy;
+  o.max_batch = 4;
+  o.max_sequences = 8;
+  o.max_context_tokens = 4096;
+  std::unique_ptr<Model> m = LoadCuda(dir.str(), o);
+  ASSERT_NE(m, nullptr);
+  const int64_t V = m->info().vocab_size;
+  ASSERT_EQ(V, 151936);
+  std::vector<std::unique_ptr<SequenceState>> batched, alone;
+  std::vector<SequenceState*> states;
+  for (int64_t len : {int64_t{1000}, int64_t{130}, int64_t{7}}) {
+    std::vector<int32_t> prompt(static_cast<size_t>(len));
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      prompt[i] = static_cast<int32_t>((i * 7919 + 3 + len) % V);
+    }
+    for (auto* group : {&batched, &alone}) {
+      auto st = m->NewState(len + 16);
+      ASSERT_TRUE(st.ok()) << st.status();
+      std::vector<float> logits(static_cast<size_t>(V));
+      const Status s = m->Forward(prompt, **st, logits.data(), false);
+      ASSERT_TRUE(s.ok()) << s;
+      for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+      group->push_back(std::move(*st));
+    }
+    states.push_back(batched.back().get());
+  }
+  std::vector<int32_t> tokens = {11, 22, 33};
+  double worst = 0;
+  for (int step = 0; step < 4; ++step) {  // eager, capture, then replays
+    std::vector<float> got(static_cast<size_t>(3 * V));
+    const Status s = m->DecodeBatch(tokens, states, got.data());
+    ASSERT_TRUE(s.ok()) << s;
+    for (size_t i = 0; i < 3; ++i) {
+      std::vector<float> one(static_cast<size_t>(V));
+      ASSERT_TRUE(m->Forward(std::span(&tokens[i], 1), *alone[i], one.data(), false).ok());
+      const Comparison c = Compare(got.data() + static_cast<int64_t>(i) * V, one.data(), 1, V);
+      worst = std::max(worst, c.rel);
+      EXPECT_LE(c.rel, kBatchTolerance) << "step " << step << " row " << i << ": " << Describe(c);
+    }
+  }
+  auto stats = GetQwen3NextCudaStats(*m);
+  ASSERT_TRUE(stats.ok());
+  std::printf("[cuda-qwen3next-shapes] weights %.2f GiB; batch 3 vs alone worst rel %.3g; graphs "
+              "%lld captured, %lld replays%s%s\n",
+              stats->weight_bytes / 1073741824.0, worst,
+              static_cast<long long>(stats->graph_captures),
+              static_cast<long long>(stats->graph_launches),
+              stats->graph_error.empty() ? "" : "; disabled: ", stats->graph_error.c_str());
+  EXPECT_EQ(stats->graph_error, "");
+  EXPECT_GE(stats->graph_launches, 1);
+}
+
 TEST(CudaQwen3NextFallback, TooLittleDeviceMemoryFallsBackToTheCpuWithANotice) {
   LoadOptions o = CudaOptions();
   o.gpu_memory_fraction = 1e-9;  // nothing fits
