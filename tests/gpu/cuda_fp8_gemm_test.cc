@@ -211,7 +211,13 @@ TEST_F(Fp8GemmTest, MatchesCpuDequantisationForEveryRowCountAndEdgeBlock) {
             const double out_round = y_f32 ? 0.0 : std::ldexp(std::abs(mirror), -8);
             if (!(std::abs(got - ref) <= std::ldexp(mag, -8) + out_round + 1e-6)) ++bad_ref;
             const double err = std::abs(got - mirror);
-            if (!(err <= 1e-4 * mag + out_round + 1e-6)) ++bad_mirror;
+            // Rows > 64 go through the bf16 tile and cuBLASLt. With a bf16 y,
+            // cuBLASLt may reduce split-K partial sums in the output type, so
+            // each partial is rounded once: measured on the H200 up to
+            // 1.26e-3 of Σ|xw| at k = 1040 (fp32 y through the same path:
+            // 4e-7, so the dequantised tile itself is exact).
+            const double path_round = (!y_f32 && m > 64) ? 2e-3 * mag : 0.0;
+            if (!(err <= 1e-4 * mag + out_round + path_round + 1e-6)) ++bad_mirror;
             worst_mirror = std::max(worst_mirror, err / std::max(mag, 1e-30));
           }
         }
