@@ -605,9 +605,10 @@ TEST_P(CudaDsv32Parity, MisuseIsRejectedBeforeAnyWork) {
 }
 
 // FP8 checkpoints (config.json's quantization_config) keep the matrices of
-// the plain GEMMs e4m3 on the device, so every comparison above ran the FP8
-// kernels (decode and short slices: the streaming kernel; prefill over 64
-// rows: the dequantised tile); bf16 checkpoints keep none.
+// the plain GEMMs and the routed experts e4m3 on the device, so every
+// comparison above ran the FP8 kernels (decode and short slices: the
+// streaming kernel and the FP8 MoE GEMV; prefill over 64 rows: the
+// dequantised tile); bf16 checkpoints keep none.
 TEST_P(CudaDsv32Parity, Fp8CheckpointsKeepTheirWeightsFp8OnTheDevice) {
   std::ifstream in(fixture_.dir + "/config.json");
   const nlohmann::json cfg = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -694,13 +695,15 @@ TEST(CudaDsv32Fixtures, TwoFixturesHaveMarginsBuiltForBf16) {
 
 // dsv32_b is FP8 everywhere the published checkpoint is: 4 layers × (the
 // fused [q_a | kv_a | wk], q_b, o_proj, wq_b, the dense or shared-expert
-// [gate | up] and down) stay FP8 on the device; weights_proj and the router
-// are bf16 in the checkpoint, kv_b and the routed experts are uploaded bf16.
-TEST(CudaDsv32Fixtures, Dsv32bRunsItsPlainGemmsOnFp8Weights) {
+// [gate | up] and down) plus, in its 2 MoE layers, the stacked routed
+// experts w13 and w2 (8 experts each, I = 48 and D = 160: whole 8-row scale
+// groups) stay FP8 on the device: 24 + 4. weights_proj and the router are
+// bf16 in the checkpoint; kv_b is uploaded bf16.
+TEST(CudaDsv32Fixtures, Dsv32bRunsItsPlainGemmsAndExpertsOnFp8Weights) {
   auto m = LoadCuda(std::string(STRATA_TEST_DATA_DIR) + "/dsv32_b");
   ASSERT_NE(m, nullptr);
   const DeepseekV32CudaStats s = StatsOf(*m);
-  EXPECT_EQ(s.fp8_matrices, 24);
+  EXPECT_EQ(s.fp8_matrices, 28);
   EXPECT_GT(s.fp8_weight_bytes, 0u);
 }
 

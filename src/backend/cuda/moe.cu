@@ -52,6 +52,8 @@
 #include "backend/cuda/moe.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <climits>
@@ -105,8 +107,22 @@ struct MoeParams {
   const bf16* x;          // [n, D]
   const float* logits;    // [n, E]
   const float* bias;      // [E] or null
-  const bf16* w13;        // [E, 2I, D]
-  const bf16* w2;         // [E, D, I]
+  const bf16* w13;        // [E, 2I, D]; on the FP8 prefill path the chunk's scratch
+  const bf16* w2;         // [E, D, I]; likewise
+  // FP8 experts (MoeFp8Experts): codes, scales, block shape, scale grid sizes.
+  const uint8_t* w13_fp8;
+  const float* w13_scale;  // [E, sr13, sc_d]
+  const uint8_t* w2_fp8;
+  const float* w2_scale;   // [E, sr2, sc_i]
+  int fp8_br;
+  int fp8_bc;
+  int sr13, sc_d, sr2, sc_i;
+  // The grouped GEMM serves experts [expert_lo, expert_hi) only, with their
+  // weights at w13/w2 from expert_lo on (bf16: 0 and E).
+  int expert_lo;
+  int expert_hi;
+  bf16* deq13;            // FP8 prefill scratch: [chunk, 2I, D] and [chunk, D, I]
+  bf16* deq2;
   float* y;               // [n, D]
   int32_t* idx;           // [n·k] expert of pair (t, j)
   float* wt;              // [n·k] routing weight of pair (t, j)
@@ -128,8 +144,21 @@ int64_t TileBound(int64_t rows, int64_t experts) {
 // Workspace slices, 256-byte aligned each, for n tokens.
 struct Layout {
   size_t idx, wt, offsets, meta, active, tile_expert, tile_m0, row_token, pair_row, h, yrows;
+  size_t deq;             // FP8 prefill scratch (deq_experts experts), if any
+  int64_t deq_experts;
   size_t total;
 };
+
+// Whether n·k rows take the tensor-core grouped GEMM (alignment aside).
+bool GemmShape(const MoeShape& s, int64_t rows) {
+  return rows > kMoeGemvMaxRows && s.hidden % kBn == 0 && s.inter % 64 == 0;
+}
+
+// Experts per dequantisation chunk of the FP8 prefill path.
+int64_t Fp8ChunkExperts(const MoeShape& s) {
+  const int64_t per_expert = 3 * s.inter * s.hidden * static_cast<int64_t>(sizeof(bf16));
+  return std::max<int64_t>(1, std::min(s.num_experts, kMoeFp8ScratchBytes / per_expert));
+}
 
 Layout MakeLayout(const MoeShape& s, int64_t n) {
   const size_t rows = static_cast<size_t>(n * s.top_k);
@@ -153,6 +182,9 @@ Layout MakeLayout(const MoeShape& s, int64_t n) {
   l.pair_row = take(sizeof(int32_t) * rows);
   l.h = take(sizeof(bf16) * rows * static_cast<size_t>(s.inter));
   l.yrows = take(sizeof(float) * rows * static_cast<size_t>(s.hidden));
+  l.deq_experts = s.fp8_experts && GemmShape(s, n * s.top_k) ? Fp8ChunkExperts(s) : 0;
+  l.deq = take(sizeof(bf16) * 3 * static_cast<size_t>(l.deq_experts) *
+               static_cast<size_t>(s.inter) * static_cast<size_t>(s.hidden));
   l.total = off;
   return l;
 }
@@ -525,14 +557,116 @@ __device__ __forceinline__ void Unpack(const Raw<1>& r, float (&f)[1]) {
   f[0] = Bf16BitsToF32(r.v);
 }
 
+// One FP8 weight row: its codes and its row of block scales (bc columns per
+// scale). The bf16 kernels use a plain row pointer instead.
+struct Fp8Row {
+  const uint8_t* w;
+  const float* s;
+  int bc;
+};
+
+// V codes and the scale of their block (V divides bc, so they share one).
+template <int V>
+struct Fp8Raw;
+template <>
+struct Fp8Raw<8> {
+  uint2 c;
+  float s;
+};
+template <>
+struct Fp8Raw<1> {
+  uint8_t c;
+  float s;
+};
+
+template <int V>
+__device__ __forceinline__ Raw<V> LoadRow(const bf16* w, int k) {
+  return LoadWeight<V>(w + k);
+}
+template <int V>
+__device__ __forceinline__ Fp8Raw<V> LoadRow(const Fp8Row& w, int k);
+template <>
+__device__ __forceinline__ Fp8Raw<8> LoadRow<8>(const Fp8Row& w, int k) {
+  Fp8Raw<8> r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
+               : "=r"(r.c.x), "=r"(r.c.y)
+               : "l"(w.w + k));
+  r.s = __ldg(w.s + k / w.bc);
+  return r;
+}
+template <>
+__device__ __forceinline__ Fp8Raw<1> LoadRow<1>(const Fp8Row& w, int k) {
+  return Fp8Raw<1>{__ldg(w.w + k), __ldg(w.s + k / w.bc)};
+}
+
+// The host's dequantisation: the exact e4m3 value (every one is an f16) times
+// the scale in fp32, rounded once to bf16.
+__device__ __forceinline__ float DequantE4m3(float code, float s) {
+  return __bfloat162float(__float2bfloat16_rn(__fmul_rn(code, s)));
+}
+__device__ __forceinline__ void Unpack4(uint32_t codes, float s, float* f) {
+  const float2 a = __half22float2(__half2(
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xffffu), __NV_E4M3)));
+  const float2 b = __half22float2(__half2(
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes >> 16), __NV_E4M3)));
+  f[0] = DequantE4m3(a.x, s);
+  f[1] = DequantE4m3(a.y, s);
+  f[2] = DequantE4m3(b.x, s);
+  f[3] = DequantE4m3(b.y, s);
+}
+__device__ __forceinline__ void Unpack(const Fp8Raw<8>& r, float (&f)[8]) {
+  Unpack4(r.c.x, r.s, f);
+  Unpack4(r.c.y, r.s, f + 4);
+}
+__device__ __forceinline__ void Unpack(const Fp8Raw<1>& r, float (&f)[1]) {
+  f[0] = DequantE4m3(__half2float(__half(__nv_cvt_fp8_to_halfraw(r.c, __NV_E4M3))), r.s);
+}
+
+template <typename W>
+struct RowOf;
+template <>
+struct RowOf<bf16> {
+  using type = const bf16*;
+};
+template <>
+struct RowOf<uint8_t> {
+  using type = Fp8Row;
+};
+
+// Row r of expert e's w13 [2I, D] / w2 [D, I].
+template <typename W>
+__device__ __forceinline__ typename RowOf<W>::type W13Row(const MoeParams& p, int e, int r);
+template <>
+__device__ __forceinline__ const bf16* W13Row<bf16>(const MoeParams& p, int e, int r) {
+  return p.w13 + (static_cast<size_t>(e) * 2 * p.inter + r) * static_cast<size_t>(p.hidden);
+}
+template <>
+__device__ __forceinline__ Fp8Row W13Row<uint8_t>(const MoeParams& p, int e, int r) {
+  return Fp8Row{
+      p.w13_fp8 + (static_cast<size_t>(e) * 2 * p.inter + r) * static_cast<size_t>(p.hidden),
+      p.w13_scale + (static_cast<size_t>(e) * p.sr13 + r / p.fp8_br) * p.sc_d, p.fp8_bc};
+}
+template <typename W>
+__device__ __forceinline__ typename RowOf<W>::type W2Row(const MoeParams& p, int e, int r);
+template <>
+__device__ __forceinline__ const bf16* W2Row<bf16>(const MoeParams& p, int e, int r) {
+  return p.w2 + (static_cast<size_t>(e) * p.hidden + r) * static_cast<size_t>(p.inter);
+}
+template <>
+__device__ __forceinline__ Fp8Row W2Row<uint8_t>(const MoeParams& p, int e, int r) {
+  return Fp8Row{p.w2_fp8 + (static_cast<size_t>(e) * p.hidden + r) * static_cast<size_t>(p.inter),
+                p.w2_scale + (static_cast<size_t>(e) * p.sr2 + r / p.fp8_br) * p.sc_i, p.fp8_bc};
+}
+
 // Per-lane partial dot products of R weight rows with TC activation rows over
 // K elements (only the first nt activation rows are used). Every weight load
 // of a U-step group is issued before the first use.
 // kU = 0 picks 8 / R steps per group (1 for R ≥ 8); a larger kU covers a
 // whole short row in one group, so the warp waits for DRAM once instead of
 // once per group.
-template <int V, int R, int TC, int kU = 0>
-__device__ __forceinline__ void WarpDot(const bf16* const (&w)[R], const bf16* const (&act)[TC],
+// WR: a bf16 row pointer or an Fp8Row (converted to the same bf16 values).
+template <int V, int R, int TC, int kU = 0, typename WR>
+__device__ __forceinline__ void WarpDot(const WR (&w)[R], const bf16* const (&act)[TC],
                                         int nt, int K, float (&acc)[R][TC]) {
   constexpr int U = kU > 0 ? kU : (R >= 8 ? 1 : 8 / R);
   constexpr int kStep = 32 * V;
@@ -543,12 +677,18 @@ __device__ __forceinline__ void WarpDot(const bf16* const (&w)[R], const bf16* c
     for (int t = 0; t < TC; ++t) acc[r][t] = 0.f;
   }
   for (int k0 = lane * V; k0 < K; k0 += kStep * U) {
-    Raw<V> wr[R][U];
+    decltype(LoadRow<V>(w[0], 0)) wr[R][U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int k = k0 + u * kStep;
 #pragma unroll
-      for (int r = 0; r < R; ++r) wr[r][u] = k < K ? LoadWeight<V>(w[r] + k) : Raw<V>{};
+      for (int r = 0; r < R; ++r) {
+        if (k < K) {
+          wr[r][u] = LoadRow<V>(w[r], k);
+        } else {
+          wr[r][u] = {};
+        }
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -577,8 +717,8 @@ __device__ __forceinline__ void WarpDot(const bf16* const (&w)[R], const bf16* c
 __device__ __forceinline__ float Silu(float g) { return g / (1.f + expf(-g)); }
 
 // h rows [row0, row0 + nt) of gate|up feature j for one expert.
-template <int V, int TC, int kU>
-__device__ __forceinline__ void GateUpRows(const MoeParams& p, const bf16* wg, const bf16* wu,
+template <int V, int TC, int kU, typename WR>
+__device__ __forceinline__ void GateUpRows(const MoeParams& p, const WR& wg, const WR& wu,
                                            int row0, int nt, int j) {
   const int lane = threadIdx.x & 31;
   const bf16* act[TC];
@@ -587,7 +727,7 @@ __device__ __forceinline__ void GateUpRows(const MoeParams& p, const bf16* wg, c
     const int tok = p.row_token[row0 + min(t, nt - 1)];
     act[t] = p.x + static_cast<size_t>(tok) * p.hidden;
   }
-  const bf16* w[2] = {wg, wu};
+  const WR w[2] = {wg, wu};
   float acc[2][TC];
   WarpDot<V, 2, TC, kU>(w, act, nt, p.hidden, acc);
 #pragma unroll
@@ -604,7 +744,8 @@ __device__ __forceinline__ void GateUpRows(const MoeParams& p, const bf16* wg, c
 
 // Grid (expert slot, ceil(I / 8)); warp w of tile y computes feature j = 8y + w
 // (gate row j and up row I + j) for every row of the slot's expert.
-template <int V, int kU>
+// W: bf16 or uint8_t (FP8 experts).
+template <int V, int kU, typename W>
 __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams p) {
   PdlWait();
   PdlLaunchDependents();
@@ -614,9 +755,8 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
   const int count = p.offsets[e + 1] - first;
   const int j = blockIdx.y * kGemvWarps + (threadIdx.x >> 5);
   if (j >= p.inter) return;
-  const size_t D = static_cast<size_t>(p.hidden);
-  const bf16* wg = p.w13 + (static_cast<size_t>(e) * 2 * p.inter + j) * D;
-  const bf16* wu = wg + static_cast<size_t>(p.inter) * D;
+  const auto wg = W13Row<W>(p, e, j);
+  const auto wu = W13Row<W>(p, e, p.inter + j);
   for (int t0 = 0; t0 < count; t0 += kGemvTokens) {
     const int nt = min(kGemvTokens, count - t0);
     if (nt == 1) {
@@ -632,8 +772,8 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
 }
 
 // yrows rows [row0, row0 + nt), features d and d + 1 (d + 1 < D or skipped).
-template <int V, int TC>
-__device__ __forceinline__ void DownRows(const MoeParams& p, const bf16* w0, const bf16* w1,
+template <int V, int TC, typename WR>
+__device__ __forceinline__ void DownRows(const MoeParams& p, const WR& w0, const WR& w1,
                                          bool has1, int row0, int nt, int d) {
   const int lane = threadIdx.x & 31;
   const bf16* act[TC];
@@ -641,7 +781,7 @@ __device__ __forceinline__ void DownRows(const MoeParams& p, const bf16* w0, con
   for (int t = 0; t < TC; ++t) {
     act[t] = p.h + static_cast<size_t>(row0 + min(t, nt - 1)) * p.inter;
   }
-  const bf16* w[2] = {w0, w1};
+  const WR w[2] = {w0, w1};
   float acc[2][TC];
   WarpDot<V, 2, TC>(w, act, nt, p.inter, acc);
 #pragma unroll
@@ -660,7 +800,7 @@ __device__ __forceinline__ void DownRows(const MoeParams& p, const bf16* w0, con
 
 // Grid (expert slot, ceil(D / 16)); warp w of tile y computes features
 // 16y + 2w and 16y + 2w + 1.
-template <int V>
+template <int V, typename W>
 __global__ void __launch_bounds__(kGemvThreads, 2) MoeDownGemvKernel(MoeParams p) {
   PdlWait();
   PdlLaunchDependents();
@@ -671,9 +811,8 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeDownGemvKernel(MoeParams p
   const int d = blockIdx.y * (2 * kGemvWarps) + 2 * (threadIdx.x >> 5);
   if (d >= p.hidden) return;
   const bool has1 = d + 1 < p.hidden;
-  const size_t I = static_cast<size_t>(p.inter);
-  const bf16* w0 = p.w2 + (static_cast<size_t>(e) * p.hidden + d) * I;
-  const bf16* w1 = has1 ? w0 + I : w0;
+  const auto w0 = W2Row<W>(p, e, d);
+  const auto w1 = W2Row<W>(p, e, has1 ? d + 1 : d);
   for (int t0 = 0; t0 < count; t0 += kGemvTokens) {
     const int nt = min(kGemvTokens, count - t0);
     if (nt == 1) {
@@ -693,7 +832,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeDownGemvKernel(MoeParams p
 // q = w, w + 8, ... (each pair's expert rows are streamed once), partial
 // results go to shared memory, then y[t, d] = Σ_j wt[t, j] · part[t, j, d] in
 // j order.
-template <int V>
+template <int V, typename W>
 __global__ void __launch_bounds__(kGemvThreads) MoeDownCombineKernel(MoeParams p) {
   __shared__ float part[kFusedCombineMaxTokens * kMaxTopK][kFusedRows];
   PdlWait();
@@ -705,11 +844,9 @@ __global__ void __launch_bounds__(kGemvThreads) MoeDownCombineKernel(MoeParams p
   const size_t I = static_cast<size_t>(p.inter);
   for (int q = warp; q < pairs; q += kGemvWarps) {
     const int e = p.idx[q];
-    const bf16* w[kFusedRows];
+    typename RowOf<W>::type w[kFusedRows];
 #pragma unroll
-    for (int r = 0; r < kFusedRows; ++r) {
-      w[r] = p.w2 + (static_cast<size_t>(e) * p.hidden + min(d0 + r, p.hidden - 1)) * I;
-    }
+    for (int r = 0; r < kFusedRows; ++r) w[r] = W2Row<W>(p, e, min(d0 + r, p.hidden - 1));
     const bf16* act[1] = {p.h + static_cast<size_t>(p.pair_row[q]) * I};
     float acc[kFusedRows][1];
     WarpDot<V, kFusedRows, 1>(w, act, 1, p.inter, acc);
@@ -823,6 +960,8 @@ __global__ void __launch_bounds__(kGemmThreads) MoeGroupedGemmKernel(MoeParams p
   const int tile = blockIdx.x;
   if (tile >= p.meta[1]) return;
   const int e = p.tile_expert[tile];
+  if (e < p.expert_lo || e >= p.expert_hi) return;
+  const size_t el = static_cast<size_t>(e - p.expert_lo);  // weight slot
   const int first = p.offsets[e] + p.tile_m0[tile];
   const int rows = min(kBm, p.offsets[e + 1] - first);
   const int D = p.hidden;
@@ -853,9 +992,9 @@ __global__ void __launch_bounds__(kGemmThreads) MoeGroupedGemmKernel(MoeParams p
     if (kGateUp) {
       const int group = r >> 4;
       const int j = blockIdx.y * 64 + (group >> 1) * 16 + (r & 15);
-      wrow = static_cast<size_t>(e) * 2 * I + ((group & 1) ? I + j : j);
+      wrow = el * 2 * I + ((group & 1) ? I + j : j);
     } else {
-      wrow = static_cast<size_t>(e) * D + blockIdx.y * kBn + r;
+      wrow = el * D + blockIdx.y * kBn + r;
     }
     b_src[i] = (kGateUp ? p.w13 : p.w2) + wrow * K + ld_col;
   }
@@ -949,6 +1088,36 @@ __global__ void __launch_bounds__(kGemmThreads) MoeGroupedGemmKernel(MoeParams p
   }
 }
 
+// FP8 prefill: experts [expert_lo, expert_hi) that have rows, dequantised
+// into deq13 / deq2 (slot e − expert_lo) in the bf16 layout, 8 elements per
+// thread (D and I are multiples of 64 on this path). Grid (x, chunk size).
+constexpr int kDequantThreads = 256;
+__global__ void __launch_bounds__(kDequantThreads) MoeDequantExpertsKernel(MoeParams p) {
+  PdlWait();
+  PdlLaunchDependents();
+  const int e = p.expert_lo + static_cast<int>(blockIdx.y);
+  if (e >= p.expert_hi || p.offsets[e + 1] == p.offsets[e]) return;
+  const size_t D = static_cast<size_t>(p.hidden);
+  const size_t I = static_cast<size_t>(p.inter);
+  const size_t slot = blockIdx.y;
+  const size_t n13 = 2 * I * D / 8;
+  const size_t total = n13 + D * I / 8;
+  for (size_t v = static_cast<size_t>(blockIdx.x) * kDequantThreads + threadIdx.x; v < total;
+       v += static_cast<size_t>(gridDim.x) * kDequantThreads) {
+    const bool is13 = v < n13;
+    const size_t q = (is13 ? v : v - n13) * 8;
+    const size_t cols = is13 ? D : I;
+    const int r = static_cast<int>(q / cols);
+    const int c = static_cast<int>(q % cols);
+    const Fp8Row row = is13 ? W13Row<uint8_t>(p, e, r) : W2Row<uint8_t>(p, e, r);
+    float f[8];
+    Unpack(LoadRow<8>(row, c), f);
+    bf16* dst = (is13 ? p.deq13 + slot * 2 * I * D : p.deq2 + slot * D * I) + q;
+    *reinterpret_cast<uint4*>(dst) = make_uint4(F32x2ToBf16x2(f[0], f[1]), F32x2ToBf16x2(f[2], f[3]),
+                                                F32x2ToBf16x2(f[4], f[5]), F32x2ToBf16x2(f[6], f[7]));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Host side.
 
@@ -996,33 +1165,33 @@ bool OneRoundEnabled() {
 // The gate|up kernel for rows of `hidden` elements: with 16-byte loads, a row
 // of up to 9 · 256 elements (Kimi's 2304) is read in one group (2 rows × 9
 // loads of 16 bytes per lane, 72 registers) instead of three dependent ones.
-template <int V>
+template <int V, typename W>
 void (*GateUpKernelFor(int hidden))(MoeParams) {
   if constexpr (V == 8) {
     const int64_t steps = CeilDiv(hidden, 32 * V);
     if (OneRoundEnabled() && steps > 4) {
-      if (steps <= 6) return MoeGateUpGemvKernel<V, 6>;
-      if (steps <= 8) return MoeGateUpGemvKernel<V, 8>;
-      if (steps <= 9) return MoeGateUpGemvKernel<V, 9>;
+      if (steps <= 6) return MoeGateUpGemvKernel<V, 6, W>;
+      if (steps <= 8) return MoeGateUpGemvKernel<V, 8, W>;
+      if (steps <= 9) return MoeGateUpGemvKernel<V, 9, W>;
     }
   }
-  return MoeGateUpGemvKernel<V, 0>;
+  return MoeGateUpGemvKernel<V, 0, W>;
 }
 
-template <int V>
+template <int V, typename W>
 Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(p.num_experts, rows));
   const dim3 gate_up_grid(slots, static_cast<unsigned>(CeilDiv(p.inter, kGemvWarps)));
-  STRATA_RETURN_IF_ERROR(Launch("MoeGateUpGemvKernel", GateUpKernelFor<V>(p.hidden), gate_up_grid,
+  STRATA_RETURN_IF_ERROR(Launch("MoeGateUpGemvKernel", GateUpKernelFor<V, W>(p.hidden), gate_up_grid,
                                 dim3(kGemvThreads), 0, stream, p));
   if (p.num_tokens <= kFusedCombineMaxTokens) {
-    return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V>,
+    return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W>,
                   dim3(static_cast<unsigned>(CeilDiv(p.hidden, kFusedRows))), dim3(kGemvThreads),
                   0, stream, p);
   }
   STRATA_RETURN_IF_ERROR(Launch(
-      "MoeDownGemvKernel", MoeDownGemvKernel<V>,
+      "MoeDownGemvKernel", MoeDownGemvKernel<V, W>,
       dim3(slots, static_cast<unsigned>(CeilDiv(p.hidden, 2 * kGemvWarps))), dim3(kGemvThreads), 0,
       stream, p));
   const dim3 grid(static_cast<unsigned>(p.num_tokens));
@@ -1034,7 +1203,8 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
                 stream, p);
 }
 
-Status LaunchGemmPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
+// fp8_chunk: experts per dequantisation chunk when p.w13_fp8 is set.
+Status LaunchGemmPath(const MoeParams& p, bool vec4_y, int fp8_chunk, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
   const unsigned tiles = static_cast<unsigned>(TileBound(rows, p.num_experts));
   STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(MoeGroupedGemmKernel<true>,
@@ -1043,12 +1213,36 @@ Status LaunchGemmPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(MoeGroupedGemmKernel<false>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kGemmSmemBytes)));
-  STRATA_RETURN_IF_ERROR(Launch("MoeGroupedGemmKernel<gate_up>", MoeGroupedGemmKernel<true>,
-                                dim3(tiles, static_cast<unsigned>(p.inter / 64)),
-                                dim3(kGemmThreads), kGemmSmemBytes, stream, p));
-  STRATA_RETURN_IF_ERROR(Launch("MoeGroupedGemmKernel<down>", MoeGroupedGemmKernel<false>,
-                                dim3(tiles, static_cast<unsigned>(p.hidden / kBn)),
-                                dim3(kGemmThreads), kGemmSmemBytes, stream, p));
+  auto gemms = [&](const MoeParams& q) -> Status {
+    STRATA_RETURN_IF_ERROR(Launch("MoeGroupedGemmKernel<gate_up>", MoeGroupedGemmKernel<true>,
+                                  dim3(tiles, static_cast<unsigned>(q.inter / 64)),
+                                  dim3(kGemmThreads), kGemmSmemBytes, stream, q));
+    return Launch("MoeGroupedGemmKernel<down>", MoeGroupedGemmKernel<false>,
+                  dim3(tiles, static_cast<unsigned>(q.hidden / kBn)), dim3(kGemmThreads),
+                  kGemmSmemBytes, stream, q);
+  };
+  if (p.w13_fp8 == nullptr) {
+    STRATA_RETURN_IF_ERROR(gemms(p));
+  } else {
+    // Chunks of `chunk` experts: dequantise the chunk's active experts, then
+    // the GEMMs on the tiles of those experts (the others exit at once). The
+    // scratch is reused; stream order (and each kernel's PdlWait) keeps the
+    // next chunk's dequantisation behind the previous chunk's GEMMs.
+    const int64_t per = 3 * static_cast<int64_t>(p.inter) * p.hidden / 8;
+    const unsigned dq_x =
+        static_cast<unsigned>(std::min<int64_t>(CeilDiv(per, kDequantThreads), 1024));
+    for (int lo = 0; lo < p.num_experts; lo += fp8_chunk) {
+      MoeParams q = p;
+      q.expert_lo = lo;
+      q.expert_hi = std::min(p.num_experts, lo + fp8_chunk);
+      q.w13 = p.deq13;
+      q.w2 = p.deq2;
+      STRATA_RETURN_IF_ERROR(Launch("MoeDequantExpertsKernel", MoeDequantExpertsKernel,
+                                    dim3(dq_x, static_cast<unsigned>(q.expert_hi - lo)),
+                                    dim3(kDequantThreads), 0, stream, q));
+      STRATA_RETURN_IF_ERROR(gemms(q));
+    }
+  }
   const dim3 grid(static_cast<unsigned>(p.num_tokens));
   if (vec4_y) {
     return Launch("MoeCombineKernel", MoeCombineKernel<true>, grid, dim3(kCombineThreads), 0,
@@ -1118,8 +1312,30 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   if (args.router_logits == nullptr) {
     return absl::InvalidArgumentError("MoeForward: args.router_logits is null");
   }
-  if (args.w13 == nullptr) return absl::InvalidArgumentError("MoeForward: args.w13 is null");
-  if (args.w2 == nullptr) return absl::InvalidArgumentError("MoeForward: args.w2 is null");
+  const bool fp8 = args.fp8.w13 != nullptr;
+  if (fp8 != s.fp8_experts) {
+    return absl::InvalidArgumentError(
+        "MoeForward: args.fp8.w13 must be set exactly when shape.fp8_experts is");
+  }
+  if (fp8) {
+    const MoeFp8Experts& f = args.fp8;
+    if (args.w13 != nullptr || args.w2 != nullptr) {
+      return absl::InvalidArgumentError("MoeForward: args.w13 / args.w2 must be null with FP8 experts");
+    }
+    if (f.w2 == nullptr || f.w13_scale == nullptr || f.w2_scale == nullptr) {
+      return absl::InvalidArgumentError(
+          "MoeForward: args.fp8.w2, args.fp8.w13_scale and args.fp8.w2_scale must be set");
+    }
+    if (f.block_rows < 1 || f.block_cols < 1 || f.block_rows > INT_MAX ||
+        f.block_cols > INT_MAX || s.inter % f.block_rows != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MoeForward: args.fp8 blocks must be positive with shape.inter a multiple of "
+          "block_rows, got ", f.block_rows, " x ", f.block_cols, " with inter ", s.inter));
+    }
+  } else {
+    if (args.w13 == nullptr) return absl::InvalidArgumentError("MoeForward: args.w13 is null");
+    if (args.w2 == nullptr) return absl::InvalidArgumentError("MoeForward: args.w2 is null");
+  }
   if (args.y == nullptr) return absl::InvalidArgumentError("MoeForward: args.y is null");
   const Layout l = MakeLayout(s, args.num_tokens);
   if (workspace == nullptr || workspace_bytes < l.total) {
@@ -1148,6 +1364,23 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   p.bias = args.score_bias;
   p.w13 = args.w13;
   p.w2 = args.w2;
+  p.expert_lo = 0;
+  p.expert_hi = p.num_experts;
+  if (fp8) {
+    const MoeFp8Experts& f = args.fp8;
+    p.w13_fp8 = f.w13;
+    p.w13_scale = f.w13_scale;
+    p.w2_fp8 = f.w2;
+    p.w2_scale = f.w2_scale;
+    p.fp8_br = static_cast<int>(f.block_rows);
+    p.fp8_bc = static_cast<int>(f.block_cols);
+    p.sr13 = static_cast<int>(2 * s.inter / f.block_rows);
+    p.sc_d = static_cast<int>(CeilDiv(s.hidden, f.block_cols));
+    p.sr2 = static_cast<int>(CeilDiv(s.hidden, f.block_rows));
+    p.sc_i = static_cast<int>(CeilDiv(s.inter, f.block_cols));
+    p.deq13 = reinterpret_cast<bf16*>(ws + l.deq);
+    p.deq2 = p.deq13 + static_cast<size_t>(l.deq_experts) * 2 * s.inter * s.hidden;
+  }
   p.y = args.y;
   p.idx = reinterpret_cast<int32_t*>(ws + l.idx);
   p.wt = reinterpret_cast<float*>(ws + l.wt);
@@ -1164,13 +1397,26 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   STRATA_RETURN_IF_ERROR(RouteAndPlan(p, args.num_tokens <= kFusedRouteMaxTokens, stream));
 
   const bool vec4_y = s.hidden % 4 == 0 && IsAligned(args.y, 16);
-  const bool aligned = IsAligned(args.x, 16) && IsAligned(args.w13, 16) && IsAligned(args.w2, 16);
   const int64_t rows = args.num_tokens * s.top_k;
-  if (rows > kMoeGemvMaxRows && aligned && s.hidden % kBn == 0 && s.inter % 64 == 0) {
-    return LaunchGemmPath(p, vec4_y, stream);
+  if (fp8) {
+    // The codes take 8-byte loads; the scratch the GEMM reads is aligned.
+    const bool vec = IsAligned(args.x, 16) && IsAligned(args.fp8.w13, 8) &&
+                     IsAligned(args.fp8.w2, 8) && s.hidden % 8 == 0 && s.inter % 8 == 0 &&
+                     args.fp8.block_cols % 8 == 0;
+    if (GemmShape(s, rows) && vec) {
+      return LaunchGemmPath(p, vec4_y, static_cast<int>(l.deq_experts), stream);
+    }
+    if (vec) return LaunchGemvPath<8, uint8_t>(p, vec4_y, stream);
+    return LaunchGemvPath<1, uint8_t>(p, vec4_y, stream);
   }
-  if (aligned && s.hidden % 8 == 0 && s.inter % 8 == 0) return LaunchGemvPath<8>(p, vec4_y, stream);
-  return LaunchGemvPath<1>(p, vec4_y, stream);
+  const bool aligned = IsAligned(args.x, 16) && IsAligned(args.w13, 16) && IsAligned(args.w2, 16);
+  if (rows > kMoeGemvMaxRows && aligned && s.hidden % kBn == 0 && s.inter % 64 == 0) {
+    return LaunchGemmPath(p, vec4_y, 0, stream);
+  }
+  if (aligned && s.hidden % 8 == 0 && s.inter % 8 == 0) {
+    return LaunchGemvPath<8, bf16>(p, vec4_y, stream);
+  }
+  return LaunchGemvPath<1, bf16>(p, vec4_y, stream);
 }
 
 }  // namespace strata::cuda

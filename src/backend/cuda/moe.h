@@ -2,7 +2,8 @@
 // host loop over experts: routing, the token→expert permutation, the grouped
 // expert products and the weighted combine all run on the device from device
 // offsets. Expert weights are stacked at load: w13 [E, 2I, D] (per expert the
-// gate rows w1 then the up rows w3) and w2 [E, D, I], bf16. The shared expert
+// gate rows w1 then the up rows w3) and w2 [E, D, I], bf16 or FP8 e4m3 with
+// block scales (MoeFp8Experts). The shared expert
 // is a dense SwiGLU the executor runs itself. backend/cpu/moe.h is the
 // reference (RouteSigmoidTopK for the routing rule, ties to the lower index).
 #ifndef STRATA_BACKEND_CUDA_MOE_H_
@@ -28,6 +29,28 @@ struct MoeShape {
   // weights softmax(logits) over all experts (renormalised over the picks with
   // `renormalize`). No score_bias and no groups with it.
   bool softmax = false;
+  // The experts come as FP8 (MoeArgs::fp8): the workspace then holds the bf16
+  // scratch the prefill path dequantises experts into.
+  bool fp8_experts = false;
+};
+
+// FP8 block-scaled experts (DeepSeek-V3 checkpoints), in the bf16 layout:
+// element (r, c) of expert e's w13 [2I, D] is
+// w13[e, r, c] · w13_scale[e, r / block_rows, c / block_cols], with
+// w13_scale [E, 2I / block_rows, ceil(D / block_cols)]; likewise w2 [E, D, I]
+// with w2_scale [E, ceil(D / block_rows), ceil(I / block_cols)]. I must be a
+// multiple of block_rows so gate and up rows never share a scale row (the
+// loader's 8-row groups, replicated from the checkpoint's 128-row blocks,
+// keep any checkpoint block edge). Each weight is rounded to bf16 exactly as
+// host dequantisation does (fp32 code · scale, then bf16), so the result is
+// the bf16 path's on the dequantised weights.
+struct MoeFp8Experts {
+  const uint8_t* w13 = nullptr;
+  const float* w13_scale = nullptr;
+  const uint8_t* w2 = nullptr;
+  const float* w2_scale = nullptr;
+  int64_t block_rows = 128;
+  int64_t block_cols = 128;
 };
 
 struct MoeArgs {
@@ -36,8 +59,9 @@ struct MoeArgs {
   const bf16* x = nullptr;             // [n, D]
   const float* router_logits = nullptr;  // [n, E] fp32 (router GEMM output)
   const float* score_bias = nullptr;   // [E] selection-only bias; may be null
-  const bf16* w13 = nullptr;
+  const bf16* w13 = nullptr;           // bf16 experts, or both null with fp8.w13
   const bf16* w2 = nullptr;
+  MoeFp8Experts fp8;                   // used when fp8.w13 is set (shape.fp8_experts)
   float* y = nullptr;                  // [n, D] fp32, overwritten with Σ_k w_k E_k(x)
 };
 
@@ -50,6 +74,12 @@ struct MoeArgs {
 // Decode (n·k ≤ 512) streams each active expert once on CUDA cores; more
 // rows take the tensor-core grouped GEMM when D % 128 == 0, I % 64 == 0 and
 // x, w13, w2 are 16-byte aligned. No host sync: the call can be captured.
+// FP8 experts: decode converts the codes in registers (8-byte loads when D
+// and I are multiples of 8); the grouped GEMM reads bf16, so prefill
+// dequantises the active experts of a chunk of experts into the workspace's
+// scratch (at most kMoeFp8ScratchBytes, at least one expert) and runs the
+// GEMMs chunk by chunk before one combine.
+constexpr int64_t kMoeFp8ScratchBytes = int64_t{512} << 20;
 size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens);
 Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
                   cudaStream_t stream);

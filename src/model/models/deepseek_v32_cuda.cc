@@ -442,8 +442,18 @@ Status DeepseekV32CudaModel::Ffn(const Layer& L, int64_t n, const float** pendin
   a.x = s_.xn;
   a.router_logits = s_.router_logits;
   a.score_bias = f.score_bias;
-  a.w13 = f.w13;
-  a.w2 = f.w2;
+  if (f.w13.is_fp8()) {
+    a.shape.fp8_experts = true;
+    a.fp8.w13 = f.w13.fp8;
+    a.fp8.w13_scale = f.w13.scale;
+    a.fp8.w2 = f.w2.fp8;
+    a.fp8.w2_scale = f.w2.scale;
+    a.fp8.block_rows = kFp8ScaleRows;
+    a.fp8.block_cols = f.w13.block_cols;
+  } else {
+    a.w13 = f.w13.bf;
+    a.w2 = f.w2.bf;
+  }
   a.y = s_.delta;
   STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
   if (g.Is > 0) STRATA_RETURN_IF_ERROR(swiglu(g.Is));

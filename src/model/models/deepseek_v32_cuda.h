@@ -18,7 +18,8 @@ struct DeepseekV32CudaStats {
   uint64_t scratch_bytes = 0;
   uint64_t kv_pool_bytes = 0;  // MLA latent rows + indexer keys, all blocks
   // Matrices kept FP8 e4m3 on the device (codes + expanded scales; part of
-  // weight_bytes); 0 for bf16 checkpoints and dummy weights.
+  // weight_bytes), a layer's stacked routed experts counting as two (w13,
+  // w2); 0 for bf16 checkpoints and dummy weights.
   uint64_t fp8_weight_bytes = 0;
   int64_t fp8_matrices = 0;
   int64_t kv_blocks_total = 0, kv_blocks_free = 0;

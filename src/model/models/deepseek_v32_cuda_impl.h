@@ -17,8 +17,10 @@
 //    scales expanded to one row of the grid per 8 weight rows (Mat below) so
 //    that a fused matrix's segments, which start at multiples of 8 rows, keep
 //    their own scales. They run through cuda::Fp8Gemm (backend/cuda/
-//    fp8_gemm.h). kv_b (read by the batched absorption GEMMs, transposed)
-//    and the routed experts (the grouped MoE kernels take bf16) are
+//    fp8_gemm.h). The routed experts stay e4m3 too (stacked w13 / w2 Mats
+//    with the same 8-row scale groups, read by cuda::MoeForward's FP8 path)
+//    when every expert matrix of the layer is FP8 and I and D are multiples
+//    of 8. kv_b (read by the batched absorption GEMMs, transposed) is
 //    dequantised on the host and uploaded bf16;
 //  * residual stream fp32, activations bf16, router logits and the indexer's
 //    head weights fp32;
@@ -176,8 +178,8 @@ struct FfnLayer {
   Mat down;                 // [D, I]
   Mat router;               // [E, D]
   float* score_bias = nullptr;
-  bf16* w13 = nullptr;      // [E, 2I, D]
-  bf16* w2 = nullptr;       // [E, D, I]
+  Mat w13;                  // routed experts [E·2I, D] (per expert gate rows, then up)
+  Mat w2;                   // [E·D, I]
 };
 
 struct Layer {
@@ -200,10 +202,13 @@ using Fp8Query = std::function<bool(const std::string&)>;
 // fp8_bytes: the device bytes of the matrices kept FP8 (codes and scales);
 // max_fp8_elems: the largest of them (rows · cols), what the prefill tile
 // must hold to dequantise one in a single chunk.
+// The stacked routed experts count as two matrices per layer (w13, w2) and
+// never go through the prefill tile (MoeForward has its own scratch).
 struct Fp8Footprint {
   uint64_t bytes = 0;
   int64_t matrices = 0;
   int64_t max_elems = 0;
+  int64_t expert_layers = 0;  // MoE layers whose routed experts stay FP8
 };
 void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate_lm_head,
                   const Fp8Query& is_fp8, Carver& c, Weights& w, Fp8Footprint* fp8);

@@ -6,8 +6,9 @@
 //
 // FP8 block-scaled checkpoints keep the matrices of the plain GEMMs in FP8 on
 // the device (codes copied as stored, scales expanded to 8-row groups; see
-// deepseek_v32_cuda_impl.h); kv_b and the routed experts are dequantised on
-// the host (the CPU adapter's LoadFp8BlockScaled) and uploaded as bf16.
+// deepseek_v32_cuda_impl.h), the routed experts included (cuda::MoeForward
+// reads them FP8); kv_b is dequantised on the host (the CPU adapter's
+// LoadFp8BlockScaled) and uploaded as bf16.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -83,7 +84,9 @@ void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate
     return true;
   };
   Fp8Footprint foot;
-  auto mat = [&](int64_t rows, int64_t cols, bool f8) {
+  // in_tile: the prefill GEMM dequantises this matrix through the shared
+  // tile (not the routed experts, which MoeForward dequantises itself).
+  auto mat = [&](int64_t rows, int64_t cols, bool f8, bool in_tile = true) {
     Mat m;
     if (!f8) {
       m.bf = c.Take<bf16>(rows * cols);
@@ -95,8 +98,21 @@ void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate
     m.block_cols = bc;
     foot.bytes += static_cast<uint64_t>(rows * cols + 4 * scales);
     ++foot.matrices;
-    foot.max_elems = std::max(foot.max_elems, rows * cols);
+    if (in_tile) foot.max_elems = std::max(foot.max_elems, rows * cols);
     return m;
+  };
+  // Routed experts stay FP8 when all 3·E of the layer's matrices are and each
+  // expert's gate, up and down rows start on an 8-row scale group.
+  auto experts_fp8 = [&](const std::string& m) {
+    if (!fp8_ok || g.I % kFp8ScaleRows != 0 || g.D % kFp8ScaleRows != 0) return false;
+    for (int64_t e = 0; e < g.E; ++e) {
+      const std::string xe = absl::StrCat(m, "experts.", e, ".");
+      if (!is_fp8(xe + "gate_proj.weight") || !is_fp8(xe + "up_proj.weight") ||
+          !is_fp8(xe + "down_proj.weight")) {
+        return false;
+      }
+    }
+    return true;
   };
   w.embed = c.Take<bf16>(g.V * g.D);
   w.lm_head = separate_lm_head ? c.Take<bf16>(g.V * g.D) : w.embed;
@@ -131,8 +147,10 @@ void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate
     } else {
       f.router = mat(g.E, g.D, want({m + "gate.weight"}));
       f.score_bias = c.Take<float>(g.E);
-      f.w13 = c.Take<bf16>(g.E * 2 * g.I * g.D);
-      f.w2 = c.Take<bf16>(g.E * g.D * g.I);
+      const bool xf8 = experts_fp8(m);
+      f.w13 = mat(g.E * 2 * g.I, g.D, xf8, /*in_tile=*/false);
+      f.w2 = mat(g.E * g.D, g.I, xf8, /*in_tile=*/false);
+      if (xf8) ++foot.expert_layers;
       if (g.Is > 0) {
         const std::string se = m + "shared_experts.";
         f.gate_up = mat(2 * g.Is, g.D, want({se + "gate_proj.weight", se + "up_proj.weight"},
@@ -358,7 +376,6 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   p.mla_ws = std::max(p.mla_ws, cuda::MlaSparsePrefillWorkspaceBytes(mshape, p.slice, g.K));
   p.index_ws = std::max(p.index_ws, cuda::IndexerPrefillWorkspaceBytes(
                                         ishape, p.slice, std::max<int64_t>(0, p.max_ctx - p.slice)));
-  if (g.has_moe) p.moe_ws = cuda::MoeWorkspaceBytes(MoeShapeOf(g), p.rows);
   for (int64_t b = 1; b <= p.max_batch; ++b) {
     p.sample_ws = std::max(p.sample_ws, cuda::SampleWorkspaceBytes(b, g.V));
   }
@@ -374,6 +391,13 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   }
   Carver weight_size(nullptr);
   CarveWeights(g, config, separate_lm_head, is_fp8, weight_size, w_, &fp8_);
+  if (g.has_moe) {
+    // FP8 experts add MoeForward's prefill dequantisation scratch; bf16
+    // layers need a prefix of the same workspace.
+    cuda::MoeShape ms = MoeShapeOf(g);
+    ms.fp8_experts = fp8_.expert_layers > 0;
+    p.moe_ws = cuda::MoeWorkspaceBytes(ms, p.rows);
+  }
   // Prefill GEMMs on FP8 weights dequantise row chunks into this tile; a cap
   // keeps it small next to the weights (the largest published FP8 matrix,
   // o_proj [7168, 16384], then takes 4 chunks).
@@ -571,10 +595,9 @@ Status DeepseekV32CudaModel::UploadWeights(const WeightStore& ws, const LoadOpti
       STRATA_RETURN_IF_ERROR(vec(m + "gate.e_score_correction_bias", E, f.score_bias));
       for (int64_t e = 0; e < E; ++e) {
         const std::string xe = absl::StrCat(m, "experts.", e, ".");
-        bf16* w13 = f.w13 + e * 2 * I * D;
-        STRATA_RETURN_IF_ERROR(matrix(xe + "gate_proj.weight", I, D, w13));
-        STRATA_RETURN_IF_ERROR(matrix(xe + "up_proj.weight", I, D, w13 + I * D));
-        STRATA_RETURN_IF_ERROR(matrix(xe + "down_proj.weight", D, I, f.w2 + e * D * I));
+        STRATA_RETURN_IF_ERROR(put(xe + "gate_proj.weight", I, D, f.w13, e * 2 * I));
+        STRATA_RETURN_IF_ERROR(put(xe + "up_proj.weight", I, D, f.w13, e * 2 * I + I));
+        STRATA_RETURN_IF_ERROR(put(xe + "down_proj.weight", D, I, f.w2, e * D));
       }
       if (g.Is > 0) {
         const int64_t Is = g.Is;
@@ -631,8 +654,8 @@ Status DeepseekV32CudaModel::MakeDummyWeights(uint64_t seed) {
     } else {
       STRATA_RETURN_IF_ERROR(mat(f.router.bf, g.E * g.D));
       STRATA_RETURN_IF_ERROR(f32(f.score_bias, g.E, -0.01f, 0.01f));
-      STRATA_RETURN_IF_ERROR(mat(f.w13, g.E * 2 * g.I * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.w2, g.E * g.D * g.I));
+      STRATA_RETURN_IF_ERROR(mat(f.w13.bf, g.E * 2 * g.I * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.w2.bf, g.E * g.D * g.I));
       if (g.Is > 0) {
         STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.Is * g.D));
         STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.Is));
