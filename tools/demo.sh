@@ -12,7 +12,7 @@ agent=./build/samples/strata-agent
 if [ $# -gt 0 ]; then
   exec "$agent" "$@"
 fi
-for q in "What is 12.5 * 8 - 3?" "What is in the file notes/trip.txt?"; do
+for q in "What is 12.5 * 8 - 3?" "What is in the file notes/plan.txt?"; do
   echo "\$ strata-agent --sandbox samples/agent/sandbox --question \"$q\""
   "$agent" --sandbox samples/agent/sandbox --question "$q"
   echo
