@@ -42,6 +42,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -433,6 +435,41 @@ constexpr int64_t kItemFloats = 5 * kTile + kDim;
 constexpr int64_t kItemBytes = kItemFloats * 4;
 static_assert(kItemBytes % 256 == 0, "items keep the workspace's 256-byte alignment");
 
+// The default path's item ("v2"): the three mma operands of the state pass
+// (W, Q', Kd) as bf16 — halving their workspace traffic and feeding bf16
+// m16n8k16 tensor cores — and U, O_intra and the decay as fp32 (they are only
+// added, never multiplied, so keeping them exact costs no tensor-core rate).
+// Byte offsets; every one a multiple of 16 for cp.async.
+constexpr int64_t kV2OffW = 0;                                   // bf16 [64][128]
+constexpr int64_t kV2OffQp = kV2OffW + kTile * 2;                // bf16 [64][128]
+constexpr int64_t kV2OffKd = kV2OffQp + kTile * 2;               // bf16 [64][128]
+constexpr int64_t kV2OffU = kV2OffKd + kTile * 2;                // fp32 [64][128]
+constexpr int64_t kV2OffOi = kV2OffU + kTile * 4;                // fp32 [64][128]
+constexpr int64_t kV2OffDecay = kV2OffOi + kTile * 4;            // fp32 [128]
+constexpr int64_t kV2ItemBytes = kV2OffDecay + kDim * 4;         // 115200
+static_assert(kV2ItemBytes % 256 == 0, "v2 items keep the workspace's 256-byte alignment");
+static_assert(kV2ItemBytes <= kItemBytes, "the v2 path fits the planned (fp32) workspace");
+
+// Where the intra-chunk kernel writes one (chunk, head) item. T is the type of
+// the three mma operands: float (tf32-rounded, the old path) or bf16.
+template <typename T>
+struct ItemOut {
+  T* w;
+  T* qp;
+  T* kd;
+  float* u;
+  float* oi;
+  float* decay;
+};
+
+// Two consecutive operand values: tf32-rounded fp32 or round-to-nearest bf16.
+__device__ __forceinline__ void StoreOperand2(float* p, float x, float y) {
+  StoreF2(p, RoundTf32(x), RoundTf32(y));
+}
+__device__ __forceinline__ void StoreOperand2(bf16* p, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+
 constexpr size_t kIntraSmemFloats = 4 * kChunk * kLd + 3 * kChunk * kLdc + kChunk;
 constexpr size_t kIntraSmemBytes = kIntraSmemFloats * sizeof(float);
 
@@ -629,8 +666,12 @@ __device__ void IntraDiagonal(const float* sQ, const float* sK, const float* sG,
     const int pair = active ? base + group : kPairs - 1;
     const int blk = pair / kPairsPerBlock;
     const int q = pair - blk * kPairsPerBlock;
-    int li = 0;
-    while ((li + 1) * (li + 2) / 2 <= q) ++li;
+    // Row li of the triangle: li(li+1)/2 ≤ q < (li+1)(li+2)/2, in closed form
+    // (sqrtf is exact on the perfect squares where the floor could tip) with
+    // a one-step guard instead of a data-dependent loop.
+    int li = static_cast<int>((sqrtf(static_cast<float>(8 * q + 1)) - 1.f) * 0.5f);
+    if ((li + 1) * (li + 2) / 2 <= q) ++li;
+    if (li * (li + 1) / 2 > q) --li;
     const int lj = q - li * (li + 1) / 2;
     const int i = 16 * blk + li, j = 16 * blk + lj;
     const bool same = i == j;
@@ -750,6 +791,7 @@ __device__ void IntraInverse(const float* sA, const float* sBeta, float* sX) {
   }
 }
 
+template <typename T>
 __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const PrefillParams p) {
   extern __shared__ float4 intra_smem[];
   float* sQ = reinterpret_cast<float*>(intra_smem);  // [64][kLd] q̂, then q̂⊙e^Γ
@@ -765,7 +807,19 @@ __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const Pr
   const int chunk = blockIdx.x, h = blockIdx.y;
   const int64_t t0 = p.t_begin + static_cast<int64_t>(chunk) * kChunk;
   const int len = static_cast<int>(std::min<int64_t>(kChunk, p.num_tokens - t0));
-  float* item = p.ws + (static_cast<int64_t>(chunk) * p.heads + h) * kItemFloats;
+  ItemOut<T> item;
+  if constexpr (sizeof(T) == 4) {
+    float* base = p.ws + (static_cast<int64_t>(chunk) * p.heads + h) * kItemFloats;
+    item = ItemOut<T>{base + kOffW, base + kOffQp, base + kOffKd,
+                      base + kOffU, base + kOffOi, base + kOffDecay};
+  } else {
+    char* base = reinterpret_cast<char*>(p.ws) +
+                 (static_cast<int64_t>(chunk) * p.heads + h) * kV2ItemBytes;
+    item = ItemOut<T>{reinterpret_cast<T*>(base + kV2OffW), reinterpret_cast<T*>(base + kV2OffQp),
+                      reinterpret_cast<T*>(base + kV2OffKd), reinterpret_cast<float*>(base + kV2OffU),
+                      reinterpret_cast<float*>(base + kV2OffOi),
+                      reinterpret_cast<float*>(base + kV2OffDecay)};
+  }
 
   IntraLoad(p, h, t0, len, sQ, sK, sG, sV, sBeta);
   __syncthreads();
@@ -811,11 +865,10 @@ __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const Pr
       StoreF4(sK + i * kLd + d,
               make_float4(RoundTf32(kv.x * eg.x), RoundTf32(kv.y * eg.y), RoundTf32(kv.z * eg.z),
                           RoundTf32(kv.w * eg.w)));
-      StoreF4(item + kOffKd + i * kDim + d,
-              make_float4(RoundTf32(kv.x * el.x), RoundTf32(kv.y * el.y), RoundTf32(kv.z * el.z),
-                          RoundTf32(kv.w * el.w)));
+      StoreOperand2(item.kd + i * kDim + d, kv.x * el.x, kv.y * el.y);
+      StoreOperand2(item.kd + i * kDim + d + 2, kv.z * el.z, kv.w * el.w);
     }
-    if (tid < kDim) item[kOffDecay + tid] = __expf(g_last[tid]);
+    if (tid < kDim) item.decay[tid] = __expf(g_last[tid]);
   }
 
   IntraInverse(sA, sBeta, sX);
@@ -840,10 +893,10 @@ __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const Pr
         const float x = acc[m][n][2 * half], y = acc[m][n][2 * half + 1];
         if (warp < 4) {
           StoreF2(sK + row * kLd + col, RoundTf32(x), RoundTf32(y));
-          StoreF2(item + kOffW + row * kDim + col, RoundTf32(x), RoundTf32(y));
+          StoreOperand2(item.w + row * kDim + col, x, y);
         } else {
           StoreF2(sV + row * kLd + col, RoundTf32(x), RoundTf32(y));
-          StoreF2(item + kOffU + row * kDim + col, x, y);
+          StoreF2(item.u + row * kDim + col, x, y);
         }
       }
     }
@@ -863,9 +916,9 @@ __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const Pr
         const float x = acc[m][n][2 * half], y = acc[m][n][2 * half + 1];
         if (warp < 4) {
           const float* qg = sQ + row * kLd + col;
-          StoreF2(item + kOffQp + row * kDim + col, RoundTf32(qg[0] - x), RoundTf32(qg[1] - y));
+          StoreOperand2(item.qp + row * kDim + col, qg[0] - x, qg[1] - y);
         } else {
-          StoreF2(item + kOffOi + row * kDim + col, x, y);
+          StoreF2(item.oi + row * kDim + col, x, y);
         }
       }
     }
@@ -1056,6 +1109,242 @@ __global__ void __launch_bounds__(kRecThreads, 1) KdaChunkRecurrenceKernel(const
   }
 }
 
+// ===========================================================================
+// The state pass of the default path ("v2"): bf16 m16n8k16 tensor cores with
+// fp32 accumulation, operands fetched with ldmatrix, every per-chunk input
+// (W, Q', Kd as bf16; this CTA's 32-column slices of U and O_intra and the
+// decay as fp32) double-buffered with cp.async one chunk ahead, two barriers
+// per chunk. S stays fp32 in registers; it is rounded to bf16 only as the B
+// operand of W·S and Q'·S (as V_new is for Kdᵀ·V_new), so rounding does not
+// accumulate across chunks.
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8×8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// D += A·B for one m16n8k16 bf16 tile (fp32 accumulators in the m16n8k8
+// layout above: c = {C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]}).
+__device__ __forceinline__ void MmaBf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void CpAsync16B(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(smem)), "l"(gmem)
+               : "memory");
+}
+
+__device__ __forceinline__ void StoreBf16x2(bf16* p, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+
+constexpr int kV2Threads = 256;
+constexpr int kV2Vt = 32;             // value columns per CTA
+constexpr int kV2LdOp = kDim + 8;     // bf16 [64][128] operand rows: 272 B, ldmatrix conflict-free
+constexpr int kV2LdSlice = kV2Vt + 8;  // fp32 [64][32] slices: float2 fragment reads conflict-free
+constexpr int kV2LdS = kV2Vt + 8;     // bf16 [128][32] S and [64][32] V_new: 80 B rows
+// One pipeline stage, in bytes.
+constexpr int kV2OpBytes = kChunk * kV2LdOp * 2;
+constexpr int kV2SliceBytes = kChunk * kV2LdSlice * 4;
+constexpr int kV2StageBytes = 3 * kV2OpBytes + 2 * kV2SliceBytes + kDim * 4;
+constexpr size_t kV2RecSmemBytes =
+    2 * static_cast<size_t>(kV2StageBytes) + (kDim + kChunk) * kV2LdS * 2;
+static_assert(kV2OpBytes % 16 == 0 && kV2SliceBytes % 16 == 0 && kV2StageBytes % 16 == 0,
+              "cp.async destinations stay 16-byte aligned");
+
+// CTA (value tile, head) walks the pass's chunks in order:
+//   V_new = U − W·S;  O = O_intra + Q'·S;  S = diag(decay)·S + Kdᵀ·V_new.
+// Warp w keeps rows 16w..16w+15 of the CTA's [128 × 32] slice of S as four
+// m16n8 fp32 accumulators. The two 64×32 products: warp w takes rows
+// 16·(w/2).. and column tiles 2·(w%2), 2·(w%2)+1.
+__global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(const PrefillParams p) {
+  extern __shared__ float4 v2_smem[];
+  char* smem = reinterpret_cast<char*>(v2_smem);
+  bf16* sS = reinterpret_cast<bf16*>(smem + 2 * kV2StageBytes);  // [128][kV2LdS]  S as bf16, [d][n]
+  bf16* sVn = sS + kDim * kV2LdS;                                 // [64][kV2LdS]   V_new, [i][n]
+  struct Stage {
+    bf16* w;       // [64][kV2LdOp]
+    bf16* qp;      // [64][kV2LdOp]
+    bf16* kd;      // [64][kV2LdOp]
+    float* u;      // [64][kV2LdSlice]
+    float* oi;     // [64][kV2LdSlice]
+    float* decay;  // [128]
+  };
+  auto stage = [&](int buf) {
+    char* b = smem + buf * kV2StageBytes;
+    return Stage{reinterpret_cast<bf16*>(b), reinterpret_cast<bf16*>(b + kV2OpBytes),
+                 reinterpret_cast<bf16*>(b + 2 * kV2OpBytes),
+                 reinterpret_cast<float*>(b + 3 * kV2OpBytes),
+                 reinterpret_cast<float*>(b + 3 * kV2OpBytes + kV2SliceBytes),
+                 reinterpret_cast<float*>(b + 3 * kV2OpBytes + 2 * kV2SliceBytes)};
+  };
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int v0 = blockIdx.x * kV2Vt;
+  const int h = blockIdx.y;
+  const char* items = reinterpret_cast<const char*>(p.ws) + static_cast<int64_t>(h) * kV2ItemBytes;
+  const int64_t item_stride = static_cast<int64_t>(p.heads) * kV2ItemBytes;
+  float* state = p.state + static_cast<int64_t>(h) * p.dk * p.dv;
+
+  // One chunk's inputs into stage `buf`: 3 × 1024 operand segments, 2 × 512
+  // slice segments and 32 decay segments of 16 bytes.
+  auto load_stage = [&](int c, int buf) {
+    const char* src = items + c * item_stride;
+    const Stage st = stage(buf);
+    for (int idx = tid; idx < kChunk * (kDim / 8); idx += kV2Threads) {
+      const int row = idx >> 4, c8 = (idx & 15) * 8;
+      CpAsync16B(st.w + row * kV2LdOp + c8, src + kV2OffW + (row * kDim + c8) * 2);
+      CpAsync16B(st.qp + row * kV2LdOp + c8, src + kV2OffQp + (row * kDim + c8) * 2);
+      CpAsync16B(st.kd + row * kV2LdOp + c8, src + kV2OffKd + (row * kDim + c8) * 2);
+    }
+    for (int idx = tid; idx < kChunk * (kV2Vt / 4); idx += kV2Threads) {
+      const int row = idx >> 3, c4 = (idx & 7) * 4;
+      const int64_t off = (static_cast<int64_t>(row) * kDim + v0 + c4) * 4;
+      CpAsync16B(st.u + row * kV2LdSlice + c4, src + kV2OffU + off);
+      CpAsync16B(st.oi + row * kV2LdSlice + c4, src + kV2OffOi + off);
+    }
+    if (tid < kDim / 4) CpAsync16B(st.decay + 4 * tid, src + kV2OffDecay + 16 * tid);
+  };
+  load_stage(0, 0);
+  CpAsyncCommit();
+
+  // acc[n] holds S rows (16w + g, 16w + g + 8) × columns v0 + 8n + 2t (+1).
+  float acc[4][4];
+  const int d_lo = 16 * warp + g, d_hi = d_lo + 8;
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int d = c < 2 ? d_lo : d_hi;
+      const int col = v0 + 8 * n + 2 * t + (c & 1);
+      acc[n][c] = d < p.dk && col < p.dv ? state[static_cast<int64_t>(d) * p.dv + col] : 0.f;
+    }
+  }
+
+  // ldmatrix row addresses (lane l feeds row l % 8 of matrix l / 8).
+  const int lm = lane >> 3, lr = lane & 7;
+  const int mt = warp >> 1, nb = (warp & 1) * 2;
+  const int r_lo = 16 * mt + g, r_hi = r_lo + 8;
+  // A = W or Q' rows 16·mt.. (non-transposed): matrices (rows +0/+8) × (k +0/+8).
+  const int a_row = 16 * mt + lr + 8 * (lm & 1), a_col = 8 * (lm >> 1);
+  // B = S [k = d][n] (transposed load): matrices (k +0/+8) × (n tile nb/nb+1).
+  const int bs_row = lr + 8 * (lm & 1), bs_col = 8 * (nb + (lm >> 1));
+  // A = Kdᵀ, stored [i][d] (transposed load): matrices (d +0/+8) × (i +0/+8).
+  const int ak_row = lr + 8 * (lm >> 1), ak_col = 16 * warp + 8 * (lm & 1);
+  // B = V_new [k = i][n] (transposed load), n tiles 2j, 2j + 1.
+  const int bv_row = lr + 8 * (lm & 1), bv_col = 8 * (lm >> 1);
+
+  for (int c = 0; c < p.num_chunks; ++c) {
+    const int buf = c & 1;
+    const Stage st = stage(buf);
+    const int64_t t0 = p.t_begin + static_cast<int64_t>(c) * kChunk;
+    const int len = static_cast<int>(std::min<int64_t>(kChunk, p.num_tokens - t0));
+
+    // Publish S as bf16 (the B operand of W·S and Q'·S).
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      StoreBf16x2(sS + d_lo * kV2LdS + 8 * n + 2 * t, acc[n][0], acc[n][1]);
+      StoreBf16x2(sS + d_hi * kV2LdS + 8 * n + 2 * t, acc[n][2], acc[n][3]);
+    }
+    CpAsyncWaitAll();
+    __syncthreads();  // S and stage c visible; stage c ^ 1 (chunk c − 1) no longer read
+    if (c + 1 < p.num_chunks) {
+      load_stage(c + 1, buf ^ 1);
+      CpAsyncCommit();
+    }
+
+    // V_new = U − W·S and O = O_intra + Q'·S on the same tiles.
+    {
+      float ws[2][4] = {}, qs[2][4] = {};
+      const uint32_t w_base = SmemAddr(st.w + a_row * kV2LdOp + a_col);
+      const uint32_t q_base = SmemAddr(st.qp + a_row * kV2LdOp + a_col);
+      const uint32_t s_base = SmemAddr(sS + bs_row * kV2LdS + bs_col);
+#pragma unroll
+      for (int ks = 0; ks < kDim / 16; ++ks) {
+        uint32_t aw[4], aq[4], b[4];
+        LdMatrixX4(aw, w_base + ks * 32);
+        LdMatrixX4(aq, q_base + ks * 32);
+        LdMatrixX4Trans(b, s_base + ks * 16 * kV2LdS * 2);
+        MmaBf16(ws[0], aw, b[0], b[1]);
+        MmaBf16(ws[1], aw, b[2], b[3]);
+        MmaBf16(qs[0], aq, b[0], b[1]);
+        MmaBf16(qs[1], aq, b[2], b[3]);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = 8 * (nb + j) + 2 * t;
+        const float2 ul = *reinterpret_cast<const float2*>(st.u + r_lo * kV2LdSlice + col);
+        const float2 uh = *reinterpret_cast<const float2*>(st.u + r_hi * kV2LdSlice + col);
+        const float2 ol = *reinterpret_cast<const float2*>(st.oi + r_lo * kV2LdSlice + col);
+        const float2 oh = *reinterpret_cast<const float2*>(st.oi + r_hi * kV2LdSlice + col);
+        StoreBf16x2(sVn + r_lo * kV2LdS + col, ul.x - ws[j][0], ul.y - ws[j][1]);
+        StoreBf16x2(sVn + r_hi * kV2LdS + col, uh.x - ws[j][2], uh.y - ws[j][3]);
+        const float o[4] = {ol.x + qs[j][0], ol.y + qs[j][1], oh.x + qs[j][2], oh.y + qs[j][3]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = e < 2 ? r_lo : r_hi;
+          const int n = v0 + col + (e & 1);
+          if (row < len && n < p.dv) {
+            StoreAct(p.out, p.out_type, ((t0 + row) * p.heads + h) * p.dv + n, o[e]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // V_new complete
+
+    // S = decay⊙S + Kdᵀ·V_new.
+    {
+      const float dec_lo = st.decay[d_lo], dec_hi = st.decay[d_hi];
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        acc[n][0] *= dec_lo;
+        acc[n][1] *= dec_lo;
+        acc[n][2] *= dec_hi;
+        acc[n][3] *= dec_hi;
+      }
+      const uint32_t k_base = SmemAddr(st.kd + ak_row * kV2LdOp + ak_col);
+      const uint32_t v_base = SmemAddr(sVn + bv_row * kV2LdS + bv_col);
+#pragma unroll
+      for (int ks = 0; ks < kChunk / 16; ++ks) {
+        uint32_t a[4], b01[4], b23[4];
+        LdMatrixX4Trans(a, k_base + ks * 16 * kV2LdOp * 2);
+        LdMatrixX4Trans(b01, v_base + ks * 16 * kV2LdS * 2);
+        LdMatrixX4Trans(b23, v_base + ks * 16 * kV2LdS * 2 + 16 * 2);
+        MmaBf16(acc[0], a, b01[0], b01[1]);
+        MmaBf16(acc[1], a, b01[2], b01[3]);
+        MmaBf16(acc[2], a, b23[0], b23[1]);
+        MmaBf16(acc[3], a, b23[2], b23[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int d = c < 2 ? d_lo : d_hi;
+      const int col = v0 + 8 * n + 2 * t + (c & 1);
+      if (d < p.dk && col < p.dv) state[static_cast<int64_t>(d) * p.dv + col] = acc[n][c];
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Host-side checks.
 
@@ -1139,6 +1428,13 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 int64_t NumChunks(int64_t tokens) { return (tokens + kChunk - 1) / kChunk; }
 
+// STRATA_KDA_PREFILL=old selects the fp32-workspace / tf32 path for A/B runs.
+// Read on every call (a getenv, no runtime call) so one process can compare.
+bool UseOldPrefill() {
+  const char* e = std::getenv("STRATA_KDA_PREFILL");
+  return e != nullptr && std::strcmp(e, "old") == 0;
+}
+
 // Raises the prefill kernels' dynamic shared-memory limit, once per device: a
 // later call (possibly inside a stream capture) then makes no runtime call
 // besides cudaGetDevice.
@@ -1149,9 +1445,13 @@ Status AllowPrefillSharedMemory() {
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit != 0 && (done_mask.load(std::memory_order_acquire) & bit) != 0) return OkStatus();
   STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      KdaIntraChunkKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kIntraSmemBytes));
+      KdaIntraChunkKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, kIntraSmemBytes));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      KdaIntraChunkKernel<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kIntraSmemBytes));
   STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
       KdaChunkRecurrenceKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRecSmemBytes));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      KdaChunkRecurrenceV2Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kV2RecSmemBytes));
   done_mask.fetch_or(bit, std::memory_order_release);
   return OkStatus();
 }
@@ -1211,14 +1511,33 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
   STRATA_RETURN_IF_ERROR(AllowPrefillSharedMemory());
 
   const int64_t total_chunks = NumChunks(args.num_tokens);
-  const int v_tiles = static_cast<int>((s.value_dim + kVt - 1) / kVt);
-  for (int64_t c0 = 0; c0 < total_chunks; c0 += kMaxChunksPerPass) {
+  if (UseOldPrefill()) {
+    const int v_tiles = static_cast<int>((s.value_dim + kVt - 1) / kVt);
+    for (int64_t c0 = 0; c0 < total_chunks; c0 += kMaxChunksPerPass) {
+      p.t_begin = c0 * kChunk;
+      p.num_chunks = static_cast<int>(std::min(kMaxChunksPerPass, total_chunks - c0));
+      KdaIntraChunkKernel<float>
+          <<<dim3(p.num_chunks, p.heads), kIntraThreads, kIntraSmemBytes, stream>>>(p);
+      STRATA_RETURN_IF_ERROR(LaunchStatus("KdaIntraChunkKernel"));
+      KdaChunkRecurrenceKernel<<<dim3(v_tiles, p.heads), kRecThreads, kRecSmemBytes, stream>>>(p);
+      STRATA_RETURN_IF_ERROR(LaunchStatus("KdaChunkRecurrenceKernel"));
+    }
+    return OkStatus();
+  }
+
+  // The bf16 items are smaller than the planned fp32 ones, so a pass takes as
+  // many chunks as the caller's workspace holds: fewer, fuller launches.
+  const int64_t fit = static_cast<int64_t>(workspace_bytes / (kV2ItemBytes * s.num_heads));
+  const int64_t per_pass = std::max<int64_t>(1, std::min<int64_t>(fit, total_chunks));
+  const int v_tiles = static_cast<int>((s.value_dim + kV2Vt - 1) / kV2Vt);
+  for (int64_t c0 = 0; c0 < total_chunks; c0 += per_pass) {
     p.t_begin = c0 * kChunk;
-    p.num_chunks = static_cast<int>(std::min(kMaxChunksPerPass, total_chunks - c0));
-    KdaIntraChunkKernel<<<dim3(p.num_chunks, p.heads), kIntraThreads, kIntraSmemBytes, stream>>>(p);
+    p.num_chunks = static_cast<int>(std::min(per_pass, total_chunks - c0));
+    KdaIntraChunkKernel<bf16>
+        <<<dim3(p.num_chunks, p.heads), kIntraThreads, kIntraSmemBytes, stream>>>(p);
     STRATA_RETURN_IF_ERROR(LaunchStatus("KdaIntraChunkKernel"));
-    KdaChunkRecurrenceKernel<<<dim3(v_tiles, p.heads), kRecThreads, kRecSmemBytes, stream>>>(p);
-    STRATA_RETURN_IF_ERROR(LaunchStatus("KdaChunkRecurrenceKernel"));
+    KdaChunkRecurrenceV2Kernel<<<dim3(v_tiles, p.heads), kV2Threads, kV2RecSmemBytes, stream>>>(p);
+    STRATA_RETURN_IF_ERROR(LaunchStatus("KdaChunkRecurrenceV2Kernel"));
   }
   return OkStatus();
 }
