@@ -370,7 +370,12 @@ INSTANTIATE_TEST_SUITE_P(
         PrefillCase{{16, 32, 128, 128}, 200, 129, true, true},
         // Qwen3-Next-80B's linear-attention shape.
         PrefillCase{{16, 32, 128, 128}, 300, 0, true, false},
-        PrefillCase{{16, 32, 128, 128}, 1, 0, true, false}),
+        PrefillCase{{16, 32, 128, 128}, 1, 0, true, false},
+        // Odd lengths around the 64-token chunk, and a pass boundary with a
+        // 3-token tail continued from a mid-chunk split.
+        PrefillCase{{16, 32, 128, 128}, 63, 0, true, false},
+        PrefillCase{{16, 32, 128, 128}, 65, 0, true, true},
+        PrefillCase{{16, 32, 128, 128}, 4099, 65, true, false}),
     CaseName);
 
 // Decode of B sequences, one token each, over a slot pool with random states,

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <ostream>
 #include <random>
 #include <string>
@@ -421,8 +422,105 @@ INSTANTIATE_TEST_SUITE_P(
                       PrefillCase{{32, 128, 128}, 300, true, ActType::kF32, ActType::kBf16,
                                   GateDraw::kStrong},
                       PrefillCase{{32, 128, 128}, 1000, true},
-                      PrefillCase{{32, 128, 128}, 4096, true, ActType::kBf16}),
+                      PrefillCase{{32, 128, 128}, 4096, true, ActType::kBf16},
+                      // Production shape at lengths around the 64-token chunk,
+                      // and one pass boundary plus a 3-token tail (4099).
+                      PrefillCase{{32, 128, 128}, 1, true}, PrefillCase{{32, 128, 128}, 63, true},
+                      PrefillCase{{32, 128, 128}, 65, true},
+                      PrefillCase{{32, 128, 128}, 200, true, ActType::kBf16, ActType::kF32},
+                      PrefillCase{{32, 128, 128}, 4099, true, ActType::kBf16}),
     PrefillName);
+
+// Both prefill paths (the default bf16 one and STRATA_KDA_PREFILL=old) against
+// the CPU from a random state, and against each other. The variable is read
+// on every call, so one process runs both.
+class ScopedPrefillPath {
+ public:
+  explicit ScopedPrefillPath(const char* value) {
+    if (value != nullptr) {
+      setenv("STRATA_KDA_PREFILL", value, 1);
+    } else {
+      unsetenv("STRATA_KDA_PREFILL");
+    }
+  }
+  ~ScopedPrefillPath() { unsetenv("STRATA_KDA_PREFILL"); }
+  ScopedPrefillPath(const ScopedPrefillPath&) = delete;
+  ScopedPrefillPath& operator=(const ScopedPrefillPath&) = delete;
+};
+
+class KdaPrefillPathsTest : public ::testing::TestWithParam<PrefillCase> {};
+
+TEST_P(KdaPrefillPathsTest, OldAndDefaultMatchCpuAndEachOther) {
+  const PrefillCase& c = GetParam();
+  std::mt19937 rng(4321 + static_cast<uint32_t>(c.tokens * 3 + c.dims.dv));
+  const HeadParams hp = MakeHeadParams(c.dims, rng);
+  const Inputs in = MakeInputs(c.tokens, c.dims, hp, c.g_type, rng, c.draw);
+  const size_t n_state = c.dims.heads * c.dims.dk * c.dims.dv;
+  const std::vector<float> state0 = RandomState(n_state, rng);
+  std::vector<float> state = state0;
+  const std::vector<float> want = CpuChunked(in, 0, c.tokens, &state);
+
+  DeviceInputs dev(in, hp, c.fused);
+  ASSERT_TRUE(dev.uploaded);
+  std::vector<float> outs[2], states[2];
+  const char* paths[2] = {nullptr, "old"};
+  for (int i = 0; i < 2; ++i) {
+    ScopedPrefillPath path(paths[i]);
+    DeviceArray<float> d_state(n_state);
+    ASSERT_TRUE(d_state.Upload(state0));
+    Status st;
+    outs[i] = GpuPrefill(dev, 0, c.tokens, d_state.get(), c.out_type, &st);
+    ASSERT_TRUE(st.ok()) << st;
+    states[i] = d_state.Download(n_state);
+    const std::string name = absl::StrCat(PrefillName({c, 0}), i == 0 ? " default" : " old");
+    ExpectClose(name + " out", outs[i], want, kBf16Tolerance);
+    ExpectClose(name + " state", states[i], state, kBf16Tolerance);
+  }
+  ExpectClose(PrefillName({c, 0}) + " default vs old out", outs[0], outs[1], kBf16Tolerance);
+  ExpectClose(PrefillName({c, 0}) + " default vs old state", states[0], states[1], kBf16Tolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, KdaPrefillPathsTest,
+    ::testing::Values(PrefillCase{{4, 24, 24}, 97}, PrefillCase{{3, 40, 128}, 77},
+                      PrefillCase{{32, 128, 128}, 65, true},
+                      PrefillCase{{32, 128, 128}, 300, true, ActType::kF32, ActType::kBf16,
+                                  GateDraw::kStrong},
+                      PrefillCase{{32, 128, 128}, 2113, true, ActType::kBf16, ActType::kF32}),
+    PrefillName);
+
+// A random initial state carried through calls of 1, 63, 65, 200 and 4099
+// tokens (every call but the first starts mid-chunk of the whole sequence):
+// the outputs and the final state match one CPU call over all 4428 rows.
+TEST(KdaOddLengthsTest, CallsOfOddLengthsContinueARandomState) {
+  const Dims d{32, 128, 128};
+  std::mt19937 rng(2024);
+  const HeadParams hp = MakeHeadParams(d, rng);
+  const int64_t lengths[] = {1, 63, 65, 200, 4099};
+  int64_t total = 0;
+  for (int64_t len : lengths) total += len;
+  const Inputs in = MakeInputs(total, d, hp, ActType::kBf16, rng);
+  const size_t n_state = d.heads * d.dk * d.dv;
+  std::vector<float> state = RandomState(n_state, rng);
+
+  DeviceInputs dev(in, hp, /*fused=*/true);
+  ASSERT_TRUE(dev.uploaded);
+  DeviceArray<float> d_state(n_state);
+  ASSERT_TRUE(d_state.Upload(state));
+  std::vector<float> got;
+  int64_t r0 = 0;
+  for (int64_t len : lengths) {
+    Status st;
+    const std::vector<float> part = GpuPrefill(dev, r0, len, d_state.get(), ActType::kBf16, &st);
+    ASSERT_TRUE(st.ok()) << st << " at row " << r0;
+    got.insert(got.end(), part.begin(), part.end());
+    r0 += len;
+  }
+  const std::vector<float> want = CpuChunked(in, 0, total, &state);
+  ExpectClose("H32_dk128_dv128 1+63+65+200+4099 out", got, want, kBf16Tolerance);
+  ExpectClose("H32_dk128_dv128 1+63+65+200+4099 state", d_state.Download(n_state), state,
+              kBf16Tolerance);
+}
 
 // Two calls (130 then 71 tokens) continue the state exactly like one call.
 class KdaContinuationTest : public ::testing::TestWithParam<Dims> {};

@@ -20,6 +20,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_common.h"
@@ -116,7 +118,10 @@ KdaGates Gates(const float* g, const float* beta, const float* nea, const float*
 }
 
 // --- KDA prefill: one layer, T tokens, from a zero state ---------------------
-void BM_CudaKdaPrefill(benchmark::State& state) {
+// BM_CudaKdaPrefill runs the path the environment selects (the default, or
+// STRATA_KDA_PREFILL=old); BM_CudaKdaPrefillOld forces the old path, so one run
+// of the binary gives the A/B pair.
+void RunKdaPrefill(benchmark::State& state) {
   const int64_t T = state.range(0);
   cudaStream_t s = nullptr;
   cudaStreamCreate(&s);
@@ -154,7 +159,21 @@ void BM_CudaKdaPrefill(benchmark::State& state) {
   ReportFlops(state, 2 * macs * std::ceil(static_cast<double>(T) / c) * kH);
   cudaStreamDestroy(s);
 }
+void BM_CudaKdaPrefill(benchmark::State& state) { RunKdaPrefill(state); }
 BENCHMARK(BM_CudaKdaPrefill)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void BM_CudaKdaPrefillOld(benchmark::State& state) {
+  const char* prev = std::getenv("STRATA_KDA_PREFILL");
+  const std::string saved = prev != nullptr ? prev : "";
+  setenv("STRATA_KDA_PREFILL", "old", 1);
+  RunKdaPrefill(state);
+  if (prev != nullptr) {
+    setenv("STRATA_KDA_PREFILL", saved.c_str(), 1);
+  } else {
+    unsetenv("STRATA_KDA_PREFILL");
+  }
+}
+BENCHMARK(BM_CudaKdaPrefillOld)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // --- KDA decode: one layer, B sequences, one token each ----------------------
 void BM_CudaKdaDecode(benchmark::State& state) {
@@ -249,7 +268,10 @@ BENCHMARK(BM_CudaMlaDecode)
     ->Unit(benchmark::kMicrosecond);
 
 // --- MoE layer: routing + grouped experts + combine ---------------------------
-void BM_CudaMoeLayer(benchmark::State& state) {
+// BM_CudaMoeLayer takes the GEMM the environment selects (STRATA_MOE_GEMM=
+// cutlass|mma|auto, default auto); BM_CudaMoeLayerMma forces the mma.sync
+// kernels, so one run gives the prefill A/B pair.
+void RunMoeLayer(benchmark::State& state, MoeGemmImpl impl) {
   const int64_t n = state.range(0);
   MoeShape shape{kE, kD, kI, kTopK, true, 2.446f};
   cudaStream_t s = nullptr;
@@ -275,6 +297,7 @@ void BM_CudaMoeLayer(benchmark::State& state) {
   a.w13 = w13.as<bf16>();
   a.w2 = w2.as<bf16>();
   a.y = y.as<float>();
+  a.gemm_impl = impl;
   // The expert weights (3.6 GB) dwarf L2: no rotation needed.
   TimeLoop(state, s, [&](int64_t) { return MoeForward(a, ws.p, ws_bytes, s); });
   const double per_expert = 3.0 * kI * kD * 2;
@@ -286,7 +309,10 @@ void BM_CudaMoeLayer(benchmark::State& state) {
   }
   cudaStreamDestroy(s);
 }
-BENCHMARK(BM_CudaMoeLayer)->Arg(1)->Arg(8)->Arg(32)->Arg(64)->Arg(8192)->UseManualTime()->Unit(benchmark::kMicrosecond);
+void BM_CudaMoeLayer(benchmark::State& state) { RunMoeLayer(state, MoeGemmImpl::kAuto); }
+BENCHMARK(BM_CudaMoeLayer)->Arg(1)->Arg(8)->Arg(32)->Arg(64)->Arg(2048)->Arg(8192)->Arg(32768)->UseManualTime()->Unit(benchmark::kMicrosecond);
+void BM_CudaMoeLayerMma(benchmark::State& state) { RunMoeLayer(state, MoeGemmImpl::kMma); }
+BENCHMARK(BM_CudaMoeLayerMma)->Arg(2048)->Arg(8192)->Arg(32768)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace strata::cuda

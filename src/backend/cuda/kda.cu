@@ -10,29 +10,47 @@
 //    state element, far below the compute roof. B = 64 (8192 CTAs) should run
 //    at ≥ 80% of bandwidth; B = 1 (128 CTAs, one DRAM round trip to read, a
 //    block reduction, then the write) is latency-bound, ~2 µs (~50%) expected.
-//  * Prefill per 64-token chunk and head: intra-chunk products (off-diagonal
-//    key–key/query–key blocks 0.8 MFLOP, T'·[K|V] and B·[W|U] 2.4 MFLOP, the
-//    16×16 diagonal blocks pairwise on CUDA cores with 61 K exps, the blocked
-//    triangular inverse ~0.1 MFLOP) and the sequential state pass (W·S, Q'·S,
-//    Kdᵀ·V_new: 6.3 MFLOP), ~9.7 MFLOP in all. At T = 32K: 16384 chunk-heads →
-//    159 GFLOP, 0.23 ms at the 686 TFLOP/s bf16 peak (0.46 ms at the tf32 rate
-//    these kernels use). Memory: inputs 1.3 KB and output 0.25 KB per
-//    token-head (1.6 GB, 0.38 ms) plus the fp32 workspace, 2.6 KB per
-//    token-head written once and read once from DRAM (the 4 value-slice CTAs
-//    of a head share it through L2): 5.4 GB, 1.26 ms. So ~1.7–2 ms per layer at
-//    T = 32K is expected (~12% of the bf16 compute roof, ~20% of the I/O-only
-//    bound): a correctness-first version. Next steps: bf16 workspace (halves
-//    the dominant traffic), wgmma for the sequential pass, and a persistent
-//    kernel that overlaps the intra-chunk work with the state pass.
-//
-// Precision. Products run on tensor cores as tf32 (10-bit mantissa, rounded
-// with cvt.rna) with fp32 accumulation: ~4x smaller rounding than bf16, so the
-// output error stays well inside 1e-2 over long sequences, while the state,
-// gates, cumulative decays, norms and the triangular solve stay fp32. The
-// per-channel decay is never split into exp(Γ_i)·exp(−Γ_j) (overflow): within
-// a 16-token diagonal block exp(Γ_i − Γ_j) is formed pairwise, and
-// off-diagonal blocks go through the first row r of the later block so both
-// factors exp(Γ_i − Γ_r) and exp(Γ_r − Γ_j) are ≤ 1 (fla's chunk_kda scheme).
+//  * Prefill, per 64-token chunk and head (C = 64, d = 128), in multiply-adds:
+//    the strictly-lower 16×16 blocks of A = k̂k̂ᵀ and B = q̂k̂ᵀ 0.39 M (tensor
+//    cores), their four diagonal blocks pairwise 0.14 M (CUDA cores, 70 K
+//    exps), the blocked triangular inverse ~0.04 M, T'·[K|V] and B·[W|U] on
+//    the 10 non-zero 16-row block pairs 1.31 M, and the sequential state pass
+//    W·S, Q'·S, Kdᵀ·V_new 3.15 M: ~5.0 M MAC = ~10 MFLOP.
+//    At T = 32768, H = 32 (16384 chunk-heads): 1.65e11 FLOP (1.0e11 of them
+//    in the sequential pass), 0.24 ms at the ~690 TFLOP/s dense bf16 peak.
+//    Bytes at T = 32768: inputs q, k, v (bf16), g (fp32), β and the bf16
+//    output 1.61e9 B (0.38 ms at the 4.27 TB/s measured HBM rate) plus the
+//    workspace, written once by the intra-chunk kernel and read once by the
+//    state pass (a pass is ~170 MB, more than the 50 MB L2): default path
+//    115,200 B per chunk-head (W, Q', Kd bf16; U, O_intra fp32) = 1.89e9 B
+//    each way, 3.77e9 B; old path 164,352 B → 5.39e9 B. So the default path
+//    needs ≥ 5.4e9 B = 1.26 ms of DRAM time at 32K (old: 7.0e9 B, 1.64 ms) and
+//    is bandwidth- and latency-bound, not FLOP-bound (~10% of the bf16 roof).
+//  * Where the time goes (reasoned, 32K): the state pass is a chain of 512
+//    chunk steps per (head, 32-column) CTA, 128 CTAs on 132 SMs. The old
+//    tf32 pass runs 96 m16n8k8 mma per warp per step from scalar shared loads,
+//    reads U/O_intra from DRAM inside the step and waits on 3 barriers, ~8–15
+//    µs a step → most of the old 9.6 ms. The default pass does 48 bf16
+//    m16n8k16 (HMMA.16816) per warp per step from ldmatrix, with every input
+//    of step c+1 (71 KB per CTA) arriving by cp.async during step c and 2
+//    barriers a step: ~1.5–2 µs a step, ~0.8–1 ms. The intra-chunk kernel
+//    (16384 CTAs, one per SM at 187 KB shared memory) is the other half:
+//    ~124 waves of a latency-bound CTA (~10–15 µs) ≈ 1.3–1.9 ms.
+//    Next steps: fit two intra CTAs per SM (bf16 q̂/k̂/v tiles in shared
+//    memory), bf16 U/O_intra in the workspace, and overlapping pass p+1's
+//    intra kernel with pass p's state pass (programmatic dependent launch once
+//    both fit on an SM together).
+// Precision. The state, gates, cumulative decays, norms, the triangular
+// solve and all accumulations stay fp32. The intra-chunk products run on
+// tensor cores as tf32 (10-bit mantissa, rounded with cvt.rna). The default
+// state pass multiplies bf16 operands (W, Q', Kd rounded once when written;
+// S and V_new rounded as mma operands each chunk, S itself kept fp32 in
+// registers), as fla's chunk_kda does; the old path (STRATA_KDA_PREFILL=old)
+// keeps them tf32. The per-channel decay is never split into
+// exp(Γ_i)·exp(−Γ_j) (overflow): within a 16-token diagonal block
+// exp(Γ_i − Γ_j) is formed pairwise, and off-diagonal blocks go through the
+// first row r of the later block so both factors exp(Γ_i − Γ_r) and
+// exp(Γ_r − Γ_j) are ≤ 1 (fla's chunk_kda scheme).
 #include "backend/cuda/kda.h"
 
 #include <cuda_bf16.h>
@@ -419,8 +437,8 @@ constexpr int kChunk = 64;
 constexpr int kDim = 128;         // padded dk and dv
 constexpr int kLd = kDim + 4;     // [64][128] tiles: A-operand loads hit 32 banks
 constexpr int kLdc = kChunk + 4;  // [64][64] tiles
-constexpr int kIntraThreads = 256;
-constexpr int kIntraWarps = kIntraThreads / 32;
+constexpr int kIntraThreads = 256;    // old path
+constexpr int kIntraV2Threads = 512;  // default path
 constexpr int64_t kMaxChunksPerPass = 32;
 
 // One (chunk, head) item of the workspace, fp32, rows of kDim.
@@ -495,6 +513,11 @@ struct PrefillParams {
   bool vec;            // 16-byte loads of q, k, v, g_raw and dt_bias are aligned
 };
 
+// A hint to bring the line holding `p` into L2 (no fault, no result).
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.L2 [%0];" ::"l"(p));  // generic address
+}
+
 // Eight consecutive channels d0..d0+7 of one q/k/v row into fp32 (zeros from
 // `limit` on).
 __device__ __forceinline__ void LoadRow8(const bf16* row, int d0, int limit, bool vec,
@@ -510,13 +533,33 @@ __device__ __forceinline__ void LoadRow8(const bf16* row, int d0, int limit, boo
 // Phase 0: q̂ (scale folded in), k̂, g and v of the chunk into shared memory,
 // rows past the sequence end and channels past dk/dv as zeros (g = 0 there, so
 // Γ of padded rows equals Γ of the last real row). 16 threads per row.
+template <int kThreads>
 __device__ void IntraLoad(const PrefillParams& p, int h, int64_t t0, int len, float* sQ, float* sK,
                           float* sG, float* sV, float* sBeta) {
   const int tid = threadIdx.x;
   const int c8 = tid & 15, rr = tid >> 4;
   const int d0 = 8 * c8;
   const float nea = p.gates.neg_exp_a[h];
-  for (int i = rr; i < kChunk; i += kIntraThreads / 16) {
+  // The loop below handles one row at a time and its loads wait on the
+  // previous row's stores, so without this the CTA (alone on its SM) would
+  // pay four DRAM round trips back to back; the hints pull all four rows'
+  // segments towards L2 at once.
+  for (int i = rr; i < len; i += kThreads / 16) {
+    const int64_t t = t0 + i;
+    const int64_t qk_off = t * p.ld_qk + static_cast<int64_t>(h / p.qk_group) * p.dk + d0;
+    if (d0 < p.dk) {
+      PrefetchL2(p.q + qk_off);
+      PrefetchL2(p.k + qk_off);
+      if (!p.gates.per_head) {
+        const int64_t g_off = t * p.gates.ld_g + static_cast<int64_t>(h) * p.dk + d0;
+        PrefetchL2(p.gates.g_type == ActType::kBf16
+                       ? static_cast<const void*>(static_cast<const bf16*>(p.gates.g_raw) + g_off)
+                       : static_cast<const void*>(static_cast<const float*>(p.gates.g_raw) + g_off));
+      }
+    }
+    if (d0 < p.dv) PrefetchL2(p.v + t * p.ld_v + static_cast<int64_t>(h) * p.dv + d0);
+  }
+  for (int i = rr; i < kChunk; i += kThreads / 16) {
     float q[8], k[8], g[8], v[8];
     const bool valid = i < len;
     if (valid) {
@@ -697,22 +740,24 @@ __device__ void IntraDiagonal(const float* sQ, const float* sK, const float* sG,
   }
 }
 
-// Y = L·[X0 | X1] for a 64×64 lower-triangular L (zeros above the diagonal,
-// unrounded fp32, rounded to tf32 here) and two [64][128] operands held as
-// tf32 in shared memory. Warp w computes columns 32·(w%4).. of X(w/4) for all
-// 64 rows; k-steps past a row block's diagonal are skipped.
-__device__ __forceinline__ void LowerTimesPanels(const float* sL, const float* x0, const float* x1,
-                                                 float (&acc)[4][4][4]) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// Y = L·X for a 64×64 lower-triangular L (zeros above the diagonal,
+// unrounded fp32, rounded to tf32 here) and a [64][128] operand X held as tf32
+// in shared memory: this warp's columns n0..n0+31 of the 16-row blocks ms[].
+// k-steps past a row block's diagonal are skipped. With 8 warps (the old
+// path) warp w takes columns 32·(w%4).. of panel w/4 for all four row blocks;
+// with 16 warps, warps 8..15 take row blocks {1, 2} and warps 0..7 {0, 3}
+// (10 k-steps each).
+template <int kM>
+__device__ __forceinline__ void LowerTimesPanels(const float* sL, const float* x, int n0,
+                                                 const int (&ms)[kM], float (&acc)[kM][4][4]) {
+  const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  const float* x = warp < 4 ? x0 : x1;
-  const int n0 = (warp & 3) * 32;
 #pragma unroll
-  for (int m = 0; m < 4; ++m) {
+  for (int i = 0; i < kM; ++i) {
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc[m][n][c] = 0.f;
+      for (int c = 0; c < 4; ++c) acc[i][n][c] = 0.f;
     }
   }
 #pragma unroll
@@ -725,7 +770,8 @@ __device__ __forceinline__ void LowerTimesPanels(const float* sL, const float* x
       bf[n][1] = x[(8 * ks + t + 4) * kLd + col];
     }
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
+    for (int i = 0; i < kM; ++i) {
+      const int m = ms[i];
       if (ks >= 2 * m + 2) continue;  // L is zero right of the row block's diagonal
       const int r0 = 16 * m + g;
       const float a[4] = {RoundTf32(sL[r0 * kLdc + 8 * ks + t]),
@@ -733,7 +779,7 @@ __device__ __forceinline__ void LowerTimesPanels(const float* sL, const float* x
                           RoundTf32(sL[r0 * kLdc + 8 * ks + t + 4]),
                           RoundTf32(sL[(r0 + 8) * kLdc + 8 * ks + t + 4])};
 #pragma unroll
-      for (int n = 0; n < 4; ++n) MmaTf32(acc[m][n], a, bf[n]);
+      for (int n = 0; n < 4; ++n) MmaTf32(acc[i][n], a, bf[n]);
     }
   }
 }
@@ -744,12 +790,16 @@ __device__ __forceinline__ void LowerTimesPanels(const float* sL, const float* x
 // instead of 64), then one block sub-diagonal at a time; the partial sums go
 // to the unused blocks above the diagonal, which no later step reads. β
 // scales the columns at the end. All fp32.
+template <int kThreads>
 __device__ void IntraInverse(const float* sA, const float* sBeta, float* sX) {
   const int tid = threadIdx.x;
+  // The solve's thread maps need exactly 256 threads; with 512, warps 8..15
+  // (whole warps, so the shuffles stay full-warp) only join the barriers.
+  const bool solver = tid < 256;
   // Diagonal blocks, one column per 4 lanes (c = tid/4; a warp's 8 columns
   // share one block): row i is [i = c] − Σ_{i0≤j<i} A[i][j]·X[j][c], every
   // fourth j per lane. Entries above the diagonal come out as exact zeros.
-  {
+  if (solver) {
     const int c = tid >> 2, quarter = tid & 3;
     const int i0 = c & ~15;
     for (int i = i0; i < i0 + 16; ++i) {
@@ -766,7 +816,7 @@ __device__ void IntraInverse(const float* sA, const float* sBeta, float* sX) {
   // (r, cc) = (tid/16, tid%16) of every block of the level.
   const int r = tid >> 4, cc = tid & 15;
   for (int dist = 1; dist < 4; ++dist) {
-    for (int bi = dist; bi < 4; ++bi) {
+    for (int bi = dist; bi < 4 && solver; ++bi) {
       const int bj = bi - dist;
       float sum = 0.f;  // P_IJ[r][cc] = Σ_{K=J}^{I−1} A_IK·X_KJ
       for (int m = 16 * bj; m < 16 * bi; ++m) {
@@ -775,7 +825,7 @@ __device__ void IntraInverse(const float* sA, const float* sBeta, float* sX) {
       sX[(16 * bj + r) * kLdc + 16 * bi + cc] = sum;  // block (J, I): above the diagonal
     }
     __syncthreads();
-    for (int bi = dist; bi < 4; ++bi) {
+    for (int bi = dist; bi < 4 && solver; ++bi) {
       const int bj = bi - dist;
       float sum = 0.f;  // (X_II·P_IJ)[r][cc]; X_II is zero right of its diagonal
       for (int m = 0; m <= r; ++m) {
@@ -785,14 +835,19 @@ __device__ void IntraInverse(const float* sA, const float* sBeta, float* sX) {
     }
     __syncthreads();
   }
-  for (int idx = tid; idx < kChunk * kChunk; idx += kIntraThreads) {
+  for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
     const int i = idx / kChunk, c = idx % kChunk;
     sX[i * kLdc + c] *= sBeta[c];
   }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const PrefillParams p) {
+// T: the type of the W/Q'/Kd items (float: old path, bf16: default);
+// kThreads: 256 (old path) or 512 (default: 13 warps on the diagonal blocks
+// instead of 5, two rows per thread in the load, 16 warps in the panels).
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1) KdaIntraChunkKernel(const PrefillParams p) {
+  static_assert(kThreads == 256 || kThreads == 512, "thread maps assume 8 or 16 warps");
+  constexpr int kWarps = kThreads / 32;
   extern __shared__ float4 intra_smem[];
   float* sQ = reinterpret_cast<float*>(intra_smem);  // [64][kLd] q̂, then q̂⊙e^Γ
   float* sK = sQ + kChunk * kLd;                       // k̂, then k̂⊙e^Γ, then W
@@ -821,7 +876,7 @@ __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const Pr
                       reinterpret_cast<float*>(base + kV2OffDecay)};
   }
 
-  IntraLoad(p, h, t0, len, sQ, sK, sG, sV, sBeta);
+  IntraLoad<kThreads>(p, h, t0, len, sQ, sK, sG, sV, sBeta);
   __syncthreads();
 
   // Γ_i = Σ_{s≤i} g_s per channel (sequential, as the CPU's running sum);
@@ -834,12 +889,12 @@ __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const Pr
       sG[i * kLd + tid] = run;
     }
   } else {
-    for (int idx = tid - kDim; idx < 2 * kChunk * kLdc; idx += kIntraThreads - kDim) sA[idx] = 0.f;
+    for (int idx = tid - kDim; idx < 2 * kChunk * kLdc; idx += kThreads - kDim) sA[idx] = 0.f;
   }
   __syncthreads();
 
   // A and B: warps 0..2 take the off-diagonal row blocks on tensor cores,
-  // warps 3..7 the diagonal blocks on CUDA cores (similar amounts of work).
+  // the other warps the diagonal blocks on CUDA cores.
   if (warp == 0) {
     IntraOffDiagonal<1>(sQ, sK, sG, sBeta, sA, sB);
   } else if (warp == 1) {
@@ -847,14 +902,14 @@ __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const Pr
   } else if (warp == 2) {
     IntraOffDiagonal<3>(sQ, sK, sG, sBeta, sA, sB);
   } else {
-    IntraDiagonal(sQ, sK, sG, sBeta, sA, sB, (warp - 3) * 4 + (lane >> 3), (kIntraWarps - 3) * 4);
+    IntraDiagonal(sQ, sK, sG, sBeta, sA, sB, (warp - 3) * 4 + (lane >> 3), (kWarps - 3) * 4);
   }
   __syncthreads();
 
   // Elementwise factors (reads Γ, q̂, k̂; writes only this thread's elements).
   {
     const float* g_last = sG + (kChunk - 1) * kLd;
-    for (int idx = tid; idx < kChunk * (kDim / 4); idx += kIntraThreads) {
+    for (int idx = tid; idx < kChunk * (kDim / 4); idx += kThreads) {
       const int i = idx / (kDim / 4), d = (idx % (kDim / 4)) * 4;
       const float4 gm = LoadF4(sG + i * kLd + d), gl = LoadF4(g_last + d);
       const float4 qv = LoadF4(sQ + i * kLd + d), kv = LoadF4(sK + i * kLd + d);
@@ -871,27 +926,40 @@ __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const Pr
     if (tid < kDim) item.decay[tid] = __expf(g_last[tid]);
   }
 
-  IntraInverse(sA, sBeta, sX);
+  IntraInverse<kThreads>(sA, sBeta, sX);
   __syncthreads();
 
   const int g = lane >> 2, t = lane & 3;
+  // Panel (0: K̂⊙e^Γ then W, 1: V then U), its 32 columns, and row blocks.
+  const int panel = (warp >> 2) & 1;
   const int n0 = (warp & 3) * 32;
-  float acc[4][4][4];
+  constexpr int kM = kWarps == 8 ? 4 : 2;
+  int ms[kM];
+  if constexpr (kM == 4) {
+    ms[0] = 0;
+    ms[1] = 1;
+    ms[2] = 2;
+    ms[3] = 3;
+  } else {
+    ms[0] = warp < 8 ? 0 : 1;
+    ms[1] = 3 - ms[0];
+  }
+  float acc[kM][4][4];
 
   // [W | U] = T'·[K̂⊙e^Γ | V]; W (and a tf32 copy of U) replace their inputs
   // in shared memory for the next product.
-  LowerTimesPanels(sX, sK, sV, acc);
+  LowerTimesPanels<kM>(sX, panel == 0 ? sK : sV, n0, ms, acc);
   __syncthreads();
 #pragma unroll
-  for (int m = 0; m < 4; ++m) {
+  for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
       const int col = n0 + 8 * n + 2 * t;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int row = 16 * m + g + 8 * half;
-        const float x = acc[m][n][2 * half], y = acc[m][n][2 * half + 1];
-        if (warp < 4) {
+        const int row = 16 * ms[mi] + g + 8 * half;
+        const float x = acc[mi][n][2 * half], y = acc[mi][n][2 * half + 1];
+        if (panel == 0) {
           StoreF2(sK + row * kLd + col, RoundTf32(x), RoundTf32(y));
           StoreOperand2(item.w + row * kDim + col, x, y);
         } else {
@@ -904,17 +972,17 @@ __global__ void __launch_bounds__(kIntraThreads, 1) KdaIntraChunkKernel(const Pr
   __syncthreads();
 
   // [B·W | B·U] → Q' = Q̂⊙e^Γ − B·W and O_intra = B·U.
-  LowerTimesPanels(sB, sK, sV, acc);
+  LowerTimesPanels<kM>(sB, panel == 0 ? sK : sV, n0, ms, acc);
 #pragma unroll
-  for (int m = 0; m < 4; ++m) {
+  for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
       const int col = n0 + 8 * n + 2 * t;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int row = 16 * m + g + 8 * half;
-        const float x = acc[m][n][2 * half], y = acc[m][n][2 * half + 1];
-        if (warp < 4) {
+        const int row = 16 * ms[mi] + g + 8 * half;
+        const float x = acc[mi][n][2 * half], y = acc[mi][n][2 * half + 1];
+        if (panel == 0) {
           const float* qg = sQ + row * kLd + col;
           StoreOperand2(item.qp + row * kDim + col, qg[0] - x, qg[1] - y);
         } else {
@@ -1445,9 +1513,11 @@ Status AllowPrefillSharedMemory() {
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit != 0 && (done_mask.load(std::memory_order_acquire) & bit) != 0) return OkStatus();
   STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      KdaIntraChunkKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, kIntraSmemBytes));
+      KdaIntraChunkKernel<float, kIntraThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      kIntraSmemBytes));
   STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      KdaIntraChunkKernel<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kIntraSmemBytes));
+      KdaIntraChunkKernel<bf16, kIntraV2Threads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      kIntraSmemBytes));
   STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
       KdaChunkRecurrenceKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRecSmemBytes));
   STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
@@ -1516,7 +1586,7 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
     for (int64_t c0 = 0; c0 < total_chunks; c0 += kMaxChunksPerPass) {
       p.t_begin = c0 * kChunk;
       p.num_chunks = static_cast<int>(std::min(kMaxChunksPerPass, total_chunks - c0));
-      KdaIntraChunkKernel<float>
+      KdaIntraChunkKernel<float, kIntraThreads>
           <<<dim3(p.num_chunks, p.heads), kIntraThreads, kIntraSmemBytes, stream>>>(p);
       STRATA_RETURN_IF_ERROR(LaunchStatus("KdaIntraChunkKernel"));
       KdaChunkRecurrenceKernel<<<dim3(v_tiles, p.heads), kRecThreads, kRecSmemBytes, stream>>>(p);
@@ -1533,8 +1603,8 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
   for (int64_t c0 = 0; c0 < total_chunks; c0 += per_pass) {
     p.t_begin = c0 * kChunk;
     p.num_chunks = static_cast<int>(std::min(per_pass, total_chunks - c0));
-    KdaIntraChunkKernel<bf16>
-        <<<dim3(p.num_chunks, p.heads), kIntraThreads, kIntraSmemBytes, stream>>>(p);
+    KdaIntraChunkKernel<bf16, kIntraV2Threads>
+        <<<dim3(p.num_chunks, p.heads), kIntraV2Threads, kIntraSmemBytes, stream>>>(p);
     STRATA_RETURN_IF_ERROR(LaunchStatus("KdaIntraChunkKernel"));
     KdaChunkRecurrenceV2Kernel<<<dim3(v_tiles, p.heads), kV2Threads, kV2RecSmemBytes, stream>>>(p);
     STRATA_RETURN_IF_ERROR(LaunchStatus("KdaChunkRecurrenceV2Kernel"));
