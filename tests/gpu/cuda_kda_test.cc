@@ -431,26 +431,38 @@ INSTANTIATE_TEST_SUITE_P(
                       PrefillCase{{32, 128, 128}, 4099, true, ActType::kBf16}),
     PrefillName);
 
-// Both prefill paths (the default bf16 one and STRATA_KDA_PREFILL=old) against
-// the CPU from a random state, and against each other. The variable is read
-// on every call, so one process runs both.
+// The prefill paths (the default bf16 one, STRATA_KDA_PREFILL=v32 — the same
+// with 32-column state-pass tiles — and =old) against the CPU from a random
+// state, and against each other. The variable is read on every call, so one
+// process runs all three.
 class ScopedPrefillPath {
  public:
   explicit ScopedPrefillPath(const char* value) {
-    if (value != nullptr) {
-      setenv("STRATA_KDA_PREFILL", value, 1);
-    } else {
-      unsetenv("STRATA_KDA_PREFILL");
-    }
+    const char* prev = std::getenv(kVar);
+    had_prev_ = prev != nullptr;
+    if (had_prev_) prev_ = prev;
+    Set(value);
   }
-  ~ScopedPrefillPath() { unsetenv("STRATA_KDA_PREFILL"); }
+  ~ScopedPrefillPath() { Set(had_prev_ ? prev_.c_str() : nullptr); }
   ScopedPrefillPath(const ScopedPrefillPath&) = delete;
   ScopedPrefillPath& operator=(const ScopedPrefillPath&) = delete;
+
+ private:
+  static constexpr const char* kVar = "STRATA_KDA_PREFILL";
+  static void Set(const char* value) {
+    if (value != nullptr) {
+      setenv(kVar, value, 1);
+    } else {
+      unsetenv(kVar);
+    }
+  }
+  bool had_prev_ = false;
+  std::string prev_;
 };
 
 class KdaPrefillPathsTest : public ::testing::TestWithParam<PrefillCase> {};
 
-TEST_P(KdaPrefillPathsTest, OldAndDefaultMatchCpuAndEachOther) {
+TEST_P(KdaPrefillPathsTest, AllPathsMatchCpuAndEachOther) {
   const PrefillCase& c = GetParam();
   std::mt19937 rng(4321 + static_cast<uint32_t>(c.tokens * 3 + c.dims.dv));
   const HeadParams hp = MakeHeadParams(c.dims, rng);
@@ -462,9 +474,10 @@ TEST_P(KdaPrefillPathsTest, OldAndDefaultMatchCpuAndEachOther) {
 
   DeviceInputs dev(in, hp, c.fused);
   ASSERT_TRUE(dev.uploaded);
-  std::vector<float> outs[2], states[2];
-  const char* paths[2] = {nullptr, "old"};
-  for (int i = 0; i < 2; ++i) {
+  constexpr int kPaths = 3;
+  std::vector<float> outs[kPaths], states[kPaths];
+  const char* paths[kPaths] = {nullptr, "v32", "old"};
+  for (int i = 0; i < kPaths; ++i) {
     ScopedPrefillPath path(paths[i]);
     DeviceArray<float> d_state(n_state);
     ASSERT_TRUE(d_state.Upload(state0));
@@ -472,12 +485,16 @@ TEST_P(KdaPrefillPathsTest, OldAndDefaultMatchCpuAndEachOther) {
     outs[i] = GpuPrefill(dev, 0, c.tokens, d_state.get(), c.out_type, &st);
     ASSERT_TRUE(st.ok()) << st;
     states[i] = d_state.Download(n_state);
-    const std::string name = absl::StrCat(PrefillName({c, 0}), i == 0 ? " default" : " old");
+    const std::string name =
+        absl::StrCat(PrefillName({c, 0}), " ", paths[i] != nullptr ? paths[i] : "default");
     ExpectClose(name + " out", outs[i], want, kBf16Tolerance);
     ExpectClose(name + " state", states[i], state, kBf16Tolerance);
   }
-  ExpectClose(PrefillName({c, 0}) + " default vs old out", outs[0], outs[1], kBf16Tolerance);
-  ExpectClose(PrefillName({c, 0}) + " default vs old state", states[0], states[1], kBf16Tolerance);
+  for (int i = 1; i < kPaths; ++i) {
+    const std::string name = absl::StrCat(PrefillName({c, 0}), " default vs ", paths[i]);
+    ExpectClose(name + " out", outs[0], outs[i], kBf16Tolerance);
+    ExpectClose(name + " state", states[0], states[i], kBf16Tolerance);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -490,7 +507,7 @@ INSTANTIATE_TEST_SUITE_P(
     PrefillName);
 
 // A random initial state carried through calls of 1, 63, 65, 200 and 4099
-// tokens (every call but the first starts mid-chunk of the whole sequence):
+// tokens (so the GPU's chunk boundaries fall mid-chunk of the reference's):
 // the outputs and the final state match one CPU call over all 4428 rows.
 TEST(KdaOddLengthsTest, CallsOfOddLengthsContinueARandomState) {
   const Dims d{32, 128, 128};

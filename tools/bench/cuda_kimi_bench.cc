@@ -118,9 +118,10 @@ KdaGates Gates(const float* g, const float* beta, const float* nea, const float*
 }
 
 // --- KDA prefill: one layer, T tokens, from a zero state ---------------------
-// BM_CudaKdaPrefill runs the path the environment selects (the default, or
-// STRATA_KDA_PREFILL=old); BM_CudaKdaPrefillOld forces the old path, so one run
-// of the binary gives the A/B pair.
+// BM_CudaKdaPrefill runs the path the environment selects (the default unless
+// STRATA_KDA_PREFILL is set); BM_CudaKdaPrefillV32 and BM_CudaKdaPrefillOld
+// force the 32-column state pass and the old kernels, so one run of the
+// binary gives the A/B/C set.
 void RunKdaPrefill(benchmark::State& state) {
   const int64_t T = state.range(0);
   cudaStream_t s = nullptr;
@@ -162,10 +163,12 @@ void RunKdaPrefill(benchmark::State& state) {
 void BM_CudaKdaPrefill(benchmark::State& state) { RunKdaPrefill(state); }
 BENCHMARK(BM_CudaKdaPrefill)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 
-void BM_CudaKdaPrefillOld(benchmark::State& state) {
+// Runs the prefill with STRATA_KDA_PREFILL set to `path` (read by KdaPrefill
+// on every call), restoring the variable afterwards.
+void RunKdaPrefillPath(benchmark::State& state, const char* path) {
   const char* prev = std::getenv("STRATA_KDA_PREFILL");
   const std::string saved = prev != nullptr ? prev : "";
-  setenv("STRATA_KDA_PREFILL", "old", 1);
+  setenv("STRATA_KDA_PREFILL", path, 1);
   RunKdaPrefill(state);
   if (prev != nullptr) {
     setenv("STRATA_KDA_PREFILL", saved.c_str(), 1);
@@ -173,6 +176,9 @@ void BM_CudaKdaPrefillOld(benchmark::State& state) {
     unsetenv("STRATA_KDA_PREFILL");
   }
 }
+void BM_CudaKdaPrefillV32(benchmark::State& state) { RunKdaPrefillPath(state, "v32"); }
+BENCHMARK(BM_CudaKdaPrefillV32)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
+void BM_CudaKdaPrefillOld(benchmark::State& state) { RunKdaPrefillPath(state, "old"); }
 BENCHMARK(BM_CudaKdaPrefillOld)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // --- KDA decode: one layer, B sequences, one token each ----------------------

@@ -27,19 +27,24 @@
 //    needs ≥ 5.4e9 B = 1.26 ms of DRAM time at 32K (old: 7.0e9 B, 1.64 ms) and
 //    is bandwidth- and latency-bound, not FLOP-bound (~10% of the bf16 roof).
 //  * Where the time goes (reasoned, 32K): the state pass is a chain of 512
-//    chunk steps per (head, 32-column) CTA, 128 CTAs on 132 SMs. The old
-//    tf32 pass runs 96 m16n8k8 mma per warp per step from scalar shared loads,
-//    reads U/O_intra from DRAM inside the step and waits on 3 barriers, ~8–15
-//    µs a step → most of the old 9.6 ms. The default pass does 48 bf16
-//    m16n8k16 (HMMA.16816) per warp per step from ldmatrix, with every input
-//    of step c+1 (71 KB per CTA) arriving by cp.async during step c and 2
-//    barriers a step: ~1.5–2 µs a step, ~0.8–1 ms. The intra-chunk kernel
-//    (16384 CTAs, one per SM at 187 KB shared memory) is the other half:
-//    ~124 waves of a latency-bound CTA (~10–15 µs) ≈ 1.3–1.9 ms.
-//    Next steps: fit two intra CTAs per SM (bf16 q̂/k̂/v tiles in shared
-//    memory), bf16 U/O_intra in the workspace, and overlapping pass p+1's
-//    intra kernel with pass p's state pass (programmatic dependent launch once
-//    both fit on an SM together).
+//    chunk steps per (head, value-tile) CTA. The old tf32 pass (32-column
+//    tiles, 128 CTAs) runs 96 m16n8k8 mma per warp per step from scalar
+//    shared loads, reads U/O_intra from DRAM inside the step and waits on 3
+//    barriers, several µs a step → most of the old 9.6 ms. The default pass
+//    does bf16 m16n8k16 (HMMA.16816) from ldmatrix, with every input of step
+//    c+1 arriving by cp.async during step c and 2 barriers a step. Its limit
+//    is L2 → SM traffic, since each CTA of a head fetches the same 48 KB of
+//    W/Q'/Kd: 64-column tiles (64 CTAs, 96 HMMA per warp per step) move 5.2
+//    MB per step, 32-column tiles 9.1 MB; ~1 µs a step → ~0.5 ms, near the
+//    pass's DRAM floor (1.89e9 B, 0.44 ms). The intra-chunk kernel (16384
+//    CTAs, one per SM at 187 KB shared memory, 16 warps) is latency-bound at
+//    ~8–10 µs a CTA plus its 1.9e9 B of writes: ~1.0–1.3 ms. Predicted
+//    total ~1.6–2 ms (old: 9.6 ms).
+//    Next steps: bf16 U/O_intra in the workspace (−1.07e9 B), two intra CTAs
+//    per SM (bf16 q̂/k̂/v tiles in shared memory), then overlapping pass p+1's
+//    intra kernel with pass p's state pass (programmatic dependent launch
+//    once both fit on an SM together), and TMA multicast of W/Q'/Kd over a
+//    cluster of a head's value tiles.
 // Precision. The state, gates, cumulative decays, norms, the triangular
 // solve and all accumulations stay fp32. The intra-chunk products run on
 // tensor cores as tf32 (10-bit mantissa, rounded with cvt.rna). The default
@@ -1222,56 +1227,77 @@ __device__ __forceinline__ void StoreBf16x2(bf16* p, float x, float y) {
 }
 
 constexpr int kV2Threads = 256;
-constexpr int kV2Vt = 32;             // value columns per CTA
-constexpr int kV2LdOp = kDim + 8;     // bf16 [64][128] operand rows: 272 B, ldmatrix conflict-free
-constexpr int kV2LdSlice = kV2Vt + 8;  // fp32 [64][32] slices: float2 fragment reads conflict-free
-constexpr int kV2LdS = kV2Vt + 8;     // bf16 [128][32] S and [64][32] V_new: 80 B rows
-// One pipeline stage, in bytes.
+constexpr int kV2LdOp = kDim + 8;  // bf16 [64][128] operand rows: 272 B, ldmatrix conflict-free
 constexpr int kV2OpBytes = kChunk * kV2LdOp * 2;
-constexpr int kV2SliceBytes = kChunk * kV2LdSlice * 4;
-constexpr int kV2StageBytes = 3 * kV2OpBytes + 2 * kV2SliceBytes + kDim * 4;
-constexpr size_t kV2RecSmemBytes =
-    2 * static_cast<size_t>(kV2StageBytes) + (kDim + kChunk) * kV2LdS * 2;
-static_assert(kV2OpBytes % 16 == 0 && kV2SliceBytes % 16 == 0 && kV2StageBytes % 16 == 0,
-              "cp.async destinations stay 16-byte aligned");
 
-// CTA (value tile, head) walks the pass's chunks in order:
+// Shared-memory plan of the state pass for a value tile of kVt columns.
+// fp32 [64][kVt] slices with kVt + 8 floats a row (float2 fragment reads hit
+// distinct banks: the row stride is 8 banks); bf16 [128][kVt] S and [64][kVt]
+// V_new with kVt + 8 elements a row (16 or 36 words: the 8 rows of an
+// ldmatrix land on distinct 16-byte bank groups).
+template <int kVt>
+struct RecV2Layout {
+  static constexpr int kLdSlice = kVt + 8;
+  static constexpr int kLdS = kVt + 8;
+  static constexpr int kSliceBytes = kChunk * kLdSlice * 4;
+  static constexpr int kStageBytes = 3 * kV2OpBytes + 2 * kSliceBytes + kDim * 4;
+  static constexpr size_t kSmemBytes =
+      2 * static_cast<size_t>(kStageBytes) + (kDim + kChunk) * kLdS * 2;
+  static_assert(kV2OpBytes % 16 == 0 && kSliceBytes % 16 == 0 && kStageBytes % 16 == 0 &&
+                    (kLdS * 2) % 16 == 0,
+                "cp.async destinations and ldmatrix rows stay 16-byte aligned");
+  static_assert(kSmemBytes <= 227 * 1024, "fits one SM's shared memory");
+};
+
+// CTA (value tile of kVt columns, head) walks the pass's chunks in order:
 //   V_new = U − W·S;  O = O_intra + Q'·S;  S = diag(decay)·S + Kdᵀ·V_new.
-// Warp w keeps rows 16w..16w+15 of the CTA's [128 × 32] slice of S as four
-// m16n8 fp32 accumulators. The two 64×32 products: warp w takes rows
-// 16·(w/2).. and column tiles 2·(w%2), 2·(w%2)+1.
+// Warp w keeps rows 16w..16w+15 of the CTA's [128 × kVt] slice of S as kVt/8
+// m16n8 fp32 accumulators. The two [64 × kVt] products: warp w takes rows
+// 16·(w/2).. and the (w%2)-th half of the column tiles.
+//
+// kVt trades the state pass's two limits: the W/Q'/Kd tiles (48 KB a chunk)
+// are fetched from L2 by each of the dv/kVt CTAs of a head, so 32 columns
+// move 9.1 MB through L2 per chunk step (128 CTAs) and 64 columns 5.2 MB (64
+// CTAs) for twice the mma work per warp. The L2 traffic dominates (a step's
+// mma work is ~0.3 µs at 32 columns), so 64 is the default and
+// STRATA_KDA_PREFILL=v32 picks 32 for A/B runs.
+template <int kVt>
 __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(const PrefillParams p) {
+  using L = RecV2Layout<kVt>;
+  constexpr int kNt = kVt / 8;   // n8 tiles of the slice (step 3, per warp)
+  constexpr int kNw = kNt / 2;   // n8 tiles per warp in step 2
+  static_assert(kVt % 32 == 0 && kVt <= kDim, "pairs of n8 tiles per warp half");
   extern __shared__ float4 v2_smem[];
   char* smem = reinterpret_cast<char*>(v2_smem);
-  bf16* sS = reinterpret_cast<bf16*>(smem + 2 * kV2StageBytes);  // [128][kV2LdS]  S as bf16, [d][n]
-  bf16* sVn = sS + kDim * kV2LdS;                                 // [64][kV2LdS]   V_new, [i][n]
+  bf16* sS = reinterpret_cast<bf16*>(smem + 2 * L::kStageBytes);  // [128][kLdS] S as bf16, [d][n]
+  bf16* sVn = sS + kDim * L::kLdS;                                 // [64][kLdS]  V_new, [i][n]
   struct Stage {
     bf16* w;       // [64][kV2LdOp]
     bf16* qp;      // [64][kV2LdOp]
     bf16* kd;      // [64][kV2LdOp]
-    float* u;      // [64][kV2LdSlice]
-    float* oi;     // [64][kV2LdSlice]
+    float* u;      // [64][kLdSlice]
+    float* oi;     // [64][kLdSlice]
     float* decay;  // [128]
   };
   auto stage = [&](int buf) {
-    char* b = smem + buf * kV2StageBytes;
+    char* b = smem + buf * L::kStageBytes;
     return Stage{reinterpret_cast<bf16*>(b), reinterpret_cast<bf16*>(b + kV2OpBytes),
                  reinterpret_cast<bf16*>(b + 2 * kV2OpBytes),
                  reinterpret_cast<float*>(b + 3 * kV2OpBytes),
-                 reinterpret_cast<float*>(b + 3 * kV2OpBytes + kV2SliceBytes),
-                 reinterpret_cast<float*>(b + 3 * kV2OpBytes + 2 * kV2SliceBytes)};
+                 reinterpret_cast<float*>(b + 3 * kV2OpBytes + L::kSliceBytes),
+                 reinterpret_cast<float*>(b + 3 * kV2OpBytes + 2 * L::kSliceBytes)};
   };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int v0 = blockIdx.x * kV2Vt;
+  const int v0 = blockIdx.x * kVt;
   const int h = blockIdx.y;
   const char* items = reinterpret_cast<const char*>(p.ws) + static_cast<int64_t>(h) * kV2ItemBytes;
   const int64_t item_stride = static_cast<int64_t>(p.heads) * kV2ItemBytes;
   float* state = p.state + static_cast<int64_t>(h) * p.dk * p.dv;
 
-  // One chunk's inputs into stage `buf`: 3 × 1024 operand segments, 2 × 512
-  // slice segments and 32 decay segments of 16 bytes.
+  // One chunk's inputs into stage `buf`, in 16-byte segments: 3 × 1024 of
+  // operands, 2 × 16·kVt of slices, 32 of decay.
   auto load_stage = [&](int c, int buf) {
     const char* src = items + c * item_stride;
     const Stage st = stage(buf);
@@ -1281,11 +1307,11 @@ __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(cons
       CpAsync16B(st.qp + row * kV2LdOp + c8, src + kV2OffQp + (row * kDim + c8) * 2);
       CpAsync16B(st.kd + row * kV2LdOp + c8, src + kV2OffKd + (row * kDim + c8) * 2);
     }
-    for (int idx = tid; idx < kChunk * (kV2Vt / 4); idx += kV2Threads) {
-      const int row = idx >> 3, c4 = (idx & 7) * 4;
+    for (int idx = tid; idx < kChunk * (kVt / 4); idx += kV2Threads) {
+      const int row = idx / (kVt / 4), c4 = (idx % (kVt / 4)) * 4;
       const int64_t off = (static_cast<int64_t>(row) * kDim + v0 + c4) * 4;
-      CpAsync16B(st.u + row * kV2LdSlice + c4, src + kV2OffU + off);
-      CpAsync16B(st.oi + row * kV2LdSlice + c4, src + kV2OffOi + off);
+      CpAsync16B(st.u + row * L::kLdSlice + c4, src + kV2OffU + off);
+      CpAsync16B(st.oi + row * L::kLdSlice + c4, src + kV2OffOi + off);
     }
     if (tid < kDim / 4) CpAsync16B(st.decay + 4 * tid, src + kV2OffDecay + 16 * tid);
   };
@@ -1293,10 +1319,10 @@ __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(cons
   CpAsyncCommit();
 
   // acc[n] holds S rows (16w + g, 16w + g + 8) × columns v0 + 8n + 2t (+1).
-  float acc[4][4];
+  float acc[kNt][4];
   const int d_lo = 16 * warp + g, d_hi = d_lo + 8;
 #pragma unroll
-  for (int n = 0; n < 4; ++n) {
+  for (int n = 0; n < kNt; ++n) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int d = c < 2 ? d_lo : d_hi;
@@ -1307,11 +1333,11 @@ __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(cons
 
   // ldmatrix row addresses (lane l feeds row l % 8 of matrix l / 8).
   const int lm = lane >> 3, lr = lane & 7;
-  const int mt = warp >> 1, nb = (warp & 1) * 2;
+  const int mt = warp >> 1, nb = (warp & 1) * kNw;
   const int r_lo = 16 * mt + g, r_hi = r_lo + 8;
   // A = W or Q' rows 16·mt.. (non-transposed): matrices (rows +0/+8) × (k +0/+8).
   const int a_row = 16 * mt + lr + 8 * (lm & 1), a_col = 8 * (lm >> 1);
-  // B = S [k = d][n] (transposed load): matrices (k +0/+8) × (n tile nb/nb+1).
+  // B = S [k = d][n] (transposed load): matrices (k +0/+8) × (n tile nb + 2j / + 2j + 1).
   const int bs_row = lr + 8 * (lm & 1), bs_col = 8 * (nb + (lm >> 1));
   // A = Kdᵀ, stored [i][d] (transposed load): matrices (d +0/+8) × (i +0/+8).
   const int ak_row = lr + 8 * (lm >> 1), ak_col = 16 * warp + 8 * (lm & 1);
@@ -1326,9 +1352,9 @@ __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(cons
 
     // Publish S as bf16 (the B operand of W·S and Q'·S).
 #pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      StoreBf16x2(sS + d_lo * kV2LdS + 8 * n + 2 * t, acc[n][0], acc[n][1]);
-      StoreBf16x2(sS + d_hi * kV2LdS + 8 * n + 2 * t, acc[n][2], acc[n][3]);
+    for (int n = 0; n < kNt; ++n) {
+      StoreBf16x2(sS + d_lo * L::kLdS + 8 * n + 2 * t, acc[n][0], acc[n][1]);
+      StoreBf16x2(sS + d_hi * L::kLdS + 8 * n + 2 * t, acc[n][2], acc[n][3]);
     }
     CpAsyncWaitAll();
     __syncthreads();  // S and stage c visible; stage c ^ 1 (chunk c − 1) no longer read
@@ -1339,30 +1365,34 @@ __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(cons
 
     // V_new = U − W·S and O = O_intra + Q'·S on the same tiles.
     {
-      float ws[2][4] = {}, qs[2][4] = {};
+      float ws[kNw][4] = {}, qs[kNw][4] = {};
       const uint32_t w_base = SmemAddr(st.w + a_row * kV2LdOp + a_col);
       const uint32_t q_base = SmemAddr(st.qp + a_row * kV2LdOp + a_col);
-      const uint32_t s_base = SmemAddr(sS + bs_row * kV2LdS + bs_col);
+      const uint32_t s_base = SmemAddr(sS + bs_row * L::kLdS + bs_col);
 #pragma unroll
       for (int ks = 0; ks < kDim / 16; ++ks) {
-        uint32_t aw[4], aq[4], b[4];
+        uint32_t aw[4], aq[4];
         LdMatrixX4(aw, w_base + ks * 32);
         LdMatrixX4(aq, q_base + ks * 32);
-        LdMatrixX4Trans(b, s_base + ks * 16 * kV2LdS * 2);
-        MmaBf16(ws[0], aw, b[0], b[1]);
-        MmaBf16(ws[1], aw, b[2], b[3]);
-        MmaBf16(qs[0], aq, b[0], b[1]);
-        MmaBf16(qs[1], aq, b[2], b[3]);
+#pragma unroll
+        for (int j = 0; j < kNw / 2; ++j) {
+          uint32_t b[4];
+          LdMatrixX4Trans(b, s_base + ks * 16 * L::kLdS * 2 + j * 32);
+          MmaBf16(ws[2 * j], aw, b[0], b[1]);
+          MmaBf16(ws[2 * j + 1], aw, b[2], b[3]);
+          MmaBf16(qs[2 * j], aq, b[0], b[1]);
+          MmaBf16(qs[2 * j + 1], aq, b[2], b[3]);
+        }
       }
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
+      for (int j = 0; j < kNw; ++j) {
         const int col = 8 * (nb + j) + 2 * t;
-        const float2 ul = *reinterpret_cast<const float2*>(st.u + r_lo * kV2LdSlice + col);
-        const float2 uh = *reinterpret_cast<const float2*>(st.u + r_hi * kV2LdSlice + col);
-        const float2 ol = *reinterpret_cast<const float2*>(st.oi + r_lo * kV2LdSlice + col);
-        const float2 oh = *reinterpret_cast<const float2*>(st.oi + r_hi * kV2LdSlice + col);
-        StoreBf16x2(sVn + r_lo * kV2LdS + col, ul.x - ws[j][0], ul.y - ws[j][1]);
-        StoreBf16x2(sVn + r_hi * kV2LdS + col, uh.x - ws[j][2], uh.y - ws[j][3]);
+        const float2 ul = *reinterpret_cast<const float2*>(st.u + r_lo * L::kLdSlice + col);
+        const float2 uh = *reinterpret_cast<const float2*>(st.u + r_hi * L::kLdSlice + col);
+        const float2 ol = *reinterpret_cast<const float2*>(st.oi + r_lo * L::kLdSlice + col);
+        const float2 oh = *reinterpret_cast<const float2*>(st.oi + r_hi * L::kLdSlice + col);
+        StoreBf16x2(sVn + r_lo * L::kLdS + col, ul.x - ws[j][0], ul.y - ws[j][1]);
+        StoreBf16x2(sVn + r_hi * L::kLdS + col, uh.x - ws[j][2], uh.y - ws[j][3]);
         const float o[4] = {ol.x + qs[j][0], ol.y + qs[j][1], oh.x + qs[j][2], oh.y + qs[j][3]};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -1380,30 +1410,31 @@ __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(cons
     {
       const float dec_lo = st.decay[d_lo], dec_hi = st.decay[d_hi];
 #pragma unroll
-      for (int n = 0; n < 4; ++n) {
+      for (int n = 0; n < kNt; ++n) {
         acc[n][0] *= dec_lo;
         acc[n][1] *= dec_lo;
         acc[n][2] *= dec_hi;
         acc[n][3] *= dec_hi;
       }
       const uint32_t k_base = SmemAddr(st.kd + ak_row * kV2LdOp + ak_col);
-      const uint32_t v_base = SmemAddr(sVn + bv_row * kV2LdS + bv_col);
+      const uint32_t v_base = SmemAddr(sVn + bv_row * L::kLdS + bv_col);
 #pragma unroll
       for (int ks = 0; ks < kChunk / 16; ++ks) {
-        uint32_t a[4], b01[4], b23[4];
+        uint32_t a[4];
         LdMatrixX4Trans(a, k_base + ks * 16 * kV2LdOp * 2);
-        LdMatrixX4Trans(b01, v_base + ks * 16 * kV2LdS * 2);
-        LdMatrixX4Trans(b23, v_base + ks * 16 * kV2LdS * 2 + 16 * 2);
-        MmaBf16(acc[0], a, b01[0], b01[1]);
-        MmaBf16(acc[1], a, b01[2], b01[3]);
-        MmaBf16(acc[2], a, b23[0], b23[1]);
-        MmaBf16(acc[3], a, b23[2], b23[3]);
+#pragma unroll
+        for (int j = 0; j < kNt / 2; ++j) {
+          uint32_t b[4];
+          LdMatrixX4Trans(b, v_base + ks * 16 * L::kLdS * 2 + j * 32);
+          MmaBf16(acc[2 * j], a, b[0], b[1]);
+          MmaBf16(acc[2 * j + 1], a, b[2], b[3]);
+        }
       }
     }
   }
 
 #pragma unroll
-  for (int n = 0; n < 4; ++n) {
+  for (int n = 0; n < kNt; ++n) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int d = c < 2 ? d_lo : d_hi;
@@ -1496,11 +1527,17 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 int64_t NumChunks(int64_t tokens) { return (tokens + kChunk - 1) / kChunk; }
 
-// STRATA_KDA_PREFILL=old selects the fp32-workspace / tf32 path for A/B runs.
-// Read on every call (a getenv, no runtime call) so one process can compare.
-bool UseOldPrefill() {
+// STRATA_KDA_PREFILL selects the prefill path for A/B runs: "old" the
+// fp32-workspace / tf32 kernels, "v32" the default kernels with 32-column
+// state-pass tiles; anything else (or unset) the default. Read on every call
+// (a getenv, no runtime call) so one process can compare.
+enum class PrefillPath { kDefault, kOld, kV32 };
+PrefillPath SelectedPrefillPath() {
   const char* e = std::getenv("STRATA_KDA_PREFILL");
-  return e != nullptr && std::strcmp(e, "old") == 0;
+  if (e == nullptr) return PrefillPath::kDefault;
+  if (std::strcmp(e, "old") == 0) return PrefillPath::kOld;
+  if (std::strcmp(e, "v32") == 0) return PrefillPath::kV32;
+  return PrefillPath::kDefault;
 }
 
 // Raises the prefill kernels' dynamic shared-memory limit, once per device: a
@@ -1520,8 +1557,12 @@ Status AllowPrefillSharedMemory() {
       kIntraSmemBytes));
   STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
       KdaChunkRecurrenceKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRecSmemBytes));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      KdaChunkRecurrenceV2Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kV2RecSmemBytes));
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(KdaChunkRecurrenceV2Kernel<32>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, RecV2Layout<32>::kSmemBytes));
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(KdaChunkRecurrenceV2Kernel<64>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, RecV2Layout<64>::kSmemBytes));
   done_mask.fetch_or(bit, std::memory_order_release);
   return OkStatus();
 }
@@ -1581,7 +1622,8 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
   STRATA_RETURN_IF_ERROR(AllowPrefillSharedMemory());
 
   const int64_t total_chunks = NumChunks(args.num_tokens);
-  if (UseOldPrefill()) {
+  const PrefillPath path = SelectedPrefillPath();
+  if (path == PrefillPath::kOld) {
     const int v_tiles = static_cast<int>((s.value_dim + kVt - 1) / kVt);
     for (int64_t c0 = 0; c0 < total_chunks; c0 += kMaxChunksPerPass) {
       p.t_begin = c0 * kChunk;
@@ -1599,14 +1641,22 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
   // many chunks as the caller's workspace holds: fewer, fuller launches.
   const int64_t fit = static_cast<int64_t>(workspace_bytes / (kV2ItemBytes * s.num_heads));
   const int64_t per_pass = std::max<int64_t>(1, std::min<int64_t>(fit, total_chunks));
-  const int v_tiles = static_cast<int>((s.value_dim + kV2Vt - 1) / kV2Vt);
+  const bool narrow = path == PrefillPath::kV32;
+  const int vt = narrow ? 32 : 64;
+  const int v_tiles = static_cast<int>((s.value_dim + vt - 1) / vt);
   for (int64_t c0 = 0; c0 < total_chunks; c0 += per_pass) {
     p.t_begin = c0 * kChunk;
     p.num_chunks = static_cast<int>(std::min(per_pass, total_chunks - c0));
     KdaIntraChunkKernel<bf16, kIntraV2Threads>
         <<<dim3(p.num_chunks, p.heads), kIntraV2Threads, kIntraSmemBytes, stream>>>(p);
     STRATA_RETURN_IF_ERROR(LaunchStatus("KdaIntraChunkKernel"));
-    KdaChunkRecurrenceV2Kernel<<<dim3(v_tiles, p.heads), kV2Threads, kV2RecSmemBytes, stream>>>(p);
+    if (narrow) {
+      KdaChunkRecurrenceV2Kernel<32><<<dim3(v_tiles, p.heads), kV2Threads,
+                                       RecV2Layout<32>::kSmemBytes, stream>>>(p);
+    } else {
+      KdaChunkRecurrenceV2Kernel<64><<<dim3(v_tiles, p.heads), kV2Threads,
+                                       RecV2Layout<64>::kSmemBytes, stream>>>(p);
+    }
     STRATA_RETURN_IF_ERROR(LaunchStatus("KdaChunkRecurrenceV2Kernel"));
   }
   return OkStatus();
