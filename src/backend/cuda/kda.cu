@@ -852,6 +852,7 @@ __device__ void IntraInverse(const float* sA, const float* sBeta, float* sX) {
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads, 1) KdaIntraChunkKernel(const PrefillParams p) {
   static_assert(kThreads == 256 || kThreads == 512, "thread maps assume 8 or 16 warps");
+  static_assert(kThreads != 512 || kThreads == 4 * kDim, "the parallel Γ scan maps 4 threads a channel");
   constexpr int kWarps = kThreads / 32;
   extern __shared__ float4 intra_smem[];
   float* sQ = reinterpret_cast<float*>(intra_smem);  // [64][kLd] q̂, then q̂⊙e^Γ
@@ -884,17 +885,44 @@ __global__ void __launch_bounds__(kThreads, 1) KdaIntraChunkKernel(const Prefill
   IntraLoad<kThreads>(p, h, t0, len, sQ, sK, sG, sV, sBeta);
   __syncthreads();
 
-  // Γ_i = Σ_{s≤i} g_s per channel (sequential, as the CPU's running sum);
-  // meanwhile the other half of the block clears A and B.
-  if (tid < kDim) {
-    float run = 0.f;
+  // Γ_i = Σ_{s≤i} g_s per channel.
+  if constexpr (kThreads == 256) {
+    // Sequential, as the CPU's running sum; meanwhile the other half of the
+    // block clears A and B.
+    if (tid < kDim) {
+      float run = 0.f;
 #pragma unroll 8
-    for (int i = 0; i < kChunk; ++i) {
-      run += sG[i * kLd + tid];
-      sG[i * kLd + tid] = run;
+      for (int i = 0; i < kChunk; ++i) {
+        run += sG[i * kLd + tid];
+        sG[i * kLd + tid] = run;
+      }
+    } else {
+      for (int idx = tid - kDim; idx < 2 * kChunk * kLdc; idx += kThreads - kDim) sA[idx] = 0.f;
     }
   } else {
-    for (int idx = tid - kDim; idx < 2 * kChunk * kLdc; idx += kThreads - kDim) sA[idx] = 0.f;
+    // Four 16-row segments per channel in parallel (a 64-step dependent
+    // chain would be ~1 µs of the CTA): local running sums, the segment
+    // totals through shared memory (sA as scratch, cleared afterwards), then
+    // each segment adds the totals before it. Summation order differs from
+    // the CPU's by the regrouping only (≤ a few ulp of Γ).
+    const int seg = tid >> 7, ch = tid & (kDim - 1);
+    float* col = sG + 16 * seg * kLd + ch;
+    float run = 0.f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      run += col[i * kLd];
+      col[i * kLd] = run;
+    }
+    sA[seg * kDim + ch] = run;
+    __syncthreads();
+    float offset = 0.f;
+    for (int s = 0; s < seg; ++s) offset += sA[s * kDim + ch];
+    if (seg > 0) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) col[i * kLd] += offset;
+    }
+    __syncthreads();  // the totals are read before A is cleared
+    for (int idx = tid; idx < 2 * kChunk * kLdc; idx += kThreads) sA[idx] = 0.f;
   }
   __syncthreads();
 
