@@ -1,8 +1,10 @@
 // MLA on the GPU against the CPU backend (cpu::MlaPrefill / cpu::MlaAbsorbed)
 // and plain fp64 host references, on random bf16-exact inputs: the paged
 // cache copies, absorbed decode (generic and tensor-core kernels, single and
-// split passes, CUDA-graph capture) and flash-style prefill, at the fixtures'
-// odd sizes and Kimi-Linear-48B's production shape; misuse is InvalidArgument.
+// split passes, CUDA-graph capture) and flash-style prefill (the wgmma kernel
+// and, via STRATA_MLA_PREFILL=old, the mma.sync one; odd lengths, a long
+// cache, several head counts, CUDA-graph capture), at the fixtures' odd sizes
+// and Kimi-Linear-48B's production shape; misuse is InvalidArgument.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -569,14 +572,16 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed, ThreadPool* pool) {
   EXPECT_LE(eh.l2_rel, 5e-3);
 
   // Device: q, kv and the gathered cache rows (k_rope points into them with
-  // row stride r + dr, as the executor does).
+  // row stride r + dr, as the executor does). The output has two poisoned
+  // guard rows behind it that no kernel may touch.
+  const size_t out_n = static_cast<size_t>(T * H * dv);
+  const size_t guard_n = static_cast<size_t>(2 * H * dv);
   DeviceArray<bf16> q_d(q.size()), kv_d(kv.size()), rows_d(cache.size());
-  DeviceArray<bf16> out_d(static_cast<size_t>(T * H * dv));
+  DeviceArray<bf16> out_d(out_n + guard_n);
   ASSERT_TRUE(q_d.ptr() && kv_d.ptr() && rows_d.ptr() && out_d.ptr());
   CUDA_ASSERT_OK(Upload(q_d, Bits(q)));
   CUDA_ASSERT_OK(Upload(kv_d, Bits(kv)));
   CUDA_ASSERT_OK(Upload(rows_d, Bits(cache)));
-  CUDA_ASSERT_OK(cudaMemset(out_d.ptr(), 0xff, out_d.size() * 2));  // NaN if left unwritten
   MlaPrefillArgs a;
   a.shape = s;
   a.num_tokens = T;
@@ -586,20 +591,50 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed, ThreadPool* pool) {
   a.k_rope = rows_d.ptr() + r;
   a.ld_krope = cd;
   a.out = out_d.ptr();
-  Status st = MlaPrefill(a, nullptr);
-  ASSERT_TRUE(st.ok()) << st;
-  CUDA_ASSERT_OK(cudaDeviceSynchronize());
-  std::vector<uint16_t> out_bits;
-  CUDA_ASSERT_OK(Download(&out_bits, out_d));
-  const std::vector<double> got = Bf16ToDouble(out_bits);
 
-  const ErrorStats ec = Compare(got, cpu_ref);
-  Report(std::string(c.name) + " vs cpu::MlaPrefill", ec);
-  EXPECT_LE(ec.l2_rel, 1e-2);
-  const ErrorStats e = Compare(got, ref);
-  Report(std::string(c.name) + " vs fp64 on bf16 inputs", e);
-  EXPECT_LE(e.l2_rel, 1e-2);
-  EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](double v) { return std::isfinite(v); }));
+  // Both prefill paths: the default (the wgmma kernel on sm_90 at the
+  // production dims) and STRATA_MLA_PREFILL=old (the mma.sync kernel); other
+  // shapes take the generic kernel either way.
+  std::vector<double> first;
+  for (const bool old_path : {false, true}) {
+    const std::string name = std::string(c.name) + (old_path ? " [old]" : " [default]");
+    if (old_path) {
+      setenv("STRATA_MLA_PREFILL", "old", 1);
+    } else {
+      unsetenv("STRATA_MLA_PREFILL");
+    }
+    CUDA_ASSERT_OK(cudaMemset(out_d.ptr(), 0xff, out_d.size() * 2));  // NaN if left unwritten
+    const Status st = MlaPrefill(a, nullptr);
+    unsetenv("STRATA_MLA_PREFILL");
+    ASSERT_TRUE(st.ok()) << st;
+    CUDA_ASSERT_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> out_bits;
+    CUDA_ASSERT_OK(Download(&out_bits, out_d));
+    EXPECT_TRUE(std::all_of(out_bits.begin() + out_n, out_bits.end(),
+                            [](uint16_t b) { return b == 0xffff; }))
+        << name << ": wrote past the last token's row";
+    out_bits.resize(out_n);
+    const std::vector<double> got = Bf16ToDouble(out_bits);
+
+    const ErrorStats ec = Compare(got, cpu_ref);
+    Report(name + " vs cpu::MlaPrefill", ec);
+    EXPECT_LE(ec.l2_rel, 1e-2) << name;
+    const ErrorStats e = Compare(got, ref);
+    Report(name + " vs fp64 on bf16 inputs", e);
+    EXPECT_LE(e.l2_rel, 1e-2) << name;
+    EXPECT_LE(e.max_rel, 0.25) << name;  // no single wrong row hiding in the l2 norm
+    EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](double v) { return std::isfinite(v); }))
+        << name;
+    if (first.empty()) {
+      first = got;
+    } else {
+      // Same inputs, two kernels: they differ only in bf16 rounding of P and
+      // the order of the fp32 sums.
+      const ErrorStats ab = Compare(got, first);
+      Report(std::string(c.name) + " old vs default", ab);
+      EXPECT_LE(ab.l2_rel, 1e-2) << name;
+    }
+  }
 }
 
 TEST(CudaMlaPrefill, TinyOddShapeMatchesCpu) {
@@ -621,6 +656,79 @@ TEST(CudaMlaPrefill, ProductionShapeMatchesCpu) {
   ThreadPool pool(0);
   RunPrefillCase({"prefill prod H32 T1000 past0", ProductionShape(), 1000, 0}, 21, &pool);
   RunPrefillCase({"prefill prod H32 T200 past100", ProductionShape(), 200, 100}, 22, &pool);
+}
+
+TEST(CudaMlaPrefill, ProductionShapeOddLengthsMatchCpu) {
+  // Lengths around the 64/128-row query tiles and 128-key tiles.
+  ThreadPool pool(0);
+  RunPrefillCase({"prefill prod H32 T1 past0", ProductionShape(), 1, 0}, 31, &pool);
+  RunPrefillCase({"prefill prod H32 T63 past0", ProductionShape(), 63, 0}, 32, &pool);
+  RunPrefillCase({"prefill prod H32 T65 past0", ProductionShape(), 65, 0}, 33, &pool);
+  RunPrefillCase({"prefill prod H32 T200 past0", ProductionShape(), 200, 0}, 34, &pool);
+  RunPrefillCase({"prefill prod H32 T129 past127", ProductionShape(), 129, 127}, 35, &pool);
+  RunPrefillCase({"prefill prod H32 T1 past300", ProductionShape(), 1, 300}, 36, &pool);
+}
+
+TEST(CudaMlaPrefill, OtherHeadCountsAndLongCacheMatchCpu) {
+  // The fast kernels take any head count; a 300-token chunk after 8192
+  // cached tokens (the sliced long-prompt prefill) at 4 heads keeps the host
+  // references cheap.
+  ThreadPool pool(0);
+  RunPrefillCase({"prefill prod H1 T200 past0", ProductionShape(1), 200, 0}, 41, &pool);
+  RunPrefillCase({"prefill prod H3 T65 past130", ProductionShape(3), 65, 130}, 42, &pool);
+  RunPrefillCase({"prefill prod H4 T300 past8192", ProductionShape(4), 300, 8192}, 43, &pool);
+}
+
+TEST(CudaMlaPrefill, CapturedInCudaGraphMatchesDirectLaunch) {
+  // Prefill must enqueue only on its stream and allocate nothing: capture it,
+  // replay into a NaN-filled output, compare bit for bit with a direct launch.
+  const MlaShape s = ProductionShape();
+  const int64_t T = 300, past = 500, S = past + T, H = s.num_heads;
+  const int64_t dqk = s.nope_dim + s.rope_dim, cd = s.cache_dim();
+  std::mt19937 rng(51);
+  const std::vector<float> q = RandomBf16(static_cast<size_t>(T * H * dqk), 6.f, rng);
+  const std::vector<float> kv =
+      RandomBf16(static_cast<size_t>(S * H * (s.nope_dim + s.v_dim)), 1.f, rng);
+  const std::vector<float> rows = RandomBf16(static_cast<size_t>(S * cd), 1.f, rng);
+  DeviceArray<bf16> q_d(q.size()), kv_d(kv.size()), rows_d(rows.size());
+  DeviceArray<bf16> out_d(static_cast<size_t>(T * H * s.v_dim));
+  ASSERT_TRUE(q_d.ptr() && kv_d.ptr() && rows_d.ptr() && out_d.ptr());
+  CUDA_ASSERT_OK(Upload(q_d, Bits(q)));
+  CUDA_ASSERT_OK(Upload(kv_d, Bits(kv)));
+  CUDA_ASSERT_OK(Upload(rows_d, Bits(rows)));
+  MlaPrefillArgs a;
+  a.shape = s;
+  a.num_tokens = T;
+  a.past = past;
+  a.q = q_d.ptr();
+  a.kv = kv_d.ptr();
+  a.k_rope = rows_d.ptr() + s.kv_rank;
+  a.ld_krope = cd;
+  a.out = out_d.ptr();
+  cudaStream_t stream;
+  CUDA_ASSERT_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  Status st = MlaPrefill(a, stream);
+  ASSERT_TRUE(st.ok()) << st;
+  CUDA_ASSERT_OK(cudaStreamSynchronize(stream));
+  std::vector<uint16_t> direct;
+  CUDA_ASSERT_OK(Download(&direct, out_d));
+  ASSERT_TRUE(std::none_of(direct.begin(), direct.end(), [](uint16_t b) { return b == 0xffff; }));
+  CUDA_ASSERT_OK(cudaMemset(out_d.ptr(), 0xff, out_d.size() * 2));
+  cudaGraph_t graph;
+  CUDA_ASSERT_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  st = MlaPrefill(a, stream);
+  CUDA_ASSERT_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(st.ok()) << st;
+  cudaGraphExec_t exec;
+  CUDA_ASSERT_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_ASSERT_OK(cudaGraphLaunch(exec, stream));
+  CUDA_ASSERT_OK(cudaStreamSynchronize(stream));
+  std::vector<uint16_t> replay;
+  CUDA_ASSERT_OK(Download(&replay, out_d));
+  EXPECT_EQ(replay, direct);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 // ---------------------------------------------------------------------------

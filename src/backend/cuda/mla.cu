@@ -27,6 +27,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "backend/cuda/mla.h"
@@ -1075,6 +1077,343 @@ __global__ void __launch_bounds__(kPreThreads)
   }
 }
 
+// ---------------------------------------------------------------------------
+// Prefill, Hopper path (sm_90a; dn = 128, dr = 64, dv = 128): flash-attention
+// with wgmma. Grid (heads, query tiles of 128), heaviest (last) query tiles
+// first over all heads; 256 threads = two warpgroups of 64 query rows.
+//
+// Per key tile of 128 (cp.async into a 2-stage ring, one tile ahead):
+//   S_j = Q K_jᵀ         wgmma m64n128k16 x12, Q and K from shared memory;
+//   O  += P_{j-1} V_{j-1} wgmma m64n128k16 x8, P from registers (the S
+//                         accumulators of the previous tile rounded to bf16);
+// both groups are issued back to back, then the softmax of S_j (fp32, exp2,
+// max/sum over the 4 lanes of a row) runs while P_{j-1} V_{j-1} is still on
+// the tensor cores; O is rescaled once that group has retired. This keeps the
+// tensor pipe busy across the exp2 work that stalled the mma.sync kernel.
+//
+// Shared memory (all tiles 1024-byte aligned, the 128-byte swizzle atom):
+//   Q  [128 rows][192]  as 3 slabs of [128][64] (16 KB each)
+//   K  2 stages x [128 keys][192] as 3 slabs of [128][64]
+//   V  2 stages x [128 keys][128] as 2 slabs of [128][64]
+// A slab row is 128 bytes; 16-byte chunk c of row r sits at chunk c ^ (r % 8)
+// — the layout wgmma's 128B-swizzle descriptors describe (and the one the
+// older kernels use for conflict-free ldmatrix). K slabs are K-major operands
+// (SBO = 1024 B between 8-row groups, +32 B per 16-wide k step inside a slab);
+// V slabs are N-major operands (LBO = slab stride between 64-wide dv halves,
+// SBO = 1024 B between 8-key groups, +2048 B per 16-key k step).
+//
+// Budget at T = 8192 over 16K keys (one layer, H = 32): 64 tiles x 32 heads =
+// 2048 CTAs, one per SM (210 KB of shared memory), 15.5 waves.
+
+constexpr int kWgRows = 128;    // queries per CTA (2 warpgroups x 64)
+constexpr int kWgKeys = 128;    // keys per step
+constexpr int kWgThreads = 256;
+constexpr int kWgSlabBytes = 128 * 128;          // [128 rows][64 bf16]
+constexpr int kWgQBytes = 3 * kWgSlabBytes;      // dqk = 192
+constexpr int kWgKBytes = 3 * kWgSlabBytes;
+constexpr int kWgVBytes = 2 * kWgSlabBytes;      // dv = 128
+constexpr int kWgSmemBytes = kWgQBytes + 2 * kWgKBytes + 2 * kWgVBytes + 1024;  // + alignment
+
+// Byte offset of 16-byte chunk `chunk` (of the whole row) of row `row` in a
+// tile stored as 64-column swizzled slabs.
+__device__ __forceinline__ uint32_t SlabOffset(int row, int chunk) {
+  return static_cast<uint32_t>((chunk >> 3) * kWgSlabBytes + row * 128 +
+                               (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// wgmma shared-memory matrix descriptor, 128-byte swizzle (layout type 1),
+// base offset 0 (every tile is 1024-byte aligned).
+__device__ __forceinline__ uint64_t GmmaDesc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Pins accumulator registers at this point so the compiler does not move
+// their reads/writes across a wgmma wait.
+__device__ __forceinline__ void FenceOperands(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Makes this thread's completed cp.async writes to shared memory visible to
+// the async proxy (wgmma operand reads); a barrier follows.
+__device__ __forceinline__ void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ float Exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// d (64x128 fp32, wgmma accumulator layout) (+)= A · B, A and B both read
+// from shared memory through descriptors (K-major, 128-byte swizzle).
+// accumulate == 0 overwrites d.
+__device__ __forceinline__ void WgmmaM64N128SS(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                               int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+      " %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// d += A · B with A (64x16 bf16) in registers, in the mma.sync A-fragment
+// layout per warp, and B from shared memory N-major (imm-trans-b = 1: V is
+// stored [keys][dv]), 128-byte swizzle.
+__device__ __forceinline__ void WgmmaM64N128RS(float (&d)[64], const uint32_t (&a)[4],
+                                               uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+      " {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+__global__ void __launch_bounds__(kWgThreads, 1)
+    MlaPrefillWgmmaKernel(const __grid_constant__ PrefillParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kDn = 128, kDr = 64, kDv = 128, kDqk = kDn + kDr;
+  constexpr int kQkChunks = kDqk / 8, kVChunks = kDv / 8;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t q_s = base;
+  const uint32_t k_s = q_s + kWgQBytes;      // 2 stages
+  const uint32_t v_s = k_s + 2 * kWgKBytes;  // 2 stages
+
+  const int h = blockIdx.x;
+  const int qt = gridDim.y - 1 - blockIdx.y;  // heaviest tiles first, all heads
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2;  // warpgroup: query rows 64wg..64wg+63 of the tile
+  const int g = lane >> 2, c4 = lane & 3;
+  const int q0 = qt * kWgRows;
+  const int T = p.num_tokens;
+  // Keys seen by the tile's last real query (position past + min(q0+128, T) − 1).
+  const int kv_len = p.past + min(q0 + kWgRows, T);
+  const int num_kt = (kv_len + kWgKeys - 1) / kWgKeys;
+  const int64_t head_kv = static_cast<int64_t>(h) * (kDn + kDv);
+
+  // Zero-filled (src-size 0) chunks for rows past T / keys past kv_len: never
+  // garbage in the tensor cores; masked keys get -inf anyway.
+#pragma unroll 4
+  for (int i = 0; i < kWgRows * kQkChunks / kWgThreads; ++i) {
+    const int c = tid + i * kWgThreads;
+    const int row = c / kQkChunks, ch = c % kQkChunks;
+    const int t = q0 + row;
+    const bool ok = t < T;
+    const bf16* src = p.q + static_cast<int64_t>(ok ? t : 0) * p.ld_q + h * kDqk + ch * 8;
+    CpAsync16(q_s + SlabOffset(row, ch), ok ? src : p.q, ok);
+  }
+  auto load_k = [&](int kt, int st) {
+    const int s0 = kt * kWgKeys;
+    const uint32_t dst = k_s + st * kWgKBytes;
+#pragma unroll 4
+    for (int i = 0; i < kWgKeys * kQkChunks / kWgThreads; ++i) {
+      const int c = tid + i * kWgThreads;
+      const int row = c / kQkChunks, ch = c % kQkChunks;
+      const int s = s0 + row;
+      const bool ok = s < kv_len;
+      const int64_t sr = ok ? s : 0;
+      const bf16* src = ch < kDn / 8 ? p.kv + sr * p.ld_kv + head_kv + ch * 8
+                                     : p.k_rope + sr * p.ld_krope + (ch - kDn / 8) * 8;
+      CpAsync16(dst + SlabOffset(row, ch), ok ? src : p.kv, ok);
+    }
+  };
+  auto load_v = [&](int kt, int st) {
+    const int s0 = kt * kWgKeys;
+    const uint32_t dst = v_s + st * kWgVBytes;
+#pragma unroll 4
+    for (int i = 0; i < kWgKeys * kVChunks / kWgThreads; ++i) {
+      const int c = tid + i * kWgThreads;
+      const int row = c / kVChunks, ch = c % kVChunks;
+      const int s = s0 + row;
+      const bool ok = s < kv_len;
+      const bf16* src = p.kv + static_cast<int64_t>(ok ? s : 0) * p.ld_kv + head_kv + kDn + ch * 8;
+      CpAsync16(dst + SlabOffset(row, ch), ok ? src : p.kv, ok);
+    }
+  };
+  load_k(0, 0);
+  CpAsyncCommit();
+  CpAsyncWaitAll();
+  FenceProxyAsync();
+  __syncthreads();
+
+  float s_acc[64], o_acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    s_acc[i] = 0.f;
+    o_acc[i] = 0.f;
+  }
+  uint32_t p_frag[kWgKeys / 16][4];  // P of the previous tile, A fragments per 16 keys
+  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};  // rows g, g + 8
+  const int pos0 = p.past + q0 + wg * 64 + (warp & 3) * 16 + g;     // position of row g
+  const int warp_min_pos = p.past + q0 + wg * 64 + (warp & 3) * 16;
+  const uint32_t q_wg = q_s + wg * 64 * 128;  // this warpgroup's 64 rows in each Q slab
+
+  for (int kt = 0; kt < num_kt; ++kt) {
+    const int st = kt & 1;
+    // Stage st^1 of K held K_{kt-1} and stage st of V held V_{kt-2}: both
+    // retired (wgmma waited) before the barrier that ended the last step.
+    if (kt + 1 < num_kt) load_k(kt + 1, st ^ 1);
+    load_v(kt, st);
+    CpAsyncCommit();
+
+    WgmmaFence();  // p_frag / o_acc were written by ordinary instructions
+    const uint32_t kb = k_s + st * kWgKBytes;
+#pragma unroll
+    for (int kk = 0; kk < kDqk / 16; ++kk) {
+      const uint32_t off = (kk >> 2) * kWgSlabBytes + (kk & 3) * 32;
+      WgmmaM64N128SS(s_acc, GmmaDesc(q_wg + off, 16, 1024), GmmaDesc(kb + off, 16, 1024),
+                     kk > 0 ? 1 : 0);
+    }
+    WgmmaCommit();
+    if (kt > 0) {
+      const uint32_t vb = v_s + (st ^ 1) * kWgVBytes;
+#pragma unroll
+      for (int kk = 0; kk < kWgKeys / 16; ++kk) {
+        WgmmaM64N128RS(o_acc, p_frag[kk], GmmaDesc(vb + kk * 16 * 128, kWgSlabBytes, 1024));
+      }
+      WgmmaCommit();
+      WgmmaWait<1>();  // S_kt done; P_{kt-1} V_{kt-1} may still run
+    } else {
+      WgmmaWait<0>();
+    }
+    FenceOperands(s_acc);
+
+    // Causal mask (only where the tile reaches past this warp's first row)
+    // and the scale, in log2 units. Element i: key column 8(i/4) + 2c4 +
+    // (i&1), row g + 8((i/2)&1).
+    const int s0 = kt * kWgKeys;
+    const bool need_mask = s0 + kWgKeys - 1 > warp_min_pos;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int key = s0 + (i >> 2) * 8 + 2 * c4 + (i & 1);
+      const int r = (i >> 1) & 1;
+      float v = s_acc[i] * p.scale_log2;
+      if (need_mask && key > pos0 + 8 * r) v = -INFINITY;
+      s_acc[i] = v;
+      mx[r] = fmaxf(mx[r], v);
+    }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(row_m[r], mx[r]);
+      // Key 0 is in every row's first tile, so m_new is finite from the first
+      // step on; the guard keeps a fully masked row from making NaNs anyway.
+      m_use[r] = m_new == -INFINITY ? 0.f : m_new;
+      alpha[r] = Exp2Approx(row_m[r] - m_use[r]);
+      row_m[r] = m_new;
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int r = (i >> 1) & 1;
+      const float e = Exp2Approx(s_acc[i] - m_use[r]);
+      s_acc[i] = e;
+      sum[r] += e;
+    }
+    row_l[0] = row_l[0] * alpha[0] + sum[0];
+    row_l[1] = row_l[1] * alpha[1] + sum[1];
+
+    WgmmaWait<0>();  // P_{kt-1} V_{kt-1} retired: O is final for rescaling, p_frag free
+    FenceOperands(o_acc);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o_acc[i] *= alpha[(i >> 1) & 1];
+    // The S accumulators of key columns 16kk..16kk+15 are exactly the A
+    // fragment of P for that k step.
+#pragma unroll
+    for (int kk = 0; kk < kWgKeys / 16; ++kk) {
+      p_frag[kk][0] = PackBf16(s_acc[8 * kk + 0], s_acc[8 * kk + 1]);
+      p_frag[kk][1] = PackBf16(s_acc[8 * kk + 2], s_acc[8 * kk + 3]);
+      p_frag[kk][2] = PackBf16(s_acc[8 * kk + 4], s_acc[8 * kk + 5]);
+      p_frag[kk][3] = PackBf16(s_acc[8 * kk + 6], s_acc[8 * kk + 7]);
+    }
+
+    CpAsyncWaitAll();  // K_{kt+1}, V_kt landed (this thread's part)
+    FenceProxyAsync();
+    __syncthreads();   // ...everyone's; every warpgroup is done with K_kt, V_{kt-1}
+  }
+
+  // The last tile's P V.
+  {
+    WgmmaFence();
+    const uint32_t vb = v_s + ((num_kt - 1) & 1) * kWgVBytes;
+#pragma unroll
+    for (int kk = 0; kk < kWgKeys / 16; ++kk) {
+      WgmmaM64N128RS(o_acc, p_frag[kk], GmmaDesc(vb + kk * 16 * 128, kWgSlabBytes, 1024));
+    }
+    WgmmaCommit();
+    WgmmaWait<0>();
+    FenceOperands(o_acc);
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_l[r] += __shfl_xor_sync(0xffffffffu, row_l[r], 1);
+    row_l[r] += __shfl_xor_sync(0xffffffffu, row_l[r], 2);
+  }
+  const int64_t ld_out = static_cast<int64_t>(p.num_heads) * kDv;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = q0 + wg * 64 + (warp & 3) * 16 + g + r * 8;
+    if (t >= T) continue;
+    const float inv = 1.f / row_l[r];
+    bf16* o = p.out + static_cast<int64_t>(t) * ld_out + static_cast<int64_t>(h) * kDv;
+#pragma unroll
+    for (int nt = 0; nt < kDv / 8; ++nt) {
+      *reinterpret_cast<__nv_bfloat162*>(o + nt * 8 + 2 * c4) = __floats2bfloat162_rn(
+          o_acc[4 * nt + 2 * r] * inv, o_acc[4 * nt + 2 * r + 1] * inv);
+    }
+  }
+#else
+  __trap();  // the host launches this only on sm_90 devices of an sm_90a build
+#endif
+}
+
 // Prefill, generic path: one CTA per (query, head), fp32, chunks of 128 keys.
 __global__ void __launch_bounds__(kSimpleThreads) MlaPrefillSimpleKernel(const PrefillParams p) {
   extern __shared__ float dyn[];
@@ -1229,6 +1568,22 @@ bool SmemFits(int bytes) {
   StatusOr<int> optin = CurrentDeviceAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                                "max shared memory per block");
   return optin.ok() && *optin >= bytes;
+}
+
+// The wgmma prefill kernel is built for sm_90a only (its body traps
+// elsewhere), so it runs on compute capability 9.0 devices only.
+bool IsSm90Device() {
+  StatusOr<int> major = CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor, "cc major");
+  StatusOr<int> minor = CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMinor, "cc minor");
+  return major.ok() && minor.ok() && *major == 9 && *minor == 0;
+}
+
+// STRATA_MLA_PREFILL=old keeps the mma.sync prefill kernel instead of the
+// wgmma one, for A/B runs in one process (read on every call: a getenv, no
+// runtime call).
+bool OldPrefillSelected() {
+  const char* e = std::getenv("STRATA_MLA_PREFILL");
+  return e != nullptr && std::strcmp(e, "old") == 0;
 }
 
 }  // namespace
@@ -1511,6 +1866,15 @@ Status MlaPrefill(const MlaPrefillArgs& args, cudaStream_t stream) {
   const bool fast = s.nope_dim == 128 && s.rope_dim == 64 && s.v_dim == 128 && ld_q % 8 == 0 &&
                     ld_krope % 8 == 0 && Aligned16(args.q) && Aligned16(args.kv) &&
                     Aligned16(args.k_rope) && Aligned16(args.out) && SmemFits(FastTile::kSmemBytes);
+  if (fast && !OldPrefillSelected() && IsSm90Device() && SmemFits(kWgSmemBytes)) {
+    STRATA_RETURN_IF_ERROR(AllowDynamicSmem(&MlaPrefillWgmmaKernel, kWgSmemBytes,
+                                            "cudaFuncSetAttribute(MlaPrefillWgmmaKernel)"));
+    const int64_t tiles = (args.num_tokens + kWgRows - 1) / kWgRows;
+    if (tiles > 65535) return Invalid("num_tokens", "exceeds 65535 query tiles of 128");
+    MlaPrefillWgmmaKernel<<<dim3(p.num_heads, static_cast<unsigned>(tiles)), kWgThreads,
+                            kWgSmemBytes, stream>>>(p);
+    return LaunchStatus("MlaPrefillWgmmaKernel");
+  }
   if (fast) {
     auto* kernel = &MlaPrefillTcKernel<128, 64, 128>;
     STRATA_RETURN_IF_ERROR(
