@@ -424,13 +424,15 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeGenericKernel(const D
 }
 
 // ===========================================================================
-// Prefill, in passes of up to kMaxChunksPerPass chunks:
+// Prefill, in passes of chunks (old path: kMaxChunksPerPass; default path: as
+// many as the caller's workspace holds, 45 with the planned size):
 //  1. KdaIntraChunkKernel, one CTA per (chunk, head), all in parallel: gates,
 //     norms, cumulative decay Γ, the A and B matrices, T' = (I + A)^-1·diag(β),
 //     and the chunk's factors W = T'·(K̂⊙e^Γ), U = T'·V, Q' = Q̂⊙e^Γ − B·W,
 //     O_intra = B·U, Kd = K̂⊙e^(Γ_last − Γ), decay = e^Γ_last → workspace.
-//  2. KdaChunkRecurrenceKernel, one CTA per (32 value columns, head), walking
-//     the chunks in order with S in registers:
+//  2. KdaChunkRecurrenceKernel (old) / KdaChunkRecurrenceV2Kernel (default),
+//     one CTA per (32 or 64 value columns, head), walking the chunks in order
+//     with S in registers:
 //       V_new = U − W·S;  O = O_intra + Q'·S;  S = diag(decay)·S + Kdᵀ·V_new.
 //     (O = (Q̂⊙e^Γ)·S + B·V_new of the CPU code with B·W·S folded into Q' so
 //     that the sequential pass has no chunk-by-chunk matrix product of its own.)
