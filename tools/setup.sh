@@ -33,3 +33,20 @@ if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQS" "$VENV/requirements.txt"; the
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQS"
   cp "$REQS" "$VENV/requirements.txt"
 fi
+
+# CUTLASS headers for the CUDA build's Hopper grouped GEMM (MoE prefill;
+# CMake finds them under .deps/cutlass, see STRATA_CUTLASS_DIR): only where
+# nvcc exists, from PyPI by name and version, headers only (--no-deps: the
+# package's Python dependencies are not needed to compile).
+CUTLASS_VERSION=4.2.0.0
+CUTLASS_DIR="$(cd "$(dirname "$0")/.." && pwd)/.deps/cutlass"
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  if [ ! -f "$CUTLASS_DIR/cutlass_library/source/include/cutlass/cutlass.h" ] ||
+     [ "$(cat "$CUTLASS_DIR/VERSION" 2>/dev/null)" != "$CUTLASS_VERSION" ]; then
+    echo "setup: installing nvidia-cutlass==$CUTLASS_VERSION into $CUTLASS_DIR"
+    rm -rf "$CUTLASS_DIR"
+    python3 -m pip install -q --disable-pip-version-check --no-deps --target "$CUTLASS_DIR" \
+      "nvidia-cutlass==$CUTLASS_VERSION"
+    echo "$CUTLASS_VERSION" > "$CUTLASS_DIR/VERSION"
+  fi
+fi

@@ -53,6 +53,14 @@ struct MoeFp8Experts {
   int64_t block_cols = 128;
 };
 
+// Which tensor-core grouped GEMM a prefill-sized bf16 call takes: CUTLASS's
+// Hopper ptr-array grouped GEMM (TMA + wgmma; only in builds with CUTLASS,
+// see moe_grouped_gemm_sm90.h) or the mma.sync kernels. kAuto: the
+// STRATA_MOE_GEMM environment variable (cutlass|mma|auto), else CUTLASS from
+// STRATA_MOE_CUTLASS_MIN_ROWS (default 4096) rows n·k on. FP8 experts and
+// builds without CUTLASS always take mma.sync.
+enum class MoeGemmImpl { kAuto, kMma, kCutlass };
+
 struct MoeArgs {
   MoeShape shape;
   int64_t num_tokens = 0;              // n
@@ -63,6 +71,7 @@ struct MoeArgs {
   const bf16* w2 = nullptr;
   MoeFp8Experts fp8;                   // used when fp8.w13 is set (shape.fp8_experts)
   float* y = nullptr;                  // [n, D] fp32, overwritten with Σ_k w_k E_k(x)
+  MoeGemmImpl gemm_impl = MoeGemmImpl::kAuto;
 };
 
 // Workspace for `max_tokens` tokens: routing results, per-expert counts and
