@@ -15,8 +15,13 @@
 //    SM, a 72 KB cache block in flight per SM, the split partials stay in L2).
 //  * MlaPrefill does 2·H·T·(past + (T+1)/2)·(dn+dr+dv) FLOP and reads q, kv,
 //    k_rope once per query tile: at T = 32K, past = 0 that is 11 TFLOP
-//    -> 16 ms at the bf16 peak; an mma.sync flash-attention-2 kernel reaches
-//    ~45-55% of it on Hopper, so expect ~30-35 ms per MLA layer.
+//    -> 16 ms at the bf16 peak. The mma.sync flash-attention-2 kernel
+//    measured ~205 TFLOP/s (30%) on an 8192-token slice over 16K keys; the
+//    wgmma kernel (sm_90) issues 64x128x16 tensor ops from shared memory and
+//    overlaps the softmax with the previous tile's P·V, and loads 128-row
+//    query tiles (twice the old 64), which halves the L2->SM traffic per
+//    FLOP: 80 KB of K/V per 10.5 MFLOP, 5.2 TB/s at the peak. Expected
+//    ~55-65% of the peak (≈380-440 TFLOP/s) at long contexts.
 //  * MlaCacheWrite/Gather move 2·n·(r+dr)·2 B: pure copies.
 //
 // Fast paths (tensor cores, cp.async double buffering, XOR-swizzled shared
@@ -24,6 +29,8 @@
 // dn = 128, dr = 64, dv = 128 (prefill) with 16-byte aligned rows; every other
 // shape takes a plain fp32 kernel that is slow but obviously correct (the test
 // fixtures' odd sizes).
+// Prefill at dn = 128, dr = 64, dv = 128 takes the wgmma kernel on sm_90
+// devices (STRATA_MLA_PREFILL=old: the mma.sync kernel, for A/B runs).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -1082,7 +1089,8 @@ __global__ void __launch_bounds__(kPreThreads)
 // with wgmma. Grid (heads, query tiles of 128), heaviest (last) query tiles
 // first over all heads; 256 threads = two warpgroups of 64 query rows.
 //
-// Per key tile of 128 (cp.async into a 2-stage ring, one tile ahead):
+// Per key tile of 128 (cp.async into a 2-stage ring, one tile ahead, issued
+// while the step's tensor ops run):
 //   S_j = Q K_jᵀ         wgmma m64n128k16 x12, Q and K from shared memory;
 //   O  += P_{j-1} V_{j-1} wgmma m64n128k16 x8, P from registers (the S
 //                         accumulators of the previous tile rounded to bf16);
@@ -1236,7 +1244,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   // Zero-filled (src-size 0) chunks for rows past T / keys past kv_len: never
   // garbage in the tensor cores; masked keys get -inf anyway.
-#pragma unroll 4
+#pragma unroll
   for (int i = 0; i < kWgRows * kQkChunks / kWgThreads; ++i) {
     const int c = tid + i * kWgThreads;
     const int row = c / kQkChunks, ch = c % kQkChunks;
@@ -1248,7 +1256,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   auto load_k = [&](int kt, int st) {
     const int s0 = kt * kWgKeys;
     const uint32_t dst = k_s + st * kWgKBytes;
-#pragma unroll 4
+#pragma unroll
     for (int i = 0; i < kWgKeys * kQkChunks / kWgThreads; ++i) {
       const int c = tid + i * kWgThreads;
       const int row = c / kQkChunks, ch = c % kQkChunks;
@@ -1263,7 +1271,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   auto load_v = [&](int kt, int st) {
     const int s0 = kt * kWgKeys;
     const uint32_t dst = v_s + st * kWgVBytes;
-#pragma unroll 4
+#pragma unroll
     for (int i = 0; i < kWgKeys * kVChunks / kWgThreads; ++i) {
       const int c = tid + i * kWgThreads;
       const int row = c / kVChunks, ch = c % kVChunks;
@@ -1293,12 +1301,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   for (int kt = 0; kt < num_kt; ++kt) {
     const int st = kt & 1;
-    // Stage st^1 of K held K_{kt-1} and stage st of V held V_{kt-2}: both
-    // retired (wgmma waited) before the barrier that ended the last step.
-    if (kt + 1 < num_kt) load_k(kt + 1, st ^ 1);
-    load_v(kt, st);
-    CpAsyncCommit();
-
     WgmmaFence();  // p_frag / o_acc were written by ordinary instructions
     const uint32_t kb = k_s + st * kWgKBytes;
 #pragma unroll
@@ -1320,6 +1322,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       WgmmaWait<0>();
     }
     FenceOperands(s_acc);
+    // Next loads, issued while P_{kt-1} V_{kt-1} runs: stage st^1 of K held
+    // K_{kt-1} (S_kt, reading stage st, is done) and stage st of V held
+    // V_{kt-2}, both retired before the barrier that ended the last step.
+    // Unconditional (past the end it only zero-fills a free stage) so no
+    // branch sits inside the wgmma pipeline stage.
+    load_k(kt + 1, st ^ 1);
+    load_v(kt, st);
+    CpAsyncCommit();
 
     // Causal mask (only where the tile reaches past this warp's first row)
     // and the scale, in log2 units. Element i: key column 8(i/4) + 2c4 +
