@@ -6,6 +6,10 @@
 //  * the cuBLASLt path (m = 17, 300): same checks;
 //  * the production shapes of Kimi-Linear-48B-A3B at m = 1, 3, 16 (and the
 //    cuBLASLt path at m = 17, 300);
+//  * every decode weight shape of Kimi-Linear-48B-A3B at m = 1, 2, 5, 8, 16
+//    (poisoned y, beta ≠ 0 accumulation, back-to-back launches, fp32 x), each
+//    run twice: the stream-K kernel's split tiles must reduce bit-identically;
+//  * stream-K corner shapes, and the legacy kernel (STRATA_GEMV=old);
 //  * StridedBatchedGemm in both W layouts;
 //  * argument misuse → InvalidArgument naming the field; m = 0 is a no-op;
 //  * capture in a CUDA graph and replay gives the eager result.
@@ -15,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -114,6 +119,12 @@ struct GemmCase {
   float alpha = 1.f, beta = 0.f;
   size_t w_offset = 0, x_offset = 0;  // bytes added to the device pointers
   bool device_weights = false;        // big W: random on the device, then downloaded
+  // Launches of Gemm back to back without a sync (beta must be 1 when > 1:
+  // y = y0 + repeats · alpha · x·Wᵀ), which checks that the split-tile
+  // counters are left at zero for the next launch even when PDL overlaps it.
+  int repeats = 1;
+  bool check_repeat = false;  // run again from the same y0: bit-identical y
+  bool legacy = false;        // STRATA_GEMV=old (the grid-per-tile kernel)
 };
 
 std::string Describe(const GemmCase& c) {
@@ -121,11 +132,11 @@ std::string Describe(const GemmCase& c) {
   std::snprintf(
       buf, sizeof(buf),
       "m=%lld n=%lld k=%lld ldx=%lld ldw=%lld ldy=%lld x=%s y=%s a=%g b=%g woff=%zu "
-      "xoff=%zu",
+      "xoff=%zu rep=%d%s",
       static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k),
       static_cast<long long>(c.ldx), static_cast<long long>(c.ldw), static_cast<long long>(c.ldy),
       c.x_type == ActType::kBf16 ? "bf16" : "f32", c.y_type == ActType::kBf16 ? "bf16" : "f32",
-      c.alpha, c.beta, c.w_offset, c.x_offset);
+      c.alpha, c.beta, c.w_offset, c.x_offset, c.repeats, c.legacy ? " old" : "");
   return buf;
 }
 
@@ -175,13 +186,17 @@ void RunGemmCase(BlasContext& ctx, cudaStream_t stream, const GemmCase& c, uint6
   std::vector<float> y0 =
       c.beta != 0.f ? RandomF32(y_elems, rng) : std::vector<float>(y_elems, std::nanf(""));
   DevBuf y_dev(y_elems * (y_f32 ? 4 : 2));
-  if (y_f32) {
-    CUDA_OK(cudaMemcpy(y_dev.get(), y0.data(), y_elems * 4, cudaMemcpyHostToDevice));
-  } else {
-    std::vector<uint16_t> yb(y_elems);
-    for (size_t i = 0; i < y_elems; ++i) yb[i] = F32ToBf16(y0[i]);
-    CUDA_OK(cudaMemcpy(y_dev.get(), yb.data(), y_elems * 2, cudaMemcpyHostToDevice));
-  }
+  auto upload_y0 = [&]() {
+    if (y_f32) {
+      CUDA_OK(cudaMemcpy(y_dev.get(), y0.data(), y_elems * 4, cudaMemcpyHostToDevice));
+    } else {
+      std::vector<uint16_t> yb(y_elems);
+      for (size_t i = 0; i < y_elems; ++i) yb[i] = F32ToBf16(y0[i]);
+      CUDA_OK(cudaMemcpy(y_dev.get(), yb.data(), y_elems * 2, cudaMemcpyHostToDevice));
+    }
+  };
+  upload_y0();
+  ASSERT_TRUE(c.repeats == 1 || c.beta == 1.f) << "repeats > 1 needs beta == 1";
 
   GemmArgs a;
   a.m = c.m;
@@ -197,17 +212,43 @@ void RunGemmCase(BlasContext& ctx, cudaStream_t stream, const GemmCase& c, uint6
   a.ldy = c.ldy;
   a.alpha = c.alpha;
   a.beta = c.beta;
-  const Status st = Gemm(ctx, a, stream);
-  ASSERT_TRUE(st.ok()) << st;
-  CUDA_OK(cudaStreamSynchronize(stream));
-  std::vector<float> y(y_elems);
-  if (y_f32) {
-    CUDA_OK(cudaMemcpy(y.data(), y_dev.get(), y_elems * 4, cudaMemcpyDeviceToHost));
-  } else {
-    std::vector<uint16_t> yb(y_elems);
-    CUDA_OK(cudaMemcpy(yb.data(), y_dev.get(), y_elems * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < y_elems; ++i) y[i] = Bf16ToF32(yb[i]);
+  if (c.legacy) setenv("STRATA_GEMV", "old", 1);
+  auto run = [&]() {
+    for (int r = 0; r < c.repeats; ++r) {
+      const Status st = Gemm(ctx, a, stream);
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    CUDA_OK(cudaStreamSynchronize(stream));
+  };
+  // Raw bytes of y (bit-exact comparisons) and their fp32 view.
+  auto download = [&](std::vector<uint8_t>* raw, std::vector<float>* as_f32) {
+    raw->resize(y_elems * (y_f32 ? 4 : 2));
+    CUDA_OK(cudaMemcpy(raw->data(), y_dev.get(), raw->size(), cudaMemcpyDeviceToHost));
+    as_f32->resize(y_elems);
+    for (size_t i = 0; i < y_elems; ++i) {
+      if (y_f32) {
+        std::memcpy(&(*as_f32)[i], raw->data() + 4 * i, 4);
+      } else {
+        uint16_t b;
+        std::memcpy(&b, raw->data() + 2 * i, 2);
+        (*as_f32)[i] = Bf16ToF32(b);
+      }
+    }
+  };
+  run();
+  std::vector<uint8_t> y_raw;
+  std::vector<float> y;
+  download(&y_raw, &y);
+  if (c.check_repeat) {
+    upload_y0();
+    run();
+    std::vector<uint8_t> y2_raw;
+    std::vector<float> y2;
+    download(&y2_raw, &y2);
+    EXPECT_EQ(std::memcmp(y_raw.data(), y2_raw.data(), y_raw.size()), 0)
+        << "two runs of the same product differ: the result depends on timing";
   }
+  if (c.legacy) unsetenv("STRATA_GEMV");
 
   // Reference: cpu::MatMul on packed W and x.
   std::vector<uint16_t> w_packed(static_cast<size_t>(c.n * c.k));
@@ -223,8 +264,8 @@ void RunGemmCase(BlasContext& ctx, cudaStream_t stream, const GemmCase& c, uint6
   std::vector<float> got(ref.size());
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t j = 0; j < c.n; ++j) {
-      ref[i * c.n + j] =
-          c.alpha * ref[i * c.n + j] + (c.beta != 0.f ? c.beta * y0[i * ldy + j] : 0.f);
+      ref[i * c.n + j] = c.repeats * c.alpha * ref[i * c.n + j] +
+                         (c.beta != 0.f ? c.beta * y0[i * ldy + j] : 0.f);
       got[i * c.n + j] = y[i * ldy + j];
     }
     // Padding columns keep their initial value (NaN when beta == 0).
@@ -363,6 +404,120 @@ TEST_F(CudaGemmTest, ProductionShapes) {
   GemmCase router{1, 256, 2304};  // fp32 router logits from bf16 x
   router.y_type = ActType::kF32;
   RunGemmCase(*ctx_, stream_, router, seed++);
+}
+
+// Every weight shape of a Kimi-Linear-48B-A3B decode step (model-spec §2.1:
+// D = 2304, 32 heads × 128, MLA r = 512 + dr = 64, 256 experts, shared
+// expert I = 1024, dense I = 9216, vocab 163840), as the executor calls them
+// (output type, accumulate into the fp32 residual, the gate projections'
+// strided x), at the decode batch sizes; each one also run twice from the
+// same inputs, which must give bit-identical outputs.
+struct DecodeShape {
+  const char* what;
+  int64_t n, k;
+  ActType y_type;
+  float beta;
+  int64_t ldx;
+};
+const DecodeShape kDecodeShapes[] = {
+    {"kda in_proj q|k|v|f_a|g_a|b", 12576, 2304, ActType::kBf16, 0.f, 0},
+    {"kda f_b (x = proj + off_fa)", 4096, 128, ActType::kF32, 0.f, 12576},
+    {"kda g_b", 4096, 128, ActType::kBf16, 0.f, 12576},
+    {"kda/mla o_proj (+= h)", 2304, 4096, ActType::kF32, 1.f, 0},
+    {"mla q_proj", 6144, 2304, ActType::kBf16, 0.f, 0},
+    {"mla kv_a_proj", 576, 2304, ActType::kBf16, 0.f, 0},
+    {"moe router (fp32 logits)", 256, 2304, ActType::kF32, 0.f, 0},
+    {"shared expert gate|up", 2048, 2304, ActType::kBf16, 0.f, 0},
+    {"shared expert down (+= h)", 2304, 1024, ActType::kF32, 1.f, 0},
+    {"dense gate|up", 18432, 2304, ActType::kBf16, 0.f, 0},
+    {"dense down (+= h)", 2304, 9216, ActType::kF32, 1.f, 0},
+    {"lm_head", 163840, 2304, ActType::kF32, 0.f, 0},
+};
+
+TEST_F(CudaGemmTest, KimiLinearDecodeShapesDeterministic) {
+  uint64_t seed = 900;
+  for (const DecodeShape& d : kDecodeShapes) {
+    SCOPED_TRACE(d.what);
+    for (int64_t m : {1, 2, 5, 8, 16}) {
+      GemmCase c{m, d.n, d.k};
+      c.y_type = d.y_type;
+      c.beta = d.beta;
+      c.ldx = d.ldx;
+      c.device_weights = d.n * d.k > (int64_t{1} << 22);
+      c.check_repeat = true;
+      RunGemmCase(*ctx_, stream_, c, seed++);
+    }
+  }
+}
+
+// fp32 x and the beta ≠ 0 / alpha ≠ 1 epilogue on decode shapes, and three
+// back-to-back accumulating launches (no sync in between).
+TEST_F(CudaGemmTest, DecodeShapesFp32XAlphaBetaAndBackToBack) {
+  uint64_t seed = 1000;
+  for (const DecodeShape& d : kDecodeShapes) {
+    if (d.n * d.k > (int64_t{1} << 25)) continue;  // the LM head and dense MLP: covered above
+    SCOPED_TRACE(d.what);
+    for (int64_t m : {1, 5, 16}) {
+      GemmCase c{m, d.n, d.k};
+      c.x_type = ActType::kF32;
+      c.y_type = ActType::kF32;
+      c.alpha = 0.5f;
+      c.beta = -0.75f;
+      c.ldx = d.ldx;
+      c.device_weights = d.n * d.k > (int64_t{1} << 22);
+      c.check_repeat = true;
+      RunGemmCase(*ctx_, stream_, c, seed++);
+      GemmCase acc{m, d.n, d.k};
+      acc.y_type = ActType::kF32;
+      acc.beta = 1.f;
+      acc.repeats = 3;
+      acc.ldx = d.ldx;
+      acc.device_weights = c.device_weights;
+      RunGemmCase(*ctx_, stream_, acc, seed++);
+    }
+  }
+}
+
+// Shapes that exercise the stream-K decomposition's corners: a single tile,
+// n not a multiple of 16 (partial last tile), k not a multiple of 32
+// (partial last k block), k of one or two k blocks, tiles split across many
+// warps and ranges crossing tile boundaries inside a round; both N tiles.
+TEST_F(CudaGemmTest, StreamKCorners) {
+  uint64_t seed = 1100;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 8},      {16, 32},    {17, 2056},  {100, 4104}, {333, 2304}, {1000, 520},
+      {4099, 136}, {5, 33 * 32}, {2111, 64},  {64, 40000}, {3000, 24},  {131, 7000}};
+  for (auto [n, k] : shapes) {
+    for (int64_t m : {1, 3, 8, 9, 16}) {
+      GemmCase c{m, n, k};
+      c.y_type = m % 2 ? ActType::kF32 : ActType::kBf16;
+      c.check_repeat = true;
+      RunGemmCase(*ctx_, stream_, c, seed++);
+    }
+    GemmCase f{9, n, k};
+    f.x_type = ActType::kF32;
+    f.y_type = ActType::kF32;
+    f.beta = 1.f;
+    f.repeats = 2;
+    RunGemmCase(*ctx_, stream_, f, seed++);
+  }
+}
+
+// The previous kernel stays selectable (STRATA_GEMV=old) for A/B runs.
+TEST_F(CudaGemmTest, LegacyGemvStillCorrect) {
+  uint64_t seed = 1200;
+  for (const DecodeShape& d : kDecodeShapes) {
+    if (d.n * d.k > (int64_t{1} << 25)) continue;
+    for (int64_t m : {1, 16}) {
+      GemmCase c{m, d.n, d.k};
+      c.y_type = d.y_type;
+      c.beta = d.beta;
+      c.ldx = d.ldx;
+      c.device_weights = d.n * d.k > (int64_t{1} << 22);
+      c.legacy = true;
+      RunGemmCase(*ctx_, stream_, c, seed++);
+    }
+  }
 }
 
 TEST_F(CudaGemmTest, StridedBatchedBothLayouts) {

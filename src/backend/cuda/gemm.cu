@@ -29,21 +29,52 @@
 // so they do not evict it). fp32 x is split into bf16 hi + lo parts, both fed
 // to the tensor cores, which keeps ~16 mantissa bits of x.
 //
-// Grid sizing (to fill 132 SMs): a CTA is 8 warps; it owns `tpc` row tiles
-// and splits k over the 8/tpc warps of each tile, reducing their partial sums
-// through shared memory. Starting from tpc = 8 (one warp per tile, whole k),
-// k is split further (tpc halved) while the grid still fits in one resident
-// wave (CTAs ≤ SMs × resident CTAs per SM, from the occupancy API at context
-// creation) and every warp still gets a full unrolled step of k. So a short,
-// wide W ([2304, 4096]: 144 tiles) gets 144 CTAs with 8 warps each splitting
-// k = 4096, all resident at once with 16 loads of 16 bytes in flight per
-// lane; a tall W (the LM head, 10240 tiles) gets 1280 CTAs of one tile per
-// warp over several waves, where the tail is a few percent. CTAs resident on
-// the same SM just share its load slots: HBM, not the SM, is the bottleneck.
-// Each lane keeps kUnroll k blocks (2 × kUnroll 16-byte W loads) in flight
-// before its first mma, which with ≥ 8 warps per SM is ≥ 64 KB per SM in
-// flight, above the ~32 KB per SM that Little's law asks at 4.27 TB/s and
-// ~1 µs loaded latency.
+// Division of work (GemvStreamKernel, the default). The work is the
+// tile-major list of U = tiles × kblocks units (16 W rows × 32 k = 1 KB of
+// W each); warp w of the grid streams units [U·w/W, U·(w+1)/W), so every
+// warp, and every SM, moves the same bytes to within 1 KB whatever the
+// shape. Measured on the previous design (one CTA per 1–8 tiles, k split
+// inside the CTA; still selectable with STRATA_GEMV=old, GemvMmaKernel),
+// H200, Nsight Compute, one batch-1 decode step of Kimi-Linear-48B:
+//      [2304, 4096]  144 CTAs on 132 SMs   9.6 µs  2.15 TB/s (12 SMs do 2×)
+//      [2048, 2304]  128 CTAs              7.0 µs  1.4 TB/s
+//      [2304, 1024]   72 CTAs              4.8 µs  1.0 TB/s
+//      [256, 2304]    16 CTAs              4.8 µs  0.25 TB/s
+//      [12576, 2304] 197 CTAs             19 µs    3.3 TB/s
+//      [163840, 2304] 1280 CTAs          194 µs    4.17 TB/s
+// i.e. whenever the CTA count is not a multiple of the SM count, or below
+// it, some SMs stream twice the bytes of others, or idle. W is chosen by
+// PlanGemvStream:
+//  * U ≥ 2 × (resident warp slots): W = all resident warp slots (SMs ×
+//    CTAs per SM × 8), one wave, every warp ≥ 2 KB;
+//  * short k (kblocks ≤ one round) with ≥ one tile per SM: one whole tile
+//    per warp (no tile split, no cross-warp reduction), CTAs of
+//    ceil(tiles / SMs) warps so every SM gets a CTA;
+//  * otherwise (small W): ≥ 2 units per warp on all SMs, one round each.
+// A warp's range usually starts and ends inside a tile: those tiles are
+// reduced across warps without float atomics (FlushTile): each contributor
+// stores its partial sums in its own slot of a workspace owned by the
+// BlasContext and counts itself on a per-tile counter; the last to arrive
+// adds the slots in warp order (bits independent of timing) and stores y.
+// That costs ~3 L2 round trips at the end of the warp's range (fence, atomic,
+// loads), ~1 µs, and is why whole-tile plans are preferred where they fill
+// the GPU. Each lane keeps `round` ≤ 7 k blocks (2 × round 16-byte W loads)
+// in flight before its mma's; rounds are equal-sized so the last is not a
+// short, latency-bound one; with 16 warps per SM that is up to ~112 KB per
+// SM in flight, above the ~32 KB per SM that Little's law asks at 4.27 TB/s
+// and ~1 µs loaded latency.
+//
+// The legacy kernel (GemvMmaKernel, STRATA_GEMV=old): a CTA of 8 warps owns
+// `tpc` row tiles and splits k over the 8/tpc warps of each tile, reducing
+// through shared memory; tpc is halved from 8 while the grid still fits in
+// one resident wave and every warp keeps a full unrolled step of k.
+//
+// Expected (H200, not yet measured; ncu-serialised, ~2 µs launch floor
+// included): [2304, 4096] ~6.5 µs (was 9.6), [2048, 2304] ~4.5 µs (7.0),
+// [2304, 1024] ~3.5 µs (4.8), [576, 2304] ~3.5 µs (5.0), [256, 2304]
+// ~3.5 µs (4.8), [4096, 128] ~3.5 µs (4.0: 128 CTAs of 2 warps instead of
+// 32 of 8), [12576, 2304] ~16 µs (19), [6144, 2304] ~9 µs (11.5), LM head
+// ~185 µs (194).
 //
 // Shapes the fast kernel cannot take (k or ldw not a multiple of 8, or
 // misaligned pointers) go to a plain warp-per-row kernel with scalar loads.
@@ -53,6 +84,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <type_traits>
 
@@ -94,10 +127,18 @@ struct GemvParams {
   int64_t n;
   int64_t k;
   int m;
-  int tiles_per_cta;  // tpc; k_split = kGemvWarps / tpc
+  int tiles_per_cta;  // legacy kernel: tpc; k_split = kGemvWarps / tpc
   int k_split;
   float alpha;
   float beta;  // only with fp32 y
+  // Stream-K kernel: the work is the list of units (tile, k block), tile-major;
+  // warp w of the grid takes units [units·w/warps, units·(w+1)/warps).
+  int64_t kblocks;  // 32-wide k blocks per W row: ceil(k / 32)
+  int64_t units;    // row tiles × kblocks
+  int64_t warps;    // warps that own units (≤ grid × warps per CTA)
+  int round;        // k blocks a warp loads before its mma's (≤ kU and ≤ kblocks)
+  float* partials;     // [2 · warps][kNT][32 lanes] float4: split tiles' partial sums
+  unsigned* counters;  // [warps]: arrivals per split tile, zero between launches
 };
 
 // d += a · b on one m16n8k16 tile, fp32 accumulation.
@@ -303,6 +344,279 @@ __global__ void __launch_bounds__(kGemvThreads) GemvSimpleKernel(const GemvParam
   }
 }
 
+// ---------------------------------------------------------------------------
+// Stream-K streaming kernel (the default for m ≤ 16; see the file comment).
+
+// First unit of warp w's range.
+__device__ __forceinline__ int64_t StreamStart(const GemvParams& p, int64_t w) {
+  return p.units * w / p.warps;
+}
+// The warp whose range holds unit u: the largest w with StreamStart(w) ≤ u
+// (floor(U·w/W) ≤ u ⟺ U·w ≤ (u+1)·W − 1).
+__device__ __forceinline__ int64_t StreamOwner(const GemvParams& p, int64_t u) {
+  return ((u + 1) * p.warps - 1) / p.units;
+}
+
+// One 32-wide k block of one 16-row tile: the mma's of GemvMmaKernel.
+template <int kNT, bool kXF32, typename XChunk>
+__device__ __forceinline__ void MmaUnit(float (&acc)[kNT][4], const uint4& wa, const uint4& wb,
+                                        const XChunk (&xc)[kNT]) {
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    if constexpr (kXF32) {
+      const float4 a = BitsToF4(xc[nt].a);
+      const float4 b = BitsToF4(xc[nt].b);
+      const uint4 hi = make_uint4(F32x2ToBf16x2(a.x, a.y), F32x2ToBf16x2(a.z, a.w),
+                                  F32x2ToBf16x2(b.x, b.y), F32x2ToBf16x2(b.z, b.w));
+      const float2 h0 = Bf16x2ToF32(hi.x), h1 = Bf16x2ToF32(hi.y);
+      const float2 h2 = Bf16x2ToF32(hi.z), h3 = Bf16x2ToF32(hi.w);
+      const uint4 lo = make_uint4(
+          F32x2ToBf16x2(a.x - h0.x, a.y - h0.y), F32x2ToBf16x2(a.z - h1.x, a.w - h1.y),
+          F32x2ToBf16x2(b.x - h2.x, b.y - h2.y), F32x2ToBf16x2(b.z - h3.x, b.w - h3.y));
+      MmaBlock(acc[nt], wa, wb, hi);
+      MmaBlock(acc[nt], wa, wb, lo);
+    } else {
+      MmaBlock(acc[nt], wa, wb, xc[nt]);
+    }
+  }
+}
+
+// alpha · v (+ beta · y) for the tile's 16 rows straight from the mma
+// fragments: lane (g, t) holds W rows g, g+8 and x rows 2t, 2t+1 (+8 per N
+// tile). Eight lanes of equal t write eight consecutive floats of a y row.
+template <int kNT, typename YT>
+__device__ __forceinline__ void StoreTile(const GemvParams& p, int64_t tile, int lane,
+                                          const float (&v)[kNT][4]) {
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t r0 = tile * kTile + g;
+  YT* y = static_cast<YT*>(p.y);
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    const int c0 = nt * 8 + 2 * t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // W row g, then g + 8
+      const int64_t r = r0 + 8 * h;
+      if (r >= p.n) continue;
+      if (c0 < p.m) StoreY(y, c0 * p.ldy + r, p.alpha * v[nt][2 * h], p.beta);
+      if (c0 + 1 < p.m) StoreY(y, (c0 + 1) * p.ldy + r, p.alpha * v[nt][2 * h + 1], p.beta);
+    }
+  }
+}
+
+// Ends the warp's segment [seg0, seg1) of `tile` (units), whose sums are v.
+// A whole tile is stored directly. A tile split over warps w_lo … w_hi
+// (consecutive, since ranges are contiguous) is reduced without float
+// atomics: each contributor stores its partial in its own slot (slot 2w for
+// the segment its range starts with, 2w + 1 for the one it ends with; the
+// segments in between are whole tiles), fences, and counts itself in
+// counters[w_lo] (w_lo owns the tile's first unit, so distinct split tiles
+// have distinct counters). The last to arrive adds the P partials in warp
+// order, so the bits do not depend on which warp came last, stores y and
+// zeroes the counter for the next launch.
+template <int kNT, typename YT>
+__device__ __forceinline__ void FlushTile(const GemvParams& p, int64_t gw, int64_t u0,
+                                          int64_t tile, int64_t seg0, int64_t seg1, int lane,
+                                          const float (&v)[kNT][4]) {
+  const int64_t t0 = tile * p.kblocks, t1 = t0 + p.kblocks;
+  if (seg0 == t0 && seg1 == t1) {
+    StoreTile<kNT, YT>(p, tile, lane, v);
+    return;
+  }
+  float4* parts = reinterpret_cast<float4*>(p.partials);
+  const int64_t slot = 2 * gw + (seg0 == u0 ? 0 : 1);
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    __stcg(parts + (slot * kNT + nt) * 32 + lane,
+           make_float4(v[nt][0], v[nt][1], v[nt][2], v[nt][3]));
+  }
+  // The grid-barrier pattern of cooperative groups: the warp barrier makes
+  // every lane's stores visible to lane 0, whose fence (cumulative) orders
+  // them before its arrival; the last arrival fences again before the warp
+  // barrier that releases the lanes to read the other warps' partials
+  // (L2-coherent ld.cg, never the non-coherent path).
+  __syncwarp();
+  const int64_t w_lo = StreamOwner(p, t0);
+  const int64_t w_hi = StreamOwner(p, t1 - 1);
+  unsigned prev = 0;
+  if (lane == 0) {
+    __threadfence();
+    prev = atomicAdd(p.counters + w_lo, 1u);
+    if (prev == static_cast<unsigned>(w_hi - w_lo)) __threadfence();
+  }
+  prev = __shfl_sync(0xffffffffu, prev, 0);
+  __syncwarp();
+  if (prev != static_cast<unsigned>(w_hi - w_lo)) return;  // not the last: done
+  float s[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+  // w_lo's segment is the first of its range only if its range starts at t0;
+  // every later contributor's range starts inside the tile.
+  int64_t sl = 2 * w_lo + (StreamStart(p, w_lo) == t0 ? 0 : 1);
+  for (int64_t w = w_lo; w <= w_hi; ++w, sl = 2 * w) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const float4 q = __ldcg(parts + (sl * kNT + nt) * 32 + lane);
+      s[nt][0] += q.x;
+      s[nt][1] += q.y;
+      s[nt][2] += q.z;
+      s[nt][3] += q.w;
+    }
+  }
+  if (lane == 0) p.counters[w_lo] = 0u;
+  StoreTile<kNT, YT>(p, tile, lane, s);
+}
+
+// k blocks per round: one fewer than GemvMmaKernel's where the second
+// accumulator set (a round may finish one tile and start the next) would
+// otherwise push ptxas past the 128-register cap into spills (checked with
+// cuobjdump --dump-resource-usage). 7 KB per warp and round is still ~100 KB
+// in flight per SM at 16 warps per SM.
+template <int kNT, bool kXF32>
+constexpr int StreamUnroll() {
+  return (kNT == 1 && !kXF32) ? 7 : (kNT == 2 && kXF32) ? 3 : 4;
+}
+
+// Same arithmetic and loads as GemvMmaKernel, different division of work:
+// warp w of the grid (any number of warps per CTA) streams the contiguous
+// units [U·w/W, U·(w+1)/W) of the tile-major list of (16-row tile, 32-wide
+// k block) units, so every warp, hence every SM, moves the same bytes to
+// within one 1 KB unit, whatever the number of tiles. A warp loads `round`
+// units (2 · round 16-byte W loads per lane) before their mma's; round ≤
+// kblocks, so a round crosses at most one tile boundary: the units past it
+// accumulate into a fresh set and the finished tile is flushed after the
+// round. Tiles shared with neighbouring warps are reduced by FlushTile.
+template <int kNT, bool kXF32, typename YT>
+__global__ void __launch_bounds__(kGemvThreads, 2) GemvStreamKernel(const GemvParams p) {
+  constexpr int kU = StreamUnroll<kNT, kXF32>();
+  using XChunk = std::conditional_t<kXF32, F32Chunk, uint4>;
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int64_t kb_per_tile = p.kblocks;
+  int64_t u0 = 0, u1 = 0;
+  if (gw < p.warps) {
+    u0 = StreamStart(p, gw);
+    u1 = StreamStart(p, gw + 1);
+  }
+
+  // Before the previous kernel of the step has finished only the weights may
+  // be touched: the warp's first round (16 rows of its first tile from its
+  // first unit on, lanes 0–15, and the next tile's rows if the round crosses
+  // into it, lanes 16–31) is requested into L2 while it drains.
+  if (u0 < u1) {
+    const int64_t tile = u0 / kb_per_tile;
+    const int64_t kb = u0 - tile * kb_per_tile;
+    const int64_t end = kb + min(static_cast<int64_t>(p.round), u1 - u0);
+    const bool next = lane >= 16;
+    const int64_t row = (tile + (next ? 1 : 0)) * kTile + (lane & 15);
+    const int64_t b0 = next ? 0 : kb;
+    const int64_t b1 = next ? end - kb_per_tile : min(end, kb_per_tile);
+    if (b1 > b0 && row < p.n) {
+      const int64_t e0 = b0 * 32;
+      const int64_t e1 = min(b1 * 32, p.k);
+      PrefetchL2(p.w + row * p.ldw + e0, static_cast<uint32_t>((e1 - e0) * 2));
+    }
+  }
+  PdlWait();
+  PdlLaunchDependents();
+  if (u0 >= u1) return;  // warp-uniform; the kernel has no CTA barrier
+
+  bool x_ok[kNT];
+  const char* xp[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    const int r = g + 8 * nt;
+    x_ok[nt] = r < p.m;
+    const size_t esize = kXF32 ? 4 : 2;
+    xp[nt] = static_cast<const char*>(p.x) +
+             ((x_ok[nt] ? r : 0) * p.ldx + t * 8) * static_cast<int64_t>(esize);
+  }
+
+  float acc[kNT][4], done[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = done[nt][i] = 0.f;
+  }
+  const int kb_per_tile32 = static_cast<int>(kb_per_tile);  // < 2^26 (k < 2^31)
+  const int k32 = static_cast<int>(p.k);
+  int64_t tile = u0 / kb_per_tile;
+  int kb = static_cast<int>(u0 - tile * kb_per_tile);  // k block of `base` within `tile`
+  int64_t seg0 = u0;                                   // first unit of the current segment
+  // The loop bounds are warp-uniform (mma.sync needs the whole warp).
+  for (int64_t base = u0; base < u1;) {
+    const int n_here = static_cast<int>(min(static_cast<int64_t>(p.round), u1 - base));
+    const int left = kb_per_tile32 - kb;               // ≥ 1: units of `tile` from base on
+    const int cross = left < n_here ? left : kU;       // first unit of tile + 1, if any
+    // Rows g, g+8 of this tile and of the next; out-of-range rows load zeros.
+    const int64_t row_a = tile * kTile + g;
+    const bool a0_ok = row_a < p.n, a1_ok = row_a + 8 < p.n;
+    const bool b0_ok = row_a + 16 < p.n, b1_ok = row_a + 24 < p.n;
+    const bf16* w_a = p.w + (a0_ok ? row_a : 0) * p.ldw + t * 8;
+    const bf16* w_b = p.w + (b0_ok ? row_a + 16 : 0) * p.ldw + t * 8;
+    const int64_t ld8 = 8 * p.ldw;
+    uint4 wa[kU], wb[kU];
+    XChunk xc[kU][kNT];
+#pragma unroll
+    for (int j = 0; j < kU; ++j) {
+      const bool in_next = j >= cross;
+      const int koff = (kb + j - (in_next ? kb_per_tile32 : 0)) * 32;
+      // k % 8 == 0, so this lane's 8-element chunk is wholly in or out.
+      const bool k_ok = j < n_here && koff + t * 8 < k32;
+      const bool ok0 = k_ok && (in_next ? b0_ok : a0_ok);
+      const bool ok1 = k_ok && (in_next ? b1_ok : a1_ok);
+      const bf16* w0 = (in_next ? w_b : w_a) + koff;
+      wa[j] = LdgStream16(w0, ok0);
+      wb[j] = LdgStream16(w0 + ld8, ok1);  // not dereferenced unless ok1
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const bool ok = k_ok && x_ok[nt];
+        if constexpr (kXF32) {
+          const float* src = reinterpret_cast<const float*>(xp[nt]) + koff;
+          xc[j][nt].a = Ldg16(src, ok);
+          xc[j][nt].b = Ldg16(src + 4, ok);
+        } else {
+          xc[j][nt] = Ldg16(reinterpret_cast<const bf16*>(xp[nt]) + koff, ok);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kU; ++j) {
+      if (j == cross) {  // tile is complete: park its sums, start the next tile's
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            done[nt][i] = acc[nt][i];
+            acc[nt][i] = 0.f;
+          }
+        }
+      }
+      // Units past n_here loaded zeros: their mma's add nothing.
+      MmaUnit<kNT, kXF32>(acc, wa[j], wb[j], xc[j]);
+    }
+    base += n_here;
+    if (cross < n_here) {
+      FlushTile<kNT, YT>(p, gw, u0, tile, seg0, (tile + 1) * kb_per_tile, lane, done);
+      ++tile;
+      seg0 = tile * kb_per_tile;
+      kb += n_here - kb_per_tile32;
+    } else {
+      kb += n_here;
+      if (kb == kb_per_tile32) {
+        FlushTile<kNT, YT>(p, gw, u0, tile, seg0, (tile + 1) * kb_per_tile, lane, acc);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+        ++tile;
+        seg0 = tile * kb_per_tile;
+        kb = 0;
+      }
+    }
+  }
+  if (seg0 < u1) FlushTile<kNT, YT>(p, gw, u0, tile, seg0, u1, lane, acc);
+}
+
 // The mma kernel's variants, indexed [nt - 1][x fp32][y fp32].
 using GemvKernelFn = void (*)(GemvParams);
 const GemvKernelFn kGemvMma[2][2][2] = {
@@ -310,8 +624,15 @@ const GemvKernelFn kGemvMma[2][2][2] = {
      {GemvMmaKernel<1, true, bf16>, GemvMmaKernel<1, true, float>}},
     {{GemvMmaKernel<2, false, bf16>, GemvMmaKernel<2, false, float>},
      {GemvMmaKernel<2, true, bf16>, GemvMmaKernel<2, true, float>}}};
+const GemvKernelFn kGemvStream[2][2][2] = {
+    {{GemvStreamKernel<1, false, bf16>, GemvStreamKernel<1, false, float>},
+     {GemvStreamKernel<1, true, bf16>, GemvStreamKernel<1, true, float>}},
+    {{GemvStreamKernel<2, false, bf16>, GemvStreamKernel<2, false, float>},
+     {GemvStreamKernel<2, true, bf16>, GemvStreamKernel<2, true, float>}}};
 constexpr int kGemvUnroll[2][2] = {{GemvUnroll<1, false>(), GemvUnroll<1, true>()},
                                    {GemvUnroll<2, false>(), GemvUnroll<2, true>()}};
+constexpr int kStreamUnroll[2][2] = {{StreamUnroll<1, false>(), StreamUnroll<1, true>()},
+                                     {StreamUnroll<2, false>(), StreamUnroll<2, true>()}};
 
 }  // namespace
 
@@ -340,10 +661,25 @@ struct BlasContext::Plans {
   }
 
   int num_sms = 0;
-  int64_t gemv_resident_ctas[2][2][2] = {};  // SMs × resident CTAs per SM, per variant
+  int64_t gemv_resident_ctas[2][2][2] = {};    // SMs × resident CTAs per SM, per variant
+  int64_t stream_resident_ctas[2][2][2] = {};  // the same for GemvStreamKernel
+  // GemvStreamKernel's workspace, allocated once here (kernels never
+  // allocate): 2 partial-sum slots per warp (kNT · 32 lanes · float4 each,
+  // sized for kNT = 2) and one arrival counter per warp, zero between
+  // launches (the last arrival of a split tile resets its counter). Calls on
+  // one context are serialised by its stream (PDL included: a kernel touches
+  // the workspace only after griddepcontrol.wait), which is why a context
+  // must not be shared by streams that run concurrently.
+  int64_t stream_max_warps = 0;
+  float* stream_partials = nullptr;
+  unsigned* stream_counters = nullptr;
   std::map<LtKey, LtPlan> lt;
 
-  ~Plans() { Clear(); }
+  ~Plans() {
+    Clear();
+    if (stream_partials) cudaFree(stream_partials);
+    if (stream_counters) cudaFree(stream_counters);
+  }
   void Clear() {
     for (auto& entry : lt) Destroy(entry.second);
     lt.clear();
@@ -379,9 +715,28 @@ StatusOr<std::unique_ptr<BlasContext>> BlasContext::Create() {
             &per_sm, kGemvMma[a][b][c], kGemvThreads, 0));
         plans->gemv_resident_ctas[a][b][c] =
             static_cast<int64_t>(std::max(per_sm, 1)) * plans->num_sms;
+        STRATA_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, kGemvStream[a][b][c], kGemvThreads, 0));
+        plans->stream_resident_ctas[a][b][c] =
+            static_cast<int64_t>(std::max(per_sm, 1)) * plans->num_sms;
+        plans->stream_max_warps = std::max(plans->stream_max_warps,
+                                           plans->stream_resident_ctas[a][b][c] * kGemvWarps);
       }
     }
   }
+  // 2 slots × kNT (2) × 32 lanes × 4 floats per warp: 2 KB; ~4.3 MB on an H200.
+  const size_t slot_floats = size_t{2} * 32 * 4;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(
+      &plans->stream_partials,
+      static_cast<size_t>(2 * plans->stream_max_warps) * slot_floats * sizeof(float)));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(
+      &plans->stream_counters, static_cast<size_t>(plans->stream_max_warps) * sizeof(unsigned)));
+  // Zero before any stream can launch the kernel: the memset is complete
+  // when Create returns.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+      plans->stream_counters, 0, static_cast<size_t>(plans->stream_max_warps) * sizeof(unsigned),
+      nullptr));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
   ctx->plans_ = std::move(plans);
   return ctx;
 }
@@ -590,6 +945,50 @@ int GemvTilesPerCta(int64_t tiles, int64_t kblocks, int unroll, int64_t resident
   return tpc;
 }
 
+// How GemvStreamKernel divides `tiles` × `kblocks` units (see the file
+// comment for the cost reasoning behind each case).
+struct StreamPlan {
+  int warps_per_cta = kGemvWarps;
+  int64_t grid = 0;
+  int64_t warps = 0;
+  int round = 0;
+};
+
+StreamPlan PlanGemvStream(int64_t tiles, int64_t kblocks, int unroll, int num_sms,
+                          int64_t resident_ctas) {
+  const int64_t units = tiles * kblocks;
+  const int64_t all_warps = resident_ctas * kGemvWarps;  // every resident warp slot
+  const int64_t sm_warps = static_cast<int64_t>(num_sms) * kGemvWarps;
+  StreamPlan s;
+  if (kblocks <= unroll && tiles >= num_sms && tiles <= all_warps) {
+    // Short k, enough tiles for every SM: one whole tile (one round) per
+    // warp, so no tile is split and no partial sums cross warps.
+    s.warps = tiles;
+  } else if (units >= 2 * all_warps) {
+    // Large W: every warp slot of the GPU, equal bytes each.
+    s.warps = all_warps;
+  } else {
+    // Small W: all SMs, ≥ 2 units (2 KB) per warp, one round each.
+    s.warps = std::max<int64_t>(1, std::min(units / 2, sm_warps));
+  }
+  s.warps_per_cta = static_cast<int>(std::min<int64_t>(kGemvWarps, CeilDiv(s.warps, num_sms)));
+  s.grid = CeilDiv(s.warps, s.warps_per_cta);
+  // Rounds of equal size: the busiest warp needs `rounds` rounds either way,
+  // and equal rounds keep the last one from being a short, latency-bound one.
+  const int64_t most = CeilDiv(units, s.warps);
+  const int64_t cap = std::min<int64_t>(unroll, kblocks);
+  const int64_t rounds = CeilDiv(most, cap);
+  s.round = static_cast<int>(CeilDiv(most, rounds));
+  return s;
+}
+
+// STRATA_GEMV=old selects the previous grid-per-tile kernel (A/B runs; read
+// on every call, a getenv and no runtime call, so one process can compare).
+bool UseLegacyGemv() {
+  const char* e = std::getenv("STRATA_GEMV");
+  return e != nullptr && std::strcmp(e, "old") == 0;
+}
+
 Status RunGemv(BlasContext& ctx, const GemmArgs& a, int64_t ldx, int64_t ldw, int64_t ldy,
                cudaStream_t stream) {
   const bool x_f32 = a.x_type == ActType::kF32;
@@ -607,7 +1006,9 @@ Status RunGemv(BlasContext& ctx, const GemmArgs& a, int64_t ldx, int64_t ldw, in
   p.alpha = a.alpha;
   p.beta = a.beta;
 
-  const bool fast = a.k % 8 == 0 && ldw % 8 == 0 && IsAligned(a.w, 16) && IsAligned(a.x, 16) &&
+  // k < 2^30: the kernels keep k offsets in 32 bits.
+  const bool fast = a.k % 8 == 0 && a.k < (int64_t{1} << 30) && ldw % 8 == 0 &&
+                    IsAligned(a.w, 16) && IsAligned(a.x, 16) &&
                     (x_f32 ? ldx % 4 == 0 : ldx % 8 == 0);
   if (!fast) {
     p.tiles_per_cta = 1;
@@ -623,6 +1024,26 @@ Status RunGemv(BlasContext& ctx, const GemmArgs& a, int64_t ldx, int64_t ldw, in
   const int nt = a.m > 8 ? 2 : 1;
   const int64_t tiles = CeilDiv(a.n, kTile);
   const int unroll = kGemvUnroll[nt - 1][x_f32];
+  const BlasContext::Plans& plans = *ctx.plans();
+  if (!UseLegacyGemv()) {
+    p.kblocks = CeilDiv(a.k, 32);
+    p.units = tiles * p.kblocks;
+    const StreamPlan sp = PlanGemvStream(tiles, p.kblocks, kStreamUnroll[nt - 1][x_f32],
+                                         plans.num_sms,
+                                         plans.stream_resident_ctas[nt - 1][x_f32][y_f32]);
+    if (sp.warps > plans.stream_max_warps) {
+      return absl::InternalError("Gemm: stream-K plan exceeds the GEMV workspace");
+    }
+    p.warps = sp.warps;
+    p.round = sp.round;
+    p.partials = plans.stream_partials;
+    p.counters = plans.stream_counters;
+    const cudaError_t err =
+        LaunchPdl(kGemvStream[nt - 1][x_f32][y_f32], dim3(static_cast<unsigned>(sp.grid)),
+                  dim3(sp.warps_per_cta * 32), 0, stream, p);
+    if (err != cudaSuccess) return CudaError(err, "GemvStreamKernel");
+    return OkStatus();
+  }
   p.tiles_per_cta = GemvTilesPerCta(tiles, CeilDiv(a.k, 32), unroll,
                                     ctx.plans()->gemv_resident_ctas[nt - 1][x_f32][y_f32]);
   p.k_split = kGemvWarps / p.tiles_per_cta;

@@ -11,8 +11,12 @@
 
 namespace strata::cuda {
 
-// Owns the cuBLASLt handle and its workspace (allocated once at creation).
-// One per stream; not thread-safe.
+// Owns the cuBLASLt handle and its workspace, and the streaming GEMV's
+// workspace (split-tile partial sums and arrival counters, ~4 MB on an
+// H200), all allocated once at creation. One per stream; not thread-safe:
+// calls through one context must be ordered (one stream, or streams joined
+// by events), since consecutive GEMVs reuse the same workspace — which a
+// single stream, even with programmatic dependent launch, guarantees.
 class BlasContext {
  public:
   static StatusOr<std::unique_ptr<BlasContext>> Create();
