@@ -2,10 +2,13 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <limits>
+#include <map>
 #include <new>
+#include <span>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -30,9 +33,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (options.max_pending_token_events == 0) {
     return absl::InvalidArgumentError("max_pending_token_events must be > 0");
   }
-  if (options.prefill_chunk_tokens < 1) {
+  if (options.prefill_chunk_tokens < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("prefill_chunk_tokens must be >= 1, got ", options.prefill_chunk_tokens));
+        absl::StrCat("prefill_chunk_tokens must be >= 0 (0: automatic), got ", options.prefill_chunk_tokens));
+  }
+  if (options.prefill_tokens_while_decoding < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill_tokens_while_decoding must be >= 0 (0: automatic), got ",
+                                                   options.prefill_tokens_while_decoding));
   }
   if (options.max_batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch must be >= 1, got ", options.max_batch));
@@ -69,6 +76,54 @@ void Engine::AdjustStateBytes(int64_t attention, int64_t recurrent, int64_t swap
   swapped_bytes_.fetch_add(static_cast<uint64_t>(swapped), std::memory_order_relaxed);
 }
 
+void Engine::CountSession(const Model* model, int delta) {
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  int64_t& n = sessions_per_model_[model];
+  n += delta;
+  if (n <= 0) sessions_per_model_.erase(model);
+}
+
+std::unique_ptr<SequenceState> Engine::CloneState(const Model& model, const SequenceState& state) {
+  for (;;) {
+    std::unique_ptr<SequenceState> copy = state.Clone();
+    if (copy != nullptr) return copy;
+    // A fixed pool is full: snapshots are the cache's to give back.
+    if (!cache_.EvictOne(&model)) return nullptr;
+    cache_slot_evictions_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+StatusOr<std::unique_ptr<SequenceState>> Engine::NewState(const Model& model, int64_t max_tokens) {
+  for (;;) {
+    StatusOr<std::unique_ptr<SequenceState>> state = model.NewState(max_tokens);
+    if (state.ok() || !absl::IsResourceExhausted(state.status()) || !cache_.EvictOne(&model)) return state;
+    cache_slot_evictions_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Engine::CacheSnapshot(Session& s) {
+  const Model* m = &s.model();
+  if (const int64_t cap = m->info().max_live_states; cap > 0) {
+    int64_t sessions = 0;
+    {
+      std::lock_guard<std::mutex> lock(sessions_mu_);
+      auto it = sessions_per_model_.find(m);
+      if (it != sessions_per_model_.end()) sessions = it->second;
+    }
+    // Every session keeps its state; two more stay free for a restore's
+    // transient copy and the host's next session. The cache gets the rest,
+    // least recently used entries making way for the new one.
+    constexpr int64_t kHeadroom = 2;
+    const int64_t allowed = cap - sessions - kHeadroom;
+    if (allowed <= 0) return;
+    while (cache_.EntriesOf(m) >= allowed) {
+      if (!cache_.EvictOne(m)) return;  // pinned marks fill the share
+      cache_slot_evictions_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  cache_.Insert(s.Snapshot());  // a null snapshot (no room) is not kept
+}
+
 EngineMetrics Engine::Metrics() const {
   EngineMetrics m;
   m.requests_submitted = submitted_.load(std::memory_order_relaxed);
@@ -92,6 +147,16 @@ EngineMetrics Engine::Metrics() const {
   m.state_active_bytes = active_bytes_.load(std::memory_order_relaxed);
   m.prefix_cache_bytes = cache_.bytes();
   m.prefix_cache_entries = cache_.entries();
+  m.prefix_cache_slot_evictions = cache_slot_evictions_.load(std::memory_order_relaxed);
+  m.device_sampled_rows = device_sampled_rows_.load(std::memory_order_relaxed);
+  m.host_sampled_rows = host_sampled_rows_.load(std::memory_order_relaxed);
+  m.iterations = iterations_.load(std::memory_order_relaxed);
+  auto ms = [](const std::atomic<int64_t>& ns) { return static_cast<double>(ns.load(std::memory_order_relaxed)) / 1e6; };
+  m.schedule_ms = ms(schedule_ns_);
+  m.prefill_ms = ms(prefill_ns_);
+  m.decode_ms = ms(decode_ns_);
+  m.sample_ms = ms(sample_ns_);
+  m.emit_ms = ms(emit_ns_);
   return m;
 }
 
@@ -288,7 +353,7 @@ static void ForRequest(Engine* e, const std::shared_ptr<Request>& r, F&& body,
   }
 }
 
-bool Engine::Prepare(const RequestPtr& rp) {
+bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
   Request& r = *rp;
   const bool chat = r.chat_ != nullptr;
   auto end = [&](FinishReason reason, Status st) {
@@ -312,6 +377,7 @@ bool Engine::Prepare(const RequestPtr& rp) {
                                                         r.params_.deadline_ms, " ms")));
   }
   Session& s = *r.session_;
+  if (!r.started_ && !may_start) return true;  // waits for a state slot (NeedOf: kNone)
   if (!chat) {
     if (!r.started_) {
       r.started_ = true;
@@ -389,13 +455,24 @@ void Engine::BeginPrefill(Request& r, std::vector<int32_t> tokens) {
     // it, so a shared prefix of any length is found with at least half of
     // it restored. (On the CPU a snapshot is a full copy of the state, so
     // not every block; a paged GPU cache would share every block.)
-    const int64_t b = cache_.block_tokens();
-    const int64_t last = static_cast<int64_t>(target_len) / b * b;
-    for (int64_t at = b; at < last; at *= 2) {
-      if (at > static_cast<int64_t>(s.evaluated_)) r.snapshots_.push_back(at);
-    }
-    if (last > static_cast<int64_t>(s.evaluated_)) r.snapshots_.push_back(last);
+    r.snapshots_ = SnapshotPoints(s.model(), static_cast<int64_t>(s.evaluated_), static_cast<int64_t>(target_len));
   }
+}
+
+std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len) const {
+  const int64_t b = cache_.block_tokens();
+  const int64_t last = target_len / b * b;
+  // With a fixed state pool every snapshot holds a slot (and a full copy of
+  // the attention rows): only the rungs within 4x of the end, so a prompt
+  // costs at most three slots and a shared prefix is still found with at
+  // least half of it restored when it covers a quarter of the prompt.
+  const int64_t lowest = model.info().max_live_states > 0 ? last / 4 : 0;
+  std::vector<int64_t> points;
+  for (int64_t at = b; at < last; at *= 2) {
+    if (at > evaluated && at >= lowest) points.push_back(at);
+  }
+  if (last > evaluated) points.push_back(last);
+  return points;
 }
 
 StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens) {
@@ -415,7 +492,7 @@ StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens) {
   prefill_tokens_.fetch_add(static_cast<int64_t>(n + tail), std::memory_order_relaxed);
   if (snapshot_at > 0 && static_cast<int64_t>(s.evaluated_) == snapshot_at &&
       !cache_.Contains(&s.model(), s.max_context_tokens(), std::span<const int32_t>(s.tokens_))) {
-    cache_.Insert(s.Snapshot());  // a null snapshot (no room) is not kept
+    CacheSnapshot(s);
   }
   if (r.prefill_pos_ == r.prefill_.size() && r.in_round_prefill_) {
     // A chat round's prompt is in: its start is a turn boundary (the
@@ -424,7 +501,7 @@ StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens) {
     if (r.first_round_) s.TakeCheckpoint();
     r.first_round_ = false;
     if (cache_.enabled() && !cache_.Contains(&s.model(), s.max_context_tokens(), std::span<const int32_t>(s.tokens_))) {
-      cache_.Insert(s.Snapshot());
+      CacheSnapshot(s);
     }
     r.history_ = std::move(r.round_prompt_);
     r.round_prompt_.clear();
@@ -434,7 +511,7 @@ StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens) {
 }
 
 Engine::Need Engine::NeedOf(const Request& r) const {
-  if (r.finished()) return Need::kNone;
+  if (r.finished() || !r.started_) return Need::kNone;
   if (r.chat_ != nullptr && !r.in_round_prefill_ && r.chat_->wait_state() != ChatTurn::Wait::kNone) {
     return Need::kNone;
   }
@@ -477,11 +554,36 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
     double cost;
     int64_t chunk = 0;  // prefill tokens approved
   };
+  using Clock = std::chrono::steady_clock;
+  auto ns_since = [](Clock::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  };
+  const auto t_begin = Clock::now();
+  iterations_.fetch_add(1, std::memory_order_relaxed);
+  // Admission under each model's state pool: admitted (started, resident)
+  // requests each hold a state; a new one starts only while the pool has
+  // one for it (priority order, then arrival).
+  std::map<const Model*, int64_t> admitted;
+  for (const auto* list : {&runnable, &parked}) {
+    for (const RequestPtr& r : *list) {
+      if (r->started_ && !r->finished() && !r->session_->swapped_) ++admitted[&r->session_->model()];
+    }
+  }
+  std::stable_sort(runnable.begin(), runnable.end(), [](const RequestPtr& a, const RequestPtr& b) {
+    return a->params_.priority > b->params_.priority;
+  });
   std::vector<Work> work;
+  int64_t held = 0;  // not admitted for want of a state slot
   for (const RequestPtr& r : runnable) {
     bool keep = false;
-    ForRequest(this, r, [&] { keep = Prepare(r); }, &Engine::Fail);
+    const Model* m = &r->session_->model();
+    const int64_t cap = m->info().max_live_states;
+    const bool may_start = cap <= 0 || admitted[m] < cap;
+    const bool was_started = r->started_;
+    ForRequest(this, r, [&] { keep = Prepare(r, may_start); }, &Engine::Fail);
     if (!keep || r->finished()) continue;
+    if (!was_started && r->started_) ++admitted[m];
+    if (!r->started_) ++held;
     const Need need = NeedOf(*r);
     if (need != Need::kNone) work.push_back({r, need, EffectiveCost(*r)});
   }
@@ -499,7 +601,15 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
   const uint64_t budget = options_.memory_budget_bytes;
   int64_t avail = budget == 0 ? std::numeric_limits<int64_t>::max()
                               : static_cast<int64_t>(budget) - static_cast<int64_t>(ResidentBytes());
-  int64_t prefill_left = options_.prefill_chunk_tokens;
+  std::vector<const Model*> models;
+  bool decoding = false;
+  for (const Work& w : work) {
+    if (std::find(models.begin(), models.end(), &w.r->session_->model()) == models.end()) {
+      models.push_back(&w.r->session_->model());
+    }
+    decoding = decoding || w.need == Need::kDecode;
+  }
+  int64_t prefill_left = PrefillBudget(models, decoding);
   int32_t batch_left = options_.max_batch;
   std::vector<bool> approved(work.size(), false), preempted(work.size(), false);
   for (size_t i = 0; i < work.size(); ++i) {
@@ -593,95 +703,41 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
     }
   }
 
-  // 3. One batched decode step per model for every approved decode row.
-  std::vector<RequestPtr> ready;
-  std::vector<std::pair<const Model*, std::vector<size_t>>> groups;
+  // 3. One batched decode step per model for every approved decode row
+  // (two when some rows sample on the device and others on the host).
+  const auto t_decode = Clock::now();
+  schedule_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t_decode - t_begin).count(),
+                         std::memory_order_relaxed);
+  std::vector<DecodeRow> ready;
+  struct Group {
+    const Model* model;
+    bool on_device;
+    std::vector<RequestPtr> rows;
+  };
+  std::vector<Group> groups;
   for (size_t i = 0; i < work.size(); ++i) {
     if (!approved[i] || work[i].need != Need::kDecode) continue;
     const Model* m = &work[i].r->session_->model();
-    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& p) { return p.first == m; });
+    const bool on_device = DeviceSamplable(*m, *work[i].r);
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const Group& x) { return x.model == m && x.on_device == on_device; });
     if (g == groups.end()) {
-      groups.push_back({m, {}});
+      groups.push_back({m, on_device, {}});
       g = groups.end() - 1;
     }
-    g->second.push_back(i);
+    g->rows.push_back(work[i].r);
   }
-  for (const auto& [model, rows] : groups) {
-    const size_t batch = rows.size();
-    const size_t vocab = static_cast<size_t>(model->info().vocab_size);
-    std::vector<int32_t> tokens(batch);
-    std::vector<SequenceState*> states(batch);
-    for (size_t b = 0; b < batch; ++b) {
-      Session& s = *work[rows[b]].r->session_;
-      tokens[b] = s.tokens_.back();
-      states[b] = s.state_.get();
-    }
-    Status st;
-    std::vector<float> logits;
-    try {
-      logits.resize(batch * vocab);
-      st = model->DecodeBatch(tokens, states, logits.data());
-    } catch (const std::bad_alloc&) {
-      st = absl::ResourceExhaustedError("out of memory");
-    } catch (const std::exception& e) {
-      st = absl::InternalError(e.what());
-    }
-    if (st.ok()) {
-      decode_steps_.fetch_add(1, std::memory_order_relaxed);
-      decode_rows_.fetch_add(static_cast<int64_t>(batch), std::memory_order_relaxed);
-      for (size_t b = 0; b < batch; ++b) {
-        Session& s = *work[rows[b]].r->session_;
-        s.logits_.assign(logits.begin() + static_cast<std::ptrdiff_t>(b * vocab),
-                         logits.begin() + static_cast<std::ptrdiff_t>((b + 1) * vocab));
-        s.evaluated_ = s.tokens_.size();
-        s.UpdateAccounting();
-        ready.push_back(work[rows[b]].r);
-      }
-      continue;
-    }
-    // One failing request must not take the batch with it. A batch runs its
-    // rows in order (the CPU default) or fails before any row runs (argument
-    // errors, checked first). Rows whose state advanced were run, logits
-    // row written; the first row that did not is the one at fault (its state
-    // is unknown: it fails and its session needs a reset); the rows after it
-    // never ran and are retried one by one.
-    Log(LogLevel::kWarning, absl::StrCat("batched decode of ", batch, " rows failed (", st.message(), ")"));
-    const bool argument = absl::IsInvalidArgument(st) || absl::IsOutOfRange(st);
-    bool blamed = false;
-    for (size_t b = 0; b < batch; ++b) {
-      const RequestPtr& r = work[rows[b]].r;
-      Session& s = *r->session_;
-      if (s.state_->num_tokens() == static_cast<int64_t>(s.tokens_.size()) && !logits.empty()) {
-        s.logits_.assign(logits.begin() + static_cast<std::ptrdiff_t>(b * vocab),
-                         logits.begin() + static_cast<std::ptrdiff_t>((b + 1) * vocab));
-        s.evaluated_ = s.tokens_.size();
-        s.UpdateAccounting();
-        ready.push_back(r);
-        continue;
-      }
-      if (!blamed && !argument) {
-        blamed = true;
-        s.failed_ = true;
-        Fail(r, st);
-        continue;
-      }
-      ForRequest(this, r, [&] {
-        Status one = r->session_->Evaluate({});
-        if (one.ok()) {
-          ready.push_back(r);
-        } else {
-          Fail(r, std::move(one));
-        }
-      }, &Engine::Fail);
-    }
-  }
+  for (const Group& g : groups) DecodeGroup(*g.model, g.rows, g.on_device, &ready);
+  const auto t_prefill = Clock::now();
+  decode_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t_prefill - t_decode).count(),
+                       std::memory_order_relaxed);
 
   // 4. Prefill chunks under the token budget.
   for (size_t i = 0; i < work.size(); ++i) {
     if (!approved[i]) continue;
     const RequestPtr& r = work[i].r;
     if (work[i].need == Need::kSample) {
-      ready.push_back(r);
+      ready.push_back({r, -1});
       continue;
     }
     if (work[i].need != Need::kPrefill) continue;
@@ -691,25 +747,150 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
         Fail(r, used.status());
         return;
       }
-      if (NeedOf(*r) == Need::kSample) ready.push_back(r);
+      if (NeedOf(*r) == Need::kSample) ready.push_back({r, -1});
     }, &Engine::Fail);
   }
 
-  // 5. Sampling and events for every request whose logits are ready.
-  for (const RequestPtr& r : ready) {
+  // 5. Sampling and events for every request whose token or logits are ready.
+  const auto t_emit = Clock::now();
+  prefill_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t_emit - t_prefill).count(),
+                        std::memory_order_relaxed);
+  const int64_t sample_before = sample_ns_.load(std::memory_order_relaxed);
+  for (const DecodeRow& d : ready) {
+    const RequestPtr& r = d.r;
     if (r->finished()) continue;
     ForRequest(this, r, [&] {
       if (r->chat_ != nullptr) {
-        SampleAndEmitChat(r);
+        SampleAndEmitChat(r, d.token);
       } else {
-        SampleAndEmit(r);
+        SampleAndEmit(r, d.token);
       }
     }, &Engine::Fail);
   }
+  // Host sampling was timed on its own (sample_ns_); the rest is delivery.
+  emit_ns_.fetch_add(ns_since(t_emit) - (sample_ns_.load(std::memory_order_relaxed) - sample_before),
+                     std::memory_order_relaxed);
   int64_t running = 0;
   for (size_t i = 0; i < work.size(); ++i) running += approved[i] ? 1 : 0;
   running_.store(running, std::memory_order_relaxed);
-  waiting_.store(static_cast<int64_t>(work.size()) - running, std::memory_order_relaxed);
+  waiting_.store(static_cast<int64_t>(work.size()) - running + held, std::memory_order_relaxed);
+}
+
+int64_t Engine::PrefillBudget(const std::vector<const Model*>& models, bool decoding) const {
+  const bool gpu = std::any_of(models.begin(), models.end(), [](const Model* m) { return m->info().device != "cpu"; });
+  const int64_t chunk = options_.prefill_chunk_tokens > 0 ? options_.prefill_chunk_tokens
+                        : gpu                              ? kGpuPrefillChunk
+                                                           : kCpuPrefillChunk;
+  if (!decoding) return chunk;
+  const int64_t while_decoding = options_.prefill_tokens_while_decoding > 0 ? options_.prefill_tokens_while_decoding
+                                 : gpu                                       ? kGpuPrefillWhileDecoding
+                                                                             : chunk;
+  return std::min(chunk, while_decoding);
+}
+
+bool Engine::DeviceSamplable(const Model& model, const Request& r) {
+  if (!model.info().device_sampling) return false;
+  const SamplingParams& p = r.params_.sampling;
+  return p.min_p == 0.0f && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
+}
+
+void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows, bool on_device,
+                         std::vector<DecodeRow>* ready) {
+  const size_t batch = rows.size();
+  const size_t vocab = static_cast<size_t>(model.info().vocab_size);
+  std::vector<int32_t> tokens(batch);
+  std::vector<SequenceState*> states(batch);
+  for (size_t b = 0; b < batch; ++b) {
+    Session& s = *rows[b]->session_;
+    tokens[b] = s.tokens_.back();
+    states[b] = s.state_.get();
+  }
+  Status st;
+  std::vector<float> logits;
+  std::vector<int32_t> sampled;
+  try {
+    if (on_device) {
+      std::vector<DecodeSampling> sampling(batch);
+      for (size_t b = 0; b < batch; ++b) {
+        const SamplingParams& p = rows[b]->params_.sampling;
+        sampling[b] = DecodeSampling{p.temperature, p.top_k, p.top_p, p.seed, rows[b]->sample_step_};
+      }
+      sampled.assign(batch, -1);
+      st = model.DecodeBatchSample(tokens, states, sampling, sampled.data());
+      for (size_t b = 0; st.ok() && b < batch; ++b) {
+        if (sampled[b] < 0 || static_cast<size_t>(sampled[b]) >= vocab) {
+          st = absl::InternalError(absl::StrCat("DecodeBatchSample returned token ", sampled[b], " for row ", b));
+        }
+      }
+    } else {
+      logits.resize(batch * vocab);
+      st = model.DecodeBatch(tokens, states, logits.data());
+    }
+  } catch (const std::bad_alloc&) {
+    st = absl::ResourceExhaustedError("out of memory");
+  } catch (const std::exception& e) {
+    st = absl::InternalError(e.what());
+  }
+  // A row whose state consumed its token: its logits row (host path) or
+  // token (device path) is the step's result for it.
+  auto take = [&](size_t b) {
+    Session& s = *rows[b]->session_;
+    if (on_device) {
+      s.logits_.clear();  // never left the device; the sampled token follows at once
+    } else {
+      s.logits_.assign(logits.begin() + static_cast<std::ptrdiff_t>(b * vocab),
+                       logits.begin() + static_cast<std::ptrdiff_t>((b + 1) * vocab));
+    }
+    s.evaluated_ = s.tokens_.size();
+    s.UpdateAccounting();
+    ready->push_back({rows[b], on_device ? sampled[b] : -1});
+  };
+  if (st.ok()) {
+    decode_steps_.fetch_add(1, std::memory_order_relaxed);
+    decode_rows_.fetch_add(static_cast<int64_t>(batch), std::memory_order_relaxed);
+    (on_device ? device_sampled_rows_ : host_sampled_rows_).fetch_add(static_cast<int64_t>(batch),
+                                                                      std::memory_order_relaxed);
+    for (size_t b = 0; b < batch; ++b) take(b);
+    return;
+  }
+  // One failing request must not take the batch with it. A batch runs its
+  // rows in order (the CPU default) or fails before any row runs (argument
+  // errors, checked first). Rows whose state advanced were run, logits
+  // row written (host path); the first row that did not is the one at
+  // fault (its state is unknown: it fails and its session needs a reset);
+  // the rows after it never ran and are retried one by one. On the device
+  // path a failed call returns no tokens, so rows that advanced fail too.
+  Log(LogLevel::kWarning, absl::StrCat("batched decode of ", batch, " rows failed (", st.message(), ")"));
+  const bool argument = absl::IsInvalidArgument(st) || absl::IsOutOfRange(st);
+  bool blamed = false;
+  for (size_t b = 0; b < batch; ++b) {
+    const RequestPtr& r = rows[b];
+    Session& s = *r->session_;
+    if (s.state_->num_tokens() == static_cast<int64_t>(s.tokens_.size())) {
+      if (!on_device && !logits.empty()) {
+        take(b);
+      } else {
+        s.failed_ = true;
+        Fail(r, st);
+      }
+      continue;
+    }
+    if (!blamed && !argument) {
+      blamed = true;
+      s.failed_ = true;
+      Fail(r, st);
+      continue;
+    }
+    ForRequest(this, r, [&] {
+      Status one = r->session_->Evaluate({});
+      if (one.ok()) {
+        ready->push_back({r, -1});
+      } else {
+        Fail(r, std::move(one));
+      }
+    }, &Engine::Fail);
+  }
 }
 
 void Engine::NoteToken(Request& r) {
@@ -730,10 +911,22 @@ static int64_t ContextCap(const Request& r, const Session& s) {
   return own > 0 ? std::min(own, s.max_context_tokens()) : s.max_context_tokens();
 }
 
-void Engine::SampleAndEmit(const RequestPtr& rp) {
+// Host sampling from the session's logits, timed as the sampling phase.
+static int32_t HostSample(Sampler& sampler, std::span<const float> logits, std::span<const int32_t> history,
+                          std::atomic<int64_t>* ns) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int32_t token = sampler.Sample(logits, history);
+  ns->fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
+      std::memory_order_relaxed);
+  return token;
+}
+
+void Engine::SampleAndEmit(const RequestPtr& rp, int32_t device_token) {
   Request& r = *rp;
   Session& s = *r.session_;
-  const int32_t token = r.sampler_.Sample(s.logits_, r.history_);
+  const int32_t token = device_token >= 0 ? device_token : HostSample(r.sampler_, s.logits_, r.history_, &sample_ns_);
+  ++r.sample_step_;
   // The token joins the history now and is evaluated by the next step (or lazily
   // by the session), so a request that ends here costs no extra forward.
   s.PushPending(token);
@@ -789,11 +982,12 @@ void Engine::FinishChat(const std::shared_ptr<Request>& r, FinishReason reason, 
   Finish(r, reason, std::move(status), token);
 }
 
-void Engine::SampleAndEmitChat(const RequestPtr& rp) {
+void Engine::SampleAndEmitChat(const RequestPtr& rp, int32_t device_token) {
   Request& r = *rp;
   ChatTurn& c = *r.chat_;
   Session& s = *r.session_;
-  const int32_t token = r.sampler_.Sample(s.logits_, r.history_);
+  const int32_t token = device_token >= 0 ? device_token : HostSample(r.sampler_, s.logits_, r.history_, &sample_ns_);
+  ++r.sample_step_;
   s.PushPending(token);
   r.history_.push_back(token);
   RecordToken(r, token);

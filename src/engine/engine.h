@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,6 +24,7 @@
 #include <span>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -38,6 +40,12 @@ namespace strata {
 enum class LogLevel : int32_t { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 using LogFn = std::function<void(LogLevel, std::string_view)>;
 
+// Automatic prefill budgets (EngineOptions::prefill_chunk_tokens and
+// prefill_tokens_while_decoding at 0).
+inline constexpr int64_t kCpuPrefillChunk = 512;
+inline constexpr int64_t kGpuPrefillChunk = 8192;
+inline constexpr int64_t kGpuPrefillWhileDecoding = 2048;
+
 struct EngineOptions {
   int num_threads = 0;  // compute threads; 0: one per core
   LogFn log;            // may be empty
@@ -48,8 +56,16 @@ struct EngineOptions {
 
   // Prompt tokens evaluated per scheduler iteration, all prefills together,
   // so a long prompt is fed in chunks between decode steps of the running
-  // requests instead of stalling them. >= 1.
-  int64_t prefill_chunk_tokens = 512;
+  // requests instead of stalling them. 0: automatic: kCpuPrefillChunk on the
+  // CPU; kGpuPrefillChunk when the iteration's work runs on a GPU, whose
+  // prefill rate needs large chunks (a 33K prompt in 512-token slices took
+  // 2.8x as long as one Forward on the H200). >= 0.
+  int64_t prefill_chunk_tokens = 0;
+  // The prefill budget of an iteration that also runs a decode step: how
+  // long decoding requests may stall behind prefills per token (TPOT),
+  // traded against time to first token. Capped by the chunk. 0: automatic:
+  // the chunk on the CPU; kGpuPrefillWhileDecoding on a GPU. >= 0.
+  int64_t prefill_tokens_while_decoding = 0;
   // Most decode rows in one batched step. >= 1.
   int32_t max_batch = 64;
   // Bytes of sequence state (ModelInfo::state_bytes_per_token/_per_sequence
@@ -144,6 +160,18 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   // Sessions report their state bytes here (deltas; see Session::UpdateAccounting).
   void AdjustStateBytes(int64_t attention, int64_t recurrent, int64_t swapped, int64_t active);
+  // Sessions report their creation (+1) and destruction (-1) per model, so
+  // the prefix cache leaves a model with a fixed state pool
+  // (ModelInfo::max_live_states) room for them.
+  void CountSession(const Model* model, int delta);
+  // A copy of `state` (a state of `model`) for the engine's own use (prefix
+  // snapshots, restores, checkpoints): when the executor's state pool is
+  // full, unpinned prefix-cache snapshots of the model are evicted, least
+  // recently used first, until the copy fits. Null when it cannot.
+  std::unique_ptr<SequenceState> CloneState(const Model& model, const SequenceState& state);
+  // A new state for a session, evicting prefix-cache snapshots of `model`
+  // while its state pool is full (ResourceExhausted).
+  StatusOr<std::unique_ptr<SequenceState>> NewState(const Model& model, int64_t max_tokens);
 
  private:
   using RequestPtr = std::shared_ptr<Request>;
@@ -158,7 +186,10 @@ class Engine {
   void RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestPtr> parked);
   // Cancellation, deadlines, chat round transitions and admission of a
   // request; false when it finished.
-  bool Prepare(const RequestPtr& r);
+  // `may_start`: false while the model's state pool
+  // (ModelInfo::max_live_states) is taken by admitted requests; a request
+  // not started yet then waits.
+  bool Prepare(const RequestPtr& r, bool may_start = true);
   Need NeedOf(const Request& r) const;
   // Starts (or continues a chat request with) a prefill of `tokens` after
   // the session's history, restoring the longest cached prefix first.
@@ -166,12 +197,32 @@ class Engine {
   // Evaluates up to `max_tokens` of r's prefill; returns the tokens used.
   StatusOr<int64_t> PrefillChunk(Request& r, int64_t max_tokens);
   // Logits are ready: samples, emits events, applies the stop rules.
-  void SampleAndEmit(const RequestPtr& r);
-  void SampleAndEmitChat(const RequestPtr& r);
+  // `token` >= 0: already selected on the device (no logits to sample).
+  void SampleAndEmit(const RequestPtr& r, int32_t token = -1);
+  void SampleAndEmitChat(const RequestPtr& r, int32_t token = -1);
   // Scheduling order (higher first): priority, then running before waiting,
   // then lower effective cost, then arrival.
   double EffectiveCost(const Request& r) const;
   uint64_t ResidentBytes() const;
+  // The prefill token budget of this iteration (options or automatic).
+  int64_t PrefillBudget(const std::vector<const Model*>& models, bool decoding) const;
+  // Snapshot points of a prefill ending at `target_len` after `evaluated`.
+  std::vector<int64_t> SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len) const;
+  // Puts a snapshot of `s` in the prefix cache when the model's state pool
+  // leaves room for it beside its sessions.
+  void CacheSnapshot(Session& s);
+  // Token selection for one decode group on the device (DecodeBatchSample)
+  // or from host logits; rows that got a token or logits join `ready`.
+  struct DecodeRow {
+    RequestPtr r;
+    int32_t token = -1;  // sampled on the device; -1: sample from the session's logits
+  };
+  void DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows, bool on_device,
+                   std::vector<DecodeRow>* ready);
+  // Whether r's token selection is expressible as a DecodeSampling row on
+  // a model that samples on the device (no penalties over the history, no
+  // min-p): then its decode rows never copy logits to the host.
+  static bool DeviceSamplable(const Model& model, const Request& r);
   void Fail(const RequestPtr& r, Status status);
   void MaybeReportMetrics();
   void NoteToken(Request& r);
@@ -207,6 +258,12 @@ class Engine {
   std::atomic<int64_t> prefix_lookup_tokens_{0}, prefix_hit_tokens_{0}, prefill_tokens_{0};
   std::atomic<int64_t> generated_tokens_{0}, decode_steps_{0}, decode_rows_{0};
   std::atomic<int64_t> running_{0}, waiting_{0};
+  std::atomic<int64_t> device_sampled_rows_{0}, host_sampled_rows_{0}, cache_slot_evictions_{0};
+  // Scheduler phase times, nanoseconds summed over iterations.
+  std::atomic<int64_t> iterations_{0}, schedule_ns_{0}, prefill_ns_{0}, decode_ns_{0}, sample_ns_{0},
+      emit_ns_{0};
+  std::mutex sessions_mu_;
+  std::map<const Model*, int64_t> sessions_per_model_;  // guarded by sessions_mu_
   std::chrono::steady_clock::time_point next_report_{};  // scheduler thread
   std::thread scheduler_;
 };

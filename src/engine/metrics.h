@@ -46,6 +46,21 @@ struct EngineMetrics {
   uint64_t state_active_bytes = 0;           // resident state of sessions running a request (budgeted)
   uint64_t prefix_cache_bytes = 0;           // snapshots held by the prefix cache and marks
   int64_t prefix_cache_entries = 0;
+  // Prefix-cache snapshots dropped so that a model's fixed state pool
+  // (ModelInfo::max_live_states) had room for a session, restore or snapshot.
+  int64_t prefix_cache_slot_evictions = 0;
+  // Decode rows whose token was selected by DecodeBatchSample (on the
+  // device) vs from logits copied to the host (penalties, min-p, CPU).
+  int64_t device_sampled_rows = 0;
+  int64_t host_sampled_rows = 0;
+  // Where the scheduler thread's time goes, summed over iterations, in
+  // milliseconds: planning (admission with its prefix-cache lookups and
+  // restores, budgets, preemption), prefill forwards (prefix-cache
+  // snapshots included), batched decode
+  // steps (device sampling included), host token sampling, and event
+  // delivery and stop rules (detokenizing and tool-call parsing for chat).
+  int64_t iterations = 0;
+  double schedule_ms = 0, prefill_ms = 0, decode_ms = 0, sample_ms = 0, emit_ms = 0;
 };
 
 // Fixed-capacity ring of samples; thread-compatible (the recorder locks).

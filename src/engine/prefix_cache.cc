@@ -142,6 +142,24 @@ uint64_t PrefixCache::EvictTo(uint64_t target_bytes) {
   return EvictLocked(target_bytes);
 }
 
+bool PrefixCache::EvictOne(const Model* model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = lru_.end(); it != lru_.begin();) {
+    --it;
+    if (it->snap->model != model || it->snap.use_count() > 1) continue;
+    EraseLocked(it);
+    return true;
+  }
+  return false;
+}
+
+int64_t PrefixCache::EntriesOf(const Model* model) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const Entry& e : lru_) n += e.snap->model == model ? 1 : 0;
+  return n;
+}
+
 uint64_t PrefixCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;

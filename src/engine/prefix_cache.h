@@ -68,6 +68,12 @@ class PrefixCache {
   // Returns the bytes freed.
   uint64_t EvictTo(uint64_t target_bytes);
 
+  // Drops the least recently used unpinned entry of `model`; false when it
+  // has none (entries of a model with a fixed state pool hold its states).
+  bool EvictOne(const Model* model);
+  // Entries of `model`, pinned ones included.
+  int64_t EntriesOf(const Model* model) const;
+
   uint64_t bytes() const;
   int64_t entries() const;
 

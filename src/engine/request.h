@@ -115,6 +115,9 @@ class Request {
   std::vector<int64_t> snapshots_;
   size_t next_snapshot_ = 0;
   bool scheduled_ = false;          // queue time recorded
+  // Tokens sampled so far: the Philox step of device sampling, so a
+  // request's draws do not depend on what it is batched with.
+  uint64_t sample_step_ = 0;
   const uint64_t seq_;              // arrival order
   const Clock::time_point submitted_ = Clock::now();
   Clock::time_point last_token_at_{};

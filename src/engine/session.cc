@@ -28,7 +28,8 @@ StatusOr<std::unique_ptr<Session>> Session::Create(Engine* engine, std::shared_p
     return absl::OutOfRangeError(absl::StrCat("max_context_tokens ", max_context,
                                               " exceeds the model's max context ", info.max_context));
   }
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SequenceState> state, model->NewState(max_context));
+  // A full state pool first gives up prefix-cache snapshots: live sessions come first.
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SequenceState> state, engine->NewState(*model, max_context));
   return std::unique_ptr<Session>(
       new Session(engine, std::move(model), std::move(state), max_context, options.text));
 }
@@ -37,6 +38,7 @@ Session::Session(Engine* engine, std::shared_ptr<const Model> model, std::unique
                  int64_t max_context, std::shared_ptr<const TextModel> text)
     : engine_(engine), model_(std::move(model)), state_(std::move(state)), max_context_(max_context) {
   if (text != nullptr) conversation_ = std::make_unique<Conversation>(std::move(text));
+  engine_->CountSession(model_.get(), +1);
   UpdateAccounting();
 }
 
@@ -49,6 +51,7 @@ Session::~Session() {
   evaluated_ = 0;
   swapped_ = false;
   UpdateAccounting();
+  engine_->CountSession(model_.get(), -1);
 }
 
 void Session::UpdateAccounting() {
@@ -79,11 +82,14 @@ void Session::SwapIn() {
 }
 
 std::shared_ptr<const StateSnapshot> Session::Snapshot() const {
+  // After a decode step sampled on the device there are no logits to keep
+  // (a pending token follows at once, so this is not expected).
+  if (logits_.size() != static_cast<size_t>(vocab_size())) return nullptr;
   auto snap = std::make_shared<StateSnapshot>();
   snap->model = model_.get();
   snap->max_context = max_context_;
   snap->tokens.assign(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(evaluated_));
-  snap->state = state_->Clone();
+  snap->state = engine_->CloneState(*model_, *state_);
   // An executor with a fixed state pool answers null when it is full.
   if (snap->state == nullptr) return nullptr;
   snap->logits = logits_;
@@ -92,7 +98,7 @@ std::shared_ptr<const StateSnapshot> Session::Snapshot() const {
 }
 
 bool Session::Restore(const StateSnapshot& snap) {
-  std::unique_ptr<SequenceState> state = snap.state->Clone();
+  std::unique_ptr<SequenceState> state = engine_->CloneState(*model_, *snap.state);
   if (state == nullptr) return false;  // no room for a copy: nothing changes
   state_ = std::move(state);
   tokens_ = snap.tokens;
@@ -110,14 +116,16 @@ bool Session::Restore(const StateSnapshot& snap) {
 
 StatusOr<std::unique_ptr<Session>> Session::Fork() const {
   STRATA_RETURN_IF_ERROR(CheckIdle());
-  std::unique_ptr<SequenceState> state = state_->Clone();
+  std::unique_ptr<SequenceState> state = engine_->CloneState(*model_, *state_);
   if (state == nullptr) return absl::ResourceExhaustedError("no room for another sequence state (fork)");
   auto s = std::unique_ptr<Session>(new Session(engine_, model_, std::move(state), max_context_, nullptr));
   s->tokens_ = tokens_;
   s->evaluated_ = evaluated_;
   s->logits_ = logits_;
   if (checkpoint_ != nullptr) {
-    s->checkpoint_ = checkpoint_->Clone();
+    // Without room for it the fork just has no checkpoint (AlignTo then
+    // re-evaluates from scratch on a divergence).
+    s->checkpoint_ = engine_->CloneState(*model_, *checkpoint_);
     s->checkpoint_tokens_ = checkpoint_tokens_;
     s->checkpoint_logits_ = checkpoint_logits_;
   }
@@ -211,6 +219,9 @@ StatusOr<std::span<const float>> Session::Logits() {
   STRATA_RETURN_IF_ERROR(CheckIdle());
   if (tokens_.empty()) return absl::FailedPreconditionError("the session is empty: no logits yet");
   STRATA_RETURN_IF_ERROR(Evaluate({}));
+  if (logits_.size() != static_cast<size_t>(vocab_size())) {
+    return absl::FailedPreconditionError("the last token's logits were not kept (it was sampled on the device)");
+  }
   return std::span<const float>(logits_);
 }
 
@@ -240,11 +251,16 @@ StatusOr<Alignment> Session::AlignTo(std::span<const int32_t> target) {
   size_t common = 0;
   while (common < tokens_.size() && common < target.size() && tokens_[common] == target[common]) ++common;
   Alignment a;
+  std::unique_ptr<SequenceState> from_checkpoint;
+  if (common != tokens_.size() && checkpoint_ != nullptr && checkpoint_tokens_ <= common) {
+    // No room for the copy: from scratch instead.
+    from_checkpoint = engine_->CloneState(*model_, *checkpoint_);
+  }
   if (common == tokens_.size()) {
     a.kind = AlignKind::kAppend;
-  } else if (checkpoint_ != nullptr && checkpoint_tokens_ <= common) {
+  } else if (from_checkpoint != nullptr) {
     a.kind = AlignKind::kCheckpoint;
-    state_ = checkpoint_->Clone();
+    state_ = std::move(from_checkpoint);
     tokens_.resize(checkpoint_tokens_);
     evaluated_ = checkpoint_tokens_;
     logits_ = checkpoint_logits_;
@@ -264,7 +280,7 @@ StatusOr<Alignment> Session::AlignTo(std::span<const int32_t> target) {
 }
 
 void Session::TakeCheckpoint() {
-  checkpoint_ = state_->Clone();
+  checkpoint_ = engine_->CloneState(*model_, *state_);  // null (none) when the pool has no room
   checkpoint_tokens_ = evaluated_;
   checkpoint_logits_ = logits_;
 }

@@ -35,6 +35,16 @@ struct ModelInfo {
   // Empty, or why the model runs somewhere other than requested, e.g.
   // "CUDA requested but no device is visible (...); running on the CPU".
   std::string notice;
+  // Most SequenceStates that can exist at once (NewState and Clone draw
+  // from a fixed pool: LoadOptions::max_sequences on CUDA); 0: no fixed
+  // limit (the CPU). The engine keeps prefix-cache snapshots and running
+  // requests within it.
+  int64_t max_live_states = 0;
+  // DecodeBatchSample selects tokens on the device for every DecodeSampling
+  // row (greedy, temperature, top-k, top-p), so the engine samples there
+  // instead of copying [B, vocab] logits to the host. False: only the
+  // default (DecodeBatch + host argmax, greedy rows) is available.
+  bool device_sampling = false;
 };
 
 // Everything one sequence carries between Forward calls (KV caches, recurrent

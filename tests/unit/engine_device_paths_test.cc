@@ -1,0 +1,387 @@
+// The engine's GPU paths against a fake model that emulates a CUDA executor:
+// token selection by DecodeBatchSample (chosen only when every row of a
+// step is expressible as DecodeSampling and the model samples on the
+// device), the automatic prefill budget by device, admission under a fixed
+// pool of sequence states, and the prefix cache giving state slots back
+// instead of failing requests. The fake's greedy output counts upwards
+// (token t is followed by t + 1), so every expected token is known.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/session.h"
+
+namespace strata {
+namespace {
+
+constexpr int32_t kVocab = 64;
+
+class PoolModel;
+
+// A state holds one slot of its model's pool while it lives.
+class PoolState : public SequenceState {
+ public:
+  explicit PoolState(const PoolModel* owner) : owner_(owner) {}
+  ~PoolState() override;
+  int64_t num_tokens() const override { return n; }
+  std::unique_ptr<SequenceState> Clone() const override;
+  void Reset() override {
+    n = 0;
+    last = -1;
+  }
+  int64_t n = 0;
+  int32_t last = -1;
+
+ private:
+  const PoolModel* owner_;
+};
+
+class PoolModel : public Model {
+ public:
+  // `slots` 0: no pool. `sessions_take_slots` false emulates states that
+  // live off the device until admitted (only clones draw from the pool).
+  PoolModel(int64_t slots, bool device_sampling, std::string device = "cuda:0 fake")
+      : slots_(slots) {
+    info_.architecture = "fake";
+    info_.num_layers = 2;
+    info_.layer_kinds = {"kda", "mla"};
+    info_.vocab_size = kVocab;
+    info_.hidden_size = 4;
+    info_.max_context = 20000;
+    info_.eos_token_id = -1;
+    info_.state_bytes_per_token = 10;
+    info_.state_bytes_per_sequence = 100;
+    info_.device = std::move(device);
+    info_.max_live_states = slots;
+    info_.device_sampling = device_sampling;
+  }
+  const ModelInfo& info() const override { return info_; }
+  void set_max_live_states(int64_t n) { info_.max_live_states = n; }
+  StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t) const override {
+    if (!Take()) return absl::ResourceExhaustedError("all sequence slots are in use");
+    return std::unique_ptr<SequenceState>(std::make_unique<PoolState>(this));
+  }
+  Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits, bool) const override {
+    forward_sizes_push(tokens.size());
+    if (hook) hook();
+    auto& s = static_cast<PoolState&>(state);
+    s.n += static_cast<int64_t>(tokens.size());
+    s.last = tokens.back();
+    if (logits != nullptr) {
+      for (int i = 0; i < kVocab; ++i) logits[i] = i == (s.last + 1) % kVocab ? 5.0f : 0.0f;
+    }
+    return OkStatus();
+  }
+  Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                     float* logits) const override {
+    logits_batches.fetch_add(1);
+    NoteRows(tokens.size());
+    return Model::DecodeBatch(tokens, states, logits);
+  }
+  // Greedy rows: the argmax (t + 1). Temperature rows: a draw that is a
+  // function of (seed, step) only, like a Philox stream.
+  Status DecodeBatchSample(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                           std::span<const DecodeSampling> sampling, int32_t* out) const override {
+    sample_batches.fetch_add(1);
+    NoteRows(tokens.size());
+    for (size_t b = 0; b < tokens.size(); ++b) {
+      STRATA_RETURN_IF_ERROR(Forward(tokens.subspan(b, 1), *states[b], nullptr, false));
+      const DecodeSampling& d = sampling[b];
+      out[b] = d.temperature == 0.f ? (tokens[b] + 1) % kVocab
+                                    : static_cast<int32_t>((d.seed * 31 + d.step * 7) % kVocab);
+      std::lock_guard<std::mutex> lock(mu_);
+      rows_seen.push_back(d);
+    }
+    return OkStatus();
+  }
+
+  bool Take() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slots_ > 0 && live_ >= slots_) return false;
+    max_live = std::max(max_live, ++live_);
+    return true;
+  }
+  void Give() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    --live_;
+  }
+  void NoteRows(size_t rows) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(rows));
+  }
+  void forward_sizes_push(size_t n) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    forward_sizes.push_back(static_cast<int64_t>(n));
+  }
+
+  mutable std::mutex mu_;
+  mutable std::atomic<int> logits_batches{0}, sample_batches{0};
+  mutable std::vector<DecodeSampling> rows_seen;  // guarded by mu_
+  mutable std::vector<int64_t> forward_sizes;     // guarded by mu_
+  mutable int64_t max_live = 0, max_rows = 0;     // guarded by mu_
+  std::function<void()> hook;
+
+ private:
+  const int64_t slots_;
+  mutable int64_t live_ = 0;  // guarded by mu_
+  ModelInfo info_;
+};
+
+PoolState::~PoolState() { owner_->Give(); }
+
+std::unique_ptr<SequenceState> PoolState::Clone() const {
+  if (!owner_->Take()) return nullptr;
+  auto c = std::make_unique<PoolState>(owner_);
+  c->n = n;
+  c->last = last;
+  return c;
+}
+
+GenerationParams Greedy(int32_t max_tokens) {
+  GenerationParams p;
+  p.max_tokens = max_tokens;
+  p.stop_at_eos = false;
+  return p;
+}
+
+std::unique_ptr<Engine> NewEngine(EngineOptions o = {}) {
+  o.num_threads = 1;
+  auto e = Engine::Create(o);
+  EXPECT_TRUE(e.ok());
+  return *std::move(e);
+}
+
+// Runs each prompt on its own session, all submitted at once.
+std::vector<std::vector<int32_t>> RunAll(Engine& engine, const std::shared_ptr<const Model>& model,
+                                      const std::vector<std::vector<int32_t>>& prompts,
+                                      const std::vector<GenerationParams>& params) {
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::shared_ptr<Request>> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto s = Session::Create(&engine, model, SessionOptions{8192, nullptr});
+    EXPECT_TRUE(s.ok()) << s.status();
+    sessions.push_back(*std::move(s));
+    auto r = engine.Submit(*sessions.back(), prompts[i], params[i], nullptr, true);
+    EXPECT_TRUE(r.ok()) << r.status();
+    requests.push_back(*r);
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (auto& r : requests) {
+    EXPECT_TRUE(engine.RunToCompletion(*r, nullptr, nullptr).ok()) << r->status();
+    out.push_back(r->generated_tokens());
+  }
+  return out;
+}
+
+std::vector<int32_t> Counting(int32_t after, int n) {
+  std::vector<int32_t> t;
+  for (int i = 1; i <= n; ++i) t.push_back((after + i) % kVocab);
+  return t;
+}
+
+TEST(EngineDeviceSampling, GreedyRowsSampleOnTheDeviceWithTheSameTokens) {
+  auto model = std::make_shared<PoolModel>(0, /*device_sampling=*/true);
+  auto engine = NewEngine();
+  const auto out = RunAll(*engine, model, {{1}, {10, 11}, {30}}, {Greedy(8), Greedy(8), Greedy(8)});
+  EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{Counting(1, 8), Counting(11, 8), Counting(30, 8)}));
+  EXPECT_GT(model->sample_batches.load(), 0);
+  EXPECT_EQ(model->logits_batches.load(), 0);  // no [B, vocab] logits ever came back
+  const EngineMetrics m = engine->Metrics();
+  EXPECT_EQ(m.device_sampled_rows, 3 * 7);  // the first token of each comes from its prefill's logits
+  EXPECT_EQ(m.host_sampled_rows, 0);
+}
+
+TEST(EngineDeviceSampling, ACpuModelKeepsTheHostPath) {
+  auto model = std::make_shared<PoolModel>(0, /*device_sampling=*/false, "cpu");
+  auto engine = NewEngine();
+  const auto out = RunAll(*engine, model, {{1}, {10}}, {Greedy(6), Greedy(6)});
+  EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{Counting(1, 6), Counting(10, 6)}));
+  EXPECT_EQ(model->sample_batches.load(), 0);
+  EXPECT_GT(model->logits_batches.load(), 0);
+  EXPECT_EQ(engine->Metrics().device_sampled_rows, 0);
+  EXPECT_EQ(engine->Metrics().host_sampled_rows, 2 * 5);
+}
+
+TEST(EngineDeviceSampling, PenaltiesAndMinPStayOnTheHostAndSplitTheStep) {
+  auto model = std::make_shared<PoolModel>(0, /*device_sampling=*/true);
+  auto engine = NewEngine();
+  GenerationParams penalised = Greedy(6);
+  penalised.sampling.presence_penalty = 0.5f;  // seen tokens never reach the argmax's 5.0 margin
+  GenerationParams min_p = Greedy(6);
+  min_p.sampling.min_p = 0.1f;
+  const auto out = RunAll(*engine, model, {{1}, {20}, {40}}, {Greedy(6), penalised, min_p});
+  EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{Counting(1, 6), Counting(20, 6), Counting(40, 6)}));
+  EXPECT_GT(model->sample_batches.load(), 0);
+  EXPECT_GT(model->logits_batches.load(), 0);
+  const EngineMetrics m = engine->Metrics();
+  EXPECT_EQ(m.device_sampled_rows, 5);
+  EXPECT_EQ(m.host_sampled_rows, 10);
+}
+
+TEST(EngineDeviceSampling, TemperatureRowsCarryTheirSeedAndAStepPerToken) {
+  auto model = std::make_shared<PoolModel>(0, /*device_sampling=*/true);
+  auto engine = NewEngine();
+  GenerationParams p = Greedy(5);
+  p.sampling.temperature = 0.7f;
+  p.sampling.top_k = 5;
+  p.sampling.top_p = 0.9f;
+  p.sampling.seed = 3;
+  const auto out = RunAll(*engine, model, {{1}}, {p});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 5u);
+  std::lock_guard<std::mutex> lock(model->mu_);
+  ASSERT_EQ(model->rows_seen.size(), 4u);  // token 1 is drawn on the host from the prefill's logits
+  for (size_t i = 0; i < 4; ++i) {
+    const DecodeSampling& d = model->rows_seen[i];
+    EXPECT_EQ(d.seed, 3u);
+    EXPECT_EQ(d.step, i + 1);
+    EXPECT_FLOAT_EQ(d.temperature, 0.7f);
+    EXPECT_EQ(d.top_k, 5);
+    EXPECT_FLOAT_EQ(d.top_p, 0.9f);
+    EXPECT_EQ(out[0][i + 1], static_cast<int32_t>((3 * 31 + (i + 1) * 7) % kVocab));
+  }
+}
+
+// The largest prefill Forward of one 5000-token prompt, alone or submitted
+// while another request is decoding; checks every prompt token ran once.
+int64_t LargestPrefill(std::shared_ptr<PoolModel> model, EngineOptions o, bool beside_decode) {
+  o.prefix_cache_bytes = 0;
+  o.max_pending_token_events = size_t{1} << 20;  // the decoding request never waits for its events to be read
+  auto engine = NewEngine(o);
+  std::unique_ptr<Session> decoding;
+  std::shared_ptr<Request> running;
+  if (beside_decode) {
+    auto s = Session::Create(engine.get(), model, SessionOptions{8192, nullptr});
+    EXPECT_TRUE(s.ok());
+    decoding = *std::move(s);
+    auto r = engine->Submit(*decoding, std::vector<int32_t>{1}, Greedy(4000), nullptr, true);
+    EXPECT_TRUE(r.ok());
+    running = *r;
+    Event ev;
+    EXPECT_TRUE(engine->PollEventFor(*running, &ev, -1));  // its first token: it decodes from now on
+  }
+  RunAll(*engine, model, {std::vector<int32_t>(5000, 3)}, {Greedy(2)});
+  if (running != nullptr) engine->Cancel(*running);
+  if (running != nullptr) engine->RunToCompletion(*running, nullptr, nullptr).IgnoreError();
+  std::lock_guard<std::mutex> lock(model->mu_);
+  int64_t prompt_tokens = 0, largest = 0;
+  for (int64_t n : model->forward_sizes) {
+    if (n > 1) prompt_tokens += n;
+    largest = std::max(largest, n);
+  }
+  EXPECT_EQ(prompt_tokens, 5000);
+  return largest;
+}
+
+TEST(EnginePrefillBudget, AutomaticBudgetFollowsTheDevice) {
+  EngineOptions o;
+  o.prefix_cache_bytes = 0;
+  EXPECT_EQ(LargestPrefill(std::make_shared<PoolModel>(0, false, "cpu"), o, false), kCpuPrefillChunk);
+  // On a GPU the whole 5000-token prompt goes in one chunk.
+  EXPECT_EQ(LargestPrefill(std::make_shared<PoolModel>(0, true), o, false), 5000);
+  o.prefill_chunk_tokens = 1000;  // the option overrides
+  EXPECT_EQ(LargestPrefill(std::make_shared<PoolModel>(0, true), o, false), 1000);
+}
+
+TEST(EnginePrefillBudget, WhileDecodingThePrefillIsBoundedToLimitTheStall) {
+  EngineOptions o;
+  o.prefix_cache_bytes = 0;
+  EXPECT_EQ(LargestPrefill(std::make_shared<PoolModel>(0, true), o, true), kGpuPrefillWhileDecoding);
+  o.prefill_tokens_while_decoding = 300;
+  EXPECT_EQ(LargestPrefill(std::make_shared<PoolModel>(0, true), o, true), 300);
+  // On the CPU both budgets are the chunk.
+  EXPECT_EQ(LargestPrefill(std::make_shared<PoolModel>(0, false, "cpu"), EngineOptions{}, true), kCpuPrefillChunk);
+}
+
+TEST(EngineStatePool, AdmissionNeverExceedsTheModelsStatePool) {
+  // Sessions' states are made before the pool applies (as if offloaded),
+  // so only admission keeps the running requests within it.
+  auto capped = std::make_shared<PoolModel>(0, true);
+  capped->set_max_live_states(2);
+  EngineOptions o;
+  o.prefix_cache_bytes = 0;
+  auto engine = NewEngine(o);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  capped->hook = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return go; });
+  };
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::shared_ptr<Request>> requests;
+  for (int32_t start : {1, 10, 20, 30, 40}) {
+    auto s = Session::Create(engine.get(), capped, {});
+    ASSERT_TRUE(s.ok());
+    sessions.push_back(*std::move(s));
+    auto r = engine->Submit(*sessions.back(), std::vector<int32_t>{start}, Greedy(6), nullptr, true);
+    ASSERT_TRUE(r.ok());
+    requests.push_back(*r);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    go = true;
+  }
+  cv.notify_all();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(engine->RunToCompletion(*requests[i], nullptr, nullptr).ok());
+    EXPECT_EQ(requests[i]->generated_tokens(), Counting(i == 0 ? 1 : static_cast<int32_t>(10 * i), 6));
+  }
+  std::lock_guard<std::mutex> lock(capped->mu_);
+  EXPECT_LE(capped->max_rows, 2);
+  EXPECT_EQ(capped->max_rows, 2);  // and it does batch up to the pool
+}
+
+TEST(EngineStatePool, PrefixCacheUnderSlotPressureNeverFailsARequest) {
+  // 4 slots: one live session, the cache gets at most 4 - 1 - 2 = 1.
+  auto model = std::make_shared<PoolModel>(4, true);
+  EngineOptions o;
+  o.prefix_cache_bytes = 1 << 30;
+  o.prefix_block_tokens = 16;
+  auto engine = NewEngine(o);
+  std::vector<int32_t> shared(200);
+  for (size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<int32_t>(i % 50) + 1;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = shared;
+    prompt.push_back(static_cast<int32_t>(i) + 1);
+    const auto out = RunAll(*engine, model, {prompt}, {Greedy(4)});
+    EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{Counting(i + 1, 4)})) << "request " << i;
+  }
+  EngineMetrics m = engine->Metrics();
+  EXPECT_GT(m.prefix_hit_tokens, 0);
+  EXPECT_GT(m.prefix_cache_entries, 0);
+  // The host's sessions come first: filling the pool evicts the cache.
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < 4; ++i) {
+    auto s = Session::Create(engine.get(), model, {});
+    ASSERT_TRUE(s.ok()) << "session " << i << ": " << s.status();
+    sessions.push_back(*std::move(s));
+  }
+  EXPECT_EQ(engine->Metrics().prefix_cache_entries, 0);
+  EXPECT_GT(engine->Metrics().prefix_cache_slot_evictions, 0);
+  // With every slot held by a session, requests still run (no snapshot,
+  // no restore: misses).
+  std::vector<std::shared_ptr<Request>> requests;
+  for (auto& s : sessions) {
+    std::vector<int32_t> prompt = shared;
+    auto r = engine->Submit(*s, prompt, Greedy(3), nullptr, true);
+    ASSERT_TRUE(r.ok());
+    requests.push_back(*r);
+  }
+  for (auto& r : requests) {
+    ASSERT_TRUE(engine->RunToCompletion(*r, nullptr, nullptr).ok()) << r->status();
+    EXPECT_EQ(r->generated_tokens(), Counting(shared.back(), 3));
+  }
+  std::lock_guard<std::mutex> lock(model->mu_);
+  EXPECT_LE(model->max_live, 4);
+}
+
+}  // namespace
+}  // namespace strata
