@@ -50,7 +50,9 @@
 //  * short k (kblocks ≤ one round) with ≥ one tile per SM: one whole tile
 //    per warp (no tile split, no cross-warp reduction), CTAs of
 //    ceil(tiles / SMs) warps so every SM gets a CTA;
-//  * otherwise (small W): ≥ 2 units per warp on all SMs, one round each.
+//  * otherwise (small W): one full round per warp, ≤ one CTA per SM (a
+//    few KB per SM: the per-SM transfer time is negligible, while fewer
+//    warps per split tile means fewer partials for the last one to add).
 // A warp's range usually starts and ends inside a tile: those tiles are
 // reduced across warps without float atomics (FlushTile): each contributor
 // stores its partial sums in its own slot of a workspace owned by the
@@ -390,17 +392,50 @@ __device__ __forceinline__ void StoreTile(const GemvParams& p, int64_t tile, int
   const int g = lane >> 2, t = lane & 3;
   const int64_t r0 = tile * kTile + g;
   YT* y = static_cast<YT*>(p.y);
+  // Element i = 2h + c of N tile nt: W row r0 + 8h, x row nt·8 + 2t + c.
+  auto index = [&](int nt, int i, bool* ok) {
+    const int64_t r = r0 + 8 * (i >> 1);
+    const int c = nt * 8 + 2 * t + (i & 1);
+    *ok = r < p.n && c < p.m;
+    return c * p.ldy + r;
+  };
+  // beta ≠ 0 (fp32 y): every old value is loaded before the first store, so
+  // the lane waits one round trip, not one per element.
+  float old[kNT][4];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
-    const int c0 = nt * 8 + 2 * t;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // W row g, then g + 8
-      const int64_t r = r0 + 8 * h;
-      if (r >= p.n) continue;
-      if (c0 < p.m) StoreY(y, c0 * p.ldy + r, p.alpha * v[nt][2 * h], p.beta);
-      if (c0 + 1 < p.m) StoreY(y, (c0 + 1) * p.ldy + r, p.alpha * v[nt][2 * h + 1], p.beta);
+    for (int i = 0; i < 4; ++i) {
+      old[nt][i] = 0.f;
+      if constexpr (std::is_same_v<YT, float>) {
+        bool ok;
+        const int64_t at = index(nt, i, &ok);
+        if (ok && p.beta != 0.f) old[nt][i] = y[at];
+      }
     }
   }
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      bool ok;
+      const int64_t at = index(nt, i, &ok);
+      if (!ok) continue;
+      const float out = p.alpha * v[nt][i];
+      if constexpr (std::is_same_v<YT, float>) {
+        y[at] = p.beta != 0.f ? out + p.beta * old[nt][i] : out;
+      } else {
+        y[at] = __float2bfloat16_rn(out);
+      }
+    }
+  }
+}
+
+// The PTX memory model's release (fence; relaxed atomic) and acquire
+// (relaxed atomic; fence) patterns need only fence.acq_rel, lighter than the
+// fence.sc that __threadfence() emits.
+__device__ __forceinline__ void FenceAcqRelGpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
 // Ends the warp's segment [seg0, seg1) of `tile` (units), whose sums are v.
@@ -433,15 +468,16 @@ __device__ __forceinline__ void FlushTile(const GemvParams& p, int64_t gw, int64
   // every lane's stores visible to lane 0, whose fence (cumulative) orders
   // them before its arrival; the last arrival fences again before the warp
   // barrier that releases the lanes to read the other warps' partials
-  // (L2-coherent ld.cg, never the non-coherent path).
+  // (L2-coherent ld.cg, never the non-coherent path). atomicAdd is a relaxed
+  // gpu-scope atomic: with the fences, the release and acquire patterns.
   __syncwarp();
   const int64_t w_lo = StreamOwner(p, t0);
   const int64_t w_hi = StreamOwner(p, t1 - 1);
   unsigned prev = 0;
   if (lane == 0) {
-    __threadfence();
+    FenceAcqRelGpu();  // release: the warp's partials before the arrival
     prev = atomicAdd(p.counters + w_lo, 1u);
-    if (prev == static_cast<unsigned>(w_hi - w_lo)) __threadfence();
+    if (prev == static_cast<unsigned>(w_hi - w_lo)) FenceAcqRelGpu();  // acquire
   }
   prev = __shfl_sync(0xffffffffu, prev, 0);
   __syncwarp();
@@ -450,16 +486,32 @@ __device__ __forceinline__ void FlushTile(const GemvParams& p, int64_t gw, int64
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
   // w_lo's segment is the first of its range only if its range starts at t0;
-  // every later contributor's range starts inside the tile.
-  int64_t sl = 2 * w_lo + (StreamStart(p, w_lo) == t0 ? 0 : 1);
-  for (int64_t w = w_lo; w <= w_hi; ++w, sl = 2 * w) {
+  // every later contributor's range starts inside the tile. The slots are
+  // loaded kBatch at a time, all issued before the adds (one L2 round trip
+  // per batch, not per contributor), and added in warp order; a slot past
+  // w_hi loads zeros, which add nothing.
+  constexpr int kBatch = kNT == 1 ? 16 : 8;
+  const int64_t sl_lo = 2 * w_lo + (StreamStart(p, w_lo) == t0 ? 0 : 1);
+  for (int64_t b = w_lo; b <= w_hi; b += kBatch) {
+    float4 q[kBatch][kNT];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const float4 q = __ldcg(parts + (sl * kNT + nt) * 32 + lane);
-      s[nt][0] += q.x;
-      s[nt][1] += q.y;
-      s[nt][2] += q.z;
-      s[nt][3] += q.w;
+    for (int i = 0; i < kBatch; ++i) {
+      const int64_t sl = b + i == w_lo ? sl_lo : 2 * (b + i);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        q[i][nt] = b + i <= w_hi ? __ldcg(parts + (sl * kNT + nt) * 32 + lane)
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        s[nt][0] += q[i][nt].x;
+        s[nt][1] += q[i][nt].y;
+        s[nt][2] += q[i][nt].z;
+        s[nt][3] += q[i][nt].w;
+      }
     }
   }
   if (lane == 0) p.counters[w_lo] = 0u;
@@ -968,8 +1020,10 @@ StreamPlan PlanGemvStream(int64_t tiles, int64_t kblocks, int unroll, int num_sm
     // Large W: every warp slot of the GPU, equal bytes each.
     s.warps = all_warps;
   } else {
-    // Small W: all SMs, ≥ 2 units (2 KB) per warp, one round each.
-    s.warps = std::max<int64_t>(1, std::min(units / 2, sm_warps));
+    // Small W: one full round per warp (fewest warps per split tile, so the
+    // last arrival has the fewest partials to add), at most one CTA per SM.
+    const int64_t cap = std::min<int64_t>(unroll, kblocks);
+    s.warps = std::max<int64_t>(1, std::min(CeilDiv(units, cap), sm_warps));
   }
   s.warps_per_cta = static_cast<int>(std::min<int64_t>(kGemvWarps, CeilDiv(s.warps, num_sms)));
   s.grid = CeilDiv(s.warps, s.warps_per_cta);
