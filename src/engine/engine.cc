@@ -774,6 +774,12 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
   for (size_t i = 0; i < work.size(); ++i) running += approved[i] ? 1 : 0;
   running_.store(running, std::memory_order_relaxed);
   waiting_.store(static_cast<int64_t>(work.size()) - running + held, std::memory_order_relaxed);
+  if (work.empty() && held > 0) {
+    // Only requests waiting for a state slot, held by parked requests: wait
+    // for a poll, a tool result or a finish instead of spinning.
+    std::unique_lock<std::mutex> lock(mu_);
+    work_cv_.wait_for(lock, std::chrono::milliseconds(5));
+  }
 }
 
 int64_t Engine::PrefillBudget(const std::vector<const Model*>& models, bool decoding) const {
@@ -788,8 +794,8 @@ int64_t Engine::PrefillBudget(const std::vector<const Model*>& models, bool deco
   return std::min(chunk, while_decoding);
 }
 
-bool Engine::DeviceSamplable(const Model& model, const Request& r) {
-  if (!model.info().device_sampling) return false;
+bool Engine::DeviceSamplable(const Model& model, const Request& r) const {
+  if (!options_.device_sampling || !model.info().device_sampling) return false;
   const SamplingParams& p = r.params_.sampling;
   return p.min_p == 0.0f && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
          p.frequency_penalty == 0.0f;

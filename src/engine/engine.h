@@ -66,6 +66,10 @@ struct EngineOptions {
   // traded against time to first token. Capped by the chunk. 0: automatic:
   // the chunk on the CPU; kGpuPrefillWhileDecoding on a GPU. >= 0.
   int64_t prefill_tokens_while_decoding = 0;
+  // Lets decode steps select tokens on the device (Model::DecodeBatchSample)
+  // where the model can and the request's sampling allows; false copies
+  // every row's logits to the host sampler (for A/B measurements).
+  bool device_sampling = true;
   // Most decode rows in one batched step. >= 1.
   int32_t max_batch = 64;
   // Bytes of sequence state (ModelInfo::state_bytes_per_token/_per_sequence
@@ -222,7 +226,7 @@ class Engine {
   // Whether r's token selection is expressible as a DecodeSampling row on
   // a model that samples on the device (no penalties over the history, no
   // min-p): then its decode rows never copy logits to the host.
-  static bool DeviceSamplable(const Model& model, const Request& r);
+  bool DeviceSamplable(const Model& model, const Request& r) const;
   void Fail(const RequestPtr& r, Status status);
   void MaybeReportMetrics();
   void NoteToken(Request& r);

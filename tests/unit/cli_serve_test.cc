@@ -141,6 +141,29 @@ TEST_F(CliServeTest, BenchServeReportsThroughputLatencyAndCacheHits) {
   ASSERT_EQ(table.exit_code, 0) << Stderr();
   EXPECT_NE(table.out.find("output tokens/s"), std::string::npos);
   EXPECT_NE(table.out.find("prefix cache hit"), std::string::npos);
+  EXPECT_EQ(table.out.find("scheduler phases"), std::string::npos);  // only with --verbose
+}
+
+TEST_F(CliServeTest, BenchServeVerboseShowsWhereTheSchedulersTimeWent) {
+  const Result r = RunCli("bench serve --model " + model_ +
+                          " --input-len 8 --output-len 6 --requests 3 --concurrency 3 --threads 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << Stderr();
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["phases"]["iterations"].get<int64_t>(), 0);
+  EXPECT_GT(j["phases"]["decode"]["total_ms"].get<double>(), 0);
+  EXPECT_GT(j["phases"]["prefill"]["total_ms"].get<double>(), 0);
+  EXPECT_EQ(j["device_sampled_rows"], 0);  // a CPU model samples on the host
+  EXPECT_EQ(j["host_sampled_rows"].get<int64_t>(), 3 * 5);
+  const Result table = RunCli("bench serve --model " + model_ +
+                              " --input-len 8 --output-len 2 --requests 2 --concurrency 2 --threads 1 --verbose"
+                              " --prefill-chunk 4 --prefill-while-decoding 2");
+  ASSERT_EQ(table.exit_code, 0) << Stderr();
+  for (const char* phase : {"scheduler phases", "schedule", "prefill", "decode", "sample", "emit"}) {
+    EXPECT_NE(table.out.find(phase), std::string::npos) << phase;
+  }
+  EXPECT_EQ(RunCli("bench serve --model " + model_ + " --input-len 8 --output-len 2 --prefill-while-decoding 0")
+                .exit_code,
+            2);
 }
 
 }  // namespace

@@ -198,6 +198,17 @@ TEST(EngineDeviceSampling, GreedyRowsSampleOnTheDeviceWithTheSameTokens) {
   EXPECT_EQ(m.host_sampled_rows, 0);
 }
 
+TEST(EngineDeviceSampling, TheEngineOptionCanKeepEveryRowOnTheHost) {
+  auto model = std::make_shared<PoolModel>(0, /*device_sampling=*/true);
+  EngineOptions o;
+  o.device_sampling = false;
+  auto engine = NewEngine(o);
+  const auto out = RunAll(*engine, model, {{1}, {10, 11}}, {Greedy(5), Greedy(5)});
+  EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{Counting(1, 5), Counting(11, 5)}));
+  EXPECT_EQ(model->sample_batches.load(), 0);
+  EXPECT_EQ(engine->Metrics().host_sampled_rows, 2 * 4);
+}
+
 TEST(EngineDeviceSampling, ACpuModelKeepsTheHostPath) {
   auto model = std::make_shared<PoolModel>(0, /*device_sampling=*/false, "cpu");
   auto engine = NewEngine();

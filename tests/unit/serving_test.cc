@@ -49,6 +49,34 @@ class CountingModel final : public Model {
   std::shared_ptr<const Model> inner_;
 };
 
+// Reports a GPU placement that samples on the device, so the engine takes
+// its GPU paths (automatic 8192-token prefill budget, DecodeBatchSample) on
+// the real model; DecodeBatchSample is Model's default (greedy argmax over
+// DecodeBatch's logits).
+class GpuLikeModel final : public Model {
+ public:
+  explicit GpuLikeModel(std::shared_ptr<const Model> inner) : inner_(std::move(inner)), info_(inner_->info()) {
+    info_.device = "cuda:0 emulated";
+    info_.device_sampling = true;
+  }
+  const ModelInfo& info() const override { return info_; }
+  StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override {
+    return inner_->NewState(max_tokens);
+  }
+  Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
+                 bool all_logits) const override {
+    return inner_->Forward(tokens, state, logits, all_logits);
+  }
+  Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                     float* logits) const override {
+    return inner_->DecodeBatch(tokens, states, logits);
+  }
+
+ private:
+  std::shared_ptr<const Model> inner_;
+  ModelInfo info_;
+};
+
 class ServingTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -159,6 +187,22 @@ TEST_F(ServingTest, AnyPrefillChunkSizeGivesTheSameTokens) {
     EngineOptions o = Options();
     o.prefill_chunk_tokens = chunk;
     EXPECT_EQ(Generate(*model_, o, prompts, /*alone=*/false), alone) << "prefill chunk " << chunk;
+  }
+}
+
+TEST_F(ServingTest, AutomaticPrefillBudgetAndDeviceSamplingGiveTheSameTokens) {
+  const auto prompts = Prompts();
+  const auto alone = Generate(*model_, Options(), prompts, /*alone=*/true);
+  EngineOptions o = Options();
+  o.prefill_chunk_tokens = 0;  // automatic: 512 here
+  EXPECT_EQ(Generate(*model_, o, prompts, /*alone=*/false), alone);
+  auto gpu = std::make_shared<GpuLikeModel>(*model_);
+  for (int64_t chunk : {0, 5}) {  // 0: automatic, 8192 (one chunk per prompt)
+    o.prefill_chunk_tokens = chunk;
+    EngineMetrics m;
+    EXPECT_EQ(Generate(gpu, o, prompts, /*alone=*/false, &m), alone) << "prefill chunk " << chunk;
+    EXPECT_GT(m.device_sampled_rows, 0);
+    EXPECT_EQ(m.host_sampled_rows, 0);
   }
 }
 

@@ -91,23 +91,32 @@ Status RunClosedLoop(Engine& engine, const std::shared_ptr<const Model>& model,
 
 // Flags shared by both commands: model placement, engine and sampling.
 const std::vector<std::string> kCommonValueFlags = {
-    "model", "preset", "device", "load-format", "threads", "concurrency", "prefill-chunk", "max-batch",
-    "memory-budget", "prefix-cache-bytes", "prefix-block", "temperature", "top-k", "top-p", "seed"};
-const std::vector<std::string> kCommonBoolFlags = {"help", "no-prefix-cache"};
+    "model", "preset", "device", "load-format", "threads", "concurrency", "prefill-chunk", "prefill-while-decoding",
+    "max-batch", "max-sequences", "memory-budget", "prefix-cache-bytes", "prefix-block", "temperature", "top-k",
+    "top-p", "seed"};
+const std::vector<std::string> kCommonBoolFlags = {"help", "no-prefix-cache", "verbose", "host-sampling"};
 
 constexpr char kCommonHelp[] =
     "  --model DIR               model directory (or --preset kimi-linear-48b-a3b: dummy weights, no download)\n"
     "  --device cpu|cuda|auto    cpu (default); cuda/auto: the GPU when usable, else the CPU with a notice\n"
     "  --load-format auto|dummy  the checkpoint (default) or config.json with random weights\n"
     "  --concurrency C           requests kept in flight (default 8)\n"
-    "  --prefill-chunk N         prompt tokens per scheduler iteration, all requests together (default 512)\n"
+    "  --prefill-chunk N         prompt tokens per scheduler iteration, all requests together\n"
+    "                            (default: 512 on the CPU, 8192 on a GPU)\n"
+    "  --prefill-while-decoding N  the prefill budget of an iteration that also decodes: bounds the decode\n"
+    "                            stall (TPOT) (default: the chunk on the CPU, 2048 on a GPU; at most the chunk)\n"
     "  --max-batch B             most rows of one decode step (default: --concurrency)\n"
+    "  --max-sequences S         GPU state pool: live sessions plus prefix-cache snapshots\n"
+    "                            (default 2 x concurrency + 8)\n"
     "  --memory-budget BYTES     state + prefix-cache bytes the scheduler keeps resident (default: unlimited)\n"
     "  --no-prefix-cache         turn the prefix cache off\n"
     "  --prefix-cache-bytes N    prefix-cache capacity (default 256 MiB)\n"
     "  --prefix-block N          prefix-cache block size in tokens (default 64)\n"
     "  --temperature T           0 = greedy (default 0); --top-k K --top-p P --seed S\n"
-    "  --threads N               compute threads (default: one per core)\n";
+    "  --threads N               compute threads (default: one per core)\n"
+    "  --host-sampling           copy every decode row's logits to the host sampler even where the\n"
+    "                            device could sample (A/B against device sampling)\n"
+    "  --verbose                 also print where the scheduler's time went (phases per iteration)\n";
 
 struct Setup {
   std::unique_ptr<Engine> engine;
@@ -134,7 +143,9 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
   }
   const double kBig = std::numeric_limits<float>::max();
   auto concurrency = flags.Int("concurrency", 8, 1, 4096);
-  auto chunk = flags.Int("prefill-chunk", 512, 1, int64_t{1} << 30);
+  // 0: the engine picks by device (EngineOptions::prefill_chunk_tokens).
+  auto chunk = flags.Int("prefill-chunk", 0, 1, int64_t{1} << 30);
+  auto while_decoding = flags.Int("prefill-while-decoding", 0, 1, int64_t{1} << 30);
   auto threads = flags.Int("threads", 0, 0, 4096);
   auto budget = flags.Int("memory-budget", 0, 0, std::numeric_limits<int64_t>::max());
   auto cache = flags.Int("prefix-cache-bytes", int64_t{256} << 20, 0, std::numeric_limits<int64_t>::max());
@@ -144,12 +155,15 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
   auto top_k = flags.Int("top-k", 0, 0, std::numeric_limits<int32_t>::max());
   auto top_p = flags.Double("top-p", 1.0, 0.0, 1.0);
   auto seed = flags.Int("seed", 0, 0, std::numeric_limits<int64_t>::max());
-  for (const Status& st : {concurrency.status(), chunk.status(), threads.status(), budget.status(), cache.status(),
-                           temperature.status(), top_k.status(), top_p.status(), seed.status()}) {
+  for (const Status& st : {concurrency.status(), chunk.status(), while_decoding.status(), threads.status(),
+                           budget.status(), cache.status(), temperature.status(), top_k.status(), top_p.status(),
+                           seed.status()}) {
     if (!st.ok()) return Fail(cmd, st, kExitUsage);
   }
   auto max_batch = flags.Int("max-batch", *concurrency, 1, 4096);
   if (!max_batch.ok()) return Fail(cmd, max_batch.status(), kExitUsage);
+  auto max_sequences = flags.Int("max-sequences", 2 * *concurrency + 8, 1, 1 << 20);
+  if (!max_sequences.ok()) return Fail(cmd, max_sequences.status(), kExitUsage);
   s->concurrency = *concurrency;
   SamplingParams& sp = s->params.sampling;
   sp.temperature = static_cast<float>(*temperature);
@@ -161,6 +175,8 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
   EngineOptions eo;
   eo.num_threads = static_cast<int>(*threads);
   eo.prefill_chunk_tokens = *chunk;
+  eo.prefill_tokens_while_decoding = *while_decoding;
+  eo.device_sampling = !flags.Bool("host-sampling");
   eo.max_batch = static_cast<int32_t>(*max_batch);
   eo.memory_budget_bytes = static_cast<uint64_t>(*budget);
   eo.prefix_cache_bytes = flags.Bool("no-prefix-cache") ? 0 : static_cast<uint64_t>(*cache);
@@ -172,7 +188,7 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
   // GPU pools are sized at load: a state per live session plus prefix-cache
   // snapshots (each a state of its own until a paged cache shares blocks).
   lo.max_batch = *max_batch;
-  lo.max_sequences = 2 * *concurrency + 8;
+  lo.max_sequences = *max_sequences;
   lo.max_context_tokens = max_context;
   auto loaded = LoadModel(dir, lo);
   if (!loaded.ok()) return Fail(cmd, loaded.status(), kExitFailure);
@@ -376,6 +392,24 @@ int RunBenchServe(int argc, char** argv) {
   j["prefill_tokens"] = m.prefill_tokens;
   j["mean_decode_batch"] = m.decode_steps > 0 ? static_cast<double>(m.decode_rows) / m.decode_steps : 0.0;
   j["preemptions"] = m.preemptions;
+  j["prefix_cache_slot_evictions"] = m.prefix_cache_slot_evictions;
+  j["device_sampled_rows"] = m.device_sampled_rows;
+  j["host_sampled_rows"] = m.host_sampled_rows;
+  // Where the scheduler thread's time went; per decode step it compares
+  // with the raw DecodeBatch step of `strata bench` at the same batch.
+  const double steps = static_cast<double>(std::max<int64_t>(1, m.decode_steps));
+  const double iters = static_cast<double>(std::max<int64_t>(1, m.iterations));
+  nlohmann::ordered_json phases;
+  phases["iterations"] = m.iterations;
+  for (const auto& [name, total] : std::vector<std::pair<const char*, double>>{{"schedule", m.schedule_ms},
+                                                                                {"prefill", m.prefill_ms},
+                                                                                {"decode", m.decode_ms},
+                                                                                {"sample", m.sample_ms},
+                                                                                {"emit", m.emit_ms}}) {
+    phases[name] = nlohmann::ordered_json{
+        {"total_ms", total}, {"per_iteration_ms", total / iters}, {"per_decode_step_ms", total / steps}};
+  }
+  j["phases"] = phases;
   if (flags.Bool("json")) {
     std::printf("%s\n", j.dump().c_str());
     return failed == 0 ? kExitOk : kExitFailure;
@@ -396,6 +430,18 @@ int RunBenchServe(int argc, char** argv) {
               static_cast<long long>(m.prefix_hit_tokens), static_cast<long long>(m.prefix_lookup_tokens));
   std::printf("mean decode batch   %10.2f rows; %lld preemptions\n", j["mean_decode_batch"].get<double>(),
               static_cast<long long>(m.preemptions));
+  if (flags.Bool("verbose")) {
+    std::printf("decode rows sampled %10lld on the device, %lld on the host; %lld cache evictions for state slots\n",
+                static_cast<long long>(m.device_sampled_rows), static_cast<long long>(m.host_sampled_rows),
+                static_cast<long long>(m.prefix_cache_slot_evictions));
+    std::printf("scheduler phases over %lld iterations, %lld decode steps:\n", static_cast<long long>(m.iterations),
+                static_cast<long long>(m.decode_steps));
+    for (const char* k : {"schedule", "prefill", "decode", "sample", "emit"}) {
+      std::printf("  %-9s total %10.1f ms  per iteration %8.3f ms  per decode step %8.3f ms\n", k,
+                  phases[k]["total_ms"].get<double>(), phases[k]["per_iteration_ms"].get<double>(),
+                  phases[k]["per_decode_step_ms"].get<double>());
+    }
+  }
   return failed == 0 ? kExitOk : kExitFailure;
 }
 
