@@ -55,6 +55,19 @@ class SequenceState {
   virtual int64_t num_tokens() const = 0;  // tokens consumed so far
   virtual std::unique_ptr<SequenceState> Clone() const = 0;
   virtual void Reset() = 0;  // back to an empty sequence
+
+  // Preemption. MoveToHost copies whatever the state holds in device memory
+  // (attention cache blocks, recurrent-state slot) to host memory and gives
+  // the device memory back to the executor's pools; MoveToDevice takes device
+  // memory again and copies the contents back, bit-exact. While on the host
+  // the state can be destroyed, Reset or cloned, but Forward / DecodeBatch
+  // on it fail with FailedPrecondition. MoveToDevice answers
+  // ResourceExhausted (nothing changed, still on the host) when the pools
+  // have no room; the caller retries later. Both are no-ops where state lives
+  // in host memory anyway (the CPU executors: the default).
+  virtual Status MoveToHost() { return OkStatus(); }
+  virtual Status MoveToDevice() { return OkStatus(); }
+  virtual bool on_host() const { return false; }
 };
 
 // Where LoadModel puts a model. kCuda and kAuto both take the first CUDA device

@@ -43,40 +43,8 @@ namespace dsv32_cuda {
 
 using cuda::ActType;
 
-DsaCudaState::~DsaCudaState() { book_->GiveBack(slot_, blocks_); }
-
-std::unique_ptr<SequenceState> DsaCudaState::Clone() const { return owner_->CloneState(*this); }
-
-void DsaCudaState::Reset() { owner_->ResetState(*this); }
-
 // ----------------------------------------------------------------------------
-// Small helpers
-
-Status DeepseekV32CudaModel::Sync(const char* what) const {
-  const cudaError_t e = cudaStreamSynchronize(stream_);
-  if (e != cudaSuccess) return cuda::CudaError(e, what);
-  return OkStatus();
-}
-
-Status DeepseekV32CudaModel::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m,
-                                const bf16* w, int64_t n, int64_t k, void* y, ActType y_type,
-                                int64_t ldy, float beta, float alpha) const {
-  cuda::GemmArgs a;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.x = x;
-  a.x_type = x_type;
-  a.ldx = ldx;
-  a.w = w;
-  a.ldw = k;
-  a.y = y;
-  a.y_type = y_type;
-  a.ldy = ldy;
-  a.alpha = alpha;
-  a.beta = beta;
-  return cuda::Gemm(*blas_, a, stream_);
-}
+// Small helpers and the decode step shape
 
 Status DeepseekV32CudaModel::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m,
                                 const Mat& w, int64_t n, int64_t k, void* y, ActType y_type,
@@ -129,113 +97,12 @@ Status DeepseekV32CudaModel::Rope(bool interleaved, bf16* x, int64_t n, int64_t 
   return cuda::ApplyRope(a, stream_);
 }
 
-int64_t DeepseekV32CudaModel::LengthBound(int64_t max_len) const {
+DeepseekV32CudaModel::StepVariant DeepseekV32CudaModel::DecodeVariant(int64_t max_len) const {
   int64_t b = kMinMlaBucket;
   while (b < max_len) b *= 2;
-  return std::min(b, plan_.max_ctx);
-}
-
-Status DeepseekV32CudaModel::CheckState(SequenceState* s, DsaCudaState** out,
-                                        const char* what) const {
-  auto* st = dynamic_cast<DsaCudaState*>(s);
-  if (st == nullptr || st->owner_ != this) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": the state was not created by this model's NewState"));
-  }
-  *out = st;
-  return OkStatus();
-}
-
-// ----------------------------------------------------------------------------
-// States
-
-StatusOr<std::unique_ptr<SequenceState>> DeepseekV32CudaModel::NewState(int64_t max_tokens) const {
-  if (max_tokens <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("NewState: max_tokens must be positive, got ", max_tokens));
-  }
-  if (max_tokens > plan_.max_ctx) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NewState: max_tokens ", max_tokens, " exceeds the model's context of ", plan_.max_ctx,
-        " (the CUDA plan; raise LoadOptions.max_context_tokens)"));
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  const int32_t slot = book_->TakeSlot();
-  if (slot < 0) {
-    return absl::ResourceExhaustedError(absl::StrCat("NewState: all ", pools_.slots,
-                                                     " sequence slots are in use "
-                                                     "(LoadOptions.max_sequences)"));
-  }
-  return std::unique_ptr<SequenceState>(
-      std::make_unique<DsaCudaState>(this, book_, book_->NextId(), slot, max_tokens));
-}
-
-void DeepseekV32CudaModel::ResetState(DsaCudaState& st) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  book_->GiveBackBlocks(st.blocks_);
-  st.tokens_ = 0;
-  ++st.generation_;
-}
-
-std::unique_ptr<SequenceState> DeepseekV32CudaModel::CloneState(const DsaCudaState& src) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  cudaSetDevice(device_);
-  const int32_t slot = book_->TakeSlot();
-  if (slot < 0) return nullptr;
-  auto st = std::make_unique<DsaCudaState>(this, book_, book_->NextId(), slot, src.max_tokens_);
-  if (!book_->TakeBlocks(static_cast<int64_t>(src.blocks_.size()), st->blocks_)) return nullptr;
-  const Geometry& g = g_;
-  bool ok = true;
-  const int64_t nb = static_cast<int64_t>(src.blocks_.size());
-  // Both caches of every layer, runs of consecutive blocks as one copy.
-  for (int pool = 0; pool < 2 && ok; ++pool) {
-    const int64_t row = pool == 0 ? g.cd : g.dI;
-    const int64_t block_elems = kBlockTokens * row;
-    for (int64_t l = 0; l < g.L && ok; ++l) {
-      bf16* base = (pool == 0 ? pools_.kv : pools_.ik) + l * pools_.blocks * block_elems;
-      for (int64_t j = 0; j < nb && ok;) {
-        int64_t run = 1;
-        while (j + run < nb && src.blocks_[j + run] == src.blocks_[j] + run &&
-               st->blocks_[j + run] == st->blocks_[j] + run) {
-          ++run;
-        }
-        ok = cudaMemcpyAsync(base + st->blocks_[j] * block_elems,
-                             base + src.blocks_[j] * block_elems,
-                             sizeof(bf16) * static_cast<size_t>(run * block_elems),
-                             cudaMemcpyDeviceToDevice, stream_) == cudaSuccess;
-        j += run;
-      }
-    }
-  }
-  if (!ok || !Sync("Clone").ok()) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  st->tokens_ = src.tokens_;
-  return st;
-}
-
-Status DeepseekV32CudaModel::EnsureBlocks(DsaCudaState& st, int64_t tokens) const {
-  const int64_t need = CeilDiv(tokens, kBlockTokens) - static_cast<int64_t>(st.blocks_.size());
-  if (need <= 0) return OkStatus();
-  if (!book_->TakeBlocks(need, st.blocks_)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the paged attention cache is full: ", need, " more blocks of ", kBlockTokens,
-        " tokens needed, ", book_->FreeBlocks(), " of ", pools_.blocks,
-        " free (the cache gets LoadOptions.gpu_memory_fraction of the device's free memory "
-        "after weights and scratch)"));
-  }
-  return OkStatus();
-}
-
-Status DeepseekV32CudaModel::UploadPrefillTable(const DsaCudaState& st, int64_t tokens) const {
-  const int64_t n = CeilDiv(tokens, kBlockTokens);
-  const int64_t off = plan_.max_batch * plan_.max_blocks;
-  std::memcpy(h_block_table_ + off, st.blocks_.data(), sizeof(int32_t) * static_cast<size_t>(n));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.block_table + off, h_block_table_ + off,
-                                              sizeof(int32_t) * static_cast<size_t>(n),
-                                              cudaMemcpyHostToDevice, stream_));
-  return OkStatus();
+  const bool sparse = max_len > g_.K;
+  ++(sparse ? sparse_decode_steps_ : dense_decode_steps_);
+  return StepVariant{std::min(b, plan_.max_ctx), sparse};
 }
 
 // ----------------------------------------------------------------------------
@@ -462,9 +329,9 @@ Status DeepseekV32CudaModel::Ffn(const Layer& L, int64_t n, const float** pendin
   return OkStatus();
 }
 
-Status DeepseekV32CudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, int64_t past,
-                                           int64_t bound, bool sparse_decode,
-                                           const float** pending) const {
+Status DeepseekV32CudaModel::EnqueueLayers(int64_t n, const int32_t* tokens,
+                                           const DsaCudaState* prefill_state, int64_t past,
+                                           const StepVariant& v, const float** pending) const {
   const Geometry& g = g_;
   STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, g.D, tokens, n, s_.h, stream_));
   const float* pend = nullptr;
@@ -473,7 +340,7 @@ Status DeepseekV32CudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, int
     STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, g.D, L.input_norm, g.eps,
                                             s_.xn, stream_));
     pend = nullptr;
-    STRATA_RETURN_IF_ERROR(Attention(L, l, n, past, bound, sparse_decode));
+    STRATA_RETURN_IF_ERROR(Attention(L, l, n, past, v.bound, v.sparse));
     STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, nullptr, ActType::kF32, n, g.D, L.post_norm,
                                             g.eps, s_.xn, stream_));
     STRATA_RETURN_IF_ERROR(Ffn(L, n, &pend));
@@ -482,360 +349,8 @@ Status DeepseekV32CudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, int
   return OkStatus();
 }
 
-Status DeepseekV32CudaModel::EnqueueDecode(int64_t batch, int64_t bound, bool sample,
-                                           bool sparse) const {
-  const Geometry& g = g_;
-  const float* pending = nullptr;
-  STRATA_RETURN_IF_ERROR(EnqueueLayers(batch, s_.step, 0, bound, sparse, &pending));
-  STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pending, ActType::kF32, batch, g.D, w_.final_norm,
-                                          g.eps, s_.xn, stream_));
-  STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, batch, w_.lm_head, g.V, g.D, s_.logits,
-                            ActType::kF32, g.V, 0.f));
-  if (sample) {
-    STRATA_RETURN_IF_ERROR(cuda::SampleTokens(s_.logits, batch, g.V, s_.sampling, s_.sampled,
-                                              s_.sample_ws, plan_.sample_ws, stream_));
-  }
-  return OkStatus();
-}
-
 // ----------------------------------------------------------------------------
-// Decode steps and graphs (the kimi_linear executor's scheme)
-
-Status DeepseekV32CudaModel::RunDecodeStep(int64_t batch, int64_t bound, bool sample,
-                                           bool sparse) const {
-  auto eager = [&]() {
-    ++eager_steps_;
-    return EnqueueDecode(batch, bound, sample, sparse);
-  };
-  if (!graphs_enabled_) return eager();
-  GraphEntry& e = graphs_[GraphKey{batch, bound, sample, sparse}];
-  if (e.exec != nullptr) {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(e.exec, stream_));
-    ++graph_launches_;
-    return OkStatus();
-  }
-  if (e.eager_runs++ == 0) return eager();  // load the kernels outside a capture
-
-  auto give_up = [&](const std::string& why) {
-    cudaGetLastError();
-    graphs_enabled_ = false;
-    graph_error_ = why;
-    return eager();
-  };
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  const Status enqueued = EnqueueDecode(batch, bound, sample, sparse);
-  cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
-  if (ended != cudaSuccess || graph == nullptr) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    return give_up(absl::StrCat("stream capture failed: ", cudaGetErrorString(ended),
-                                enqueued.ok() ? "" : absl::StrCat(" (", enqueued.message(), ")")));
-  }
-  if (!enqueued.ok()) {
-    cudaGraphDestroy(graph);
-    return enqueued;
-  }
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  if (inst != cudaSuccess) {
-    return give_up(absl::StrCat("cudaGraphInstantiate failed: ", cudaGetErrorString(inst)));
-  }
-  e.exec = exec;
-  ++graph_captures_;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream_));
-  ++graph_launches_;
-  return OkStatus();
-}
-
-Status DeepseekV32CudaModel::DecodeLocked(std::span<const int32_t> tokens,
-                                          std::span<DsaCudaState* const> states, float* logits,
-                                          std::span<const DecodeSampling> sampling,
-                                          int32_t* out_tokens) const {
-  const Geometry& g = g_;
-  const int64_t total = static_cast<int64_t>(tokens.size());
-  const int64_t B_max = plan_.max_batch;
-  for (int64_t b = 0; b < total; ++b) {
-    const int32_t t = tokens[static_cast<size_t>(b)];
-    if (t < 0 || t >= g.V) {
-      return absl::InvalidArgumentError(absl::StrCat("decode: token id ", t, " in row ", b,
-                                                     " is outside the vocabulary [0, ", g.V, ")"));
-    }
-    const DsaCudaState& st = *states[static_cast<size_t>(b)];
-    if (st.tokens_ + 1 > st.max_tokens_) {
-      return absl::OutOfRangeError(absl::StrCat("decode: row ", b, ": 1 token on top of ",
-                                                st.tokens_, " exceeds the state's capacity of ",
-                                                st.max_tokens_));
-    }
-  }
-  if (total > B_max) {
-    for (int64_t b0 = 0; b0 < total; b0 += B_max) {
-      const size_t n = static_cast<size_t>(std::min(B_max, total - b0));
-      const size_t at = static_cast<size_t>(b0);
-      STRATA_RETURN_IF_ERROR(DecodeLocked(
-          tokens.subspan(at, n), states.subspan(at, n), logits ? logits + b0 * g.V : nullptr,
-          sampling.empty() ? sampling : sampling.subspan(at, n),
-          out_tokens ? out_tokens + b0 : nullptr));
-    }
-    return OkStatus();
-  }
-  const int64_t B = total;
-  int64_t need = 0;
-  for (DsaCudaState* st : states) {
-    need += std::max<int64_t>(
-        0, CeilDiv(st->tokens_ + 1, kBlockTokens) - static_cast<int64_t>(st->blocks_.size()));
-  }
-  if (need > book_->FreeBlocks()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the paged attention cache is full: ", need, " more blocks needed, ",
-                     book_->FreeBlocks(), " of ", pools_.blocks, " free"));
-  }
-  for (DsaCudaState* st : states) STRATA_RETURN_IF_ERROR(EnsureBlocks(*st, st->tokens_ + 1));
-
-  int64_t max_len = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    DsaCudaState& st = *states[static_cast<size_t>(b)];
-    h_step_[b] = tokens[static_cast<size_t>(b)];
-    h_step_[B_max + b] = st.slot_;
-    h_step_[2 * B_max + b] = static_cast<int32_t>(st.tokens_);
-    h_step_[3 * B_max + b] = static_cast<int32_t>(st.tokens_ + 1);
-    max_len = std::max(max_len, st.tokens_ + 1);
-    RowOwner& ro = row_owner_[static_cast<size_t>(b)];
-    const int64_t nb = static_cast<int64_t>(st.blocks_.size());
-    int64_t from = ro.blocks;
-    if (ro.id != st.id_ || ro.generation != st.generation_) from = 0;
-    if (from < nb) {
-      int32_t* row = h_block_table_ + b * plan_.max_blocks;
-      std::memcpy(row + from, st.blocks_.data() + from,
-                  sizeof(int32_t) * static_cast<size_t>(nb - from));
-      STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-          s_.block_table + b * plan_.max_blocks + from, row + from,
-          sizeof(int32_t) * static_cast<size_t>(nb - from), cudaMemcpyHostToDevice, stream_));
-    }
-    ro = RowOwner{st.id_, st.generation_, nb};
-  }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.step, h_step_,
-                                              sizeof(int32_t) * static_cast<size_t>(4 * B_max),
-                                              cudaMemcpyHostToDevice, stream_));
-  const bool sample = !sampling.empty();
-  if (sample) {
-    for (int64_t b = 0; b < B; ++b) {
-      const DecodeSampling& d = sampling[static_cast<size_t>(b)];
-      cuda::GpuSamplingRow& row = h_sampling_[b];
-      row.temperature = d.temperature;
-      row.top_k = d.top_k;
-      row.top_p = d.top_p;
-      row.seed = d.seed;
-      row.step = d.step;
-    }
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.sampling, h_sampling_,
-                                                sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(B),
-                                                cudaMemcpyHostToDevice, stream_));
-  }
-
-  const bool sparse = max_len > g.K;
-  ++(sparse ? sparse_decode_steps_ : dense_decode_steps_);
-  STRATA_RETURN_IF_ERROR(RunDecodeStep(B, LengthBound(max_len), sample, sparse));
-
-  if (logits != nullptr) {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_logits_, s_.logits,
-                                                sizeof(float) * static_cast<size_t>(B * g.V),
-                                                cudaMemcpyDeviceToHost, stream_));
-  }
-  if (sample) {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, s_.sampled,
-                                                sizeof(int32_t) * static_cast<size_t>(B),
-                                                cudaMemcpyDeviceToHost, stream_));
-  }
-  STRATA_RETURN_IF_ERROR(Sync("decode step"));
-  if (logits != nullptr) {
-    std::memcpy(logits, h_logits_, sizeof(float) * static_cast<size_t>(B * g.V));
-  }
-  if (sample && out_tokens != nullptr) {
-    std::memcpy(out_tokens, h_sampled_, sizeof(int32_t) * static_cast<size_t>(B));
-  }
-  for (DsaCudaState* st : states) ++st->tokens_;
-  return OkStatus();
-}
-
-// ----------------------------------------------------------------------------
-// Prefill
-
-Status DeepseekV32CudaModel::Prefill(std::span<const int32_t> tokens, DsaCudaState& st,
-                                     float* logits, bool all_logits) const {
-  const Geometry& g = g_;
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  STRATA_RETURN_IF_ERROR(EnsureBlocks(st, st.tokens_ + T));
-  STRATA_RETURN_IF_ERROR(UploadPrefillTable(st, st.tokens_ + T));
-  const int64_t chunk_rows = std::max(plan_.max_batch, kLogitsChunkRows);
-  for (int64_t begin = 0; begin < T; begin += plan_.slice) {
-    const int64_t n = std::min(plan_.slice, T - begin);
-    const bool last = begin + n == T;
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.tokens, tokens.data() + begin,
-                                                sizeof(int32_t) * static_cast<size_t>(n),
-                                                cudaMemcpyHostToDevice, stream_));
-    const float* pending = nullptr;
-    STRATA_RETURN_IF_ERROR(EnqueueLayers(n, s_.tokens, st.tokens_, 0, false, &pending));
-    st.tokens_ += n;
-    if (logits == nullptr || (!all_logits && !last)) continue;
-    if (all_logits) {
-      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pending, ActType::kF32, n, g.D, w_.final_norm,
-                                              g.eps, s_.xn, stream_));
-      for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
-        const int64_t m = std::min(chunk_rows, n - r0);
-        STRATA_RETURN_IF_ERROR(Mm(s_.xn + r0 * g.D, ActType::kBf16, g.D, m, w_.lm_head, g.V, g.D,
-                                  s_.logits, ActType::kF32, g.V, 0.f));
-        // To pageable memory the copy completes before the call returns.
-        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-            logits + (begin + r0) * g.V, s_.logits, sizeof(float) * static_cast<size_t>(m * g.V),
-            cudaMemcpyDeviceToHost, stream_));
-      }
-    } else {
-      const int64_t at = (n - 1) * g.D;
-      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h + at, pending ? pending + at : nullptr,
-                                              ActType::kF32, 1, g.D, w_.final_norm, g.eps, s_.xn,
-                                              stream_));
-      STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, 1, w_.lm_head, g.V, g.D, s_.logits,
-                                ActType::kF32, g.V, 0.f));
-      STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, s_.logits,
-                                                  sizeof(float) * static_cast<size_t>(g.V),
-                                                  cudaMemcpyDeviceToHost, stream_));
-    }
-  }
-  return Sync("prefill");
-}
-
-// ----------------------------------------------------------------------------
-// Model interface
-
-Status DeepseekV32CudaModel::Forward(std::span<const int32_t> tokens, SequenceState& state,
-                                     float* logits, bool all_logits) const {
-  DsaCudaState* st = nullptr;
-  STRATA_RETURN_IF_ERROR(CheckState(&state, &st, "Forward"));
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  if (T == 0) return absl::InvalidArgumentError("Forward: no tokens");
-  for (int64_t i = 0; i < T; ++i) {
-    const int32_t t = tokens[static_cast<size_t>(i)];
-    if (t < 0 || t >= g_.V) {
-      return absl::InvalidArgumentError(absl::StrCat("Forward: token id ", t, " at position ", i,
-                                                     " is outside the vocabulary [0, ", g_.V, ")"));
-    }
-  }
-  if (st->tokens_ + T > st->max_tokens_) {
-    return absl::OutOfRangeError(absl::StrCat("Forward: ", T, " tokens on top of ", st->tokens_,
-                                              " exceed the state's capacity of ", st->max_tokens_));
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  cudaSetDevice(device_);
-  if (T == 1) {
-    // One token takes the decode path (absorbed attention) even on an empty
-    // state: the same math as a one-token prefill.
-    DsaCudaState* const one[1] = {st};
-    return DecodeLocked(tokens, std::span<DsaCudaState* const>(one, 1), logits, {}, nullptr);
-  }
-  return Prefill(tokens, *st, logits, all_logits);
-}
-
-Status DeepseekV32CudaModel::DecodeBatch(std::span<const int32_t> tokens,
-                                         std::span<SequenceState* const> states,
-                                         float* logits) const {
-  if (tokens.size() != states.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeBatch: ", tokens.size(), " tokens for ",
-                                                   states.size(), " states"));
-  }
-  if (tokens.empty()) return absl::InvalidArgumentError("DecodeBatch: no sequences");
-  std::vector<DsaCudaState*> cs(states.size());
-  for (size_t b = 0; b < states.size(); ++b) {
-    if (states[b] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("DecodeBatch: states[", b, "] is null"));
-    }
-    STRATA_RETURN_IF_ERROR(CheckState(states[b], &cs[b], "DecodeBatch"));
-    for (size_t j = 0; j < b; ++j) {
-      if (cs[j] == cs[b]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("DecodeBatch: states[", b, "] appears twice in the batch"));
-      }
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  cudaSetDevice(device_);
-  return DecodeLocked(tokens, cs, logits, {}, nullptr);
-}
-
-Status DeepseekV32CudaModel::DecodeBatchSample(std::span<const int32_t> tokens,
-                                               std::span<SequenceState* const> states,
-                                               std::span<const DecodeSampling> sampling,
-                                               int32_t* out_tokens) const {
-  if (tokens.size() != states.size() || sampling.size() != tokens.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DecodeBatchSample: ", tokens.size(), " tokens, ", states.size(),
-                     " states and ", sampling.size(), " sampling rows (must be equal)"));
-  }
-  if (tokens.empty()) return absl::InvalidArgumentError("DecodeBatchSample: no sequences");
-  if (out_tokens == nullptr) {
-    return absl::InvalidArgumentError("DecodeBatchSample: out_tokens is null");
-  }
-  std::vector<DsaCudaState*> cs(states.size());
-  for (size_t b = 0; b < states.size(); ++b) {
-    if (states[b] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("DecodeBatchSample: states[", b, "] is null"));
-    }
-    STRATA_RETURN_IF_ERROR(CheckState(states[b], &cs[b], "DecodeBatchSample"));
-    for (size_t j = 0; j < b; ++j) {
-      if (cs[j] == cs[b]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("DecodeBatchSample: states[", b, "] appears twice in the batch"));
-      }
-    }
-    const DecodeSampling& d = sampling[b];
-    if (!(d.temperature >= 0.f) || d.top_k < 0 || !(d.top_p > 0.f && d.top_p <= 1.f)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DecodeBatchSample: sampling[", b, "] needs temperature >= 0, top_k >= 0 and top_p in "
-          "(0, 1]"));
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  cudaSetDevice(device_);
-  return DecodeLocked(tokens, cs, nullptr, sampling, out_tokens);
-}
-
-Status DeepseekV32CudaModel::FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
-                                                     uint64_t seed) const {
-  DsaCudaState* st = nullptr;
-  STRATA_RETURN_IF_ERROR(CheckState(&state, &st, "FillContextForBenchmark"));
-  if (st->tokens_ != 0) {
-    return absl::FailedPreconditionError("FillContextForBenchmark: the state must be empty");
-  }
-  if (num_tokens < 0 || num_tokens > st->max_tokens_) {
-    return absl::OutOfRangeError(absl::StrCat("FillContextForBenchmark: ", num_tokens,
-                                              " tokens do not fit the state's capacity of ",
-                                              st->max_tokens_));
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  cudaSetDevice(device_);
-  const Geometry& g = g_;
-  STRATA_RETURN_IF_ERROR(EnsureBlocks(*st, num_tokens));
-  ++st->generation_;
-  uint64_t counter = 0;
-  auto next = [&] { return seed * 0x9e3779b97f4a7c15ull + (++counter) * 0xd1b54a32d192ed03ull; };
-  const int64_t nb = static_cast<int64_t>(st->blocks_.size());
-  for (int pool = 0; pool < 2; ++pool) {
-    const int64_t block_elems = kBlockTokens * (pool == 0 ? g.cd : g.dI);
-    for (int64_t l = 0; l < g.L; ++l) {
-      bf16* base = (pool == 0 ? pools_.kv : pools_.ik) + l * pools_.blocks * block_elems;
-      for (int64_t j = 0; j < nb;) {
-        int64_t run = 1;
-        while (j + run < nb && st->blocks_[j + run] == st->blocks_[j] + run) ++run;
-        STRATA_RETURN_IF_ERROR(cuda::FillRandomBf16(base + st->blocks_[j] * block_elems,
-                                                    run * block_elems, next(), 1.f, stream_));
-        j += run;
-      }
-    }
-  }
-  STRATA_RETURN_IF_ERROR(Sync("FillContextForBenchmark"));
-  st->tokens_ = num_tokens;
-  return OkStatus();
-}
+// Model interface (the rest is CudaExecutorBase's)
 
 int64_t DeepseekV32CudaModel::EffectiveAttendedTokens(const SequenceState& state,
                                                       int64_t new_tokens) const {
@@ -851,10 +366,7 @@ DeepseekV32CudaStats DeepseekV32CudaModel::Stats() const {
   s.fp8_weight_bytes = fp8_.bytes;
   s.fp8_matrices = fp8_.matrices;
   s.kv_blocks_total = pools_.blocks;
-  {
-    std::lock_guard<std::mutex> book_lock(book_->mu);
-    s.kv_blocks_free = static_cast<int64_t>(book_->free_blocks.size());
-  }
+  s.kv_blocks_free = book_->FreeBlocks();
   s.max_batch = plan_.max_batch;
   s.max_context_tokens = plan_.max_ctx;
   s.prefill_slice_tokens = plan_.slice;

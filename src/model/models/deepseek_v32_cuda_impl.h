@@ -2,9 +2,10 @@
 // (states, forward passes, graphs) and deepseek_v32_load_cuda.cc (planning,
 // allocation, weight upload). Not part of any interface.
 //
-// It is built like the kimi_linear executor (kimi_linear_cuda_impl.h) and
-// reuses its Carver (one allocation carved twice: sizing, then for real) and
-// PoolBook (host bookkeeping of sequence slots and 64-token cache blocks).
+// It is built like the kimi_linear executor: the host side (states, slot and
+// block bookkeeping, decode driver, graphs) is CudaExecutorBase's
+// (cuda_executor_base.h), the Carver (one allocation carved twice: sizing,
+// then for real) cuda_load_helpers.h's.
 // Layout:
 //  * weights bf16, fused at upload where one input feeds several products:
 //    per layer [q_a | kv_a | indexer wk] (segments padded to 8 rows so each
@@ -39,12 +40,9 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_common.h"
@@ -56,28 +54,26 @@
 #include "backend/cuda/sampling.h"
 #include "model/model.h"
 #include "model/models/deepseek_v32_config.h"
+#include "model/models/cuda_executor_base.h"
+#include "model/models/cuda_load_helpers.h"
 #include "model/models/deepseek_v32_cuda.h"
-#include "model/models/kimi_linear_cuda_impl.h"
 
 namespace strata {
 class WeightStore;
 namespace dsv32_cuda {
 
 using cuda::bf16;
-using kimi_cuda::Carver;
-using kimi_cuda::CeilDiv;
-using kimi_cuda::Pad8;
-using kimi_cuda::PoolBook;
+using cuda_exec::Carver;
+using cuda_exec::CeilDiv;
+using cuda_exec::kBlockTokens;
+using cuda_exec::Pad8;
 
-constexpr int64_t kDefaultMaxBatch = 64;
-constexpr int64_t kDefaultMaxContext = 131072;
 // Prefill slice. Sparse prefill runs in the absorbed form, whose per-token
 // buffers (q̃ [H, r+dr] and the latent output [H, r], ~0.28 MB per token at
 // the published shapes) are what the slice multiplies.
 constexpr int64_t kPrefillSliceTokens = 2048;
 constexpr int64_t kLogitsChunkRows = 64;
 constexpr int64_t kMinMlaBucket = 256;
-constexpr int64_t kBlockTokens = 64;  // == cuda::kKvBlockTokens
 // q_a_layernorm / kv_a_layernorm keep DeepseekV32RMSNorm's default epsilon;
 // the indexer's k_norm is a LayerNorm with eps 1e-6 (as deepseek_v32.cc).
 constexpr float kLatentNormEps = 1e-6f;
@@ -133,13 +129,7 @@ inline cuda::MoeShape MoeShapeOf(const Geometry& g) {
   return s;
 }
 
-struct Plan {
-  int64_t max_batch = 0;
-  int64_t max_sequences = 0;
-  int64_t max_ctx = 0;
-  int64_t slice = 0;
-  int64_t rows = 0;        // max(slice, max_batch)
-  int64_t max_blocks = 0;  // ceil(max_ctx / 64)
+struct Plan : cuda_exec::SequencePlan {
   int64_t dense_ctx = 0;   // min(max_ctx, K): longest context attended densely
   size_t mla_ws = 0, index_ws = 0, moe_ws = 0, sample_ws = 0;
   int64_t fp8_tile = 0;    // bf16 elements of the prefill dequantisation tile
@@ -254,61 +244,25 @@ struct Pools {
   int64_t slots = 0, blocks = 0;
 };
 
-class DeepseekV32CudaModel;
-
-class DsaCudaState final : public SequenceState {
- public:
-  DsaCudaState(const DeepseekV32CudaModel* owner, std::shared_ptr<PoolBook> book, uint64_t id,
-               int32_t slot, int64_t max_tokens)
-      : owner_(owner), book_(std::move(book)), id_(id), slot_(slot), max_tokens_(max_tokens) {}
-  ~DsaCudaState() override;
-  int64_t num_tokens() const override { return tokens_; }
-  std::unique_ptr<SequenceState> Clone() const override;
-  void Reset() override;
-
-  const DeepseekV32CudaModel* owner_;
-  std::shared_ptr<PoolBook> book_;
-  uint64_t id_;
-  int32_t slot_;  // counts live sequences only (DSA keeps no per-slot state)
-  int64_t max_tokens_;
-  int64_t tokens_ = 0;
-  uint64_t generation_ = 0;
-  std::vector<int32_t> blocks_;
-};
+using DsaCudaState = cuda_exec::CudaSequenceState;
 
 // Decode graphs are keyed by batch size, the length bound (next power of two
 // ≥ the longest sequence, at least kMinMlaBucket), whether sampling is part
 // of the step and whether the step is sparse (some sequence longer than
-// index_topk: indexer + gathered attention for every row).
-using GraphKey = std::tuple<int64_t, int64_t, bool, bool>;
-using kimi_cuda::GraphEntry;
-
-class DeepseekV32CudaModel final : public Model {
+// index_topk: indexer + gathered attention for every row): DecodeVariant.
+class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
  public:
   static StatusOr<std::unique_ptr<DeepseekV32CudaModel>> Create(
       std::shared_ptr<const WeightStore> weights, const DeepseekV32Config& config,
       const LoadOptions& options);
-  ~DeepseekV32CudaModel() override;
+  ~DeepseekV32CudaModel() override = default;
 
   const ModelInfo& info() const override { return info_; }
-  StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
-  Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
-                 bool all_logits) const override;
-  Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
-                     float* logits) const override;
-  Status DecodeBatchSample(std::span<const int32_t> tokens,
-                           std::span<SequenceState* const> states,
-                           std::span<const DecodeSampling> sampling,
-                           int32_t* out_tokens) const override;
-  Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
-                                 uint64_t seed) const override;
 
   // As the CPU adapter: min(context, index_topk) (DsaAttendedTokens).
   int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const override;
 
   DeepseekV32CudaStats Stats() const;
-  std::unique_ptr<SequenceState> CloneState(const DsaCudaState& src) const;
-  void ResetState(DsaCudaState& st) const;
 
  private:
   DeepseekV32CudaModel() = default;
@@ -321,70 +275,34 @@ class DeepseekV32CudaModel final : public Model {
   Status SelfCheck();
 
   // --- deepseek_v32_cuda.cc ---
-  Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
-            int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta,
-            float alpha = 1.f) const;
+  using CudaExecutorBase::Mm;
   // The same on a Mat: FP8 ones through cuda::Fp8Gemm (bf16 x only).
   Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const Mat& w, int64_t n,
             int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta,
             float alpha = 1.f) const;
   Status Rope(bool interleaved, bf16* x, int64_t n, int64_t heads, int64_t token_stride,
               int64_t head_stride, int64_t offset, int64_t pos0, bool decode) const;
-  Status EnqueueLayers(int64_t n, const int32_t* tokens, int64_t past, int64_t bound,
-                       bool sparse_decode, const float** pending) const;
+  // Decode when v.bound > 0 (prefill passes StepVariant{}).
+  Status EnqueueLayers(int64_t n, const int32_t* tokens, const DsaCudaState* prefill_state,
+                       int64_t past, const StepVariant& v, const float** pending) const override;
+  StepVariant DecodeVariant(int64_t max_len) const override;
   Status Attention(const Layer& L, int64_t l, int64_t n, int64_t past, int64_t bound,
                    bool sparse_decode) const;
   Status Ffn(const Layer& L, int64_t n, const float** pending) const;
-  Status EnqueueDecode(int64_t batch, int64_t bound, bool sample, bool sparse) const;
-
-  Status CheckState(SequenceState* s, DsaCudaState** out, const char* what) const;
-  Status EnsureBlocks(DsaCudaState& st, int64_t tokens) const;
-  Status UploadPrefillTable(const DsaCudaState& st, int64_t tokens) const;
-  Status Prefill(std::span<const int32_t> tokens, DsaCudaState& st, float* logits,
-                 bool all_logits) const;
-  Status DecodeLocked(std::span<const int32_t> tokens, std::span<DsaCudaState* const> states,
-                      float* logits, std::span<const DecodeSampling> sampling,
-                      int32_t* out_tokens) const;
-  Status RunDecodeStep(int64_t batch, int64_t bound, bool sample, bool sparse) const;
-  int64_t LengthBound(int64_t max_len) const;
-  Status Sync(const char* what) const;
 
   DeepseekV32Config cfg_;
   Geometry g_;
   Plan plan_;
   ModelInfo info_;
-  int device_ = 0;
-  mutable bool graphs_enabled_ = true;
 
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<cuda::BlasContext> blas_;
-  void* weight_mem_ = nullptr;
-  void* runtime_mem_ = nullptr;
   size_t weight_bytes_ = 0, scratch_bytes_ = 0, kv_pool_bytes_ = 0;
   Fp8Footprint fp8_;
   Weights w_;
   Scratch s_;
   Pools pools_;
-  std::shared_ptr<PoolBook> book_;
 
-  void* pinned_ = nullptr;
-  int32_t* h_step_ = nullptr;
-  int32_t* h_block_table_ = nullptr;
-  cuda::GpuSamplingRow* h_sampling_ = nullptr;
-  int32_t* h_sampled_ = nullptr;
-  float* h_logits_ = nullptr;
-
-  mutable std::mutex mu_;
-  struct RowOwner {
-    uint64_t id = 0, generation = 0;
-    int64_t blocks = 0;
-  };
-  mutable std::vector<RowOwner> row_owner_;
-  mutable std::map<GraphKey, GraphEntry> graphs_;
-  mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0;
   mutable int64_t sparse_prefill_layers_ = 0, dense_prefill_layers_ = 0;
   mutable int64_t sparse_decode_steps_ = 0, dense_decode_steps_ = 0;
-  mutable std::string graph_error_;
 };
 
 }  // namespace dsv32_cuda

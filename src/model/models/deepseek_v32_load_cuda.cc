@@ -29,7 +29,7 @@
 namespace strata {
 namespace dsv32_cuda {
 
-using kimi_cuda::GiB;
+using cuda_exec::GiB;
 
 Geometry MakeGeometry(const DeepseekV32Config& c) {
   Geometry g;
@@ -283,19 +283,6 @@ constexpr float kDummyScale = 0.02f;
 
 }  // namespace
 
-DeepseekV32CudaModel::~DeepseekV32CudaModel() {
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  for (auto& [key, entry] : graphs_) {
-    if (entry.exec != nullptr) cudaGraphExecDestroy(entry.exec);
-  }
-  blas_.reset();
-  if (weight_mem_ != nullptr) cudaFree(weight_mem_);
-  if (runtime_mem_ != nullptr) cudaFree(runtime_mem_);
-  if (pinned_ != nullptr) cudaFreeHost(pinned_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  cudaGetLastError();
-}
-
 StatusOr<std::unique_ptr<DeepseekV32CudaModel>> DeepseekV32CudaModel::Create(
     std::shared_ptr<const WeightStore> weights, const DeepseekV32Config& config,
     const LoadOptions& options) {
@@ -319,46 +306,14 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   }
 
   // --- the device -----------------------------------------------------------
-  StatusOr<std::vector<cuda::DeviceInfo>> devices = cuda::ListDevices();
-  if (!devices.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("no device is visible (", devices.status().message(), ")"));
-  }
-  if (devices->empty()) return absl::UnavailableError("no device is visible (0 CUDA devices)");
-  const cuda::DeviceInfo& dev = devices->front();
+  STRATA_ASSIGN_OR_RETURN(const cuda_exec::DeviceChoice dev, cuda_exec::SelectHopperDevice());
   device_ = dev.index;
-  const std::string dev_name = absl::StrCat("cuda:", dev.index, " ", dev.name);
-  if (dev.compute_major != 9 || dev.compute_minor != 0) {
-    return absl::UnavailableError(absl::StrCat(dev_name, " is sm_", dev.compute_major,
-                                               dev.compute_minor,
-                                               "; this build's kernels are for sm_90a (Hopper)"));
-  }
-  if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
-    cudaGetLastError();
-    return absl::UnavailableError(
-        absl::StrCat("cudaSetDevice(", device_, ") failed: ", cudaGetErrorString(e)));
-  }
+  const std::string& dev_name = dev.name;
 
   // --- the plan -------------------------------------------------------------
   Plan& p = plan_;
-  p.max_batch = options.max_batch > 0 ? options.max_batch : kDefaultMaxBatch;
-  p.max_sequences = options.max_sequences > 0 ? options.max_sequences : p.max_batch;
-  const int64_t model_ctx = config.max_context > 0 ? config.max_context : kDefaultMaxContext;
-  p.max_ctx = options.max_context_tokens > 0 ? std::min(options.max_context_tokens, model_ctx)
-                                             : std::min(model_ctx, kDefaultMaxContext);
-  if (p.max_ctx < 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LoadOptions.max_context_tokens: the CUDA plan needs at least 3 tokens, got ", p.max_ctx));
-  }
-  if (!(options.gpu_memory_fraction > 0.0 && options.gpu_memory_fraction <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LoadOptions.gpu_memory_fraction must be in (0, 1], got ", options.gpu_memory_fraction));
-  }
-  p.slice = std::min(
-      options.prefill_slice_tokens > 0 ? options.prefill_slice_tokens : kPrefillSliceTokens,
-      p.max_ctx);
-  p.rows = std::max(p.slice, p.max_batch);
-  p.max_blocks = CeilDiv(p.max_ctx, kBlockTokens);
+  STRATA_RETURN_IF_ERROR(
+      cuda_exec::PlanSequences(options, config.max_context, kPrefillSliceTokens, p));
   p.dense_ctx = std::min(p.max_ctx, g.K);
   const cuda::MlaShape mshape = MlaShapeOf(g);
   const cuda::IndexerShape ishape = IndexerShapeOf(g);
@@ -431,16 +386,8 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   kv_pool_bytes_ = block_bytes * static_cast<size_t>(blocks);
 
   // --- allocation -------------------------------------------------------------
-  auto alloc = [&](void** ptr, size_t bytes, const char* what) -> Status {
-    if (bytes == 0) return OkStatus();
-    if (cudaError_t e = cudaMalloc(ptr, bytes); e != cudaSuccess) {
-      cudaGetLastError();
-      *ptr = nullptr;
-      return absl::ResourceExhaustedError(absl::StrCat(dev_name, ": allocating ", GiB(bytes),
-                                                       " for the ", what,
-                                                       " failed: ", cudaGetErrorString(e)));
-    }
-    return OkStatus();
+  auto alloc = [&](void** ptr, size_t bytes, const char* what) {
+    return cuda_exec::DeviceAlloc(dev_name, ptr, bytes, what);
   };
   STRATA_RETURN_IF_ERROR(alloc(&weight_mem_, weight_bytes_, "weights"));
   {
@@ -474,34 +421,19 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
     STRATA_RETURN_IF_ERROR(Sync("rotary tables"));  // the host vectors go out of scope
   }
 
-  {
-    Carver c(nullptr);
-    c.Take<int32_t>(4 * p.max_batch);
-    c.Take<int32_t>((p.max_batch + 1) * p.max_blocks);
-    c.Take<cuda::GpuSamplingRow>(p.max_batch);
-    c.Take<int32_t>(p.max_batch);
-    c.Take<float>(p.max_batch * g.V);
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, c.size()));
-    Carver h(static_cast<char*>(pinned_));
-    h_step_ = h.Take<int32_t>(4 * p.max_batch);
-    h_block_table_ = h.Take<int32_t>((p.max_batch + 1) * p.max_blocks);
-    h_sampling_ = h.Take<cuda::GpuSamplingRow>(p.max_batch);
-    h_sampled_ = h.Take<int32_t>(p.max_batch);
-    h_logits_ = h.Take<float>(p.max_batch * g.V);
-    std::memset(h_step_, 0, sizeof(int32_t) * static_cast<size_t>(4 * p.max_batch));
-    std::memset(h_block_table_, 0,
-                sizeof(int32_t) * static_cast<size_t>((p.max_batch + 1) * p.max_blocks));
-  }
-  row_owner_.assign(static_cast<size_t>(p.max_batch), RowOwner{});
-
-  book_ = std::make_shared<PoolBook>();
-  book_->total_slots = pools_.slots;
-  book_->total_blocks = pools_.blocks;
-  for (int64_t i = pools_.slots - 1; i >= 0; --i) book_->free_slots.push_back(static_cast<int32_t>(i));
-  for (int64_t i = pools_.blocks - 1; i >= 0; --i) {
-    book_->free_blocks.push_back(static_cast<int32_t>(i));
-  }
-  graphs_enabled_ = options.cuda_graphs;
+  // What the shared host side (cuda_executor_base.h) works with.
+  BindFrame(g, p, w_, s_, kLogitsChunkRows);
+  // No per-slot state (slots only count live sequences); two caches per
+  // layer addressed by one block table: the MLA latent rows and the indexer keys.
+  layout_.block_regions = {
+      {reinterpret_cast<char*>(pools_.kv), g.L, pools_.blocks,
+       sizeof(bf16) * static_cast<size_t>(kBlockTokens * g.cd)},
+      {reinterpret_cast<char*>(pools_.ik), g.L, pools_.blocks,
+       sizeof(bf16) * static_cast<size_t>(kBlockTokens * g.dI)}};
+  benchmark_fill_ = true;
+  // Pinned host memory: step inputs, block-table mirror, results.
+  STRATA_RETURN_IF_ERROR(InitRuntime(pools_.slots, pools_.blocks, options.cuda_graphs,
+                                     0, nullptr));
 
   // --- weights ---------------------------------------------------------------
   if (weights == nullptr) {
@@ -525,6 +457,9 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   info.max_context = p.max_ctx;
   info.state_bytes_per_token = static_cast<uint64_t>(g.L * (g.cd + g.dI)) * sizeof(bf16);
   info.state_bytes_per_sequence = 0;
+  // NewState and Clone draw from the slot pool; sampling runs on the device.
+  info.max_live_states = pools_.slots;
+  info.device_sampling = true;
   info.bos_token_id = config.bos_token_id;
   info.eos_token_id = config.eos_token_id;
 

@@ -22,12 +22,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_common.h"
@@ -37,6 +34,8 @@
 #include "backend/cuda/moe.h"
 #include "backend/cuda/sampling.h"
 #include "model/model.h"
+#include "model/models/cuda_executor_base.h"
+#include "model/models/cuda_load_helpers.h"
 #include "model/models/kimi_linear_config.h"
 #include "model/models/kimi_linear_cuda.h"
 
@@ -46,40 +45,22 @@ namespace kimi_cuda {
 
 using cuda::bf16;
 
-constexpr int64_t kDefaultMaxBatch = 64;
-constexpr int64_t kDefaultMaxContext = 131072;
 // Prefill slice: long enough that re-reading the expert weights per slice
 // (~96 GB at the 48B shapes, ~23 ms) stays well below the slice's compute.
 constexpr int64_t kPrefillSliceTokens = 8192;
 // Rows of the device logits buffer (all-logits prefill goes through it in
 // chunks of this many rows).
 constexpr int64_t kLogitsChunkRows = 64;
-// Smallest MlaDecode length bound a graph is captured for (see GraphKey).
+// Smallest MlaDecode length bound a graph is captured for (see DecodeVariant).
 constexpr int64_t kMinMlaBucket = 256;
-constexpr int64_t kBlockTokens = 64;  // == cuda::kKvBlockTokens
+using cuda_exec::kBlockTokens;
 // MLA kv_a_layernorm epsilon: fixed in the reference, not rms_norm_eps.
 constexpr float kLatentNormEps = 1e-6f;
 
-inline int64_t Pad8(int64_t n) { return (n + 7) / 8 * 8; }
-inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Carves 256-byte aligned pieces out of one allocation. Run once with a null
-// base to size it, then again on the real allocation with the same calls.
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <typename T>
-  T* Take(int64_t count) {
-    const size_t off = offset_;
-    offset_ += cuda::AlignUp(sizeof(T) * static_cast<size_t>(count > 0 ? count : 0));
-    return base_ ? reinterpret_cast<T*>(base_ + off) : nullptr;
-  }
-  size_t size() const { return offset_; }
-
- private:
-  char* base_;
-  size_t offset_ = 0;
-};
+using cuda_exec::Carver;
+using cuda_exec::CeilDiv;
+using cuda_exec::GiB;
+using cuda_exec::Pad8;
 
 // Every dimension the executor uses, from the config.
 struct Geometry {
@@ -132,13 +113,7 @@ inline cuda::MoeShape MoeShapeOf(const Geometry& g) {
 }
 
 // Sizes fixed at load.
-struct Plan {
-  int64_t max_batch = 0;
-  int64_t max_sequences = 0;
-  int64_t max_ctx = 0;     // longest sequence (tokens)
-  int64_t slice = 0;       // prefill slice (tokens)
-  int64_t rows = 0;        // max(slice, max_batch): rows of the activation buffers
-  int64_t max_blocks = 0;  // blocks per sequence = ceil(max_ctx / 64)
+struct Plan : cuda_exec::SequencePlan {
   size_t kda_ws = 0, mla_ws = 0, moe_ws = 0, sample_ws = 0;
 };
 
@@ -233,80 +208,19 @@ struct Pools {
   int64_t slots = 0, blocks = 0;
 };
 
-// Host bookkeeping of slots and blocks. Shared with the states (which give
-// their slot and blocks back when destroyed, possibly after the model).
-struct PoolBook {
-  std::mutex mu;
-  std::vector<int32_t> free_slots;   // stack
-  std::vector<int32_t> free_blocks;  // stack, lowest index on top
-  int64_t total_slots = 0, total_blocks = 0;
-  uint64_t next_id = 1;
+using CudaState = cuda_exec::CudaSequenceState;
 
-  uint64_t NextId();
-  int32_t TakeSlot();  // −1 when none is free
-  int64_t FreeBlocks();
-  // Appends `n` blocks to `out`, all or none.
-  bool TakeBlocks(int64_t n, std::vector<int32_t>& out);
-  void GiveBack(int32_t slot, std::vector<int32_t>& blocks);
-  void GiveBackBlocks(std::vector<int32_t>& blocks);
-};
-
-class KimiLinearCudaModel;
-
-class CudaState final : public SequenceState {
- public:
-  CudaState(const KimiLinearCudaModel* owner, std::shared_ptr<PoolBook> book, uint64_t id,
-            int32_t slot, int64_t max_tokens)
-      : owner_(owner), book_(std::move(book)), id_(id), slot_(slot), max_tokens_(max_tokens) {}
-  ~CudaState() override;
-  int64_t num_tokens() const override { return tokens_; }
-  std::unique_ptr<SequenceState> Clone() const override;
-  void Reset() override;
-
-  const KimiLinearCudaModel* owner_;
-  std::shared_ptr<PoolBook> book_;
-  uint64_t id_;
-  int32_t slot_;
-  int64_t max_tokens_;
-  int64_t tokens_ = 0;
-  uint64_t generation_ = 0;     // bumped whenever blocks_ is replaced
-  std::vector<int32_t> blocks_;  // MLA cache blocks, in sequence order
-};
-
-// Decode graphs are keyed by batch size, the MlaDecode length bound (the
-// next power of two ≥ the longest sequence, at least kMinMlaBucket) and
-// whether sampling is part of the step.
-using GraphKey = std::tuple<int64_t, int64_t, bool>;
-struct GraphEntry {
-  int eager_runs = 0;  // the first step of a key runs eagerly (kernel loading)
-  cudaGraphExec_t exec = nullptr;
-};
-
-class KimiLinearCudaModel final : public Model {
+class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
  public:
   // kimi_linear_load_cuda.cc.
   static StatusOr<std::unique_ptr<KimiLinearCudaModel>> Create(
       std::shared_ptr<const WeightStore> weights, const KimiLinearConfig& config,
       const LoadOptions& options);
-  ~KimiLinearCudaModel() override;
+  ~KimiLinearCudaModel() override = default;
 
   const ModelInfo& info() const override { return info_; }
-  StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
-  Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
-                 bool all_logits) const override;
-  Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
-                     float* logits) const override;
-  Status DecodeBatchSample(std::span<const int32_t> tokens,
-                           std::span<SequenceState* const> states,
-                           std::span<const DecodeSampling> sampling,
-                           int32_t* out_tokens) const override;
-  Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
-                                 uint64_t seed) const override;
 
   KimiCudaStats Stats() const;
-  // For CudaState (take mu_ themselves).
-  std::unique_ptr<SequenceState> CloneState(const CudaState& src) const;
-  void ResetState(CudaState& st) const;
 
  private:
   KimiLinearCudaModel() = default;
@@ -320,71 +234,30 @@ class KimiLinearCudaModel final : public Model {
 
   // --- kimi_linear_cuda.cc ---
   // Enqueue-only building blocks (no host synchronisation; graph-safe).
-  Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
-            int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta) const;
   Status EnqueueLayers(int64_t n, const int32_t* tokens, const CudaState* prefill_state,
-                       int64_t past, int64_t mla_bound, const float** pending) const;
+                       int64_t past, const StepVariant& v, const float** pending) const override;
+  // Decode graphs are keyed by the MlaDecode length bound: the next power of
+  // two ≥ the longest sequence, at least kMinMlaBucket (0 without MLA layers).
+  StepVariant DecodeVariant(int64_t max_len) const override;
+  // Random KDA states and conv windows.
+  Status FillSlotForBenchmark(const CudaState& st,
+                              const std::function<uint64_t()>& next) const override;
   Status KdaMixer(const Layer& L, int64_t n, const CudaState* prefill_state) const;
   Status MlaMixer(const Layer& L, int64_t n, const CudaState* prefill_state, int64_t past,
                   int64_t mla_bound) const;
   Status Ffn(const Layer& L, int64_t n, const float** pending) const;
-  Status EnqueueDecode(int64_t batch, int64_t mla_bound, bool sample) const;
-
-  // Host-side steps (hold mu_).
-  Status CheckState(SequenceState* s, CudaState** out, const char* what) const;
-  Status EnsureBlocks(CudaState& st, int64_t tokens) const;
-  Status UploadPrefillTable(const CudaState& st, int64_t tokens) const;
-  Status Prefill(std::span<const int32_t> tokens, CudaState& st, float* logits,
-                 bool all_logits) const;
-  Status DecodeLocked(std::span<const int32_t> tokens, std::span<CudaState* const> states,
-                      float* logits, std::span<const DecodeSampling> sampling,
-                      int32_t* out_tokens) const;
-  Status RunDecodeStep(int64_t batch, int64_t mla_bound, bool sample) const;
-  int64_t MlaBound(int64_t max_len) const;
-  Status ZeroSlot(int32_t slot) const;
-  Status Sync(const char* what) const;
 
   KimiLinearConfig cfg_;
   Geometry g_;
   Plan plan_;
   ModelInfo info_;
-  int device_ = 0;
-  mutable bool graphs_enabled_ = true;
 
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<cuda::BlasContext> blas_;
-  void* weight_mem_ = nullptr;
-  void* runtime_mem_ = nullptr;
   size_t weight_bytes_ = 0, scratch_bytes_ = 0, state_pool_bytes_ = 0, kv_pool_bytes_ = 0;
   Weights w_;
   Scratch s_;
   Pools pools_;
-  std::shared_ptr<PoolBook> book_;
-
-  // Pinned host mirrors of the per-step device inputs, and result staging.
-  void* pinned_ = nullptr;
-  int32_t* h_step_ = nullptr;         // [4, max_batch]
-  int32_t* h_block_table_ = nullptr;  // [max_batch + 1, max_blocks]
-  cuda::GpuSamplingRow* h_sampling_ = nullptr;
-  int32_t* h_sampled_ = nullptr;
-  float* h_logits_ = nullptr;         // [max_batch, V]
-  char* h_staging_ = nullptr;         // weight upload staging
-
-  mutable std::mutex mu_;  // one forward pass at a time: scratch and stream are shared
-  // Which (state id, generation, blocks) each device block-table row holds,
-  // so a decode step uploads only what changed.
-  struct RowOwner {
-    uint64_t id = 0, generation = 0;
-    int64_t blocks = 0;
-  };
-  mutable std::vector<RowOwner> row_owner_;
-  mutable std::map<GraphKey, GraphEntry> graphs_;
-  mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0;
-  mutable std::string graph_error_;
+  char* h_staging_ = nullptr;  // weight upload staging (pinned)
 };
-
-// "12.3 GiB".
-std::string GiB(double bytes);
 
 }  // namespace kimi_cuda
 }  // namespace strata

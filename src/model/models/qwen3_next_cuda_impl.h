@@ -1,8 +1,8 @@
 // Internals of the qwen3_next CUDA executor, shared by qwen3_next_cuda.cc
 // (states, forward passes, graphs) and qwen3_next_load_cuda.cc (planning,
-// allocation, weight upload). Not part of any interface. The slot/block
-// bookkeeping (PoolBook), the Carver and the graph entries are Kimi-Linear's
-// (kimi_linear_cuda_impl.h).
+// allocation, weight upload). Not part of any interface. States, slot/block
+// bookkeeping, the decode driver and graphs are CudaExecutorBase's
+// (cuda_executor_base.h); the Carver and Uploader are cuda_load_helpers.h's.
 //
 // Layout (qwen3_next.cc is the CPU reference for the math):
 //  * weights bf16, regrouped at upload so that no kernel has to de-interleave:
@@ -25,12 +25,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_common.h"
@@ -40,7 +37,8 @@
 #include "backend/cuda/moe.h"
 #include "backend/cuda/sampling.h"
 #include "model/model.h"
-#include "model/models/kimi_linear_cuda_impl.h"
+#include "model/models/cuda_executor_base.h"
+#include "model/models/cuda_load_helpers.h"
 #include "model/models/qwen3_next_config.h"
 #include "model/models/qwen3_next_cuda.h"
 
@@ -49,17 +47,13 @@ class WeightStore;
 namespace qwen3next_cuda {
 
 using cuda::bf16;
-using kimi_cuda::Carver;
-using kimi_cuda::CeilDiv;
-using kimi_cuda::GraphEntry;
-using kimi_cuda::Pad8;
-using kimi_cuda::PoolBook;
+using cuda_exec::Carver;
+using cuda_exec::CeilDiv;
+using cuda_exec::kBlockTokens;
+using cuda_exec::Pad8;
 
-constexpr int64_t kDefaultMaxBatch = 64;
-constexpr int64_t kDefaultMaxContext = 131072;
 constexpr int64_t kPrefillSliceTokens = 4096;
 constexpr int64_t kLogitsChunkRows = 64;
-constexpr int64_t kBlockTokens = 64;
 constexpr int64_t kSharedGateRows = 8;
 
 struct Geometry {
@@ -110,8 +104,7 @@ inline cuda::MoeShape MoeShapeOf(const Geometry& g) {
   return s;
 }
 
-struct Plan {
-  int64_t max_batch = 0, max_sequences = 0, max_ctx = 0, slice = 0, rows = 0, max_blocks = 0;
+struct Plan : cuda_exec::SequencePlan {
   size_t kda_ws = 0, moe_ws = 0, sample_ws = 0;
 };
 
@@ -198,53 +191,21 @@ struct Pools {
   int64_t block_elems = 0;  // 64·Hkv·hd
 };
 
-class Qwen3NextCudaModel;
-
-class CudaState final : public SequenceState {
- public:
-  CudaState(const Qwen3NextCudaModel* owner, std::shared_ptr<PoolBook> book, uint64_t id,
-            int32_t slot, int64_t max_tokens)
-      : owner_(owner), book_(std::move(book)), id_(id), slot_(slot), max_tokens_(max_tokens) {}
-  ~CudaState() override;
-  int64_t num_tokens() const override { return tokens_; }
-  std::unique_ptr<SequenceState> Clone() const override;
-  void Reset() override;
-
-  const Qwen3NextCudaModel* owner_;
-  std::shared_ptr<PoolBook> book_;
-  uint64_t id_;
-  int32_t slot_;
-  int64_t max_tokens_;
-  int64_t tokens_ = 0;
-  uint64_t generation_ = 0;
-  std::vector<int32_t> blocks_;
-};
+using CudaState = cuda_exec::CudaSequenceState;
 
 // Decode graphs are keyed by batch size and whether sampling is part of the
-// step (attention reads each row's length from the device).
-using GraphKey = std::tuple<int64_t, bool>;
-
-class Qwen3NextCudaModel final : public Model {
+// step only (attention reads each row's length from the device): the
+// StepVariant is always {}.
+class Qwen3NextCudaModel final : public cuda_exec::CudaExecutorBase {
  public:
   static StatusOr<std::unique_ptr<Qwen3NextCudaModel>> Create(
       std::shared_ptr<const WeightStore> weights, const Qwen3NextConfig& config,
       const LoadOptions& options);
-  ~Qwen3NextCudaModel() override;
+  ~Qwen3NextCudaModel() override = default;
 
   const ModelInfo& info() const override { return info_; }
-  StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
-  Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
-                 bool all_logits) const override;
-  Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
-                     float* logits) const override;
-  Status DecodeBatchSample(std::span<const int32_t> tokens,
-                           std::span<SequenceState* const> states,
-                           std::span<const DecodeSampling> sampling,
-                           int32_t* out_tokens) const override;
 
   Qwen3NextCudaStats Stats() const;
-  std::unique_ptr<SequenceState> CloneState(const CudaState& src) const;
-  void ResetState(CudaState& st) const;
 
  private:
   Qwen3NextCudaModel() = default;
@@ -257,61 +218,23 @@ class Qwen3NextCudaModel final : public Model {
   Status SelfCheck();
 
   // --- qwen3_next_cuda.cc ---
-  Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
-            int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta) const;
   Status EnqueueLayers(int64_t n, const int32_t* tokens, const CudaState* prefill_state,
-                       int64_t past, const float** pending) const;
+                       int64_t past, const StepVariant& v, const float** pending) const override;
+  StepVariant DecodeVariant(int64_t max_len) const override { return StepVariant{}; }
   Status GdnMixer(const Layer& L, int64_t n, const CudaState* prefill_state) const;
   Status AttnMixer(const Layer& L, int64_t n, const CudaState* prefill_state, int64_t past) const;
   Status Ffn(const Layer& L, int64_t n, const float** pending) const;
-  Status EnqueueDecode(int64_t batch, bool sample) const;
-
-  Status CheckState(SequenceState* s, CudaState** out, const char* what) const;
-  Status EnsureBlocks(CudaState& st, int64_t tokens) const;
-  Status UploadPrefillTable(const CudaState& st, int64_t tokens) const;
-  Status Prefill(std::span<const int32_t> tokens, CudaState& st, float* logits,
-                 bool all_logits) const;
-  Status DecodeLocked(std::span<const int32_t> tokens, std::span<CudaState* const> states,
-                      float* logits, std::span<const DecodeSampling> sampling,
-                      int32_t* out_tokens) const;
-  Status RunDecodeStep(int64_t batch, bool sample) const;
-  Status ZeroSlot(int32_t slot) const;
-  Status Sync(const char* what) const;
 
   Qwen3NextConfig cfg_;
   Geometry g_;
   Plan plan_;
   ModelInfo info_;
-  int device_ = 0;
-  mutable bool graphs_enabled_ = true;
 
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<cuda::BlasContext> blas_;
-  void* weight_mem_ = nullptr;
-  void* runtime_mem_ = nullptr;
   size_t weight_bytes_ = 0, scratch_bytes_ = 0, state_pool_bytes_ = 0, kv_pool_bytes_ = 0;
   Weights w_;
   Scratch s_;
   Pools pools_;
-  std::shared_ptr<PoolBook> book_;
-
-  void* pinned_ = nullptr;
-  int32_t* h_step_ = nullptr;
-  int32_t* h_block_table_ = nullptr;
-  cuda::GpuSamplingRow* h_sampling_ = nullptr;
-  int32_t* h_sampled_ = nullptr;
-  float* h_logits_ = nullptr;
-  char* h_staging_ = nullptr;
-
-  mutable std::mutex mu_;
-  struct RowOwner {
-    uint64_t id = 0, generation = 0;
-    int64_t blocks = 0;
-  };
-  mutable std::vector<RowOwner> row_owner_;
-  mutable std::map<GraphKey, GraphEntry> graphs_;
-  mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0;
-  mutable std::string graph_error_;
+  char* h_staging_ = nullptr;  // weight upload staging (pinned)
 };
 
 }  // namespace qwen3next_cuda

@@ -21,7 +21,7 @@
 namespace strata {
 namespace qwen3next_cuda {
 
-using kimi_cuda::GiB;
+using cuda_exec::GiB;
 
 Geometry MakeGeometry(const Qwen3NextConfig& c) {
   Geometry g;
@@ -137,121 +137,7 @@ void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s) {
   s.sample_ws = c.Take<char>(static_cast<int64_t>(p.sample_ws));
 }
 
-namespace {
-
-// Host → device copies through two pinned staging halves, converting
-// F32/F16 checkpoints to bf16 (matrices) or reading anything as fp32 (small
-// tensors) on the way. One half fills while the other is in flight.
-class Uploader {
- public:
-  Uploader(cudaStream_t stream, char* staging, size_t bytes) : stream_(stream) {
-    half_ = bytes / 2 / 16 * 16;
-    buf_[0] = staging;
-    buf_[1] = staging + half_;
-  }
-  ~Uploader() {
-    for (cudaEvent_t& e : done_) {
-      if (e != nullptr) cudaEventDestroy(e);
-    }
-  }
-  Status Init() {
-    for (cudaEvent_t& e : done_) {
-      STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    }
-    return OkStatus();
-  }
-
-  // A matrix tensor of `shape` into `dst` as bf16.
-  // Elements [first, first + count) of it (count < 0: to the end), for
-  // uploads that regroup rows.
-  Status Matrix(const WeightStore& ws, const std::string& name, const std::vector<int64_t>& shape,
-                bf16* dst, int64_t first = 0, int64_t count = -1) {
-    STRATA_ASSIGN_OR_RETURN(TensorView v, ws.GetFloat(name, shape));
-    const int64_t n = count < 0 ? v.NumElements() - first : count;
-    const int64_t per = static_cast<int64_t>(half_ / 2);
-    const auto* src =
-        static_cast<const uint8_t*>(v.data) + first * (v.dtype == DType::kF32 ? 4 : 2);
-    for (int64_t i = 0; i < n; i += per) {
-      const int64_t m = std::min(per, n - i);
-      STRATA_ASSIGN_OR_RETURN(char* buf, NextBuffer());
-      auto* out = reinterpret_cast<uint16_t*>(buf);
-      // The format does not promise alignment: read elements through memcpy.
-      if (v.dtype == DType::kBF16) {
-        std::memcpy(out, src + 2 * i, static_cast<size_t>(2 * m));
-      } else if (v.dtype == DType::kF32) {
-        for (int64_t j = 0; j < m; ++j) {
-          float f;
-          std::memcpy(&f, src + 4 * (i + j), 4);
-          out[j] = F32ToBf16(f);
-        }
-      } else {
-        for (int64_t j = 0; j < m; ++j) {
-          uint16_t h;
-          std::memcpy(&h, src + 2 * (i + j), 2);
-          out[j] = F32ToBf16(F16ToF32(h));
-        }
-      }
-      STRATA_RETURN_IF_ERROR(Send(dst + i, buf, static_cast<size_t>(2 * m)));
-    }
-    return OkStatus();
-  }
-
-  Status Floats(const std::vector<float>& v, float* dst) {
-    const int64_t n = static_cast<int64_t>(v.size());
-    const int64_t per = static_cast<int64_t>(half_ / 4);
-    for (int64_t i = 0; i < n; i += per) {
-      const int64_t m = std::min(per, n - i);
-      STRATA_ASSIGN_OR_RETURN(char* buf, NextBuffer());
-      std::memcpy(buf, v.data() + i, static_cast<size_t>(4 * m));
-      STRATA_RETURN_IF_ERROR(Send(dst + i, buf, static_cast<size_t>(4 * m)));
-    }
-    return OkStatus();
-  }
-
-  Status Finish() {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return OkStatus();
-  }
-
- private:
-  StatusOr<char*> NextBuffer() {
-    cur_ ^= 1;
-    // The copy that last read this half must be done before we overwrite it.
-    if (used_[cur_]) STRATA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_[cur_]));
-    return buf_[cur_];
-  }
-  Status Send(void* dst, const char* buf, size_t bytes) {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, buf, bytes, cudaMemcpyHostToDevice, stream_));
-    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_[cur_], stream_));
-    used_[cur_] = true;
-    return OkStatus();
-  }
-
-  cudaStream_t stream_;
-  size_t half_ = 0;
-  char* buf_[2] = {nullptr, nullptr};
-  cudaEvent_t done_[2] = {nullptr, nullptr};
-  bool used_[2] = {false, false};
-  int cur_ = 1;
-};
-
-constexpr size_t kStagingBytes = size_t{128} << 20;
-
-}  // namespace
-
-Qwen3NextCudaModel::~Qwen3NextCudaModel() {
-  // Teardown cannot report errors; a failing call here leaves nothing to do.
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  for (auto& [key, entry] : graphs_) {
-    if (entry.exec != nullptr) cudaGraphExecDestroy(entry.exec);
-  }
-  blas_.reset();
-  if (weight_mem_ != nullptr) cudaFree(weight_mem_);
-  if (runtime_mem_ != nullptr) cudaFree(runtime_mem_);
-  if (pinned_ != nullptr) cudaFreeHost(pinned_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  cudaGetLastError();
-}
+using cuda_exec::Uploader;
 
 StatusOr<std::unique_ptr<Qwen3NextCudaModel>> Qwen3NextCudaModel::Create(
     std::shared_ptr<const WeightStore> weights, const Qwen3NextConfig& config,
@@ -268,46 +154,14 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   const Geometry& g = g_;
 
   // --- the device -----------------------------------------------------------
-  StatusOr<std::vector<cuda::DeviceInfo>> devices = cuda::ListDevices();
-  if (!devices.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("no device is visible (", devices.status().message(), ")"));
-  }
-  if (devices->empty()) return absl::UnavailableError("no device is visible (0 CUDA devices)");
-  const cuda::DeviceInfo& dev = devices->front();
+  STRATA_ASSIGN_OR_RETURN(const cuda_exec::DeviceChoice dev, cuda_exec::SelectHopperDevice());
   device_ = dev.index;
-  const std::string dev_name = absl::StrCat("cuda:", dev.index, " ", dev.name);
-  if (dev.compute_major != 9 || dev.compute_minor != 0) {
-    return absl::UnavailableError(absl::StrCat(dev_name, " is sm_", dev.compute_major,
-                                               dev.compute_minor,
-                                               "; this build's kernels are for sm_90a (Hopper)"));
-  }
-  if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
-    cudaGetLastError();
-    return absl::UnavailableError(
-        absl::StrCat("cudaSetDevice(", device_, ") failed: ", cudaGetErrorString(e)));
-  }
+  const std::string& dev_name = dev.name;
 
   // --- the plan -------------------------------------------------------------
   Plan& p = plan_;
-  p.max_batch = options.max_batch > 0 ? options.max_batch : kDefaultMaxBatch;
-  p.max_sequences = options.max_sequences > 0 ? options.max_sequences : p.max_batch;
-  const int64_t model_ctx = config.max_context > 0 ? config.max_context : kDefaultMaxContext;
-  p.max_ctx = options.max_context_tokens > 0 ? std::min(options.max_context_tokens, model_ctx)
-                                             : std::min(model_ctx, kDefaultMaxContext);
-  if (p.max_ctx < 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LoadOptions.max_context_tokens: the CUDA plan needs at least 3 tokens, got ", p.max_ctx));
-  }
-  if (!(options.gpu_memory_fraction > 0.0 && options.gpu_memory_fraction <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LoadOptions.gpu_memory_fraction must be in (0, 1], got ", options.gpu_memory_fraction));
-  }
-  p.slice = std::min(
-      options.prefill_slice_tokens > 0 ? options.prefill_slice_tokens : kPrefillSliceTokens,
-      p.max_ctx);
-  p.rows = std::max(p.slice, p.max_batch);
-  p.max_blocks = CeilDiv(p.max_ctx, kBlockTokens);
+  STRATA_RETURN_IF_ERROR(
+      cuda_exec::PlanSequences(options, config.max_context, kPrefillSliceTokens, p));
   if (g.num_gdn > 0) p.kda_ws = cuda::KdaPrefillWorkspaceBytes(KdaShapeOf(g), p.slice);
   if (g.has_moe) p.moe_ws = cuda::MoeWorkspaceBytes(MoeShapeOf(g), p.rows);
   for (int64_t b = 1; b <= p.max_batch; ++b) {
@@ -357,16 +211,8 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   kv_pool_bytes_ = block_bytes * static_cast<size_t>(blocks);
 
   // --- allocation -------------------------------------------------------------
-  auto alloc = [&](void** ptr, size_t bytes, const char* what) -> Status {
-    if (bytes == 0) return OkStatus();
-    if (cudaError_t e = cudaMalloc(ptr, bytes); e != cudaSuccess) {
-      cudaGetLastError();
-      *ptr = nullptr;
-      return absl::ResourceExhaustedError(absl::StrCat(dev_name, ": allocating ", GiB(bytes),
-                                                       " for the ", what,
-                                                       " failed: ", cudaGetErrorString(e)));
-    }
-    return OkStatus();
+  auto alloc = [&](void** ptr, size_t bytes, const char* what) {
+    return cuda_exec::DeviceAlloc(dev_name, ptr, bytes, what);
   };
   STRATA_RETURN_IF_ERROR(alloc(&weight_mem_, weight_bytes_, "weights"));
   {
@@ -393,36 +239,22 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   }
   STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(runtime_mem_, 0, runtime_size.size(), stream_));
 
+  // What the shared host side (cuda_executor_base.h) works with.
+  BindFrame(g, p, w_, s_, kLogitsChunkRows);
+  layout_.slot_regions = {
+      {reinterpret_cast<char*>(pools_.state), g.num_gdn, pools_.slots,
+       sizeof(float) * static_cast<size_t>(g.state)},
+      {reinterpret_cast<char*>(pools_.window), g.num_gdn, pools_.slots,
+       sizeof(float) * static_cast<size_t>(g.window)}};
+  // Every layer's K pool, then every layer's V pool.
+  layout_.block_regions = {
+      {reinterpret_cast<char*>(pools_.k), g.num_attn, pools_.blocks,
+       sizeof(bf16) * static_cast<size_t>(pools_.block_elems)},
+      {reinterpret_cast<char*>(pools_.v), g.num_attn, pools_.blocks,
+       sizeof(bf16) * static_cast<size_t>(pools_.block_elems)}};
   // Pinned host memory: step inputs, block-table mirror, results, staging.
-  {
-    Carver c(nullptr);
-    c.Take<int32_t>(4 * p.max_batch);
-    c.Take<int32_t>((p.max_batch + 1) * p.max_blocks);
-    c.Take<cuda::GpuSamplingRow>(p.max_batch);
-    c.Take<int32_t>(p.max_batch);
-    c.Take<float>(p.max_batch * g.V);
-    c.Take<char>(static_cast<int64_t>(kStagingBytes));
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, c.size()));
-    Carver h(static_cast<char*>(pinned_));
-    h_step_ = h.Take<int32_t>(4 * p.max_batch);
-    h_block_table_ = h.Take<int32_t>((p.max_batch + 1) * p.max_blocks);
-    h_sampling_ = h.Take<cuda::GpuSamplingRow>(p.max_batch);
-    h_sampled_ = h.Take<int32_t>(p.max_batch);
-    h_logits_ = h.Take<float>(p.max_batch * g.V);
-    h_staging_ = h.Take<char>(static_cast<int64_t>(kStagingBytes));
-    std::memset(h_block_table_, 0,
-                sizeof(int32_t) * static_cast<size_t>((p.max_batch + 1) * p.max_blocks));
-  }
-  row_owner_.assign(static_cast<size_t>(p.max_batch), RowOwner{});
-
-  book_ = std::make_shared<PoolBook>();
-  book_->total_slots = pools_.slots;
-  book_->total_blocks = pools_.blocks;
-  for (int64_t i = pools_.slots - 1; i >= 0; --i) book_->free_slots.push_back(static_cast<int32_t>(i));
-  for (int64_t i = pools_.blocks - 1; i >= 0; --i) {
-    book_->free_blocks.push_back(static_cast<int32_t>(i));
-  }
-  graphs_enabled_ = options.cuda_graphs;
+  STRATA_RETURN_IF_ERROR(InitRuntime(pools_.slots, pools_.blocks, options.cuda_graphs,
+                                     cuda_exec::kStagingBytes, &h_staging_));
 
   // --- weights ---------------------------------------------------------------
   if (weights == nullptr) {
@@ -449,6 +281,9 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   info.max_context = p.max_ctx;
   info.state_bytes_per_token = static_cast<uint64_t>(g.num_attn * 2 * g.Hkv * g.hd) * sizeof(bf16);
   info.state_bytes_per_sequence = slot_bytes;
+  // NewState and Clone draw from the slot pool; sampling runs on the device.
+  info.max_live_states = pools_.slots;
+  info.device_sampling = true;
   info.bos_token_id = config.bos_token_id;
   info.eos_token_id = config.eos_token_id;
 
@@ -457,7 +292,7 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
 
 Status Qwen3NextCudaModel::UploadWeights(const WeightStore& ws, const LoadOptions& options) {
   const Geometry& g = g_;
-  Uploader up(stream_, h_staging_, kStagingBytes);
+  Uploader up(stream_, h_staging_, cuda_exec::kStagingBytes);
   STRATA_RETURN_IF_ERROR(up.Init());
   const int64_t D = g.D, V = g.V;
   STRATA_RETURN_IF_ERROR(up.Matrix(ws, "model.embed_tokens.weight", {V, D}, w_.embed));

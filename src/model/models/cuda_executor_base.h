@@ -1,0 +1,230 @@
+// The host side shared by the GPU executors (kimi_linear_cuda, deepseek_v32_cuda,
+// qwen3_next_cuda): states and their slot/block bookkeeping, argument checks,
+// the prefill slice loop, the batched decode driver (per-step inputs into
+// fixed device buffers, incremental block-table upload, one CUDA graph per
+// step shape), clone / reset / host offload of states. An executor derives from
+// it, fills Frame, StateLayout and the runtime members at load, and supplies
+// only its layer math (EnqueueLayers) and how a decode step's shape is chosen
+// (DecodeVariant).
+//
+// Locking: mu_ serialises everything that uses the stream, the scratch and the
+// pinned mirrors (one forward pass at a time); the PagedStateBook has its own
+// lock because states are destroyed without the model's.
+#ifndef STRATA_MODEL_MODELS_CUDA_EXECUTOR_BASE_H_
+#define STRATA_MODEL_MODELS_CUDA_EXECUTOR_BASE_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/sampling.h"
+#include "model/model.h"
+#include "model/models/cuda_paged_state.h"
+#include "model/models/paged_state_book.h"
+
+namespace strata {
+namespace cuda_exec {
+
+using cuda::bf16;
+
+// Slots and blocks of an executor's pools, as CudaExecutorBase::Usage reports.
+struct PoolUsage {
+  int64_t slots_total = 0, slots_free = 0;
+  int64_t blocks_total = 0, blocks_free = 0;
+};
+
+class CudaExecutorBase : public Model {
+ public:
+  ~CudaExecutorBase() override;
+
+  StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
+  Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
+                 bool all_logits) const override;
+  Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                     float* logits) const override;
+  Status DecodeBatchSample(std::span<const int32_t> tokens,
+                           std::span<SequenceState* const> states,
+                           std::span<const DecodeSampling> sampling,
+                           int32_t* out_tokens) const override;
+
+  // Offered where the executor sets benchmark_fill_ (Model's Unimplemented
+  // otherwise): random cache blocks (every block region, region by region,
+  // layer by layer, runs of consecutive blocks) and FillSlotForBenchmark.
+  Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
+                                 uint64_t seed) const override;
+
+  PoolUsage Usage() const;
+
+  // For CudaSequenceState (take mu_ themselves).
+  // Clone shares the source's full blocks and copies its partial tail block
+  // and slot (cuda_paged_state.h); null when no slot or block is free.
+  std::unique_ptr<SequenceState> CloneState(const CudaSequenceState& src) const;
+  void ResetState(CudaSequenceState& st) const;
+  // Copies the slot and blocks to pinned host memory and gives them back to
+  // the pools. No-op when already on the host.
+  Status MoveStateToHost(CudaSequenceState& st) const;
+  // Takes a slot and blocks again and copies the contents back (bit-exact);
+  // ResourceExhausted (nothing changed) when the pools have no room.
+  Status MoveStateToDevice(CudaSequenceState& st) const;
+
+ protected:
+  CudaExecutorBase() = default;
+
+  // What shapes a decode step beyond its batch size and sampling: the
+  // attention length bound (0 when unused) and, for DSA, whether the step is
+  // sparse. One CUDA graph is captured per (batch, bound, sparse, sample).
+  struct StepVariant {
+    int64_t bound = 0;
+    bool sparse = false;
+  };
+
+  // Sizes and device buffers of the plan that the shared passes use. The
+  // executor fills it at load (the pointers are into its scratch/weights).
+  struct Frame {
+    int64_t max_batch = 0, max_blocks = 0, max_ctx = 0, slice = 0, logits_chunk_rows = 0;
+    int64_t D = 0, V = 0;
+    float eps = 0.f;
+    const float* final_norm = nullptr;
+    const bf16* lm_head = nullptr;  // [V, D]
+    int32_t* tokens = nullptr;      // [rows] prefill token ids
+    int32_t* step = nullptr;        // [4, max_batch]: tokens | slots | positions | seq_lens
+    int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
+    cuda::GpuSamplingRow* sampling = nullptr;  // [max_batch]
+    int32_t* sampled = nullptr;      // [max_batch]
+    float* h = nullptr;              // [rows, D] residual stream
+    bf16* xn = nullptr;              // [rows, D]
+    float* logits = nullptr;         // [max(max_batch, logits_chunk_rows), V]
+    void* sample_ws = nullptr;
+    size_t sample_ws_bytes = 0;
+  };
+
+  // --- the executor's own math --------------------------------------------
+  // Enqueues embedding and every layer for n rows (enqueue only, graph-safe).
+  // Prefill: `prefill_state` is the sequence and `past` its length before the
+  // slice, `v` is {}. Decode: `prefill_state` is null, the rows come from
+  // Frame::step and `v` is DecodeVariant's. `pending` receives the routed-
+  // expert output still to be added to h (or null).
+  virtual Status EnqueueLayers(int64_t n, const int32_t* tokens,
+                               const CudaSequenceState* prefill_state, int64_t past,
+                               const StepVariant& v, const float** pending) const = 0;
+  // The variant of a decode step whose longest sequence has max_len tokens
+  // (after the step). Called once per step, under mu_.
+  virtual StepVariant DecodeVariant(int64_t max_len) const = 0;
+  // Random recurrent-slot contents for FillContextForBenchmark, drawing seeds
+  // from `next` after the blocks'. Default: none (no slot state).
+  virtual Status FillSlotForBenchmark(const CudaSequenceState& st,
+                                      const std::function<uint64_t()>& next) const {
+    return OkStatus();
+  }
+
+  // --- shared pieces the executors use ---------------------------------------
+  // y = x·wᵀ (bf16 weights [n, k]) through cuBLASLt.
+  Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
+            int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta,
+            float alpha = 1.f) const;
+  // InvalidArgument for a state of another model, FailedPrecondition for one
+  // that is on the host (MoveToHost) until it is moved back.
+  Status CheckState(SequenceState* s, CudaSequenceState** out, const char* what) const;
+  // Blocks for `tokens` tokens; checks that the block the next row goes to is
+  // owned by `st` alone (the copy-on-write invariant, cuda_paged_state.h).
+  Status EnsureBlocks(CudaSequenceState& st, int64_t tokens) const;
+  Status Sync(const char* what) const;
+  // Fills frame_ from an executor's geometry, plan, weights and scratch (the
+  // three executors name these fields alike).
+  template <typename Geometry, typename Plan, typename Weights, typename Scratch>
+  void BindFrame(const Geometry& g, const Plan& p, const Weights& w, const Scratch& s,
+                 int64_t logits_chunk_rows) {
+    Frame& f = frame_;
+    f.max_batch = p.max_batch;
+    f.max_blocks = p.max_blocks;
+    f.max_ctx = p.max_ctx;
+    f.slice = p.slice;
+    f.logits_chunk_rows = logits_chunk_rows;
+    f.D = g.D;
+    f.V = g.V;
+    f.eps = g.eps;
+    f.final_norm = w.final_norm;
+    f.lm_head = w.lm_head;
+    f.tokens = s.tokens;
+    f.step = s.step;
+    f.block_table = s.block_table;
+    f.sampling = s.sampling;
+    f.sampled = s.sampled;
+    f.h = s.h;
+    f.xn = s.xn;
+    f.logits = s.logits;
+    f.sample_ws = s.sample_ws;
+    f.sample_ws_bytes = p.sample_ws;
+  }
+  // After load, once frame_, layout_, stream_ and the pools exist: the
+  // pinned mirrors (plus `extra_pinned` bytes returned in *extra, e.g. the
+  // weight-upload staging), the slot/block book and the block-table owners.
+  Status InitRuntime(int64_t slots, int64_t blocks, bool cuda_graphs, size_t extra_pinned,
+                     char** extra);
+
+  // --- state of the runtime (set at load) ------------------------------------
+  Frame frame_;
+  StateLayout layout_;
+  int device_ = 0;
+  mutable bool graphs_enabled_ = true;
+  bool benchmark_fill_ = false;  // FillContextForBenchmark offered
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::BlasContext> blas_;
+  void* weight_mem_ = nullptr;
+  void* runtime_mem_ = nullptr;
+  std::shared_ptr<PagedStateBook> book_;
+  mutable std::mutex mu_;  // one forward pass at a time: scratch and stream are shared
+  mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0;
+  mutable std::string graph_error_;
+
+ private:
+  Status UploadPrefillTable(const CudaSequenceState& st, int64_t tokens) const;
+  Status Prefill(std::span<const int32_t> tokens, CudaSequenceState& st, float* logits,
+                 bool all_logits) const;
+  Status DecodeLocked(std::span<const int32_t> tokens,
+                      std::span<CudaSequenceState* const> states, float* logits,
+                      std::span<const DecodeSampling> sampling, int32_t* out_tokens) const;
+  Status EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const;
+  Status RunDecodeStep(int64_t batch, const StepVariant& v, bool sample) const;
+  // Row b's checks of DecodeBatch / DecodeBatchSample: cs[b] ← states[b].
+  Status CheckBatchRow(std::span<SequenceState* const> states, size_t b, const char* what,
+                       std::vector<CudaSequenceState*>& cs) const;
+
+  // Pinned host mirrors of the per-step device inputs, and result staging.
+  void* pinned_ = nullptr;
+  int32_t* h_step_ = nullptr;         // [4, max_batch]
+  int32_t* h_block_table_ = nullptr;  // [max_batch + 1, max_blocks]
+  cuda::GpuSamplingRow* h_sampling_ = nullptr;
+  int32_t* h_sampled_ = nullptr;
+  float* h_logits_ = nullptr;         // [max_batch, V]
+
+  // Which (state id, generation, blocks) each device block-table row holds,
+  // so a decode step uploads only what changed.
+  struct RowOwner {
+    uint64_t id = 0, generation = 0;
+    int64_t blocks = 0;
+  };
+  mutable std::vector<RowOwner> row_owner_;
+  // Decode graphs by (batch, bound, sparse, sample).
+  using GraphKey = std::tuple<int64_t, int64_t, bool, bool>;
+  struct GraphEntry {
+    int eager_runs = 0;  // the first step of a key runs eagerly (kernel loading)
+    cudaGraphExec_t exec = nullptr;
+  };
+  mutable std::map<GraphKey, GraphEntry> graphs_;
+};
+
+}  // namespace cuda_exec
+}  // namespace strata
+
+#endif  // STRATA_MODEL_MODELS_CUDA_EXECUTOR_BASE_H_

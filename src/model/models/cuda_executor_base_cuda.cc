@@ -1,0 +1,670 @@
+// The shared host side of the GPU executors (cuda_executor_base.h). The code
+// is the kimi_linear executor's, from which the deepseek_v32 and qwen3_next
+// executors were copied; it runs the same kernels in the same order.
+#include "model/models/cuda_executor_base.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/norm.h"
+
+namespace strata {
+namespace cuda_exec {
+
+using cuda::ActType;
+
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Carves 256-byte aligned host pieces (as the device Carver).
+template <typename T>
+T* TakeAligned(char*& at, int64_t count) {
+  T* p = reinterpret_cast<T*>(at);
+  at += cuda::AlignUp(sizeof(T) * static_cast<size_t>(count > 0 ? count : 0));
+  return p;
+}
+
+}  // namespace
+
+CudaExecutorBase::~CudaExecutorBase() {
+  // Teardown cannot report errors; a failing call here leaves nothing to do.
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (auto& [key, entry] : graphs_) {
+    if (entry.exec != nullptr) cudaGraphExecDestroy(entry.exec);
+  }
+  blas_.reset();
+  if (weight_mem_ != nullptr) cudaFree(weight_mem_);
+  if (runtime_mem_ != nullptr) cudaFree(runtime_mem_);
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  cudaGetLastError();
+}
+
+Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t blocks, bool cuda_graphs,
+                                     size_t extra_pinned, char** extra) {
+  const Frame& f = frame_;
+  const size_t sizes[] = {
+      cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>(4 * f.max_batch)),
+      cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>((f.max_batch + 1) * f.max_blocks)),
+      cuda::AlignUp(sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(f.max_batch)),
+      cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>(f.max_batch)),
+      cuda::AlignUp(sizeof(float) * static_cast<size_t>(f.max_batch * f.V)),
+      cuda::AlignUp(extra_pinned)};
+  size_t total = 0;
+  for (size_t s : sizes) total += s;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, total));
+  char* at = static_cast<char*>(pinned_);
+  h_step_ = TakeAligned<int32_t>(at, 4 * f.max_batch);
+  h_block_table_ = TakeAligned<int32_t>(at, (f.max_batch + 1) * f.max_blocks);
+  h_sampling_ = TakeAligned<cuda::GpuSamplingRow>(at, f.max_batch);
+  h_sampled_ = TakeAligned<int32_t>(at, f.max_batch);
+  h_logits_ = TakeAligned<float>(at, f.max_batch * f.V);
+  char* rest = TakeAligned<char>(at, static_cast<int64_t>(extra_pinned));
+  if (extra != nullptr) *extra = extra_pinned > 0 ? rest : nullptr;
+  std::memset(h_step_, 0, sizeof(int32_t) * static_cast<size_t>(4 * f.max_batch));
+  std::memset(h_block_table_, 0,
+              sizeof(int32_t) * static_cast<size_t>((f.max_batch + 1) * f.max_blocks));
+  row_owner_.assign(static_cast<size_t>(f.max_batch), RowOwner{});
+  book_ = std::make_shared<PagedStateBook>(slots, blocks);
+  graphs_enabled_ = cuda_graphs;
+  return OkStatus();
+}
+
+PoolUsage CudaExecutorBase::Usage() const {
+  PoolUsage u;
+  u.slots_total = book_->total_slots();
+  u.slots_free = book_->FreeSlots();
+  u.blocks_total = book_->total_blocks();
+  u.blocks_free = book_->FreeBlocks();
+  return u;
+}
+
+// ----------------------------------------------------------------------------
+// Small helpers
+
+Status CudaExecutorBase::Sync(const char* what) const {
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) return cuda::CudaError(e, what);
+  return OkStatus();
+}
+
+Status CudaExecutorBase::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m, const bf16* w,
+                            int64_t n, int64_t k, void* y, ActType y_type, int64_t ldy, float beta,
+                            float alpha) const {
+  cuda::GemmArgs a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.x = x;
+  a.x_type = x_type;
+  a.ldx = ldx;
+  a.w = w;
+  a.ldw = k;
+  a.y = y;
+  a.y_type = y_type;
+  a.ldy = ldy;
+  a.alpha = alpha;
+  a.beta = beta;
+  return cuda::Gemm(*blas_, a, stream_);
+}
+
+Status CudaExecutorBase::CheckState(SequenceState* s, CudaSequenceState** out,
+                                    const char* what) const {
+  auto* st = dynamic_cast<CudaSequenceState*>(s);
+  if (st == nullptr || st->owner_ != this) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the state was not created by this model's NewState"));
+  }
+  if (st->on_host()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": the state is in host memory (MoveToHost); MoveToDevice it first"));
+  }
+  *out = st;
+  return OkStatus();
+}
+
+// ----------------------------------------------------------------------------
+// States
+
+StatusOr<std::unique_ptr<SequenceState>> CudaExecutorBase::NewState(int64_t max_tokens) const {
+  if (max_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NewState: max_tokens must be positive, got ", max_tokens));
+  }
+  if (max_tokens > frame_.max_ctx) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NewState: max_tokens ", max_tokens, " exceeds the model's context of ", frame_.max_ctx,
+        " (the CUDA plan; raise LoadOptions.max_context_tokens)"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  cudaSetDevice(device_);
+  const int32_t slot = book_->TakeSlot();
+  if (slot < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("NewState: all ", book_->total_slots(),
+                                                     " sequence slots are in use "
+                                                     "(LoadOptions.max_sequences)"));
+  }
+  auto st = std::make_unique<CudaSequenceState>(this, book_, book_->NextId(), slot, max_tokens);
+  STRATA_RETURN_IF_ERROR(ZeroSlot(layout_, slot, stream_));
+  return std::unique_ptr<SequenceState>(std::move(st));
+}
+
+void CudaExecutorBase::ResetState(CudaSequenceState& st) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  st.tokens_ = 0;
+  ++st.generation_;
+  if (st.on_host()) {
+    // An empty sequence: a zero slot and no blocks, still on the host.
+    std::memset(st.host_->data(), 0, layout_.SlotBytes());
+    st.host_blocks_ = 0;
+    return;
+  }
+  cudaSetDevice(device_);
+  book_->Release(st.blocks_);
+  // Reset cannot report; a failure here resurfaces at the next Sync.
+  ZeroSlot(layout_, st.slot_, stream_).IgnoreError();
+}
+
+std::unique_ptr<SequenceState> CudaExecutorBase::CloneState(const CudaSequenceState& src) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (src.on_host()) {
+    // A host copy of the host image: no device memory involved.
+    auto st = std::make_unique<CudaSequenceState>(this, book_, book_->NextId(), -1,
+                                                  src.max_tokens_);
+    StatusOr<std::unique_ptr<PinnedBuffer>> buf = PinnedBuffer::Create(src.host_->size());
+    if (!buf.ok()) return nullptr;
+    std::memcpy((*buf)->data(), src.host_->data(), src.host_->size());
+    st->host_ = std::move(*buf);
+    st->host_blocks_ = src.host_blocks_;
+    st->tokens_ = src.tokens_;
+    return st;
+  }
+  cudaSetDevice(device_);
+  const int32_t slot = book_->TakeSlot();
+  if (slot < 0) return nullptr;
+  auto st = std::make_unique<CudaSequenceState>(this, book_, book_->NextId(), slot,
+                                                src.max_tokens_);
+  // Blocks whose 64 rows are all below tokens_ are never written again
+  // (append-only caches): both states hold the same ones. The rest (the
+  // partial tail, and any block taken ahead by a failed call) is copied, so
+  // that each side owns the block its next row goes to.
+  const size_t nb = src.blocks_.size();
+  const size_t full = std::min(nb, static_cast<size_t>(src.tokens_ / kBlockTokens));
+  const std::span<const int32_t> shared(src.blocks_.data(), full);
+  book_->Share(shared);
+  st->blocks_.assign(shared.begin(), shared.end());
+  if (!book_->TakeBlocks(static_cast<int64_t>(nb - full), st->blocks_)) return nullptr;
+  const std::span<const int32_t> from(src.blocks_.data() + full, nb - full);
+  const std::span<const int32_t> to(st->blocks_.data() + full, nb - full);
+  if (!CopySlot(layout_, slot, src.slot_, stream_).ok() ||
+      !CopyBlocks(layout_, to, from, stream_).ok() || !Sync("Clone").ok()) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  st->tokens_ = src.tokens_;
+  return st;
+}
+
+Status CudaExecutorBase::MoveStateToHost(CudaSequenceState& st) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (st.on_host()) return OkStatus();
+  cudaSetDevice(device_);
+  const size_t bytes = layout_.SlotBytes() + st.blocks_.size() * layout_.BlockBytes();
+  // Never an empty buffer: host_ != null is what on_host() reads.
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PinnedBuffer> buf,
+                          PinnedBuffer::Create(std::max<size_t>(bytes, 1)));
+  STRATA_RETURN_IF_ERROR(
+      SlotAndBlocksToHost(layout_, st.slot_, st.blocks_, buf->data(), stream_));
+  STRATA_RETURN_IF_ERROR(Sync("MoveToHost"));
+  // The contents are on the host now; shared blocks stay with their other
+  // holders (Release only drops this state's reference).
+  st.host_blocks_ = static_cast<int64_t>(st.blocks_.size());
+  book_->Release(st.blocks_);
+  book_->GiveSlot(st.slot_);
+  st.slot_ = -1;
+  st.host_ = std::move(buf);
+  ++st.generation_;
+  return OkStatus();
+}
+
+Status CudaExecutorBase::MoveStateToDevice(CudaSequenceState& st) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!st.on_host()) return OkStatus();
+  cudaSetDevice(device_);
+  const int32_t slot = book_->TakeSlot();
+  if (slot < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "MoveToDevice: all ", book_->total_slots(), " sequence slots are in use"));
+  }
+  std::vector<int32_t> blocks;
+  if (!book_->TakeBlocks(st.host_blocks_, blocks)) {
+    book_->GiveSlot(slot);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "MoveToDevice: ", st.host_blocks_, " blocks needed, ", book_->FreeBlocks(), " of ",
+        book_->total_blocks(), " free"));
+  }
+  Status s = SlotAndBlocksFromHost(layout_, slot, blocks, st.host_->data(), stream_);
+  if (s.ok()) s = Sync("MoveToDevice");
+  if (!s.ok()) {
+    // Still on the host, unchanged.
+    book_->Release(blocks);
+    book_->GiveSlot(slot);
+    return s;
+  }
+  st.slot_ = slot;
+  st.blocks_ = std::move(blocks);
+  st.host_.reset();
+  st.host_blocks_ = 0;
+  ++st.generation_;
+  return OkStatus();
+}
+
+Status CudaExecutorBase::EnsureBlocks(CudaSequenceState& st, int64_t tokens) const {
+  if (!layout_.has_blocks()) return OkStatus();
+  // The copy-on-write invariant: the block the next row goes to is this
+  // state's alone (Clone copies partial blocks; full ones are never written).
+  const size_t next = static_cast<size_t>(st.tokens_ / kBlockTokens);
+  if (tokens > st.tokens_ && next < st.blocks_.size() && book_->RefCount(st.blocks_[next]) != 1) {
+    return absl::InternalError(absl::StrCat("cache block ", st.blocks_[next], " (row ", st.tokens_,
+                                            ") is shared with another state and cannot be "
+                                            "written"));
+  }
+  const int64_t need = CeilDiv(tokens, kBlockTokens) - static_cast<int64_t>(st.blocks_.size());
+  if (need <= 0) return OkStatus();
+  if (!book_->TakeBlocks(need, st.blocks_)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the paged attention cache is full: ", need, " more blocks of ", kBlockTokens,
+        " tokens needed, ", book_->FreeBlocks(), " of ", book_->total_blocks(),
+        " free (the cache gets LoadOptions.gpu_memory_fraction of the device's free memory "
+        "after weights and scratch)"));
+  }
+  return OkStatus();
+}
+
+Status CudaExecutorBase::UploadPrefillTable(const CudaSequenceState& st, int64_t tokens) const {
+  if (!layout_.has_blocks()) return OkStatus();
+  const int64_t n = CeilDiv(tokens, kBlockTokens);
+  const int64_t off = frame_.max_batch * frame_.max_blocks;
+  std::memcpy(h_block_table_ + off, st.blocks_.data(), sizeof(int32_t) * static_cast<size_t>(n));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(frame_.block_table + off, h_block_table_ + off,
+                                              sizeof(int32_t) * static_cast<size_t>(n),
+                                              cudaMemcpyHostToDevice, stream_));
+  return OkStatus();
+}
+
+// ----------------------------------------------------------------------------
+// Decode steps and graphs
+
+Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const {
+  const Frame& f = frame_;
+  const float* pending = nullptr;
+  STRATA_RETURN_IF_ERROR(EnqueueLayers(batch, f.step, nullptr, 0, v, &pending));
+  STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pending, ActType::kF32, batch, f.D, f.final_norm,
+                                          f.eps, f.xn, stream_));
+  STRATA_RETURN_IF_ERROR(Mm(f.xn, ActType::kBf16, f.D, batch, f.lm_head, f.V, f.D, f.logits,
+                            ActType::kF32, f.V, 0.f));
+  if (sample) {
+    STRATA_RETURN_IF_ERROR(cuda::SampleTokens(f.logits, batch, f.V, f.sampling, f.sampled,
+                                              f.sample_ws, f.sample_ws_bytes, stream_));
+  }
+  return OkStatus();
+}
+
+Status CudaExecutorBase::RunDecodeStep(int64_t batch, const StepVariant& v, bool sample) const {
+  auto eager = [&]() {
+    ++eager_steps_;
+    return EnqueueDecode(batch, v, sample);
+  };
+  if (!graphs_enabled_) return eager();
+  GraphEntry& e = graphs_[GraphKey{batch, v.bound, v.sparse, sample}];
+  if (e.exec != nullptr) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(e.exec, stream_));
+    ++graph_launches_;
+    return OkStatus();
+  }
+  if (e.eager_runs++ == 0) return eager();  // load the kernels outside a capture
+
+  auto give_up = [&](const std::string& why) {
+    cudaGetLastError();
+    graphs_enabled_ = false;
+    graph_error_ = why;
+    return eager();
+  };
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  const Status enqueued = EnqueueDecode(batch, v, sample);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (ended != cudaSuccess || graph == nullptr) {
+    // Something in the step cannot be captured (a host sync, an allocation):
+    // run eagerly from now on; the eager run reports any real error.
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return give_up(absl::StrCat("stream capture failed: ", cudaGetErrorString(ended),
+                                enqueued.ok() ? "" : absl::StrCat(" (", enqueued.message(), ")")));
+  }
+  if (!enqueued.ok()) {
+    cudaGraphDestroy(graph);
+    return enqueued;  // an op rejected its arguments; nothing was captured usefully
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) {
+    return give_up(absl::StrCat("cudaGraphInstantiate failed: ", cudaGetErrorString(inst)));
+  }
+  e.exec = exec;
+  ++graph_captures_;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream_));
+  ++graph_launches_;
+  return OkStatus();
+}
+
+Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
+                                      std::span<CudaSequenceState* const> states, float* logits,
+                                      std::span<const DecodeSampling> sampling,
+                                      int32_t* out_tokens) const {
+  const Frame& f = frame_;
+  const int64_t total = static_cast<int64_t>(tokens.size());
+  const int64_t B_max = f.max_batch;
+  // Argument checks first, over the whole batch: on these errors nothing has
+  // changed.
+  for (int64_t b = 0; b < total; ++b) {
+    const int32_t t = tokens[static_cast<size_t>(b)];
+    if (t < 0 || t >= f.V) {
+      return absl::InvalidArgumentError(absl::StrCat("decode: token id ", t, " in row ", b,
+                                                     " is outside the vocabulary [0, ", f.V, ")"));
+    }
+    const CudaSequenceState& st = *states[static_cast<size_t>(b)];
+    if (st.tokens_ + 1 > st.max_tokens_) {
+      return absl::OutOfRangeError(absl::StrCat("decode: row ", b, ": 1 token on top of ",
+                                                st.tokens_, " exceeds the state's capacity of ",
+                                                st.max_tokens_));
+    }
+  }
+  if (total > B_max) {
+    // Larger batches run as consecutive steps of at most max_batch rows.
+    for (int64_t b0 = 0; b0 < total; b0 += B_max) {
+      const size_t n = static_cast<size_t>(std::min(B_max, total - b0));
+      const size_t at = static_cast<size_t>(b0);
+      STRATA_RETURN_IF_ERROR(DecodeLocked(
+          tokens.subspan(at, n), states.subspan(at, n), logits ? logits + b0 * f.V : nullptr,
+          sampling.empty() ? sampling : sampling.subspan(at, n),
+          out_tokens ? out_tokens + b0 : nullptr));
+    }
+    return OkStatus();
+  }
+  const int64_t B = total;
+  const bool paged = layout_.has_blocks();
+  if (paged) {
+    int64_t need = 0;
+    for (CudaSequenceState* st : states) {
+      need += std::max<int64_t>(
+          0, CeilDiv(st->tokens_ + 1, kBlockTokens) - static_cast<int64_t>(st->blocks_.size()));
+    }
+    if (need > book_->FreeBlocks()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the paged attention cache is full: ", need, " more blocks needed, ",
+                       book_->FreeBlocks(), " of ", book_->total_blocks(), " free"));
+    }
+    for (CudaSequenceState* st : states) {
+      STRATA_RETURN_IF_ERROR(EnsureBlocks(*st, st->tokens_ + 1));
+    }
+  }
+
+  // Per-step inputs into the fixed device buffers the (captured) step reads.
+  int64_t max_len = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    CudaSequenceState& st = *states[static_cast<size_t>(b)];
+    h_step_[b] = tokens[static_cast<size_t>(b)];
+    h_step_[B_max + b] = st.slot_;
+    h_step_[2 * B_max + b] = static_cast<int32_t>(st.tokens_);
+    h_step_[3 * B_max + b] = static_cast<int32_t>(st.tokens_ + 1);
+    max_len = std::max(max_len, st.tokens_ + 1);
+    if (!paged) continue;
+    RowOwner& ro = row_owner_[static_cast<size_t>(b)];
+    const int64_t nb = static_cast<int64_t>(st.blocks_.size());
+    int64_t from = ro.blocks;
+    if (ro.id != st.id_ || ro.generation != st.generation_) from = 0;
+    if (from < nb) {
+      int32_t* row = h_block_table_ + b * f.max_blocks;
+      std::memcpy(row + from, st.blocks_.data() + from,
+                  sizeof(int32_t) * static_cast<size_t>(nb - from));
+      STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          f.block_table + b * f.max_blocks + from, row + from,
+          sizeof(int32_t) * static_cast<size_t>(nb - from), cudaMemcpyHostToDevice, stream_));
+    }
+    ro = RowOwner{st.id_, st.generation_, nb};
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.step, h_step_,
+                                              sizeof(int32_t) * static_cast<size_t>(4 * B_max),
+                                              cudaMemcpyHostToDevice, stream_));
+  const bool sample = !sampling.empty();
+  if (sample) {
+    for (int64_t b = 0; b < B; ++b) {
+      const DecodeSampling& d = sampling[static_cast<size_t>(b)];
+      cuda::GpuSamplingRow& row = h_sampling_[b];
+      row.temperature = d.temperature;
+      row.top_k = d.top_k;
+      row.top_p = d.top_p;
+      row.seed = d.seed;
+      row.step = d.step;
+    }
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.sampling, h_sampling_,
+                                                sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(B),
+                                                cudaMemcpyHostToDevice, stream_));
+  }
+
+  STRATA_RETURN_IF_ERROR(RunDecodeStep(B, DecodeVariant(max_len), sample));
+
+  if (logits != nullptr) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_logits_, f.logits,
+                                                sizeof(float) * static_cast<size_t>(B * f.V),
+                                                cudaMemcpyDeviceToHost, stream_));
+  }
+  if (sample) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, f.sampled,
+                                                sizeof(int32_t) * static_cast<size_t>(B),
+                                                cudaMemcpyDeviceToHost, stream_));
+  }
+  STRATA_RETURN_IF_ERROR(Sync("decode step"));
+  if (logits != nullptr) {
+    std::memcpy(logits, h_logits_, sizeof(float) * static_cast<size_t>(B * f.V));
+  }
+  if (sample && out_tokens != nullptr) {
+    std::memcpy(out_tokens, h_sampled_, sizeof(int32_t) * static_cast<size_t>(B));
+  }
+  for (CudaSequenceState* st : states) ++st->tokens_;
+  return OkStatus();
+}
+
+// ----------------------------------------------------------------------------
+// Prefill
+
+Status CudaExecutorBase::Prefill(std::span<const int32_t> tokens, CudaSequenceState& st,
+                                 float* logits, bool all_logits) const {
+  const Frame& f = frame_;
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  STRATA_RETURN_IF_ERROR(EnsureBlocks(st, st.tokens_ + T));
+  STRATA_RETURN_IF_ERROR(UploadPrefillTable(st, st.tokens_ + T));
+  const int64_t chunk_rows = std::max(f.max_batch, f.logits_chunk_rows);
+  for (int64_t begin = 0; begin < T; begin += f.slice) {
+    const int64_t n = std::min(f.slice, T - begin);
+    const bool last = begin + n == T;
+    // Pageable source: the copy is staged before the call returns.
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.tokens, tokens.data() + begin,
+                                                sizeof(int32_t) * static_cast<size_t>(n),
+                                                cudaMemcpyHostToDevice, stream_));
+    const float* pending = nullptr;
+    STRATA_RETURN_IF_ERROR(EnqueueLayers(n, f.tokens, &st, st.tokens_, StepVariant{}, &pending));
+    st.tokens_ += n;
+    if (logits == nullptr || (!all_logits && !last)) continue;
+    if (all_logits) {
+      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pending, ActType::kF32, n, f.D, f.final_norm,
+                                              f.eps, f.xn, stream_));
+      for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+        const int64_t m = std::min(chunk_rows, n - r0);
+        STRATA_RETURN_IF_ERROR(Mm(f.xn + r0 * f.D, ActType::kBf16, f.D, m, f.lm_head, f.V, f.D,
+                                  f.logits, ActType::kF32, f.V, 0.f));
+        // To pageable memory the copy completes before the call returns, so
+        // the next chunk may reuse the device buffer.
+        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+            logits + (begin + r0) * f.V, f.logits, sizeof(float) * static_cast<size_t>(m * f.V),
+            cudaMemcpyDeviceToHost, stream_));
+      }
+    } else {
+      const int64_t at = (n - 1) * f.D;
+      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h + at, pending ? pending + at : nullptr,
+                                              ActType::kF32, 1, f.D, f.final_norm, f.eps, f.xn,
+                                              stream_));
+      STRATA_RETURN_IF_ERROR(Mm(f.xn, ActType::kBf16, f.D, 1, f.lm_head, f.V, f.D, f.logits,
+                                ActType::kF32, f.V, 0.f));
+      STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, f.logits,
+                                                  sizeof(float) * static_cast<size_t>(f.V),
+                                                  cudaMemcpyDeviceToHost, stream_));
+    }
+  }
+  return Sync("prefill");
+}
+
+// ----------------------------------------------------------------------------
+// Model interface
+
+Status CudaExecutorBase::Forward(std::span<const int32_t> tokens, SequenceState& state,
+                                 float* logits, bool all_logits) const {
+  CudaSequenceState* st = nullptr;
+  STRATA_RETURN_IF_ERROR(CheckState(&state, &st, "Forward"));
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  if (T == 0) return absl::InvalidArgumentError("Forward: no tokens");
+  for (int64_t i = 0; i < T; ++i) {
+    const int32_t t = tokens[static_cast<size_t>(i)];
+    if (t < 0 || t >= frame_.V) {
+      return absl::InvalidArgumentError(absl::StrCat("Forward: token id ", t, " at position ", i,
+                                                     " is outside the vocabulary [0, ", frame_.V,
+                                                     ")"));
+    }
+  }
+  if (st->tokens_ + T > st->max_tokens_) {
+    return absl::OutOfRangeError(absl::StrCat("Forward: ", T, " tokens on top of ", st->tokens_,
+                                              " exceed the state's capacity of ", st->max_tokens_));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  cudaSetDevice(device_);
+  if (T == 1) {
+    // One token takes the decode path (recurrent mixers, absorbed/cached
+    // attention) even on an empty state: the same math as a one-token prefill.
+    CudaSequenceState* const one[1] = {st};
+    return DecodeLocked(tokens, std::span<CudaSequenceState* const>(one, 1), logits, {}, nullptr);
+  }
+  return Prefill(tokens, *st, logits, all_logits);
+}
+
+Status CudaExecutorBase::CheckBatchRow(std::span<SequenceState* const> states, size_t b,
+                                       const char* what,
+                                       std::vector<CudaSequenceState*>& cs) const {
+  if (states[b] == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": states[", b, "] is null"));
+  }
+  STRATA_RETURN_IF_ERROR(CheckState(states[b], &cs[b], what));
+  for (size_t j = 0; j < b; ++j) {
+    if (cs[j] == cs[b]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": states[", b, "] appears twice in the batch"));
+    }
+  }
+  return OkStatus();
+}
+
+Status CudaExecutorBase::DecodeBatch(std::span<const int32_t> tokens,
+                                     std::span<SequenceState* const> states,
+                                     float* logits) const {
+  if (tokens.size() != states.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeBatch: ", tokens.size(), " tokens for ",
+                                                   states.size(), " states"));
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError("DecodeBatch: no sequences");
+  std::vector<CudaSequenceState*> cs(states.size());
+  for (size_t b = 0; b < states.size(); ++b) {
+    STRATA_RETURN_IF_ERROR(CheckBatchRow(states, b, "DecodeBatch", cs));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  cudaSetDevice(device_);
+  return DecodeLocked(tokens, cs, logits, {}, nullptr);
+}
+
+Status CudaExecutorBase::DecodeBatchSample(std::span<const int32_t> tokens,
+                                           std::span<SequenceState* const> states,
+                                           std::span<const DecodeSampling> sampling,
+                                           int32_t* out_tokens) const {
+  if (tokens.size() != states.size() || sampling.size() != tokens.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeBatchSample: ", tokens.size(), " tokens, ", states.size(),
+                     " states and ", sampling.size(), " sampling rows (must be equal)"));
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError("DecodeBatchSample: no sequences");
+  if (out_tokens == nullptr) {
+    return absl::InvalidArgumentError("DecodeBatchSample: out_tokens is null");
+  }
+  std::vector<CudaSequenceState*> cs(states.size());
+  for (size_t b = 0; b < states.size(); ++b) {
+    STRATA_RETURN_IF_ERROR(CheckBatchRow(states, b, "DecodeBatchSample", cs));
+    const DecodeSampling& d = sampling[b];
+    if (!(d.temperature >= 0.f) || d.top_k < 0 || !(d.top_p > 0.f && d.top_p <= 1.f)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DecodeBatchSample: sampling[", b, "] needs temperature >= 0, top_k >= 0 and top_p in "
+          "(0, 1]"));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  cudaSetDevice(device_);
+  return DecodeLocked(tokens, cs, nullptr, sampling, out_tokens);
+}
+
+Status CudaExecutorBase::FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
+                                                 uint64_t seed) const {
+  if (!benchmark_fill_) return Model::FillContextForBenchmark(state, num_tokens, seed);
+  CudaSequenceState* st = nullptr;
+  STRATA_RETURN_IF_ERROR(CheckState(&state, &st, "FillContextForBenchmark"));
+  if (st->tokens_ != 0) {
+    return absl::FailedPreconditionError("FillContextForBenchmark: the state must be empty");
+  }
+  if (num_tokens < 0 || num_tokens > st->max_tokens_) {
+    return absl::OutOfRangeError(absl::StrCat("FillContextForBenchmark: ", num_tokens,
+                                              " tokens do not fit the state's capacity of ",
+                                              st->max_tokens_));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  cudaSetDevice(device_);
+  // An empty state owns every block it holds (Clone shares full blocks only),
+  // so writing all of them is safe.
+  STRATA_RETURN_IF_ERROR(EnsureBlocks(*st, num_tokens));
+  ++st->generation_;
+  uint64_t counter = 0;
+  const std::function<uint64_t()> next = [&] {
+    return seed * 0x9e3779b97f4a7c15ull + (++counter) * 0xd1b54a32d192ed03ull;
+  };
+  const int64_t nb = static_cast<int64_t>(st->blocks_.size());
+  const std::vector<int32_t>& blocks = st->blocks_;
+  for (const StateRegion& r : layout_.block_regions) {
+    if (r.empty()) continue;
+    const int64_t block_elems = static_cast<int64_t>(r.unit_bytes / sizeof(bf16));  // bf16 caches
+    for (int64_t l = 0; l < r.layers; ++l) {
+      for (int64_t j = 0; j < nb;) {
+        int64_t run = 1;
+        while (j + run < nb && blocks[j + run] == blocks[j] + run) ++run;
+        STRATA_RETURN_IF_ERROR(cuda::FillRandomBf16(reinterpret_cast<bf16*>(r.At(l, blocks[j])),
+                                                    run * block_elems, next(), 1.f, stream_));
+        j += run;
+      }
+    }
+  }
+  STRATA_RETURN_IF_ERROR(FillSlotForBenchmark(*st, next));
+  STRATA_RETURN_IF_ERROR(Sync("FillContextForBenchmark"));
+  st->tokens_ = num_tokens;
+  return OkStatus();
+}
+
+}  // namespace cuda_exec
+}  // namespace strata

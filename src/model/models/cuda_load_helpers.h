@@ -1,0 +1,181 @@
+// Load-time helpers shared by the GPU executors' *_load_cuda.cc files: the
+// Carver that lays out one allocation, the device check, device allocation
+// with a readable error, and the weight Uploader (pinned double buffering).
+#ifndef STRATA_MODEL_MODELS_CUDA_LOAD_HELPERS_H_
+#define STRATA_MODEL_MODELS_CUDA_LOAD_HELPERS_H_
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_common.h"
+#include "base/dtype.h"
+#include "base/status.h"
+#include "model/model.h"
+#include "model/weight_store.h"
+
+namespace strata {
+namespace cuda_exec {
+
+using cuda::bf16;
+
+inline int64_t Pad8(int64_t n) { return (n + 7) / 8 * 8; }
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// "12.3 GiB".
+std::string GiB(double bytes);
+
+// Carves 256-byte aligned pieces out of one allocation. Run once with a null
+// base to size it, then again on the real allocation with the same calls.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <typename T>
+  T* Take(int64_t count) {
+    const size_t off = offset_;
+    offset_ += cuda::AlignUp(sizeof(T) * static_cast<size_t>(count > 0 ? count : 0));
+    return base_ ? reinterpret_cast<T*>(base_ + off) : nullptr;
+  }
+  size_t size() const { return offset_; }
+
+ private:
+  char* base_;
+  size_t offset_ = 0;
+};
+
+constexpr int64_t kDefaultMaxBatch = 64;
+constexpr int64_t kDefaultMaxContext = 131072;
+
+// The sizes every executor's plan starts from.
+struct SequencePlan {
+  int64_t max_batch = 0;
+  int64_t max_sequences = 0;
+  int64_t max_ctx = 0;     // longest sequence (tokens)
+  int64_t slice = 0;       // prefill slice (tokens)
+  int64_t rows = 0;        // max(slice, max_batch): rows of the activation buffers
+  int64_t max_blocks = 0;  // blocks per sequence = ceil(max_ctx / 64)
+};
+// From LoadOptions (0: the defaults above, `default_slice`) and the
+// checkpoint's context (`config_max_context`, 0: unknown); InvalidArgument for
+// a context under 3 tokens or a memory fraction outside (0, 1].
+Status PlanSequences(const LoadOptions& options, int64_t config_max_context,
+                     int64_t default_slice, SequencePlan& p);
+
+// The first visible device, if it is an sm_90 (Hopper) part, made current.
+struct DeviceChoice {
+  int index = 0;
+  std::string name;  // "cuda:<index> <device name>"
+};
+StatusOr<DeviceChoice> SelectHopperDevice();
+
+// cudaMalloc of `bytes` (nothing for 0), ResourceExhausted naming `what`.
+Status DeviceAlloc(const std::string& device_name, void** ptr, size_t bytes, const char* what);
+
+// Bytes of pinned staging the Uploader works through.
+constexpr size_t kStagingBytes = size_t{128} << 20;
+
+// Host → device copies through two pinned staging halves, converting
+// F32/F16 checkpoints to bf16 (matrices) or reading anything as fp32 (small
+// tensors) on the way. One half fills while the other is in flight.
+class Uploader {
+ public:
+  Uploader(cudaStream_t stream, char* staging, size_t bytes) : stream_(stream) {
+    half_ = bytes / 2 / 16 * 16;
+    buf_[0] = staging;
+    buf_[1] = staging + half_;
+  }
+  ~Uploader() {
+    for (cudaEvent_t& e : done_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+  }
+  Status Init() {
+    for (cudaEvent_t& e : done_) {
+      STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    return OkStatus();
+  }
+
+  // A matrix tensor of `shape` into `dst` as bf16.
+  // Elements [first, first + count) of it (count < 0: to the end), for
+  // uploads that regroup rows.
+  Status Matrix(const WeightStore& ws, const std::string& name, const std::vector<int64_t>& shape,
+                bf16* dst, int64_t first = 0, int64_t count = -1) {
+    STRATA_ASSIGN_OR_RETURN(TensorView v, ws.GetFloat(name, shape));
+    const int64_t n = count < 0 ? v.NumElements() - first : count;
+    const int64_t per = static_cast<int64_t>(half_ / 2);
+    const auto* src =
+        static_cast<const uint8_t*>(v.data) + first * (v.dtype == DType::kF32 ? 4 : 2);
+    for (int64_t i = 0; i < n; i += per) {
+      const int64_t m = std::min(per, n - i);
+      STRATA_ASSIGN_OR_RETURN(char* buf, NextBuffer());
+      auto* out = reinterpret_cast<uint16_t*>(buf);
+      // The format does not promise alignment: read elements through memcpy.
+      if (v.dtype == DType::kBF16) {
+        std::memcpy(out, src + 2 * i, static_cast<size_t>(2 * m));
+      } else if (v.dtype == DType::kF32) {
+        for (int64_t j = 0; j < m; ++j) {
+          float f;
+          std::memcpy(&f, src + 4 * (i + j), 4);
+          out[j] = F32ToBf16(f);
+        }
+      } else {
+        for (int64_t j = 0; j < m; ++j) {
+          uint16_t h;
+          std::memcpy(&h, src + 2 * (i + j), 2);
+          out[j] = F32ToBf16(F16ToF32(h));
+        }
+      }
+      STRATA_RETURN_IF_ERROR(Send(dst + i, buf, static_cast<size_t>(2 * m)));
+    }
+    return OkStatus();
+  }
+
+  Status Floats(const std::vector<float>& v, float* dst) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    const int64_t per = static_cast<int64_t>(half_ / 4);
+    for (int64_t i = 0; i < n; i += per) {
+      const int64_t m = std::min(per, n - i);
+      STRATA_ASSIGN_OR_RETURN(char* buf, NextBuffer());
+      std::memcpy(buf, v.data() + i, static_cast<size_t>(4 * m));
+      STRATA_RETURN_IF_ERROR(Send(dst + i, buf, static_cast<size_t>(4 * m)));
+    }
+    return OkStatus();
+  }
+
+  Status Finish() {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return OkStatus();
+  }
+
+ private:
+  StatusOr<char*> NextBuffer() {
+    cur_ ^= 1;
+    // The copy that last read this half must be done before we overwrite it.
+    if (used_[cur_]) STRATA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_[cur_]));
+    return buf_[cur_];
+  }
+  Status Send(void* dst, const char* buf, size_t bytes) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, buf, bytes, cudaMemcpyHostToDevice, stream_));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_[cur_], stream_));
+    used_[cur_] = true;
+    return OkStatus();
+  }
+
+  cudaStream_t stream_;
+  size_t half_ = 0;
+  char* buf_[2] = {nullptr, nullptr};
+  cudaEvent_t done_[2] = {nullptr, nullptr};
+  bool used_[2] = {false, false};
+  int cur_ = 1;
+};
+
+}  // namespace cuda_exec
+}  // namespace strata
+
+#endif  // STRATA_MODEL_MODELS_CUDA_LOAD_HELPERS_H_

@@ -1,0 +1,71 @@
+#include "model/models/cuda_load_helpers.h"
+
+#include "absl/strings/str_format.h"
+#include "backend/cuda/device_info.h"
+#include "model/models/cuda_paged_state.h"
+
+namespace strata {
+namespace cuda_exec {
+
+std::string GiB(double bytes) { return absl::StrFormat("%.1f GiB", bytes / 1073741824.0); }
+
+StatusOr<DeviceChoice> SelectHopperDevice() {
+  StatusOr<std::vector<cuda::DeviceInfo>> devices = cuda::ListDevices();
+  if (!devices.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("no device is visible (", devices.status().message(), ")"));
+  }
+  if (devices->empty()) return absl::UnavailableError("no device is visible (0 CUDA devices)");
+  const cuda::DeviceInfo& dev = devices->front();
+  DeviceChoice c;
+  c.index = dev.index;
+  c.name = absl::StrCat("cuda:", dev.index, " ", dev.name);
+  if (dev.compute_major != 9 || dev.compute_minor != 0) {
+    return absl::UnavailableError(absl::StrCat(c.name, " is sm_", dev.compute_major,
+                                               dev.compute_minor,
+                                               "; this build's kernels are for sm_90a (Hopper)"));
+  }
+  if (cudaError_t e = cudaSetDevice(c.index); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError(
+        absl::StrCat("cudaSetDevice(", c.index, ") failed: ", cudaGetErrorString(e)));
+  }
+  return c;
+}
+
+Status PlanSequences(const LoadOptions& options, int64_t config_max_context,
+                     int64_t default_slice, SequencePlan& p) {
+  p.max_batch = options.max_batch > 0 ? options.max_batch : kDefaultMaxBatch;
+  p.max_sequences = options.max_sequences > 0 ? options.max_sequences : p.max_batch;
+  const int64_t model_ctx = config_max_context > 0 ? config_max_context : kDefaultMaxContext;
+  p.max_ctx = options.max_context_tokens > 0 ? std::min(options.max_context_tokens, model_ctx)
+                                             : std::min(model_ctx, kDefaultMaxContext);
+  if (p.max_ctx < 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoadOptions.max_context_tokens: the CUDA plan needs at least 3 tokens, got ", p.max_ctx));
+  }
+  if (!(options.gpu_memory_fraction > 0.0 && options.gpu_memory_fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoadOptions.gpu_memory_fraction must be in (0, 1], got ", options.gpu_memory_fraction));
+  }
+  p.slice = std::min(options.prefill_slice_tokens > 0 ? options.prefill_slice_tokens : default_slice,
+                     p.max_ctx);
+  p.rows = std::max(p.slice, p.max_batch);
+  p.max_blocks = CeilDiv(p.max_ctx, kBlockTokens);
+  return OkStatus();
+}
+
+Status DeviceAlloc(const std::string& device_name, void** ptr, size_t bytes, const char* what) {
+  if (bytes == 0) return OkStatus();
+  if (cudaError_t e = cudaMalloc(ptr, bytes); e != cudaSuccess) {
+    cudaGetLastError();
+    *ptr = nullptr;
+    return absl::ResourceExhaustedError(absl::StrCat(device_name, ": allocating ", GiB(bytes),
+                                                     " for the ", what,
+                                                     " failed: ", cudaGetErrorString(e)));
+  }
+  return OkStatus();
+}
+
+}  // namespace cuda_exec
+}  // namespace strata

@@ -1,0 +1,61 @@
+// Host bookkeeping of a GPU executor's per-sequence device pools: sequence
+// slots (one per live, device-resident sequence: recurrent matrices and conv
+// tails) and 64-token blocks of the paged attention caches, with a reference
+// count per block so that a cloned state can share its source's full blocks
+// (copy-on-write prefix blocks, see cuda_paged_state.h for the rule that makes
+// sharing safe). Plain C++ (no CUDA) so that it is unit-tested on the CPU.
+//
+// Shared by the executor and its states: a state gives its slot and blocks
+// back when destroyed, which may be after the model, hence shared ownership.
+// Thread-safe: states of one model may be destroyed on any thread.
+#ifndef STRATA_MODEL_MODELS_PAGED_STATE_BOOK_H_
+#define STRATA_MODEL_MODELS_PAGED_STATE_BOOK_H_
+
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace strata {
+
+class PagedStateBook {
+ public:
+  // All slots [0, slots) and blocks [0, blocks) free; the lowest index is
+  // taken first.
+  PagedStateBook(int64_t slots, int64_t blocks);
+
+  uint64_t NextId();
+
+  // A free slot, or −1 when none is.
+  int32_t TakeSlot();
+  // Back to the free list; −1 is ignored.
+  void GiveSlot(int32_t slot);
+
+  // Appends `n` fresh blocks (reference count 1) to `out`, all or none.
+  bool TakeBlocks(int64_t n, std::vector<int32_t>& out);
+  // One more holder for each of `blocks` (all must be held already).
+  void Share(std::span<const int32_t> blocks);
+  // One holder less for each of `blocks`; a block whose count drops to 0 is
+  // free again. Clears `blocks`.
+  void Release(std::vector<int32_t>& blocks);
+
+  // Holders of `block` (0: free).
+  int32_t RefCount(int32_t block) const;
+
+  int64_t FreeSlots() const;
+  int64_t FreeBlocks() const;
+  int64_t total_slots() const { return total_slots_; }
+  int64_t total_blocks() const { return total_blocks_; }
+
+ private:
+  mutable std::mutex mu_;
+  const int64_t total_slots_, total_blocks_;
+  std::vector<int32_t> free_slots_;   // stack
+  std::vector<int32_t> free_blocks_;  // stack, lowest index on top at start
+  std::vector<int32_t> refs_;         // [total_blocks]
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_MODEL_MODELS_PAGED_STATE_BOOK_H_
