@@ -71,14 +71,25 @@ void Session::UpdateAccounting() {
   accounted_active_ = act;
 }
 
-void Session::SwapOut() {
+bool Session::SwapOut() {
+  if (swapped_) return true;
+  // On a GPU executor the state's cache blocks and recurrent slot go to host
+  // memory and back to the pools; on the CPU this is a no-op. A failure
+  // (no pinned host memory) leaves the state where it was, still counted.
+  if (state_ != nullptr && !state_->MoveToHost().ok()) return false;
   swapped_ = true;
   UpdateAccounting();
+  return true;
 }
 
-void Session::SwapIn() {
+bool Session::SwapIn() {
+  if (!swapped_) return true;
+  // ResourceExhausted (no free slot or blocks): the state stays on the host
+  // unchanged and the session stays swapped; the request waits.
+  if (state_ != nullptr && !state_->MoveToDevice().ok()) return false;
   swapped_ = false;
   UpdateAccounting();
+  return true;
 }
 
 std::shared_ptr<const StateSnapshot> Session::Snapshot() const {

@@ -132,9 +132,16 @@ class Session {
   void UpdateAccounting();
   // The scheduler moves a preempted session's state out of the memory budget
   // and back. On the CPU both tiers are host memory, so only the accounting
-  // moves; an executor with device memory would copy the state to the host.
-  void SwapOut();
-  void SwapIn();
+  // moves; a GPU executor copies the state's device memory (cache blocks,
+  // recurrent slot) to pinned host memory and gives it back to its pools
+  // (SequenceState::MoveToHost / MoveToDevice). Both return whether the
+  // session is now in the asked tier: SwapIn answers false when the pools
+  // have no room (the state stays on the host, swapped() stays true, and the
+  // request must keep waiting: running it would fail with
+  // FailedPrecondition); SwapOut false when host memory could not be had
+  // (nothing moved).
+  bool SwapOut();
+  bool SwapIn();
 
   // Prepares the history to continue as `target` (the whole conversation
   // rendered and tokenized), using the longest common token prefix:
