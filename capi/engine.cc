@@ -30,6 +30,7 @@ STRATA_API void strata_engine_params_init(strata_engine_params* params) {
   params->metrics_callback = nullptr;
   params->metrics_user_data = nullptr;
   params->metrics_interval_ms = static_cast<int32_t>(d.metrics_interval_ms);
+  params->prefill_tokens_while_decoding = d.prefill_tokens_while_decoding;
 }
 
 namespace {
@@ -71,6 +72,15 @@ strata_metrics ToCMetrics(const strata::EngineMetrics& m) {
   c.prefix_cache_bytes = m.prefix_cache_bytes;
   c.prefix_cache_entries = m.prefix_cache_entries;
   c.state_active_bytes = m.state_active_bytes;
+  c.prefix_cache_slot_evictions = m.prefix_cache_slot_evictions;
+  c.device_sampled_rows = m.device_sampled_rows;
+  c.host_sampled_rows = m.host_sampled_rows;
+  c.iterations = m.iterations;
+  c.schedule_ms = m.schedule_ms;
+  c.prefill_ms = m.prefill_ms;
+  c.decode_ms = m.decode_ms;
+  c.sample_ms = m.sample_ms;
+  c.emit_ms = m.emit_ms;
   return c;
 }
 
@@ -93,16 +103,19 @@ STRATA_API strata_status strata_engine_create(const strata_engine_params* params
       return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
                        absl::StrCat("log_level must be in [0, 3], got ", p.log_level));
     }
-    if (p.prefill_chunk_tokens < 0 || p.max_batch < 0 || p.prefix_block_tokens < 0 || p.metrics_interval_ms < 0) {
+    if (p.prefill_chunk_tokens < 0 || p.max_batch < 0 || p.prefix_block_tokens < 0 || p.metrics_interval_ms < 0 ||
+        p.prefill_tokens_while_decoding < 0) {
       return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
                        absl::StrCat("prefill_chunk_tokens (", p.prefill_chunk_tokens, "), max_batch (", p.max_batch,
-                                    "), prefix_block_tokens (", p.prefix_block_tokens, ") and metrics_interval_ms (",
-                                    p.metrics_interval_ms, ") must be >= 0"));
+                                    "), prefix_block_tokens (", p.prefix_block_tokens, "), metrics_interval_ms (",
+                                    p.metrics_interval_ms, ") and prefill_tokens_while_decoding (",
+                                    p.prefill_tokens_while_decoding, ") must be >= 0"));
     }
     strata::EngineOptions options;
     options.num_threads = p.num_threads;
     // Zero keeps each default (the zero value of a field appended later means the old behaviour).
-    if (p.prefill_chunk_tokens > 0) options.prefill_chunk_tokens = p.prefill_chunk_tokens;
+    options.prefill_chunk_tokens = p.prefill_chunk_tokens;  // 0: automatic, by device
+    options.prefill_tokens_while_decoding = p.prefill_tokens_while_decoding;
     if (p.max_batch > 0) options.max_batch = p.max_batch;
     if (p.prefix_block_tokens > 0) options.prefix_block_tokens = p.prefix_block_tokens;
     if (p.metrics_interval_ms > 0) options.metrics_interval_ms = p.metrics_interval_ms;
@@ -156,7 +169,8 @@ STRATA_API strata_status strata_engine_get_metrics(strata_engine* engine, strata
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, engine, kEngineMagic, "engine"); s != STRATA_OK) return s;
     if (out_metrics == nullptr) return call.NullArgument("out_metrics");
-    return strata::capi::WriteOut(call, out_metrics, ToCMetrics(engine->impl->Metrics()), sizeof(strata_metrics),
+    return strata::capi::WriteOut(call, out_metrics, ToCMetrics(engine->impl->Metrics()),
+                                  offsetof(strata_metrics, prefix_cache_slot_evictions),
                                   "strata_metrics");
   });
 }

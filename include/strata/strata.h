@@ -325,6 +325,28 @@ typedef struct strata_metrics {
   /** Of the resident state: sessions running a request, the part the memory budget bounds together with
    *  prefix_cache_bytes (idle sessions' states are the host's to reset or destroy). */
   uint64_t state_active_bytes;
+  /** Prefix-cache snapshots dropped so that a model's fixed pool of sequence states (GPU) had room for a
+   *  session, a restore or a newer snapshot. @since 0.1 */
+  int64_t prefix_cache_slot_evictions;
+  /** Decode rows whose token was selected on the device, without copying logits to the host. @since 0.1 */
+  int64_t device_sampled_rows;
+  /** Decode rows sampled on the host from copied logits (CPU models; repetition, presence or frequency
+   *  penalties; min_p). @since 0.1 */
+  int64_t host_sampled_rows;
+  /** Scheduler iterations run. The *_ms fields below sum the scheduler thread's time per phase over them.
+   *  @since 0.1 */
+  int64_t iterations;
+  /** Planning: admission (prefix-cache lookups and restores included), prefill budgets, memory, preemption.
+   *  @since 0.1 */
+  double schedule_ms;
+  /** Prefill forwards, prefix-cache snapshots included. @since 0.1 */
+  double prefill_ms;
+  /** Batched decode steps, device-side sampling included. @since 0.1 */
+  double decode_ms;
+  /** Token sampling on the host. @since 0.1 */
+  double sample_ms;
+  /** Event delivery and stop rules (detokenizing and tool-call parsing for chat requests). @since 0.1 */
+  double emit_ms;
 } strata_metrics;
 
 /**
@@ -356,7 +378,8 @@ typedef struct strata_engine_params {
    *  ::STRATA_ERR_RESOURCE_EXHAUSTED. 0 (default): unlimited. @since 0.1 */
   uint64_t memory_budget_bytes;
   /** Prompt tokens evaluated per scheduling iteration over all requests, so long prompts are fed in chunks
-   *  between decode steps. 0: the default, 512. @since 0.1 */
+   *  between decode steps. 0 (default): automatic by where the model runs: 512 on the CPU, 8192 on a GPU
+   *  (whose prefill rate needs large chunks). @since 0.1 */
   int64_t prefill_chunk_tokens;
   /** Most requests in one batched decode step. 0: the default, 64. @since 0.1 */
   int32_t max_batch;
@@ -371,6 +394,11 @@ typedef struct strata_engine_params {
   void *metrics_user_data;
   /** Period of metrics_callback in milliseconds. 0: the default, 1000. @since 0.1 */
   int32_t metrics_interval_ms;
+  /** Prefill budget of a scheduling iteration that also runs a decode step, in tokens: how long running
+   *  requests may stall behind prompts per generated token (TPOT), traded against time to first token; never
+   *  more than prefill_chunk_tokens. 0 (default): automatic: prefill_chunk_tokens on the CPU, 2048 on a GPU.
+   *  Must be >= 0. @since 0.1 */
+  int64_t prefill_tokens_while_decoding;
 } strata_engine_params;
 
 /**

@@ -94,8 +94,9 @@ bool Session::SwapIn() {
 
 std::shared_ptr<const StateSnapshot> Session::Snapshot() const {
   // After a decode step sampled on the device there are no logits to keep
-  // (a pending token follows at once, so this is not expected).
-  if (logits_.size() != static_cast<size_t>(vocab_size())) return nullptr;
+  // (a pending token follows at once, so this is not expected). An empty
+  // history has none either, and is a valid snapshot (a mark at the start).
+  if (evaluated_ > 0 && logits_.size() != static_cast<size_t>(vocab_size())) return nullptr;
   auto snap = std::make_shared<StateSnapshot>();
   snap->model = model_.get();
   snap->max_context = max_context_;

@@ -100,6 +100,11 @@ static void test_params(void) {
   CHECK_STATUS(strata_engine_create(&p, &e), STRATA_ERR_INVALID_ARGUMENT);
   CHECK(e == NULL);
   CHECK(strstr(strata_last_error_message(), "prefill_chunk_tokens") != NULL);
+  strata_engine_params_init(&p);
+  CHECK(p.prefill_chunk_tokens == 0 && p.prefill_tokens_while_decoding == 0); /* automatic, by device */
+  p.prefill_tokens_while_decoding = -1;
+  CHECK_STATUS(strata_engine_create(&p, &e), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(strata_last_error_message(), "prefill_tokens_while_decoding") != NULL);
   /* A caller built against the first layout (no scheduling fields) still works. */
   strata_engine_params_init(&p);
   p.struct_size = (uint32_t)offsetof(strata_engine_params, memory_budget_bytes);
@@ -324,6 +329,14 @@ static void test_metrics(void) {
   CHECK(m.prefix_lookup_tokens > 0);
   CHECK(m.state_resident_bytes == m.state_attention_bytes + m.state_recurrent_bytes);
   CHECK(m.state_swapped_bytes == 0);
+  /* The CPU model samples on the host; the phases add up to some time. */
+  CHECK(m.device_sampled_rows == 0 && m.host_sampled_rows == m.decode_rows);
+  CHECK(m.iterations > 0 && m.decode_ms > 0 && m.prefill_ms > 0 && m.sample_ms > 0 && m.emit_ms >= 0);
+  /* A caller built against the layout before the phase fields still gets the rest. */
+  memset(&m, 0, sizeof m);
+  m.struct_size = (uint32_t)offsetof(strata_metrics, prefix_cache_slot_evictions);
+  CHECK_STATUS(strata_engine_get_metrics(g_engine, &m), STRATA_OK);
+  CHECK(m.generated_tokens > 0 && m.iterations == 0);
   pthread_mutex_lock(&g_metrics_mu);
   calls = g_metrics_calls;
   pthread_mutex_unlock(&g_metrics_mu);
