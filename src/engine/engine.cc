@@ -101,6 +101,14 @@ StatusOr<std::unique_ptr<SequenceState>> Engine::NewState(const Model& model, in
   }
 }
 
+bool Engine::SwapInSession(Session& s) {
+  for (;;) {
+    if (s.SwapIn()) return true;
+    if (!cache_.EvictOne(&s.model())) return false;
+    cache_slot_evictions_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 void Engine::CacheSnapshot(Session& s) {
   const Model* m = &s.model();
   if (const int64_t cap = m->info().max_live_states; cap > 0) {
@@ -648,7 +656,7 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
       Session& v = *q->session_;
       if (&v == &s || v.swapped_ || !q->started_ || q->params_.priority > w.r->params_.priority) continue;
       const int64_t held = static_cast<int64_t>(StateBytes(v.model().info(), v.num_evaluated()));
-      v.SwapOut();
+      if (!v.SwapOut()) continue;  // no host memory for it: stays resident
       preemptions_.fetch_add(1, std::memory_order_relaxed);
       avail += held;
     }
@@ -656,7 +664,7 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
       Session& v = *work[j].r->session_;
       if (approved[j] || preempted[j] || v.swapped_ || !work[j].r->started_ || &v == &s) continue;
       const int64_t held = static_cast<int64_t>(StateBytes(v.model().info(), v.num_evaluated()));
-      v.SwapOut();
+      if (!v.SwapOut()) continue;  // no host memory for it: stays resident
       preempted[j] = true;
       preemptions_.fetch_add(1, std::memory_order_relaxed);
       avail += held;
@@ -664,9 +672,11 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
                                          " bytes moved aside) for request ", w.r->id()));
     }
     if (budget != 0 && need_bytes() > avail) continue;  // waits
+    // A preempted state comes back only where the executor's pools have
+    // room (prefix-cache snapshots give theirs back first); else it waits.
+    if (s.swapped_ && !SwapInSession(s)) continue;
     approved[i] = true;
     avail -= need_bytes();
-    if (s.swapped_) s.SwapIn();
     if (w.need == Need::kDecode) --batch_left;
     if (w.need == Need::kPrefill) prefill_left -= w.chunk;
     if (!w.r->scheduled_) {

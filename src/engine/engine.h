@@ -215,6 +215,9 @@ class Engine {
   // Puts a snapshot of `s` in the prefix cache when the model's state pool
   // leaves room for it beside its sessions.
   void CacheSnapshot(Session& s);
+  // Session::SwapIn, evicting prefix-cache snapshots of the session's model
+  // while its pools have no room; false: the request keeps waiting.
+  bool SwapInSession(Session& s);
   // Token selection for one decode group on the device (DecodeBatchSample)
   // or from host logits; rows that got a token or logits join `ready`.
   struct DecodeRow {
