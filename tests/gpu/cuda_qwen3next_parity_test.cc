@@ -52,11 +52,19 @@
 #include "base/npy.h"
 #include "model/model.h"
 #include "model/models/qwen3_next_cuda.h"
+#include "parity_harness.h"
 
 namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
+using parity::Compare;
+using parity::Comparison;
+using parity::CudaOptions;
+using parity::Describe;
+using parity::Median;
+using parity::RunSplit;
+using parity::ScratchDir;
 
 constexpr double kMedianTolerance = 0.06;  // median per-position error, see the file comment
 constexpr double kL2Tolerance = 0.08;      // overall relative L2 error, see the file comment
@@ -67,98 +75,14 @@ constexpr double kBatchTolerance = 5e-2;
 constexpr double kGraphTolerance = 1e-3;  // graph replay vs eager, clone vs original
 constexpr double kGreedyMargin = 0.1;
 
-std::vector<std::string> FixtureNames() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(STRATA_TEST_DATA_DIR, ec)) {
-    const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("qwen3next_", 0) == 0) names.push_back(n);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> FixtureNames() { return parity::FixtureNames("qwen3next_"); }
 
-struct Fixture {
-  std::string dir;
-  std::vector<int32_t> prompt;
-  std::vector<float> logits;  // [T, vocab]
-  int64_t vocab = 0;
-};
+using Fixture = parity::NpyFixture;
 
 Fixture LoadFixture(const std::string& name) {
   Fixture f;
-  f.dir = std::string(STRATA_TEST_DATA_DIR) + "/" + name;
-  auto prompt = ReadNpyInt32(f.dir + "/prompt.npy");
-  EXPECT_TRUE(prompt.ok()) << prompt.status();
-  if (prompt.ok()) f.prompt = *prompt;
-  std::vector<int64_t> shape;
-  auto logits = ReadNpyFloat32(f.dir + "/logits.npy", &shape);
-  EXPECT_TRUE(logits.ok()) << logits.status();
-  if (logits.ok() && shape.size() == 2) {
-    f.logits = *logits;
-    f.vocab = shape[1];
-  }
+  parity::LoadNpyFixture(name, /*with_generate=*/false, f);
   return f;
-}
-
-struct Comparison {
-  double rel = 0;     // ‖ours − ref‖ / ‖ref‖ over all elements
-  double median = 0;  // median over positions of the per-position relative error
-  double max_abs = 0;
-  int64_t worst_pos = -1;
-  double worst_pos_rel = 0;
-};
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-Comparison Compare(const float* ours, const float* ref, int64_t rows, int64_t vocab) {
-  Comparison c;
-  double num = 0, den = 0;
-  std::vector<double> per_pos;
-  for (int64_t t = 0; t < rows; ++t) {
-    double pn = 0, pd = 0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      const double r = ref[t * vocab + v];
-      const double d = static_cast<double>(ours[t * vocab + v]) - r;
-      if (!std::isfinite(d)) {
-        c.rel = c.median = c.max_abs = INFINITY;
-        c.worst_pos = t;
-        return c;
-      }
-      pn += d * d;
-      pd += r * r;
-      c.max_abs = std::max(c.max_abs, std::abs(d));
-    }
-    num += pn;
-    den += pd;
-    const double pr = std::sqrt(pn / std::max(pd, 1e-30));
-    per_pos.push_back(pr);
-    if (pr > c.worst_pos_rel) {
-      c.worst_pos_rel = pr;
-      c.worst_pos = t;
-    }
-  }
-  c.rel = std::sqrt(num / std::max(den, 1e-30));
-  c.median = Median(per_pos);
-  return c;
-}
-
-Comparison Compare(const std::vector<float>& ours, const std::vector<float>& ref, int64_t vocab) {
-  EXPECT_EQ(ours.size(), ref.size());
-  return Compare(ours.data(), ref.data(),
-                 static_cast<int64_t>(std::min(ours.size(), ref.size())) / vocab, vocab);
-}
-
-std::string Describe(const Comparison& c) {
-  std::ostringstream s;
-  s << "L2 rel=" << c.rel << " median position rel=" << c.median << " max_abs=" << c.max_abs
-    << " worst position " << c.worst_pos << " (rel " << c.worst_pos_rel << ")";
-  return s.str();
 }
 
 void ExpectWithinBounds(const Comparison& c, const std::string& what) {
@@ -166,41 +90,15 @@ void ExpectWithinBounds(const Comparison& c, const std::string& what) {
   EXPECT_LE(c.rel, kL2Tolerance) << what << ": " << Describe(c);
 }
 
-LoadOptions CudaOptions() {
-  LoadOptions o;
-  o.device = Device::kCuda;
-  o.max_batch = 8;
-  o.max_sequences = 16;
-  return o;
-}
-
-// Loads on the GPU; a CPU fallback is a failure here (the notice says why).
 std::unique_ptr<Model> LoadCuda(const std::string& dir, const LoadOptions& o = CudaOptions()) {
-  auto m = LoadModel(dir, o);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return nullptr;
-  const ModelInfo& info = (*m)->info();
-  EXPECT_EQ(info.device.rfind("cuda:", 0), 0u) << dir << " fell back: " << info.notice;
-  if (info.device.rfind("cuda:", 0) != 0) return nullptr;
-  return std::move(*m);
+  return parity::LoadCuda(dir, o);
 }
 
-// Prefill the first n tokens as one Forward, then one token per Forward.
-std::vector<float> RunSplit(const Model& model, const std::vector<int32_t>& tokens, int64_t n) {
-  const int64_t vocab = model.info().vocab_size;
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  std::vector<float> out(static_cast<size_t>(T * vocab));
-  auto state = model.NewState(T + 8);
-  EXPECT_TRUE(state.ok()) << state.status();
-  if (!state.ok()) return {};
-  Status st = model.Forward(std::span(tokens.data(), static_cast<size_t>(n)), **state, out.data(),
-                            /*all_logits=*/true);
-  EXPECT_TRUE(st.ok()) << st;
-  for (int64_t t = n; t < T && st.ok(); ++t) {
-    st = model.Forward(std::span(tokens.data() + t, 1), **state, out.data() + t * vocab, false);
-    EXPECT_TRUE(st.ok()) << "token " << t << ": " << st;
-  }
-  return out;
+parity::GraphCounts GraphCountsOf(const Model& m) {
+  auto s = GetQwen3NextCudaStats(m);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return {};
+  return {s->graph_captures, s->graph_launches, s->eager_steps, s->graph_error};
 }
 
 class CudaQwen3NextParity : public ::testing::TestWithParam<std::string> {
@@ -377,102 +275,25 @@ TEST_P(CudaQwen3NextParity, GraphReplayEqualsEagerSteps) {
   eager_opts.cuda_graphs = false;
   std::unique_ptr<Model> eager = LoadCuda(fixture_.dir, eager_opts);
   ASSERT_NE(eager, nullptr);
-  const int64_t n = std::min<int64_t>(10, T() - 1);
-  const std::vector<float> a = RunSplit(*model_, fixture_.prompt, n);
-  const std::vector<float> b = RunSplit(*eager, fixture_.prompt, n);
-  const Comparison c = Compare(a, b, fixture_.vocab);
-  auto ga = GetQwen3NextCudaStats(*model_);
-  auto gb = GetQwen3NextCudaStats(*eager);
-  ASSERT_TRUE(ga.ok() && gb.ok());
-  std::printf("[cuda-qwen3next] %s graphs vs eager over %lld decode steps: %s; graphs: %lld "
-              "captured, %lld replays, %lld eager%s%s\n",
-              GetParam().c_str(), static_cast<long long>(T() - n), Describe(c).c_str(),
-              static_cast<long long>(ga->graph_captures), static_cast<long long>(ga->graph_launches),
-              static_cast<long long>(ga->eager_steps), ga->graph_error.empty() ? "" : "; disabled: ",
-              ga->graph_error.c_str());
-  EXPECT_EQ(ga->graph_error, "");
-  EXPECT_GE(ga->graph_captures, 1);
-  EXPECT_GE(ga->graph_launches, T() - n - 2);  // all but the warm-up steps of each shape
-  EXPECT_EQ(gb->graph_launches, 0);
-  EXPECT_LE(c.rel, kGraphTolerance) << Describe(c);
+  parity::ExpectGraphReplayEqualsEager(*model_, *eager, fixture_.prompt, std::min<int64_t>(10, T() - 1),
+                                       kGraphTolerance, /*min_captures=*/1, /*warmups=*/2, GraphCountsOf,
+                                       "[cuda-qwen3next] " + GetParam());
 }
 
 TEST_P(CudaQwen3NextParity, CloneContinuesIdenticallyAndResetStartsOver) {
-  const int64_t vocab = fixture_.vocab;
-  auto st = model_->NewState(T() + 8);
-  ASSERT_TRUE(st.ok());
   const int64_t n = std::min<int64_t>(70, T() - 4);  // more than one cache block
-  ASSERT_TRUE(model_->Forward(std::span(fixture_.prompt.data(), static_cast<size_t>(n)), **st,
-                              nullptr, false)
-                  .ok());
-  std::unique_ptr<SequenceState> copy = (*st)->Clone();
-  ASSERT_NE(copy, nullptr);
-  EXPECT_EQ(copy->num_tokens(), n);
-  std::vector<float> a(static_cast<size_t>(3 * vocab)), b(static_cast<size_t>(3 * vocab));
-  const std::span<const int32_t> next(fixture_.prompt.data() + n, 3);
-  ASSERT_TRUE(model_->Forward(next, **st, a.data(), true).ok());
-  ASSERT_TRUE(model_->Forward(next, *copy, b.data(), true).ok());
-  EXPECT_LE(Compare(a, b, vocab).rel, kGraphTolerance) << Describe(Compare(a, b, vocab));
-  (*st)->Reset();
-  EXPECT_EQ((*st)->num_tokens(), 0);
-  std::vector<float> fresh(static_cast<size_t>(T() * vocab));
-  ASSERT_TRUE(model_->Forward(fixture_.prompt, **st, fresh.data(), true).ok());
-  ExpectWithinBounds(Compare(fresh, fixture_.logits, vocab), "after Reset");
+  const std::vector<float> fresh =
+      parity::ExpectCloneContinuesAndResetStartsOver(*model_, fixture_.prompt, n, kGraphTolerance);
+  ExpectWithinBounds(Compare(fresh, fixture_.logits, fixture_.vocab), "after Reset");
 }
 
 TEST_P(CudaQwen3NextParity, GpuGreedySamplingIsTheArgmax) {
-  const int64_t vocab = fixture_.vocab;
-  std::vector<std::unique_ptr<SequenceState>> a, b;
-  for (int64_t len : {int64_t{3}, int64_t{17}}) {
-    for (auto* group : {&a, &b}) {
-      auto st = model_->NewState(T() + 8);
-      ASSERT_TRUE(st.ok());
-      ASSERT_TRUE(model_->Forward(std::span(fixture_.prompt.data(), static_cast<size_t>(len)), **st,
-                                  nullptr, false)
-                      .ok());
-      group->push_back(std::move(*st));
-    }
-  }
-  std::vector<SequenceState*> sa = {a[0].get(), a[1].get()}, sb = {b[0].get(), b[1].get()};
-  const std::vector<int32_t> tokens = {fixture_.prompt[3], fixture_.prompt[17]};
-  std::vector<float> logits(static_cast<size_t>(2 * vocab));
-  ASSERT_TRUE(model_->DecodeBatch(tokens, sa, logits.data()).ok());
-  const std::vector<DecodeSampling> greedy(2);
-  int32_t out[2] = {-1, -1};
-  const Status s = model_->DecodeBatchSample(tokens, sb, greedy, out);
-  ASSERT_TRUE(s.ok()) << s;
-  for (int i = 0; i < 2; ++i) {
-    const float* row = logits.data() + i * vocab;
-    EXPECT_EQ(out[i], std::max_element(row, row + vocab) - row) << "row " << i;
-  }
+  parity::ExpectGpuGreedySamplingIsTheArgmax(*model_, fixture_.prompt, 3, 17);
 }
 
 TEST_P(CudaQwen3NextParity, MisuseIsRejectedBeforeAnyWork) {
-  const int64_t V = fixture_.vocab;
-  auto st = model_->NewState(8);
-  ASSERT_TRUE(st.ok());
-  const int32_t bad[2] = {1, static_cast<int32_t>(V)};
-  EXPECT_TRUE(absl::IsInvalidArgument(model_->Forward(std::span(bad, 2), **st, nullptr, false)));
-  EXPECT_TRUE(absl::IsInvalidArgument(model_->Forward(std::span(bad + 1, 1), **st, nullptr, false)));
-  EXPECT_TRUE(absl::IsInvalidArgument(model_->Forward({}, **st, nullptr, false)));
-  const std::vector<int32_t> nine(9, 1);
-  EXPECT_TRUE(absl::IsOutOfRange(model_->Forward(nine, **st, nullptr, false)));
-  EXPECT_EQ((*st)->num_tokens(), 0);
-  EXPECT_TRUE(absl::IsInvalidArgument(model_->NewState(0).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(model_->NewState(model_->info().max_context + 1).status()));
-  auto cpu = LoadModel(fixture_.dir);
-  ASSERT_TRUE(cpu.ok());
-  auto foreign = (*cpu)->NewState(8);
-  ASSERT_TRUE(foreign.ok());
-  EXPECT_TRUE(absl::IsInvalidArgument(model_->Forward(std::span(bad, 1), **foreign, nullptr, false)));
-  auto other = model_->NewState(8);
-  ASSERT_TRUE(other.ok());
-  const std::vector<int32_t> two = {1, 2}, one = {1};
-  std::vector<SequenceState*> ab = {st->get(), other->get()}, aa = {st->get(), st->get()};
-  EXPECT_TRUE(absl::IsInvalidArgument(model_->DecodeBatch(one, ab, nullptr)));
-  EXPECT_TRUE(absl::IsInvalidArgument(model_->DecodeBatch(two, aa, nullptr)));
-  EXPECT_EQ((*st)->num_tokens(), 0);
-  EXPECT_EQ((*other)->num_tokens(), 0);
+  parity::ExpectMisuseIsRejectedBeforeAnyWork(*model_, fixture_.dir, /*sample_rows=*/false,
+                                              /*benchmark_fill=*/false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaQwen3NextParity, ::testing::ValuesIn(FixtureNames()),
@@ -481,22 +302,6 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaQwen3NextParity, ::testing::ValuesIn(Fixt
 TEST(CudaQwen3NextFixtures, AtLeastThreeFixturesArePresent) {
   EXPECT_GE(FixtureNames().size(), 3u) << "no qwen3next_* fixtures under " << STRATA_TEST_DATA_DIR;
 }
-
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& tag)
-      : path_(fs::temp_directory_path() / (tag + "_" + std::to_string(::getpid()))) {
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 TEST(CudaQwen3NextDummy, DummyWeightsOnTheGpuAreFiniteAndDeterministicPerSeed) {
   ScratchDir dir("strata_cuda_qwen3next_dummy");

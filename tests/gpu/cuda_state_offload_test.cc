@@ -253,6 +253,8 @@ TEST_P(CudaStateOffload, MoveToDeviceWithoutRoomIsResourceExhaustedAndChangesNot
   EXPECT_EQ((*a)->num_tokens(), 90);
   c->reset();
   ASSERT_TRUE((*a)->MoveToDevice().ok());
+  EXPECT_FALSE((*a)->on_host());
+  b->reset();  // room for the reference state
   // Continues exactly like a state of the same model that never moved.
   auto ref = small->NewState(256);
   ASSERT_TRUE(ref.ok());
