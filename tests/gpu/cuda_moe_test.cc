@@ -15,6 +15,16 @@
 //    L2-relative error ≤ 1e-2 (bf16 weights and activations, fp32 output),
 //    and a second run, on an explicit stream where the kernels are chained by
 //    programmatic dependent launch, gives bit-identical output;
+//  * the CUTLASS grouped GEMM (MoeGemmImpl::kCutlass, builds with CUTLASS
+//    only) at the production shape for n = 300, 1000, 4099 (odd), skewed
+//    routing, and a mid shape where a bias sends every token to 16 of 160
+//    experts (144 empty groups), with the same tolerances; the rest of the
+//    file runs whatever STRATA_MOE_GEMM selects (run it once with
+//    STRATA_MOE_GEMM=mma for the mma.sync kernels);
+//  * the small-batch path (n·k ≤ 64: routing in the gate|up grid, no plan
+//    kernel) at n = 1, 2, 3, 4, 5, 8, 17 on tiny, scalar, group-limited,
+//    softmax and production shapes, against the CPU and bit for bit against
+//    the plan-based kernels (STRATA_MOE_SMALL=old);
 //  * a captured CUDA graph replayed on new inputs equals the eager result;
 //  * argument misuse → InvalidArgument naming the field.
 // Each case prints max abs / max rel (to max |ref|) / L2-relative error.
@@ -26,6 +36,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -34,11 +45,14 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cuda/moe_grouped_gemm_sm90.h"
 #include "base/dtype.h"
 #include "base/thread_pool.h"
 
 namespace strata::cuda {
 namespace {
+
+constexpr int64_t kSmallMaxPairs = 64;  // moe.cu: n·k at or below takes the small-batch path
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
@@ -246,6 +260,9 @@ struct Model {
     cpu::MoeWeights w;
     w.router = cpu::WeightMatrix{DType::kF32, router.data(), E, D};
     w.score_bias = bias;
+    w.routing = shape.softmax ? cpu::MoeRouting::kSoftmax : cpu::MoeRouting::kSigmoid;
+    w.num_groups = shape.num_groups;
+    w.topk_groups = shape.topk_groups;
     w.top_k = shape.top_k;
     w.renormalize = shape.renormalize;
     w.routed_scaling = shape.routed_scaling;
@@ -260,6 +277,8 @@ struct Model {
     return w;
   }
 };
+
+Model& Production();
 
 struct Inputs {
   std::vector<uint16_t> x;
@@ -302,7 +321,7 @@ struct GpuRun {
   DevBuf x, logits, bias, y, ws;
   size_t ws_bytes;
   MoeArgs args;
-  GpuRun(const Model& m, int64_t n, const Inputs& in)
+  GpuRun(const Model& m, int64_t n, const Inputs& in, MoeGemmImpl impl = MoeGemmImpl::kAuto)
       : x(sizeof(uint16_t) * in.x.size()),
         logits(sizeof(float) * in.logits.size()),
         bias(sizeof(float) * std::max<size_t>(1, in.bias.size())),
@@ -318,6 +337,7 @@ struct GpuRun {
     args.w13 = m.d_w13->get<bf16>();
     args.w2 = m.d_w2->get<bf16>();
     args.y = y.get<float>();
+    args.gemm_impl = impl;
   }
   void Load(const Inputs& in) {
     Upload(x, in.x);
@@ -338,14 +358,11 @@ struct GpuRun {
   }
 };
 
-void CheckForward(Model& m, int64_t n, uint64_t seed, bool bias, int64_t skew, bool renormalize,
-                  float scaling, const char* label) {
-  m.shape.renormalize = renormalize;
-  m.shape.routed_scaling = scaling;
+void CheckForwardOn(const Model& m, int64_t n, const Inputs& in, const char* label,
+                    MoeGemmImpl impl, int64_t skew) {
   SCOPED_TRACE(testing::Message() << label << " n=" << n);
-  const Inputs in = MakeInputs(m, n, seed, bias, skew);
   const std::vector<float> ref = CpuMoe(m, n, in);
-  GpuRun run(m, n, in);
+  GpuRun run(m, n, in, impl);
   const std::vector<float> got = run.Run();
   const Errors e = Compare(got, ref);
   std::printf(
@@ -364,6 +381,27 @@ void CheckForward(Model& m, int64_t n, uint64_t seed, bool bias, int64_t skew, b
   cudaStreamDestroy(stream);
   EXPECT_EQ(std::memcmp(got.data(), again.data(), sizeof(float) * got.size()), 0)
       << "second run differs: the combine must be deterministic";
+  if (n * m.shape.top_k <= kSmallMaxPairs) {
+    // The small-batch path (the default here) against the plan-based GEMV
+    // kernels: the same per-lane summation order and k-ordered combine, so
+    // the same bits.
+    setenv("STRATA_MOE_SMALL", "old", 1);
+    const std::vector<float> old_path = run.Run();
+    unsetenv("STRATA_MOE_SMALL");
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      differ += std::memcmp(&got[i], &old_path[i], sizeof(float)) != 0 ? 1 : 0;
+    }
+    EXPECT_EQ(differ, 0u) << "small-batch path differs from STRATA_MOE_SMALL=old in " << differ
+                          << " of " << got.size() << " outputs";
+  }
+}
+
+void CheckForward(Model& m, int64_t n, uint64_t seed, bool bias, int64_t skew, bool renormalize,
+                  float scaling, const char* label, MoeGemmImpl impl = MoeGemmImpl::kAuto) {
+  m.shape.renormalize = renormalize;
+  m.shape.routed_scaling = scaling;
+  CheckForwardOn(m, n, MakeInputs(m, n, seed, bias, skew), label, impl, skew);
 }
 
 TEST(CudaMoeForward, TinyOddShapes) {
@@ -375,6 +413,42 @@ TEST(CudaMoeForward, TinyOddShapes) {
   }
   CheckForward(m, 97, seed++, true, 3, true, 2.446f, "tiny-skew");
   CheckForward(m, 2, seed++, true, 0, true, 2.446f, "tiny-skew");
+}
+
+// n·k ≤ 64: routing inside the gate|up grid, pairs grouped by distinct
+// expert (shared experts streamed once, more than 8 tokens on one expert
+// in several passes), the down grid's k-ordered combine; every routing mode
+// and both load widths. CheckForward also compares it bit for bit with the
+// plan-based kernels.
+TEST(CudaMoeForward, SmallBatchPath) {
+  uint64_t seed = 8000;
+  Model tiny(7, 64, 48, 2, 21);
+  for (int64_t n : {1, 2, 3, 4, 5, 8, 17}) {
+    CheckForward(tiny, n, seed++, true, -1, true, 2.446f, "small");
+    CheckForward(tiny, n, seed++, false, -1, false, 1.f, "small");
+  }
+  CheckForward(tiny, 17, seed++, true, 4, true, 2.446f, "small-skew");  // 17 tokens, one expert
+  CheckForward(tiny, 32, seed++, true, -1, true, 2.446f, "small");      // n·k = 64
+  Model scalar(5, 66, 50, 3, 22);  // 2-byte loads
+  for (int64_t n : {1, 2, 5, 17}) {
+    CheckForward(scalar, n, seed++, true, -1, true, 2.446f, "small-v1");
+  }
+  Model grouped(16, 128, 64, 4, 23);
+  grouped.shape.num_groups = 4;
+  grouped.shape.topk_groups = 2;
+  for (int64_t n : {1, 2, 3, 4, 5, 8, 16}) {
+    CheckForward(grouped, n, seed++, true, -1, true, 2.5f, "small-grp");
+  }
+  Model softmax(12, 128, 64, 3, 24);
+  softmax.shape.softmax = true;
+  for (int64_t n : {1, 2, 3, 4, 5, 8, 17}) {
+    CheckForward(softmax, n, seed++, false, -1, n % 2 == 1, 1.f, "small-smx");
+  }
+  Model& prod = Production();
+  for (int64_t n : {1, 2, 3, 4, 5, 8, 17}) {
+    CheckForward(prod, n, seed++, true, -1, true, 2.446f, "small-prod");
+  }
+  CheckForward(prod, 8, seed++, true, 40, true, 2.446f, "small-prod-skew");
 }
 
 TEST(CudaMoeForward, ScalarFallbackShape) {
@@ -411,15 +485,36 @@ TEST(CudaMoeForward, ProductionShapePrefill) {
   CheckForward(m, 2000, 5001, true, 200, true, 2.446f, "prod-skew");  // 2000 rows in one expert
 }
 
+TEST(CudaMoeForward, CutlassGroupedGemm) {
+  if (!MoeSm90GemmAvailable()) GTEST_SKIP() << "built without CUTLASS";
+  Model& m = Production();
+  uint64_t seed = 7000;
+  for (int64_t n : {300, 1000, 4099}) {
+    CheckForward(m, n, seed++, true, -1, true, 2.446f, "cutlass", MoeGemmImpl::kCutlass);
+  }
+  CheckForward(m, 1000, seed++, true, 33, true, 2.446f, "cutlass-skew", MoeGemmImpl::kCutlass);
+  CheckForward(m, 523, seed++, false, -1, false, 1.f, "cutlass", MoeGemmImpl::kCutlass);
+  // 16 of 160 experts take every token (a +10 bias each): 144 groups of zero
+  // rows between and after the busy ones.
+  Model mid(160, 256, 192, 4, 17);
+  mid.shape.renormalize = true;
+  mid.shape.routed_scaling = 2.446f;
+  for (int64_t n : {129, 700}) {
+    Inputs in = MakeInputs(mid, n, seed++, true, -1);
+    for (int64_t e = 3; e < 160; e += 10) in.bias[static_cast<size_t>(e)] += 10.f;
+    CheckForwardOn(mid, n, in, "cutlass-empty", MoeGemmImpl::kCutlass, -1);
+  }
+}
+
 // The layer enqueues no host synchronisation: capture it, replay on new
 // inputs written into the same buffers, and compare with an eager run.
-void CheckGraph(Model& m, int64_t n, uint64_t seed) {
+void CheckGraph(Model& m, int64_t n, uint64_t seed, MoeGemmImpl impl = MoeGemmImpl::kAuto) {
   SCOPED_TRACE(testing::Message() << "graph n=" << n);
   m.shape.renormalize = true;
   m.shape.routed_scaling = 2.446f;
   const Inputs a = MakeInputs(m, n, seed, true, -1);
   const Inputs b = MakeInputs(m, n, seed + 1, true, -1);
-  GpuRun run(m, n, a);
+  GpuRun run(m, n, a, impl);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
@@ -447,10 +542,13 @@ void CheckGraph(Model& m, int64_t n, uint64_t seed) {
 
 TEST(CudaMoeForward, CapturedGraphReplaysOnNewInputs) {
   Model tiny(7, 64, 48, 2, 15);
-  CheckGraph(tiny, 1, 6000);
+  CheckGraph(tiny, 1, 6000);  // the small-batch path
+  CheckGraph(tiny, 8, 6001);
+  CheckGraph(Production(), 1, 6003);
   CheckGraph(tiny, 97, 6002);
   Model mid(8, 256, 128, 2, 16);
   CheckGraph(mid, 300, 6004);
+  if (MoeSm90GemmAvailable()) CheckGraph(Production(), 1000, 6006, MoeGemmImpl::kCutlass);
 }
 
 // ---------------------------------------------------------------------------
