@@ -20,7 +20,7 @@ for what in "$@"; do
     tests)
       for t in ${GPU_TESTS:-.carry/bin/gpu_*}; do
         log="$LOGS/$(basename "$t").log"
-        timeout 300 "$t" --gtest_color=no > "$log" 2>&1
+        timeout ${TEST_TIMEOUT:-300} "$t" --gtest_color=no > "$log" 2>&1
         st=$?
         echo "=== $t exit $st: $(grep -E '^\[  (PASSED|FAILED) ' "$log" | tr '\n' ' ')" | tee -a "$OUT/tests.log"
         grep -E '^\[  FAILED  \]' "$log" | head -20
