@@ -127,7 +127,8 @@ struct Setup {
 
 // Parses the common flags, creates the engine and loads the model. Returns
 // an exit code (kExitOk on success).
-int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup* s) {
+int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup* s,
+          int64_t concurrency_override = 0) {
   Device device = Device::kCpu;
   if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &device); rc != kExitOk) return rc;
   LoadOptions lo;
@@ -142,7 +143,8 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
     lo.load_format = LoadFormat::kDummy;
   }
   const double kBig = std::numeric_limits<float>::max();
-  auto concurrency = flags.Int("concurrency", 8, 1, 4096);
+  StatusOr<int64_t> concurrency =
+      concurrency_override > 0 ? StatusOr<int64_t>(concurrency_override) : flags.Int("concurrency", 8, 1, 4096);
   // 0: the engine picks by device (EngineOptions::prefill_chunk_tokens).
   auto chunk = flags.Int("prefill-chunk", 0, 1, int64_t{1} << 30);
   auto while_decoding = flags.Int("prefill-while-decoding", 0, 1, int64_t{1} << 30);
@@ -291,6 +293,142 @@ int RunGenerateBatch(int argc, char** argv) {
   return failures == 0 ? kExitOk : kExitFailure;
 }
 
+// One bench-serve run on an already loaded model: R requests of L tokens
+// (the first P shared), M generated each, C in flight. Engine counters are
+// reported as the difference from `before`, so runs of a sweep share one
+// engine and one model load.
+nlohmann::ordered_json BenchServeOnce(Setup& s, int64_t L, int64_t M, int64_t R, int64_t P, int64_t C,
+                                      int64_t max_context, Status* status) {
+  GenerationParams params = s.params;
+  params.max_tokens = static_cast<int32_t>(M);
+  params.stop_at_eos = false;
+  const EngineMetrics before = s.engine->Metrics();
+  const int32_t vocab = s.model->info().vocab_size;
+  std::mt19937_64 rng(params.sampling.seed + 12345 + static_cast<uint64_t>(L * 131 + M * 7 + C));
+  auto random_id = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
+  std::vector<int32_t> prefix(static_cast<size_t>(P));
+  for (auto& t : prefix) t = random_id();
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(R));
+  for (auto& p : prompts) {
+    p = prefix;
+    while (static_cast<int64_t>(p.size()) < L) p.push_back(random_id());
+  }
+  std::vector<Outcome> out;
+  const auto t0 = Clock::now();
+  *status = RunClosedLoop(*s.engine, s.model, prompts, params, /*seed_per_request=*/true, C, max_context, &out);
+  const double wall = SecondsSince(t0);
+  std::vector<double> ttft, tpot, e2e;
+  int64_t generated = 0, failed = 0;
+  for (const Outcome& o : out) {
+    if (!o.status.ok()) ++failed;
+    generated += static_cast<int64_t>(o.tokens.size());
+    if (o.tokens.empty()) continue;
+    ttft.push_back(std::chrono::duration<double, std::milli>(o.first_token - o.submitted).count());
+    e2e.push_back(std::chrono::duration<double, std::milli>(o.last_token - o.submitted).count());
+    if (o.tokens.size() > 1) {
+      tpot.push_back(std::chrono::duration<double, std::milli>(o.last_token - o.first_token).count() /
+                     static_cast<double>(o.tokens.size() - 1));
+    }
+  }
+  const EngineMetrics after = s.engine->Metrics();
+  auto delta = [](int64_t a, int64_t b) { return a - b; };
+  const int64_t lookup = delta(after.prefix_lookup_tokens, before.prefix_lookup_tokens);
+  const int64_t hits = delta(after.prefix_hit_tokens, before.prefix_hit_tokens);
+  const int64_t steps_i = delta(after.decode_steps, before.decode_steps);
+  const int64_t iters_i = delta(after.iterations, before.iterations);
+  const double hit = lookup > 0 ? static_cast<double>(hits) / static_cast<double>(lookup) : 0.0;
+  auto pct = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return nlohmann::ordered_json{{"mean", v.empty() ? 0.0 : sum / static_cast<double>(v.size())},
+                                  {"p50", Percentile(v, 0.5)},
+                                  {"p90", Percentile(v, 0.9)},
+                                  {"p99", Percentile(v, 0.99)}};
+  };
+  nlohmann::ordered_json j;
+  j["model"] = s.model->info().architecture;
+  j["device"] = s.model->info().device;
+  j["input_len"] = L;
+  j["output_len"] = M;
+  j["shared_prefix"] = P;
+  j["requests"] = R;
+  j["concurrency"] = C;
+  j["failed"] = failed;
+  j["duration_s"] = wall;
+  j["request_throughput"] = static_cast<double>(R) / wall;
+  j["output_tokens_per_s"] = static_cast<double>(generated) / wall;
+  j["total_tokens_per_s"] = static_cast<double>(generated + R * L) / wall;
+  j["ttft_ms"] = pct(ttft);
+  j["tpot_ms"] = pct(tpot);
+  j["e2e_ms"] = pct(e2e);
+  j["prefix_cache_hit_rate"] = hit;
+  j["prefix_hit_tokens"] = hits;
+  j["prefix_lookup_tokens"] = lookup;
+  j["prefill_tokens"] = delta(after.prefill_tokens, before.prefill_tokens);
+  j["mean_decode_batch"] =
+      steps_i > 0 ? static_cast<double>(delta(after.decode_rows, before.decode_rows)) / steps_i : 0.0;
+  j["preemptions"] = delta(after.preemptions, before.preemptions);
+  j["prefix_cache_slot_evictions"] = delta(after.prefix_cache_slot_evictions, before.prefix_cache_slot_evictions);
+  j["device_sampled_rows"] = delta(after.device_sampled_rows, before.device_sampled_rows);
+  j["host_sampled_rows"] = delta(after.host_sampled_rows, before.host_sampled_rows);
+  // Where the scheduler thread's time went; per decode step it compares
+  // with the raw DecodeBatch step of `strata bench` at the same batch.
+  const double steps = static_cast<double>(std::max<int64_t>(1, steps_i));
+  const double iters = static_cast<double>(std::max<int64_t>(1, iters_i));
+  nlohmann::ordered_json phases;
+  phases["iterations"] = iters_i;
+  phases["decode_steps"] = steps_i;
+  for (const auto& [name, total] : std::vector<std::pair<const char*, double>>{
+           {"schedule", after.schedule_ms - before.schedule_ms},
+           {"prefill", after.prefill_ms - before.prefill_ms},
+           {"decode", after.decode_ms - before.decode_ms},
+           {"sample", after.sample_ms - before.sample_ms},
+           {"emit", after.emit_ms - before.emit_ms}}) {
+    phases[name] = nlohmann::ordered_json{
+        {"total_ms", total}, {"per_iteration_ms", total / iters}, {"per_decode_step_ms", total / steps}};
+  }
+  j["phases"] = phases;
+  return j;
+}
+
+void PrintBenchServe(const nlohmann::ordered_json& j, bool verbose) {
+  std::printf("model %s on %s; %lld requests, input %lld (shared prefix %lld), output %lld, concurrency %lld\n",
+              j["model"].get<std::string>().c_str(), j["device"].get<std::string>().c_str(),
+              static_cast<long long>(j["requests"].get<int64_t>()), static_cast<long long>(j["input_len"].get<int64_t>()),
+              static_cast<long long>(j["shared_prefix"].get<int64_t>()),
+              static_cast<long long>(j["output_len"].get<int64_t>()),
+              static_cast<long long>(j["concurrency"].get<int64_t>()));
+  std::printf("duration            %10.2f s   (%lld failed)\n", j["duration_s"].get<double>(),
+              static_cast<long long>(j["failed"].get<int64_t>()));
+  std::printf("request throughput  %10.2f req/s\n", j["request_throughput"].get<double>());
+  std::printf("output tokens/s     %10.1f\n", j["output_tokens_per_s"].get<double>());
+  std::printf("total tokens/s      %10.1f\n", j["total_tokens_per_s"].get<double>());
+  for (const char* k : {"ttft_ms", "tpot_ms", "e2e_ms"}) {
+    std::printf("%-8s mean %9.2f  p50 %9.2f  p90 %9.2f  p99 %9.2f ms\n", k, j[k]["mean"].get<double>(),
+                j[k]["p50"].get<double>(), j[k]["p90"].get<double>(), j[k]["p99"].get<double>());
+  }
+  std::printf("prefix cache hit    %10.1f %% of prompt tokens (%lld of %lld)\n",
+              100.0 * j["prefix_cache_hit_rate"].get<double>(),
+              static_cast<long long>(j["prefix_hit_tokens"].get<int64_t>()),
+              static_cast<long long>(j["prefix_lookup_tokens"].get<int64_t>()));
+  std::printf("mean decode batch   %10.2f rows; %lld preemptions\n", j["mean_decode_batch"].get<double>(),
+              static_cast<long long>(j["preemptions"].get<int64_t>()));
+  if (!verbose) return;
+  const auto& phases = j["phases"];
+  std::printf("decode rows sampled %10lld on the device, %lld on the host; %lld cache evictions for state slots\n",
+              static_cast<long long>(j["device_sampled_rows"].get<int64_t>()),
+              static_cast<long long>(j["host_sampled_rows"].get<int64_t>()),
+              static_cast<long long>(j["prefix_cache_slot_evictions"].get<int64_t>()));
+  std::printf("scheduler phases over %lld iterations, %lld decode steps:\n",
+              static_cast<long long>(phases["iterations"].get<int64_t>()),
+              static_cast<long long>(phases["decode_steps"].get<int64_t>()));
+  for (const char* k : {"schedule", "prefill", "decode", "sample", "emit"}) {
+    std::printf("  %-9s total %10.1f ms  per iteration %8.3f ms  per decode step %8.3f ms\n", k,
+                phases[k]["total_ms"].get<double>(), phases[k]["per_iteration_ms"].get<double>(),
+                phases[k]["per_decode_step_ms"].get<double>());
+  }
+}
+
 int RunBenchServe(int argc, char** argv) {
   const std::string cmd = "bench serve";
   std::vector<std::string> values = kCommonValueFlags, bools = kCommonBoolFlags;
@@ -309,140 +447,84 @@ int RunBenchServe(int argc, char** argv) {
         "\n"
         "  --input-len L --output-len M --requests R (defaults 512, 128, 64)\n"
         "  --shared-prefix P         leading prompt tokens identical in every request (default 0)\n"
-        "  --json                    one JSON object on stdout instead of the table\n",
+        "  --json                    one JSON object per run on stdout instead of the table\n"
+        "\n"
+        "Sweep: --concurrency, --input-len and --output-len also take comma-separated lists; every\n"
+        "(input-len, output-len) pair (the two lists zipped) runs at every concurrency on one model\n"
+        "load and one engine, with R = --requests when given, else the concurrency (one wave).\n",
         stdout);
     std::fputs(kCommonHelp, stdout);
     return kExitOk;
   }
-  auto L = flags.Int("input-len", 512, 1, int64_t{1} << 24);
-  auto M = flags.Int("output-len", 128, 1, int64_t{1} << 24);
+  auto list = [&](const char* name, int64_t fallback, int64_t lo, int64_t hi) -> StatusOr<std::vector<int64_t>> {
+    if (!flags.Has(name)) return std::vector<int64_t>{fallback};
+    STRATA_ASSIGN_OR_RETURN(std::vector<int32_t> v, flags.IntList(name));
+    if (v.empty()) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+    std::vector<int64_t> r;
+    for (int32_t x : v) {
+      if (x < lo || x > hi) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " value ", x, " is outside [", lo, ", ", hi, "]"));
+      }
+      r.push_back(x);
+    }
+    return r;
+  };
+  auto Ls = list("input-len", 512, 1, int64_t{1} << 24);
+  auto Ms = list("output-len", 128, 1, int64_t{1} << 24);
+  auto Cs = list("concurrency", 8, 1, 4096);
   auto R = flags.Int("requests", 64, 1, int64_t{1} << 24);
   auto P = flags.Int("shared-prefix", 0, 0, int64_t{1} << 24);
-  for (const Status& st : {L.status(), M.status(), R.status(), P.status()}) {
+  for (const Status& st : {Ls.status(), Ms.status(), Cs.status(), R.status(), P.status()}) {
     if (!st.ok()) return Fail(cmd, st, kExitUsage);
   }
-  if (*P > *L) return Fail(cmd, "--shared-prefix must not exceed --input-len", kExitUsage);
-  const int64_t max_context = *L + *M + 1;
+  if (Ls->size() != Ms->size()) {
+    return Fail(cmd, "--input-len and --output-len must list the same number of values", kExitUsage);
+  }
+  int64_t max_context = 0;
+  for (size_t i = 0; i < Ls->size(); ++i) {
+    if (*P > (*Ls)[i]) return Fail(cmd, "--shared-prefix must not exceed --input-len", kExitUsage);
+    max_context = std::max(max_context, (*Ls)[i] + (*Ms)[i] + 1);
+  }
+  const int64_t max_c = *std::max_element(Cs->begin(), Cs->end());
+  const bool sweep = Ls->size() > 1 || Cs->size() > 1;
   Setup s;
-  if (int rc = SetUp(cmd, flags, max_context, &s); rc != kExitOk) return rc;
-  s.params.max_tokens = static_cast<int32_t>(*M);
-  s.params.stop_at_eos = false;
+  if (int rc = SetUp(cmd, flags, max_context, &s, max_c); rc != kExitOk) return rc;
 
-  const int32_t vocab = s.model->info().vocab_size;
-  std::mt19937_64 rng(s.params.sampling.seed + 12345);
-  auto random_id = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
-  std::vector<int32_t> prefix(static_cast<size_t>(*P));
-  for (auto& t : prefix) t = random_id();
-  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(*R));
-  for (auto& p : prompts) {
-    p = prefix;
-    while (static_cast<int64_t>(p.size()) < *L) p.push_back(random_id());
-  }
-  std::vector<Outcome> out;
-  const auto t0 = Clock::now();
-  Status st = RunClosedLoop(*s.engine, s.model, prompts, s.params, /*seed_per_request=*/true, s.concurrency,
-                            max_context, &out);
-  const double wall = SecondsSince(t0);
-  if (!st.ok()) return Fail(cmd, st, ExitCodeFor(st));
-  std::vector<double> ttft, tpot, e2e;
-  int64_t generated = 0, failed = 0;
-  for (const Outcome& o : out) {
-    if (!o.status.ok()) ++failed;
-    generated += static_cast<int64_t>(o.tokens.size());
-    if (o.tokens.empty()) continue;
-    ttft.push_back(std::chrono::duration<double, std::milli>(o.first_token - o.submitted).count());
-    e2e.push_back(std::chrono::duration<double, std::milli>(o.last_token - o.submitted).count());
-    if (o.tokens.size() > 1) {
-      tpot.push_back(std::chrono::duration<double, std::milli>(o.last_token - o.first_token).count() /
-                     static_cast<double>(o.tokens.size() - 1));
+  int64_t failed_total = 0;
+  std::vector<nlohmann::ordered_json> runs;
+  for (size_t i = 0; i < Ls->size(); ++i) {
+    for (int64_t C : *Cs) {
+      const int64_t requests = sweep && !flags.Has("requests") ? C : *R;
+      Status st;
+      nlohmann::ordered_json j = BenchServeOnce(s, (*Ls)[i], (*Ms)[i], requests, *P, C, max_context, &st);
+      if (!st.ok()) return Fail(cmd, st, ExitCodeFor(st));
+      failed_total += j["failed"].get<int64_t>();
+      if (flags.Bool("json")) {
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        if (!runs.empty()) std::printf("\n");
+        PrintBenchServe(j, flags.Bool("verbose"));
+      }
+      std::fflush(stdout);
+      runs.push_back(std::move(j));
     }
   }
-  const EngineMetrics m = s.engine->Metrics();
-  const double hit = m.prefix_lookup_tokens > 0
-                         ? static_cast<double>(m.prefix_hit_tokens) / static_cast<double>(m.prefix_lookup_tokens)
-                         : 0.0;
-  auto pct = [](const std::vector<double>& v) {
-    return nlohmann::ordered_json{{"mean", v.empty() ? 0.0 : [&] {
-                                     double sum = 0;
-                                     for (double x : v) sum += x;
-                                     return sum / static_cast<double>(v.size());
-                                   }()},
-                                  {"p50", Percentile(v, 0.5)},
-                                  {"p90", Percentile(v, 0.9)},
-                                  {"p99", Percentile(v, 0.99)}};
-  };
-  nlohmann::ordered_json j;
-  j["model"] = s.model->info().architecture;
-  j["device"] = s.model->info().device;
-  j["input_len"] = *L;
-  j["output_len"] = *M;
-  j["shared_prefix"] = *P;
-  j["requests"] = *R;
-  j["concurrency"] = s.concurrency;
-  j["failed"] = failed;
-  j["duration_s"] = wall;
-  j["request_throughput"] = static_cast<double>(*R) / wall;
-  j["output_tokens_per_s"] = static_cast<double>(generated) / wall;
-  j["total_tokens_per_s"] = static_cast<double>(generated + *R * *L) / wall;
-  j["ttft_ms"] = pct(ttft);
-  j["tpot_ms"] = pct(tpot);
-  j["e2e_ms"] = pct(e2e);
-  j["prefix_cache_hit_rate"] = hit;
-  j["prefix_hit_tokens"] = m.prefix_hit_tokens;
-  j["prefill_tokens"] = m.prefill_tokens;
-  j["mean_decode_batch"] = m.decode_steps > 0 ? static_cast<double>(m.decode_rows) / m.decode_steps : 0.0;
-  j["preemptions"] = m.preemptions;
-  j["prefix_cache_slot_evictions"] = m.prefix_cache_slot_evictions;
-  j["device_sampled_rows"] = m.device_sampled_rows;
-  j["host_sampled_rows"] = m.host_sampled_rows;
-  // Where the scheduler thread's time went; per decode step it compares
-  // with the raw DecodeBatch step of `strata bench` at the same batch.
-  const double steps = static_cast<double>(std::max<int64_t>(1, m.decode_steps));
-  const double iters = static_cast<double>(std::max<int64_t>(1, m.iterations));
-  nlohmann::ordered_json phases;
-  phases["iterations"] = m.iterations;
-  for (const auto& [name, total] : std::vector<std::pair<const char*, double>>{{"schedule", m.schedule_ms},
-                                                                                {"prefill", m.prefill_ms},
-                                                                                {"decode", m.decode_ms},
-                                                                                {"sample", m.sample_ms},
-                                                                                {"emit", m.emit_ms}}) {
-    phases[name] = nlohmann::ordered_json{
-        {"total_ms", total}, {"per_iteration_ms", total / iters}, {"per_decode_step_ms", total / steps}};
-  }
-  j["phases"] = phases;
-  if (flags.Bool("json")) {
-    std::printf("%s\n", j.dump().c_str());
-    return failed == 0 ? kExitOk : kExitFailure;
-  }
-  std::printf("model %s on %s; %lld requests, input %lld (shared prefix %lld), output %lld, concurrency %lld\n",
-              j["model"].get<std::string>().c_str(), j["device"].get<std::string>().c_str(),
-              static_cast<long long>(*R), static_cast<long long>(*L), static_cast<long long>(*P),
-              static_cast<long long>(*M), static_cast<long long>(s.concurrency));
-  std::printf("duration            %10.2f s   (%lld failed)\n", wall, static_cast<long long>(failed));
-  std::printf("request throughput  %10.2f req/s\n", j["request_throughput"].get<double>());
-  std::printf("output tokens/s     %10.1f\n", j["output_tokens_per_s"].get<double>());
-  std::printf("total tokens/s      %10.1f\n", j["total_tokens_per_s"].get<double>());
-  for (const char* k : {"ttft_ms", "tpot_ms", "e2e_ms"}) {
-    std::printf("%-8s mean %9.2f  p50 %9.2f  p90 %9.2f  p99 %9.2f ms\n", k, j[k]["mean"].get<double>(),
-                j[k]["p50"].get<double>(), j[k]["p90"].get<double>(), j[k]["p99"].get<double>());
-  }
-  std::printf("prefix cache hit    %10.1f %% of prompt tokens (%lld of %lld)\n", 100.0 * hit,
-              static_cast<long long>(m.prefix_hit_tokens), static_cast<long long>(m.prefix_lookup_tokens));
-  std::printf("mean decode batch   %10.2f rows; %lld preemptions\n", j["mean_decode_batch"].get<double>(),
-              static_cast<long long>(m.preemptions));
-  if (flags.Bool("verbose")) {
-    std::printf("decode rows sampled %10lld on the device, %lld on the host; %lld cache evictions for state slots\n",
-                static_cast<long long>(m.device_sampled_rows), static_cast<long long>(m.host_sampled_rows),
-                static_cast<long long>(m.prefix_cache_slot_evictions));
-    std::printf("scheduler phases over %lld iterations, %lld decode steps:\n", static_cast<long long>(m.iterations),
-                static_cast<long long>(m.decode_steps));
-    for (const char* k : {"schedule", "prefill", "decode", "sample", "emit"}) {
-      std::printf("  %-9s total %10.1f ms  per iteration %8.3f ms  per decode step %8.3f ms\n", k,
-                  phases[k]["total_ms"].get<double>(), phases[k]["per_iteration_ms"].get<double>(),
-                  phases[k]["per_decode_step_ms"].get<double>());
+  if (sweep && !flags.Bool("json")) {
+    std::printf("\n%8s %8s %6s %8s %12s %10s %10s %10s %10s %8s\n", "input", "output", "conc", "failed",
+                "out tok/s", "TPOT p50", "TPOT p99", "TTFT p50", "TTFT p99", "batch");
+    for (const auto& j : runs) {
+      std::printf("%8lld %8lld %6lld %8lld %12.1f %10.2f %10.2f %10.1f %10.1f %8.2f\n",
+                  static_cast<long long>(j["input_len"].get<int64_t>()),
+                  static_cast<long long>(j["output_len"].get<int64_t>()),
+                  static_cast<long long>(j["concurrency"].get<int64_t>()),
+                  static_cast<long long>(j["failed"].get<int64_t>()), j["output_tokens_per_s"].get<double>(),
+                  j["tpot_ms"]["p50"].get<double>(), j["tpot_ms"]["p99"].get<double>(),
+                  j["ttft_ms"]["p50"].get<double>(), j["ttft_ms"]["p99"].get<double>(),
+                  j["mean_decode_batch"].get<double>());
     }
   }
-  return failed == 0 ? kExitOk : kExitFailure;
+  return failed_total == 0 ? kExitOk : kExitFailure;
 }
 
 }  // namespace strata::cli
