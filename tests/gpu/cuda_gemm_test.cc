@@ -212,7 +212,7 @@ void RunGemmCase(BlasContext& ctx, cudaStream_t stream, const GemmCase& c, uint6
   a.ldy = c.ldy;
   a.alpha = c.alpha;
   a.beta = c.beta;
-  if (c.legacy) setenv("STRATA_GEMV", "old", 1);
+  setenv("STRATA_GEMV", c.legacy ? "old" : "streamk", 1);
   auto run = [&]() {
     for (int r = 0; r < c.repeats; ++r) {
       const Status st = Gemm(ctx, a, stream);
@@ -248,7 +248,7 @@ void RunGemmCase(BlasContext& ctx, cudaStream_t stream, const GemmCase& c, uint6
     EXPECT_EQ(std::memcmp(y_raw.data(), y2_raw.data(), y_raw.size()), 0)
         << "two runs of the same product differ: the result depends on timing";
   }
-  if (c.legacy) unsetenv("STRATA_GEMV");
+  unsetenv("STRATA_GEMV");
 
   // Reference: cpu::MatMul on packed W and x.
   std::vector<uint16_t> w_packed(static_cast<size_t>(c.n * c.k));

@@ -431,8 +431,8 @@ INSTANTIATE_TEST_SUITE_P(
                       PrefillCase{{32, 128, 128}, 4099, true, ActType::kBf16}),
     PrefillName);
 
-// The prefill paths (the default bf16 one, STRATA_KDA_PREFILL=v32 — the same
-// with 32-column state-pass tiles — and =old) against the CPU from a random
+// The prefill paths (the default bf16 one with 32-column state-pass tiles,
+// STRATA_KDA_PREFILL=v64 — the same with 64-column tiles — and =old) against the CPU from a random
 // state, and against each other. The variable is read on every call, so one
 // process runs all three.
 class ScopedPrefillPath {
@@ -476,7 +476,7 @@ TEST_P(KdaPrefillPathsTest, AllPathsMatchCpuAndEachOther) {
   ASSERT_TRUE(dev.uploaded);
   constexpr int kPaths = 3;
   std::vector<float> outs[kPaths], states[kPaths];
-  const char* paths[kPaths] = {nullptr, "v32", "old"};
+  const char* paths[kPaths] = {nullptr, "v64", "old"};
   for (int i = 0; i < kPaths; ++i) {
     ScopedPrefillPath path(paths[i]);
     DeviceArray<float> d_state(n_state);

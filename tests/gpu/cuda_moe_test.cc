@@ -24,7 +24,7 @@
 //  * the small-batch path (n·k ≤ 64: routing in the gate|up grid, no plan
 //    kernel) at n = 1, 2, 3, 4, 5, 8, 17 on tiny, scalar, group-limited,
 //    softmax and production shapes, against the CPU and bit for bit against
-//    the plan-based kernels (STRATA_MOE_SMALL=old);
+//    the plan-based kernels (the default; the small path is STRATA_MOE_SMALL=new);
 //  * a captured CUDA graph replayed on new inputs equals the eager result;
 //  * argument misuse → InvalidArgument naming the field.
 // Each case prints max abs / max rel (to max |ref|) / L2-relative error.
@@ -382,17 +382,17 @@ void CheckForwardOn(const Model& m, int64_t n, const Inputs& in, const char* lab
   EXPECT_EQ(std::memcmp(got.data(), again.data(), sizeof(float) * got.size()), 0)
       << "second run differs: the combine must be deterministic";
   if (n * m.shape.top_k <= kSmallMaxPairs) {
-    // The small-batch path (the default here) against the plan-based GEMV
-    // kernels: the same per-lane summation order and k-ordered combine, so
-    // the same bits.
-    setenv("STRATA_MOE_SMALL", "old", 1);
+    // The small-batch path (opt-in, STRATA_MOE_SMALL=new) against the
+    // plan-based GEMV kernels (the default, `got`): the same per-lane
+    // summation order and k-ordered combine, so the same bits.
+    setenv("STRATA_MOE_SMALL", "new", 1);
     const std::vector<float> old_path = run.Run();
     unsetenv("STRATA_MOE_SMALL");
     size_t differ = 0;
     for (size_t i = 0; i < got.size(); ++i) {
       differ += std::memcmp(&got[i], &old_path[i], sizeof(float)) != 0 ? 1 : 0;
     }
-    EXPECT_EQ(differ, 0u) << "small-batch path differs from STRATA_MOE_SMALL=old in " << differ
+    EXPECT_EQ(differ, 0u) << "small-batch path (STRATA_MOE_SMALL=new) differs from the default in " << differ
                           << " of " << got.size() << " outputs";
   }
 }

@@ -3,8 +3,8 @@
 // step, against the H200's copy bandwidth (4270 GB/s): time = bytes(W) /
 // bandwidth is the limit, since W is read once and x, y are tiny.
 //
-//   BM_CudaGemv/<shape>/<m>     the default kernel (stream-K)
-//   BM_CudaGemvOld/<shape>/<m>  STRATA_GEMV=old: the previous grid-per-tile one
+//   BM_CudaGemv/<shape>/<m>     STRATA_GEMV=streamk: the stream-K kernel
+//   BM_CudaGemvOld/<shape>/<m>  STRATA_GEMV=old: the grid-per-tile one (the default)
 //
 // so one run gives the A/B. Each iteration replays a CUDA graph of C GEMVs
 // on C distinct copies of W (C · bytes ≥ 512 MB ≫ the 50 MB L2, so every
@@ -99,7 +99,7 @@ void RunGemv(benchmark::State& state, bool legacy) {
   a.y_type = sh.y_type;
   a.beta = sh.beta;
   // The kernel is chosen when Gemm enqueues, i.e. at capture time.
-  if (legacy) setenv("STRATA_GEMV", "old", 1);
+  setenv("STRATA_GEMV", legacy ? "old" : "streamk", 1);
   // One eager call of the same shape first (plans exist before capture).
   a.w = static_cast<const bf16*>(w.p);
   st = Gemm(**ctx, a, s);
@@ -114,7 +114,7 @@ void RunGemv(benchmark::State& state, bool legacy) {
       st = absl::InternalError("graph capture failed");
     }
   }
-  if (legacy) unsetenv("STRATA_GEMV");
+  unsetenv("STRATA_GEMV");
   if (st.ok() && (graph == nullptr || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)) {
     st = absl::InternalError("graph instantiation failed");
   }

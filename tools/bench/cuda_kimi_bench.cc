@@ -119,7 +119,7 @@ KdaGates Gates(const float* g, const float* beta, const float* nea, const float*
 
 // --- KDA prefill: one layer, T tokens, from a zero state ---------------------
 // BM_CudaKdaPrefill runs the path the environment selects (the default unless
-// STRATA_KDA_PREFILL is set); BM_CudaKdaPrefillV32 and BM_CudaKdaPrefillOld
+// STRATA_KDA_PREFILL is set); BM_CudaKdaPrefillV64 and BM_CudaKdaPrefillOld
 // force the 32-column state pass and the old kernels, so one run of the
 // binary gives the A/B/C set.
 void RunKdaPrefill(benchmark::State& state) {
@@ -176,8 +176,8 @@ void RunKdaPrefillPath(benchmark::State& state, const char* path) {
     unsetenv("STRATA_KDA_PREFILL");
   }
 }
-void BM_CudaKdaPrefillV32(benchmark::State& state) { RunKdaPrefillPath(state, "v32"); }
-BENCHMARK(BM_CudaKdaPrefillV32)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
+void BM_CudaKdaPrefillV64(benchmark::State& state) { RunKdaPrefillPath(state, "v64"); }
+BENCHMARK(BM_CudaKdaPrefillV64)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 void BM_CudaKdaPrefillOld(benchmark::State& state) { RunKdaPrefillPath(state, "old"); }
 BENCHMARK(BM_CudaKdaPrefillOld)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 

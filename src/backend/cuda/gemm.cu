@@ -29,12 +29,13 @@
 // so they do not evict it). fp32 x is split into bf16 hi + lo parts, both fed
 // to the tensor cores, which keeps ~16 mantissa bits of x.
 //
-// Division of work (GemvStreamKernel, the default). The work is the
+// Division of work (GemvStreamKernel, opt-in with STRATA_GEMV=streamk: it
+// measured slower than GemvMmaKernel, see UseLegacyGemv). The work is the
 // tile-major list of U = tiles × kblocks units (16 W rows × 32 k = 1 KB of
 // W each); warp w of the grid streams units [U·w/W, U·(w+1)/W), so every
 // warp, and every SM, moves the same bytes to within 1 KB whatever the
 // shape. Measured on the previous design (one CTA per 1–8 tiles, k split
-// inside the CTA; still selectable with STRATA_GEMV=old, GemvMmaKernel),
+// inside the CTA; GemvMmaKernel, the default),
 // H200, Nsight Compute, one batch-1 decode step of Kimi-Linear-48B:
 //      [2304, 4096]  144 CTAs on 132 SMs   9.6 µs  2.15 TB/s (12 SMs do 2×)
 //      [2048, 2304]  128 CTAs              7.0 µs  1.4 TB/s
@@ -1036,11 +1037,17 @@ StreamPlan PlanGemvStream(int64_t tiles, int64_t kblocks, int unroll, int num_sm
   return s;
 }
 
-// STRATA_GEMV=old selects the previous grid-per-tile kernel (A/B runs; read
-// on every call, a getenv and no runtime call, so one process can compare).
+// The grid-per-tile kernel is the default; STRATA_GEMV=streamk selects the
+// stream-K kernel (read on every call, a getenv and no runtime call, so one
+// process can compare). Measured on the H200 (2026-11-30, BM_CudaGemv vs
+// BM_CudaGemvOld, graph-replayed, m = 1) stream-K was slower on 9 of the 11
+// Kimi-Linear decode shapes (e.g. in_proj 21.2 vs 19.8 µs, o_proj 11.0 vs
+// 10.0 µs, shared down 7.1 vs 2.9 µs) and a batch-1 decode step took 3.62 ms
+// against 3.11 ms: the split-tile reduction (partials written, an arrival
+// counter, the last warp re-reading them) costs more than the balance gains.
 bool UseLegacyGemv() {
   const char* e = std::getenv("STRATA_GEMV");
-  return e != nullptr && std::strcmp(e, "old") == 0;
+  return e == nullptr || std::strcmp(e, "streamk") != 0;
 }
 
 Status RunGemv(BlasContext& ctx, const GemmArgs& a, int64_t ldx, int64_t ldw, int64_t ldy,

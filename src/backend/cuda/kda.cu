@@ -1289,8 +1289,11 @@ struct RecV2Layout {
 // are fetched from L2 by each of the dv/kVt CTAs of a head, so 32 columns
 // move 9.1 MB through L2 per chunk step (128 CTAs) and 64 columns 5.2 MB (64
 // CTAs) for twice the mma work per warp. The L2 traffic dominates (a step's
-// mma work is ~0.3 µs at 32 columns), so 64 is the default and
-// STRATA_KDA_PREFILL=v32 picks 32 for A/B runs.
+// mma work is ~0.3 µs at 32 columns), so 64 was expected to win; measured on
+// the H200 (2026-11-30, BM_CudaKdaPrefill*, T=32768) 32 columns take 5.74 ms
+// and 64 columns 6.43 ms (4096: 0.74 vs 0.83 ms): the 128-CTA grid's extra
+// parallelism outweighs the L2 traffic, so 32 is the default and
+// STRATA_KDA_PREFILL=v64 picks 64 for A/B runs.
 template <int kVt>
 __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(const PrefillParams p) {
   using L = RecV2Layout<kVt>;
@@ -1558,15 +1561,15 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 int64_t NumChunks(int64_t tokens) { return (tokens + kChunk - 1) / kChunk; }
 
 // STRATA_KDA_PREFILL selects the prefill path for A/B runs: "old" the
-// fp32-workspace / tf32 kernels, "v32" the default kernels with 32-column
-// state-pass tiles; anything else (or unset) the default. Read on every call
+// fp32-workspace / tf32 kernels, "v64" the default kernels with 64-column
+// state-pass tiles; anything else (or unset) the default (32-column tiles). Read on every call
 // (a getenv, no runtime call) so one process can compare.
-enum class PrefillPath { kDefault, kOld, kV32 };
+enum class PrefillPath { kDefault, kOld, kV64 };
 PrefillPath SelectedPrefillPath() {
   const char* e = std::getenv("STRATA_KDA_PREFILL");
   if (e == nullptr) return PrefillPath::kDefault;
   if (std::strcmp(e, "old") == 0) return PrefillPath::kOld;
-  if (std::strcmp(e, "v32") == 0) return PrefillPath::kV32;
+  if (std::strcmp(e, "v64") == 0) return PrefillPath::kV64;
   return PrefillPath::kDefault;
 }
 
@@ -1671,7 +1674,7 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
   // many chunks as the caller's workspace holds: fewer, fuller launches.
   const int64_t fit = static_cast<int64_t>(workspace_bytes / (kV2ItemBytes * s.num_heads));
   const int64_t per_pass = std::max<int64_t>(1, std::min<int64_t>(fit, total_chunks));
-  const bool narrow = path == PrefillPath::kV32;
+  const bool narrow = path != PrefillPath::kV64;
   const int vt = narrow ? 32 : 64;
   const int v_tiles = static_cast<int>((s.value_dim + vt - 1) / vt);
   for (int64_t c0 = 0; c0 < total_chunks; c0 += per_pass) {

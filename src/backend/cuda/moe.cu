@@ -16,7 +16,7 @@
 //   5. combine    y[t] = Σ_k w_k · yrows[pair_row(t, k)], summed in k order (no
 //                 float atomics, so results are reproducible bit for bit).
 // Three regimes:
-//   small batches (n·k ≤ 64, the default; STRATA_MOE_SMALL=old turns it off):
+//   small batches (n·k ≤ 64, opt-in with STRATA_MOE_SMALL=new; measured no faster):
 //     no plan kernel. Two grids of one wave each: every gate|up CTA routes the
 //     tokens itself and groups the pairs by distinct expert, then its warps
 //     stream (expert, feature) tasks; the down grid owns output features of
@@ -1543,13 +1543,17 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
                 stream, p);
 }
 
-// STRATA_MOE_SMALL=old keeps the plan-based GEMV kernels for n·k ≤
-// kSmallMaxPairs (A/B switch; read on every call so one process can time
-// both). STRATA_MOE_SMALL_PREFETCH=<MiB> sets the L2 prefetch budget of the
+// The plan-based GEMV kernels are the default for every n; STRATA_MOE_SMALL=new
+// selects the small-batch path for n·k ≤ kSmallMaxPairs (read on every call
+// so one process can time both). Measured on the H200 (2026-11-30, strata
+// bench, Kimi-Linear-48B shapes) the small path left batch 1 unchanged
+// (3.112 ms per token either way) and made batch 8 slower (8.84 vs 8.20 ms
+// per step), so it stays opt-in. STRATA_MOE_SMALL_PREFETCH=<MiB> sets the L2
+// prefetch budget of the
 // down rows (0: none; default kSmallPrefetchBytes) for tuning.
 bool SmallPathEnabled() {
   const char* v = std::getenv("STRATA_MOE_SMALL");
-  return v == nullptr || std::strcmp(v, "old") != 0;
+  return v != nullptr && std::strcmp(v, "new") == 0;
 }
 int64_t SmallPrefetchBudget() {
   const char* v = std::getenv("STRATA_MOE_SMALL_PREFETCH");
