@@ -21,10 +21,10 @@
 //    experts (144 empty groups), with the same tolerances; the rest of the
 //    file runs whatever STRATA_MOE_GEMM selects (run it once with
 //    STRATA_MOE_GEMM=mma for the mma.sync kernels);
-//  * the small-batch path (n·k ≤ 64: routing in the gate|up grid, no plan
-//    kernel) at n = 1, 2, 3, 4, 5, 8, 17 on tiny, scalar, group-limited,
-//    softmax and production shapes, against the CPU and bit for bit against
-//    the plan-based kernels (the default; the small path is STRATA_MOE_SMALL=new);
+//  * batch-invariant mode (MoeArgs::batch_invariant): a token's output row
+//    is bit for bit the same in a call of 600 tokens and in calls of 1, 2, 8,
+//    16, 17, 64, 97 and 300 tokens taken from the start and the middle of
+//    them (E=64, D=256, I=128 and the production shape, k=8);
 //  * a captured CUDA graph replayed on new inputs equals the eager result;
 //  * argument misuse → InvalidArgument naming the field.
 // Each case prints max abs / max rel (to max |ref|) / L2-relative error.
@@ -51,8 +51,6 @@
 
 namespace strata::cuda {
 namespace {
-
-constexpr int64_t kSmallMaxPairs = 64;  // moe.cu: n·k at or below takes the small-batch path
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
@@ -381,20 +379,6 @@ void CheckForwardOn(const Model& m, int64_t n, const Inputs& in, const char* lab
   cudaStreamDestroy(stream);
   EXPECT_EQ(std::memcmp(got.data(), again.data(), sizeof(float) * got.size()), 0)
       << "second run differs: the combine must be deterministic";
-  if (n * m.shape.top_k <= kSmallMaxPairs) {
-    // The small-batch path (opt-in, STRATA_MOE_SMALL=new) against the
-    // plan-based GEMV kernels (the default, `got`): the same per-lane
-    // summation order and k-ordered combine, so the same bits.
-    setenv("STRATA_MOE_SMALL", "new", 1);
-    const std::vector<float> old_path = run.Run();
-    unsetenv("STRATA_MOE_SMALL");
-    size_t differ = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      differ += std::memcmp(&got[i], &old_path[i], sizeof(float)) != 0 ? 1 : 0;
-    }
-    EXPECT_EQ(differ, 0u) << "small-batch path (STRATA_MOE_SMALL=new) differs from the default in " << differ
-                          << " of " << got.size() << " outputs";
-  }
 }
 
 void CheckForward(Model& m, int64_t n, uint64_t seed, bool bias, int64_t skew, bool renormalize,
@@ -413,42 +397,6 @@ TEST(CudaMoeForward, TinyOddShapes) {
   }
   CheckForward(m, 97, seed++, true, 3, true, 2.446f, "tiny-skew");
   CheckForward(m, 2, seed++, true, 0, true, 2.446f, "tiny-skew");
-}
-
-// n·k ≤ 64: routing inside the gate|up grid, pairs grouped by distinct
-// expert (shared experts streamed once, more than 8 tokens on one expert
-// in several passes), the down grid's k-ordered combine; every routing mode
-// and both load widths. CheckForward also compares it bit for bit with the
-// plan-based kernels.
-TEST(CudaMoeForward, SmallBatchPath) {
-  uint64_t seed = 8000;
-  Model tiny(7, 64, 48, 2, 21);
-  for (int64_t n : {1, 2, 3, 4, 5, 8, 17}) {
-    CheckForward(tiny, n, seed++, true, -1, true, 2.446f, "small");
-    CheckForward(tiny, n, seed++, false, -1, false, 1.f, "small");
-  }
-  CheckForward(tiny, 17, seed++, true, 4, true, 2.446f, "small-skew");  // 17 tokens, one expert
-  CheckForward(tiny, 32, seed++, true, -1, true, 2.446f, "small");      // n·k = 64
-  Model scalar(5, 66, 50, 3, 22);  // 2-byte loads
-  for (int64_t n : {1, 2, 5, 17}) {
-    CheckForward(scalar, n, seed++, true, -1, true, 2.446f, "small-v1");
-  }
-  Model grouped(16, 128, 64, 4, 23);
-  grouped.shape.num_groups = 4;
-  grouped.shape.topk_groups = 2;
-  for (int64_t n : {1, 2, 3, 4, 5, 8, 16}) {
-    CheckForward(grouped, n, seed++, true, -1, true, 2.5f, "small-grp");
-  }
-  Model softmax(12, 128, 64, 3, 24);
-  softmax.shape.softmax = true;
-  for (int64_t n : {1, 2, 3, 4, 5, 8, 17}) {
-    CheckForward(softmax, n, seed++, false, -1, n % 2 == 1, 1.f, "small-smx");
-  }
-  Model& prod = Production();
-  for (int64_t n : {1, 2, 3, 4, 5, 8, 17}) {
-    CheckForward(prod, n, seed++, true, -1, true, 2.446f, "small-prod");
-  }
-  CheckForward(prod, 8, seed++, true, 40, true, 2.446f, "small-prod-skew");
 }
 
 TEST(CudaMoeForward, ScalarFallbackShape) {
@@ -506,6 +454,53 @@ TEST(CudaMoeForward, CutlassGroupedGemm) {
   }
 }
 
+// Batch-invariant mode: the rows of tokens [off, off + n) of a 600-token
+// input, run as a call of their own, must equal bit for bit those rows of the
+// 600-token call (routing, the grouped GEMM tiles and the combine all
+// computed per row whatever else is in the call). The 600-token call is
+// also checked against the CPU, so the mode computes the right thing.
+void CheckBatchInvariant(Model& m, uint64_t seed) {
+  constexpr int64_t kAll = 600;
+  m.shape.renormalize = true;
+  m.shape.routed_scaling = 2.446f;
+  const int64_t D = m.shape.hidden, E = m.shape.num_experts;
+  const Inputs in = MakeInputs(m, kAll, seed, true, -1);
+  auto run = [&](int64_t off, int64_t n) {
+    Inputs sub;
+    sub.x.assign(in.x.begin() + off * D, in.x.begin() + (off + n) * D);
+    sub.logits.assign(in.logits.begin() + off * E, in.logits.begin() + (off + n) * E);
+    sub.bias = in.bias;
+    GpuRun r(m, n, sub);
+    r.args.batch_invariant = true;
+    r.ws_bytes = MoeWorkspaceBytes(m.shape, n, /*batch_invariant=*/true);
+    EXPECT_LE(r.ws_bytes, MoeWorkspaceBytes(m.shape, n));  // bf16: the same size
+    return r.Run();
+  };
+  const std::vector<float> all = run(0, kAll);
+  const Errors e = Compare(all, CpuMoe(m, kAll, in));
+  std::printf("MoeForward batch-invariant E=%lld D=%lld I=%lld n=%lld: L2 rel %.3g vs CPU\n",
+              static_cast<long long>(E), static_cast<long long>(D),
+              static_cast<long long>(m.shape.inter), static_cast<long long>(kAll), e.l2_rel);
+  EXPECT_LE(e.l2_rel, 1e-2);
+  for (int64_t off : {int64_t{0}, int64_t{151}}) {
+    for (int64_t n : {1, 2, 8, 16, 17, 64, 97, 300}) {
+      const std::vector<float> part = run(off, n);
+      size_t differ = 0;
+      for (int64_t i = 0; i < n * D; ++i) {
+        differ += std::memcmp(&part[i], &all[off * D + i], sizeof(float)) != 0 ? 1 : 0;
+      }
+      EXPECT_EQ(differ, 0u) << "tokens [" << off << ", " << off + n << ") alone differ from the "
+                            << kAll << "-token call in " << differ << " of " << n * D << " outputs";
+    }
+  }
+}
+
+TEST(CudaMoeForward, BatchInvariantRows) {
+  Model mid(64, 256, 128, 8, 18);
+  CheckBatchInvariant(mid, 9000);
+  CheckBatchInvariant(Production(), 9001);
+}
+
 // The layer enqueues no host synchronisation: capture it, replay on new
 // inputs written into the same buffers, and compare with an eager run.
 void CheckGraph(Model& m, int64_t n, uint64_t seed, MoeGemmImpl impl = MoeGemmImpl::kAuto) {
@@ -542,7 +537,7 @@ void CheckGraph(Model& m, int64_t n, uint64_t seed, MoeGemmImpl impl = MoeGemmIm
 
 TEST(CudaMoeForward, CapturedGraphReplaysOnNewInputs) {
   Model tiny(7, 64, 48, 2, 15);
-  CheckGraph(tiny, 1, 6000);  // the small-batch path
+  CheckGraph(tiny, 1, 6000);
   CheckGraph(tiny, 8, 6001);
   CheckGraph(Production(), 1, 6003);
   CheckGraph(tiny, 97, 6002);

@@ -15,13 +15,7 @@
 //   4. down       yrows[row, D] = h · w2ᵀ, fp32.
 //   5. combine    y[t] = Σ_k w_k · yrows[pair_row(t, k)], summed in k order (no
 //                 float atomics, so results are reproducible bit for bit).
-// Three regimes:
-//   small batches (n·k ≤ 64, opt-in with STRATA_MOE_SMALL=new; measured no faster):
-//     no plan kernel. Two grids of one wave each: every gate|up CTA routes the
-//     tokens itself and groups the pairs by distinct expert, then its warps
-//     stream (expert, feature) tasks; the down grid owns output features of
-//     every expert and combines in k order in shared memory (see the
-//     small-batch section).
+// Regimes:
 //   decode (n·k ≤ 512 rows, or shapes the GEMM cannot take): grouped GEMV on
 //     CUDA cores. Grid (expert slot, weight-row tile); a slot past the number
 //     of active experts exits at once; every CTA streams its weight rows once
@@ -41,6 +35,9 @@
 //     rows on (MoeGemmImpl), steps 3-4 are CUTLASS's Hopper ptr-array grouped
 //     GEMM instead (moe_grouped_gemm_sm90.h: TMA + wgmma, x gathered into
 //     expert-sorted rows first); route, plan and combine stay here.
+//   batch-invariant (MoeArgs::batch_invariant): the mma.sync grouped GEMM for
+//     every n when the shape and alignment allow it, else the grouped GEMV
+//     for every n; routing always in its own kernel. See "Batch invariance".
 // Kernels are chained with programmatic dependent launch (each waits on
 // griddepcontrol.wait before touching its inputs), which hides most of the
 // launch gap between the short decode kernels.
@@ -71,7 +68,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -94,16 +90,6 @@ constexpr int kGemvThreads = kGemvWarps * 32;
 constexpr int kGemvTokens = 8;     // token rows per pass over a weight tile
 constexpr int kFusedRows = 8;      // output features per CTA of the fused down+combine
 constexpr int kCombineThreads = 256;
-constexpr int64_t kSmallMaxPairs = 64;  // n·k at or below: the small-batch path
-constexpr int kSmallMaxRows = 32;       // output features per CTA of its down grid
-constexpr int kSmallDownRows = 4;       // weight rows per warp batch of its down grid
-// Token rows per pass over a weight row (8 spills registers with a whole
-// 2304-element gate|up row in flight; decode experts rarely get more than 2).
-constexpr int kSmallTokens = 4;
-// Down rows the gate|up grid prefetches into L2, in all: about half of L2, so
-// that they survive the gate|up grid's last loads until the down grid reads
-// them (more than fits would only be evicted and fetched twice).
-constexpr int64_t kSmallPrefetchBytes = int64_t{24} << 20;
 
 // Grouped GEMM tiling.
 constexpr int kBm = 64;   // token rows
@@ -158,11 +144,6 @@ struct MoeParams {
   int32_t* pair_row;      // [n·k] row of pair (t, j)
   bf16* h;                // [n·k, I]
   float* yrows;           // [n·k, D]
-  // Small-batch path only: the down grid's size (its row split, which the
-  // gate|up grid prefetches into L2) and the prefetch budget per down CTA
-  // in bytes (0: none).
-  int small_grid2;
-  int small_prefetch;
 };
 
 int64_t TileBound(int64_t rows, int64_t experts) {
@@ -182,9 +163,11 @@ struct Layout {
   size_t total;
 };
 
-// Whether n·k rows take the tensor-core grouped GEMM (alignment aside).
+// Whether the tensor-core grouped GEMM's tiles fit the shape (alignment
+// aside), and whether n·k rows take it outside batch-invariant mode.
+bool GemmTileShape(const MoeShape& s) { return s.hidden % kBn == 0 && s.inter % 64 == 0; }
 bool GemmShape(const MoeShape& s, int64_t rows) {
-  return rows > kMoeGemvMaxRows && s.hidden % kBn == 0 && s.inter % 64 == 0;
+  return rows > kMoeGemvMaxRows && GemmTileShape(s);
 }
 
 // Experts per dequantisation chunk of the FP8 prefill path.
@@ -200,7 +183,9 @@ bool Sm90Shape(const MoeShape& s, int64_t rows) {
          MoeSm90GemmShapeOk(s.hidden, s.inter);
 }
 
-Layout MakeLayout(const MoeShape& s, int64_t n) {
+// invariant: batch-invariant mode, where FP8 experts take the grouped GEMM
+// (and its dequantisation scratch) at every n.
+Layout MakeLayout(const MoeShape& s, int64_t n, bool invariant) {
   const size_t rows = static_cast<size_t>(n * s.top_k);
   const size_t tiles = static_cast<size_t>(TileBound(n * s.top_k, s.num_experts));
   const size_t e = static_cast<size_t>(s.num_experts);
@@ -227,7 +212,8 @@ Layout MakeLayout(const MoeShape& s, int64_t n) {
                               ? MoeSm90ActivationBytes(n * s.top_k, s.hidden, s.inter)
                               : size_t{0}));
   l.sm90 = take(l.sm90_bytes);
-  l.deq_experts = s.fp8_experts && GemmShape(s, n * s.top_k) ? Fp8ChunkExperts(s) : 0;
+  const bool gemm = invariant ? GemmTileShape(s) : GemmShape(s, n * s.top_k);
+  l.deq_experts = s.fp8_experts && gemm ? Fp8ChunkExperts(s) : 0;
   l.deq = take(sizeof(bf16) * 3 * static_cast<size_t>(l.deq_experts) *
                static_cast<size_t>(s.inter) * static_cast<size_t>(s.hidden));
   l.total = off;
@@ -952,301 +938,6 @@ __global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(MoeParams p)
 }
 
 // ---------------------------------------------------------------------------
-// Small batches (n·k ≤ kSmallMaxPairs): no plan kernel, two grids of one wave.
-//
-// Why: at batch 1 the plan kernel (one CTA: routing, then a chain of barriers
-// and dependent global round trips) took ~10 µs, and each of the ~4 waves of
-// short-lived GEMV CTAs re-read the plan (meta → active → offsets →
-// row_token, four dependent loads) before its first weight load, so the SMs
-// sat without bytes in flight at every wave. Here each grid is one wave
-// (SMs × resident CTAs) that learns the routing once and then only streams:
-//   gate|up  every CTA routes the n tokens itself (a warp per token into
-//            shared memory: a few KB of logits, the same bits in every CTA)
-//            and groups the n·k (token, k) pairs by distinct expert, in order
-//            of first occurrence, so an expert picked by several tokens is
-//            still streamed once. Tasks (expert slot u, feature j) are split
-//            evenly over all warps of the grid in contiguous ranges (a CTA
-//            streams long runs of consecutive rows); a warp reads gate row j
-//            and up row I + j once per kSmallTokens of the expert's tokens
-//            (more per expert is rare at decode sizes). CTA 0
-//            publishes the grouping for the down grid (in the plan's
-//            workspace slices). When a warp starts its last task it asks L2
-//            to prefetch the first down rows that the down grid's CTA of the
-//            same index will read (its first experts, up to
-//            kSmallPrefetchBytes over the grid), so HBM stays busy across
-//            the kernel boundary (batch 1: ~23 of the 37.7 MB of down rows).
-//   down     CTA b owns output features [b·D/G, (b+1)·D/G) of every expert, so
-//            the k-ordered combine happens in its shared memory; its warps
-//            take batches of kSmallDownRows rows of one expert (at I = 1024
-//            a whole row each, 16 loads of 16 bytes per lane in flight).
-// Both go through WarpDot, whose per-lane summation order does not depend on
-// the load grouping, and combine in k order with the same fmaf chain: the
-// result is the plan-based kernels' bit for bit (the test checks).
-
-// The down grid's row split (the gate|up grid prefetches by it).
-__device__ __forceinline__ int SmallRowBegin(int b, int grid, int D) {
-  return static_cast<int>(static_cast<int64_t>(b) * D / grid);
-}
-
-// Routing and grouping, in shared memory.
-struct SmallPlan {
-  int32_t idx[kSmallMaxPairs];     // expert of pair q = t·k + j
-  float wt[kSmallMaxPairs];        // weight of pair q
-  int32_t first[kSmallMaxPairs];   // first pair with the same expert
-  int32_t expert[kSmallMaxPairs];  // expert of slot u
-  int32_t start[kSmallMaxPairs + 1];  // slot u's pairs: member[start[u], start[u + 1])
-  int32_t member[kSmallMaxPairs];  // pairs grouped by slot, ascending within a slot
-};
-
-// Routes the n tokens (warp w: tokens w, w + 8, ...) and groups the pairs;
-// returns the number of distinct experts. Every thread of the CTA calls it.
-// CTA 0 writes the result to the workspace: idx, wt, meta[0] = slots,
-// active[u] = expert, offsets[u] = start (offsets[slots] = n·k),
-// row_token[i] = member (a pair, not a token, on this path).
-template <int kPer>
-__device__ int SmallRouteAndGroup(const MoeParams& p, SmallPlan& s) {
-  const int warp = threadIdx.x >> 5;
-  const int k = p.top_k;
-  const int E = p.num_experts;
-  for (int t = warp; t < p.num_tokens; t += blockDim.x >> 5) {
-    const size_t t64 = static_cast<size_t>(t);
-    RouteToken<kPer>(p.logits + t64 * E, E, p.bias, k, p.renormalize != 0, p.routed_scaling,
-                     p.num_groups, p.topk_groups, p.softmax != 0, s.idx + t * k, s.wt + t * k);
-  }
-  __syncthreads();
-  // One thread per pair (n·k ≤ 64 ≤ blockDim): a few dozen shared reads each
-  // instead of a histogram, a scan and their barriers.
-  const int P = p.num_tokens * k;
-  const int q = threadIdx.x;
-  int f = q, rank = 0;
-  if (q < P) {
-    const int e = s.idx[q];
-    for (int q2 = q - 1; q2 >= 0; --q2) {
-      if (s.idx[q2] == e) {
-        f = q2;
-        ++rank;
-      }
-    }
-    s.first[q] = f;
-  }
-  const int used = __syncthreads_count(q < P && f == q);
-  if (q < P) {
-    // Slots follow first occurrence: pairs of earlier slots come first.
-    int slot = 0, pos = rank;
-    for (int q2 = 0; q2 < P; ++q2) {
-      const int f2 = s.first[q2];
-      if (f2 < f) {
-        ++pos;
-        slot += f2 == q2 ? 1 : 0;
-      }
-    }
-    s.member[pos] = q;
-    if (f == q) {
-      s.expert[slot] = s.idx[q];
-      s.start[slot] = pos;
-    }
-  }
-  if (q == 0) s.start[used] = P;
-  __syncthreads();
-  if (blockIdx.x == 0) {
-    for (int i = threadIdx.x; i < P; i += blockDim.x) {
-      p.idx[i] = s.idx[i];
-      p.wt[i] = s.wt[i];
-      p.row_token[i] = s.member[i];
-      if (i < used) {
-        p.active[i] = s.expert[i];
-        p.offsets[i] = s.start[i];
-      }
-    }
-    if (threadIdx.x == 0) {
-      p.meta[0] = used;
-      p.offsets[used] = P;
-    }
-  }
-  return used;
-}
-
-// h[member, j] for the nt pairs member[m0, m0 + nt) of one expert.
-template <int V, int TC, int kU, typename WR>
-__device__ __forceinline__ void SmallGateUp(const MoeParams& p, const SmallPlan& s, const WR& wg,
-                                            const WR& wu, int m0, int nt, int j) {
-  const int lane = threadIdx.x & 31;
-  const bf16* act[TC];
-#pragma unroll
-  for (int t = 0; t < TC; ++t) {
-    const int q = s.member[m0 + min(t, nt - 1)];
-    act[t] = p.x + static_cast<size_t>(q / p.top_k) * p.hidden;
-  }
-  const WR w[2] = {wg, wu};
-  float acc[2][TC];
-  WarpDot<V, 2, TC, kU>(w, act, nt, p.hidden, acc);
-#pragma unroll
-  for (int t = 0; t < TC; ++t) {
-    if (t < nt) {
-      const float g = WarpSum(acc[0][t]);
-      const float u = WarpSum(acc[1][t]);
-      if (lane == t) {
-        p.h[static_cast<size_t>(s.member[m0 + t]) * p.inter + j] = __float2bfloat16_rn(Silu(g) * u);
-      }
-    }
-  }
-}
-
-// Asks L2 for the first down rows of the down grid's CTAs blockIdx.x +
-// i·gridDim.x: one bulk prefetch per (CTA, expert) for the experts the CTA
-// reads first (slot order), within p.small_prefetch bytes per CTA; warp w
-// takes items w, w + 8, ...
-template <typename W>
-__device__ void SmallPrefetchDown(const MoeParams& p, const SmallPlan& s, int used) {
-  const int g2 = p.small_grid2;
-  if (p.small_prefetch == 0 || static_cast<int>(blockIdx.x) >= g2 || used == 0) return;
-  if ((threadIdx.x & 31) != 0) return;
-  const int per_cta =
-      static_cast<int>(CeilDiv(g2 - static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x)));
-  const int64_t row_bytes = static_cast<int64_t>(p.inter) * static_cast<int64_t>(sizeof(W));
-  // Rows per down CTA differ by at most one: budget by the larger count.
-  const int64_t cta_expert_bytes = CeilDiv(p.hidden, g2) * row_bytes;
-  const int64_t fit = static_cast<int64_t>(p.small_prefetch) / cta_expert_bytes;
-  const int experts = fit < used ? static_cast<int>(fit) : used;
-  const char* base =
-      reinterpret_cast<const char*>(sizeof(W) == 1 ? static_cast<const void*>(p.w2_fp8)
-                                                   : static_cast<const void*>(p.w2));
-  for (int i = threadIdx.x >> 5; i < per_cta * experts; i += kGemvWarps) {
-    const int b2 = static_cast<int>(blockIdx.x) + (i / experts) * static_cast<int>(gridDim.x);
-    const int e = s.expert[i % experts];
-    const int d0 = SmallRowBegin(b2, g2, p.hidden);
-    const int d1 = SmallRowBegin(b2 + 1, g2, p.hidden);
-    PrefetchL2(base + (static_cast<size_t>(e) * p.hidden + d0) * static_cast<size_t>(row_bytes),
-               static_cast<uint32_t>((d1 - d0) * row_bytes));
-  }
-}
-
-// Grid: one wave. See the section comment.
-template <int kPer, int V, int kU, typename W>
-__global__ void __launch_bounds__(kGemvThreads, 2) MoeSmallGateUpKernel(MoeParams p) {
-  __shared__ SmallPlan s;
-  PdlWait();
-  PdlLaunchDependents();
-  const int used = SmallRouteAndGroup<kPer>(p, s);
-  const int warp = threadIdx.x >> 5;
-  const int I = p.inter;
-  const int64_t tasks = static_cast<int64_t>(used) * I;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kGemvWarps;
-  const int64_t gw = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
-  const int64_t begin = gw * tasks / warps;
-  const int64_t end = (gw + 1) * tasks / warps;
-  if (begin == end) SmallPrefetchDown<W>(p, s, used);
-  for (int64_t task = begin; task < end; ++task) {
-    // The last task's loads are the warp's last: the down rows queue behind.
-    if (task == end - 1) SmallPrefetchDown<W>(p, s, used);
-    const int u = static_cast<int>(task / I);
-    const int j = static_cast<int>(task - static_cast<int64_t>(u) * I);
-    const int e = s.expert[u];
-    const int m_end = s.start[u + 1];
-    const auto wg = W13Row<W>(p, e, j);
-    const auto wu = W13Row<W>(p, e, I + j);
-    for (int m0 = s.start[u]; m0 < m_end; m0 += kSmallTokens) {
-      const int nt = min(kSmallTokens, m_end - m0);
-      if (nt == 1) {
-        SmallGateUp<V, 1, kU>(p, s, wg, wu, m0, nt, j);
-      } else if (nt == 2) {
-        SmallGateUp<V, 2, kU>(p, s, wg, wu, m0, nt, j);
-      } else {
-        SmallGateUp<V, kSmallTokens, kU>(p, s, wg, wu, m0, nt, j);
-      }
-    }
-  }
-}
-
-// part[member, r0 + r] = w[r] · h[member] for the nt pairs member[m0, m0 + nt)
-// and the nr valid rows of w (the others repeat the last valid row).
-template <int V, int TC, int kU, typename WR>
-__device__ __forceinline__ void SmallDownBatch(const MoeParams& p, const WR (&w)[kSmallDownRows],
-                                               const int32_t* member, int m0, int nt, int nr,
-                                               int r0, float (*part)[kSmallMaxRows]) {
-  const int lane = threadIdx.x & 31;
-  const bf16* act[TC];
-#pragma unroll
-  for (int t = 0; t < TC; ++t) {
-    act[t] = p.h + static_cast<size_t>(member[m0 + min(t, nt - 1)]) * p.inter;
-  }
-  float acc[kSmallDownRows][TC];
-  // Four token rows: groups of two steps keep the registers in check.
-  WarpDot<V, kSmallDownRows, TC, (TC >= 4 ? 0 : kU)>(w, act, nt, p.inter, acc);
-#pragma unroll
-  for (int r = 0; r < kSmallDownRows; ++r) {
-#pragma unroll
-    for (int t = 0; t < TC; ++t) {
-      if (r < nr && t < nt) {
-        const float v = WarpSum(acc[r][t]);
-        if (lane == 0) part[member[m0 + t]][r0 + r] = v;
-      }
-    }
-  }
-}
-
-// Grid: ceil-bounded one wave, at most kSmallMaxRows features per CTA. See the
-// section comment. y[t, d] = Σ_j wt[t, j] · part[t·k + j][d], j ascending.
-template <int V, int kU, typename W>
-__global__ void __launch_bounds__(kGemvThreads, 2) MoeSmallDownCombineKernel(MoeParams p) {
-  __shared__ int32_t expert[kSmallMaxPairs];
-  __shared__ int32_t start[kSmallMaxPairs + 1];
-  __shared__ int32_t member[kSmallMaxPairs];
-  __shared__ float wt[kSmallMaxPairs];
-  __shared__ float part[kSmallMaxPairs][kSmallMaxRows];
-  __shared__ int used_s;
-  PdlWait();
-  PdlLaunchDependents();
-  const int k = p.top_k;
-  const int P = p.num_tokens * k;
-  const int slots = min(P, p.num_experts);
-  const int i = threadIdx.x;
-  // One round of independent loads (the slot count is not needed to issue them).
-  if (i == 0) used_s = p.meta[0];
-  if (i < P) {
-    member[i] = p.row_token[i];
-    wt[i] = p.wt[i];
-  }
-  if (i < slots) expert[i] = p.active[i];
-  if (i <= slots) start[i] = p.offsets[i];
-  __syncthreads();
-  const int used = used_s;
-  const int warp = threadIdx.x >> 5;
-  const int D = p.hidden;
-  const int d0 = SmallRowBegin(blockIdx.x, gridDim.x, D);
-  const int rows = SmallRowBegin(blockIdx.x + 1, gridDim.x, D) - d0;
-  const int per = (rows + kSmallDownRows - 1) / kSmallDownRows;  // batches per expert
-  for (int b = warp; b < used * per; b += kGemvWarps) {
-    const int u = b / per;
-    const int r0 = (b - u * per) * kSmallDownRows;
-    const int nr = min(kSmallDownRows, rows - r0);
-    const int e = expert[u];
-    typename RowOf<W>::type w[kSmallDownRows];
-#pragma unroll
-    for (int r = 0; r < kSmallDownRows; ++r) w[r] = W2Row<W>(p, e, d0 + r0 + min(r, nr - 1));
-    const int m_end = start[u + 1];
-    for (int m0 = start[u]; m0 < m_end; m0 += kSmallTokens) {
-      const int nt = min(kSmallTokens, m_end - m0);
-      if (nt == 1) {
-        SmallDownBatch<V, 1, kU>(p, w, member, m0, nt, nr, r0, part);
-      } else if (nt == 2) {
-        SmallDownBatch<V, 2, kU>(p, w, member, m0, nt, nr, r0, part);
-      } else {
-        SmallDownBatch<V, kSmallTokens, kU>(p, w, member, m0, nt, nr, r0, part);
-      }
-    }
-  }
-  __syncthreads();
-  for (int o = threadIdx.x; o < p.num_tokens * rows; o += blockDim.x) {
-    const int t = o / rows;
-    const int r = o - t * rows;
-    float acc = 0.f;
-    for (int j = 0; j < k; ++j) acc = fmaf(wt[t * k + j], part[t * k + j][r], acc);
-    p.y[static_cast<size_t>(t) * D + d0 + r] = acc;
-  }
-}
-
-// ---------------------------------------------------------------------------
 // Grouped GEMM (prefill): mma.sync m16n8k16, bf16 in, fp32 accumulate.
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -1283,6 +974,15 @@ __device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Batch invariance (MoeArgs::batch_invariant): an output element of a row is
+// the fp32 sum over k tiles 0, 1, ... of mma.sync m16n8k16 steps, each of
+// which reads only that row's A fragment and the B tile; the tile config is
+// fixed and the k loop never splits, so the value depends neither on how
+// many rows the tile or the call hold nor on the row's slot in the tile
+// (rows are placed by atomics, in any order). Masked rows are zero-filled and
+// feed only their own accumulators. The combine sums the k picks in k order
+// with one fmaf chain (vector and scalar forms alike).
+//
 // kGateUp: A = x rows gathered through row_token (K = D), B = 64 gate rows and
 // the matching 64 up rows of w13[e] interleaved in groups of 16 (smem row r is
 // gate row j0 + 16·(r/32) + r%16 when (r/16) is even, else the up row of the
@@ -1543,96 +1243,6 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
                 stream, p);
 }
 
-// The plan-based GEMV kernels are the default for every n; STRATA_MOE_SMALL=new
-// selects the small-batch path for n·k ≤ kSmallMaxPairs (read on every call
-// so one process can time both). Measured on the H200 (2026-11-30, strata
-// bench, Kimi-Linear-48B shapes) the small path left batch 1 unchanged
-// (3.112 ms per token either way) and made batch 8 slower (8.84 vs 8.20 ms
-// per step), so it stays opt-in. STRATA_MOE_SMALL_PREFETCH=<MiB> sets the L2
-// prefetch budget of the
-// down rows (0: none; default kSmallPrefetchBytes) for tuning.
-bool SmallPathEnabled() {
-  const char* v = std::getenv("STRATA_MOE_SMALL");
-  return v != nullptr && std::strcmp(v, "new") == 0;
-}
-int64_t SmallPrefetchBudget() {
-  const char* v = std::getenv("STRATA_MOE_SMALL_PREFETCH");
-  if (v == nullptr) return kSmallPrefetchBytes;
-  return std::clamp<int64_t>(std::atoll(v), 0, 1024) << 20;
-}
-
-// SMs × resident CTAs of `kernel` on the current device (one wave), cached.
-StatusOr<int> WaveCtas(void (*kernel)(MoeParams), const char* name) {
-  int dev = 0;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-  struct Entry {
-    int dev;
-    void (*kernel)(MoeParams);
-    int ctas;
-  };
-  static std::mutex mu;
-  static std::vector<Entry>* cache = new std::vector<Entry>();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const Entry& e : *cache) {
-      if (e.dev == dev && e.kernel == kernel) return e.ctas;
-    }
-  }
-  int sms = 0, per_sm = 0;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const cudaError_t err =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, 0);
-  if (err != cudaSuccess) return CudaError(err, name);
-  const int ctas = std::max(1, sms * per_sm);
-  std::lock_guard<std::mutex> lock(mu);
-  cache->push_back(Entry{dev, kernel, ctas});
-  return ctas;
-}
-
-template <int kPer, int V, typename W>
-void (*SmallGateUpKernelFor(int hidden))(MoeParams) {
-  if constexpr (V == 8) {
-    // A row of up to 9 · 256 elements (Kimi's 2304) in one group of loads.
-    const int64_t steps = CeilDiv(hidden, 32 * V);
-    if (steps > 4 && steps <= 9) return MoeSmallGateUpKernel<kPer, V, 9, W>;
-  }
-  return MoeSmallGateUpKernel<kPer, V, 0, W>;
-}
-
-// Route, group and gate|up in one grid, down and combine in another: no plan
-// kernel (see the small-batch section). Requires n·k ≤ kSmallMaxPairs.
-template <int V, typename W>
-Status LaunchSmallPath(MoeParams p, cudaStream_t stream) {
-  void (*gate_up)(MoeParams) = p.num_experts <= 256 ? SmallGateUpKernelFor<8, V, W>(p.hidden)
-                                                    : SmallGateUpKernelFor<32, V, W>(p.hidden);
-  void (*down)(MoeParams) = MoeSmallDownCombineKernel<V, 0, W>;
-  if constexpr (V == 8) {
-    // A whole row of up to 4 · 256 elements (Kimi's 1024) per batch of rows.
-    if (CeilDiv(p.inter, 32 * V) <= 4) down = MoeSmallDownCombineKernel<V, 4, W>;
-  }
-  STRATA_ASSIGN_OR_RETURN(int g1, WaveCtas(gate_up, "MoeSmallGateUpKernel"));
-  STRATA_ASSIGN_OR_RETURN(int g2, WaveCtas(down, "MoeSmallDownCombineKernel"));
-  const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
-  const int64_t max_tasks = std::min<int64_t>(p.num_experts, rows) * p.inter;
-  g1 = static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>(g1, CeilDiv(max_tasks, kGemvWarps))));
-  g2 = static_cast<int>(std::max<int64_t>(std::min<int64_t>(g2, p.hidden),
-                                          CeilDiv(p.hidden, kSmallMaxRows)));
-  p.small_grid2 = g2;
-  // Bulk prefetches take 16-byte aligned starts and whole 16-byte units.
-  const void* w2 = sizeof(W) == 1 ? static_cast<const void*>(p.w2_fp8)
-                                  : static_cast<const void*>(p.w2);
-  const bool can_prefetch = V == 8 && (static_cast<int64_t>(p.inter) * sizeof(W)) % 16 == 0 &&
-                            IsAligned(w2, 16);
-  p.small_prefetch = can_prefetch ? static_cast<int>(std::min<int64_t>(
-                                        SmallPrefetchBudget() / g2, INT_MAX))
-                                  : 0;
-  STRATA_RETURN_IF_ERROR(Launch("MoeSmallGateUpKernel", gate_up, dim3(static_cast<unsigned>(g1)),
-                                dim3(kGemvThreads), 0, stream, p));
-  return Launch("MoeSmallDownCombineKernel", down, dim3(static_cast<unsigned>(g2)),
-                dim3(kGemvThreads), 0, stream, p);
-}
-
 // fp8_chunk: experts per dequantisation chunk when p.w13_fp8 is set.
 Status LaunchGemmPath(const MoeParams& p, bool vec4_y, int fp8_chunk, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
@@ -1732,12 +1342,12 @@ Status LaunchSm90Path(const MoeParams& p, char* ws, const Layout& l, bool vec4_y
 
 }  // namespace
 
-size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens) {
+size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens, bool batch_invariant) {
   if (max_tokens <= 0 || shape.num_experts <= 0 || shape.top_k <= 0 || shape.hidden <= 0 ||
       shape.inter <= 0) {
     return 0;
   }
-  return MakeLayout(shape, max_tokens).total;
+  return MakeLayout(shape, max_tokens, batch_invariant).total;
 }
 
 Status MoeRoute(const MoeShape& shape, const float* router_logits, const float* score_bias,
@@ -1815,7 +1425,7 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
     if (args.w2 == nullptr) return absl::InvalidArgumentError("MoeForward: args.w2 is null");
   }
   if (args.y == nullptr) return absl::InvalidArgumentError("MoeForward: args.y is null");
-  const Layout l = MakeLayout(s, args.num_tokens);
+  const Layout l = MakeLayout(s, args.num_tokens, args.batch_invariant);
   if (workspace == nullptr || workspace_bytes < l.total) {
     return absl::InvalidArgumentError(
         absl::StrCat("MoeForward: workspace_bytes must be at least MoeWorkspaceBytes = ", l.total,
@@ -1873,11 +1483,12 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   p.yrows = reinterpret_cast<float*>(ws + l.yrows);
 
   const int64_t rows = args.num_tokens * s.top_k;
-  // Small batches route inside their own gate|up grid (no plan kernel).
-  const bool small = rows <= kSmallMaxPairs && SmallPathEnabled();
-  if (!small) {
-    STRATA_RETURN_IF_ERROR(RouteAndPlan(p, args.num_tokens <= kFusedRouteMaxTokens, stream));
-  }
+  const bool invariant = args.batch_invariant;
+  // Batch-invariant calls route in the route kernel for every n (the plan
+  // kernel's copy of RouteToken is the same explicitly rounded arithmetic,
+  // but one code path for all n leaves nothing to argue about).
+  STRATA_RETURN_IF_ERROR(
+      RouteAndPlan(p, !invariant && args.num_tokens <= kFusedRouteMaxTokens, stream));
 
   const bool vec4_y = s.hidden % 4 == 0 && IsAligned(args.y, 16);
   if (fp8) {
@@ -1885,24 +1496,20 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
     const bool vec = IsAligned(args.x, 16) && IsAligned(args.fp8.w13, 8) &&
                      IsAligned(args.fp8.w2, 8) && s.hidden % 8 == 0 && s.inter % 8 == 0 &&
                      args.fp8.block_cols % 8 == 0;
-    if (small) {
-      return vec ? LaunchSmallPath<8, uint8_t>(p, stream) : LaunchSmallPath<1, uint8_t>(p, stream);
-    }
-    if (GemmShape(s, rows) && vec) {
+    if (vec && (invariant ? GemmTileShape(s) : GemmShape(s, rows))) {
       return LaunchGemmPath(p, vec4_y, static_cast<int>(l.deq_experts), stream);
     }
     if (vec) return LaunchGemvPath<8, uint8_t>(p, vec4_y, stream);
     return LaunchGemvPath<1, uint8_t>(p, vec4_y, stream);
   }
   const bool aligned = IsAligned(args.x, 16) && IsAligned(args.w13, 16) && IsAligned(args.w2, 16);
-  if (rows > kMoeGemvMaxRows && aligned && s.hidden % kBn == 0 && s.inter % 64 == 0) {
-    if (l.sm90_bytes > 0 && UseSm90(args.gemm_impl, rows)) {
+  if (aligned && (invariant ? GemmTileShape(s) : GemmShape(s, rows))) {
+    if (!invariant && l.sm90_bytes > 0 && UseSm90(args.gemm_impl, rows)) {
       return LaunchSm90Path(p, ws, l, vec4_y, stream);
     }
     return LaunchGemmPath(p, vec4_y, 0, stream);
   }
   const bool vec = aligned && s.hidden % 8 == 0 && s.inter % 8 == 0;
-  if (small) return vec ? LaunchSmallPath<8, bf16>(p, stream) : LaunchSmallPath<1, bf16>(p, stream);
   if (vec) return LaunchGemvPath<8, bf16>(p, vec4_y, stream);
   return LaunchGemvPath<1, bf16>(p, vec4_y, stream);
 }

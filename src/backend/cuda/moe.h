@@ -72,6 +72,18 @@ struct MoeArgs {
   MoeFp8Experts fp8;                   // used when fp8.w13 is set (shape.fp8_experts)
   float* y = nullptr;                  // [n, D] fp32, overwritten with Σ_k w_k E_k(x)
   MoeGemmImpl gemm_impl = MoeGemmImpl::kAuto;
+  // Batch-invariant mode (issue 6): every token's y row is bit-identical for
+  // any num_tokens and whatever other tokens share the call. Routing runs in
+  // its own kernel for every n, and the expert products take one kernel for
+  // every n: the mma.sync grouped GEMM (fixed 64×128×32 tiles, the whole k
+  // loop in one CTA, never CUTLASS or the decode GEMV) when D % 128 == 0,
+  // I % 64 == 0 and x, w13, w2 are 16-byte aligned (FP8: x 16-byte, codes
+  // 8-byte aligned, D, I, block_cols multiples of 8), else the grouped GEMV
+  // (whose per-row sums do not depend on how many rows share an expert).
+  // Slower at decode sizes than the default (the GEMM streams each active
+  // expert in 64-row tiles); default off. Size the workspace with
+  // MoeWorkspaceBytes(shape, max_tokens, /*batch_invariant=*/true).
+  bool batch_invariant = false;
 };
 
 // Workspace for `max_tokens` tokens: routing results, per-expert counts and
@@ -89,7 +101,9 @@ struct MoeArgs {
 // scratch (at most kMoeFp8ScratchBytes, at least one expert) and runs the
 // GEMMs chunk by chunk before one combine.
 constexpr int64_t kMoeFp8ScratchBytes = int64_t{512} << 20;
-size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens);
+// batch_invariant: the calls set MoeArgs::batch_invariant (FP8 experts then
+// need the dequantisation scratch at every n; bf16 experts: the same size).
+size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens, bool batch_invariant = false);
 Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
                   cudaStream_t stream);
 
