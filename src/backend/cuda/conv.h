@@ -12,6 +12,11 @@ namespace strata::cuda {
 // where x̂ is the window (rows −(K−1)..−1) followed by x. `window` [K−1, C]
 // fp32 is read, then replaced by the last K−1 inputs. x: [T, C] with row
 // stride ldx (x_type); w: [C, K] fp32; out: [T, C] bf16 (stride C).
+// Chunk invariance (issue 6): the window holds the inputs exactly (bf16
+// inputs are exact in fp32) and every output sums its taps oldest first with
+// the same arithmetic whether a tap comes from x or from the window, so a
+// prompt prefilled in several calls with the carried window gives the bits of
+// one call (outputs and the final window).
 Status CausalConvSiluPrefill(const void* x, ActType x_type, int64_t ldx, int64_t num_tokens,
                              int64_t channels, const float* w, int64_t kernel, float* window,
                              bf16* out, cudaStream_t stream);

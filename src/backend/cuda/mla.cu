@@ -44,7 +44,13 @@ namespace strata::cuda {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kMaxSplits = 256;  // flash-decoding splits per sequence (merge smem)
+constexpr int kMaxSplits = 256;  // flash-decoding splits per sequence (default plan)
+// Batch-invariant decode (MlaDecodeArgs::batch_invariant): splits of a fixed
+// kInvariantSplitBlocks cache blocks (512 keys) at absolute positions, so a
+// sequence's partials and their merge depend on its own length only; up to
+// kMaxMergeSplits of them (2^20 keys), the merge kernel's shared weights.
+constexpr int kInvariantSplitBlocks = 8;
+constexpr int kMaxMergeSplits = 2048;
 
 // ---------------------------------------------------------------------------
 // Device helpers: cp.async, ldmatrix, mma.sync (sm_80+ instructions that
@@ -588,7 +594,12 @@ __global__ void __launch_bounds__(kDecThreads, 1)
 }
 
 // Merges the splits of one (sequence, head): out = Σ_i w_i o_i with
-// w_i = 2^(lse_i − lse_max) / Σ_j 2^(lse_j − lse_max).
+// w_i = 2^(lse_i − lse_max) / Σ_j 2^(lse_j − lse_max). Only the ns splits
+// that hold tokens of the sequence are read (empty ones never reach the
+// sums); with ns = 1 the weight is exactly 1 and out is the partial itself,
+// the bits the single-split kernel writes directly. MlaDecodeMergeKernel sums
+// splits 0, 1, ... in order for every batch size: the batch-invariant mode
+// uses it alone.
 // MlaDecodeMergeKernel: grid (H, B), 128 threads walking all splits of four
 // columns each. MlaDecodeMergeWideKernel, used when H·B CTAs would leave SMs
 // idle (batch 1): grid (H, B, ceil(r / 128)); each CTA merges 128 latent
@@ -610,7 +621,7 @@ struct MergeParams {
 };
 
 __global__ void __launch_bounds__(128) MlaDecodeMergeKernel(const MergeParams p) {
-  __shared__ float w[kMaxSplits];
+  __shared__ float w[kMaxMergeSplits];
   __shared__ float red[32];
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int seq_len = DecodeLength(p.seq_lens, p.sel_counts, b, p.max_seq_len);
@@ -1538,10 +1549,25 @@ struct DecodePlan {
 // groups, one CTA per SM), each CTA walks ceil(blocks / splits) blocks. Pick
 // the split minimising waves × (blocks per CTA + 1): the +1 stands for the
 // prologue and the partial's write, so tiny splits are not free.
-DecodePlan PlanDecode(const MlaShape& s, int64_t batch, int64_t max_seq_len, int sm_count) {
+// Batch-invariant (`invariant`): kInvariantSplitBlocks blocks per split
+// whatever the batch or the bound, ceil(blocks / 8) splits.
+DecodePlan PlanDecode(const MlaShape& s, int64_t batch, int64_t max_seq_len, int sm_count,
+                      bool invariant) {
   DecodePlan plan;
   if (!DecodeFastShape(s) || batch < 1 || max_seq_len < 1 || s.num_heads < 1) return plan;
   const int64_t blocks = (max_seq_len + kKvBlockTokens - 1) / kKvBlockTokens;
+  if (invariant) {
+    plan.blocks_per_split = kInvariantSplitBlocks;
+    plan.num_splits = static_cast<int>(
+        std::min<int64_t>((blocks + kInvariantSplitBlocks - 1) / kInvariantSplitBlocks,
+                          std::numeric_limits<int>::max()));
+    if (plan.num_splits > 1) {
+      const size_t parts = static_cast<size_t>(batch) * plan.num_splits * s.num_heads;
+      plan.part_o_bytes = AlignUp(parts * s.kv_rank * sizeof(float));
+      plan.workspace_bytes = plan.part_o_bytes + AlignUp(parts * sizeof(float));
+    }
+    return plan;
+  }
   const int64_t units = batch * ((s.num_heads + kDecHeads - 1) / kDecHeads);
   int64_t best_cost = std::numeric_limits<int64_t>::max();
   int64_t best_bps = blocks;
@@ -1653,8 +1679,9 @@ Status MlaCacheGather(const MlaShape& shape, const MlaCache& cache, int64_t n, b
   return LaunchStatus("MlaCacheGatherKernel");
 }
 
-size_t MlaDecodeWorkspaceBytes(const MlaShape& shape, int64_t batch, int64_t max_seq_len) {
-  return PlanDecode(shape, batch, max_seq_len, SmCount()).workspace_bytes;
+size_t MlaDecodeWorkspaceBytes(const MlaShape& shape, int64_t batch, int64_t max_seq_len,
+                               bool batch_invariant) {
+  return PlanDecode(shape, batch, max_seq_len, SmCount(), batch_invariant).workspace_bytes;
 }
 
 Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_bytes,
@@ -1686,13 +1713,18 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
   if (args.max_seq_len > std::numeric_limits<int32_t>::max() / 2) {
     return Invalid("max_seq_len", "exceeds 2^30 tokens");
   }
-  const DecodePlan plan = PlanDecode(s, args.batch, args.max_seq_len, SmCount());
+  const bool invariant = args.batch_invariant;
+  if (invariant && args.max_seq_len > int64_t{kMaxMergeSplits} * kInvariantSplitBlocks *
+                                          kKvBlockTokens) {
+    return Invalid("max_seq_len", "exceeds 2^20 tokens (batch_invariant)");
+  }
+  const DecodePlan plan = PlanDecode(s, args.batch, args.max_seq_len, SmCount(), invariant);
   if (plan.workspace_bytes > 0 && workspace == nullptr) {
     return Invalid("workspace", "is null (MlaDecodeWorkspaceBytes > 0)");
   }
   if (workspace_bytes < plan.workspace_bytes) {
     return Invalid("workspace_bytes",
-                   "is below MlaDecodeWorkspaceBytes(shape, batch, max_seq_len)");
+                   "is below MlaDecodeWorkspaceBytes(shape, batch, max_seq_len, batch_invariant)");
   }
   const bool out_f32 = args.out_type == ActType::kF32;
   const float scale_log2 = ScaleLog2(s);
@@ -1744,7 +1776,9 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
       m.r = static_cast<int>(s.kv_rank);
       m.out = args.out_latent;
       m.out_f32 = out_f32;
-      if (static_cast<int64_t>(heads) * args.batch < SmCount()) {
+      // The wide merge sums the splits in four interleaved streams and is
+      // chosen by the batch size: never in batch-invariant mode.
+      if (!invariant && static_cast<int64_t>(heads) * args.batch < SmCount()) {
         MlaDecodeMergeWideKernel<<<dim3(heads, static_cast<unsigned>(args.batch),
                                         static_cast<unsigned>((s.kv_rank + 127) / 128)),
                                    128, 0, stream>>>(m);

@@ -77,8 +77,22 @@ struct MlaDecodeArgs {
   void* out_latent = nullptr;
   ActType out_type = ActType::kBf16;
   MlaSparseRows sparse;     // optional DSA selection
+  // Batch-invariant mode (issue 6): a sequence's output is bit-identical
+  // whatever the batch size, the other sequences, its slot in the batch and
+  // max_seq_len. The tensor-core kernel then splits every sequence into
+  // splits of a fixed 512 keys at absolute positions (keys [512·i,
+  // 512·(i+1))), and one merge kernel sums the splits that hold keys in split
+  // order (splits past the sequence's length are never read); the generic
+  // kernel never splits. The workspace then holds
+  // batch · ceil(max_seq_len / 512) · H · (r + 1) floats when that is more
+  // than one split (MlaDecodeWorkspaceBytes with batch_invariant = true), e.g.
+  // 269 MB at batch 64, 32K keys, H = 32, r = 512; max_seq_len ≤ 2^20.
+  // Default off (the default plan picks the split from the batch and the
+  // bound, which is faster at small batches).
+  bool batch_invariant = false;
 };
-size_t MlaDecodeWorkspaceBytes(const MlaShape& shape, int64_t batch, int64_t max_seq_len);
+size_t MlaDecodeWorkspaceBytes(const MlaShape& shape, int64_t batch, int64_t max_seq_len,
+                               bool batch_invariant = false);
 Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_bytes,
                  cudaStream_t stream);
 
@@ -106,6 +120,14 @@ struct MlaPrefillArgs {
 // dn = 128, dr = 64, dv = 128 with 16-byte aligned q/kv/k_rope/out and ld_q,
 // ld_krope multiples of 8 take the tensor-core kernel; other shapes a simple
 // fp32 kernel.
+// Chunk invariance (issue 6), in every mode: the output of the query at
+// absolute position i is bit-identical for any call [past, past + T) that
+// contains it. The kernel choice depends on the shape, the alignment and the
+// device only; key tiles start at absolute key 0; a query's own key tiles
+// are processed in the same order with the same arithmetic in every call,
+// and the key tiles past it that its query tile adds are fully masked, which
+// is an exact no-op (max unchanged, rescale factor 2^0 = 1, P = 0 so the
+// P·V products add zeros). Needs finite kv values.
 Status MlaPrefill(const MlaPrefillArgs& args, cudaStream_t stream);
 
 // Sparse prefill in the absorbed form (DeepSeek-V3.2): T query tokens of

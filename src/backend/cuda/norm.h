@@ -6,6 +6,12 @@
 
 namespace strata::cuda {
 
+// Batch invariance (issue 6): every kernel here computes a row on its own
+// (one CTA or one warp per row, the thread count from the row length) and
+// picks its vector width from the row length and the pointers' alignment,
+// never from the number of rows: a row's bits do not depend on how many rows
+// share the call.
+
 // The residual stream h is fp32 [n, D]. If `delta` is non-null it is first
 // added into h (h += delta, delta of delta_type). Then
 //   out[i] = bf16( h[i] / sqrt(mean(h[i]²) + eps) · w ).
