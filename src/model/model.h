@@ -99,6 +99,13 @@ struct LoadOptions {
                                       // the budget after weights and scratch
                                       // becomes the paged attention cache
   bool cuda_graphs = true;          // capture decode steps in CUDA graphs
+  // Batch-invariant kernels (GPU; the CPU executors always are): every row's
+  // result is bit-identical whatever else shares its call (decode batch size
+  // and neighbours) and wherever a prompt is cut into prefill calls (chunk
+  // size, prefix-cache restore points), so greedy outputs do not depend on
+  // the serving schedule. Costs speed (docs/serving.md, "Exactness on the
+  // GPU"); executors that cannot honour it fail the load with Unimplemented.
+  bool batch_invariant = false;
 };
 
 // Per-row token selection for Model::DecodeBatchSample (GPU sampling: greedy

@@ -94,7 +94,9 @@ TEST_F(CliServeTest, GenerateIsTheSameForAnyConcurrencyChunkAndCache) {
   ASSERT_EQ(want.size(), 5u);
   for (const auto& ids : want) EXPECT_EQ(ids.size(), 6u);
   for (const std::string extra : {" --concurrency 4 --prefill-chunk 3", " --concurrency 5 --prefill-chunk 1",
-                                  " --concurrency 2 --no-prefix-cache --max-batch 1"}) {
+                                  " --concurrency 2 --no-prefix-cache --max-batch 1",
+                                  // Accepted on the CPU, whose kernels always are invariant.
+                                  " --concurrency 3 --prefill-chunk 2 --batch-invariant"}) {
     const Result r = RunCli(base + extra);
     ASSERT_EQ(r.exit_code, 0) << extra << ": " << Stderr();
     EXPECT_EQ(Lines(r.out), want) << extra;

@@ -48,6 +48,7 @@ constexpr char kHelp[] =
     "usage: strata bench [--model DIR | --preset kimi-linear-48b-a3b] [--device cpu|cuda|auto]\n"
     "                    [--load-format auto|dummy] [--prompt-len P[,P..]] [--gen-len G]\n"
     "                    [--batch B[,B..]] [--context C[,C..]] [--fill-context] [--threads N] [--repeats R]\n"
+    "                    [--batch-invariant]\n"
     "\n"
     "  --model DIR        model directory (default: the demo model, random weights)\n"
     "  --preset NAME      kimi-linear-48b-a3b: that model's config.json with dummy weights (no download)\n"
@@ -59,6 +60,7 @@ constexpr char kHelp[] =
     "  --context C,..     sweep: tokens already in each sequence when decode is timed\n"
     "  --fill-context     sweep: set each state's length with random cache contents instead of running\n"
     "                     prefill (BENCHMARK-ONLY shortcut; the decode cost is the same)\n"
+    "  --batch-invariant  GPU: the batch- and chunk-invariant kernels (to measure what they cost)\n"
     "  --bandwidth-gbs X  HBM bandwidth the decode limit is computed with (default 4270, H200 copy)\n"
     "  --peak-tflops X    bf16 peak the prefill limit is computed with (default 686, H200 matmul)\n"
     "  --threads N        compute threads (default: one per core)\n"
@@ -306,7 +308,7 @@ int RunBench(int argc, char** argv) {
   Flags flags(cmd,
               {"model", "preset", "prompt-len", "gen-len", "threads", "repeats", "device", "load-format", "batch",
                "context", "bandwidth-gbs", "peak-tflops"},
-              {"help", "no-membw", "fill-context"});
+              {"help", "no-membw", "fill-context", "batch-invariant"});
   if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
   if (flags.Bool("help")) {
     std::fputs(kHelp, stdout);
@@ -317,6 +319,7 @@ int RunBench(int argc, char** argv) {
   if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &lo.load_format); rc != kExitOk) {
     return rc;
   }
+  lo.batch_invariant = flags.Bool("batch-invariant");
   const bool sweep = lo.device != Device::kCpu || flags.Has("batch") || flags.Has("context");
   if (flags.Has("model") && flags.Has("preset")) {
     return Fail(cmd, "--model and --preset are exclusive", kExitUsage);

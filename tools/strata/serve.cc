@@ -94,7 +94,8 @@ const std::vector<std::string> kCommonValueFlags = {
     "model", "preset", "device", "load-format", "threads", "concurrency", "prefill-chunk", "prefill-while-decoding",
     "max-batch", "max-sequences", "memory-budget", "prefix-cache-bytes", "prefix-block", "temperature", "top-k",
     "top-p", "seed"};
-const std::vector<std::string> kCommonBoolFlags = {"help", "no-prefix-cache", "verbose", "host-sampling"};
+const std::vector<std::string> kCommonBoolFlags = {"help", "no-prefix-cache", "verbose", "host-sampling",
+                                                   "batch-invariant"};
 
 constexpr char kCommonHelp[] =
     "  --model DIR               model directory (or --preset kimi-linear-48b-a3b: dummy weights, no download)\n"
@@ -116,6 +117,9 @@ constexpr char kCommonHelp[] =
     "  --threads N               compute threads (default: one per core)\n"
     "  --host-sampling           copy every decode row's logits to the host sampler even where the\n"
     "                            device could sample (A/B against device sampling)\n"
+    "  --batch-invariant         GPU: batch- and chunk-invariant kernels, so greedy output is the same\n"
+    "                            alone or batched, for any prefill chunk, with or without the prefix\n"
+    "                            cache (slower; the CPU always is)\n"
     "  --verbose                 also print where the scheduler's time went (phases per iteration)\n";
 
 struct Setup {
@@ -192,6 +196,7 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
   lo.max_batch = *max_batch;
   lo.max_sequences = *max_sequences;
   lo.max_context_tokens = max_context;
+  lo.batch_invariant = flags.Bool("batch-invariant");
   auto loaded = LoadModel(dir, lo);
   if (!loaded.ok()) return Fail(cmd, loaded.status(), kExitFailure);
   PrintPlacementNotice(cmd, (*loaded)->info());
@@ -217,7 +222,8 @@ constexpr char kGenerateHelp[] =
     "\n"
     "Each input line is a JSON array of token ids; prints one JSON array of generated ids per input\n"
     "line, in input order (statistics on stderr). Requests run concurrently through the serving\n"
-    "engine; greedy output does not depend on --concurrency, --prefill-chunk or the prefix cache.\n"
+    "engine; greedy output does not depend on --concurrency, --prefill-chunk or the prefix cache\n"
+    "(on a GPU only with --batch-invariant).\n"
     "With --temperature > 0, request i (from 0) samples with seed S + i.\n"
     "\n"
     "  --prompts-jsonl FILE      the prompts\n"

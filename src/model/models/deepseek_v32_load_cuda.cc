@@ -293,6 +293,13 @@ StatusOr<std::unique_ptr<DeepseekV32CudaModel>> DeepseekV32CudaModel::Create(
 
 Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
                                    const DeepseekV32Config& config, const LoadOptions& options) {
+  if (options.batch_invariant) {
+    // Its attention and recurrent kernels have no invariant variant yet (the
+    // GEMMs and MoE do): refuse rather than serve non-reproducible output.
+    return absl::UnimplementedError(
+        "deepseek_v32: batch-invariant kernels exist on the GPU only for kimi_linear so far; "
+        "run without batch_invariant, or on the CPU (always invariant)");
+  }
   cfg_ = config;
   g_ = MakeGeometry(config);
   const Geometry& g = g_;
