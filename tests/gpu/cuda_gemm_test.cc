@@ -8,11 +8,14 @@
 //    cuBLASLt path at m = 17, 300);
 //  * every decode weight shape of Kimi-Linear-48B-A3B at m = 1, 2, 5, 8, 16
 //    (poisoned y, beta ≠ 0 accumulation, back-to-back launches, fp32 x), each
-//    run twice: the stream-K kernel's split tiles must reduce bit-identically;
-//  * stream-K corner shapes, and the legacy kernel (STRATA_GEMV=old);
+//    run twice: the result must not depend on timing;
+//  * corner shapes of the k split (partial tiles and k blocks, short and
+//    long k);
 //  * StridedBatchedGemm in both W layouts;
 //  * argument misuse → InvalidArgument naming the field; m = 0 is a no-op;
 //  * capture in a CUDA graph and replay gives the eager result.
+// All with batch-invariant mode off (the default); cuda_gemm_invariant_test
+// covers it.
 // Each case prints max abs / max rel (to max |ref|) / L2-relative error.
 #include <gtest/gtest.h>
 
@@ -120,11 +123,10 @@ struct GemmCase {
   size_t w_offset = 0, x_offset = 0;  // bytes added to the device pointers
   bool device_weights = false;        // big W: random on the device, then downloaded
   // Launches of Gemm back to back without a sync (beta must be 1 when > 1:
-  // y = y0 + repeats · alpha · x·Wᵀ), which checks that the split-tile
-  // counters are left at zero for the next launch even when PDL overlaps it.
+  // y = y0 + repeats · alpha · x·Wᵀ), which checks that consecutive launches
+  // overlapped by PDL still read each other's y in order.
   int repeats = 1;
   bool check_repeat = false;  // run again from the same y0: bit-identical y
-  bool legacy = false;        // STRATA_GEMV=old (the grid-per-tile kernel)
 };
 
 std::string Describe(const GemmCase& c) {
@@ -132,11 +134,11 @@ std::string Describe(const GemmCase& c) {
   std::snprintf(
       buf, sizeof(buf),
       "m=%lld n=%lld k=%lld ldx=%lld ldw=%lld ldy=%lld x=%s y=%s a=%g b=%g woff=%zu "
-      "xoff=%zu rep=%d%s",
+      "xoff=%zu rep=%d",
       static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k),
       static_cast<long long>(c.ldx), static_cast<long long>(c.ldw), static_cast<long long>(c.ldy),
       c.x_type == ActType::kBf16 ? "bf16" : "f32", c.y_type == ActType::kBf16 ? "bf16" : "f32",
-      c.alpha, c.beta, c.w_offset, c.x_offset, c.repeats, c.legacy ? " old" : "");
+      c.alpha, c.beta, c.w_offset, c.x_offset, c.repeats);
   return buf;
 }
 
@@ -212,7 +214,6 @@ void RunGemmCase(BlasContext& ctx, cudaStream_t stream, const GemmCase& c, uint6
   a.ldy = c.ldy;
   a.alpha = c.alpha;
   a.beta = c.beta;
-  setenv("STRATA_GEMV", c.legacy ? "old" : "streamk", 1);
   auto run = [&]() {
     for (int r = 0; r < c.repeats; ++r) {
       const Status st = Gemm(ctx, a, stream);
@@ -248,7 +249,6 @@ void RunGemmCase(BlasContext& ctx, cudaStream_t stream, const GemmCase& c, uint6
     EXPECT_EQ(std::memcmp(y_raw.data(), y2_raw.data(), y_raw.size()), 0)
         << "two runs of the same product differ: the result depends on timing";
   }
-  unsetenv("STRATA_GEMV");
 
   // Reference: cpu::MatMul on packed W and x.
   std::vector<uint16_t> w_packed(static_cast<size_t>(c.n * c.k));
@@ -478,11 +478,11 @@ TEST_F(CudaGemmTest, DecodeShapesFp32XAlphaBetaAndBackToBack) {
   }
 }
 
-// Shapes that exercise the stream-K decomposition's corners: a single tile,
-// n not a multiple of 16 (partial last tile), k not a multiple of 32
-// (partial last k block), k of one or two k blocks, tiles split across many
-// warps and ranges crossing tile boundaries inside a round; both N tiles.
-TEST_F(CudaGemmTest, StreamKCorners) {
+// Shapes at the corners of the GEMV's division of work: a single tile, n not
+// a multiple of 16 (partial last tile), k not a multiple of 32 (partial last
+// k block), k of one or two k blocks, k groups that end inside an unrolled
+// step; both N tiles.
+TEST_F(CudaGemmTest, SmallMCorners) {
   uint64_t seed = 1100;
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1, 8},      {16, 32},    {17, 2056},  {100, 4104}, {333, 2304}, {1000, 520},
@@ -500,23 +500,6 @@ TEST_F(CudaGemmTest, StreamKCorners) {
     f.beta = 1.f;
     f.repeats = 2;
     RunGemmCase(*ctx_, stream_, f, seed++);
-  }
-}
-
-// The previous kernel stays selectable (STRATA_GEMV=old) for A/B runs.
-TEST_F(CudaGemmTest, LegacyGemvStillCorrect) {
-  uint64_t seed = 1200;
-  for (const DecodeShape& d : kDecodeShapes) {
-    if (d.n * d.k > (int64_t{1} << 25)) continue;
-    for (int64_t m : {1, 16}) {
-      GemmCase c{m, d.n, d.k};
-      c.y_type = d.y_type;
-      c.beta = d.beta;
-      c.ldx = d.ldx;
-      c.device_weights = d.n * d.k > (int64_t{1} << 22);
-      c.legacy = true;
-      RunGemmCase(*ctx_, stream_, c, seed++);
-    }
   }
 }
 

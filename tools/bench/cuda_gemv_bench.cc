@@ -3,10 +3,9 @@
 // step, against the H200's copy bandwidth (4270 GB/s): time = bytes(W) /
 // bandwidth is the limit, since W is read once and x, y are tiny.
 //
-//   BM_CudaGemv/<shape>/<m>     STRATA_GEMV=streamk: the stream-K kernel
-//   BM_CudaGemvOld/<shape>/<m>  STRATA_GEMV=old: the grid-per-tile one (the default)
+//   BM_CudaGemv/<shape>/<m>
 //
-// so one run gives the A/B. Each iteration replays a CUDA graph of C GEMVs
+// Each iteration replays a CUDA graph of C GEMVs
 // on C distinct copies of W (C · bytes ≥ 512 MB ≫ the 50 MB L2, so every
 // GEMV streams from HBM, with the PDL overlap between consecutive launches
 // that a decode step has) and reports the per-GEMV time (CUDA events,
@@ -70,10 +69,10 @@ struct DeviceBuffer {
   }
 };
 
-void RunGemv(benchmark::State& state, bool legacy) {
+void BM_CudaGemv(benchmark::State& state) {
   const GemvShape& sh = kShapes[state.range(0)];
   const int64_t m = state.range(1);
-  state.SetLabel(std::string(sh.name) + (legacy ? " old" : ""));
+  state.SetLabel(sh.name);
   const size_t w_bytes = static_cast<size_t>(sh.n * sh.k) * 2;
   const int64_t copies =
       std::clamp<int64_t>(static_cast<int64_t>((kRotateBytes + w_bytes - 1) / w_bytes), 8, 512);
@@ -98,8 +97,6 @@ void RunGemv(benchmark::State& state, bool legacy) {
   a.y = y.p;
   a.y_type = sh.y_type;
   a.beta = sh.beta;
-  // The kernel is chosen when Gemm enqueues, i.e. at capture time.
-  setenv("STRATA_GEMV", legacy ? "old" : "streamk", 1);
   // One eager call of the same shape first (plans exist before capture).
   a.w = static_cast<const bf16*>(w.p);
   st = Gemm(**ctx, a, s);
@@ -114,7 +111,6 @@ void RunGemv(benchmark::State& state, bool legacy) {
       st = absl::InternalError("graph capture failed");
     }
   }
-  unsetenv("STRATA_GEMV");
   if (st.ok() && (graph == nullptr || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)) {
     st = absl::InternalError("graph instantiation failed");
   }
@@ -156,9 +152,6 @@ void RunGemv(benchmark::State& state, bool legacy) {
   cudaStreamDestroy(s);
 }
 
-void BM_CudaGemv(benchmark::State& state) { RunGemv(state, /*legacy=*/false); }
-void BM_CudaGemvOld(benchmark::State& state) { RunGemv(state, /*legacy=*/true); }
-
 void GemvArgs(benchmark::internal::Benchmark* b) {
   for (int i = 0; i < kNumShapes; ++i) {
     for (int64_t m : {1, 8}) b->Args({i, m});
@@ -166,7 +159,103 @@ void GemvArgs(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_CudaGemv)->Apply(GemvArgs)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_CudaGemvOld)->Apply(GemvArgs)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// Prefill-sized products (m > 16): batch-invariant mode's tiled kernel
+// (BM_CudaGemmInvariant) against cuBLASLt (BM_CudaGemmCublasLt, the mode
+// off), bf16 x and y. Compute-bound (2·m·n·k FLOPs; the H200's mma.sync
+// peak is ~660 TFLOP/s), so W is not rotated: each iteration replays a
+// graph of kGemmReps products on the same operands. Counter: TFLOP/s.
+struct GemmShape {
+  const char* name;
+  int64_t n, k;
+};
+const GemmShape kGemmShapes[] = {
+    {"kda_in_proj_12576x2304", 12576, 2304},
+    {"o_proj_2304x4096", 2304, 4096},
+    {"shared_gate_up_2048x2304", 2048, 2304},
+};
+constexpr int kGemmReps = 10;
+
+void RunGemm(benchmark::State& state, bool invariant) {
+  const GemmShape& sh = kGemmShapes[state.range(0)];
+  const int64_t m = state.range(1);
+  state.SetLabel(sh.name);
+  cudaStream_t s = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  auto ctx = BlasContext::Create();
+  if (!ctx.ok()) return state.SkipWithError(std::string(ctx.status().message()).c_str());
+  (*ctx)->set_batch_invariant(invariant);
+  DeviceBuffer w(static_cast<size_t>(sh.n * sh.k) * 2), x(static_cast<size_t>(m * sh.k) * 2),
+      y(static_cast<size_t>(m * sh.n) * 2);
+  if (!w.p || !x.p || !y.p) return state.SkipWithError("cudaMalloc failed");
+  Status st = FillRandomBf16(static_cast<bf16*>(w.p), sh.n * sh.k, 1, 0.05f, s);
+  if (st.ok()) st = FillRandomBf16(static_cast<bf16*>(x.p), m * sh.k, 2, 1.f, s);
+  if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+  GemmArgs a;
+  a.m = m;
+  a.n = sh.n;
+  a.k = sh.k;
+  a.x = x.p;
+  a.w = static_cast<const bf16*>(w.p);
+  a.y = y.p;
+  st = Gemm(**ctx, a, s);  // plans exist before capture
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (st.ok() && cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    for (int r = 0; r < kGemmReps && st.ok(); ++r) st = Gemm(**ctx, a, s);
+    if (cudaStreamEndCapture(s, &graph) != cudaSuccess && st.ok()) {
+      st = absl::InternalError("graph capture failed");
+    }
+  }
+  if (st.ok() && (graph == nullptr || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)) {
+    st = absl::InternalError("graph instantiation failed");
+  }
+  if (!st.ok()) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+    return state.SkipWithError(std::string(st.message()).c_str());
+  }
+  cudaGraphLaunch(exec, s);  // warm-up
+  cudaStreamSynchronize(s);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (auto _ : state) {
+    cudaEventRecord(start, s);
+    cudaGraphLaunch(exec, s);
+    cudaEventRecord(stop, s);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    state.SetIterationTime(ms / 1e3 / kGemmReps);  // per product
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) state.SkipWithError(cudaGetErrorString(err));
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(sh.n) *
+                       static_cast<double>(sh.k);
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+void BM_CudaGemmInvariant(benchmark::State& state) { RunGemm(state, /*invariant=*/true); }
+void BM_CudaGemmCublasLt(benchmark::State& state) { RunGemm(state, /*invariant=*/false); }
+
+void GemmArgsList(benchmark::internal::Benchmark* b) {
+  for (int i = 0; i < static_cast<int>(sizeof(kGemmShapes) / sizeof(kGemmShapes[0])); ++i) {
+    for (int64_t m : {512, 4096, 8192}) b->Args({i, m});
+  }
+}
+
+BENCHMARK(BM_CudaGemmInvariant)
+    ->Apply(GemmArgsList)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaGemmCublasLt)->Apply(GemmArgsList)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace strata::cuda

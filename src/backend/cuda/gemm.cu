@@ -1,94 +1,94 @@
 // Dense products y = alpha · x · Wᵀ (+ beta · y) on bf16 weights.
 //
-// Cost model (H200: 4.27 TB/s copy bandwidth, ~686 TFLOP/s bf16 matmul).
+// Cost model (H200: 4.27 TB/s copy bandwidth, ~686 TFLOP/s bf16 matmul with
+// wgmma, ~660 with mma.sync).
 //  * Small M (decode, m ≤ 16): W is read once, so time = bytes(W) / 4.27 TB/s.
 //      [4096+4096+4096, 2304]  56.6 MB  → 13.3 µs
 //      [2304, 4096]            18.9 MB  →  4.4 µs
 //      [163840, 2304] (head)  755.0 MB  → 176.8 µs
 //      [9216·2, 2304]          84.9 MB  → 19.9 µs
-//    The target is ≥ 85% of that. Expected (not yet measured): ~85–90% on
-//    the three large shapes; the 18.9 MB one is ~4 µs of ideal time, so the
-//    ~1 µs of launch and first-byte latency (outside a graph) caps it nearer
-//    75–80%. Even at m = 16 the arithmetic is 2·16 FLOP per 2 bytes of W
-//    (16 FLOP/byte, 68 TFLOP/s at full bandwidth): far below what mma.sync
+//    Even at m = 16 the arithmetic is 2·16 FLOP per 2 bytes of W (16
+//    FLOP/byte, 68 TFLOP/s at full bandwidth): far below what mma.sync
 //    delivers, but above what fp32 FMA on CUDA cores delivers once the
 //    bf16 → fp32 conversions are counted, hence tensor cores here.
 //  * Large M (prefill): 2·m·n·k FLOPs on cuBLASLt, e.g. m = 4096 on
-//    [12288, 2304] is 232 GFLOP → 338 µs at 686 TFLOP/s.
+//    [12288, 2304] is 232 GFLOP → 338 µs at 686 TFLOP/s; in batch-invariant
+//    mode on the tiled kernel below instead (mma.sync, ~2× that time).
 //
-// The streaming kernel (m ≤ kGemvMaxRows) computes yᵀ = W · xᵀ with
-// mma.sync.m16n8k16: a 16-row tile of W is the A operand (M = 16) and up to 8
-// rows of x are the B operand (N = 8; two N tiles for m ≤ 16). A dot product
-// does not care about the order of k, so each lane loads 16 contiguous bytes
-// (8 k values) of W rows g and g+8 and of x row g, and the k positions of the
-// two mma's per 32-wide k block are permuted consistently in A and B (see
-// GemvMmaKernel). That turns every W access into one 16-byte streaming load
-// with no shared-memory staging and no shuffles: 8 rows × 64 contiguous bytes
-// per warp instruction, each row then continued by the next loads of the
-// same lane. x is tiny (≤ 16 rows) and read through L1 (the W loads bypass L1
-// so they do not evict it). fp32 x is split into bf16 hi + lo parts, both fed
-// to the tensor cores, which keeps ~16 mantissa bits of x.
+// Canonical arithmetic. Every fast kernel of this file computes y[r, c] (x row
+// r, W row c) the same way, whatever m is and wherever row r sits in the
+// call, so that a row's bits never depend on the rows batched with it:
+//  * W's k extent is cut into KB = ceil(k / 32) k blocks of 32, and those
+//    into S = S(n, k) contiguous groups: group q holds k blocks
+//    [⌊q·KB/S⌋, ⌊(q+1)·KB/S⌋). S is the GEMV's k split (GemvPlanFor): it
+//    depends only on n, k and the GPU (SM count, the GEMV's occupancy),
+//    never on m, x_type, y_type or the batch count.
+//  * Group q's partial P_q is one fp32 accumulation chain of
+//    mma.sync.m16n8k16 (bf16 in, fp32 accumulate), starting from 0, over the
+//    group's k blocks in ascending order, each k block fed by MmaBlock: W
+//    rows as the A operand, x rows as B, each lane's 16 contiguous bytes of a
+//    row (k = 32·kb + 8t … 8t+7) mapped to the k slots as MmaBlock says. A
+//    lane's 16-byte chunk that lies past k is zeros (k % 8 == 0, so a chunk
+//    is wholly in or out); k blocks past a group's end are not fed at all.
+//    For fp32 x (GEMV only) each k block is two MmaBlocks: x's bf16 hi part,
+//    then the bf16 residual lo.
+//  * s = 0.f; s += P_q for q = 0 … S−1 in order (fp32 adds).
+//  * fp32 y: y = alpha·s, or fma(beta, y_old, alpha·s) when beta ≠ 0;
+//    bf16 y: round-to-nearest-even of alpha·s (StoreY).
+// The mma computes each output element from its own A row, B column and
+// accumulator only, so the same operands in the same slots give the same
+// bits whichever tile, lane or N tile the element sits in.
 //
-// Division of work (GemvStreamKernel, opt-in with STRATA_GEMV=streamk: it
-// measured slower than GemvMmaKernel, see UseLegacyGemv). The work is the
-// tile-major list of U = tiles × kblocks units (16 W rows × 32 k = 1 KB of
-// W each); warp w of the grid streams units [U·w/W, U·(w+1)/W), so every
-// warp, and every SM, moves the same bytes to within 1 KB whatever the
-// shape. Measured on the previous design (one CTA per 1–8 tiles, k split
-// inside the CTA; GemvMmaKernel, the default),
-// H200, Nsight Compute, one batch-1 decode step of Kimi-Linear-48B:
+// GEMV (GemvMmaKernel, m ≤ kGemvMaxRows) computes yᵀ = W · xᵀ: a 16-row
+// tile of W is the A operand (M = 16) and up to 8 rows of x the B operand
+// (N = 8; two N tiles for m ≤ 16). A dot product does not care about the
+// order of k, so each lane loads 16 contiguous bytes (8 k values) of W rows g
+// and g+8 and of x row g, and the k positions of the two mma's per 32-wide k
+// block are permuted consistently in A and B (MmaBlock). That turns every W
+// access into one 16-byte streaming load with no shared-memory staging and
+// no shuffles: 8 rows × 64 contiguous bytes per warp instruction. x is tiny
+// (≤ 16 rows) and read through L1 (the W loads bypass L1 so they do not evict
+// it). fp32 x is split into bf16 hi + lo parts, both fed to the tensor cores,
+// which keeps ~16 mantissa bits of x. A CTA of 8 warps owns `tpc` row tiles
+// and gives each tile's S = 8/tpc warps one k group each (warp ks of a tile
+// takes group ks), reducing the partials through shared memory in group
+// order; tpc is halved from 8 while the grid still fits in one resident wave
+// and every warp keeps a full unrolled step (8 k blocks) of k. The plan is
+// made for m = 1 whatever m is (S must not depend on m).
+//
+// Measured (H200, Nsight Compute, one batch-1 decode step of
+// Kimi-Linear-48B, interleaved k split, before the groups were made
+// contiguous; the loads in flight are the same now):
 //      [2304, 4096]  144 CTAs on 132 SMs   9.6 µs  2.15 TB/s (12 SMs do 2×)
 //      [2048, 2304]  128 CTAs              7.0 µs  1.4 TB/s
-//      [2304, 1024]   72 CTAs              4.8 µs  1.0 TB/s
-//      [256, 2304]    16 CTAs              4.8 µs  0.25 TB/s
 //      [12576, 2304] 197 CTAs             19 µs    3.3 TB/s
 //      [163840, 2304] 1280 CTAs          194 µs    4.17 TB/s
-// i.e. whenever the CTA count is not a multiple of the SM count, or below
-// it, some SMs stream twice the bytes of others, or idle. W is chosen by
-// PlanGemvStream:
-//  * U ≥ 2 × (resident warp slots): W = all resident warp slots (SMs ×
-//    CTAs per SM × 8), one wave, every warp ≥ 2 KB;
-//  * short k (kblocks ≤ one round) with ≥ one tile per SM: one whole tile
-//    per warp (no tile split, no cross-warp reduction), CTAs of
-//    ceil(tiles / SMs) warps so every SM gets a CTA;
-//  * otherwise (small W): one full round per warp, ≤ one CTA per SM (a
-//    few KB per SM: the per-SM transfer time is negligible, while fewer
-//    warps per split tile means fewer partials for the last one to add).
-// A warp's range usually starts and ends inside a tile: those tiles are
-// reduced across warps without float atomics (FlushTile): each contributor
-// stores its partial sums in its own slot of a workspace owned by the
-// BlasContext and counts itself on a per-tile counter; the last to arrive
-// adds the slots in warp order (bits independent of timing) and stores y.
-// That costs ~3 L2 round trips at the end of the warp's range (fence, atomic,
-// loads), ~1 µs, and is why whole-tile plans are preferred where they fill
-// the GPU. Each lane keeps `round` ≤ 7 k blocks (2 × round 16-byte W loads)
-// in flight before its mma's; rounds are equal-sized so the last is not a
-// short, latency-bound one; with 16 warps per SM that is up to ~112 KB per
-// SM in flight, above the ~32 KB per SM that Little's law asks at 4.27 TB/s
-// and ~1 µs loaded latency.
+// A stream-K variant (equal bytes per warp, split tiles reduced by the last
+// arriving warp) measured slower on 9 of 11 decode shapes (the reduction
+// costs more than the balance gains) and was removed.
 //
-// The legacy kernel (GemvMmaKernel, STRATA_GEMV=old): a CTA of 8 warps owns
-// `tpc` row tiles and splits k over the 8/tpc warps of each tile, reducing
-// through shared memory; tpc is halved from 8 while the grid still fits in
-// one resident wave and every warp keeps a full unrolled step of k.
+// Tiled kernel (InvariantGemmKernel, batch-invariant mode, m > 16): the same
+// canonical arithmetic at prefill sizes. A CTA owns 128 W rows × kTileX x
+// rows (128, or 64 when the 128-row grid would not fill two waves); k is
+// staged through shared memory in stages of two k blocks with cp.async,
+// kStages deep. Shared memory keeps each k block of each operand as its own
+// [rows][64 bytes] sub-tile, so a warp's 16-byte-per-lane fragment loads
+// (ld.shared.v4: lanes g, g+1 of one quarter-warp read 128 contiguous bytes)
+// are conflict-free and feed MmaBlock exactly as the GEMV's global loads do
+// (ldmatrix would permute k differently). Each warp owns 64 W rows × kTileX/4
+// x rows and keeps two accumulator sets: the running group partial P and the
+// total s, with s += P, P = 0 at each group end. bf16 x only (fp32 x is
+// limited to m ≤ kGemvMaxRows by CheckGemmArgs).
 //
-// Expected (H200, not yet measured; ncu-serialised, ~2 µs launch floor
-// included): [2304, 4096] ~6.5 µs (was 9.6), [2048, 2304] ~4.5 µs (7.0),
-// [2304, 1024] ~3.5 µs (4.8), [576, 2304] ~3.5 µs (5.0), [256, 2304]
-// ~3.5 µs (4.8), [4096, 128] ~3.5 µs (4.0: 128 CTAs of 2 warps instead of
-// 32 of 8), [12576, 2304] ~16 µs (19), [6144, 2304] ~9 µs (11.5), LM head
-// ~185 µs (194).
-//
-// Shapes the fast kernel cannot take (k or ldw not a multiple of 8, or
-// misaligned pointers) go to a plain warp-per-row kernel with scalar loads.
+// Shapes the fast kernels cannot take (k or ldw not a multiple of 8, or
+// misaligned pointers) go to a plain warp-per-row kernel with scalar loads,
+// whose arithmetic per row does not depend on m either.
 #include "backend/cuda/gemm.h"
 
 #include <cublasLt.h>
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <type_traits>
 
@@ -105,6 +105,21 @@ constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * 32;
 constexpr int kTile = 16;  // W rows per mma tile
 
+// Tiled kernel geometry (see the file comment).
+constexpr int kTiledThreads = 256;
+constexpr int kTiledW = 128;      // W rows per CTA
+constexpr int kStageBlocks = 2;   // 32-wide k blocks per pipeline stage
+constexpr int kStages = 4;        // pipeline depth
+constexpr int kSubTileRowBytes = 64;  // one k block of one row
+template <int kTileX>
+constexpr int TiledStageBytes() {
+  return (kTiledW + kTileX) * kStageBlocks * kSubTileRowBytes;
+}
+template <int kTileX>
+constexpr int TiledSmemBytes() {
+  return kStages * TiledStageBytes<kTileX>();
+}
+
 Status LtError(cublasStatus_t st, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cublasLtGetStatusString(st)));
 }
@@ -118,7 +133,7 @@ Status LtError(cublasStatus_t st, const char* what) {
   } while (0)
 
 // ---------------------------------------------------------------------------
-// Streaming kernel (m ≤ 16).
+// Canonical arithmetic shared by every kernel.
 
 struct GemvParams {
   const bf16* w;  // [n, k], row stride ldw
@@ -127,22 +142,24 @@ struct GemvParams {
   int64_t ldw;
   int64_t ldx;
   int64_t ldy;
+  // Elements between consecutive products of a strided batch (the batch
+  // index is blockIdx.y for the GEMV kernels, blockIdx.z for the tiled one).
+  int64_t stride_w;
+  int64_t stride_x;
+  int64_t stride_y;
   int64_t n;
   int64_t k;
   int m;
-  int tiles_per_cta;  // legacy kernel: tpc; k_split = kGemvWarps / tpc
-  int k_split;
+  int tiles_per_cta;  // GEMV: 16-row W tiles per CTA
+  int k_split;        // S: k groups of the canonical sum (GEMV: warps per tile)
   float alpha;
   float beta;  // only with fp32 y
-  // Stream-K kernel: the work is the list of units (tile, k block), tile-major;
-  // warp w of the grid takes units [units·w/warps, units·(w+1)/warps).
-  int64_t kblocks;  // 32-wide k blocks per W row: ceil(k / 32)
-  int64_t units;    // row tiles × kblocks
-  int64_t warps;    // warps that own units (≤ grid × warps per CTA)
-  int round;        // k blocks a warp loads before its mma's (≤ kU and ≤ kblocks)
-  float* partials;     // [2 · warps][kNT][32 lanes] float4: split tiles' partial sums
-  unsigned* counters;  // [warps]: arrivals per split tile, zero between launches
 };
+
+// First k block of group q of S over kblocks k blocks.
+__host__ __device__ __forceinline__ int64_t GroupStart(int64_t kblocks, int q, int groups) {
+  return kblocks * q / groups;
+}
 
 // d += a · b on one m16n8k16 tile, fp32 accumulation.
 __device__ __forceinline__ void MmaBf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -170,18 +187,27 @@ __device__ __forceinline__ float4 BitsToF4(uint4 u) {
                      __uint_as_float(u.w));
 }
 
+// The canonical epilogue. Explicit _rn intrinsics so the compiler cannot
+// contract differently in different kernels.
+__device__ __forceinline__ void StoreY(float* y, int64_t i, float s, float alpha, float beta) {
+  const float v = __fmul_rn(alpha, s);
+  y[i] = beta != 0.f ? __fmaf_rn(beta, y[i], v) : v;
+}
+__device__ __forceinline__ void StoreY(bf16* y, int64_t i, float s, float alpha,
+                                       float /*beta*/) {
+  y[i] = __float2bfloat16_rn(__fmul_rn(alpha, s));
+}
+
+// ---------------------------------------------------------------------------
+// Streaming kernel (m ≤ 16).
+
 // k blocks (32 wide) each lane loads before its first mma.
 template <int kNT, bool kXF32>
 constexpr int GemvUnroll() {
   return (kNT == 1 && !kXF32) ? 8 : 4;
 }
-
-__device__ __forceinline__ void StoreY(float* y, int64_t i, float v, float beta) {
-  y[i] = beta != 0.f ? v + beta * y[i] : v;
-}
-__device__ __forceinline__ void StoreY(bf16* y, int64_t i, float v, float /*beta*/) {
-  y[i] = __float2bfloat16_rn(v);
-}
+// What the plan assumes whatever the variant: S must not depend on m.
+constexpr int kGemvPlanUnroll = GemvUnroll<1, false>();
 
 // kNT: 8-row tiles of x (m ≤ 8·kNT). Requires k % 8 == 0, ldw % 8 == 0, w and
 // x 16-byte aligned, ldx a multiple of 16 bytes. The register cap of 2 CTAs
@@ -196,38 +222,50 @@ template <int kNT, bool kXF32, typename YT>
 __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParams p) {
   constexpr int kU = GemvUnroll<kNT, kXF32>();
   using XChunk = std::conditional_t<kXF32, F32Chunk, uint4>;
+  constexpr int64_t kXBytes = kXF32 ? 4 : 2;
   __shared__ float red[kGemvWarps][kTile][kTile + 1];  // [warp][W row][x row]
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;
   const int t = lane & 3;
+  const int64_t batch = blockIdx.y;
+  const bf16* w = p.w + batch * p.stride_w;
+  const char* x = static_cast<const char*>(p.x) + batch * p.stride_x * kXBytes;
+  YT* y = static_cast<YT*>(p.y) + batch * p.stride_y;
   const int ks = warp % p.k_split;
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * p.tiles_per_cta + warp / p.k_split;
   const int64_t row0 = tile * kTile + g;
   const bool row0_ok = row0 < p.n;
   const bool row1_ok = row0 + 8 < p.n;
-  const bf16* w0 = p.w + (row0_ok ? row0 : 0) * p.ldw + t * 8;
-  const bf16* w1 = p.w + (row1_ok ? row0 + 8 : 0) * p.ldw + t * 8;
+  const bf16* w0 = w + (row0_ok ? row0 : 0) * p.ldw + t * 8;
+  const bf16* w1 = w + (row1_ok ? row0 + 8 : 0) * p.ldw + t * 8;
   bool x_ok[kNT];
   const char* xp[kNT];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
     const int r = g + 8 * nt;
     x_ok[nt] = r < p.m;
-    const size_t esize = kXF32 ? 4 : 2;
-    xp[nt] = static_cast<const char*>(p.x) +
-             ((x_ok[nt] ? r : 0) * p.ldx + t * 8) * static_cast<int64_t>(esize);
+    xp[nt] = x + ((x_ok[nt] ? r : 0) * p.ldx + t * 8) * kXBytes;
   }
+  const int64_t kblocks = CeilDiv(p.k, 32);
 
   // Until the previous kernel of the step has finished, only the weights may
-  // be touched: start the CTA's first round of weight loads (the first
-  // k_split·kU k blocks of each of its rows) into L2 while it drains.
+  // be touched: start the first round of every warp's weight loads (kU k
+  // blocks from the start of its group, for each of the CTA's rows) into L2
+  // while it drains. tpc · 16 rows × S groups = 128 (row, group) pairs.
   {
-    const int64_t cta_row = static_cast<int64_t>(blockIdx.x) * p.tiles_per_cta * kTile + threadIdx.x;
-    if (static_cast<int>(threadIdx.x) < p.tiles_per_cta * kTile && cta_row < p.n) {
-      const int64_t first_k = min(p.k, static_cast<int64_t>(p.k_split) * kU * 32);
-      PrefetchL2(p.w + cta_row * p.ldw, static_cast<uint32_t>(first_k * 2));
+    const int rows = p.tiles_per_cta * kTile;
+    const int idx = threadIdx.x;
+    if (idx < rows * p.k_split) {
+      const int q = idx % p.k_split;
+      const int64_t row = static_cast<int64_t>(blockIdx.x) * rows + idx / p.k_split;
+      const int64_t b0 = GroupStart(kblocks, q, p.k_split);
+      const int64_t b1 = min(GroupStart(kblocks, q + 1, p.k_split), b0 + kU);
+      const int64_t e0 = b0 * 32, e1 = min(b1 * 32, p.k);
+      if (row < p.n && e1 > e0) {
+        PrefetchL2(w + row * p.ldw + e0, static_cast<uint32_t>((e1 - e0) * 2));
+      }
     }
   }
   PdlWait();
@@ -237,18 +275,24 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
 
-  const int64_t kblocks = CeilDiv(p.k, 32);
-  // The loop bounds are warp-uniform (mma.sync needs the whole warp).
+  // This warp's group: contiguous k blocks, ascending (the canonical chain).
+  // k < 2^30, so k blocks and element offsets fit in 32 bits (fewer
+  // registers: the 128-register cap is tight).
+  const int kb_lo = static_cast<int>(GroupStart(kblocks, ks, p.k_split));
+  const int kb_hi = static_cast<int>(GroupStart(kblocks, ks + 1, p.k_split));
+  const int k32 = static_cast<int>(p.k);
+  // The loop bounds and the per-block guards are warp-uniform (mma.sync
+  // needs the whole warp).
   if (tile * kTile < p.n) {
-    for (int64_t base = static_cast<int64_t>(ks) * kU; base < kblocks;
-         base += static_cast<int64_t>(p.k_split) * kU) {
+    for (int base = kb_lo; base < kb_hi; base += kU) {
+      const int n_here = min(kU, kb_hi - base);  // k blocks of the group in this step
       uint4 wa[kU], wb[kU];
       XChunk xc[kU][kNT];
 #pragma unroll
       for (int j = 0; j < kU; ++j) {
-        const int64_t koff = (base + j) * 32;  // element offset of this k block
+        const int koff = (base + j) * 32;  // element offset of this k block
         // k % 8 == 0, so this lane's 8-element chunk is wholly in or out.
-        const bool k_ok = koff + t * 8 < p.k;
+        const bool k_ok = j < n_here && koff + t * 8 < k32;
         wa[j] = LdgStream16(w0 + koff, k_ok && row0_ok);
         wb[j] = LdgStream16(w1 + koff, k_ok && row1_ok);
 #pragma unroll
@@ -265,6 +309,8 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
       }
 #pragma unroll
       for (int j = 0; j < kU; ++j) {
+        // Blocks past the group's end are not part of its chain.
+        if (j >= n_here) break;
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
           if constexpr (kXF32) {
@@ -300,8 +346,9 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
   }
   __syncthreads();
 
-  // Sum the k-split partials of each tile. Consecutive threads take
-  // consecutive W rows, so the stores along a row of y coalesce.
+  // Sum the S group partials of each tile in group order (s = 0, s += P_q).
+  // Consecutive threads take consecutive W rows, so the stores along a row
+  // of y coalesce.
   const int rows_per_cta = p.tiles_per_cta * kTile;
   const int outputs = rows_per_cta * p.m;
   for (int idx = threadIdx.x; idx < outputs; idx += kGemvThreads) {
@@ -313,11 +360,12 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
     if (n_idx >= p.n) continue;
     float s = 0.f;
     for (int q = 0; q < p.k_split; ++q) s += red[tl * p.k_split + q][tr][col];
-    StoreY(static_cast<YT*>(p.y), col * p.ldy + n_idx, p.alpha * s, p.beta);
+    StoreY(y, col * p.ldy + n_idx, s, p.alpha, p.beta);
   }
 }
 
-// Any shape and alignment: one warp per W row, scalar loads, fp32 FMA.
+// Any shape and alignment: one warp per W row, scalar loads, fp32 FMA. Each
+// output's arithmetic depends only on its own x row (m ≤ kGemvMaxRows).
 template <bool kXF32, typename YT>
 __global__ void __launch_bounds__(kGemvThreads) GemvSimpleKernel(const GemvParams p) {
   PdlWait();
@@ -326,8 +374,10 @@ __global__ void __launch_bounds__(kGemvThreads) GemvSimpleKernel(const GemvParam
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   if (row >= p.n) return;  // warp-uniform; no barrier in this kernel
   using XT = std::conditional_t<kXF32, float, bf16>;
-  const XT* x = static_cast<const XT*>(p.x);
-  const bf16* w = p.w + row * p.ldw;
+  const int64_t batch = blockIdx.y;
+  const XT* x = static_cast<const XT*>(p.x) + batch * p.stride_x;
+  const bf16* w = p.w + batch * p.stride_w + row * p.ldw;
+  YT* y = static_cast<YT*>(p.y) + batch * p.stride_y;
   float acc[kGemvMaxRows];
 #pragma unroll
   for (int i = 0; i < kGemvMaxRows; ++i) acc[i] = 0.f;
@@ -342,350 +392,195 @@ __global__ void __launch_bounds__(kGemvThreads) GemvSimpleKernel(const GemvParam
   for (int i = 0; i < kGemvMaxRows; ++i) {
     if (i < p.m) {
       const float s = WarpSum(acc[i]);
-      if (lane == 0) StoreY(static_cast<YT*>(p.y), i * p.ldy + row, p.alpha * s, p.beta);
+      if (lane == 0) StoreY(y, i * p.ldy + row, s, p.alpha, p.beta);
     }
   }
 }
 
 // ---------------------------------------------------------------------------
-// Stream-K streaming kernel (the default for m ≤ 16; see the file comment).
+// Tiled kernel (batch-invariant mode, m > 16).
 
-// First unit of warp w's range.
-__device__ __forceinline__ int64_t StreamStart(const GemvParams& p, int64_t w) {
-  return p.units * w / p.warps;
+// 16 bytes global → shared without registers; zeros when !pred (src-size
+// 0: nothing is read, so `src` only has to be a valid address).
+__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* src, bool pred) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(pred ? 16 : 0)
+               : "memory");
 }
-// The warp whose range holds unit u: the largest w with StreamStart(w) ≤ u
-// (floor(U·w/W) ≤ u ⟺ U·w ≤ (u+1)·W − 1).
-__device__ __forceinline__ int64_t StreamOwner(const GemvParams& p, int64_t u) {
-  return ((u + 1) * p.warps - 1) / p.units;
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
-
-// One 32-wide k block of one 16-row tile: the mma's of GemvMmaKernel.
-template <int kNT, bool kXF32, typename XChunk>
-__device__ __forceinline__ void MmaUnit(float (&acc)[kNT][4], const uint4& wa, const uint4& wb,
-                                        const XChunk (&xc)[kNT]) {
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-    if constexpr (kXF32) {
-      const float4 a = BitsToF4(xc[nt].a);
-      const float4 b = BitsToF4(xc[nt].b);
-      const uint4 hi = make_uint4(F32x2ToBf16x2(a.x, a.y), F32x2ToBf16x2(a.z, a.w),
-                                  F32x2ToBf16x2(b.x, b.y), F32x2ToBf16x2(b.z, b.w));
-      const float2 h0 = Bf16x2ToF32(hi.x), h1 = Bf16x2ToF32(hi.y);
-      const float2 h2 = Bf16x2ToF32(hi.z), h3 = Bf16x2ToF32(hi.w);
-      const uint4 lo = make_uint4(
-          F32x2ToBf16x2(a.x - h0.x, a.y - h0.y), F32x2ToBf16x2(a.z - h1.x, a.w - h1.y),
-          F32x2ToBf16x2(b.x - h2.x, b.y - h2.y), F32x2ToBf16x2(b.z - h3.x, b.w - h3.y));
-      MmaBlock(acc[nt], wa, wb, hi);
-      MmaBlock(acc[nt], wa, wb, lo);
-    } else {
-      MmaBlock(acc[nt], wa, wb, xc[nt]);
-    }
-  }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// alpha · v (+ beta · y) for the tile's 16 rows straight from the mma
-// fragments: lane (g, t) holds W rows g, g+8 and x rows 2t, 2t+1 (+8 per N
-// tile). Eight lanes of equal t write eight consecutive floats of a y row.
-template <int kNT, typename YT>
-__device__ __forceinline__ void StoreTile(const GemvParams& p, int64_t tile, int lane,
-                                          const float (&v)[kNT][4]) {
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t r0 = tile * kTile + g;
-  YT* y = static_cast<YT*>(p.y);
-  // Element i = 2h + c of N tile nt: W row r0 + 8h, x row nt·8 + 2t + c.
-  auto index = [&](int nt, int i, bool* ok) {
-    const int64_t r = r0 + 8 * (i >> 1);
-    const int c = nt * 8 + 2 * t + (i & 1);
-    *ok = r < p.n && c < p.m;
-    return c * p.ldy + r;
-  };
-  // beta ≠ 0 (fp32 y): every old value is loaded before the first store, so
-  // the lane waits one round trip, not one per element.
-  float old[kNT][4];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      old[nt][i] = 0.f;
-      if constexpr (std::is_same_v<YT, float>) {
-        bool ok;
-        const int64_t at = index(nt, i, &ok);
-        if (ok && p.beta != 0.f) old[nt][i] = y[at];
-      }
-    }
-  }
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      bool ok;
-      const int64_t at = index(nt, i, &ok);
-      if (!ok) continue;
-      const float out = p.alpha * v[nt][i];
-      if constexpr (std::is_same_v<YT, float>) {
-        y[at] = p.beta != 0.f ? out + p.beta * old[nt][i] : out;
-      } else {
-        y[at] = __float2bfloat16_rn(out);
-      }
-    }
-  }
-}
+// y for a 128 (W) × kTileX (x) tile of one product of the batch (blockIdx.z).
+// Warp (wn, wm) = (warp % 2, warp / 2) owns W rows wn·64 … +63 (4 m16 tiles)
+// and x rows wm·kTileX/4 … (kNT n8 tiles). Requires what the GEMV's fast path
+// requires, bf16 x. One CTA per SM: the two accumulator sets take ~250
+// registers per thread at kTileX = 128 (and a cap of 128 for two CTAs at
+// kTileX = 64 spills).
+template <int kTileX, typename YT>
+__global__ void __launch_bounds__(kTiledThreads, 1) InvariantGemmKernel(const GemvParams p) {
+  constexpr int kMT = 4;                // m16 tiles (of W) per warp
+  constexpr int kNT = kTileX / 4 / 8;   // n8 tiles (of x) per warp
+  constexpr int kWSub = kTiledW * kSubTileRowBytes;  // one k block of the W tile
+  constexpr int kXSub = kTileX * kSubTileRowBytes;
+  constexpr int kXBase = kStageBlocks * kWSub;       // x sub-tiles follow W's in a stage
+  constexpr int kStageBytes = TiledStageBytes<kTileX>();
+  // 16-byte chunks per stage: rows × kStageBlocks × 4, spread over the CTA.
+  constexpr int kWCopies = kTiledW * kStageBlocks * 4 / kTiledThreads;
+  constexpr int kXCopies = kTileX * kStageBlocks * 4 / kTiledThreads;
+  static_assert(kNT >= 1 && kWCopies >= 1 && kXCopies >= 1, "tile geometry");
+  extern __shared__ __align__(128) uint8_t smem[];
 
-// The PTX memory model's release (fence; relaxed atomic) and acquire
-// (relaxed atomic; fence) patterns need only fence.acq_rel, lighter than the
-// fence.sc that __threadfence() emits.
-__device__ __forceinline__ void FenceAcqRelGpu() {
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
-
-// Ends the warp's segment [seg0, seg1) of `tile` (units), whose sums are v.
-// A whole tile is stored directly. A tile split over warps w_lo … w_hi
-// (consecutive, since ranges are contiguous) is reduced without float
-// atomics: each contributor stores its partial in its own slot (slot 2w for
-// the segment its range starts with, 2w + 1 for the one it ends with; the
-// segments in between are whole tiles), fences, and counts itself in
-// counters[w_lo] (w_lo owns the tile's first unit, so distinct split tiles
-// have distinct counters). The last to arrive adds the P partials in warp
-// order, so the bits do not depend on which warp came last, stores y and
-// zeroes the counter for the next launch.
-template <int kNT, typename YT>
-__device__ __forceinline__ void FlushTile(const GemvParams& p, int64_t gw, int64_t u0,
-                                          int64_t tile, int64_t seg0, int64_t seg1, int lane,
-                                          const float (&v)[kNT][4]) {
-  const int64_t t0 = tile * p.kblocks, t1 = t0 + p.kblocks;
-  if (seg0 == t0 && seg1 == t1) {
-    StoreTile<kNT, YT>(p, tile, lane, v);
-    return;
-  }
-  float4* parts = reinterpret_cast<float4*>(p.partials);
-  const int64_t slot = 2 * gw + (seg0 == u0 ? 0 : 1);
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-    __stcg(parts + (slot * kNT + nt) * 32 + lane,
-           make_float4(v[nt][0], v[nt][1], v[nt][2], v[nt][3]));
-  }
-  // The grid-barrier pattern of cooperative groups: the warp barrier makes
-  // every lane's stores visible to lane 0, whose fence (cumulative) orders
-  // them before its arrival; the last arrival fences again before the warp
-  // barrier that releases the lanes to read the other warps' partials
-  // (L2-coherent ld.cg, never the non-coherent path). atomicAdd is a relaxed
-  // gpu-scope atomic: with the fences, the release and acquire patterns.
-  __syncwarp();
-  const int64_t w_lo = StreamOwner(p, t0);
-  const int64_t w_hi = StreamOwner(p, t1 - 1);
-  unsigned prev = 0;
-  if (lane == 0) {
-    FenceAcqRelGpu();  // release: the warp's partials before the arrival
-    prev = atomicAdd(p.counters + w_lo, 1u);
-    if (prev == static_cast<unsigned>(w_hi - w_lo)) FenceAcqRelGpu();  // acquire
-  }
-  prev = __shfl_sync(0xffffffffu, prev, 0);
-  __syncwarp();
-  if (prev != static_cast<unsigned>(w_hi - w_lo)) return;  // not the last: done
-  float s[kNT][4];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-  // w_lo's segment is the first of its range only if its range starts at t0;
-  // every later contributor's range starts inside the tile. The slots are
-  // loaded kBatch at a time, all issued before the adds (one L2 round trip
-  // per batch, not per contributor), and added in warp order; a slot past
-  // w_hi loads zeros, which add nothing.
-  constexpr int kBatch = kNT == 1 ? 16 : 8;
-  const int64_t sl_lo = 2 * w_lo + (StreamStart(p, w_lo) == t0 ? 0 : 1);
-  for (int64_t b = w_lo; b <= w_hi; b += kBatch) {
-    float4 q[kBatch][kNT];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int64_t sl = b + i == w_lo ? sl_lo : 2 * (b + i);
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        q[i][nt] = b + i <= w_hi ? __ldcg(parts + (sl * kNT + nt) * 32 + lane)
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        s[nt][0] += q[i][nt].x;
-        s[nt][1] += q[i][nt].y;
-        s[nt][2] += q[i][nt].z;
-        s[nt][3] += q[i][nt].w;
-      }
-    }
-  }
-  if (lane == 0) p.counters[w_lo] = 0u;
-  StoreTile<kNT, YT>(p, tile, lane, s);
-}
-
-// k blocks per round: one fewer than GemvMmaKernel's where the second
-// accumulator set (a round may finish one tile and start the next) would
-// otherwise push ptxas past the 128-register cap into spills (checked with
-// cuobjdump --dump-resource-usage). 7 KB per warp and round is still ~100 KB
-// in flight per SM at 16 warps per SM.
-template <int kNT, bool kXF32>
-constexpr int StreamUnroll() {
-  return (kNT == 1 && !kXF32) ? 7 : (kNT == 2 && kXF32) ? 3 : 4;
-}
-
-// Same arithmetic and loads as GemvMmaKernel, different division of work:
-// warp w of the grid (any number of warps per CTA) streams the contiguous
-// units [U·w/W, U·(w+1)/W) of the tile-major list of (16-row tile, 32-wide
-// k block) units, so every warp, hence every SM, moves the same bytes to
-// within one 1 KB unit, whatever the number of tiles. A warp loads `round`
-// units (2 · round 16-byte W loads per lane) before their mma's; round ≤
-// kblocks, so a round crosses at most one tile boundary: the units past it
-// accumulate into a fresh set and the finished tile is flushed after the
-// round. Tiles shared with neighbouring warps are reduced by FlushTile.
-template <int kNT, bool kXF32, typename YT>
-__global__ void __launch_bounds__(kGemvThreads, 2) GemvStreamKernel(const GemvParams p) {
-  constexpr int kU = StreamUnroll<kNT, kXF32>();
-  using XChunk = std::conditional_t<kXF32, F32Chunk, uint4>;
-  const int lane = threadIdx.x & 31;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int64_t gw = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const int64_t kb_per_tile = p.kblocks;
-  int64_t u0 = 0, u1 = 0;
-  if (gw < p.warps) {
-    u0 = StreamStart(p, gw);
-    u1 = StreamStart(p, gw + 1);
+  const int wn = warp & 1;
+  const int wm = warp >> 1;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTileX;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kTiledW;
+  const int64_t batch = blockIdx.z;
+  const bf16* w = p.w + batch * p.stride_w;
+  const bf16* x = static_cast<const bf16*>(p.x) + batch * p.stride_x;
+  YT* y = static_cast<YT*>(p.y) + batch * p.stride_y;
+  const int64_t kblocks = CeilDiv(p.k, 32);
+  const int64_t stages = CeilDiv(kblocks, kStageBlocks);
+
+  // Copy c = tid + 256·i of an operand's stage: k block c / (rows·4) of the
+  // stage, row (c / 4) % rows, chunk c % 4 (= tid % 4). Four consecutive
+  // threads read 64 contiguous bytes of a row and write one sub-tile row.
+  const int cc = tid & 3;
+  auto copy_row = [&](int i, int rows) { return (tid / 4 + (kTiledThreads / 4) * i) % rows; };
+  auto copy_kb = [&](int i, int rows) { return (tid + kTiledThreads * i) / (rows * 4); };
+  auto load_stage = [&](int64_t st, int buf) {
+    uint8_t* base = smem + buf * kStageBytes;
+#pragma unroll
+    for (int i = 0; i < kWCopies; ++i) {
+      const int r = copy_row(i, kTiledW), kbl = copy_kb(i, kTiledW);
+      const int64_t koff = (st * kStageBlocks + kbl) * 32 + cc * 8;
+      const bool ok = n0 + r < p.n && koff < p.k;
+      const bf16* src = ok ? w + (n0 + r) * p.ldw + koff : w;
+      CpAsync16(base + kbl * kWSub + r * kSubTileRowBytes + cc * 16, src, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < kXCopies; ++i) {
+      const int r = copy_row(i, kTileX), kbl = copy_kb(i, kTileX);
+      const int64_t koff = (st * kStageBlocks + kbl) * 32 + cc * 8;
+      const bool ok = m0 + r < p.m && koff < p.k;
+      const bf16* src = ok ? x + (m0 + r) * p.ldx + koff : x;
+      CpAsync16(base + kXBase + kbl * kXSub + r * kSubTileRowBytes + cc * 16, src, ok);
+    }
+  };
+
+  PdlWait();  // x may be the previous kernel's output
+  PdlLaunchDependents();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < stages) load_stage(s, s);
+    CpAsyncCommit();  // empty groups keep the wait counts uniform
   }
 
-  // Before the previous kernel of the step has finished only the weights may
-  // be touched: the warp's first round (16 rows of its first tile from its
-  // first unit on, lanes 0–15, and the next tile's rows if the round crosses
-  // into it, lanes 16–31) is requested into L2 while it drains.
-  if (u0 < u1) {
-    const int64_t tile = u0 / kb_per_tile;
-    const int64_t kb = u0 - tile * kb_per_tile;
-    const int64_t end = kb + min(static_cast<int64_t>(p.round), u1 - u0);
-    const bool next = lane >= 16;
-    const int64_t row = (tile + (next ? 1 : 0)) * kTile + (lane & 15);
-    const int64_t b0 = next ? 0 : kb;
-    const int64_t b1 = next ? end - kb_per_tile : min(end, kb_per_tile);
-    if (b1 > b0 && row < p.n) {
-      const int64_t e0 = b0 * 32;
-      const int64_t e1 = min(b1 * 32, p.k);
-      PrefetchL2(p.w + row * p.ldw + e0, static_cast<uint32_t>((e1 - e0) * 2));
+  float part[kMT][kNT][4], sum[kMT][kNT][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) part[mt][nt][i] = sum[mt][nt][i] = 0.f;
     }
   }
-  PdlWait();
-  PdlLaunchDependents();
-  if (u0 >= u1) return;  // warp-uniform; the kernel has no CTA barrier
+  int q = 0;                                          // current group
+  int64_t group_end = GroupStart(kblocks, 1, p.k_split);  // its end (k blocks)
+  // Fragment addresses within a sub-tile: row g (and g+8) of the warp's
+  // tiles, chunk t.
+  const int a_off = (wn * 64 + g) * kSubTileRowBytes + t * 16;
+  const int b_off = (wm * (kTileX / 4) + g) * kSubTileRowBytes + t * 16;
 
-  bool x_ok[kNT];
-  const char* xp[kNT];
+  for (int64_t st = 0; st < stages; ++st) {
+    CpAsyncWait<kStages - 2>();  // stage st has landed (this thread's copies)
+    __syncthreads();             // … everyone's; and stage st−1 is fully read
+    {
+      const int64_t next = st + kStages - 1;
+      if (next < stages) load_stage(next, static_cast<int>(next % kStages));
+      CpAsyncCommit();
+    }
+    const uint8_t* base = smem + static_cast<int>(st % kStages) * kStageBytes;
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-    const int r = g + 8 * nt;
-    x_ok[nt] = r < p.m;
-    const size_t esize = kXF32 ? 4 : 2;
-    xp[nt] = static_cast<const char*>(p.x) +
-             ((x_ok[nt] ? r : 0) * p.ldx + t * 8) * static_cast<int64_t>(esize);
-  }
-
-  float acc[kNT][4], done[kNT][4];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[nt][i] = done[nt][i] = 0.f;
-  }
-  const int kb_per_tile32 = static_cast<int>(kb_per_tile);  // < 2^26 (k < 2^31)
-  const int k32 = static_cast<int>(p.k);
-  int64_t tile = u0 / kb_per_tile;
-  int kb = static_cast<int>(u0 - tile * kb_per_tile);  // k block of `base` within `tile`
-  int64_t seg0 = u0;                                   // first unit of the current segment
-  // The loop bounds are warp-uniform (mma.sync needs the whole warp).
-  for (int64_t base = u0; base < u1;) {
-    const int n_here = static_cast<int>(min(static_cast<int64_t>(p.round), u1 - base));
-    const int left = kb_per_tile32 - kb;               // ≥ 1: units of `tile` from base on
-    const int cross = left < n_here ? left : kU;       // first unit of tile + 1, if any
-    // Rows g, g+8 of this tile and of the next; out-of-range rows load zeros.
-    const int64_t row_a = tile * kTile + g;
-    const bool a0_ok = row_a < p.n, a1_ok = row_a + 8 < p.n;
-    const bool b0_ok = row_a + 16 < p.n, b1_ok = row_a + 24 < p.n;
-    const bf16* w_a = p.w + (a0_ok ? row_a : 0) * p.ldw + t * 8;
-    const bf16* w_b = p.w + (b0_ok ? row_a + 16 : 0) * p.ldw + t * 8;
-    const int64_t ld8 = 8 * p.ldw;
-    uint4 wa[kU], wb[kU];
-    XChunk xc[kU][kNT];
-#pragma unroll
-    for (int j = 0; j < kU; ++j) {
-      const bool in_next = j >= cross;
-      const int koff = (kb + j - (in_next ? kb_per_tile32 : 0)) * 32;
-      // k % 8 == 0, so this lane's 8-element chunk is wholly in or out.
-      const bool k_ok = j < n_here && koff + t * 8 < k32;
-      const bool ok0 = k_ok && (in_next ? b0_ok : a0_ok);
-      const bool ok1 = k_ok && (in_next ? b1_ok : a1_ok);
-      const bf16* w0 = (in_next ? w_b : w_a) + koff;
-      wa[j] = LdgStream16(w0, ok0);
-      wb[j] = LdgStream16(w0 + ld8, ok1);  // not dereferenced unless ok1
+    for (int kbl = 0; kbl < kStageBlocks; ++kbl) {
+      const int64_t kb = st * kStageBlocks + kbl;
+      if (kb >= kblocks) break;  // CTA-uniform: not part of any chain
+      const uint8_t* ws = base + kbl * kWSub + a_off;
+      const uint8_t* xs = base + kXBase + kbl * kXSub + b_off;
+      uint4 b[kNT];
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        const bool ok = k_ok && x_ok[nt];
-        if constexpr (kXF32) {
-          const float* src = reinterpret_cast<const float*>(xp[nt]) + koff;
-          xc[j][nt].a = Ldg16(src, ok);
-          xc[j][nt].b = Ldg16(src + 4, ok);
-        } else {
-          xc[j][nt] = Ldg16(reinterpret_cast<const bf16*>(xp[nt]) + koff, ok);
-        }
+        b[nt] = *reinterpret_cast<const uint4*>(xs + nt * 8 * kSubTileRowBytes);
       }
-    }
 #pragma unroll
-    for (int j = 0; j < kU; ++j) {
-      if (j == cross) {  // tile is complete: park its sums, start the next tile's
+      for (int mt = 0; mt < kMT; ++mt) {
+        const uint4 a_lo = *reinterpret_cast<const uint4*>(ws + mt * 16 * kSubTileRowBytes);
+        const uint4 a_hi = *reinterpret_cast<const uint4*>(ws + (mt * 16 + 8) * kSubTileRowBytes);
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
+        for (int nt = 0; nt < kNT; ++nt) MmaBlock(part[mt][nt], a_lo, a_hi, b[nt]);
+      }
+      if (kb + 1 == group_end) {  // CTA-uniform: close group q
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            done[nt][i] = acc[nt][i];
-            acc[nt][i] = 0.f;
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              sum[mt][nt][i] += part[mt][nt][i];
+              part[mt][nt][i] = 0.f;
+            }
           }
         }
-      }
-      // Units past n_here loaded zeros: their mma's add nothing.
-      MmaUnit<kNT, kXF32>(acc, wa[j], wb[j], xc[j]);
-    }
-    base += n_here;
-    if (cross < n_here) {
-      FlushTile<kNT, YT>(p, gw, u0, tile, seg0, (tile + 1) * kb_per_tile, lane, done);
-      ++tile;
-      seg0 = tile * kb_per_tile;
-      kb += n_here - kb_per_tile32;
-    } else {
-      kb += n_here;
-      if (kb == kb_per_tile32) {
-        FlushTile<kNT, YT>(p, gw, u0, tile, seg0, (tile + 1) * kb_per_tile, lane, acc);
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-        ++tile;
-        seg0 = tile * kb_per_tile;
-        kb = 0;
+        ++q;
+        group_end = q < p.k_split ? GroupStart(kblocks, q + 1, p.k_split) : kblocks + 1;
       }
     }
   }
-  if (seg0 < u1) FlushTile<kNT, YT>(p, gw, u0, tile, seg0, u1, lane, acc);
+  CpAsyncWait<0>();
+
+  // Element i of tile (mt, nt): W row …+ mt·16 + g + 8·(i / 2), x row
+  // …+ nt·8 + 2t + i % 2. Eight lanes of equal t write 8 consecutive W rows.
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t wr = n0 + wn * 64 + mt * 16 + g + 8 * (i >> 1);
+        const int64_t xr = m0 + wm * (kTileX / 4) + nt * 8 + 2 * t + (i & 1);
+        if (wr < p.n && xr < p.m) StoreY(y, xr * p.ldy + wr, sum[mt][nt][i], p.alpha, p.beta);
+      }
+    }
+  }
 }
 
-// The mma kernel's variants, indexed [nt - 1][x fp32][y fp32].
+// The kernels' variants.
 using GemvKernelFn = void (*)(GemvParams);
+// [nt - 1][x fp32][y fp32]
 const GemvKernelFn kGemvMma[2][2][2] = {
     {{GemvMmaKernel<1, false, bf16>, GemvMmaKernel<1, false, float>},
      {GemvMmaKernel<1, true, bf16>, GemvMmaKernel<1, true, float>}},
     {{GemvMmaKernel<2, false, bf16>, GemvMmaKernel<2, false, float>},
      {GemvMmaKernel<2, true, bf16>, GemvMmaKernel<2, true, float>}}};
-const GemvKernelFn kGemvStream[2][2][2] = {
-    {{GemvStreamKernel<1, false, bf16>, GemvStreamKernel<1, false, float>},
-     {GemvStreamKernel<1, true, bf16>, GemvStreamKernel<1, true, float>}},
-    {{GemvStreamKernel<2, false, bf16>, GemvStreamKernel<2, false, float>},
-     {GemvStreamKernel<2, true, bf16>, GemvStreamKernel<2, true, float>}}};
-constexpr int kGemvUnroll[2][2] = {{GemvUnroll<1, false>(), GemvUnroll<1, true>()},
-                                   {GemvUnroll<2, false>(), GemvUnroll<2, true>()}};
-constexpr int kStreamUnroll[2][2] = {{StreamUnroll<1, false>(), StreamUnroll<1, true>()},
-                                     {StreamUnroll<2, false>(), StreamUnroll<2, true>()}};
+// [x fp32][y fp32]
+const GemvKernelFn kGemvSimple[2][2] = {
+    {GemvSimpleKernel<false, bf16>, GemvSimpleKernel<false, float>},
+    {GemvSimpleKernel<true, bf16>, GemvSimpleKernel<true, float>}};
+// [x tile 64 / 128][y fp32]
+const GemvKernelFn kTiled[2][2] = {
+    {InvariantGemmKernel<64, bf16>, InvariantGemmKernel<64, float>},
+    {InvariantGemmKernel<128, bf16>, InvariantGemmKernel<128, float>}};
+constexpr int kTiledSmem[2] = {TiledSmemBytes<64>(), TiledSmemBytes<128>()};
 
 }  // namespace
 
@@ -714,25 +609,12 @@ struct BlasContext::Plans {
   }
 
   int num_sms = 0;
-  int64_t gemv_resident_ctas[2][2][2] = {};    // SMs × resident CTAs per SM, per variant
-  int64_t stream_resident_ctas[2][2][2] = {};  // the same for GemvStreamKernel
-  // GemvStreamKernel's workspace, allocated once here (kernels never
-  // allocate): 2 partial-sum slots per warp (kNT · 32 lanes · float4 each,
-  // sized for kNT = 2) and one arrival counter per warp, zero between
-  // launches (the last arrival of a split tile resets its counter). Calls on
-  // one context are serialised by its stream (PDL included: a kernel touches
-  // the workspace only after griddepcontrol.wait), which is why a context
-  // must not be shared by streams that run concurrently.
-  int64_t stream_max_warps = 0;
-  float* stream_partials = nullptr;
-  unsigned* stream_counters = nullptr;
+  // SMs × resident CTAs per SM of the m = 1 GEMV (bf16 x, bf16 y): the one
+  // occupancy every GEMV plan, hence the canonical k split S, is made with.
+  int64_t gemv_resident_ctas = 0;
   std::map<LtKey, LtPlan> lt;
 
-  ~Plans() {
-    Clear();
-    if (stream_partials) cudaFree(stream_partials);
-    if (stream_counters) cudaFree(stream_counters);
-  }
+  ~Plans() { Clear(); }
   void Clear() {
     for (auto& entry : lt) Destroy(entry.second);
     lt.clear();
@@ -760,36 +642,18 @@ StatusOr<std::unique_ptr<BlasContext>> BlasContext::Create() {
   STRATA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&plans->num_sms, cudaDevAttrMultiProcessorCount, device));
-  for (int a = 0; a < 2; ++a) {
-    for (int b = 0; b < 2; ++b) {
-      for (int c = 0; c < 2; ++c) {
-        int per_sm = 0;
-        STRATA_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, kGemvMma[a][b][c], kGemvThreads, 0));
-        plans->gemv_resident_ctas[a][b][c] =
-            static_cast<int64_t>(std::max(per_sm, 1)) * plans->num_sms;
-        STRATA_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, kGemvStream[a][b][c], kGemvThreads, 0));
-        plans->stream_resident_ctas[a][b][c] =
-            static_cast<int64_t>(std::max(per_sm, 1)) * plans->num_sms;
-        plans->stream_max_warps = std::max(plans->stream_max_warps,
-                                           plans->stream_resident_ctas[a][b][c] * kGemvWarps);
-      }
+  int per_sm = 0;
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kGemvMma[0][0][0], kGemvThreads, 0));
+  plans->gemv_resident_ctas = static_cast<int64_t>(std::max(per_sm, 1)) * plans->num_sms;
+  // The tiled kernel's pipeline needs more than the default 48 KB of
+  // dynamic shared memory (a per-function attribute: set once, here).
+  for (int tx = 0; tx < 2; ++tx) {
+    for (int yf = 0; yf < 2; ++yf) {
+      STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          kTiled[tx][yf], cudaFuncAttributeMaxDynamicSharedMemorySize, kTiledSmem[tx]));
     }
   }
-  // 2 slots × kNT (2) × 32 lanes × 4 floats per warp: 2 KB; ~4.3 MB on an H200.
-  const size_t slot_floats = size_t{2} * 32 * 4;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(
-      &plans->stream_partials,
-      static_cast<size_t>(2 * plans->stream_max_warps) * slot_floats * sizeof(float)));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(
-      &plans->stream_counters, static_cast<size_t>(plans->stream_max_warps) * sizeof(unsigned)));
-  // Zero before any stream can launch the kernel: the memset is complete
-  // when Create returns.
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-      plans->stream_counters, 0, static_cast<size_t>(plans->stream_max_warps) * sizeof(unsigned),
-      nullptr));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
   ctx->plans_ = std::move(plans);
   return ctx;
 }
@@ -829,6 +693,7 @@ Status CheckGemmArgs(const GemmArgs& a, bool transpose_w, bool batched) {
   }
   return OkStatus();
 }
+
 
 // The largest power of two (≤ 256) dividing the address and every batch
 // offset: what cuBLASLt may assume about the operand's alignment.
@@ -984,6 +849,7 @@ Status RunLt(BlasContext& ctx, const LtCall& c, cudaStream_t stream) {
   return OkStatus();
 }
 
+
 // Splits k over more warps while the grid still fits in one resident wave and
 // each warp keeps at least one full unrolled step; see the file comment.
 int GemvTilesPerCta(int64_t tiles, int64_t kblocks, int unroll, int64_t resident_ctas) {
@@ -998,120 +864,124 @@ int GemvTilesPerCta(int64_t tiles, int64_t kblocks, int unroll, int64_t resident
   return tpc;
 }
 
-// How GemvStreamKernel divides `tiles` × `kblocks` units (see the file
-// comment for the cost reasoning behind each case).
-struct StreamPlan {
-  int warps_per_cta = kGemvWarps;
-  int64_t grid = 0;
-  int64_t warps = 0;
-  int round = 0;
+
+// The canonical k split S of an (n, k) weight, and the GEMV's tiles per CTA
+// that go with it. Planned for m = 1 (bf16 x) whatever the call: S must
+// depend on n, k and the GPU only.
+struct GemvPlan {
+  int tiles_per_cta;
+  int k_split;
+};
+GemvPlan GemvPlanFor(const BlasContext::Plans& plans, int64_t n, int64_t k) {
+  const int tpc = GemvTilesPerCta(CeilDiv(n, kTile), CeilDiv(k, 32), kGemvPlanUnroll,
+                                  plans.gemv_resident_ctas);
+  return {tpc, kGemvWarps / tpc};
+}
+
+// One call's operands, leading dimensions resolved (never 0), and its batch
+// (count 1 for Gemm).
+struct Problem {
+  GemmArgs a;
+  int64_t count = 1;
+  int64_t stride_x = 0;
+  int64_t stride_w = 0;
+  int64_t stride_y = 0;
 };
 
-StreamPlan PlanGemvStream(int64_t tiles, int64_t kblocks, int unroll, int num_sms,
-                          int64_t resident_ctas) {
-  const int64_t units = tiles * kblocks;
-  const int64_t all_warps = resident_ctas * kGemvWarps;  // every resident warp slot
-  const int64_t sm_warps = static_cast<int64_t>(num_sms) * kGemvWarps;
-  StreamPlan s;
-  if (kblocks <= unroll && tiles >= num_sms && tiles <= all_warps) {
-    // Short k, enough tiles for every SM: one whole tile (one round) per
-    // warp, so no tile is split and no partial sums cross warps.
-    s.warps = tiles;
-  } else if (units >= 2 * all_warps) {
-    // Large W: every warp slot of the GPU, equal bytes each.
-    s.warps = all_warps;
-  } else {
-    // Small W: one full round per warp (fewest warps per split tile, so the
-    // last arrival has the fewest partials to add), at most one CTA per SM.
-    const int64_t cap = std::min<int64_t>(unroll, kblocks);
-    s.warps = std::max<int64_t>(1, std::min(CeilDiv(units, cap), sm_warps));
-  }
-  s.warps_per_cta = static_cast<int>(std::min<int64_t>(kGemvWarps, CeilDiv(s.warps, num_sms)));
-  s.grid = CeilDiv(s.warps, s.warps_per_cta);
-  // Rounds of equal size: the busiest warp needs `rounds` rounds either way,
-  // and equal rounds keep the last one from being a short, latency-bound one.
-  const int64_t most = CeilDiv(units, s.warps);
-  const int64_t cap = std::min<int64_t>(unroll, kblocks);
-  const int64_t rounds = CeilDiv(most, cap);
-  s.round = static_cast<int>(CeilDiv(most, rounds));
-  return s;
-}
-
-// The grid-per-tile kernel is the default; STRATA_GEMV=streamk selects the
-// stream-K kernel (read on every call, a getenv and no runtime call, so one
-// process can compare). Measured on the H200 (2026-11-30, BM_CudaGemv vs
-// BM_CudaGemvOld, graph-replayed, m = 1) stream-K was slower on 9 of the 11
-// Kimi-Linear decode shapes (e.g. in_proj 21.2 vs 19.8 µs, o_proj 11.0 vs
-// 10.0 µs, shared down 7.1 vs 2.9 µs) and a batch-1 decode step took 3.62 ms
-// against 3.11 ms: the split-tile reduction (partials written, an arrival
-// counter, the last warp re-reading them) costs more than the balance gains.
-bool UseLegacyGemv() {
-  const char* e = std::getenv("STRATA_GEMV");
-  return e == nullptr || std::strcmp(e, "streamk") != 0;
-}
-
-Status RunGemv(BlasContext& ctx, const GemmArgs& a, int64_t ldx, int64_t ldw, int64_t ldy,
-               cudaStream_t stream) {
-  const bool x_f32 = a.x_type == ActType::kF32;
-  const bool y_f32 = a.y_type == ActType::kF32;
+GemvParams ToParams(const Problem& pr) {
+  const GemmArgs& a = pr.a;
   GemvParams p{};
   p.w = a.w;
   p.x = a.x;
   p.y = a.y;
-  p.ldw = ldw;
-  p.ldx = ldx;
-  p.ldy = ldy;
+  p.ldw = a.ldw;
+  p.ldx = a.ldx;
+  p.ldy = a.ldy;
+  p.stride_w = pr.stride_w;
+  p.stride_x = pr.stride_x;
+  p.stride_y = pr.stride_y;
   p.n = a.n;
   p.k = a.k;
-  p.m = static_cast<int>(a.m);
+  p.m = static_cast<int>(std::min<int64_t>(a.m, INT32_MAX));
+  p.tiles_per_cta = 1;
+  p.k_split = 1;
   p.alpha = a.alpha;
   p.beta = a.beta;
+  return p;
+}
 
-  // k < 2^30: the kernels keep k offsets in 32 bits.
-  const bool fast = a.k % 8 == 0 && a.k < (int64_t{1} << 30) && ldw % 8 == 0 &&
-                    IsAligned(a.w, 16) && IsAligned(a.x, 16) &&
-                    (x_f32 ? ldx % 4 == 0 : ldx % 8 == 0);
-  if (!fast) {
-    p.tiles_per_cta = 1;
-    p.k_split = 1;
+// Whether the mma kernels can take the operands: every 16-byte chunk of a W
+// or x row (of every product of a batch) is aligned, and k offsets fit in 32
+// bits. Row offsets keep the alignment (ldx is a multiple of 16 bytes), so a
+// slice of x's rows is fast exactly when the whole is.
+bool FastShape(const Problem& pr) {
+  const GemmArgs& a = pr.a;
+  const int64_t x_per_16b = a.x_type == ActType::kF32 ? 4 : 8;
+  return a.k % 8 == 0 && a.k < (int64_t{1} << 30) && a.ldw % 8 == 0 && a.ldx % x_per_16b == 0 &&
+         IsAligned(a.w, 16) && IsAligned(a.x, 16) &&
+         (pr.count == 1 || (pr.stride_w % 8 == 0 && pr.stride_x % x_per_16b == 0));
+}
+
+// m ≤ kGemvMaxRows, any shape: the mma GEMV, or the scalar kernel.
+Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
+  const GemmArgs& a = pr.a;
+  const bool x_f32 = a.x_type == ActType::kF32;
+  const bool y_f32 = a.y_type == ActType::kF32;
+  GemvParams p = ToParams(pr);
+  const unsigned batches = static_cast<unsigned>(pr.count);
+  if (!FastShape(pr)) {
     const unsigned grid = static_cast<unsigned>(CeilDiv(a.n, kGemvWarps));
-    const GemvKernelFn simple = x_f32 ? (y_f32 ? GemvSimpleKernel<true, float> : GemvSimpleKernel<true, bf16>)
-                                      : (y_f32 ? GemvSimpleKernel<false, float> : GemvSimpleKernel<false, bf16>);
-    const cudaError_t err = LaunchPdl(simple, dim3(grid), dim3(kGemvThreads), 0, stream, p);
+    const cudaError_t err = LaunchPdl(kGemvSimple[x_f32][y_f32], dim3(grid, batches),
+                                      dim3(kGemvThreads), 0, stream, p);
     if (err != cudaSuccess) return CudaError(err, "GemvSimpleKernel");
     return OkStatus();
   }
-
+  const GemvPlan plan = GemvPlanFor(*ctx.plans(), a.n, a.k);
+  p.tiles_per_cta = plan.tiles_per_cta;
+  p.k_split = plan.k_split;
   const int nt = a.m > 8 ? 2 : 1;
-  const int64_t tiles = CeilDiv(a.n, kTile);
-  const int unroll = kGemvUnroll[nt - 1][x_f32];
-  const BlasContext::Plans& plans = *ctx.plans();
-  if (!UseLegacyGemv()) {
-    p.kblocks = CeilDiv(a.k, 32);
-    p.units = tiles * p.kblocks;
-    const StreamPlan sp = PlanGemvStream(tiles, p.kblocks, kStreamUnroll[nt - 1][x_f32],
-                                         plans.num_sms,
-                                         plans.stream_resident_ctas[nt - 1][x_f32][y_f32]);
-    if (sp.warps > plans.stream_max_warps) {
-      return absl::InternalError("Gemm: stream-K plan exceeds the GEMV workspace");
-    }
-    p.warps = sp.warps;
-    p.round = sp.round;
-    p.partials = plans.stream_partials;
-    p.counters = plans.stream_counters;
-    const cudaError_t err =
-        LaunchPdl(kGemvStream[nt - 1][x_f32][y_f32], dim3(static_cast<unsigned>(sp.grid)),
-                  dim3(sp.warps_per_cta * 32), 0, stream, p);
-    if (err != cudaSuccess) return CudaError(err, "GemvStreamKernel");
-    return OkStatus();
-  }
-  p.tiles_per_cta = GemvTilesPerCta(tiles, CeilDiv(a.k, 32), unroll,
-                                    ctx.plans()->gemv_resident_ctas[nt - 1][x_f32][y_f32]);
-  p.k_split = kGemvWarps / p.tiles_per_cta;
-  const unsigned grid = static_cast<unsigned>(CeilDiv(tiles, p.tiles_per_cta));
-  const cudaError_t err =
-      LaunchPdl(kGemvMma[nt - 1][x_f32][y_f32], dim3(grid), dim3(kGemvThreads), 0, stream, p);
+  const unsigned grid = static_cast<unsigned>(CeilDiv(CeilDiv(a.n, kTile), p.tiles_per_cta));
+  const cudaError_t err = LaunchPdl(kGemvMma[nt - 1][x_f32][y_f32], dim3(grid, batches),
+                                    dim3(kGemvThreads), 0, stream, p);
   if (err != cudaSuccess) return CudaError(err, "GemvMmaKernel");
+  return OkStatus();
+}
+
+// Any m, any shape: RunSmallM over 16-row slices of x and y.
+Status RunSlices(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
+  for (int64_t r = 0; r < pr.a.m; r += kGemvMaxRows) {
+    Problem slice = pr;
+    slice.a.m = std::min<int64_t>(kGemvMaxRows, pr.a.m - r);
+    slice.a.x = static_cast<const char*>(pr.a.x) + r * pr.a.ldx * ActBytes(pr.a.x_type);
+    slice.a.y = static_cast<char*>(pr.a.y) + r * pr.a.ldy * ActBytes(pr.a.y_type);
+    STRATA_RETURN_IF_ERROR(RunSmallM(ctx, slice, stream));
+  }
+  return OkStatus();
+}
+
+// Batch-invariant mode, m > kGemvMaxRows, FastShape, bf16 x: the tiled kernel.
+Status RunTiled(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
+  const GemmArgs& a = pr.a;
+  const BlasContext::Plans& plans = *ctx.plans();
+  const int64_t w_tiles = CeilDiv(a.n, kTiledW);
+  if (w_tiles > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: n = ", a.n, " exceeds the batch-invariant kernel's grid (n <= ",
+                     int64_t{65535} * kTiledW, ")"));
+  }
+  // The tile shape does not change any bit (the arithmetic is per element):
+  // 64-row x tiles only when 128-row ones would leave SMs idle.
+  const bool narrow = CeilDiv(a.m, 128) * w_tiles * pr.count < 2 * int64_t{plans.num_sms};
+  const int tile_x = narrow ? 64 : 128;
+  GemvParams p = ToParams(pr);
+  p.k_split = GemvPlanFor(plans, a.n, a.k).k_split;
+  const dim3 grid(static_cast<unsigned>(CeilDiv(a.m, tile_x)), static_cast<unsigned>(w_tiles),
+                  static_cast<unsigned>(pr.count));
+  const int tx = narrow ? 0 : 1;
+  const cudaError_t err = LaunchPdl(kTiled[tx][a.y_type == ActType::kF32], grid,
+                                    dim3(kTiledThreads), static_cast<size_t>(kTiledSmem[tx]),
+                                    stream, p);
+  if (err != cudaSuccess) return CudaError(err, "InvariantGemmKernel");
   return OkStatus();
 }
 
@@ -1120,17 +990,22 @@ Status RunGemv(BlasContext& ctx, const GemmArgs& a, int64_t ldx, int64_t ldw, in
 Status Gemm(BlasContext& ctx, const GemmArgs& args, cudaStream_t stream) {
   STRATA_RETURN_IF_ERROR(CheckGemmArgs(args, /*transpose_w=*/false, /*batched=*/false));
   if (args.m == 0) return OkStatus();
-  const int64_t ldx = args.ldx ? args.ldx : args.k;
-  const int64_t ldw = args.ldw ? args.ldw : args.k;
-  const int64_t ldy = args.ldy ? args.ldy : args.n;
-  if (args.m <= kGemvMaxRows) return RunGemv(ctx, args, ldx, ldw, ldy, stream);
+  Problem pr;
+  pr.a = args;
+  pr.a.ldx = args.ldx ? args.ldx : args.k;
+  pr.a.ldw = args.ldw ? args.ldw : args.k;
+  pr.a.ldy = args.ldy ? args.ldy : args.n;
+  if (args.m <= kGemvMaxRows) return RunSmallM(ctx, pr, stream);
+  if (ctx.batch_invariant()) {
+    return FastShape(pr) ? RunTiled(ctx, pr, stream) : RunSlices(ctx, pr, stream);
+  }
   LtCall c{};
   c.m = args.m;
   c.n = args.n;
   c.k = args.k;
-  c.ldx = ldx;
-  c.ldw = ldw;
-  c.ldy = ldy;
+  c.ldx = pr.a.ldx;
+  c.ldw = pr.a.ldw;
+  c.ldy = pr.a.ldy;
   c.count = 1;
   c.transpose_w = false;
   c.y_type = args.y_type;
@@ -1143,14 +1018,7 @@ Status Gemm(BlasContext& ctx, const GemmArgs& args, cudaStream_t stream) {
   if (st.code() != absl::StatusCode::kUnimplemented) return st;
   // No cuBLASLt algorithm (odd leading dimensions): correct but slower, the
   // streaming kernels over 16-row slices of x and y.
-  for (int64_t r = 0; r < args.m; r += kGemvMaxRows) {
-    GemmArgs slice = args;
-    slice.m = std::min<int64_t>(kGemvMaxRows, args.m - r);
-    slice.x = static_cast<const char*>(args.x) + r * ldx * ActBytes(args.x_type);
-    slice.y = static_cast<char*>(args.y) + r * ldy * ActBytes(args.y_type);
-    STRATA_RETURN_IF_ERROR(RunGemv(ctx, slice, ldx, ldw, ldy, stream));
-  }
-  return OkStatus();
+  return RunSlices(ctx, pr, stream);
 }
 
 Status StridedBatchedGemm(BlasContext& ctx, const StridedBatchedGemmArgs& args,
@@ -1163,10 +1031,37 @@ Status StridedBatchedGemm(BlasContext& ctx, const StridedBatchedGemmArgs& args,
   if (args.stride_x < 0 || args.stride_w < 0 || args.stride_y < 0) {
     return absl::InvalidArgumentError("StridedBatchedGemm: strides must be >= 0");
   }
+  if (ctx.batch_invariant()) {
+    // The canonical kernels read W rows of k contiguous elements; a [k, n]
+    // W would need a different fragment layout, so the caller stores it
+    // transposed once instead.
+    if (args.transpose_w) {
+      return absl::InvalidArgumentError(
+          "StridedBatchedGemm: transpose_w is not supported in batch-invariant mode (store W "
+          "as [n, k])");
+    }
+    if (args.count > 65535) {
+      return absl::InvalidArgumentError(
+          "StridedBatchedGemm: count must be <= 65535 in batch-invariant mode (grid limit)");
+    }
+  }
   if (args.count == 0 || g.m == 0) return OkStatus();
   const int64_t ldx = g.ldx ? g.ldx : g.k;
   const int64_t ldw = g.ldw ? g.ldw : (args.transpose_w ? g.n : g.k);
   const int64_t ldy = g.ldy ? g.ldy : g.n;
+  if (ctx.batch_invariant()) {
+    Problem pr;
+    pr.a = g;
+    pr.a.ldx = ldx;
+    pr.a.ldw = ldw;
+    pr.a.ldy = ldy;
+    pr.count = args.count;
+    pr.stride_x = args.stride_x;
+    pr.stride_w = args.stride_w;
+    pr.stride_y = args.stride_y;
+    if (g.m <= kGemvMaxRows) return RunSmallM(ctx, pr, stream);
+    return FastShape(pr) ? RunTiled(ctx, pr, stream) : RunSlices(ctx, pr, stream);
+  }
   LtCall c{};
   c.m = g.m;
   c.n = g.n;

@@ -2,6 +2,13 @@
 // Large M goes to cuBLASLt (bf16 tensor cores, fp32 accumulation); small M
 // (decode: one row per sequence) goes to a bandwidth-bound GEMV-style kernel
 // that streams W once at close to HBM speed.
+//
+// Batch-invariant mode (BlasContext::set_batch_invariant): every row of y is
+// computed with the same arithmetic, bit for bit, whatever m is and wherever
+// the row sits in x (gemm.cu's file comment defines it), so that a sequence's
+// greedy output does not depend on what it is batched with or how its prompt
+// was cut into prefill calls. Large M then takes a tiled tensor-core kernel
+// instead of cuBLASLt (about half its speed).
 #ifndef STRATA_BACKEND_CUDA_GEMM_H_
 #define STRATA_BACKEND_CUDA_GEMM_H_
 
@@ -11,12 +18,10 @@
 
 namespace strata::cuda {
 
-// Owns the cuBLASLt handle and its workspace, and the streaming GEMV's
-// workspace (split-tile partial sums and arrival counters, ~4 MB on an
-// H200), all allocated once at creation. One per stream; not thread-safe:
-// calls through one context must be ordered (one stream, or streams joined
-// by events), since consecutive GEMVs reuse the same workspace — which a
-// single stream, even with programmatic dependent launch, guarantees.
+// Owns the cuBLASLt handle and its workspace, allocated once at creation,
+// and the plans. One per stream; not thread-safe: calls through one context
+// must be ordered (one stream, or streams joined by events), since
+// consecutive cuBLASLt calls reuse the same workspace.
 class BlasContext {
  public:
   static StatusOr<std::unique_ptr<BlasContext>> Create();
@@ -28,9 +33,16 @@ class BlasContext {
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
 
+  // Off by default (cuBLASLt is faster at large M). On: Gemm never uses
+  // cuBLASLt, and StridedBatchedGemm rejects transpose_w; see the file
+  // comment. Read when a call enqueues (a captured graph keeps its kernels).
+  void set_batch_invariant(bool on) { batch_invariant_ = on; }
+  bool batch_invariant() const { return batch_invariant_; }
+
   // Plans kept per shape so a repeated call does no planning work: cuBLASLt
   // descriptors and heuristic results, and the device facts that size the
-  // streaming kernel's grid. Defined and used only in gemm.cu.
+  // streaming kernel's grid (and fix the canonical k split). Defined and
+  // used only in gemm.cu.
   struct Plans;
   Plans* plans() const { return plans_.get(); }
 
@@ -39,6 +51,7 @@ class BlasContext {
   void* handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  bool batch_invariant_ = false;
   std::unique_ptr<Plans> plans_;
 };
 
@@ -47,7 +60,7 @@ struct GemmArgs {
   int64_t n = 0;                       // rows of W = columns of y
   int64_t k = 0;                       // columns of x and W
   const void* x = nullptr;             // [m, k] activations, stride ldx elements
-  ActType x_type = ActType::kBf16;     // bf16 or fp32 (fp32 only on the small-M path)
+  ActType x_type = ActType::kBf16;     // bf16 or fp32 (fp32 only for m <= kGemvMaxRows)
   int64_t ldx = 0;                     // 0: k
   const bf16* w = nullptr;             // [n, k] row-major weight (checkpoint layout)
   int64_t ldw = 0;                     // 0: k
@@ -65,6 +78,7 @@ Status Gemm(BlasContext& ctx, const GemmArgs& args, cudaStream_t stream);
 
 // `count` independent products with fixed strides between them (elements):
 // y_i = x_i · W_iᵀ, e.g. per-head absorption in MLA. bf16 in; y_type out.
+// Batch-invariant mode: transpose_w is InvalidArgument and count <= 65535.
 struct StridedBatchedGemmArgs {
   GemmArgs g;                // shapes and leading dimensions of one product
   int64_t count = 0;
