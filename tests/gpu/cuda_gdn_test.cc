@@ -8,7 +8,8 @@
 // β = sigmoid(b)). q/k/v come in the conv-output layout
 // [T, 2·Hk·dk + Hv·dv] and b/a in one [T, 2·Hv] buffer (strided reads), or
 // packed. Lengths not multiples of 64, continuation across calls from a
-// random state, decode batches over a slot pool on both decode kernels.
+// random state, decode batches over a slot pool on both decode kernels, and
+// the recurrent (batch-invariant) prefill's bit-exact split/decode invariance.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <string>
@@ -284,8 +286,9 @@ struct DeviceGdn {
   bool uploaded = false;
 };
 
+// With `recurrent`, the batch-invariant path, given no workspace (it needs none).
 std::vector<float> GpuPrefill(const DeviceGdn& dev, int64_t r0, int64_t len, float* state,
-                              Status* status) {
+                              Status* status, bool recurrent = false) {
   const size_t n_out = len * dev.d.hv * dev.d.dv;
   DeviceArray<bf16> out(n_out);
   KdaPrefillArgs a;
@@ -299,9 +302,10 @@ std::vector<float> GpuPrefill(const DeviceGdn& dev, int64_t r0, int64_t len, flo
   a.state = state;
   a.out = out.get();
   a.out_type = ActType::kBf16;
-  const size_t ws_bytes = KdaPrefillWorkspaceBytes(a.shape, len);
+  a.recurrent = recurrent;
+  const size_t ws_bytes = recurrent ? 0 : KdaPrefillWorkspaceBytes(a.shape, len);
   DeviceArray<char> ws(ws_bytes);
-  *status = KdaPrefill(a, ws.get(), ws_bytes, nullptr);
+  *status = KdaPrefill(a, recurrent ? nullptr : ws.get(), ws_bytes, nullptr);
   if (status->ok() && cudaDeviceSynchronize() != cudaSuccess) {
     *status = absl::InternalError(cudaGetErrorString(cudaGetLastError()));
   }
@@ -504,6 +508,202 @@ TEST(GdnPrefillDecodeTest, DecodeContinuesPrefillState) {
   ExpectClose("decode after prefill state",
               std::vector<float>(pool.begin() + per_slot, pool.end()), state, kTolerance);
 }
+
+// ---------------------------------------------------------------------------
+// Recurrent (batch-invariant) prefill, KdaPrefillArgs::recurrent, with GDN's
+// per-head gates and grouped q/k heads: bit-identical outputs and state
+// however [0, T) is split into calls and when the tail runs as decode steps
+// (alone or in a batch of 5), and close to the CPU.
+
+struct RecurrentCase {
+  GdnDims d;
+  bool fused;
+  bool a_bf16;
+};
+
+std::string RecurrentName(const ::testing::TestParamInfo<RecurrentCase>& info) {
+  const RecurrentCase& c = info.param;
+  return absl::StrCat(DimsName(c.d), c.fused ? "_fused" : "", c.a_bf16 ? "_abf16" : "");
+}
+void PrintTo(const RecurrentCase& c, std::ostream* os) { *os << RecurrentName({c, 0}); }
+
+constexpr int64_t kRecurrentLengths[] = {1, 7, 64, 97, 203, 300};
+
+void ExpectSameBits(const std::string& label, const std::vector<float>& got,
+                    const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size()) << label;
+  ASSERT_FALSE(want.empty()) << label;
+  if (std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0) return;
+  size_t diffs = 0, first = want.size();
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      if (first == want.size()) first = i;
+      ++diffs;
+    }
+  }
+  ADD_FAILURE() << label << ": " << diffs << " of " << want.size()
+                << " elements differ in their bits; first at " << first << ": " << got[first]
+                << " vs " << want[first];
+}
+
+// Recurrent prefill from `state0`, one call per [cuts[i], cuts[i+1]); out
+// [T, Hv, dv] then the final state.
+std::pair<std::vector<float>, std::vector<float>> RecurrentInCalls(
+    const DeviceGdn& dev, const std::vector<float>& state0, const std::vector<int64_t>& cuts) {
+  std::vector<float> out;
+  DeviceArray<float> d_state(state0.size());
+  EXPECT_TRUE(d_state.Upload(state0));
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    Status st;
+    const std::vector<float> part =
+        GpuPrefill(dev, cuts[i], cuts[i + 1] - cuts[i], d_state.get(), &st, /*recurrent=*/true);
+    EXPECT_TRUE(st.ok()) << st << " in the call at row " << cuts[i];
+    if (!st.ok()) return {};
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return {out, d_state.Download(state0.size())};
+}
+
+std::vector<int64_t> Cuts(int64_t T, const std::vector<int64_t>& interior) {
+  std::vector<int64_t> cuts = {0};
+  for (int64_t c : interior) {
+    if (c > 0 && c < T) cuts.push_back(c);
+  }
+  cuts.push_back(T);
+  return cuts;
+}
+
+// `base` with row `row` replaced by row `src_row` of `src`, and src's head
+// parameters (device-visible inputs only; the host reference forms are stale).
+GdnInputs WithRow(GdnInputs base, int64_t row, const GdnInputs& src, int64_t src_row) {
+  const GdnDims& d = base.d;
+  const int64_t kw = d.hk * d.dk, vw = d.hv * d.dv;
+  std::copy_n(src.q.begin() + src_row * kw, kw, base.q.begin() + row * kw);
+  std::copy_n(src.k.begin() + src_row * kw, kw, base.k.begin() + row * kw);
+  std::copy_n(src.v.begin() + src_row * vw, vw, base.v.begin() + row * vw);
+  std::copy_n(src.a.begin() + src_row * d.hv, d.hv, base.a.begin() + row * d.hv);
+  std::copy_n(src.b.begin() + src_row * d.hv, d.hv, base.b.begin() + row * d.hv);
+  base.neg_exp_a = src.neg_exp_a;
+  base.dt_bias = src.dt_bias;
+  return base;
+}
+
+class GdnRecurrentPrefillTest : public ::testing::TestWithParam<RecurrentCase> {};
+
+TEST_P(GdnRecurrentPrefillTest, SplitsAndDecodeGiveIdenticalBits) {
+  const RecurrentCase& c = GetParam();
+  const GdnDims& d = c.d;
+  const int64_t n_state = d.hv * d.dk * d.dv, n_row = d.hv * d.dv;
+  for (int64_t T : kRecurrentLengths) {
+    SCOPED_TRACE(absl::StrCat("T = ", T));
+    std::mt19937 rng(303 + static_cast<uint32_t>(T * 7 + d.dv));
+    const GdnInputs in = MakeInputs(d, T, rng, c.a_bf16);
+    const std::vector<float> state0 = RandomState(n_state, rng);
+    DeviceGdn dev(in, c.fused, c.a_bf16);
+    ASSERT_TRUE(dev.uploaded);
+    const std::string name = absl::StrCat(RecurrentName({c, 0}), " T=", T);
+
+    const auto [one_out, one_state] = RecurrentInCalls(dev, state0, Cuts(T, {}));
+    ASSERT_EQ(one_out.size(), static_cast<size_t>(T * n_row));
+    std::vector<int64_t> every;
+    for (int64_t i = 1; i < T; ++i) every.push_back(i);
+    for (const auto& [label, interior] :
+         {std::pair<const char*, std::vector<int64_t>>{"0|97|203", {97, 203}},
+          {"one token a call", every},
+          {"0|1|3|64|65|130", {1, 3, 64, 65, 130}}}) {
+      const auto [out, state] = RecurrentInCalls(dev, state0, Cuts(T, interior));
+      ExpectSameBits(absl::StrCat(name, " out, ", label, " vs one call"), out, one_out);
+      ExpectSameBits(absl::StrCat(name, " state, ", label, " vs one call"), state, one_state);
+    }
+    EXPECT_NE(std::memcmp(one_state.data(), state0.data(), n_state * sizeof(float)), 0) << name;
+
+    // Prefill [0, p), then decode p..T−1: alone (batch 1), and as row 2
+    // (slot 4) of a batch of 5 over a pool of 7 random states.
+    const int64_t p = T / 3;
+    for (const int64_t batch : {int64_t{1}, int64_t{5}}) {
+      const std::vector<int32_t> slots =
+          batch == 1 ? std::vector<int32_t>{0} : std::vector<int32_t>{2, 6, 4, 0, 5};
+      const int64_t row = batch == 1 ? 0 : 2, n_slots = batch == 1 ? 1 : 7;
+      std::vector<float> pool = RandomState(n_slots * n_state, rng);
+      std::copy(state0.begin(), state0.end(), pool.begin() + slots[row] * n_state);
+      DeviceArray<float> d_pool(pool.size());
+      ASSERT_TRUE(d_pool.Upload(pool));
+      DeviceArray<int32_t> d_slots(slots.size());
+      ASSERT_TRUE(d_slots.Upload(slots));
+      std::vector<float> got;
+      if (p > 0) {
+        Status st;
+        got = GpuPrefill(dev, 0, p, d_pool.get() + slots[row] * n_state, &st, true);
+        ASSERT_TRUE(st.ok()) << st;
+      }
+      for (int64_t t = p; t < T; ++t) {
+        const GdnInputs step = WithRow(MakeInputs(d, batch, rng, c.a_bf16), row, in, t);
+        DeviceGdn step_dev(step, c.fused, c.a_bf16);
+        ASSERT_TRUE(step_dev.uploaded);
+        DeviceArray<bf16> out(batch * n_row);
+        KdaDecodeArgs a;
+        a.shape = step_dev.Shape();
+        a.batch = batch;
+        a.q = step_dev.QRow(0);
+        a.k = step_dev.KRow(0);
+        a.v = step_dev.VRow(0);
+        a.ld_qkv = step_dev.ld();
+        a.gates = step_dev.GatesFrom(0);
+        a.state_pool = d_pool.get();
+        a.slots = d_slots.get();
+        a.out = out.get();
+        a.out_type = ActType::kBf16;
+        const Status st = KdaDecode(a, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> o = ToFloat(out.Download(batch * n_row));
+        ASSERT_EQ(o.size(), static_cast<size_t>(batch * n_row));
+        got.insert(got.end(), o.begin() + row * n_row, o.begin() + (row + 1) * n_row);
+      }
+      const std::vector<float> got_pool = d_pool.Download(pool.size());
+      ASSERT_EQ(got_pool.size(), pool.size());
+      const std::string label = absl::StrCat(name, " p=", p, " decode batch ", batch);
+      ExpectSameBits(label + " out", got, one_out);
+      ExpectSameBits(label + " state",
+                     std::vector<float>(got_pool.begin() + slots[row] * n_state,
+                                        got_pool.begin() + (slots[row] + 1) * n_state),
+                     one_state);
+    }
+  }
+}
+
+TEST_P(GdnRecurrentPrefillTest, MatchesCpu) {
+  const RecurrentCase& c = GetParam();
+  const GdnDims& d = c.d;
+  for (int64_t T : {int64_t{97}, int64_t{300}}) {
+    SCOPED_TRACE(absl::StrCat("T = ", T));
+    std::mt19937 rng(505 + static_cast<uint32_t>(T + d.dk));
+    const GdnInputs in = MakeInputs(d, T, rng, c.a_bf16);
+    const std::vector<float> state0 = RandomState(d.hv * d.dk * d.dv, rng);
+    DeviceGdn dev(in, c.fused, c.a_bf16);
+    ASSERT_TRUE(dev.uploaded);
+    const auto [out, state] = RecurrentInCalls(dev, state0, Cuts(T, {}));
+    ASSERT_FALSE(out.empty());
+    std::vector<float> cpu_state = state0, cpu_rec_state = state0;
+    const std::vector<float> want = CpuChunked(in, 0, T, &cpu_state);
+    std::vector<float> want_rec(T * d.hv * d.dv);
+    ASSERT_TRUE(cpu::KdaRecurrent(CpuArgs(in, 0, T, cpu_rec_state.data(), want_rec.data()), nullptr)
+                    .ok());
+    const std::string name = absl::StrCat(RecurrentName({c, 0}), " T=", T, " recurrent");
+    ExpectClose(name + " out vs cpu chunked", out, want, kTolerance);
+    ExpectClose(name + " state vs cpu chunked", state, cpu_state, kTolerance);
+    ExpectClose(name + " out vs cpu recurrent", out, want_rec, kTolerance);
+    ExpectClose(name + " state vs cpu recurrent", state, cpu_rec_state, 1e-3);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GdnRecurrentPrefillTest,
+    ::testing::Values(RecurrentCase{{16, 32, 128, 128}, true, false},  // Qwen3-Next, fast
+                      RecurrentCase{{2, 4, 128, 64}, false, true},     // fast, dv = 64
+                      RecurrentCase{{2, 6, 48, 40}, true, true},       // generic
+                      RecurrentCase{{1, 5, 20, 36}, false, false}),    // generic, odd
+    RecurrentName);
 
 TEST(GdnArgsTest, RejectsQkHeadsThatDoNotDivideValueHeads) {
   DeviceArray<bf16> x(1024);

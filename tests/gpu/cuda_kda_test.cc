@@ -5,8 +5,9 @@
 // Prefill at small odd shapes and the production shape (H = 32, dk = dv = 128),
 // T = 1, continuation across calls, prefill then batched decode over a slot
 // pool, decode alone on both kernels, strong decays, CUDA-graph replay of a
-// decode step, and argument checks. Each comparison prints the L2-relative and
-// max-abs errors.
+// decode step, the recurrent (batch-invariant) prefill's bit-exact invariance
+// to call splits and to decoding the tail (alone or batched), and argument
+// checks. Each comparison prints the L2-relative and max-abs errors.
 #include "backend/cuda/kda.h"
 
 #include <cuda_bf16.h>
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <string>
@@ -236,6 +238,16 @@ std::vector<float> CpuChunked(const Inputs& in, int64_t r0, int64_t len, std::ve
   return out;
 }
 
+// Rows [r0, r0 + len) of one sequence through cpu::KdaRecurrent; returns out
+// [len, H, dv].
+std::vector<float> CpuRecurrent(const Inputs& in, int64_t r0, int64_t len, std::vector<float>* state) {
+  const Dims& d = in.dims;
+  std::vector<float> out(len * d.heads * d.dv);
+  const Status st = cpu::KdaRecurrent(CpuArgs(in, r0, len, state->data(), out.data()), nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
 // One token (row r) of one sequence through cpu::KdaRecurrent.
 std::vector<float> CpuRecurrentRow(const Inputs& in, int64_t r, float* state) {
   const Dims& d = in.dims;
@@ -335,8 +347,9 @@ std::vector<float> DownloadOut(const DeviceArray<float>& out_f32, const DeviceAr
 
 // Rows [r0, r0 + len) through KdaPrefill continuing the device `state`;
 // returns out as fp32.
+// With `recurrent`, the batch-invariant path, given no workspace (it needs none).
 std::vector<float> GpuPrefill(const DeviceInputs& dev, int64_t r0, int64_t len, float* state,
-                              ActType out_type, Status* status) {
+                              ActType out_type, Status* status, bool recurrent = false) {
   const Dims& d = dev.dims;
   const size_t n_out = len * d.heads * d.dv;
   DeviceArray<float> out_f32(out_type == ActType::kF32 ? n_out : 0);
@@ -353,9 +366,10 @@ std::vector<float> GpuPrefill(const DeviceInputs& dev, int64_t r0, int64_t len, 
   a.out_type = out_type;
   a.out = out_type == ActType::kF32 ? static_cast<void*>(out_f32.get())
                                     : static_cast<void*>(out_bf16.get());
-  const size_t ws_bytes = KdaPrefillWorkspaceBytes(a.shape, len);
+  a.recurrent = recurrent;
+  const size_t ws_bytes = recurrent ? 0 : KdaPrefillWorkspaceBytes(a.shape, len);
   DeviceArray<char> ws(ws_bytes);
-  *status = KdaPrefill(a, ws.get(), ws_bytes, nullptr);
+  *status = KdaPrefill(a, recurrent ? nullptr : ws.get(), ws_bytes, nullptr);
   if (status->ok() && cudaDeviceSynchronize() != cudaSuccess) {
     *status = absl::InternalError(cudaGetErrorString(cudaGetLastError()));
   }
@@ -823,6 +837,268 @@ TEST(KdaDecodeGraph, ReplayMatchesEagerSteps) {
 }
 
 // ---------------------------------------------------------------------------
+// Recurrent (batch-invariant) prefill, KdaPrefillArgs::recurrent: the bits of
+// the outputs and of the final state must not depend on how [0, T) is split
+// into calls, nor on whether the tail runs as decode steps (alone or in a
+// batch with other sequences); and it must still compute KDA (tolerance
+// against the CPU and the chunked path).
+
+struct InvariantCase {
+  Dims dims;
+  bool fused = false;
+  ActType g_type = ActType::kF32;
+  ActType out_type = ActType::kBf16;
+};
+
+std::string InvariantName(const ::testing::TestParamInfo<InvariantCase>& info) {
+  const InvariantCase& c = info.param;
+  return absl::StrCat(DimsName(c.dims), c.fused ? "_fused" : "",
+                      c.g_type == ActType::kBf16 ? "_gbf16" : "",
+                      c.out_type == ActType::kF32 ? "_outf32" : "");
+}
+
+void PrintTo(const InvariantCase& c, std::ostream* os) { *os << InvariantName({c, 0}); }
+
+constexpr int64_t kInvariantLengths[] = {1, 7, 64, 97, 203, 300};
+
+// Bitwise equality, reporting how many elements differ and the first one.
+void ExpectSameBits(const std::string& label, const std::vector<float>& got,
+                    const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size()) << label;
+  ASSERT_FALSE(want.empty()) << label;
+  if (std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0) return;
+  size_t diffs = 0, first = want.size();
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      if (first == want.size()) first = i;
+      ++diffs;
+    }
+  }
+  ADD_FAILURE() << label << ": " << diffs << " of " << want.size()
+                << " elements differ in their bits; first at " << first << ": " << got[first]
+                << " vs " << want[first];
+}
+
+struct PrefillResult {
+  std::vector<float> out;    // [T, H, dv]
+  std::vector<float> state;  // [H, dk, dv]
+};
+
+// Recurrent prefill of rows [0, cuts.back()) from `state0`, one call per
+// [cuts[i], cuts[i+1]).
+PrefillResult RecurrentInCalls(const DeviceInputs& dev, const std::vector<float>& state0,
+                               const std::vector<int64_t>& cuts, ActType out_type) {
+  PrefillResult r;
+  DeviceArray<float> d_state(state0.size());
+  EXPECT_TRUE(d_state.Upload(state0));
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    Status st;
+    const std::vector<float> part =
+        GpuPrefill(dev, cuts[i], cuts[i + 1] - cuts[i], d_state.get(), out_type, &st, true);
+    EXPECT_TRUE(st.ok()) << st << " in the call at row " << cuts[i];
+    if (!st.ok()) return {};
+    r.out.insert(r.out.end(), part.begin(), part.end());
+  }
+  r.state = d_state.Download(state0.size());
+  return r;
+}
+
+// Cut points 0 < ... < T: the given interior ones that fall inside.
+std::vector<int64_t> Cuts(int64_t T, std::vector<int64_t> interior) {
+  std::vector<int64_t> cuts = {0};
+  for (int64_t c : interior) {
+    if (c > 0 && c < T) cuts.push_back(c);
+  }
+  cuts.push_back(T);
+  return cuts;
+}
+
+class KdaRecurrentPrefillTest : public ::testing::TestWithParam<InvariantCase> {};
+
+TEST_P(KdaRecurrentPrefillTest, SplitsIntoCallsGiveIdenticalBits) {
+  const InvariantCase& c = GetParam();
+  for (int64_t T : kInvariantLengths) {
+    SCOPED_TRACE(absl::StrCat("T = ", T));
+    std::mt19937 rng(31 + static_cast<uint32_t>(T * 5 + c.dims.dv));
+    const HeadParams hp = MakeHeadParams(c.dims, rng);
+    const Inputs in = MakeInputs(T, c.dims, hp, c.g_type, rng);
+    const std::vector<float> state0 =
+        RandomState(c.dims.heads * c.dims.dk * c.dims.dv, rng);
+    DeviceInputs dev(in, hp, c.fused);
+    ASSERT_TRUE(dev.uploaded);
+
+    const PrefillResult one = RecurrentInCalls(dev, state0, Cuts(T, {}), c.out_type);
+    const PrefillResult three = RecurrentInCalls(dev, state0, Cuts(T, {97, 203}), c.out_type);
+    std::vector<int64_t> every(T - 1);
+    for (int64_t i = 1; i < T; ++i) every[i - 1] = i;
+    const PrefillResult singles = RecurrentInCalls(dev, state0, Cuts(T, every), c.out_type);
+    // Cuts off the 64-token grid and at it.
+    const PrefillResult odd = RecurrentInCalls(dev, state0, Cuts(T, {1, 3, 64, 65, 130}), c.out_type);
+
+    const std::string name = absl::StrCat(InvariantName({c, 0}), " T=", T);
+    ExpectSameBits(name + " out, 0|97|203 vs one call", three.out, one.out);
+    ExpectSameBits(name + " state, 0|97|203 vs one call", three.state, one.state);
+    ExpectSameBits(name + " out, one token a call vs one call", singles.out, one.out);
+    ExpectSameBits(name + " state, one token a call vs one call", singles.state, one.state);
+    ExpectSameBits(name + " out, 0|1|3|64|65|130 vs one call", odd.out, one.out);
+    ExpectSameBits(name + " state, 0|1|3|64|65|130 vs one call", odd.state, one.state);
+    // The state moved: a kernel that skipped the update would pass the above.
+    EXPECT_NE(std::memcmp(one.state.data(), state0.data(), state0.size() * sizeof(float)), 0)
+        << name;
+  }
+}
+
+// Rows [0, rows) of `base` with row `row` replaced by row `src_row` of `src`
+// (the device-visible inputs only: q, k, v, g_raw, beta_raw).
+Inputs WithRow(Inputs base, int64_t row, const Inputs& src, int64_t src_row) {
+  const Dims& d = base.dims;
+  const int64_t nk = d.heads * d.dk, nv = d.heads * d.dv;
+  std::copy_n(src.q.begin() + src_row * nk, nk, base.q.begin() + row * nk);
+  std::copy_n(src.k.begin() + src_row * nk, nk, base.k.begin() + row * nk);
+  std::copy_n(src.g_raw.begin() + src_row * nk, nk, base.g_raw.begin() + row * nk);
+  std::copy_n(src.v.begin() + src_row * nv, nv, base.v.begin() + row * nv);
+  std::copy_n(src.beta_raw.begin() + src_row * d.heads, d.heads,
+              base.beta_raw.begin() + row * d.heads);
+  return base;
+}
+
+TEST_P(KdaRecurrentPrefillTest, PrefillThenDecodeGivesIdenticalBits) {
+  const InvariantCase& c = GetParam();
+  const Dims& d = c.dims;
+  const int64_t n_state = d.heads * d.dk * d.dv;
+  const int64_t n_row = d.heads * d.dv;
+  for (int64_t T : kInvariantLengths) {
+    SCOPED_TRACE(absl::StrCat("T = ", T));
+    std::mt19937 rng(57 + static_cast<uint32_t>(T * 3 + d.dk));
+    const HeadParams hp = MakeHeadParams(d, rng);
+    const Inputs in = MakeInputs(T, d, hp, c.g_type, rng);
+    const std::vector<float> state0 = RandomState(n_state, rng);
+    DeviceInputs dev(in, hp, c.fused);
+    ASSERT_TRUE(dev.uploaded);
+    const PrefillResult want = RecurrentInCalls(dev, state0, Cuts(T, {}), c.out_type);
+    ASSERT_EQ(want.out.size(), static_cast<size_t>(T * n_row));
+    const int64_t p = T / 3;  // 0 for T = 1: decode only
+    const std::string name = absl::StrCat(InvariantName({c, 0}), " T=", T, " p=", p);
+
+    // Batch 1 (the sequence alone), then batch 5 with the sequence in row 2
+    // (slot 4) of a pool of 7 random states and the other rows' tokens random.
+    for (const int64_t batch : {int64_t{1}, int64_t{5}}) {
+      const std::vector<int32_t> slots =
+          batch == 1 ? std::vector<int32_t>{0} : std::vector<int32_t>{2, 6, 4, 0, 5};
+      const int64_t row = batch == 1 ? 0 : 2;
+      const int64_t n_slots = batch == 1 ? 1 : 7;
+      std::vector<float> pool = RandomState(n_slots * n_state, rng);
+      std::copy(state0.begin(), state0.end(), pool.begin() + slots[row] * n_state);
+      DeviceArray<float> d_pool(pool.size());
+      ASSERT_TRUE(d_pool.Upload(pool));
+      DeviceArray<int32_t> d_slots(slots.size());
+      ASSERT_TRUE(d_slots.Upload(slots));
+      float* seq_state = d_pool.get() + slots[row] * n_state;
+
+      std::vector<float> got;
+      if (p > 0) {
+        Status st;
+        got = GpuPrefill(dev, 0, p, seq_state, c.out_type, &st, true);
+        ASSERT_TRUE(st.ok()) << st;
+      }
+      const size_t n_out = batch * n_row;
+      DeviceArray<float> out_f32(n_out);
+      DeviceArray<bf16> out_bf16(n_out);
+      for (int64_t t = p; t < T; ++t) {
+        const Inputs step =
+            WithRow(MakeInputs(batch, d, hp, c.g_type, rng), row, in, t);
+        DeviceInputs step_dev(step, hp, c.fused);
+        ASSERT_TRUE(step_dev.uploaded);
+        KdaDecodeArgs a;
+        a.shape = ShapeOf(d);
+        a.batch = batch;
+        a.q = step_dev.QRow(0);
+        a.k = step_dev.KRow(0);
+        a.v = step_dev.VRow(0);
+        a.ld_qkv = step_dev.ld();
+        a.gates = step_dev.GatesFrom(0);
+        a.state_pool = d_pool.get();
+        a.slots = d_slots.get();
+        a.out_type = c.out_type;
+        a.out = c.out_type == ActType::kF32 ? static_cast<void*>(out_f32.get())
+                                            : static_cast<void*>(out_bf16.get());
+        const Status st = KdaDecode(a, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        ASSERT_CUDA(cudaDeviceSynchronize());
+        const std::vector<float> o = DownloadOut(out_f32, out_bf16, c.out_type, n_out);
+        ASSERT_EQ(o.size(), n_out);
+        got.insert(got.end(), o.begin() + row * n_row, o.begin() + (row + 1) * n_row);
+      }
+      const std::vector<float> got_pool = d_pool.Download(pool.size());
+      ASSERT_EQ(got_pool.size(), pool.size());
+      const std::string label = absl::StrCat(name, " decode batch ", batch);
+      ExpectSameBits(label + " out", got, want.out);
+      ExpectSameBits(label + " state",
+                     std::vector<float>(got_pool.begin() + slots[row] * n_state,
+                                        got_pool.begin() + (slots[row] + 1) * n_state),
+                     want.state);
+    }
+  }
+}
+
+// Still KDA: against the CPU chunked form (as the chunked path is held), the
+// CPU token recurrence with fp32 outputs (the same algorithm, so tighter),
+// and the GPU's chunked path, from a random state; strong decays included.
+TEST_P(KdaRecurrentPrefillTest, MatchesCpuAndChunkedPath) {
+  const InvariantCase& c = GetParam();
+  const Dims& d = c.dims;
+  for (const GateDraw draw : {GateDraw::kNormal, GateDraw::kStrong}) {
+    for (int64_t T : {int64_t{97}, int64_t{300}}) {
+      SCOPED_TRACE(absl::StrCat("T = ", T, draw == GateDraw::kStrong ? " strong" : ""));
+      std::mt19937 rng(91 + static_cast<uint32_t>(T + d.dv));
+      const HeadParams hp = MakeHeadParams(d, rng);
+      const Inputs in = MakeInputs(T, d, hp, c.g_type, rng, draw);
+      const std::vector<float> state0 = RandomState(d.heads * d.dk * d.dv, rng);
+      DeviceInputs dev(in, hp, c.fused);
+      ASSERT_TRUE(dev.uploaded);
+      const PrefillResult rec = RecurrentInCalls(dev, state0, Cuts(T, {}), c.out_type);
+      ASSERT_FALSE(rec.out.empty());
+
+      DeviceArray<float> d_state(state0.size());
+      ASSERT_TRUE(d_state.Upload(state0));
+      Status st;
+      const std::vector<float> chunked_out =
+          GpuPrefill(dev, 0, T, d_state.get(), c.out_type, &st, /*recurrent=*/false);
+      ASSERT_TRUE(st.ok()) << st;
+      const std::vector<float> chunked_state = d_state.Download(state0.size());
+
+      std::vector<float> cpu_chunked_state = state0, cpu_rec_state = state0;
+      const std::vector<float> cpu_chunked = CpuChunked(in, 0, T, &cpu_chunked_state);
+      const std::vector<float> cpu_rec = CpuRecurrent(in, 0, T, &cpu_rec_state);
+
+      const std::string name = absl::StrCat(InvariantName({c, 0}), " T=", T,
+                                            draw == GateDraw::kStrong ? " strong" : "", " recurrent");
+      ExpectClose(name + " out vs cpu chunked", rec.out, cpu_chunked, kBf16Tolerance);
+      ExpectClose(name + " state vs cpu chunked", rec.state, cpu_chunked_state, kBf16Tolerance);
+      // fp32 arithmetic in the same order up to the reductions: only bf16
+      // output rounding separates the two.
+      ExpectClose(name + " out vs cpu recurrent", rec.out, cpu_rec,
+                  c.out_type == ActType::kF32 ? 10 * kF32Tolerance : kBf16Tolerance);
+      ExpectClose(name + " state vs cpu recurrent", rec.state, cpu_rec_state, 10 * kF32Tolerance);
+      ExpectClose(name + " out vs gpu chunked", rec.out, chunked_out, kBf16Tolerance);
+      ExpectClose(name + " state vs gpu chunked", rec.state, chunked_state, kBf16Tolerance);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, KdaRecurrentPrefillTest,
+    ::testing::Values(
+        // Production: fast variant, fused conv-output layout.
+        InvariantCase{{32, 128, 128}, true},
+        InvariantCase{{4, 128, 128}, false, ActType::kBf16, ActType::kF32},
+        InvariantCase{{4, 128, 96}, true},  // fast, three column slices
+        // Generic variant: dk != 128, dv not a multiple of 32, odd sizes.
+        InvariantCase{{4, 64, 64}, true}, InvariantCase{{4, 128, 72}},
+        InvariantCase{{3, 40, 56}, false, ActType::kBf16, ActType::kF32}),
+    InvariantName);
+
+// ---------------------------------------------------------------------------
 // Argument checks (nothing is launched on bad input).
 
 class KdaArgsTest : public ::testing::Test {
@@ -943,6 +1219,18 @@ TEST_F(KdaArgsTest, PrefillRejectsBadArguments) {
     KdaPrefillArgs a = prefill_;
     a.shape.key_dim = 256;
     EXPECT_EQ(Prefill(a).code(), absl::StatusCode::kUnimplemented);
+  }
+  {
+    // The recurrent path checks the same arguments and needs no workspace.
+    KdaPrefillArgs a = prefill_;
+    a.recurrent = true;
+    EXPECT_TRUE(KdaPrefill(a, nullptr, 0, nullptr).ok());
+    a.state = nullptr;
+    ExpectInvalid(KdaPrefill(a, nullptr, 0, nullptr), "state");
+    a = prefill_;
+    a.recurrent = true;
+    a.gates.beta_raw = nullptr;
+    ExpectInvalid(KdaPrefill(a, nullptr, 0, nullptr), "beta_raw");
   }
   // The baseline is valid (the checks above failed for their own field).
   EXPECT_TRUE(Prefill(prefill_).ok());

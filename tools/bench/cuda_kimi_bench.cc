@@ -121,8 +121,9 @@ KdaGates Gates(const float* g, const float* beta, const float* nea, const float*
 // BM_CudaKdaPrefill runs the path the environment selects (the default unless
 // STRATA_KDA_PREFILL is set); BM_CudaKdaPrefillV64 and BM_CudaKdaPrefillOld
 // force the 32-column state pass and the old kernels, so one run of the
-// binary gives the A/B/C set.
-void RunKdaPrefill(benchmark::State& state) {
+// binary gives the A/B/C set; BM_CudaKdaPrefillRecurrent the batch-invariant
+// path.
+void RunKdaPrefill(benchmark::State& state, bool recurrent = false) {
   const int64_t T = state.range(0);
   cudaStream_t s = nullptr;
   cudaStreamCreate(&s);
@@ -150,10 +151,15 @@ void RunKdaPrefill(benchmark::State& state) {
   a.gates = Gates(g.as<float>(), beta.as<float>(), nea.as<float>(), dtb.as<float>());
   a.state = st.as<float>();
   a.out = out.p;
+  a.recurrent = recurrent;
   TimeLoop(state, s, [&](int64_t) -> Status {
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(st.p, 0, sizeof(float) * kH * kDk * kDk, s));
     return KdaPrefill(a, ws.p, ws_bytes, s);
   });
+  // µs per token of the layer (the recurrent path is a chain of T steps).
+  state.counters["us_per_token"] = benchmark::Counter(
+      1e-6 * static_cast<double>(T),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   // Multiply-adds per 64-token chunk and head (see KimiLinearPrefillFlops).
   const double c = 64, dk = kDk;
   const double macs = c * c * 5 * dk + c * c * c / 3 + 3 * c * dk * dk;
@@ -180,6 +186,10 @@ void BM_CudaKdaPrefillV64(benchmark::State& state) { RunKdaPrefillPath(state, "v
 BENCHMARK(BM_CudaKdaPrefillV64)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 void BM_CudaKdaPrefillOld(benchmark::State& state) { RunKdaPrefillPath(state, "old"); }
 BENCHMARK(BM_CudaKdaPrefillOld)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
+// The batch-invariant token recurrence (KdaPrefillArgs::recurrent); its FLOP
+// counter still counts the chunked form's work, for comparison.
+void BM_CudaKdaPrefillRecurrent(benchmark::State& state) { RunKdaPrefill(state, true); }
+BENCHMARK(BM_CudaKdaPrefillRecurrent)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // --- KDA decode: one layer, B sequences, one token each ----------------------
 void BM_CudaKdaDecode(benchmark::State& state) {

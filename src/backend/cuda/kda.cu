@@ -94,12 +94,16 @@ __device__ __forceinline__ void StoreAct(void* p, ActType type, int64_t i, float
 
 // Accurate expf/log1pf: the gates are computed once per element and must match
 // the host's std::exp/std::log1p (softplus has the usual linear shortcut).
+// The _rn intrinsics pin the rounding wherever the function is inlined (the
+// token step relies on that, see StepPrepare).
 __device__ __forceinline__ float ForgetGate(float raw, float bias, float neg_exp_a) {
-  const float x = raw + bias;
-  return neg_exp_a * (x > 20.f ? x : log1pf(expf(x)));
+  const float x = __fadd_rn(raw, bias);
+  return __fmul_rn(neg_exp_a, x > 20.f ? x : log1pf(expf(x)));
 }
 
-__device__ __forceinline__ float Sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+__device__ __forceinline__ float Sigmoid(float x) {
+  return __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x)));
+}
 
 __device__ __forceinline__ float WarpSumXor(float v, int from, int to) {
   for (int o = from; o <= to; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -197,10 +201,19 @@ float EffectiveScale(const KdaShape& s) {
 }
 
 // ===========================================================================
-// Decode: one token per sequence, S ← diag(α)S; u = β(v − Sᵀk̂); S += k̂uᵀ;
-// o = Sᵀq̂. Each CTA owns a 32-column slice of one head's state so that
-// B·H·dv/32 CTAs cover the GPU even at B = 1, and reads the slice once into
-// registers and writes it once.
+// The token step: S ← diag(α)S; u = β(v − Sᵀk̂); S += k̂uᵀ; o = Sᵀq̂, for one
+// 32-column slice of one head's state held in registers by a 256-thread CTA.
+// Decode runs it once per (sequence, head, slice); the recurrent prefill
+// (KdaPrefillArgs::recurrent) runs it once per token in a loop. Both call the
+// same functions below, and every rounding step is spelled out with the _rn
+// intrinsics (which the compiler never contracts into an FMA or reorders), so
+// a token gets the same bits whichever kernel computes it: the property that
+// makes a prefill split anywhere, or a prefill followed by decode, reproduce
+// one long prefill exactly. Two variants with different reduction orders:
+// "fast" (dk = 128, dv a multiple of 32, 16-byte aligned state; each thread
+// holds rows r0 + 32i (i < 4) × four adjacent columns as float4) and
+// "generic" (any dk, dv ≤ 128; each thread one column, rows rg + 8i). Decode
+// and prefill pick the variant with the same rule (StepIsFast), so they agree.
 
 struct DecodeParams {
   const bf16* q;  // row b at q + b·ld_qk + h·dk
@@ -223,204 +236,342 @@ struct DecodeParams {
 constexpr int kDecodeThreads = 256;
 constexpr int kDecodeWarps = kDecodeThreads / 32;
 constexpr int kDecodeCols = 32;  // value columns per CTA
+constexpr int kFastDk = 128;
+constexpr int kFastPasses = kFastDk / (kDecodeThreads / 8);  // rows per thread, fast
+constexpr int kGenericRows = kMaxDim / kDecodeWarps;         // rows per thread, generic
 
-// Loads channel `tid` of q, k and the decay of row b, head h into shared
-// memory and returns the three partial sums the norms need (zeros past dk).
-__device__ __forceinline__ void DecodeLoadChannel(const DecodeParams& p, int64_t b, int h, int tid,
-                                                  float* s_q, float* s_k, float* s_alpha,
-                                                  float (&sums)[3]) {
-  sums[0] = sums[1] = sums[2] = 0.f;
-  if (tid >= p.dk) return;
-  const int64_t qk_off = b * p.ld_qk + static_cast<int64_t>(h / p.qk_group) * p.dk + tid;
-  const float q = __bfloat162float(p.q[qk_off]);
-  const float k = __bfloat162float(p.k[qk_off]);
-  const float g = GateAt(p.gates, b, h, p.dk, tid);
-  s_q[tid] = q;
-  s_k[tid] = k;
-  s_alpha[tid] = expf(g);
-  sums[0] = q * q;
-  sums[1] = k * k;
-  sums[2] = q * k;
+// Which thread loads the slice's value column n (v_thread − base) and β.
+template <bool kFast>
+__device__ __forceinline__ int StepValueBase() {
+  return kFast ? kFastDk : 0;
+}
+template <bool kFast>
+__device__ __forceinline__ int StepBetaThread() {
+  return kFast ? kFastDk + kDecodeCols : kDecodeCols;
 }
 
-// Block-wide sums of q·q, k·k, q·k → 1/‖q‖·scale, 1/‖k‖ and q̂·k̂. Ends with
-// the barrier that also publishes the shared-memory channel data.
-__device__ __forceinline__ void DecodeNorms(float (&sums)[3], float (*s_red)[kDecodeWarps],
-                                            float scale, float* inv_q, float* inv_k, float* qk) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// A token's inputs as this thread loads them: channel tid's q, k and raw
+// decay (tid < dk), one value column, and β's pre-activation.
+struct StepRaw {
+  float q = 0.f, k = 0.f, g = 0.f, v = 0.f, beta = 0.f;
+};
+
+// The row-independent part of channel tid's decay gate.
+struct StepConst {
+  float bias = 0.f, neg_exp_a = 0.f;
+};
+
+// One token's prepared inputs in shared memory.
+struct StepSmem {
+  float q[kMaxDim], k[kMaxDim], alpha[kMaxDim], v[kDecodeCols];
+  float red[3][kDecodeWarps];  // per-warp partial sums of q·q, k·k, q·k
+  float beta;
+};
+
+// Per-warp partial sums of e = Sᵀk̂ and o = Sᵀq̂ per slice column.
+struct StepEo {
+  float e[kDecodeWarps][kDecodeCols], o[kDecodeWarps][kDecodeCols];
+};
+
+// The token's norms (identical in every thread).
+struct StepNorm {
+  float inv_q, inv_k, qk;
+};
+
+__device__ __forceinline__ float WarpSumXorRn(float v, int from, int to) {
+  for (int o = from; o <= to; o <<= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ StepConst LoadStepConst(const GateParams& gp, int h, int dk, int tid) {
+  StepConst c;
+  if (tid < dk) {
+    c.bias = gp.per_head ? gp.dt_bias[h] : gp.dt_bias[static_cast<int64_t>(h) * dk + tid];
+    c.neg_exp_a = gp.neg_exp_a[h];
+  }
+  return c;
+}
+
+// The loads of row `row` (a batch row for decode, a token for prefill). P is
+// DecodeParams or PrefillParams (same field names).
+template <bool kFast, typename P>
+__device__ __forceinline__ void LoadStepRaw(const P& p, int64_t row, int h, int n0, int tid,
+                                            StepRaw& r) {
+  if (tid < p.dk) {
+    const int64_t qk_off = row * p.ld_qk + static_cast<int64_t>(h / p.qk_group) * p.dk + tid;
+    r.q = __bfloat162float(p.q[qk_off]);
+    r.k = __bfloat162float(p.k[qk_off]);
+    const int64_t c = p.gates.per_head ? h : static_cast<int64_t>(h) * p.dk + tid;
+    r.g = LoadAct(p.gates.g_raw, p.gates.g_type, row * p.gates.ld_g + c);
+  }
+  const int vn = tid - StepValueBase<kFast>();
+  if (vn >= 0 && vn < kDecodeCols) {
+    const int n = n0 + vn;
+    r.v = n < p.dv ? __bfloat162float(p.v[row * p.ld_v + static_cast<int64_t>(h) * p.dv + n]) : 0.f;
+  }
+  if (tid == StepBetaThread<kFast>()) {
+    r.beta = LoadAct(p.gates.beta_raw, p.gates.beta_type, row * p.gates.ld_beta + h);
+  }
+}
+
+// Gates and sums of squares of one token into `sm` (published by the caller's
+// next barrier). Channels past dk add zeros.
+template <bool kFast>
+__device__ __forceinline__ void StepPrepare(const StepRaw& r, const StepConst& c, int dk, int tid,
+                                            StepSmem& sm) {
+  float sums[3] = {0.f, 0.f, 0.f};
+  if (tid < dk) {
+    sm.q[tid] = r.q;
+    sm.k[tid] = r.k;
+    sm.alpha[tid] = expf(ForgetGate(r.g, c.bias, c.neg_exp_a));
+    sums[0] = __fmul_rn(r.q, r.q);
+    sums[1] = __fmul_rn(r.k, r.k);
+    sums[2] = __fmul_rn(r.q, r.k);
+  }
+  const int vn = tid - StepValueBase<kFast>();
+  if (vn >= 0 && vn < kDecodeCols) sm.v[vn] = r.v;
+  if (tid == StepBetaThread<kFast>()) sm.beta = Sigmoid(r.beta);
+  const int lane = tid & 31, warp = tid >> 5;
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
-    sums[i] = WarpSumXor(sums[i], 1, 16);
-    if (lane == 0) s_red[i][warp] = sums[i];
+    sums[i] = WarpSumXorRn(sums[i], 1, 16);
+    if (lane == 0) sm.red[i][warp] = sums[i];
   }
-  __syncthreads();
+}
+
+// After the barrier that follows StepPrepare: 1/‖q‖·scale, 1/‖k‖ and q̂·k̂.
+__device__ __forceinline__ StepNorm StepNorms(const StepSmem& sm, float scale) {
   float tot[3] = {0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
-    for (int w = 0; w < kDecodeWarps; ++w) tot[i] += s_red[i][w];
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) tot[i] = __fadd_rn(tot[i], sm.red[i][w]);
   }
-  *inv_q = scale / sqrtf(tot[0] + kNormEps);
-  *inv_k = 1.f / sqrtf(tot[1] + kNormEps);
-  *qk = tot[2] * *inv_q * *inv_k;
+  StepNorm nm;
+  nm.inv_q = __fdiv_rn(scale, __fsqrt_rn(__fadd_rn(tot[0], kNormEps)));
+  nm.inv_k = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(tot[1], kNormEps)));
+  nm.qk = __fmul_rn(__fmul_rn(tot[2], nm.inv_q), nm.inv_k);
+  return nm;
 }
 
-// Fast path: dk = 128, dv a multiple of 32, 16-byte aligned state. Thread
-// (r0 = tid/8, c4 = tid%8) holds rows r0 + 32i (i < 4) × columns 4·c4..4·c4+3
-// of the slice as four float4 registers; a warp's load covers 4 rows × 128
-// contiguous bytes.
-__global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFastKernel(const DecodeParams p) {
-  constexpr int kDk = 128;
-  constexpr int kRowsPerPass = kDecodeThreads / 8;
-  constexpr int kPasses = kDk / kRowsPerPass;
-  __shared__ float s_q[kDk], s_k[kDk], s_alpha[kDk], s_v[kDecodeCols];
-  __shared__ float s_red[3][kDecodeWarps];
-  __shared__ float s_e[kDecodeWarps][kDecodeCols], s_o[kDecodeWarps][kDecodeCols];
-  __shared__ float s_beta;
+// The slice in registers. Fast: rows r0 + 32i, columns 4·c4..4·c4+3 (r0 =
+// tid/8, c4 = tid%8); a warp's load covers 4 rows × 128 contiguous bytes.
+// Generic: column tid%32, rows tid/32 + 8i below dk (zeros elsewhere).
+template <bool kFast>
+struct StepState;
+template <>
+struct StepState<true> {
+  float4 s[kFastPasses];
+};
+template <>
+struct StepState<false> {
+  float s[kGenericRows];
+};
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int n0 = blockIdx.x * kDecodeCols;
-  const int h = blockIdx.y;
-  const int64_t b = blockIdx.z;
-  const int c4 = tid & 7, r0 = tid >> 3;
-  const int64_t slot = p.slots[b];
-  float* st = p.state_pool + (slot * p.heads + h) * static_cast<int64_t>(kDk) * p.dv + n0 + 4 * c4;
-
-  // The state loads go first: they are the DRAM round trip everything waits on.
-  float4 s[kPasses];
+// `slice` points at row 0, column n0 of the head's [dk, dv] state.
+__device__ __forceinline__ void LoadSlice(const float* slice, int /*dk*/, int dv, int /*n0*/,
+                                          int tid, StepState<true>& st) {
+  const float* p = slice + (tid >> 3) * static_cast<int64_t>(dv) + 4 * (tid & 7);
 #pragma unroll
-  for (int i = 0; i < kPasses; ++i) {
-    s[i] = LoadF4(st + static_cast<int64_t>(r0 + kRowsPerPass * i) * p.dv);
+  for (int i = 0; i < kFastPasses; ++i) st.s[i] = LoadF4(p + 32 * i * static_cast<int64_t>(dv));
+}
+__device__ __forceinline__ void StoreSlice(float* slice, int /*dk*/, int dv, int /*n0*/,
+                                           int tid, const StepState<true>& st) {
+  float* p = slice + (tid >> 3) * static_cast<int64_t>(dv) + 4 * (tid & 7);
+#pragma unroll
+  for (int i = 0; i < kFastPasses; ++i) StoreF4(p + 32 * i * static_cast<int64_t>(dv), st.s[i]);
+}
+__device__ __forceinline__ void LoadSlice(const float* slice, int dk, int dv, int n0, int tid,
+                                          StepState<false>& st) {
+  const int col = tid & 31, rg = tid >> 5;
+  const bool col_ok = n0 + col < dv;
+#pragma unroll
+  for (int i = 0; i < kGenericRows; ++i) {
+    const int d = rg + kDecodeWarps * i;
+    st.s[i] = col_ok && d < dk ? slice[static_cast<int64_t>(d) * dv + col] : 0.f;
   }
-
-  float sums[3];
-  DecodeLoadChannel(p, b, h, tid, s_q, s_k, s_alpha, sums);
-  if (tid >= kDk && tid < kDk + kDecodeCols) {
-    const int n = tid - kDk;
-    s_v[n] = __bfloat162float(p.v[b * p.ld_v + static_cast<int64_t>(h) * p.dv + n0 + n]);
-  } else if (tid == kDk + kDecodeCols) {
-    s_beta = Sigmoid(LoadAct(p.gates.beta_raw, p.gates.beta_type, b * p.gates.ld_beta + h));
+}
+__device__ __forceinline__ void StoreSlice(float* slice, int dk, int dv, int n0, int tid,
+                                           const StepState<false>& st) {
+  const int col = tid & 31, rg = tid >> 5;
+  if (n0 + col >= dv) return;
+#pragma unroll
+  for (int i = 0; i < kGenericRows; ++i) {
+    const int d = rg + kDecodeWarps * i;
+    if (d < dk) slice[static_cast<int64_t>(d) * dv + col] = st.s[i];
   }
-  float inv_q, inv_k, qk;
-  DecodeNorms(sums, s_red, p.scale, &inv_q, &inv_k, &qk);
+}
 
-  // Decay, then e = Sᵀk̂ and o = Sᵀq̂ over this thread's rows.
+// Decay, then this thread's partial e and o, reduced within the warp into
+// `eo` (published by the caller's next barrier).
+__device__ __forceinline__ void StepReduce(StepState<true>& st, const StepSmem& sm,
+                                           const StepNorm& nm, int /*dk*/, int tid, StepEo& eo) {
+  const int lane = tid & 31, warp = tid >> 5, c4 = tid & 7, r0 = tid >> 3;
   float e[4] = {0.f, 0.f, 0.f, 0.f}, o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-  for (int i = 0; i < kPasses; ++i) {
-    const int d = r0 + kRowsPerPass * i;
-    const float a = s_alpha[d], kh = s_k[d] * inv_k, qh = s_q[d] * inv_q;
-    s[i].x *= a;
-    s[i].y *= a;
-    s[i].z *= a;
-    s[i].w *= a;
-    e[0] += kh * s[i].x;
-    e[1] += kh * s[i].y;
-    e[2] += kh * s[i].z;
-    e[3] += kh * s[i].w;
-    o[0] += qh * s[i].x;
-    o[1] += qh * s[i].y;
-    o[2] += qh * s[i].z;
-    o[3] += qh * s[i].w;
+  for (int i = 0; i < kFastPasses; ++i) {
+    const int d = r0 + 32 * i;
+    const float a = sm.alpha[d];
+    const float kh = __fmul_rn(sm.k[d], nm.inv_k), qh = __fmul_rn(sm.q[d], nm.inv_q);
+    float4& s = st.s[i];
+    s.x = __fmul_rn(s.x, a);
+    s.y = __fmul_rn(s.y, a);
+    s.z = __fmul_rn(s.z, a);
+    s.w = __fmul_rn(s.w, a);
+    e[0] = __fmaf_rn(kh, s.x, e[0]);
+    e[1] = __fmaf_rn(kh, s.y, e[1]);
+    e[2] = __fmaf_rn(kh, s.z, e[2]);
+    e[3] = __fmaf_rn(kh, s.w, e[3]);
+    o[0] = __fmaf_rn(qh, s.x, o[0]);
+    o[1] = __fmaf_rn(qh, s.y, o[1]);
+    o[2] = __fmaf_rn(qh, s.z, o[2]);
+    o[3] = __fmaf_rn(qh, s.w, o[3]);
   }
   // Lanes with the same c4 differ in lane bits 3 and 4.
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
-    e[c] = WarpSumXor(e[c], 8, 16);
-    o[c] = WarpSumXor(o[c], 8, 16);
+    e[c] = WarpSumXorRn(e[c], 8, 16);
+    o[c] = WarpSumXorRn(o[c], 8, 16);
   }
   if (lane < 8) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      s_e[warp][4 * c4 + c] = e[c];
-      s_o[warp][4 * c4 + c] = o[c];
+      eo.e[warp][4 * c4 + c] = e[c];
+      eo.o[warp][4 * c4 + c] = o[c];
     }
   }
-  __syncthreads();
+}
+__device__ __forceinline__ void StepReduce(StepState<false>& st, const StepSmem& sm,
+                                           const StepNorm& nm, int dk, int tid, StepEo& eo) {
+  const int col = tid & 31, rg = tid >> 5;
+  float e = 0.f, o = 0.f;
+#pragma unroll
+  for (int i = 0; i < kGenericRows; ++i) {
+    const int d = rg + kDecodeWarps * i;
+    if (d < dk) {
+      const float x = __fmul_rn(st.s[i], sm.alpha[d]);
+      st.s[i] = x;
+      e = __fmaf_rn(__fmul_rn(sm.k[d], nm.inv_k), x, e);
+      o = __fmaf_rn(__fmul_rn(sm.q[d], nm.inv_q), x, o);
+    }
+  }
+  eo.e[rg][col] = e;
+  eo.o[rg][col] = o;
+}
 
+// After the barrier that follows StepReduce: u = β(v − e), the output
+// o + (q̂·k̂)u of the slice's columns at out + out_off (column n0), and the
+// rank-1 update S += k̂uᵀ. Every thread sums the warp partials of its own
+// columns in the same order, so no further barrier is needed.
+__device__ __forceinline__ void StepUpdate(StepState<true>& st, const StepSmem& sm,
+                                           const StepNorm& nm, const StepEo& eo, int tid,
+                                           void* out, ActType out_type, int64_t out_off) {
+  const int c4 = tid & 7, r0 = tid >> 3;
   float u[4];
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
-    float et = 0.f, ot = 0.f;
-    for (int w = 0; w < kDecodeWarps; ++w) {
-      et += s_e[w][4 * c4 + c];
-      ot += s_o[w][4 * c4 + c];
-    }
-    u[c] = s_beta * (s_v[4 * c4 + c] - et);
+    const int n = 4 * c4 + c;
+    float et = 0.f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) et = __fadd_rn(et, eo.e[w][n]);
+    u[c] = __fmul_rn(sm.beta, __fsub_rn(sm.v[n], et));
     if (tid < 8) {
-      StoreAct(p.out, p.out_type, (b * p.heads + h) * p.dv + n0 + 4 * c4 + c, ot + qk * u[c]);
+      float ot = 0.f;
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) ot = __fadd_rn(ot, eo.o[w][n]);
+      StoreAct(out, out_type, out_off + n, __fmaf_rn(nm.qk, u[c], ot));
     }
   }
 #pragma unroll
-  for (int i = 0; i < kPasses; ++i) {
-    const int d = r0 + kRowsPerPass * i;
-    const float kh = s_k[d] * inv_k;
-    s[i].x += kh * u[0];
-    s[i].y += kh * u[1];
-    s[i].z += kh * u[2];
-    s[i].w += kh * u[3];
-    StoreF4(st + static_cast<int64_t>(d) * p.dv, s[i]);
+  for (int i = 0; i < kFastPasses; ++i) {
+    const float kh = __fmul_rn(sm.k[r0 + 32 * i], nm.inv_k);
+    float4& s = st.s[i];
+    s.x = __fmaf_rn(kh, u[0], s.x);
+    s.y = __fmaf_rn(kh, u[1], s.y);
+    s.z = __fmaf_rn(kh, u[2], s.z);
+    s.w = __fmaf_rn(kh, u[3], s.w);
+  }
+}
+__device__ __forceinline__ void StepUpdate(StepState<false>& st, const StepSmem& sm,
+                                           const StepNorm& nm, const StepEo& eo, int tid,
+                                           void* out, ActType out_type, int64_t out_off, int dk,
+                                           bool col_ok) {
+  const int col = tid & 31, rg = tid >> 5;
+  float et = 0.f;
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; ++w) et = __fadd_rn(et, eo.e[w][col]);
+  const float u = __fmul_rn(sm.beta, __fsub_rn(sm.v[col], et));
+  if (rg == 0 && col_ok) {
+    float ot = 0.f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) ot = __fadd_rn(ot, eo.o[w][col]);
+    StoreAct(out, out_type, out_off + col, __fmaf_rn(nm.qk, u, ot));
+  }
+#pragma unroll
+  for (int i = 0; i < kGenericRows; ++i) {
+    const int d = rg + kDecodeWarps * i;
+    if (d < dk) st.s[i] = __fmaf_rn(__fmul_rn(sm.k[d], nm.inv_k), u, st.s[i]);
   }
 }
 
-// Any dk, dv ≤ 128: thread (col = tid%32, rg = tid/32) walks rows rg, rg+8...
-// with scalar (still coalesced) accesses, reading the state twice.
-__global__ void __launch_bounds__(kDecodeThreads) KdaDecodeGenericKernel(const DecodeParams p) {
-  __shared__ float s_q[kMaxDim], s_k[kMaxDim], s_alpha[kMaxDim], s_v[kDecodeCols],
-      s_u[kDecodeCols];
-  __shared__ float s_red[3][kDecodeWarps];
-  __shared__ float s_e[kDecodeWarps][kDecodeCols], s_o[kDecodeWarps][kDecodeCols];
-  __shared__ float s_beta;
+template <bool kFast>
+__device__ __forceinline__ void StepUpdateAny(StepState<kFast>& st, const StepSmem& sm,
+                                              const StepNorm& nm, const StepEo& eo, int tid,
+                                              void* out, ActType out_type, int64_t out_off,
+                                              int dk, int dv, int n0) {
+  if constexpr (kFast) {
+    StepUpdate(st, sm, nm, eo, tid, out, out_type, out_off);
+  } else {
+    StepUpdate(st, sm, nm, eo, tid, out, out_type, out_off, dk, n0 + (tid & 31) < dv);
+  }
+}
 
+// One decode token for (column slice blockIdx.x, head blockIdx.y, batch row
+// blockIdx.z): B·H·dv/32 CTAs cover the GPU even at B = 1; the slice is read
+// once into registers and written once.
+template <bool kFast>
+__device__ __forceinline__ void DecodeSlice(const DecodeParams& p, StepSmem& sm, StepEo& eo) {
   const int tid = threadIdx.x;
-  const int col = tid & 31, rg = tid >> 5;
-  const int n = blockIdx.x * kDecodeCols + col;
+  const int n0 = blockIdx.x * kDecodeCols;
   const int h = blockIdx.y;
   const int64_t b = blockIdx.z;
-  const bool col_ok = n < p.dv;
   const int64_t slot = p.slots[b];
-  float* st = p.state_pool + (slot * p.heads + h) * static_cast<int64_t>(p.dk) * p.dv + n;
+  float* slice = p.state_pool + (slot * p.heads + h) * static_cast<int64_t>(p.dk) * p.dv + n0;
 
-  float sums[3];
-  DecodeLoadChannel(p, b, h, tid, s_q, s_k, s_alpha, sums);
-  if (tid < kDecodeCols) {
-    s_v[tid] = col_ok ? __bfloat162float(p.v[b * p.ld_v + static_cast<int64_t>(h) * p.dv + n]) : 0.f;
-  }
-  if (tid == kDecodeCols) {
-    s_beta = Sigmoid(LoadAct(p.gates.beta_raw, p.gates.beta_type, b * p.gates.ld_beta + h));
-  }
-  float inv_q, inv_k, qk;
-  DecodeNorms(sums, s_red, p.scale, &inv_q, &inv_k, &qk);
+  // The state loads go first: they are the DRAM round trip everything waits on.
+  StepState<kFast> st;
+  LoadSlice(slice, p.dk, p.dv, n0, tid, st);
+  StepRaw raw;
+  LoadStepRaw<kFast>(p, b, h, n0, tid, raw);
+  const StepConst c = LoadStepConst(p.gates, h, p.dk, tid);
+  StepPrepare<kFast>(raw, c, p.dk, tid, sm);
+  __syncthreads();
+  const StepNorm nm = StepNorms(sm, p.scale);
+  StepReduce(st, sm, nm, p.dk, tid, eo);
+  __syncthreads();
+  StepUpdateAny<kFast>(st, sm, nm, eo, tid, p.out, p.out_type, (b * p.heads + h) * p.dv + n0, p.dk,
+                       p.dv, n0);
+  StoreSlice(slice, p.dk, p.dv, n0, tid, st);
+}
 
-  float e = 0.f, o = 0.f;
-  if (col_ok) {
-    for (int d = rg; d < p.dk; d += kDecodeWarps) {
-      const float x = st[static_cast<int64_t>(d) * p.dv] * s_alpha[d];
-      e += s_k[d] * inv_k * x;
-      o += s_q[d] * inv_q * x;
-    }
-  }
-  s_e[rg][col] = e;
-  s_o[rg][col] = o;
-  __syncthreads();
-  if (rg == 0) {
-    float et = 0.f, ot = 0.f;
-    for (int w = 0; w < kDecodeWarps; ++w) {
-      et += s_e[w][col];
-      ot += s_o[w][col];
-    }
-    const float u = s_beta * (s_v[col] - et);
-    s_u[col] = u;
-    if (col_ok) StoreAct(p.out, p.out_type, (b * p.heads + h) * p.dv + n, ot + qk * u);
-  }
-  __syncthreads();
-  if (col_ok) {
-    const float u = s_u[col];
-    for (int d = rg; d < p.dk; d += kDecodeWarps) {
-      float* x = st + static_cast<int64_t>(d) * p.dv;
-      const float decayed = *x * s_alpha[d];
-      *x = decayed + s_k[d] * inv_k * u;
-    }
-  }
+__global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFastKernel(const DecodeParams p) {
+  __shared__ StepSmem sm;
+  __shared__ StepEo eo;
+  DecodeSlice<true>(p, sm, eo);
+}
+
+__global__ void __launch_bounds__(kDecodeThreads) KdaDecodeGenericKernel(const DecodeParams p) {
+  __shared__ StepSmem sm;
+  __shared__ StepEo eo;
+  DecodeSlice<false>(p, sm, eo);
+}
+
+// The rule both decode and the recurrent prefill use to pick the variant
+// (`state` is the pool base for decode, the sequence's state for prefill:
+// slot offsets are multiples of dk·dv floats, so the answers agree).
+bool StepIsFast(const KdaShape& s, const void* state) {
+  return s.key_dim == kFastDk && s.value_dim % kDecodeCols == 0 &&
+         reinterpret_cast<uintptr_t>(state) % 16 == 0;
 }
 
 // ===========================================================================
@@ -1477,6 +1628,113 @@ __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(cons
   }
 }
 
+// ===========================================================================
+// Recurrent prefill (KdaPrefillArgs::recurrent): the decode step applied to
+// the call's tokens in order, one CTA per (32-column slice, head) with the
+// slice in registers from the first token to the last, so a token's bits do
+// not depend on where the prompt was cut into calls (the chunked path aligns
+// its 64-token chunks to each call's first token).
+//
+// One barrier per token: token t's reduction (StepReduce) and token t+1's
+// gates and norm sums (StepPrepare) run before it, t's update and t+1's norms
+// after it. Shared memory: token t's prepared inputs are read until after
+// barrier t and t+1's are written before it, so three StepSmem buffers
+// rotate (t+2's writer has passed barrier t+1, which every reader of t's
+// buffer reached first); the e/o partials are written and read around one
+// barrier, so two. The raw loads of token t+3 are issued while token t runs
+// (two register sets, even and odd tokens, hence the loop unrolled by two),
+// and L2 hints run kRecurrentL2Ahead tokens ahead, so the loop waits on L2 at
+// worst, not on DRAM.
+//
+// Cost at H = 32, dk = dv = 128: 128 CTAs, each a chain of T steps of ~1
+// barrier, two shuffle levels, a shared-memory reduction over 8 warps and
+// ~30 dependent flops: ~300–500 cycles, ~0.2 µs a token per layer
+// (≈ 7 ms at T = 32768 against ~2–6 ms for the chunked path), plus 3 MB of
+// inputs and out per 1K tokens, far below bandwidth.
+constexpr int64_t kRecurrentL2Ahead = 16;
+
+// L2 hints for row `row`: lane 0 of each warp hints its own loads' lines.
+template <bool kFast>
+__device__ __forceinline__ void PrefetchStepRow(const PrefillParams& p, int64_t row, int h, int n0,
+                                                int tid) {
+  if ((tid & 31) != 0) return;
+  if (tid < p.dk) {
+    const int64_t qk_off = row * p.ld_qk + static_cast<int64_t>(h / p.qk_group) * p.dk + tid;
+    PrefetchL2(p.q + qk_off);
+    PrefetchL2(p.k + qk_off);
+    const int64_t g_off =
+        row * p.gates.ld_g + (p.gates.per_head ? h : static_cast<int64_t>(h) * p.dk + tid);
+    PrefetchL2(p.gates.g_type == ActType::kBf16
+                   ? static_cast<const void*>(static_cast<const bf16*>(p.gates.g_raw) + g_off)
+                   : static_cast<const void*>(static_cast<const float*>(p.gates.g_raw) + g_off));
+  }
+  if (tid == StepValueBase<kFast>()) {
+    PrefetchL2(p.v + row * p.ld_v + static_cast<int64_t>(h) * p.dv + n0);
+  }
+  if (tid == StepBetaThread<kFast>()) {
+    const int64_t b_off = row * p.gates.ld_beta + h;
+    PrefetchL2(p.gates.beta_type == ActType::kBf16
+                   ? static_cast<const void*>(static_cast<const bf16*>(p.gates.beta_raw) + b_off)
+                   : static_cast<const void*>(static_cast<const float*>(p.gates.beta_raw) + b_off));
+  }
+}
+
+// Token t of the loop. `next_raw` holds token t+1's loads on entry and token
+// t+3's (when it exists) on exit; `cur` indexes t's StepSmem, `nm` is t's
+// norms on entry and t+1's on exit.
+template <bool kFast>
+__device__ __forceinline__ void RecurrentToken(const PrefillParams& p, int64_t t, int h, int n0,
+                                               int tid, const StepConst& c, StepState<kFast>& st,
+                                               StepRaw& next_raw, StepSmem* sm, StepEo* eo,
+                                               int& cur, StepNorm& nm) {
+  const int nxt = cur == 2 ? 0 : cur + 1;
+  StepEo& e = eo[t & 1];
+  StepReduce(st, sm[cur], nm, p.dk, tid, e);
+  const bool more = t + 1 < p.num_tokens;
+  if (more) {
+    StepPrepare<kFast>(next_raw, c, p.dk, tid, sm[nxt]);
+    if (t + 3 < p.num_tokens) LoadStepRaw<kFast>(p, t + 3, h, n0, tid, next_raw);
+  }
+  if (t + kRecurrentL2Ahead < p.num_tokens) {
+    PrefetchStepRow<kFast>(p, t + kRecurrentL2Ahead, h, n0, tid);
+  }
+  __syncthreads();
+  StepUpdateAny<kFast>(st, sm[cur], nm, e, tid, p.out, p.out_type, (t * p.heads + h) * p.dv + n0,
+                       p.dk, p.dv, n0);
+  if (more) nm = StepNorms(sm[nxt], p.scale);
+  cur = nxt;
+}
+
+template <bool kFast>
+__global__ void __launch_bounds__(kDecodeThreads) KdaPrefillRecurrentKernel(const PrefillParams p) {
+  __shared__ StepSmem sm[3];
+  __shared__ StepEo eo[2];
+  const int tid = threadIdx.x;
+  const int n0 = blockIdx.x * kDecodeCols;
+  const int h = blockIdx.y;
+  const int64_t T = p.num_tokens;
+  float* slice = p.state + static_cast<int64_t>(h) * p.dk * p.dv + n0;
+
+  StepState<kFast> st;
+  LoadSlice(slice, p.dk, p.dv, n0, tid, st);
+  const StepConst c = LoadStepConst(p.gates, h, p.dk, tid);
+  StepRaw even, odd;  // the loads of the next even / odd token
+  LoadStepRaw<kFast>(p, 0, h, n0, tid, even);
+  if (T > 1) LoadStepRaw<kFast>(p, 1, h, n0, tid, odd);
+  for (int64_t r = 2; r < T && r < kRecurrentL2Ahead; ++r) PrefetchStepRow<kFast>(p, r, h, n0, tid);
+  StepPrepare<kFast>(even, c, p.dk, tid, sm[0]);
+  if (T > 2) LoadStepRaw<kFast>(p, 2, h, n0, tid, even);
+  __syncthreads();
+  StepNorm nm = StepNorms(sm[0], p.scale);
+  int cur = 0;
+#pragma unroll 1
+  for (int64_t t = 0; t < T; t += 2) {
+    RecurrentToken<kFast>(p, t, h, n0, tid, c, st, odd, sm, eo, cur, nm);
+    if (t + 1 < T) RecurrentToken<kFast>(p, t + 1, h, n0, tid, c, st, even, sm, eo, cur, nm);
+  }
+  StoreSlice(slice, p.dk, p.dv, n0, tid, st);
+}
+
 // ---------------------------------------------------------------------------
 // Host-side checks.
 
@@ -1618,16 +1876,6 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
         absl::StrCat("KdaPrefill: num_tokens must be positive (got ", args.num_tokens, ")"));
   }
   if (args.state == nullptr) return absl::InvalidArgumentError("KdaPrefill: state is null");
-  const size_t need = KdaPrefillWorkspaceBytes(s, args.num_tokens);
-  if (workspace == nullptr) return absl::InvalidArgumentError("KdaPrefill: workspace is null");
-  if (!Aligned16(workspace)) {
-    return absl::InvalidArgumentError("KdaPrefill: workspace must be 16-byte aligned");
-  }
-  if (workspace_bytes < need) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KdaPrefill: workspace_bytes (", workspace_bytes, ") is below the ", need,
-                     " KdaPrefillWorkspaceBytes asks for"));
-  }
 
   PrefillParams p{};
   p.q = args.q;
@@ -1645,6 +1893,30 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
   p.dv = static_cast<int>(s.value_dim);
   p.scale = EffectiveScale(s);
   p.num_tokens = args.num_tokens;
+
+  if (args.recurrent) {
+    // The decode step token by token: no workspace, no shared-memory opt-in
+    // (static shared memory only), one launch.
+    const dim3 grid(static_cast<unsigned>((s.value_dim + kDecodeCols - 1) / kDecodeCols),
+                    static_cast<unsigned>(s.num_heads));
+    if (StepIsFast(s, args.state)) {
+      KdaPrefillRecurrentKernel<true><<<grid, kDecodeThreads, 0, stream>>>(p);
+    } else {
+      KdaPrefillRecurrentKernel<false><<<grid, kDecodeThreads, 0, stream>>>(p);
+    }
+    return LaunchStatus("KdaPrefillRecurrentKernel");
+  }
+
+  const size_t need = KdaPrefillWorkspaceBytes(s, args.num_tokens);
+  if (workspace == nullptr) return absl::InvalidArgumentError("KdaPrefill: workspace is null");
+  if (!Aligned16(workspace)) {
+    return absl::InvalidArgumentError("KdaPrefill: workspace must be 16-byte aligned");
+  }
+  if (workspace_bytes < need) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KdaPrefill: workspace_bytes (", workspace_bytes, ") is below the ", need,
+                     " KdaPrefillWorkspaceBytes asks for"));
+  }
   p.ws = static_cast<float*>(workspace);
   // Per-head gates are read one scalar per row, so their alignment is moot.
   p.vec = s.key_dim % 8 == 0 && s.value_dim % 8 == 0 && Aligned16(args.q) && Aligned16(args.k) &&
@@ -1725,7 +1997,7 @@ Status KdaDecode(const KdaDecodeArgs& args, cudaStream_t stream) {
 
   const dim3 grid(static_cast<unsigned>((s.value_dim + kDecodeCols - 1) / kDecodeCols),
                   static_cast<unsigned>(s.num_heads), static_cast<unsigned>(args.batch));
-  if (s.key_dim == 128 && s.value_dim % kDecodeCols == 0 && Aligned16(args.state_pool)) {
+  if (StepIsFast(s, args.state_pool)) {
     KdaDecodeFastKernel<<<grid, kDecodeThreads, 0, stream>>>(p);
     return LaunchStatus("KdaDecodeFastKernel");
   }

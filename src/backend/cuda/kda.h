@@ -52,7 +52,8 @@ struct KdaShape {
 
 // Prefill of one sequence: T tokens continue from `state` ([H, dk, dv] fp32,
 // zeros for a new sequence; updated in place). Chunked (chunk 64) on tensor
-// cores. out: [T, H, dv] (out_type). The workspace must be 16-byte aligned.
+// cores. out: [T, H, dv] (out_type). The workspace must be 16-byte aligned
+// (unused, and may be null, with `recurrent`).
 struct KdaPrefillArgs {
   KdaShape shape;
   int64_t num_tokens = 0;
@@ -64,6 +65,16 @@ struct KdaPrefillArgs {
   float* state = nullptr;
   void* out = nullptr;
   ActType out_type = ActType::kBf16;
+  // Batch-invariant mode: run the tokens one by one through KdaDecode's token
+  // step (same kernel code, same rounding, same variant for the same shape and
+  // state alignment) instead of the chunked form, whose 64-token chunks are
+  // aligned to each call's first token. The outputs and final state are then
+  // bit-identical however [0, T) is split into calls, and prefilling [0, p)
+  // then decoding tokens p.. one at a time (alone or in any batch) gives the
+  // bits of one prefill of [0, T). Much slower on long prompts (a dependent
+  // chain of T steps per 32-column state slice, ~0.2 µs a token per layer at
+  // H = 32, dk = dv = 128); off by default.
+  bool recurrent = false;
 };
 size_t KdaPrefillWorkspaceBytes(const KdaShape& shape, int64_t num_tokens);
 Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_bytes,
