@@ -124,6 +124,9 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
     a.state = states + ps->slot_ * g.kda_state;
     a.out = s_.o;
     a.out_type = ActType::kBf16;
+    // Invariant mode: the token recurrence (the decode kernel's arithmetic), so
+    // the state does not depend on where the prompt was cut into slices.
+    a.recurrent = invariant_;
     STRATA_RETURN_IF_ERROR(cuda::KdaPrefill(a, s_.kda_ws, plan_.kda_ws, stream_));
   }
   STRATA_RETURN_IF_ERROR(cuda::GatedRmsNormSigmoid(s_.o, ActType::kBf16, s_.gate, ActType::kBf16,
@@ -172,6 +175,12 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
     uk.stride_w = kvb_row * g.r;
     uk.stride_y = g.cd;
     uk.transpose_w = true;
+    if (invariant_) {  // the same product on the pre-transposed copy, W_h = [r, dn]
+      uk.g.w = m.uk_t;
+      uk.g.ldw = g.dn;
+      uk.stride_w = g.r * g.dn;
+      uk.transpose_w = false;
+    }
     STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(*blas_, uk, stream_));
     if (g.dr > 0) {
       // q_rope rides along unchanged: q_abs[:, h, r:] = q[:, h, dn:].
@@ -189,6 +198,7 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
     a.max_seq_len = mla_bound;
     a.out_latent = s_.lat_o;
     a.out_type = ActType::kBf16;
+    a.batch_invariant = invariant_;
     STRATA_RETURN_IF_ERROR(cuda::MlaDecode(a, s_.mla_ws, plan_.mla_ws, stream_));
     // o_h = W_UV,h õ_h: W_h = kv_b rows h·(dn+dv)+dn .. +dv−1 ([dv, r]).
     cuda::StridedBatchedGemmArgs uv;
@@ -256,6 +266,7 @@ Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, const float** pending
   a.w13 = f.w13;
   a.w2 = f.w2;
   a.y = s_.delta;
+  a.batch_invariant = invariant_;
   STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
   if (g.Is > 0) STRATA_RETURN_IF_ERROR(swiglu(g.Is));
   // The routed sum joins the residual in the next AddRmsNorm (one pass less).

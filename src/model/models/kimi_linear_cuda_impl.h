@@ -134,6 +134,10 @@ struct MlaLayer {
   float* kv_norm = nullptr;  // [r]
   bf16* kv_b = nullptr;   // [Hm·(dn+dv), r]
   bf16* o = nullptr;      // [D, Hm·dv]
+  // Batch-invariant mode only: W_UK,h transposed per head, [Hm, r, dn], so the
+  // decode absorption q̃_h = W_UK,hᵀ q_nope,h is a plain x·Wᵀ product, which
+  // the invariant GEMM kernels take (they have no transposed-W variant).
+  bf16* uk_t = nullptr;
 };
 
 struct FfnLayer {
@@ -163,8 +167,8 @@ struct Weights {
 };
 // Carves the fused weight layout (see the file comment) out of `c`.
 // `separate_lm_head`: false when the embeddings are tied and no lm_head is stored.
-void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_lm_head, Carver& c,
-                  Weights& w);
+void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_lm_head,
+                  bool batch_invariant, Carver& c, Weights& w);
 
 // Activation buffers and op workspaces.
 struct Scratch {
@@ -230,6 +234,8 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
                const LoadOptions& options);
   Status UploadWeights(const WeightStore& store, const LoadOptions& options);
   Status MakeDummyWeights(uint64_t seed);
+  // Batch-invariant mode: fills each MLA layer's uk_t from kv_b.
+  Status BuildTransposedUk();
   Status SelfCheck();
 
   // --- kimi_linear_cuda.cc ---
@@ -249,6 +255,8 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
 
   KimiLinearConfig cfg_;
   Geometry g_;
+  // LoadOptions::batch_invariant: every kernel takes its invariant variant.
+  bool invariant_ = false;
   Plan plan_;
   ModelInfo info_;
 

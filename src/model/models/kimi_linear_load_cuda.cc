@@ -60,8 +60,8 @@ Geometry MakeGeometry(const KimiLinearConfig& c) {
   return g;
 }
 
-void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_lm_head, Carver& c,
-                  Weights& w) {
+void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_lm_head,
+                  bool batch_invariant, Carver& c, Weights& w) {
   w.embed = c.Take<bf16>(g.V * g.D);
   w.lm_head = separate_lm_head ? c.Take<bf16>(g.V * g.D) : w.embed;
   w.final_norm = c.Take<float>(g.D);
@@ -80,6 +80,7 @@ void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_
       L.mla.kv_norm = c.Take<float>(g.r);
       L.mla.kv_b = c.Take<bf16>(g.Hm * (g.dn + g.dv) * g.r);
       L.mla.o = c.Take<bf16>(g.D * g.Hm * g.dv);
+      if (batch_invariant) L.mla.uk_t = c.Take<bf16>(g.Hm * g.r * g.dn);
     } else {
       L.index = kda++;
       L.kda.in_proj = c.Take<bf16>(g.n_in * g.D);
@@ -162,6 +163,7 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
                                   const KimiLinearConfig& config, const LoadOptions& options) {
   cfg_ = config;
   g_ = MakeGeometry(config);
+  invariant_ = options.batch_invariant;
   const Geometry& g = g_;
 
   // --- the device -----------------------------------------------------------
@@ -179,12 +181,13 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
     for (int64_t b = 1; b <= p.max_batch; ++b) {
       for (int64_t len = kMinMlaBucket;; len *= 2) {
         const int64_t bound = std::min(len, p.max_ctx);
-        p.mla_ws = std::max(p.mla_ws, cuda::MlaDecodeWorkspaceBytes(MlaShapeOf(g), b, bound));
+        p.mla_ws = std::max(
+            p.mla_ws, cuda::MlaDecodeWorkspaceBytes(MlaShapeOf(g), b, bound, invariant_));
         if (bound == p.max_ctx) break;
       }
     }
   }
-  if (g.has_moe) p.moe_ws = cuda::MoeWorkspaceBytes(MoeShapeOf(g), p.rows);
+  if (g.has_moe) p.moe_ws = cuda::MoeWorkspaceBytes(MoeShapeOf(g), p.rows, invariant_);
   for (int64_t b = 1; b <= p.max_batch; ++b) {
     p.sample_ws = std::max(p.sample_ws, cuda::SampleWorkspaceBytes(b, g.V));
   }
@@ -192,7 +195,7 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   const bool separate_lm_head =
       !config.tie_word_embeddings || (weights != nullptr && weights->Has("lm_head.weight"));
   Carver weight_size(nullptr);
-  CarveWeights(g, config, separate_lm_head, weight_size, w_);
+  CarveWeights(g, config, separate_lm_head, invariant_, weight_size, w_);
   Carver scratch_size(nullptr);
   CarveScratch(g, p, scratch_size, s_);
   weight_bytes_ = weight_size.size();
@@ -237,7 +240,7 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   STRATA_RETURN_IF_ERROR(alloc(&weight_mem_, weight_bytes_, "weights"));
   {
     Carver c(static_cast<char*>(weight_mem_));
-    CarveWeights(g, config, separate_lm_head, c, w_);
+    CarveWeights(g, config, separate_lm_head, invariant_, c, w_);
   }
   // Scratch, then the slot pools, then the cache, in one allocation.
   Carver runtime_size(nullptr);
@@ -274,6 +277,11 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
     STRATA_RETURN_IF_ERROR(MakeDummyWeights(options.dummy_seed));
   } else {
     STRATA_RETURN_IF_ERROR(UploadWeights(*weights, options));
+  }
+  if (invariant_) {
+    STRATA_RETURN_IF_ERROR(BuildTransposedUk());
+    // From here on (the load-time check included) every GEMM is invariant.
+    blas_->set_batch_invariant(true);
   }
 
   // --- info --------------------------------------------------------------------
@@ -463,6 +471,46 @@ Status KimiLinearCudaModel::MakeDummyWeights(uint64_t seed) {
     }
   }
   return Sync("dummy weights");
+}
+
+Status KimiLinearCudaModel::BuildTransposedUk() {
+  const Geometry& g = g_;
+  if (g.num_mla == 0) return OkStatus();
+  // uk_t_h = I_r · W_UK,hᵀ: a product with the identity is exact (one
+  // nonzero term per output), so the copy is bit-for-bit the checkpoint's.
+  std::vector<uint16_t> eye(static_cast<size_t>(g.r * g.r), 0);
+  for (int64_t i = 0; i < g.r; ++i) eye[static_cast<size_t>(i * g.r + i)] = 0x3F80;  // bf16 1.0
+  void* d_eye = nullptr;
+  const size_t bytes = eye.size() * sizeof(uint16_t);
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_eye, bytes));
+  Status st = [&]() -> Status {
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(d_eye, eye.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    for (const Layer& L : w_.layers) {
+      if (!L.is_mla) continue;
+      cuda::StridedBatchedGemmArgs a;
+      a.g.m = g.r;
+      a.g.n = g.dn;
+      a.g.k = g.r;
+      a.g.x = d_eye;
+      a.g.x_type = cuda::ActType::kBf16;
+      a.g.ldx = g.r;
+      a.g.w = L.mla.kv_b;  // W_UK,h: kv_b rows h·(dn+dv) .. +dn−1, [dn, r]
+      a.g.ldw = g.r;
+      a.g.y = L.mla.uk_t;
+      a.g.y_type = cuda::ActType::kBf16;
+      a.g.ldy = g.dn;
+      a.count = g.Hm;
+      a.stride_x = 0;
+      a.stride_w = (g.dn + g.dv) * g.r;
+      a.stride_y = g.r * g.dn;
+      a.transpose_w = false;
+      STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(*blas_, a, stream_));
+    }
+    return Sync("transposed W_UK");
+  }();
+  cudaFree(d_eye);
+  return st;
 }
 
 Status KimiLinearCudaModel::SelfCheck() {
