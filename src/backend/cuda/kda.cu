@@ -261,15 +261,16 @@ struct StepConst {
   float bias = 0.f, neg_exp_a = 0.f;
 };
 
-// One token's prepared inputs in shared memory.
-struct StepSmem {
+// One token's prepared inputs in shared memory (16-byte aligned so v and red
+// rows can be read as float4: fewer shared-memory wavefronts per token).
+struct alignas(16) StepSmem {
   float q[kMaxDim], k[kMaxDim], alpha[kMaxDim], v[kDecodeCols];
   float red[3][kDecodeWarps];  // per-warp partial sums of q·q, k·k, q·k
   float beta;
 };
 
 // Per-warp partial sums of e = Sᵀk̂ and o = Sᵀq̂ per slice column.
-struct StepEo {
+struct alignas(16) StepEo {
   float e[kDecodeWarps][kDecodeCols], o[kDecodeWarps][kDecodeCols];
 };
 
@@ -341,11 +342,14 @@ __device__ __forceinline__ void StepPrepare(const StepRaw& r, const StepConst& c
 
 // After the barrier that follows StepPrepare: 1/‖q‖·scale, 1/‖k‖ and q̂·k̂.
 __device__ __forceinline__ StepNorm StepNorms(const StepSmem& sm, float scale) {
+  static_assert(kDecodeWarps == 8, "two float4 per row of red");
   float tot[3] = {0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
+    const float4 lo = LoadF4(&sm.red[i][0]), hi = LoadF4(&sm.red[i][4]);
+    const float r[kDecodeWarps] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) tot[i] = __fadd_rn(tot[i], sm.red[i][w]);
+    for (int w = 0; w < kDecodeWarps; ++w) tot[i] = __fadd_rn(tot[i], r[w]);
   }
   StepNorm nm;
   nm.inv_q = __fdiv_rn(scale, __fsqrt_rn(__fadd_rn(tot[0], kNormEps)));
@@ -362,6 +366,7 @@ struct StepState;
 template <>
 struct StepState<true> {
   float4 s[kFastPasses];
+  float kh[kFastPasses];  // k̂ of the rows, from StepReduce to StepUpdate
 };
 template <>
 struct StepState<false> {
@@ -413,6 +418,7 @@ __device__ __forceinline__ void StepReduce(StepState<true>& st, const StepSmem& 
     const int d = r0 + 32 * i;
     const float a = sm.alpha[d];
     const float kh = __fmul_rn(sm.k[d], nm.inv_k), qh = __fmul_rn(sm.q[d], nm.inv_q);
+    st.kh[i] = kh;
     float4& s = st.s[i];
     s.x = __fmul_rn(s.x, a);
     s.y = __fmul_rn(s.y, a);
@@ -466,25 +472,41 @@ __device__ __forceinline__ void StepReduce(StepState<false>& st, const StepSmem&
 __device__ __forceinline__ void StepUpdate(StepState<true>& st, const StepSmem& sm,
                                            const StepNorm& nm, const StepEo& eo, int tid,
                                            void* out, ActType out_type, int64_t out_off) {
-  const int c4 = tid & 7, r0 = tid >> 3;
+  const int c4 = tid & 7;
+  // The four columns' partials as float4 (one wavefront per warp and w),
+  // summed per column in w order.
+  float et[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; ++w) {
+    const float4 x = LoadF4(&eo.e[w][4 * c4]);
+    et[0] = __fadd_rn(et[0], x.x);
+    et[1] = __fadd_rn(et[1], x.y);
+    et[2] = __fadd_rn(et[2], x.z);
+    et[3] = __fadd_rn(et[3], x.w);
+  }
+  const float4 v = LoadF4(&sm.v[4 * c4]);
+  const float vc[4] = {v.x, v.y, v.z, v.w};
   float u[4];
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const int n = 4 * c4 + c;
-    float et = 0.f;
+  for (int c = 0; c < 4; ++c) u[c] = __fmul_rn(sm.beta, __fsub_rn(vc[c], et[c]));
+  if (tid < 8) {
+    float ot[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) et = __fadd_rn(et, eo.e[w][n]);
-    u[c] = __fmul_rn(sm.beta, __fsub_rn(sm.v[n], et));
-    if (tid < 8) {
-      float ot = 0.f;
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float4 x = LoadF4(&eo.o[w][4 * c4]);
+      ot[0] = __fadd_rn(ot[0], x.x);
+      ot[1] = __fadd_rn(ot[1], x.y);
+      ot[2] = __fadd_rn(ot[2], x.z);
+      ot[3] = __fadd_rn(ot[3], x.w);
+    }
 #pragma unroll
-      for (int w = 0; w < kDecodeWarps; ++w) ot = __fadd_rn(ot, eo.o[w][n]);
-      StoreAct(out, out_type, out_off + n, __fmaf_rn(nm.qk, u[c], ot));
+    for (int c = 0; c < 4; ++c) {
+      StoreAct(out, out_type, out_off + 4 * c4 + c, __fmaf_rn(nm.qk, u[c], ot[c]));
     }
   }
 #pragma unroll
   for (int i = 0; i < kFastPasses; ++i) {
-    const float kh = __fmul_rn(sm.k[r0 + 32 * i], nm.inv_k);
+    const float kh = st.kh[i];
     float4& s = st.s[i];
     s.x = __fmaf_rn(kh, u[0], s.x);
     s.y = __fmaf_rn(kh, u[1], s.y);
