@@ -267,6 +267,7 @@ struct alignas(16) StepSmem {
   float q[kMaxDim], k[kMaxDim], alpha[kMaxDim], v[kDecodeCols];
   float red[3][kDecodeWarps];  // per-warp partial sums of q·q, k·k, q·k
   float beta;
+  float norm[3];  // the recurrent prefill's StepNorms result, computed by one warp
 };
 
 // Per-warp partial sums of e = Sᵀk̂ and o = Sᵀq̂ per slice column.
@@ -1657,22 +1658,26 @@ __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(cons
 // not depend on where the prompt was cut into calls (the chunked path aligns
 // its 64-token chunks to each call's first token).
 //
-// One barrier per token: token t's reduction (StepReduce) and token t+1's
-// gates and norm sums (StepPrepare) run before it, t's update and t+1's norms
-// after it. Shared memory: token t's prepared inputs are read until after
-// barrier t and t+1's are written before it, so three StepSmem buffers
-// rotate (t+2's writer has passed barrier t+1, which every reader of t's
-// buffer reached first); the e/o partials are written and read around one
-// barrier, so two. The raw loads of token t+3 are issued while token t runs
-// (two register sets, even and odd tokens, hence the loop unrolled by two),
-// and L2 hints run kRecurrentL2Ahead tokens ahead, so the loop waits on L2 at
-// worst, not on DRAM.
+// One barrier per token. Before barrier t: token t's reduction (StepReduce),
+// token t+2's gates and norm sums (StepPrepare), and warp 0 alone turns token
+// t+1's sums into its norms (StepNorms, published in shared memory: the same
+// function and bits as decode, where every warp computes them, without seven
+// redundant copies of two IEEE divisions and square roots). After it: t's
+// update, and every thread picks up t+1's norms. Token j's StepSmem is
+// written in iteration j−2 and last read in iteration j (after barrier j), so
+// four buffers rotate: j+4's writer, in iteration j+2, has passed barrier
+// j+1, which every reader of j reached first. The e/o partials are written
+// and read around one barrier, so two buffers. The raw loads of token t+4 are
+// issued while token t runs (two register sets, even and odd tokens, hence
+// the loop unrolled by two), and L2 hints run kRecurrentL2Ahead tokens ahead,
+// so the loop waits on L2 at worst, not on DRAM.
 //
-// Cost at H = 32, dk = dv = 128: 128 CTAs, each a chain of T steps of ~1
-// barrier, two shuffle levels, a shared-memory reduction over 8 warps and
-// ~30 dependent flops: ~300–500 cycles, ~0.2 µs a token per layer
-// (≈ 7 ms at T = 32768 against ~2–6 ms for the chunked path), plus 3 MB of
-// inputs and out per 1K tokens, far below bandwidth.
+// Cost at H = 32, dk = dv = 128: 128 CTAs of 8 warps, each a chain of T
+// steps. A step is issue-bound: ~300 warp instructions per warp (the decay
+// and e/o FMAs, two shuffle reductions, the 8-warp partial sums, the gates'
+// expf/log1pf), two warps per scheduler → ~600 cycles, ~0.3 µs a token per
+// layer (≈ 10 ms at T = 32768 against ~6 ms for the chunked path), with
+// 3 MB of inputs and outputs per 1K tokens, far below bandwidth.
 constexpr int64_t kRecurrentL2Ahead = 16;
 
 // L2 hints for row `row`: lane 0 of each warp hints its own loads' lines.
@@ -1701,35 +1706,40 @@ __device__ __forceinline__ void PrefetchStepRow(const PrefillParams& p, int64_t 
   }
 }
 
-// Token t of the loop. `next_raw` holds token t+1's loads on entry and token
-// t+3's (when it exists) on exit; `cur` indexes t's StepSmem, `nm` is t's
-// norms on entry and t+1's on exit.
+// Token t of the loop. `raw` holds token t+2's loads on entry and token t+4's
+// (when it exists) on exit; `nm` is t's norms on entry and t+1's on exit.
 template <bool kFast>
 __device__ __forceinline__ void RecurrentToken(const PrefillParams& p, int64_t t, int h, int n0,
                                                int tid, const StepConst& c, StepState<kFast>& st,
-                                               StepRaw& next_raw, StepSmem* sm, StepEo* eo,
-                                               int& cur, StepNorm& nm) {
-  const int nxt = cur == 2 ? 0 : cur + 1;
+                                               StepRaw& raw, StepSmem* sm, StepEo* eo,
+                                               StepNorm& nm) {
+  const int64_t T = p.num_tokens;
+  StepSmem& cur = sm[t & 3];
+  StepSmem& next = sm[(t + 1) & 3];
   StepEo& e = eo[t & 1];
-  StepReduce(st, sm[cur], nm, p.dk, tid, e);
-  const bool more = t + 1 < p.num_tokens;
-  if (more) {
-    StepPrepare<kFast>(next_raw, c, p.dk, tid, sm[nxt]);
-    if (t + 3 < p.num_tokens) LoadStepRaw<kFast>(p, t + 3, h, n0, tid, next_raw);
+  StepReduce(st, cur, nm, p.dk, tid, e);
+  if (t + 2 < T) {
+    StepPrepare<kFast>(raw, c, p.dk, tid, sm[(t + 2) & 3]);
+    if (t + 4 < T) LoadStepRaw<kFast>(p, t + 4, h, n0, tid, raw);
   }
-  if (t + kRecurrentL2Ahead < p.num_tokens) {
-    PrefetchStepRow<kFast>(p, t + kRecurrentL2Ahead, h, n0, tid);
+  if (t + 1 < T && tid < 32) {
+    const StepNorm n1 = StepNorms(next, p.scale);
+    if (tid == 0) {
+      next.norm[0] = n1.inv_q;
+      next.norm[1] = n1.inv_k;
+      next.norm[2] = n1.qk;
+    }
   }
+  if (t + kRecurrentL2Ahead < T) PrefetchStepRow<kFast>(p, t + kRecurrentL2Ahead, h, n0, tid);
   __syncthreads();
-  StepUpdateAny<kFast>(st, sm[cur], nm, e, tid, p.out, p.out_type, (t * p.heads + h) * p.dv + n0,
+  StepUpdateAny<kFast>(st, cur, nm, e, tid, p.out, p.out_type, (t * p.heads + h) * p.dv + n0,
                        p.dk, p.dv, n0);
-  if (more) nm = StepNorms(sm[nxt], p.scale);
-  cur = nxt;
+  if (t + 1 < T) nm = StepNorm{next.norm[0], next.norm[1], next.norm[2]};
 }
 
 template <bool kFast>
 __global__ void __launch_bounds__(kDecodeThreads) KdaPrefillRecurrentKernel(const PrefillParams p) {
-  __shared__ StepSmem sm[3];
+  __shared__ StepSmem sm[4];
   __shared__ StepEo eo[2];
   const int tid = threadIdx.x;
   const int n0 = blockIdx.x * kDecodeCols;
@@ -1746,13 +1756,16 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaPrefillRecurrentKernel(cons
   for (int64_t r = 2; r < T && r < kRecurrentL2Ahead; ++r) PrefetchStepRow<kFast>(p, r, h, n0, tid);
   StepPrepare<kFast>(even, c, p.dk, tid, sm[0]);
   if (T > 2) LoadStepRaw<kFast>(p, 2, h, n0, tid, even);
+  if (T > 1) {
+    StepPrepare<kFast>(odd, c, p.dk, tid, sm[1]);
+    if (T > 3) LoadStepRaw<kFast>(p, 3, h, n0, tid, odd);
+  }
   __syncthreads();
   StepNorm nm = StepNorms(sm[0], p.scale);
-  int cur = 0;
 #pragma unroll 1
   for (int64_t t = 0; t < T; t += 2) {
-    RecurrentToken<kFast>(p, t, h, n0, tid, c, st, odd, sm, eo, cur, nm);
-    if (t + 1 < T) RecurrentToken<kFast>(p, t + 1, h, n0, tid, c, st, even, sm, eo, cur, nm);
+    RecurrentToken<kFast>(p, t, h, n0, tid, c, st, even, sm, eo, nm);
+    if (t + 1 < T) RecurrentToken<kFast>(p, t + 1, h, n0, tid, c, st, odd, sm, eo, nm);
   }
   StoreSlice(slice, p.dk, p.dv, n0, tid, st);
 }
