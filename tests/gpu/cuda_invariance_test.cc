@@ -24,6 +24,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -246,6 +247,24 @@ TEST(CudaInvariance, MlaDecodeWorkspaceCountsFixedSplits) {
   const size_t parts = size_t{16} * 64 * 32;  // batch 16, 32768 keys → 64 splits, 32 heads
   EXPECT_GE(MlaDecodeWorkspaceBytes(s, 16, 32768, true), parts * 513 * sizeof(float));
   EXPECT_LE(MlaDecodeWorkspaceBytes(s, 16, 32768, true), parts * 513 * sizeof(float) + 512);
+}
+
+TEST(CudaInvariance, MlaDecodeRejectsBoundsBeyondTheMergeLimit) {
+  DevBuf any(4096);
+  MlaDecodeArgs a;
+  a.shape = ProductionMla();
+  a.batch = 1;
+  a.q_abs = any.get<bf16>();
+  a.cache.pool = any.get<bf16>();
+  a.cache.block_table = any.get<int32_t>();
+  a.cache.max_blocks = (int64_t{1} << 20) / kKvBlockTokens + 1;
+  a.seq_lens = any.get<int32_t>();
+  a.max_seq_len = (int64_t{1} << 20) + 1;  // 2049 splits of 512 keys
+  a.out_latent = any.get();
+  a.batch_invariant = true;
+  const Status st = MlaDecode(a, any.get(), 4096, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(std::string(st.message()).find("max_seq_len"), std::string::npos) << st;
 }
 
 // ---------------------------------------------------------------------------
