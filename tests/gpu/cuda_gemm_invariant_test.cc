@@ -31,7 +31,9 @@ namespace {
 
 class DevBuf {
  public:
-  explicit DevBuf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16)), cudaSuccess); }
+  explicit DevBuf(size_t bytes) {
+    EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16)), cudaSuccess);
+  }
   ~DevBuf() { cudaFree(p_); }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
@@ -79,14 +81,15 @@ struct Case {
   int64_t n, k;
   ActType y_type = ActType::kBf16;
   float alpha = 1.f, beta = 0.f;
-  int64_t count = 0;                 // 0: Gemm; ≥ 1: StridedBatchedGemm
+  int64_t count = 0;                  // 0: Gemm; ≥ 1: StridedBatchedGemm
   int64_t ldx = 0, ldw = 0, ldy = 0;  // 0: packed
-  size_t x_offset = 0;               // bytes: misaligned x takes the scalar kernel
+  size_t x_offset = 0;                // bytes: misaligned x takes the scalar kernel
 };
 
 std::string Describe(const Case& c) {
   char buf[200];
-  std::snprintf(buf, sizeof(buf), "n=%lld k=%lld y=%s alpha=%g beta=%g count=%lld ldx=%lld ldw=%lld "
+  std::snprintf(buf, sizeof(buf),
+                "n=%lld k=%lld y=%s alpha=%g beta=%g count=%lld ldx=%lld ldw=%lld "
                 "ldy=%lld xoff=%zu",
                 static_cast<long long>(c.n), static_cast<long long>(c.k),
                 c.y_type == ActType::kF32 ? "f32" : "bf16", c.alpha, c.beta,
@@ -224,8 +227,8 @@ void CheckRowsInvariant(BlasContext& ctx, cudaStream_t stream, const Case& c, ui
             for (int64_t col = 0; col < c.n; ++col) {
               const float gv = y_at(got, b, r, col), rv = y_at(ref, b, r, col);
               if (std::memcmp(&got[at + col * yb], &ref[at + col * yb], yb) != 0) {
-                ADD_FAILURE() << "first difference: batch " << b << " row " << r << " col "
-                              << col << ": " << gv << " vs " << rv << " (m=300)";
+                ADD_FAILURE() << "first difference: batch " << b << " row " << r << " col " << col
+                              << ": " << gv << " vs " << rv << " (m=300)";
                 break;
               }
             }
