@@ -25,7 +25,7 @@ with open(sys.argv[1], "w") as f:
 PY
 run() {  # name, flags...
   local name=$1; shift
-  timeout 600 "$BIN" generate --preset kimi-linear-48b-a3b --device cuda --prompts-jsonl "$W/prompts.jsonl" \
+  timeout 240 "$BIN" generate --preset kimi-linear-48b-a3b --device cuda --prompts-jsonl "$W/prompts.jsonl" \
     --max-new 48 --ignore-eos "${MODE[@]}" "$@" > "$W/$name.out" 2> "$W/$name.err"
   echo "$name rc=$? $(tail -1 "$W/$name.err")" >> "$OUT/exactness_runs.txt"
 }
