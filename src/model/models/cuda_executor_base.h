@@ -178,6 +178,11 @@ class CudaExecutorBase : public Model {
   int device_ = 0;
   mutable bool graphs_enabled_ = true;
   bool benchmark_fill_ = false;  // FillContextForBenchmark offered
+  // Forward of one token runs the prefill passes instead of a decode step:
+  // set by batch-invariant executors, whose prefill and decode kernels round
+  // differently, so a prompt cut one token before its end (prefill chunk,
+  // prefix-cache block boundary) computes that token as an uncut prompt does.
+  bool prefill_single_tokens_ = false;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::BlasContext> blas_;
   void* weight_mem_ = nullptr;

@@ -552,9 +552,11 @@ Status CudaExecutorBase::Forward(std::span<const int32_t> tokens, SequenceState&
   }
   std::lock_guard<std::mutex> lock(mu_);
   cudaSetDevice(device_);
-  if (T == 1) {
+  if (T == 1 && !prefill_single_tokens_) {
     // One token takes the decode path (recurrent mixers, absorbed/cached
-    // attention) even on an empty state: the same math as a one-token prefill.
+    // attention) even on an empty state: the same math as a one-token prefill
+    // up to rounding (batch-invariant executors keep prompt tokens on the
+    // prefill kernels so the bits do not depend on where a prompt was cut).
     CudaSequenceState* const one[1] = {st};
     return DecodeLocked(tokens, std::span<CudaSequenceState* const>(one, 1), logits, {}, nullptr);
   }

@@ -164,6 +164,7 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   cfg_ = config;
   g_ = MakeGeometry(config);
   invariant_ = options.batch_invariant;
+  prefill_single_tokens_ = invariant_;
   const Geometry& g = g_;
 
   // --- the device -----------------------------------------------------------
