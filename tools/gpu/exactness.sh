@@ -54,10 +54,10 @@ for n in ["again", "c2", "c16", "cache", "chunk97", "chunk128", "c16_cache_chunk
     if ref is None or o is None or len(o) != len(ref):
         print(f"{n:20s} no output"); bad += 1; continue
     same = sum(a == b for a, b in zip(ref, o))
-    first = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-             for a, b in zip(ref, o) if a != b]
+    first = [(k, next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))
+             for k, (a, b) in enumerate(zip(ref, o)) if a != b]
     err = open(os.path.join(w, n + ".err")).read().strip().splitlines()
-    print(f"{n:20s} identical {same}/{len(ref)}  first divergence {first[:6]}  | {err[-1] if err else ''}")
+    print(f"{n:20s} identical {same}/{len(ref)}  differing (prompt, first token) {first[:6]}  | {err[-1] if err else ''}")
     bad += same != len(ref)
 sys.exit(1 if bad else 0)
 PY
