@@ -7,25 +7,35 @@
 # are ~1e-6, so any rounding difference between schedules flips a token.
 # Usage (device machine, from the repo root, binaries in .carry/bin):
 #   tools/gpu/exactness.sh [MODE_FLAGS...]     e.g. --batch-invariant
+#   MODEL_DIR=tests/data/qwen3next_a tools/gpu/exactness.sh --batch-invariant
+#     (another model: prompt ids drawn below its config's vocab_size)
 # Prints one line per variant and exits 1 when any variant differs.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 BIN=${STRATA_BIN:-.carry/bin/strata}
 MODE=("$@")
 W=$(mktemp -d)
-python3 - "$W/prompts.jsonl" <<'PY'
+if [ -n "${MODEL_DIR:-}" ]; then
+  MODEL_ARGS=(--model "$MODEL_DIR")
+  VOCAB=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$MODEL_DIR/config.json")
+else
+  MODEL_ARGS=(--preset kimi-linear-48b-a3b)
+  VOCAB=163000
+fi
+python3 - "$W/prompts.jsonl" "$VOCAB" <<'PY'
 import json, random, sys
 rng = random.Random(20261130)
-shared = [rng.randrange(1, 163000) for _ in range(300)]
+vocab = int(sys.argv[2])
+shared = [rng.randrange(1, vocab) for _ in range(300)]
 with open(sys.argv[1], "w") as f:
     for i in range(16):
         n = rng.randrange(40, 1000)
-        p = (shared[:] if i % 2 == 0 else []) + [rng.randrange(1, 163000) for _ in range(n)]
+        p = (shared[:] if i % 2 == 0 else []) + [rng.randrange(1, vocab) for _ in range(n)]
         f.write(json.dumps(p) + "\n")
 PY
 run() {  # name, flags...
   local name=$1; shift
-  timeout 240 "$BIN" generate --preset kimi-linear-48b-a3b --device cuda --prompts-jsonl "$W/prompts.jsonl" \
+  timeout 240 "$BIN" generate "${MODEL_ARGS[@]}" --device cuda --prompts-jsonl "$W/prompts.jsonl" \
     --max-new 48 --ignore-eos "${MODE[@]}" "$@" > "$W/$name.out" 2> "$W/$name.err"
   echo "$name rc=$? $(tail -1 "$W/$name.err")" >> "$OUT/exactness_runs.txt"
 }
@@ -38,7 +48,7 @@ run chunk97 --concurrency 1 --no-prefix-cache --prefill-chunk 97
 run chunk128 --concurrency 1 --no-prefix-cache --prefill-chunk 128
 run c16_cache_chunk97 --concurrency 16 --prefill-chunk 97
 run c16_preempt --concurrency 16 --no-prefix-cache --memory-budget 600000000
-python3 - "$W" "${MODE[*]:-default}" <<'PY' | tee -a "$OUT/exactness.txt"
+python3 - "$W" "${MODEL_ARGS[*]} ${MODE[*]:-default}" <<'PY' | tee -a "$OUT/exactness.txt"
 import json, sys, os
 w, mode = sys.argv[1], sys.argv[2]
 def load(n):
