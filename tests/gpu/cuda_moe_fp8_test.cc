@@ -3,9 +3,8 @@
 // bf16: what the loader does for bf16 uploads and what cuda_moe_test checks
 // against the CPU). Random e4m3 codes (NaN codes excluded) and random
 // non-zero scales; tokens 1, 3, 17, 64, 300 so every path runs:
-//   the small-batch path (n·k ≤ 64: routing in the gate|up grid, 8-byte code
-//   loads or the scalar fallback),
-//   decode GEMV with 16-byte activations and 8-byte code loads, the fused
+//   decode GEMV with 16-byte activations and 8-byte code loads (or the scalar
+//   fallback), the fused
 //   down+combine (n ≤ 4), the scalar fallback (scale blocks 20 columns wide),
 //   and the prefill path (n·k > 512 with D % 128 == 0, I % 64 == 0) that
 //   dequantises experts into the workspace scratch before the grouped GEMM,
