@@ -8,6 +8,17 @@
 // denominator and its fp32 accumulators (lane owns channels lane + 32·i < hd).
 // Clear before fast: no tensor cores; prefill re-reads the cache once per
 // query tile from L2.
+//
+// Batch and chunk invariance (issue 6) holds in every mode, so there is no
+// batch_invariant flag: a (token, head) row is one warp's work from start to
+// end, whatever else shares its CTA; its key tiles start at absolute
+// positions 0, 32, 64, ... and stop at the last tile holding a key it sees
+// (k0 ≤ position), so the call's length (kv_len) only changes keys the row
+// masks; masked keys score −inf (weight exactly 0, so the tile max and the
+// butterfly sums are unchanged) and skip the value accumulation. Decode
+// (per-token rows) runs the same per-row loop: no split-KV, no length bound,
+// so a token's output is the same bits at decode, in a batch of any size, and
+// in a prefill call of any split.
 #include "backend/cuda/gqa.h"
 
 #include <cuda_bf16.h>
@@ -220,7 +231,13 @@ __global__ void __launch_bounds__(kWarps * 32) GqaAttentionKernel(AttnParams p) 
       m[j] = m_new;
 #pragma unroll
       for (int i = 0; i < kMaxPerLane; ++i) acc[j][i] *= alpha;
-      for (int kk = 0; kk < kKeyTile; ++kk) {
+      // Only the row's visible keys: a masked key's weight is 0, but adding
+      // 0·v could still turn an accumulator of −0 into +0 depending on what
+      // the masked slot holds (a later token of this call, or the zero fill
+      // past kv_len), so masked keys are not touched at all.
+      const int visible =
+          static_cast<int>(min(static_cast<int64_t>(kKeyTile), my_pos[j] - k0 + 1));
+      for (int kk = 0; kk < visible; ++kk) {
         const float w = __shfl_sync(0xffffffffu, pj, kk);
         const bf16* vr = vs + kk * hd + lane;
 #pragma unroll

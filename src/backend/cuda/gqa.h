@@ -16,6 +16,11 @@
 // one token per sequence) its block-table row is t, else (prefill of one
 // sequence) row 0. Its position is positions[t] (device) when given, else
 // pos0 + t. No host synchronisation: both calls can be captured in a graph.
+//
+// Invariance (issue 6), in every mode: a query's output depends only on its
+// own q/gate, its position and the cached keys 0..position, bit for bit —
+// not on the batch, the other tokens of the call, where a prompt was cut
+// into calls, or whether it runs as decode or prefill (gqa.cu says why).
 #ifndef STRATA_BACKEND_CUDA_GQA_H_
 #define STRATA_BACKEND_CUDA_GQA_H_
 

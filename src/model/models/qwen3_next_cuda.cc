@@ -95,6 +95,9 @@ Status Qwen3NextCudaModel::GdnMixer(const Layer& L, int64_t n, const CudaState* 
     a.state = states + ps->slot_ * g.state;
     a.out = s_.o;
     a.out_type = ActType::kBf16;
+    // Invariant mode: the token recurrence (the decode kernel's arithmetic), so
+    // the state does not depend on where the prompt was cut into slices.
+    a.recurrent = invariant_;
     STRATA_RETURN_IF_ERROR(cuda::KdaPrefill(a, s_.kda_ws, plan_.kda_ws, stream_));
   }
   STRATA_RETURN_IF_ERROR(cuda::GatedRmsNormSilu(s_.o, ActType::kBf16, s_.z, ActType::kBf16,
@@ -170,6 +173,7 @@ Status Qwen3NextCudaModel::Ffn(const Layer& L, int64_t n, const float** pending)
   a.w13 = f.w13;
   a.w2 = f.w2;
   a.y = s_.delta;
+  a.batch_invariant = invariant_;
   STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
   // Shared expert, scaled per token by sigmoid(xn·w_sg) (column 0 of the
   // padded 8-row gate product).

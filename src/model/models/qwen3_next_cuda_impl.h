@@ -227,6 +227,10 @@ class Qwen3NextCudaModel final : public cuda_exec::CudaExecutorBase {
 
   Qwen3NextConfig cfg_;
   Geometry g_;
+  // LoadOptions::batch_invariant: invariant GEMMs and MoE, the token-recurrent
+  // GDN prefill. GQA attention needs no variant (gqa.h: every query's result
+  // is independent of the call's split and batch in every mode).
+  bool invariant_ = false;
   Plan plan_;
   ModelInfo info_;
 

@@ -149,15 +149,13 @@ StatusOr<std::unique_ptr<Qwen3NextCudaModel>> Qwen3NextCudaModel::Create(
 
 Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
                                   const Qwen3NextConfig& config, const LoadOptions& options) {
-  if (options.batch_invariant) {
-    // Its attention and recurrent kernels have no invariant variant yet (the
-    // GEMMs and MoE do): refuse rather than serve non-reproducible output.
-    return absl::UnimplementedError(
-        "qwen3_next: batch-invariant kernels exist on the GPU only for kimi_linear so far; "
-        "run without batch_invariant, or on the CPU (always invariant)");
-  }
   cfg_ = config;
   g_ = MakeGeometry(config);
+  invariant_ = options.batch_invariant;
+  // The GDN prefill (recurrent or chunked) and decode kernels round
+  // differently: a prompt cut one token before its end must still compute
+  // that token on the prefill kernels.
+  prefill_single_tokens_ = invariant_;
   const Geometry& g = g_;
 
   // --- the device -----------------------------------------------------------
@@ -170,7 +168,7 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   STRATA_RETURN_IF_ERROR(
       cuda_exec::PlanSequences(options, config.max_context, kPrefillSliceTokens, p));
   if (g.num_gdn > 0) p.kda_ws = cuda::KdaPrefillWorkspaceBytes(KdaShapeOf(g), p.slice);
-  if (g.has_moe) p.moe_ws = cuda::MoeWorkspaceBytes(MoeShapeOf(g), p.rows);
+  if (g.has_moe) p.moe_ws = cuda::MoeWorkspaceBytes(MoeShapeOf(g), p.rows, invariant_);
   for (int64_t b = 1; b <= p.max_batch; ++b) {
     p.sample_ws = std::max(p.sample_ws, cuda::SampleWorkspaceBytes(b, g.V));
   }
@@ -269,6 +267,9 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   } else {
     STRATA_RETURN_IF_ERROR(UploadWeights(*weights, options));
   }
+  // From here on (the load-time check included) every GEMM is row-invariant.
+  // No product here takes a transposed W, which the invariant kernels lack.
+  if (invariant_) blas_->set_batch_invariant(true);
 
   // --- info --------------------------------------------------------------------
   ModelInfo& info = info_;
