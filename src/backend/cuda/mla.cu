@@ -1823,13 +1823,14 @@ namespace {
 constexpr int64_t kSparsePrefillPass = 65535;  // grid.z limit of the decode kernels
 }  // namespace
 
-size_t MlaSparsePrefillWorkspaceBytes(const MlaShape& shape, int64_t num_tokens, int64_t top_k) {
+size_t MlaSparsePrefillWorkspaceBytes(const MlaShape& shape, int64_t num_tokens, int64_t top_k,
+                                      bool batch_invariant) {
   if (num_tokens < 1 || top_k < 1) return 0;
   // Every pass is full-sized but the last; size for both.
   const int64_t first = std::min(num_tokens, kSparsePrefillPass);
   const int64_t last = num_tokens - (num_tokens - 1) / kSparsePrefillPass * kSparsePrefillPass;
-  return std::max(MlaDecodeWorkspaceBytes(shape, first, top_k),
-                  MlaDecodeWorkspaceBytes(shape, last, top_k));
+  return std::max(MlaDecodeWorkspaceBytes(shape, first, top_k, batch_invariant),
+                  MlaDecodeWorkspaceBytes(shape, last, top_k, batch_invariant));
 }
 
 Status MlaSparsePrefill(const MlaSparsePrefillArgs& args, void* workspace, size_t workspace_bytes,
@@ -1863,6 +1864,7 @@ Status MlaSparsePrefill(const MlaSparsePrefillArgs& args, void* workspace, size_
     d.sparse.counts = args.counts + t0;
     d.sparse.stride = args.top_k;
     d.sparse.one_sequence = true;
+    d.batch_invariant = args.batch_invariant;
     STRATA_RETURN_IF_ERROR(MlaDecode(d, workspace, workspace_bytes, stream));
   }
   return OkStatus();

@@ -149,8 +149,14 @@ struct MlaSparsePrefillArgs {
   int64_t top_k = 0;
   void* out_latent = nullptr;
   ActType out_type = ActType::kBf16;
+  // Batch-invariant mode (issue 6): MlaDecodeArgs::batch_invariant for the
+  // passes, so a query's output is bit-identical whatever num_tokens and the
+  // other queries of the call (its own selected rows in their order are all
+  // it depends on). Size the workspace with batch_invariant = true.
+  bool batch_invariant = false;
 };
-size_t MlaSparsePrefillWorkspaceBytes(const MlaShape& shape, int64_t num_tokens, int64_t top_k);
+size_t MlaSparsePrefillWorkspaceBytes(const MlaShape& shape, int64_t num_tokens, int64_t top_k,
+                                      bool batch_invariant = false);
 Status MlaSparsePrefill(const MlaSparsePrefillArgs& args, void* workspace, size_t workspace_bytes,
                         cudaStream_t stream);
 

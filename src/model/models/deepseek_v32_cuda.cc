@@ -100,7 +100,10 @@ Status DeepseekV32CudaModel::Rope(bool interleaved, bf16* x, int64_t n, int64_t 
 DeepseekV32CudaModel::StepVariant DeepseekV32CudaModel::DecodeVariant(int64_t max_len) const {
   int64_t b = kMinMlaBucket;
   while (b < max_len) b *= 2;
-  const bool sparse = max_len > g_.K;
+  // Invariant mode: always sparse, so a sequence's path does not depend on
+  // the longest sequence of its batch (the indexer selects all of a short
+  // sequence's keys, in position order).
+  const bool sparse = invariant_ || max_len > g_.K;
   ++(sparse ? sparse_decode_steps_ : dense_decode_steps_);
   return StepVariant{std::min(b, plan_.max_ctx), sparse};
 }
@@ -153,7 +156,10 @@ Status DeepseekV32CudaModel::Attention(const Layer& L, int64_t l, int64_t n, int
   STRATA_RETURN_IF_ERROR(cuda::IndexKeyCacheWrite(g.dI, icache, ik_rows, g.n_a, n,
                                                   decode ? 0 : past, positions, stream_));
 
-  const bool sparse = decode ? sparse_decode : past + n > g.K;
+  // Invariant mode: every prefill on the sparse path, so a query's arithmetic
+  // does not depend on how long the call is (a dense call would expand keys
+  // where a longer call of the same prompt absorbs them).
+  const bool sparse = decode ? sparse_decode : (invariant_ || past + n > g.K);
   if (!decode) ++(sparse ? sparse_prefill_layers_ : dense_prefill_layers_);
   const int64_t kvb_row = g.dn + g.dv;  // kv_b rows per head: W_UK (dn) then W_UV (dv)
   if (!decode && !sparse) {
@@ -232,6 +238,12 @@ Status DeepseekV32CudaModel::Attention(const Layer& L, int64_t l, int64_t n, int
     uk.stride_w = kvb_row * g.r;
     uk.stride_y = g.cd;
     uk.transpose_w = true;
+    if (invariant_) {  // the same product on the pre-transposed copy, W_h = [r, dn]
+      uk.g.w = w.uk_t;
+      uk.g.ldw = g.dn;
+      uk.stride_w = g.r * g.dn;
+      uk.transpose_w = false;
+    }
     STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(*blas_, uk, stream_));
     // The rotated q_rope rides along: q_abs[:, h, r:] = q[:, h, dn:].
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
@@ -253,6 +265,7 @@ Status DeepseekV32CudaModel::Attention(const Layer& L, int64_t l, int64_t n, int
         a.sparse.counts = s_.sel_counts;
         a.sparse.stride = g.K;
       }
+      a.batch_invariant = invariant_;
       STRATA_RETURN_IF_ERROR(cuda::MlaDecode(a, s_.mla_ws, plan_.mla_ws, stream_));
     } else {
       cuda::MlaSparsePrefillArgs a;
@@ -265,6 +278,7 @@ Status DeepseekV32CudaModel::Attention(const Layer& L, int64_t l, int64_t n, int
       a.top_k = g.K;
       a.out_latent = s_.lat_o;
       a.out_type = ActType::kBf16;
+      a.batch_invariant = invariant_;
       STRATA_RETURN_IF_ERROR(cuda::MlaSparsePrefill(a, s_.mla_ws, plan_.mla_ws, stream_));
     }
     // o_h = W_UV,h õ_h.
@@ -322,6 +336,7 @@ Status DeepseekV32CudaModel::Ffn(const Layer& L, int64_t n, const float** pendin
     a.w2 = f.w2.bf;
   }
   a.y = s_.delta;
+  a.batch_invariant = invariant_;
   STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
   if (g.Is > 0) STRATA_RETURN_IF_ERROR(swiglu(g.Is));
   // The routed sum joins the residual in the next AddRmsNorm.

@@ -158,6 +158,10 @@ struct AttnLayer {
   float* ik_norm_b = nullptr;  // [dI]
   Mat q_b;                     // [H·qd, qr]
   bf16* kv_b = nullptr;        // [H·(dn+dv), r]
+  // Batch-invariant mode only: W_UK,h transposed per head, [H, r, dn], so the
+  // absorption q̃_h = W_UK,hᵀ q_nope,h is a plain x·Wᵀ product, which the
+  // invariant GEMM kernels take (they have no transposed-W variant).
+  bf16* uk_t = nullptr;
   Mat o;                       // [D, H·dv]
   Mat iq;                      // indexer wq_b [HI·dI, qr]
   Mat iw;                      // indexer weights_proj [HI, D]
@@ -200,8 +204,10 @@ struct Fp8Footprint {
   int64_t max_elems = 0;
   int64_t expert_layers = 0;  // MoE layers whose routed experts stay FP8
 };
+// batch_invariant: also carve each layer's uk_t.
 void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate_lm_head,
-                  const Fp8Query& is_fp8, Carver& c, Weights& w, Fp8Footprint* fp8);
+                  bool batch_invariant, const Fp8Query& is_fp8, Carver& c, Weights& w,
+                  Fp8Footprint* fp8);
 
 struct Scratch {
   int32_t* tokens = nullptr;       // [rows]
@@ -272,6 +278,8 @@ class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
                const LoadOptions& options);
   Status UploadWeights(const WeightStore& store, const LoadOptions& options);
   Status MakeDummyWeights(uint64_t seed);
+  // Batch-invariant mode: fills each layer's uk_t from kv_b.
+  Status BuildTransposedUk();
   Status SelfCheck();
 
   // --- deepseek_v32_cuda.cc ---
@@ -292,6 +300,10 @@ class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
 
   DeepseekV32Config cfg_;
   Geometry g_;
+  // LoadOptions::batch_invariant: invariant GEMMs, MoE and MLA decode, and
+  // every attention on the sparse path (indexer + absorbed attention), so a
+  // query's path does not depend on how long the call or the batch is.
+  bool invariant_ = false;
   Plan plan_;
   ModelInfo info_;
 

@@ -69,7 +69,8 @@ Geometry MakeGeometry(const DeepseekV32Config& c) {
 }
 
 void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate_lm_head,
-                  const Fp8Query& is_fp8, Carver& c, Weights& w, Fp8Footprint* fp8) {
+                  bool batch_invariant, const Fp8Query& is_fp8, Carver& c, Weights& w,
+                  Fp8Footprint* fp8) {
   const int64_t bc = cfg.fp8_block.cols;
   // A matrix stays FP8 when every tensor fused into it is FP8 and the
   // checkpoint's scale blocks map onto whole 8-row groups; `rows_ok` is
@@ -136,6 +137,7 @@ void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate
     a.ik_norm_b = c.Take<float>(g.dI);
     a.q_b = mat(g.H * g.qd, g.qr, want({sa + "q_b_proj.weight"}));
     a.kv_b = c.Take<bf16>(g.H * (g.dn + g.dv) * g.r);
+    if (batch_invariant) a.uk_t = c.Take<bf16>(g.H * g.r * g.dn);
     a.o = mat(g.D, g.H * g.dv, want({sa + "o_proj.weight"}));
     a.iq = mat(g.HI * g.dI, g.qr, want({sx + "wq_b.weight"}));
     a.iw = mat(g.HI, g.D, want({sx + "weights_proj.weight"}));
@@ -293,15 +295,12 @@ StatusOr<std::unique_ptr<DeepseekV32CudaModel>> DeepseekV32CudaModel::Create(
 
 Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
                                    const DeepseekV32Config& config, const LoadOptions& options) {
-  if (options.batch_invariant) {
-    // Its attention and recurrent kernels have no invariant variant yet (the
-    // GEMMs and MoE do): refuse rather than serve non-reproducible output.
-    return absl::UnimplementedError(
-        "deepseek_v32: batch-invariant kernels exist on the GPU only for kimi_linear so far; "
-        "run without batch_invariant, or on the CPU (always invariant)");
-  }
   cfg_ = config;
   g_ = MakeGeometry(config);
+  invariant_ = options.batch_invariant;
+  // Prefill and decode kernels round differently: a prompt cut one token
+  // before its end must still compute that token on the prefill kernels.
+  prefill_single_tokens_ = invariant_;
   const Geometry& g = g_;
   if (g.dr < 2 || g.dr % 2 != 0 || g.half > 256) {
     return absl::UnimplementedError(absl::StrCat(
@@ -326,16 +325,20 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   const cuda::IndexerShape ishape = IndexerShapeOf(g);
   // Sized for every (batch, length bound) a decode graph may use, dense or
   // sparse, and for a sparse prefill slice.
+  // Invariant mode decodes on the sparse path only (bound index_topk).
   for (int64_t b = 1; b <= p.max_batch; ++b) {
     for (int64_t len = kMinMlaBucket;; len *= 2) {
       const int64_t bound = std::min(len, p.max_ctx);
-      p.mla_ws = std::max(p.mla_ws, cuda::MlaDecodeWorkspaceBytes(mshape, b, bound));
+      if (!invariant_) {
+        p.mla_ws = std::max(p.mla_ws, cuda::MlaDecodeWorkspaceBytes(mshape, b, bound));
+      }
       p.index_ws = std::max(p.index_ws, cuda::IndexerDecodeWorkspaceBytes(ishape, b, bound));
       if (bound == p.max_ctx) break;
     }
-    p.mla_ws = std::max(p.mla_ws, cuda::MlaDecodeWorkspaceBytes(mshape, b, g.K));
+    p.mla_ws = std::max(p.mla_ws, cuda::MlaDecodeWorkspaceBytes(mshape, b, g.K, invariant_));
   }
-  p.mla_ws = std::max(p.mla_ws, cuda::MlaSparsePrefillWorkspaceBytes(mshape, p.slice, g.K));
+  p.mla_ws = std::max(p.mla_ws,
+                      cuda::MlaSparsePrefillWorkspaceBytes(mshape, p.slice, g.K, invariant_));
   p.index_ws = std::max(p.index_ws, cuda::IndexerPrefillWorkspaceBytes(
                                         ishape, p.slice, std::max<int64_t>(0, p.max_ctx - p.slice)));
   for (int64_t b = 1; b <= p.max_batch; ++b) {
@@ -352,13 +355,22 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
     };
   }
   Carver weight_size(nullptr);
-  CarveWeights(g, config, separate_lm_head, is_fp8, weight_size, w_, &fp8_);
+  CarveWeights(g, config, separate_lm_head, invariant_, is_fp8, weight_size, w_, &fp8_);
+  if (invariant_ && fp8_.max_elems > 0) {
+    // cuda::Fp8Gemm streams small row counts through its own FP8 GEMV and
+    // dequantises for the bf16 GEMM above them: a row's bits depend on the
+    // batch. (FP8 routed experts are fine: MoeForward has an invariant mode.)
+    return absl::UnimplementedError(
+        "deepseek_v32: batch-invariant mode on the GPU needs bf16 dense weights; this "
+        "checkpoint keeps FP8 dense matrices (cuda::Fp8Gemm has no invariant variant). Run "
+        "without batch_invariant, or on the CPU (always invariant)");
+  }
   if (g.has_moe) {
     // FP8 experts add MoeForward's prefill dequantisation scratch; bf16
     // layers need a prefix of the same workspace.
     cuda::MoeShape ms = MoeShapeOf(g);
     ms.fp8_experts = fp8_.expert_layers > 0;
-    p.moe_ws = cuda::MoeWorkspaceBytes(ms, p.rows);
+    p.moe_ws = cuda::MoeWorkspaceBytes(ms, p.rows, invariant_);
   }
   // Prefill GEMMs on FP8 weights dequantise row chunks into this tile; a cap
   // keeps it small next to the weights (the largest published FP8 matrix,
@@ -399,7 +411,7 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   STRATA_RETURN_IF_ERROR(alloc(&weight_mem_, weight_bytes_, "weights"));
   {
     Carver c(static_cast<char*>(weight_mem_));
-    CarveWeights(g, config, separate_lm_head, is_fp8, c, w_, nullptr);
+    CarveWeights(g, config, separate_lm_head, invariant_, is_fp8, c, w_, nullptr);
   }
   Carver runtime_size(nullptr);
   runtime_size.Take<char>(static_cast<int64_t>(scratch_bytes_));
@@ -447,6 +459,11 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
     STRATA_RETURN_IF_ERROR(MakeDummyWeights(options.dummy_seed));
   } else {
     STRATA_RETURN_IF_ERROR(UploadWeights(*weights, options));
+  }
+  if (invariant_) {
+    STRATA_RETURN_IF_ERROR(BuildTransposedUk());
+    // From here on (the load-time check included) every GEMM is invariant.
+    blas_->set_batch_invariant(true);
   }
 
   // --- info --------------------------------------------------------------------
@@ -605,6 +622,44 @@ Status DeepseekV32CudaModel::MakeDummyWeights(uint64_t seed) {
     }
   }
   return Sync("dummy weights");
+}
+
+Status DeepseekV32CudaModel::BuildTransposedUk() {
+  const Geometry& g = g_;
+  // uk_t_h = I_r · W_UK,hᵀ: a product with the identity is exact (one
+  // nonzero term per output), so the copy is bit-for-bit kv_b's.
+  std::vector<uint16_t> eye(static_cast<size_t>(g.r * g.r), 0);
+  for (int64_t i = 0; i < g.r; ++i) eye[static_cast<size_t>(i * g.r + i)] = 0x3F80;  // bf16 1.0
+  void* d_eye = nullptr;
+  const size_t bytes = eye.size() * sizeof(uint16_t);
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_eye, bytes));
+  Status st = [&]() -> Status {
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(d_eye, eye.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    for (const Layer& L : w_.layers) {
+      cuda::StridedBatchedGemmArgs a;
+      a.g.m = g.r;
+      a.g.n = g.dn;
+      a.g.k = g.r;
+      a.g.x = d_eye;
+      a.g.x_type = cuda::ActType::kBf16;
+      a.g.ldx = g.r;
+      a.g.w = L.attn.kv_b;  // W_UK,h: kv_b rows h·(dn+dv) .. +dn−1, [dn, r]
+      a.g.ldw = g.r;
+      a.g.y = L.attn.uk_t;
+      a.g.y_type = cuda::ActType::kBf16;
+      a.g.ldy = g.dn;
+      a.count = g.H;
+      a.stride_x = 0;
+      a.stride_w = (g.dn + g.dv) * g.r;
+      a.stride_y = g.r * g.dn;
+      a.transpose_w = false;
+      STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(*blas_, a, stream_));
+    }
+    return Sync("transposed W_UK");
+  }();
+  cudaFree(d_eye);
+  return st;
 }
 
 Status DeepseekV32CudaModel::SelfCheck() {
