@@ -210,12 +210,14 @@ TEST_P(IndexerInvariance, DecodeAloneMatchesBatchOf16) {
   const std::vector<int32_t> len = {300,  1,   4100, 64, 65,  2047, 17, 128,
                                     5000, 255, 2,    33, 999, 129,  5,  4096};
   const int64_t max_len = 5000;
+  // The block table must cover the largest bound (IndexerDecode checks it).
+  const int64_t max_bound = 8192;
   std::mt19937 rng(83 + static_cast<uint32_t>(c.heads));
   IndexerShape shape;
   shape.num_heads = c.heads;
   shape.head_dim = c.dim;
   shape.top_k = c.top_k;
-  const KeyPool keys(c.dim, kSeqs, (max_len + kKvBlockTokens - 1) / kKvBlockTokens, rng);
+  const KeyPool keys(c.dim, kSeqs, max_bound / kKvBlockTokens, rng);
   const int64_t qcols = c.heads * c.dim;
   const std::vector<uint16_t> q_all = RandomBf16(static_cast<size_t>(kSeqs * qcols), 1.f, rng);
   const std::vector<float> w_all = RandomF32(static_cast<size_t>(kSeqs * c.heads), 1.f, rng);
@@ -275,7 +277,7 @@ TEST_P(IndexerInvariance, DecodeAloneMatchesBatchOf16) {
       }
       std::reverse(order.begin() + slot / 2, order.end());
       order.insert(order.begin() + slot, target);
-      for (int64_t bound : {max_len, int64_t{8192}}) {
+      for (int64_t bound : {max_len, max_bound}) {
         std::vector<int32_t> got;
         decode(order, bound, slot, &got);
         EXPECT_EQ(Differ(alone, got), 0u)
