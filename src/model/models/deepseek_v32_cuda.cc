@@ -27,6 +27,10 @@
 // at most index_topk: the indexer would select all of them. A decode batch is
 // sparse as a whole when any of its sequences is longer than index_topk; the
 // shorter ones then select every key, which is the same attention.
+// Batch-invariant mode (LoadOptions::batch_invariant) takes the sparse path
+// for every query, prefill and decode: the dense and absorbed forms round
+// differently, and which one a query got would otherwise depend on the
+// length of its call or on the longest sequence of its batch.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
