@@ -288,8 +288,8 @@ TEST_P(IndexerInvariance, DecodeAloneMatchesBatchOf16) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, IndexerInvariance,
-                         ::testing::Values(IndexerCase{64, 128, 64},    // tensor cores
-                                           IndexerCase{15, 32, 32},     // generic (test model)
+                         ::testing::Values(IndexerCase{64, 128, 64},      // tensor cores
+                                           IndexerCase{15, 32, 32},       // generic (test model)
                                            IndexerCase{64, 128, 2048}));  // production top_k
 
 // ---------------------------------------------------------------------------

@@ -85,10 +85,8 @@ class Layer {
     std::vector<float> qn(static_cast<size_t>(s.head_dim)), kn(qn.size());
     for (auto& x : qn) x = 1.f + 0.5f * NonZero(rng_, 0.6f);
     for (auto& x : kn) x = 1.f + 0.5f * NonZero(rng_, 0.6f);
-    EXPECT_EQ(cudaMemcpy(qn_.get(), qn.data(), 4 * qn.size(), cudaMemcpyHostToDevice),
-              cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(kn_.get(), kn.data(), 4 * kn.size(), cudaMemcpyHostToDevice),
-              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(qn_.get(), qn.data(), 4 * qn.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(kn_.get(), kn.data(), 4 * kn.size(), cudaMemcpyHostToDevice), cudaSuccess);
     if (s.rotary_dim > 0) {
       const std::vector<float> inv = cpu::RopeInverseFrequencies(s.rotary_dim, 10000.0);
       EXPECT_EQ(cudaMemcpy(inv_.get(), inv.data(), 4 * inv.size(), cudaMemcpyHostToDevice),
@@ -263,7 +261,7 @@ TEST_P(GqaInvariance, DecodeAloneMatchesBatchOf16) {
   const GqaShape s = GetParam();
   constexpr int kSeqs = 16;
   // Context lengths before the step: short, block-aligned, long, one.
-  const std::vector<int64_t> len = {200, 1,   64, 63, 65, 300, 17, 128,
+  const std::vector<int64_t> len = {200, 1,   64, 63,  65, 300, 17, 128,
                                     33,  255, 2,  190, 96, 129, 5,  257};
   const int64_t max_blocks = (301 + kBlock - 1) / kBlock;
   Layer layer(s, kSeqs, max_blocks, 303 + static_cast<uint32_t>(s.head_dim));
@@ -286,8 +284,7 @@ TEST_P(GqaInvariance, DecodeAloneMatchesBatchOf16) {
     std::vector<int32_t> table, pos;
     std::vector<uint16_t> rows;
     for (int q : order) {
-      table.insert(table.end(), perm.begin() + q * max_blocks,
-                   perm.begin() + (q + 1) * max_blocks);
+      table.insert(table.end(), perm.begin() + q * max_blocks, perm.begin() + (q + 1) * max_blocks);
       pos.push_back(static_cast<int32_t>(len[static_cast<size_t>(q)]));
       rows.insert(rows.end(), step[static_cast<size_t>(q)].begin(),
                   step[static_cast<size_t>(q)].end());
