@@ -8,7 +8,8 @@
 # Usage (device machine, from the repo root, binaries in .carry/bin):
 #   tools/gpu/exactness.sh [MODE_FLAGS...]     e.g. --batch-invariant
 #   MODEL_DIR=tests/data/qwen3next_a tools/gpu/exactness.sh --batch-invariant
-#     (another model: prompt ids drawn below its config's vocab_size)
+#     (another model: prompt ids drawn below its config's vocab_size; PREEMPT_BUDGET=bytes
+#     sets the preemption variant's memory budget, 600 MB by default)
 # Prints one line per variant and exits 1 when any variant differs.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -47,7 +48,7 @@ run cache --concurrency 1
 run chunk97 --concurrency 1 --no-prefix-cache --prefill-chunk 97
 run chunk128 --concurrency 1 --no-prefix-cache --prefill-chunk 128
 run c16_cache_chunk97 --concurrency 16 --prefill-chunk 97
-run c16_preempt --concurrency 16 --no-prefix-cache --memory-budget 600000000
+run c16_preempt --concurrency 16 --no-prefix-cache --memory-budget "${PREEMPT_BUDGET:-600000000}"
 python3 - "$W" "${MODEL_ARGS[*]} ${MODE[*]:-default}" <<'PY' | tee -a "$OUT/exactness.txt"
 import json, sys, os
 w, mode = sys.argv[1], sys.argv[2]
