@@ -67,8 +67,8 @@ std::vector<float> PrefillCutThenDecode(const Model& m, const std::vector<int32_
   for (int s = 0; s < kDecodeSteps; ++s) {
     const int32_t next = Argmax(out.data() + s * vocab, vocab);
     SequenceState* const one[1] = {state->get()};
-    const Status st = m.DecodeBatch(std::span(&next, 1), std::span(one, 1),
-                                    out.data() + (s + 1) * vocab);
+    const Status st =
+        m.DecodeBatch(std::span(&next, 1), std::span(one, 1), out.data() + (s + 1) * vocab);
     EXPECT_TRUE(st.ok()) << "decode step " << s << ": " << st;
     if (!st.ok()) return {};
   }
@@ -93,8 +93,7 @@ TEST_P(ExecutorInvariance, PromptCutsGiveIdenticalLogits) {
   const int64_t T = static_cast<int64_t>(f.prompt.size());
   const std::vector<float> whole = PrefillCutThenDecode(*m, f.prompt, {});
   ASSERT_FALSE(whole.empty());
-  const std::vector<std::vector<int64_t>> cut_sets = {
-      {97}, {64, 128}, {T - 1}, {1, 2, 65, T - 1}};
+  const std::vector<std::vector<int64_t>> cut_sets = {{97}, {64, 128}, {T - 1}, {1, 2, 65, T - 1}};
   for (const auto& cuts : cut_sets) {
     std::string name;
     for (int64_t c : cuts) name += std::to_string(c) + " ";
@@ -126,7 +125,8 @@ TEST_P(ExecutorInvariance, DecodeRowIsTheSameAloneOrBatched) {
     std::vector<int32_t> next(static_cast<size_t>(batch));
     std::vector<float> logits(static_cast<size_t>(batch * vocab));
     for (int b = 0; b < batch; ++b) {
-      const std::vector<int32_t>& p = prompts[static_cast<size_t>(b == row ? 0 : 1 + (b + row) % 4)];
+      const std::vector<int32_t>& p =
+          prompts[static_cast<size_t>(b == row ? 0 : 1 + (b + row) % 4)];
       auto s = m->NewState(static_cast<int64_t>(p.size()) + kDecodeSteps + 1);
       EXPECT_TRUE(s.ok()) << s.status();
       if (!s.ok()) return {};
