@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemm.h"
 #include "base/dtype.h"
 #include "base/status.h"
 #include "model/model.h"
@@ -174,6 +176,17 @@ class Uploader {
   bool used_[2] = {false, false};
   int cur_ = 1;
 };
+
+// MLA layers in batch-invariant mode: for each (kv_b, uk_t) pair fills
+// uk_t [heads, r, dn] with W_UK,hᵀ, W_UK,h being kv_b's rows
+// h·(dn+dv) .. +dn−1 ([dn, r]), so the decode absorption is a plain x·Wᵀ
+// product (the invariant GEMMs have no transposed-W variant). Computed as
+// I_r · W_UK,hᵀ: a product with the identity is exact (one nonzero term per
+// output), so the copy is bit-for-bit the checkpoint's. Synchronises.
+Status TransposeUkPerHead(cuda::BlasContext& blas,
+                          const std::vector<std::pair<const bf16*, bf16*>>& layers,
+                          int64_t heads, int64_t dn, int64_t dv, int64_t r,
+                          cudaStream_t stream);
 
 }  // namespace cuda_exec
 }  // namespace strata

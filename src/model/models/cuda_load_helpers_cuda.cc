@@ -67,5 +67,45 @@ Status DeviceAlloc(const std::string& device_name, void** ptr, size_t bytes, con
   return OkStatus();
 }
 
+Status TransposeUkPerHead(cuda::BlasContext& blas,
+                          const std::vector<std::pair<const bf16*, bf16*>>& layers,
+                          int64_t heads, int64_t dn, int64_t dv, int64_t r,
+                          cudaStream_t stream) {
+  if (layers.empty()) return OkStatus();
+  std::vector<uint16_t> eye(static_cast<size_t>(r * r), 0);
+  for (int64_t i = 0; i < r; ++i) eye[static_cast<size_t>(i * r + i)] = 0x3F80;  // bf16 1.0
+  void* d_eye = nullptr;
+  const size_t bytes = eye.size() * sizeof(uint16_t);
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_eye, bytes));
+  Status st = [&]() -> Status {
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(d_eye, eye.data(), bytes, cudaMemcpyHostToDevice, stream));
+    for (const auto& [kv_b, uk_t] : layers) {
+      cuda::StridedBatchedGemmArgs a;
+      a.g.m = r;
+      a.g.n = dn;
+      a.g.k = r;
+      a.g.x = d_eye;
+      a.g.x_type = cuda::ActType::kBf16;
+      a.g.ldx = r;
+      a.g.w = kv_b;
+      a.g.ldw = r;
+      a.g.y = uk_t;
+      a.g.y_type = cuda::ActType::kBf16;
+      a.g.ldy = dn;
+      a.count = heads;
+      a.stride_x = 0;
+      a.stride_w = (dn + dv) * r;
+      a.stride_y = r * dn;
+      a.transpose_w = false;
+      STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(blas, a, stream));
+    }
+    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return OkStatus();
+  }();
+  cudaFree(d_eye);
+  return st;
+}
+
 }  // namespace cuda_exec
 }  // namespace strata

@@ -476,42 +476,11 @@ Status KimiLinearCudaModel::MakeDummyWeights(uint64_t seed) {
 
 Status KimiLinearCudaModel::BuildTransposedUk() {
   const Geometry& g = g_;
-  if (g.num_mla == 0) return OkStatus();
-  // uk_t_h = I_r · W_UK,hᵀ: a product with the identity is exact (one
-  // nonzero term per output), so the copy is bit-for-bit the checkpoint's.
-  std::vector<uint16_t> eye(static_cast<size_t>(g.r * g.r), 0);
-  for (int64_t i = 0; i < g.r; ++i) eye[static_cast<size_t>(i * g.r + i)] = 0x3F80;  // bf16 1.0
-  void* d_eye = nullptr;
-  const size_t bytes = eye.size() * sizeof(uint16_t);
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_eye, bytes));
-  Status st = [&]() -> Status {
-    STRATA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(d_eye, eye.data(), bytes, cudaMemcpyHostToDevice, stream_));
-    for (const Layer& L : w_.layers) {
-      if (!L.is_mla) continue;
-      cuda::StridedBatchedGemmArgs a;
-      a.g.m = g.r;
-      a.g.n = g.dn;
-      a.g.k = g.r;
-      a.g.x = d_eye;
-      a.g.x_type = cuda::ActType::kBf16;
-      a.g.ldx = g.r;
-      a.g.w = L.mla.kv_b;  // W_UK,h: kv_b rows h·(dn+dv) .. +dn−1, [dn, r]
-      a.g.ldw = g.r;
-      a.g.y = L.mla.uk_t;
-      a.g.y_type = cuda::ActType::kBf16;
-      a.g.ldy = g.dn;
-      a.count = g.Hm;
-      a.stride_x = 0;
-      a.stride_w = (g.dn + g.dv) * g.r;
-      a.stride_y = g.r * g.dn;
-      a.transpose_w = false;
-      STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(*blas_, a, stream_));
-    }
-    return Sync("transposed W_UK");
-  }();
-  cudaFree(d_eye);
-  return st;
+  std::vector<std::pair<const bf16*, bf16*>> layers;
+  for (const Layer& L : w_.layers) {
+    if (L.is_mla) layers.emplace_back(L.mla.kv_b, L.mla.uk_t);
+  }
+  return cuda_exec::TransposeUkPerHead(*blas_, layers, g.Hm, g.dn, g.dv, g.r, stream_);
 }
 
 Status KimiLinearCudaModel::SelfCheck() {
