@@ -69,6 +69,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -562,11 +563,17 @@ __device__ __forceinline__ void DecodeSlice(const DecodeParams& p, StepSmem& sm,
   float* slice = p.state_pool + (slot * p.heads + h) * static_cast<int64_t>(p.dk) * p.dv + n0;
 
   // The state loads go first: they are the DRAM round trip everything waits on.
+  // They are issued before the wait on the previous kernel (PDL): the slice
+  // is written only by this layer's own step kernels, which have all finished
+  // once the kernel before this one has started (pdl.cuh), and so has the
+  // host's upload of the slots.
   StepState<kFast> st;
   LoadSlice(slice, p.dk, p.dv, n0, tid, st);
+  const StepConst c = LoadStepConst(p.gates, h, p.dk, tid);
+  PdlWait();
+  PdlLaunchDependents();
   StepRaw raw;
   LoadStepRaw<kFast>(p, b, h, n0, tid, raw);
-  const StepConst c = LoadStepConst(p.gates, h, p.dk, tid);
   StepPrepare<kFast>(raw, c, p.dk, tid, sm);
   __syncthreads();
   const StepNorm nm = StepNorms(sm, p.scale);
@@ -2032,12 +2039,13 @@ Status KdaDecode(const KdaDecodeArgs& args, cudaStream_t stream) {
 
   const dim3 grid(static_cast<unsigned>((s.value_dim + kDecodeCols - 1) / kDecodeCols),
                   static_cast<unsigned>(s.num_heads), static_cast<unsigned>(args.batch));
-  if (StepIsFast(s, args.state_pool)) {
-    KdaDecodeFastKernel<<<grid, kDecodeThreads, 0, stream>>>(p);
-    return LaunchStatus("KdaDecodeFastKernel");
+  const bool fast = StepIsFast(s, args.state_pool);
+  const cudaError_t err = LaunchPdl(fast ? KdaDecodeFastKernel : KdaDecodeGenericKernel, grid,
+                                    dim3(kDecodeThreads), 0, stream, p);
+  if (err != cudaSuccess) {
+    return CudaError(err, fast ? "KdaDecodeFastKernel" : "KdaDecodeGenericKernel");
   }
-  KdaDecodeGenericKernel<<<grid, kDecodeThreads, 0, stream>>>(p);
-  return LaunchStatus("KdaDecodeGenericKernel");
+  return OkStatus();
 }
 
 }  // namespace strata::cuda

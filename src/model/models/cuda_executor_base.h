@@ -132,6 +132,27 @@ class CudaExecutorBase : public Model {
   Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
             int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta,
             float alpha = 1.f) const;
+  // The same on `stream` (stream_ or side_).
+  Status MmOn(cudaStream_t stream, const void* x, cuda::ActType x_type, int64_t ldx, int64_t m,
+              const bf16* w, int64_t n, int64_t k, void* y, cuda::ActType y_type, int64_t ldy,
+              float beta, float alpha = 1.f) const;
+
+  // Branches inside a decode step. A batch-1 step is a chain of ~400 short
+  // kernels, many of them latency-bound (a recurrent step, routing, a 1 MB
+  // GEMV) while DRAM idles; work that does not depend on them can run beside
+  // them on side_. Fork: side_ waits for everything enqueued on stream_ so
+  // far; Join: stream_ waits for everything enqueued on side_ so far (a
+  // captured graph keeps both as edges). Only for n ≤ cuda::kGemvMaxRows
+  // rows, where every GEMM is the workspace-free streaming kernel: cuBLASLt
+  // calls on two streams would share the BlasContext's workspace. Arithmetic
+  // is unchanged (each kernel computes what it did on one stream), so the
+  // batch-invariant guarantees hold either way.
+  bool Branching(int64_t n) const;
+  Status Fork() const;
+  Status Join() const;
+  // Whether executors also prefetch upcoming weights into L2 on side_ while
+  // stream_ is latency-bound (cuda::PrefetchToL2); only where Branching.
+  bool PrefetchingL2() const;
   // InvalidArgument for a state of another model, FailedPrecondition for one
   // that is on the host (MoveToHost) until it is moved back.
   Status CheckState(SequenceState* s, CudaSequenceState** out, const char* what) const;
@@ -184,6 +205,10 @@ class CudaExecutorBase : public Model {
   // prefix-cache block boundary) computes that token as an uncut prompt does.
   bool prefill_single_tokens_ = false;
   cudaStream_t stream_ = nullptr;
+  // Created by InitRuntime; see Fork.
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ev_ = nullptr;
+  cudaEvent_t join_ev_ = nullptr;
   std::unique_ptr<cuda::BlasContext> blas_;
   void* weight_mem_ = nullptr;
   void* runtime_mem_ = nullptr;

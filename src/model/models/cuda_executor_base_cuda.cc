@@ -4,6 +4,7 @@
 #include "model/models/cuda_executor_base.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -40,6 +41,9 @@ CudaExecutorBase::~CudaExecutorBase() {
   if (weight_mem_ != nullptr) cudaFree(weight_mem_);
   if (runtime_mem_ != nullptr) cudaFree(runtime_mem_);
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  if (side_ != nullptr) cudaStreamDestroy(side_);
+  if (fork_ev_ != nullptr) cudaEventDestroy(fork_ev_);
+  if (join_ev_ != nullptr) cudaEventDestroy(join_ev_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   cudaGetLastError();
 }
@@ -71,6 +75,43 @@ Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t blocks, bool cuda_gr
   row_owner_.assign(static_cast<size_t>(f.max_batch), RowOwner{});
   book_ = std::make_shared<PagedStateBook>(slots, blocks);
   graphs_enabled_ = cuda_graphs;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming));
+  return OkStatus();
+}
+
+namespace {
+
+// Diagnostic switches for A/B timing, read once: STRATA_DECODE_BRANCHES=0
+// keeps a decode step on one stream, STRATA_L2_PREFETCH=0 drops the weight
+// prefetches. Results are identical either way.
+bool EnvOn(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+}  // namespace
+
+bool CudaExecutorBase::Branching(int64_t n) const {
+  static const bool on = EnvOn("STRATA_DECODE_BRANCHES");
+  return on && side_ != nullptr && n <= cuda::kGemvMaxRows;
+}
+
+bool CudaExecutorBase::PrefetchingL2() const {
+  static const bool on = EnvOn("STRATA_L2_PREFETCH");
+  return on;
+}
+
+Status CudaExecutorBase::Fork() const {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_ev_, stream_));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_, fork_ev_, 0));
+  return OkStatus();
+}
+
+Status CudaExecutorBase::Join() const {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(join_ev_, side_));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, join_ev_, 0));
   return OkStatus();
 }
 
@@ -95,6 +136,13 @@ Status CudaExecutorBase::Sync(const char* what) const {
 Status CudaExecutorBase::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m, const bf16* w,
                             int64_t n, int64_t k, void* y, ActType y_type, int64_t ldy, float beta,
                             float alpha) const {
+  return MmOn(stream_, x, x_type, ldx, m, w, n, k, y, y_type, ldy, beta, alpha);
+}
+
+Status CudaExecutorBase::MmOn(cudaStream_t stream, const void* x, cuda::ActType x_type,
+                              int64_t ldx, int64_t m, const bf16* w, int64_t n, int64_t k,
+                              void* y, cuda::ActType y_type, int64_t ldy, float beta,
+                              float alpha) const {
   cuda::GemmArgs a;
   a.m = m;
   a.n = n;
@@ -109,7 +157,7 @@ Status CudaExecutorBase::Mm(const void* x, ActType x_type, int64_t ldx, int64_t 
   a.ldy = ldy;
   a.alpha = alpha;
   a.beta = beta;
-  return cuda::Gemm(*blas_, a, stream_);
+  return cuda::Gemm(*blas_, a, stream);
 }
 
 Status CudaExecutorBase::CheckState(SequenceState* s, CudaSequenceState** out,

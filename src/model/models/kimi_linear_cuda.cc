@@ -51,6 +51,12 @@ namespace kimi_cuda {
 
 using cuda::ActType;
 
+namespace {
+
+size_t Bf16Bytes(int64_t count) { return sizeof(bf16) * static_cast<size_t>(count); }
+
+}  // namespace
+
 // ----------------------------------------------------------------------------
 // Decode step shape
 
@@ -73,6 +79,17 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
   float* states = pools_.kda_state + L.index * pools_.slots * g.kda_state;
   STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, k.in_proj, g.n_in, g.D, s_.proj,
                             ActType::kBf16, g.n_in, 0.f));
+  // Decode branches (Branching): the rank-dk gate products run on side_
+  // beside the conv (f_b) and beside the recurrent step (g_b, needed only by
+  // the output norm), and while the step is latency-bound side_ pulls the
+  // weights of o_proj and of the layer's FFN into L2.
+  const bool branch = decode && Branching(n);
+  cudaStream_t aux = branch ? side_ : stream_;
+  if (branch) STRATA_RETURN_IF_ERROR(Fork());
+  // Gate pre-activations in fp32 (they go through exp and a cumulative sum);
+  // the output gate only through a sigmoid, bf16 is plenty.
+  STRATA_RETURN_IF_ERROR(MmOn(aux, s_.proj + g.off_fa, ActType::kBf16, g.n_in, n, k.f_b, g.C,
+                              g.dk, s_.graw, ActType::kF32, g.C, 0.f));
   if (decode) {
     STRATA_RETURN_IF_ERROR(cuda::CausalConvSiluDecode(s_.proj, ActType::kBf16, g.n_in, n, 3 * g.C,
                                                       k.conv, g.K, windows, slots, s_.qkv,
@@ -83,12 +100,19 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
                                                        windows + ps->slot_ * g.window, s_.qkv,
                                                        stream_));
   }
-  // Gate pre-activations in fp32 (they go through exp and a cumulative sum);
-  // the output gate only through a sigmoid, bf16 is plenty.
-  STRATA_RETURN_IF_ERROR(Mm(s_.proj + g.off_fa, ActType::kBf16, g.n_in, n, k.f_b, g.C, g.dk,
-                            s_.graw, ActType::kF32, g.C, 0.f));
-  STRATA_RETURN_IF_ERROR(Mm(s_.proj + g.off_ga, ActType::kBf16, g.n_in, n, k.g_b, g.C, g.dk,
-                            s_.gate, ActType::kBf16, g.C, 0.f));
+  if (branch) STRATA_RETURN_IF_ERROR(Join());
+  STRATA_RETURN_IF_ERROR(MmOn(aux, s_.proj + g.off_ga, ActType::kBf16, g.n_in, n, k.g_b, g.C,
+                              g.dk, s_.gate, ActType::kBf16, g.C, 0.f));
+  if (branch && PrefetchingL2()) {
+    // ~34 MB at the 48B shapes, inside the 50 MB L2; a dense FFN (85 MB)
+    // would not fit beside o_proj and is left to stream.
+    const FfnLayer& f = L.ffn;
+    const cuda::L2Range r[] = {{k.o, Bf16Bytes(g.D * g.C)},
+                               {f.router, Bf16Bytes(g.E * g.D)},
+                               {f.gate_up, Bf16Bytes(2 * g.Is * g.D)},
+                               {f.down, Bf16Bytes(g.D * g.Is)}};
+    STRATA_RETURN_IF_ERROR(cuda::PrefetchToL2(r, L.is_moe ? 4 : 1, aux));
+  }
   cuda::KdaGates gates;
   gates.g_raw = s_.graw;
   gates.g_type = ActType::kF32;
@@ -112,6 +136,7 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
     a.out = s_.o;
     a.out_type = ActType::kBf16;
     STRATA_RETURN_IF_ERROR(cuda::KdaDecode(a, stream_));
+    if (branch) STRATA_RETURN_IF_ERROR(Join());
   } else {
     cuda::KdaPrefillArgs a;
     a.shape = KdaShapeOf(g);
@@ -140,12 +165,17 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
   const MlaLayer& m = L.mla;
   const cuda::MlaShape shape = MlaShapeOf(g);
   const int64_t qcols = g.Hm * g.qd;
+  // Decode branches: the latent row (kv_a, its norm, the cache write) is made
+  // on side_ beside the query path (q, its absorption).
+  const bool branch = ps == nullptr && Branching(n);
+  cudaStream_t aux = branch ? side_ : stream_;
+  if (branch) STRATA_RETURN_IF_ERROR(Fork());
   STRATA_RETURN_IF_ERROR(
       Mm(s_.xn, ActType::kBf16, g.D, n, m.q, qcols, g.D, s_.q, ActType::kBf16, qcols, 0.f));
-  STRATA_RETURN_IF_ERROR(
-      Mm(s_.xn, ActType::kBf16, g.D, n, m.kv_a, g.cd, g.D, s_.kva, ActType::kBf16, g.cd, 0.f));
+  STRATA_RETURN_IF_ERROR(MmOn(aux, s_.xn, ActType::kBf16, g.D, n, m.kv_a, g.cd, g.D, s_.kva,
+                              ActType::kBf16, g.cd, 0.f));
   STRATA_RETURN_IF_ERROR(cuda::RmsNormRows(s_.kva, g.cd, s_.kva, g.cd, ActType::kBf16, n, g.r,
-                                           m.kv_norm, kLatentNormEps, stream_));
+                                           m.kv_norm, kLatentNormEps, aux));
   cuda::MlaCache cache;
   cache.pool = pools_.kv + L.index * pools_.blocks * kBlockTokens * g.cd;
   cache.max_blocks = plan_.max_blocks;
@@ -155,7 +185,16 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
     const int32_t* seq_lens = s_.step + 3 * plan_.max_batch;
     cache.block_table = s_.block_table;
     STRATA_RETURN_IF_ERROR(
-        cuda::MlaCacheWrite(shape, cache, s_.kva, g.cd, n, 0, positions, stream_));
+        cuda::MlaCacheWrite(shape, cache, s_.kva, g.cd, n, 0, positions, aux));
+    if (branch && PrefetchingL2() && L.is_moe) {
+      // Pulled in while the attention below is latency-bound.
+      const FfnLayer& f = L.ffn;
+      const cuda::L2Range r[] = {{m.o, Bf16Bytes(g.D * g.Hm * g.dv)},
+                                 {f.router, Bf16Bytes(g.E * g.D)},
+                                 {f.gate_up, Bf16Bytes(2 * g.Is * g.D)},
+                                 {f.down, Bf16Bytes(g.D * g.Is)}};
+      STRATA_RETURN_IF_ERROR(cuda::PrefetchToL2(r, 4, aux));
+    }
     // q̃_h = W_UK,hᵀ q_nope,h for every head at once: x_h = q[:, h, :dn],
     // W_h = kv_b rows h·(dn+dv) .. +dn−1 ([dn, r]), y_h = q_abs[:, h, :r].
     cuda::StridedBatchedGemmArgs uk;
@@ -189,6 +228,7 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
           sizeof(bf16) * static_cast<size_t>(g.qd), sizeof(bf16) * static_cast<size_t>(g.dr),
           static_cast<size_t>(n * g.Hm), cudaMemcpyDeviceToDevice, stream_));
     }
+    if (branch) STRATA_RETURN_IF_ERROR(Join());
     cuda::MlaDecodeArgs a;
     a.shape = shape;
     a.batch = n;
@@ -245,16 +285,25 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
             g.D, 1.f);
 }
 
-Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, const float** pending) const {
+Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode,
+                                const float** pending) const {
   const Geometry& g = g_;
   const FfnLayer& f = L.ffn;
-  auto swiglu = [&](int64_t inter) -> Status {
-    STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, f.gate_up, 2 * inter, g.D, s_.gu,
-                              ActType::kBf16, 2 * inter, 0.f));
-    STRATA_RETURN_IF_ERROR(cuda::SiluMul(s_.gu, ActType::kBf16, n, inter, s_.act, stream_));
-    return Mm(s_.act, ActType::kBf16, inter, n, f.down, g.D, inter, s_.h, ActType::kF32, g.D, 1.f);
+  auto swiglu = [&](int64_t inter, cudaStream_t st) -> Status {
+    STRATA_RETURN_IF_ERROR(MmOn(st, s_.xn, ActType::kBf16, g.D, n, f.gate_up, 2 * inter, g.D,
+                                s_.gu, ActType::kBf16, 2 * inter, 0.f));
+    STRATA_RETURN_IF_ERROR(cuda::SiluMul(s_.gu, ActType::kBf16, n, inter, s_.act, st));
+    return MmOn(st, s_.act, ActType::kBf16, inter, n, f.down, g.D, inter, s_.h, ActType::kF32,
+                g.D, 1.f);
   };
-  if (!L.is_moe) return swiglu(g.I_dense);
+  if (!L.is_moe) return swiglu(g.I_dense, stream_);
+  // Decode branches: the shared expert (it adds into h; the routed experts go
+  // to `pending`) streams its weights on side_ while routing is latency-bound.
+  const bool branch = decode && g.Is > 0 && Branching(n);
+  if (branch) {
+    STRATA_RETURN_IF_ERROR(Fork());
+    STRATA_RETURN_IF_ERROR(swiglu(g.Is, side_));
+  }
   STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, f.router, g.E, g.D, s_.router_logits,
                             ActType::kF32, g.E, 0.f));
   cuda::MoeArgs a;
@@ -268,7 +317,11 @@ Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, const float** pending
   a.y = s_.delta;
   a.batch_invariant = invariant_;
   STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
-  if (g.Is > 0) STRATA_RETURN_IF_ERROR(swiglu(g.Is));
+  if (branch) {
+    STRATA_RETURN_IF_ERROR(Join());
+  } else if (g.Is > 0) {
+    STRATA_RETURN_IF_ERROR(swiglu(g.Is, stream_));
+  }
   // The routed sum joins the residual in the next AddRmsNorm (one pass less).
   *pending = s_.delta;
   return OkStatus();
@@ -291,7 +344,7 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
     }
     STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, nullptr, ActType::kF32, n, g.D, L.post_norm,
                                             g.eps, s_.xn, stream_));
-    STRATA_RETURN_IF_ERROR(Ffn(L, n, &pend));
+    STRATA_RETURN_IF_ERROR(Ffn(L, n, ps == nullptr, &pend));
   }
   *pending = pend;
   return OkStatus();

@@ -251,7 +251,8 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
   Status KdaMixer(const Layer& L, int64_t n, const CudaState* prefill_state) const;
   Status MlaMixer(const Layer& L, int64_t n, const CudaState* prefill_state, int64_t past,
                   int64_t mla_bound) const;
-  Status Ffn(const Layer& L, int64_t n, const float** pending) const;
+  // decode: the rows are a decode step's (Branching may apply).
+  Status Ffn(const Layer& L, int64_t n, bool decode, const float** pending) const;
 
   KimiLinearConfig cfg_;
   Geometry g_;
