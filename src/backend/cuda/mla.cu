@@ -39,6 +39,7 @@
 #include <limits>
 
 #include "backend/cuda/mla.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -212,6 +213,8 @@ __device__ __forceinline__ void CopyRow(bf16* dst, const bf16* src, int64_t cd, 
 }
 
 __global__ void MlaCacheWriteKernel(const CacheCopyParams p) {
+  PdlWait();
+  PdlLaunchDependents();
   const int64_t i = blockIdx.x;
   const int64_t b = p.positions != nullptr ? i : 0;
   const int64_t pos = p.positions != nullptr ? p.positions[i] : p.start + i;
@@ -312,6 +315,8 @@ __global__ void __launch_bounds__(kDecThreads, 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c4 = lane & 3;  // mma fragment row / column pair
   const int head0 = group * kDecHeads;
+  PdlWait();
+  PdlLaunchDependents();
 
   const int seq_len = DecodeLength(p.seq_lens, p.sel_counts, b, p.max_seq_len);
   const int num_blocks = (seq_len + kDecTok - 1) / kDecTok;
@@ -621,6 +626,8 @@ struct MergeParams {
 };
 
 __global__ void __launch_bounds__(128) MlaDecodeMergeKernel(const MergeParams p) {
+  PdlWait();
+  PdlLaunchDependents();
   __shared__ float w[kMaxMergeSplits];
   __shared__ float red[32];
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
@@ -673,6 +680,8 @@ __global__ void __launch_bounds__(128) MlaDecodeMergeKernel(const MergeParams p)
 }
 
 __global__ void __launch_bounds__(128) MlaDecodeMergeWideKernel(const MergeParams p) {
+  PdlWait();
+  PdlLaunchDependents();
   __shared__ float w[kMaxSplits];
   __shared__ float red[32];
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
@@ -1652,8 +1661,10 @@ Status MlaCacheWrite(const MlaShape& shape, const MlaCache& cache, const bf16* r
   p.start = start;
   p.positions = positions;
   p.vec16 = cd % 8 == 0 && ld % 8 == 0 && Aligned16(rows) && Aligned16(cache.pool);
-  MlaCacheWriteKernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(p);
-  return LaunchStatus("MlaCacheWriteKernel");
+  const cudaError_t err =
+      LaunchPdl(MlaCacheWriteKernel, dim3(static_cast<unsigned>(n)), dim3(128), 0, stream, p);
+  if (err != cudaSuccess) return CudaError(err, "MlaCacheWriteKernel");
+  return OkStatus();
 }
 
 Status MlaCacheGather(const MlaShape& shape, const MlaCache& cache, int64_t n, bf16* rows,
@@ -1761,8 +1772,9 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
         AllowDynamicSmem(kernel, FastTile::kSmemBytes, "cudaFuncSetAttribute(MlaDecodeTcKernel)"));
     const dim3 grid(plan.num_splits, (heads + kDecHeads - 1) / kDecHeads,
                     static_cast<unsigned>(args.batch));
-    kernel<<<grid, kDecThreads, FastTile::kSmemBytes, stream>>>(p);
-    STRATA_RETURN_IF_ERROR(LaunchStatus("MlaDecodeTcKernel"));
+    const cudaError_t err =
+        LaunchPdl(kernel, grid, dim3(kDecThreads), FastTile::kSmemBytes, stream, p);
+    if (err != cudaSuccess) return CudaError(err, "MlaDecodeTcKernel");
     if (plan.num_splits > 1) {
       MergeParams m{};
       m.part_o = p.part_o;
@@ -1779,13 +1791,17 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
       // The wide merge sums the splits in four interleaved streams and is
       // chosen by the batch size: never in batch-invariant mode.
       if (!invariant && static_cast<int64_t>(heads) * args.batch < SmCount()) {
-        MlaDecodeMergeWideKernel<<<dim3(heads, static_cast<unsigned>(args.batch),
-                                        static_cast<unsigned>((s.kv_rank + 127) / 128)),
-                                   128, 0, stream>>>(m);
-        STRATA_RETURN_IF_ERROR(LaunchStatus("MlaDecodeMergeWideKernel"));
+        const cudaError_t merr = LaunchPdl(
+            MlaDecodeMergeWideKernel,
+            dim3(heads, static_cast<unsigned>(args.batch),
+                 static_cast<unsigned>((s.kv_rank + 127) / 128)),
+            dim3(128), 0, stream, m);
+        if (merr != cudaSuccess) return CudaError(merr, "MlaDecodeMergeWideKernel");
       } else {
-        MlaDecodeMergeKernel<<<dim3(heads, static_cast<unsigned>(args.batch)), 128, 0, stream>>>(m);
-        STRATA_RETURN_IF_ERROR(LaunchStatus("MlaDecodeMergeKernel"));
+        const cudaError_t merr =
+            LaunchPdl(MlaDecodeMergeKernel, dim3(heads, static_cast<unsigned>(args.batch)),
+                      dim3(128), 0, stream, m);
+        if (merr != cudaSuccess) return CudaError(merr, "MlaDecodeMergeKernel");
       }
     }
     return OkStatus();

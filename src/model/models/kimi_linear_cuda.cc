@@ -85,6 +85,16 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
   // weights of o_proj and of the layer's FFN into L2.
   const bool branch = decode && Branching(n);
   cudaStream_t aux = branch ? side_ : stream_;
+  if (branch && PrefetchingL2()) {
+    // ~34 MB at the 48B shapes, inside the 50 MB L2; a dense FFN (85 MB)
+    // would not fit beside o_proj and is left to stream.
+    const FfnLayer& f = L.ffn;
+    const cuda::L2Range r[] = {{k.o, Bf16Bytes(g.D * g.C)},
+                               {f.router, Bf16Bytes(g.E * g.D)},
+                               {f.gate_up, Bf16Bytes(2 * g.Is * g.D)},
+                               {f.down, Bf16Bytes(g.D * g.Is)}};
+    STRATA_RETURN_IF_ERROR(PrefetchWeights(r, L.is_moe ? 4 : 1));
+  }
   if (branch) STRATA_RETURN_IF_ERROR(Fork());
   // Gate pre-activations in fp32 (they go through exp and a cumulative sum);
   // the output gate only through a sigmoid, bf16 is plenty.
@@ -103,16 +113,6 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
   if (branch) STRATA_RETURN_IF_ERROR(Join());
   STRATA_RETURN_IF_ERROR(MmOn(aux, s_.proj + g.off_ga, ActType::kBf16, g.n_in, n, k.g_b, g.C,
                               g.dk, s_.gate, ActType::kBf16, g.C, 0.f));
-  if (branch && PrefetchingL2()) {
-    // ~34 MB at the 48B shapes, inside the 50 MB L2; a dense FFN (85 MB)
-    // would not fit beside o_proj and is left to stream.
-    const FfnLayer& f = L.ffn;
-    const cuda::L2Range r[] = {{k.o, Bf16Bytes(g.D * g.C)},
-                               {f.router, Bf16Bytes(g.E * g.D)},
-                               {f.gate_up, Bf16Bytes(2 * g.Is * g.D)},
-                               {f.down, Bf16Bytes(g.D * g.Is)}};
-    STRATA_RETURN_IF_ERROR(cuda::PrefetchToL2(r, L.is_moe ? 4 : 1, aux));
-  }
   cuda::KdaGates gates;
   gates.g_raw = s_.graw;
   gates.g_type = ActType::kF32;
@@ -172,6 +172,15 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
   if (branch) STRATA_RETURN_IF_ERROR(Fork());
   STRATA_RETURN_IF_ERROR(
       Mm(s_.xn, ActType::kBf16, g.D, n, m.q, qcols, g.D, s_.q, ActType::kBf16, qcols, 0.f));
+  if (branch && PrefetchingL2() && L.is_moe) {
+    // Pulled in while the attention below is latency-bound.
+    const FfnLayer& f = L.ffn;
+    const cuda::L2Range r[] = {{m.o, Bf16Bytes(g.D * g.Hm * g.dv)},
+                               {f.router, Bf16Bytes(g.E * g.D)},
+                               {f.gate_up, Bf16Bytes(2 * g.Is * g.D)},
+                               {f.down, Bf16Bytes(g.D * g.Is)}};
+    STRATA_RETURN_IF_ERROR(PrefetchWeights(r, 4));
+  }
   STRATA_RETURN_IF_ERROR(MmOn(aux, s_.xn, ActType::kBf16, g.D, n, m.kv_a, g.cd, g.D, s_.kva,
                               ActType::kBf16, g.cd, 0.f));
   STRATA_RETURN_IF_ERROR(cuda::RmsNormRows(s_.kva, g.cd, s_.kva, g.cd, ActType::kBf16, n, g.r,
@@ -186,15 +195,7 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
     cache.block_table = s_.block_table;
     STRATA_RETURN_IF_ERROR(
         cuda::MlaCacheWrite(shape, cache, s_.kva, g.cd, n, 0, positions, aux));
-    if (branch && PrefetchingL2() && L.is_moe) {
-      // Pulled in while the attention below is latency-bound.
-      const FfnLayer& f = L.ffn;
-      const cuda::L2Range r[] = {{m.o, Bf16Bytes(g.D * g.Hm * g.dv)},
-                                 {f.router, Bf16Bytes(g.E * g.D)},
-                                 {f.gate_up, Bf16Bytes(2 * g.Is * g.D)},
-                                 {f.down, Bf16Bytes(g.D * g.Is)}};
-      STRATA_RETURN_IF_ERROR(cuda::PrefetchToL2(r, 4, aux));
-    }
+
     // q̃_h = W_UK,hᵀ q_nope,h for every head at once: x_h = q[:, h, :dn],
     // W_h = kv_b rows h·(dn+dv) .. +dn−1 ([dn, r]), y_h = q_abs[:, h, :r].
     cuda::StridedBatchedGemmArgs uk;
