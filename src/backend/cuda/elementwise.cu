@@ -34,38 +34,6 @@ __device__ __forceinline__ int64_t GridThreads() {
 }
 
 // ---------------------------------------------------------------------------
-// PrefetchToL2: one CTA per 32 KB piece of each range, one lane issuing it.
-// A CTA's bulk prefetches go through its SM's copy engine one after another
-// (a few hundred GB/s), so the pieces are spread over every SM: 34 MB from
-// five CTAs took ~35 µs to issue on an H200. The prefetches go
-// out before the wait on the predecessor (weights are never written during a
-// step); the wait and then the trigger still come, as in every kernel here,
-// so that a kernel that has triggered has seen its predecessors finish (what
-// pdl.cuh's early reads rely on).
-
-constexpr uint32_t kPrefetchPiece = 32 << 10;
-
-struct L2Ranges {
-  L2Range r[kMaxL2Ranges];
-  int64_t first_piece[kMaxL2Ranges + 1];  // prefix sums of the pieces per range
-  int count;
-};
-
-__global__ void __launch_bounds__(32) PrefetchToL2Kernel(const L2Ranges rs) {
-  const int64_t piece = blockIdx.x;
-  if (threadIdx.x == 0 && piece < rs.first_piece[rs.count]) {
-    int i = 0;
-    while (piece >= rs.first_piece[i + 1]) ++i;
-    const uint64_t off = static_cast<uint64_t>(piece - rs.first_piece[i]) * kPrefetchPiece;
-    const uint64_t left = rs.r[i].bytes - off;
-    PrefetchL2(static_cast<const char*>(rs.r[i].p) + off,
-               static_cast<uint32_t>(left < kPrefetchPiece ? left : kPrefetchPiece));
-  }
-  PdlWait();
-  PdlLaunchDependents();
-}
-
-// ---------------------------------------------------------------------------
 // EmbeddingGather: one CTA per token.
 
 template <bool kVec>
@@ -376,30 +344,6 @@ Status FillRandomF32(float* dst, int64_t count, uint64_t seed, float lo, float h
     (void)LaunchPdl(FillRandomF32Kernel<false>, dim3(GridFor(count)), dim3(kThreads), 0, stream, dst, count, seed, lo, hi);
   }
   return LaunchStatus("FillRandomF32Kernel");
-}
-
-Status PrefetchToL2(const L2Range* ranges, int count, cudaStream_t stream) {
-  if (count < 0 || count > kMaxL2Ranges || (count > 0 && ranges == nullptr)) {
-    return absl::InvalidArgumentError("PrefetchToL2: 0..8 ranges");
-  }
-  L2Ranges rs{};
-  rs.first_piece[0] = 0;
-  for (int i = 0; i < count; ++i) {
-    if (ranges[i].p != nullptr && !IsAligned(ranges[i].p, 16)) {
-      return absl::InvalidArgumentError("PrefetchToL2: a range is not 16-byte aligned");
-    }
-    const size_t bytes = ranges[i].p == nullptr ? 0 : ranges[i].bytes & ~size_t{15};
-    rs.r[rs.count] = L2Range{ranges[i].p, bytes};
-    rs.first_piece[rs.count + 1] =
-        rs.first_piece[rs.count] + CeilDiv(static_cast<int64_t>(bytes), kPrefetchPiece);
-    if (bytes > 0) ++rs.count;
-  }
-  const int64_t pieces = rs.first_piece[rs.count];
-  if (pieces == 0) return OkStatus();
-  const cudaError_t err = LaunchPdl(PrefetchToL2Kernel, dim3(static_cast<unsigned>(pieces)),
-                                    dim3(32), 0, stream, rs);
-  if (err != cudaSuccess) return CudaError(err, "PrefetchToL2Kernel");
-  return OkStatus();
 }
 
 }  // namespace strata::cuda

@@ -23,20 +23,6 @@ Status AddInto(float* dst, const void* src, ActType src_type, int64_t count, cud
 Status AddSigmoidScaledRows(float* dst, const float* src, const float* logit, int64_t ld_logit,
                             int64_t n, int64_t dim, cudaStream_t stream);
 
-// Asks the memory system to bring up to 8 ranges of data no kernel of the
-// step writes (weights) into L2, and returns at once: the kernel only issues
-// bulk prefetches (cp.async.bulk.prefetch.L2), it does not wait for them.
-// Run on a second stream while the main one is latency-bound (a recurrent
-// step, a routing kernel), it fills idle DRAM time with bytes a later kernel
-// would otherwise wait for. Null or empty ranges are skipped; bytes are
-// rounded down to a multiple of 16 and the pointers must be 16-byte aligned.
-struct L2Range {
-  const void* p = nullptr;
-  size_t bytes = 0;
-};
-constexpr int kMaxL2Ranges = 8;
-Status PrefetchToL2(const L2Range* ranges, int count, cudaStream_t stream);
-
 // Conversions.
 Status CastF32ToBf16(const float* src, bf16* dst, int64_t count, cudaStream_t stream);
 Status CastBf16ToF32(const bf16* src, float* dst, int64_t count, cudaStream_t stream);

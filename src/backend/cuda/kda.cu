@@ -559,19 +559,17 @@ __device__ __forceinline__ void DecodeSlice(const DecodeParams& p, StepSmem& sm,
   const int n0 = blockIdx.x * kDecodeCols;
   const int h = blockIdx.y;
   const int64_t b = blockIdx.z;
+  PdlWait();
+  PdlLaunchDependents();
   const int64_t slot = p.slots[b];
   float* slice = p.state_pool + (slot * p.heads + h) * static_cast<int64_t>(p.dk) * p.dv + n0;
 
   // The state loads go first: they are the DRAM round trip everything waits on.
-  // They are issued before the wait on the previous kernel (PDL): the slice
-  // is written only by this layer's own step kernels, which have all finished
-  // once the kernel before this one has started (pdl.cuh), and so has the
-  // host's upload of the slots.
+  // (Not before the PDL wait: the kernel before this one may be the previous
+  // step of the same layer, as in back-to-back decode steps.)
   StepState<kFast> st;
   LoadSlice(slice, p.dk, p.dv, n0, tid, st);
   const StepConst c = LoadStepConst(p.gates, h, p.dk, tid);
-  PdlWait();
-  PdlLaunchDependents();
   StepRaw raw;
   LoadStepRaw<kFast>(p, b, h, n0, tid, raw);
   StepPrepare<kFast>(raw, c, p.dk, tid, sm);

@@ -12,11 +12,7 @@
 // before touching activations, whether or not it was launched with PDL (the
 // instructions are no-ops without a programmatic dependency). Triggering only
 // after the wait bounds the look-ahead to one kernel, so a waiting grid never
-// holds SM slots its predecessor still needs. It also means that once a
-// kernel runs, every kernel before its immediate predecessor has finished:
-// before PdlWait() a kernel may read anything that only those wrote (a
-// recurrent state written by the same layer's kernel of the previous step),
-// which is how KdaDecode overlaps its state loads with the kernel before it.
+// holds SM slots its predecessor still needs.
 #ifndef STRATA_BACKEND_CUDA_PDL_CUH_
 #define STRATA_BACKEND_CUDA_PDL_CUH_
 

@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "backend/cuda/cuda_common.h"
-#include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/sampling.h"
 #include "model/model.h"
@@ -151,13 +150,6 @@ class CudaExecutorBase : public Model {
   bool Branching(int64_t n) const;
   Status Fork() const;
   Status Join() const;
-  // Whether executors also prefetch upcoming weights into L2 while stream_
-  // is latency-bound; only where Branching.
-  bool PrefetchingL2() const;
-  // cuda::PrefetchToL2 on prefetch_, after everything enqueued on stream_ so
-  // far. stream_ waits for it only at the end of the decode step (it changes
-  // no value, and its issue must not delay the kernels that follow).
-  Status PrefetchWeights(const cuda::L2Range* ranges, int count) const;
   // InvalidArgument for a state of another model, FailedPrecondition for one
   // that is on the host (MoveToHost) until it is moved back.
   Status CheckState(SequenceState* s, CudaSequenceState** out, const char* what) const;
@@ -214,9 +206,6 @@ class CudaExecutorBase : public Model {
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ev_ = nullptr;
   cudaEvent_t join_ev_ = nullptr;
-  cudaStream_t prefetch_ = nullptr;
-  cudaEvent_t prefetch_ev_ = nullptr;
-  mutable bool prefetch_pending_ = false;
   std::unique_ptr<cuda::BlasContext> blas_;
   void* weight_mem_ = nullptr;
   void* runtime_mem_ = nullptr;

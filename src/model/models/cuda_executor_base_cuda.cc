@@ -42,8 +42,6 @@ CudaExecutorBase::~CudaExecutorBase() {
   if (runtime_mem_ != nullptr) cudaFree(runtime_mem_);
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   if (side_ != nullptr) cudaStreamDestroy(side_);
-  if (prefetch_ != nullptr) cudaStreamDestroy(prefetch_);
-  if (prefetch_ev_ != nullptr) cudaEventDestroy(prefetch_ev_);
   if (fork_ev_ != nullptr) cudaEventDestroy(fork_ev_);
   if (join_ev_ != nullptr) cudaEventDestroy(join_ev_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -80,16 +78,13 @@ Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t blocks, bool cuda_gr
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));
   STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&prefetch_, cudaStreamNonBlocking));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&prefetch_ev_, cudaEventDisableTiming));
   return OkStatus();
 }
 
 namespace {
 
-// Diagnostic switches for A/B timing, read once: STRATA_DECODE_BRANCHES=0
-// keeps a decode step on one stream, STRATA_L2_PREFETCH=1 adds the weight
-// prefetches. Results are identical either way.
+// A diagnostic switch for A/B timing, read once: STRATA_DECODE_BRANCHES=0
+// keeps a decode step on one stream. Results are identical either way.
 bool EnvOn(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || std::strcmp(v, "0") != 0;
@@ -102,25 +97,9 @@ bool CudaExecutorBase::Branching(int64_t n) const {
   return on && side_ != nullptr && n <= cuda::kGemvMaxRows;
 }
 
-bool CudaExecutorBase::PrefetchingL2() const {
-  static const bool on = [] {
-    const char* v = std::getenv("STRATA_L2_PREFETCH");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 Status CudaExecutorBase::Fork() const {
   STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_ev_, stream_));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_, fork_ev_, 0));
-  return OkStatus();
-}
-
-Status CudaExecutorBase::PrefetchWeights(const cuda::L2Range* ranges, int count) const {
-  STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_ev_, stream_));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(prefetch_, prefetch_ev_, 0));
-  STRATA_RETURN_IF_ERROR(cuda::PrefetchToL2(ranges, count, prefetch_));
-  prefetch_pending_ = true;
   return OkStatus();
 }
 
@@ -373,11 +352,6 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
   if (sample) {
     STRATA_RETURN_IF_ERROR(cuda::SampleTokens(f.logits, batch, f.V, f.sampling, f.sampled,
                                               f.sample_ws, f.sample_ws_bytes, stream_));
-  }
-  if (prefetch_pending_) {  // a capture must end with every branch joined
-    prefetch_pending_ = false;
-    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_ev_, prefetch_));
-    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, prefetch_ev_, 0));
   }
   return OkStatus();
 }

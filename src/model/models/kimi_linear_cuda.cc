@@ -51,12 +51,6 @@ namespace kimi_cuda {
 
 using cuda::ActType;
 
-namespace {
-
-size_t Bf16Bytes(int64_t count) { return sizeof(bf16) * static_cast<size_t>(count); }
-
-}  // namespace
-
 // ----------------------------------------------------------------------------
 // Decode step shape
 
@@ -81,20 +75,9 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
                             ActType::kBf16, g.n_in, 0.f));
   // Decode branches (Branching): the rank-dk gate products run on side_
   // beside the conv (f_b) and beside the recurrent step (g_b, needed only by
-  // the output norm), and while the step is latency-bound side_ pulls the
-  // weights of o_proj and of the layer's FFN into L2.
+  // the output norm).
   const bool branch = decode && Branching(n);
   cudaStream_t aux = branch ? side_ : stream_;
-  if (branch && PrefetchingL2()) {
-    // ~34 MB at the 48B shapes, inside the 50 MB L2; a dense FFN (85 MB)
-    // would not fit beside o_proj and is left to stream.
-    const FfnLayer& f = L.ffn;
-    const cuda::L2Range r[] = {{k.o, Bf16Bytes(g.D * g.C)},
-                               {f.router, Bf16Bytes(g.E * g.D)},
-                               {f.gate_up, Bf16Bytes(2 * g.Is * g.D)},
-                               {f.down, Bf16Bytes(g.D * g.Is)}};
-    STRATA_RETURN_IF_ERROR(PrefetchWeights(r, L.is_moe ? 4 : 1));
-  }
   if (branch) STRATA_RETURN_IF_ERROR(Fork());
   // Gate pre-activations in fp32 (they go through exp and a cumulative sum);
   // the output gate only through a sigmoid, bf16 is plenty.
@@ -172,15 +155,6 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
   if (branch) STRATA_RETURN_IF_ERROR(Fork());
   STRATA_RETURN_IF_ERROR(
       Mm(s_.xn, ActType::kBf16, g.D, n, m.q, qcols, g.D, s_.q, ActType::kBf16, qcols, 0.f));
-  if (branch && PrefetchingL2() && L.is_moe) {
-    // Pulled in while the attention below is latency-bound.
-    const FfnLayer& f = L.ffn;
-    const cuda::L2Range r[] = {{m.o, Bf16Bytes(g.D * g.Hm * g.dv)},
-                               {f.router, Bf16Bytes(g.E * g.D)},
-                               {f.gate_up, Bf16Bytes(2 * g.Is * g.D)},
-                               {f.down, Bf16Bytes(g.D * g.Is)}};
-    STRATA_RETURN_IF_ERROR(PrefetchWeights(r, 4));
-  }
   STRATA_RETURN_IF_ERROR(MmOn(aux, s_.xn, ActType::kBf16, g.D, n, m.kv_a, g.cd, g.D, s_.kva,
                               ActType::kBf16, g.cd, 0.f));
   STRATA_RETURN_IF_ERROR(cuda::RmsNormRows(s_.kva, g.cd, s_.kva, g.cd, ActType::kBf16, n, g.r,
