@@ -171,7 +171,7 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
         cuda::MlaCacheWrite(shape, cache, s_.kva, g.cd, n, 0, positions, aux));
 
     // q̃_h = W_UK,hᵀ q_nope,h for every head at once: x_h = q[:, h, :dn],
-    // W_h = kv_b rows h·(dn+dv) .. +dn−1 ([dn, r]), y_h = q_abs[:, h, :r].
+    // W_h = uk_t[h] ([r, dn], W_UK,h transposed), y_h = q_abs[:, h, :r].
     cuda::StridedBatchedGemmArgs uk;
     uk.g.m = n;
     uk.g.n = g.r;
@@ -179,22 +179,16 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
     uk.g.x = s_.q;
     uk.g.x_type = ActType::kBf16;
     uk.g.ldx = qcols;
-    uk.g.w = m.kv_b;
-    uk.g.ldw = g.r;
+    // On the pre-transposed copy, W_h = [r, dn] (see MlaLayer::uk_t).
+    uk.g.w = m.uk_t;
+    uk.g.ldw = g.dn;
     uk.g.y = s_.q_abs;
     uk.g.y_type = ActType::kBf16;
     uk.g.ldy = g.Hm * g.cd;
     uk.count = g.Hm;
     uk.stride_x = g.qd;
-    uk.stride_w = kvb_row * g.r;
+    uk.stride_w = g.r * g.dn;
     uk.stride_y = g.cd;
-    uk.transpose_w = true;
-    if (invariant_) {  // the same product on the pre-transposed copy, W_h = [r, dn]
-      uk.g.w = m.uk_t;
-      uk.g.ldw = g.dn;
-      uk.stride_w = g.r * g.dn;
-      uk.transpose_w = false;
-    }
     STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(*blas_, uk, stream_));
     if (g.dr > 0) {
       // q_rope rides along unchanged: q_abs[:, h, r:] = q[:, h, dn:].

@@ -134,9 +134,10 @@ struct MlaLayer {
   float* kv_norm = nullptr;  // [r]
   bf16* kv_b = nullptr;   // [Hm·(dn+dv), r]
   bf16* o = nullptr;      // [D, Hm·dv]
-  // Batch-invariant mode only: W_UK,h transposed per head, [Hm, r, dn], so the
-  // decode absorption q̃_h = W_UK,hᵀ q_nope,h is a plain x·Wᵀ product, which
-  // the invariant GEMM kernels take (they have no transposed-W variant).
+  // W_UK,h transposed per head, [Hm, r, dn] (made at load from kv_b), so the
+  // decode absorption q̃_h = W_UK,hᵀ q_nope,h is a plain x·Wᵀ product: the
+  // streaming GEMV takes it (cuBLASLt's transposed product at m = 1 ran at
+  // 0.8 TB/s), and so do the invariant kernels (no transposed-W variant).
   bf16* uk_t = nullptr;
 };
 

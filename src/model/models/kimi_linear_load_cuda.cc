@@ -80,7 +80,7 @@ void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_
       L.mla.kv_norm = c.Take<float>(g.r);
       L.mla.kv_b = c.Take<bf16>(g.Hm * (g.dn + g.dv) * g.r);
       L.mla.o = c.Take<bf16>(g.D * g.Hm * g.dv);
-      if (batch_invariant) L.mla.uk_t = c.Take<bf16>(g.Hm * g.r * g.dn);
+      L.mla.uk_t = c.Take<bf16>(g.Hm * g.r * g.dn);
     } else {
       L.index = kda++;
       L.kda.in_proj = c.Take<bf16>(g.n_in * g.D);
@@ -279,8 +279,8 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   } else {
     STRATA_RETURN_IF_ERROR(UploadWeights(*weights, options));
   }
+  STRATA_RETURN_IF_ERROR(BuildTransposedUk());
   if (invariant_) {
-    STRATA_RETURN_IF_ERROR(BuildTransposedUk());
     // From here on (the load-time check included) every GEMM is invariant.
     blas_->set_batch_invariant(true);
   }
