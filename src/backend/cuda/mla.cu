@@ -1791,11 +1791,10 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
       // The wide merge sums the splits in four interleaved streams and is
       // chosen by the batch size: never in batch-invariant mode.
       if (!invariant && static_cast<int64_t>(heads) * args.batch < SmCount()) {
-        const cudaError_t merr = LaunchPdl(
-            MlaDecodeMergeWideKernel,
-            dim3(heads, static_cast<unsigned>(args.batch),
-                 static_cast<unsigned>((s.kv_rank + 127) / 128)),
-            dim3(128), 0, stream, m);
+        const cudaError_t merr = LaunchPdl(MlaDecodeMergeWideKernel,
+                                           dim3(heads, static_cast<unsigned>(args.batch),
+                                                static_cast<unsigned>((s.kv_rank + 127) / 128)),
+                                           dim3(128), 0, stream, m);
         if (merr != cudaSuccess) return CudaError(merr, "MlaDecodeMergeWideKernel");
       } else {
         const cudaError_t merr =

@@ -133,10 +133,9 @@ Status CudaExecutorBase::Mm(const void* x, ActType x_type, int64_t ldx, int64_t 
   return MmOn(stream_, x, x_type, ldx, m, w, n, k, y, y_type, ldy, beta, alpha);
 }
 
-Status CudaExecutorBase::MmOn(cudaStream_t stream, const void* x, cuda::ActType x_type,
-                              int64_t ldx, int64_t m, const bf16* w, int64_t n, int64_t k,
-                              void* y, cuda::ActType y_type, int64_t ldy, float beta,
-                              float alpha) const {
+Status CudaExecutorBase::MmOn(cudaStream_t stream, const void* x, cuda::ActType x_type, int64_t ldx,
+                              int64_t m, const bf16* w, int64_t n, int64_t k, void* y,
+                              cuda::ActType y_type, int64_t ldy, float beta, float alpha) const {
   cuda::GemmArgs a;
   a.m = m;
   a.n = n;

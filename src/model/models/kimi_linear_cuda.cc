@@ -81,8 +81,8 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
   if (branch) STRATA_RETURN_IF_ERROR(Fork());
   // Gate pre-activations in fp32 (they go through exp and a cumulative sum);
   // the output gate only through a sigmoid, bf16 is plenty.
-  STRATA_RETURN_IF_ERROR(MmOn(aux, s_.proj + g.off_fa, ActType::kBf16, g.n_in, n, k.f_b, g.C,
-                              g.dk, s_.graw, ActType::kF32, g.C, 0.f));
+  STRATA_RETURN_IF_ERROR(MmOn(aux, s_.proj + g.off_fa, ActType::kBf16, g.n_in, n, k.f_b, g.C, g.dk,
+                              s_.graw, ActType::kF32, g.C, 0.f));
   if (decode) {
     STRATA_RETURN_IF_ERROR(cuda::CausalConvSiluDecode(s_.proj, ActType::kBf16, g.n_in, n, 3 * g.C,
                                                       k.conv, g.K, windows, slots, s_.qkv,
@@ -94,8 +94,8 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
                                                        stream_));
   }
   if (branch) STRATA_RETURN_IF_ERROR(Join());
-  STRATA_RETURN_IF_ERROR(MmOn(aux, s_.proj + g.off_ga, ActType::kBf16, g.n_in, n, k.g_b, g.C,
-                              g.dk, s_.gate, ActType::kBf16, g.C, 0.f));
+  STRATA_RETURN_IF_ERROR(MmOn(aux, s_.proj + g.off_ga, ActType::kBf16, g.n_in, n, k.g_b, g.C, g.dk,
+                              s_.gate, ActType::kBf16, g.C, 0.f));
   cuda::KdaGates gates;
   gates.g_raw = s_.graw;
   gates.g_type = ActType::kF32;
@@ -167,8 +167,7 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
     const int32_t* positions = s_.step + 2 * plan_.max_batch;
     const int32_t* seq_lens = s_.step + 3 * plan_.max_batch;
     cache.block_table = s_.block_table;
-    STRATA_RETURN_IF_ERROR(
-        cuda::MlaCacheWrite(shape, cache, s_.kva, g.cd, n, 0, positions, aux));
+    STRATA_RETURN_IF_ERROR(cuda::MlaCacheWrite(shape, cache, s_.kva, g.cd, n, 0, positions, aux));
 
     // q̃_h = W_UK,hᵀ q_nope,h for every head at once: x_h = q[:, h, :dn],
     // W_h = uk_t[h] ([r, dn], W_UK,h transposed), y_h = q_abs[:, h, :r].
@@ -259,11 +258,11 @@ Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode,
   const Geometry& g = g_;
   const FfnLayer& f = L.ffn;
   auto swiglu = [&](int64_t inter, cudaStream_t st) -> Status {
-    STRATA_RETURN_IF_ERROR(MmOn(st, s_.xn, ActType::kBf16, g.D, n, f.gate_up, 2 * inter, g.D,
-                                s_.gu, ActType::kBf16, 2 * inter, 0.f));
+    STRATA_RETURN_IF_ERROR(MmOn(st, s_.xn, ActType::kBf16, g.D, n, f.gate_up, 2 * inter, g.D, s_.gu,
+                                ActType::kBf16, 2 * inter, 0.f));
     STRATA_RETURN_IF_ERROR(cuda::SiluMul(s_.gu, ActType::kBf16, n, inter, s_.act, st));
-    return MmOn(st, s_.act, ActType::kBf16, inter, n, f.down, g.D, inter, s_.h, ActType::kF32,
-                g.D, 1.f);
+    return MmOn(st, s_.act, ActType::kBf16, inter, n, f.down, g.D, inter, s_.h, ActType::kF32, g.D,
+                1.f);
   };
   if (!L.is_moe) return swiglu(g.I_dense, stream_);
   // Decode branches: the shared expert (it adds into h; the routed experts go
