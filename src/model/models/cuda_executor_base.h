@@ -137,16 +137,18 @@ class CudaExecutorBase : public Model {
               const bf16* w, int64_t n, int64_t k, void* y, cuda::ActType y_type, int64_t ldy,
               float beta, float alpha = 1.f) const;
 
-  // Branches inside a decode step. A batch-1 step is a chain of ~400 short
+  // Branches inside a decode step. A batch-1 step is a chain of ~450 short
   // kernels, many of them latency-bound (a recurrent step, routing, a 1 MB
   // GEMV) while DRAM idles; work that does not depend on them can run beside
   // them on side_. Fork: side_ waits for everything enqueued on stream_ so
   // far; Join: stream_ waits for everything enqueued on side_ so far (a
-  // captured graph keeps both as edges). Only for n ≤ cuda::kGemvMaxRows
-  // rows, where every GEMM is the workspace-free streaming kernel: cuBLASLt
-  // calls on two streams would share the BlasContext's workspace. Arithmetic
-  // is unchanged (each kernel computes what it did on one stream), so the
-  // batch-invariant guarantees hold either way.
+  // captured graph keeps both as edges). Branching(n) is true for decode
+  // steps of n ≤ cuda::kGemvMaxRows rows (unless STRATA_DECODE_BRANCHES=0):
+  // side_ then only runs Gemm calls of that size, i.e. the workspace-free
+  // streaming kernel, so cuBLASLt never runs on two streams at once (its
+  // calls share the BlasContext's workspace). Each kernel computes what it
+  // did on one stream, so results, and the batch-invariant guarantees, are
+  // the same either way.
   bool Branching(int64_t n) const;
   Status Fork() const;
   Status Join() const;
