@@ -7,8 +7,9 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # At most 8 files come back: per-binary logs travel as one archive.
 LOGS=/tmp/gpulogs; rm -rf "$LOGS"; mkdir -p "$LOGS"
 trap 'tar -czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
-# Compiled-in paths (fixtures, test data) point at the development checkout.
-mkdir -p /work && ln -sfn "$PWD" /work/main
+# Compiled-in paths (fixtures, test data) point at the development checkout:
+# /work/main, or /work/wt for binaries built in the clean worktree.
+mkdir -p /work && ln -sfn "$PWD" /work/main && ln -sfn "$PWD" /work/wt
 cublas=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH="$PWD/.carry/lib:$cublas:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
