@@ -26,57 +26,16 @@
 #include "backend/cuda/indexer.h"
 #include "backend/cuda/mla.h"
 #include "base/dtype.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes) {
-    EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16)), cudaSuccess);
-  }
-  ~DevBuf() { cudaFree(p_); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(p_);
-  }
-
- private:
-  void* p_ = nullptr;
-};
-
-template <typename T>
-void Upload(const DevBuf& d, const std::vector<T>& h) {
-  ASSERT_EQ(cudaMemcpy(d.get(), h.data(), sizeof(T) * h.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
-}
-template <typename T>
-std::vector<T> Download(const DevBuf& d, size_t n) {
-  std::vector<T> h(n);
-  EXPECT_EQ(cudaMemcpy(h.data(), d.get(), sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
-  return h;
-}
-
-// Uniform in [-amp, amp] away from zero (|v| ≥ amp/64), so no input is 0.
-float NonZero(std::mt19937& rng, float amp) {
-  std::uniform_real_distribution<float> u(amp / 64, amp);
-  const float v = u(rng);
-  return (rng() & 1u) != 0 ? v : -v;
-}
-std::vector<uint16_t> RandomBf16(size_t n, float amp, std::mt19937& rng) {
-  std::vector<uint16_t> v(n);
-  for (auto& x : v) x = F32ToBf16(NonZero(rng, amp));
-  return v;
-}
-std::vector<float> RandomF32(size_t n, float amp, std::mt19937& rng) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = NonZero(rng, amp);
-  return v;
-}
+using op_test::DevBuf;
+using op_test::Download;
+using op_test::RandomBf16;
+using op_test::RandomF32;
+using op_test::Upload;
 
 template <typename T>
 size_t Differ(const std::vector<T>& a, const std::vector<T>& b) {

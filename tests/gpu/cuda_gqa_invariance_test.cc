@@ -25,37 +25,15 @@
 #include "backend/cpu/rope.h"
 #include "backend/cuda/gqa.h"
 #include "base/dtype.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+using op_test::DevBuf;
+using op_test::NonZero;
 
 constexpr int64_t kBlock = 64;
-
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes) {
-    EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16)), cudaSuccess);
-  }
-  ~DevBuf() { cudaFree(p_); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(p_);
-  }
-
- private:
-  void* p_ = nullptr;
-};
-
-// Uniform in [-amp, amp] away from zero (|v| ≥ amp/64), so no input is 0.
-float NonZero(std::mt19937& rng, float amp) {
-  std::uniform_real_distribution<float> u(amp / 64, amp);
-  const float v = u(rng);
-  return (rng() & 1u) != 0 ? v : -v;
-}
 
 size_t DifferBf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
   EXPECT_EQ(a.size(), b.size());
