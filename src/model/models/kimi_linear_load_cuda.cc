@@ -60,8 +60,8 @@ Geometry MakeGeometry(const KimiLinearConfig& c) {
   return g;
 }
 
-void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_lm_head,
-                  bool batch_invariant, Carver& c, Weights& w) {
+void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_lm_head, Carver& c,
+                  Weights& w) {
   w.embed = c.Take<bf16>(g.V * g.D);
   w.lm_head = separate_lm_head ? c.Take<bf16>(g.V * g.D) : w.embed;
   w.final_norm = c.Take<float>(g.D);
@@ -196,7 +196,7 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   const bool separate_lm_head =
       !config.tie_word_embeddings || (weights != nullptr && weights->Has("lm_head.weight"));
   Carver weight_size(nullptr);
-  CarveWeights(g, config, separate_lm_head, invariant_, weight_size, w_);
+  CarveWeights(g, config, separate_lm_head, weight_size, w_);
   Carver scratch_size(nullptr);
   CarveScratch(g, p, scratch_size, s_);
   weight_bytes_ = weight_size.size();
@@ -241,7 +241,7 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   STRATA_RETURN_IF_ERROR(alloc(&weight_mem_, weight_bytes_, "weights"));
   {
     Carver c(static_cast<char*>(weight_mem_));
-    CarveWeights(g, config, separate_lm_head, invariant_, c, w_);
+    CarveWeights(g, config, separate_lm_head, c, w_);
   }
   // Scratch, then the slot pools, then the cache, in one allocation.
   Carver runtime_size(nullptr);
