@@ -228,6 +228,79 @@ TEST(CudaMoeRoute, MatchesCpuRouting) {
   for (const RouteCase& c : cases) CheckRoute(c, seed++);
 }
 
+// One token takes the CTA-wide ranking (RouteTokenCta) where the shape allows
+// it; it must pick like the CPU and match the warp routing of the same row
+// inside a larger call bit for bit (weights included).
+TEST(CudaMoeRoute, OneTokenMatchesCpuAndWarpRoutingBitForBit) {
+  const RouteCase cases[] = {
+      {256, 8, 1, true, true, 2.446f, 0},  {256, 8, 1, true, true, 2.446f, 1},
+      {256, 8, 1, false, true, 2.446f, 2}, {256, 8, 1, true, false, 1.f, 2},
+      {7, 2, 1, false, true, 1.f, 0},      {33, 32, 1, true, false, 1.f, 1},
+      {64, 32, 1, true, true, 1.f, 0},     {384, 8, 1, true, true, 2.446f, 1},
+      {1000, 16, 1, true, true, 1.5f, 0},  {1024, 32, 1, true, true, 1.f, 1},
+      {100, 1, 1, false, false, 1.f, 2},   {1, 1, 1, false, true, 1.f, 0},
+  };
+  uint64_t seed = 500;
+  for (const RouteCase& c : cases) {
+    CheckRoute(c, seed);  // n = 1 against the CPU
+    // The same row as row 1 of a two-token call (warp routing).
+    SCOPED_TRACE(testing::Message() << "E=" << c.E << " k=" << c.k << " special=" << c.special);
+    std::vector<float> logits = RandomF32(static_cast<size_t>(c.E), seed, 4.f);
+    if (c.special == 1) {
+      for (float& v : logits) v = std::round(v * 2.f) / 2.f;
+    } else if (c.special == 2) {
+      for (size_t i = 0; i < logits.size(); i += 5) {
+        logits[i] = (i / 5) % 3 == 0   ? std::numeric_limits<float>::quiet_NaN()
+                    : (i / 5) % 3 == 1 ? std::numeric_limits<float>::infinity()
+                                       : -std::numeric_limits<float>::infinity();
+      }
+    }
+    std::vector<float> bias = RandomF32(static_cast<size_t>(c.E), seed + 1, 0.1f);
+    if (c.special == 1) {
+      for (float& b : bias) b = std::round(b * 20.f) / 20.f;
+    }
+    std::vector<float> two(2 * static_cast<size_t>(c.E));
+    for (int64_t e = 0; e < c.E; ++e) {
+      two[e] = -logits[e];
+      two[c.E + e] = logits[e];
+    }
+    MoeShape shape;
+    shape.num_experts = c.E;
+    shape.top_k = c.k;
+    shape.renormalize = c.renormalize;
+    shape.routed_scaling = c.scaling;
+    DevBuf d_one(sizeof(float) * logits.size()), d_two(sizeof(float) * two.size()),
+        d_bias(sizeof(float) * bias.size());
+    DevBuf d_idx1(sizeof(int32_t) * c.k), d_w1(sizeof(float) * c.k);
+    DevBuf d_idx2(sizeof(int32_t) * 2 * c.k), d_w2(sizeof(float) * 2 * c.k);
+    Upload(d_one, logits);
+    Upload(d_two, two);
+    Upload(d_bias, bias);
+    const float* b = c.bias ? d_bias.get<float>() : nullptr;
+    ASSERT_TRUE(MoeRoute(shape, d_one.get<float>(), b, 1, d_idx1.get<int32_t>(),
+                         d_w1.get<float>(), nullptr)
+                    .ok());
+    ASSERT_TRUE(MoeRoute(shape, d_two.get<float>(), b, 2, d_idx2.get<int32_t>(),
+                         d_w2.get<float>(), nullptr)
+                    .ok());
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<int32_t> idx1(c.k), idx2(2 * c.k);
+    std::vector<float> w1(c.k), w2(2 * c.k);
+    Download(idx1, d_idx1);
+    Download(idx2, d_idx2);
+    Download(w1, d_w1);
+    Download(w2, d_w2);
+    for (int64_t j = 0; j < c.k; ++j) {
+      EXPECT_EQ(idx1[j], idx2[c.k + j]) << "pick " << j;
+      uint32_t a, bb;
+      std::memcpy(&a, &w1[j], 4);
+      std::memcpy(&bb, &w2[c.k + j], 4);
+      EXPECT_EQ(a, bb) << "weight bits of pick " << j;
+    }
+    ++seed;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // MoeForward.
 

@@ -325,6 +325,36 @@ void RunMoeLayer(benchmark::State& state, MoeGemmImpl impl) {
   }
   cudaStreamDestroy(s);
 }
+// --- MoE routing alone (sigmoid + bias top-8 of 256) ---------------------------
+// 32 back-to-back route kernels per iteration, reported per kernel: the
+// routing's latency on a busy stream, as in a decode step (the kernels are
+// serial through their PDL waits).
+void BM_CudaMoeRoute(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  constexpr int kReps = 32;
+  MoeShape shape{kE, kD, kI, kTopK, true, 2.446f};
+  cudaStream_t s = nullptr;
+  cudaStreamCreate(&s);
+  DeviceBuffer logits(sizeof(float) * n * kE), bias(sizeof(float) * kE),
+      idx(sizeof(int32_t) * n * kTopK), wt(sizeof(float) * n * kTopK);
+  if (!logits.p || !bias.p || !idx.p || !wt.p) return state.SkipWithError("cudaMalloc failed");
+  if (!Check(state, FillRandomF32(logits.as<float>(), n * kE, 4, -4.f, 4.f, s)) ||
+      !Check(state, FillRandomF32(bias.as<float>(), kE, 5, -0.01f, 0.01f, s))) {
+    return;
+  }
+  TimeLoop(state, s, [&](int64_t) -> Status {
+    for (int r = 0; r < kReps; ++r) {
+      STRATA_RETURN_IF_ERROR(MoeRoute(shape, logits.as<float>(), bias.as<float>(), n,
+                                      idx.as<int32_t>(), wt.as<float>(), s));
+    }
+    return OkStatus();
+  });
+  state.counters["us_per_kernel"] = benchmark::Counter(
+      kReps * 1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  cudaStreamDestroy(s);
+}
+BENCHMARK(BM_CudaMoeRoute)->Arg(1)->Arg(8)->Arg(64)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
 void BM_CudaMoeLayer(benchmark::State& state) { RunMoeLayer(state, MoeGemmImpl::kAuto); }
 BENCHMARK(BM_CudaMoeLayer)->Arg(1)->Arg(8)->Arg(32)->Arg(64)->Arg(2048)->Arg(8192)->Arg(32768)->UseManualTime()->Unit(benchmark::kMicrosecond);
 void BM_CudaMoeLayerMma(benchmark::State& state) { RunMoeLayer(state, MoeGemmImpl::kMma); }

@@ -7,6 +7,9 @@
 //                 cpu::RouteSigmoidTopK (see SigmoidLikeCpu), or with a group
 //                 limit cpu::RouteSigmoidGroupedTopK. For n ≤ 128
 //                 tokens it runs inside the plan kernel (one launch less).
+//                 A single sigmoid-routed token without a group limit (a
+//                 batch-1 decode step) is ranked by the whole CTA instead
+//                 (RouteTokenCta: the same bits, a far shorter chain).
 //   2. plan       one CTA: per-expert histogram (shared-memory atomics), an
 //                 exclusive scan into offsets, the list of active experts, the
 //                 tile schedule of the grouped GEMM, and the permutation: each
@@ -119,6 +122,7 @@ struct MoeParams {
   int num_groups;   // <= 1: no group limit
   int topk_groups;
   int softmax;      // 1: softmax routing (cpu::RouteSoftmaxTopK), no bias or groups
+  int cta_route;    // 1: one token, routed by the whole CTA (RouteTokenCta)
   const bf16* x;          // [n, D]
   const float* logits;    // [n, E]
   const float* bias;      // [E] or null
@@ -443,10 +447,99 @@ __device__ void RouteToken(const float* logits, int num_experts, const float* bi
   }
 }
 
+// One token routed by the whole CTA: sigmoid scores without a group limit,
+// the case of a batch-1 decode step. RouteToken's top_k rounds of warp-wide
+// arg-max form one serial chain of ~2,000 dependent instructions (7 µs per
+// route kernel on the H200, BM_CudaMoeRoute/1, 20k cycles for 2.3k
+// instructions under Nsight Compute). Here warp w ranks its 32 experts among
+// themselves (32 independent shuffles per lane), its best min(k, 32) become
+// candidates, and one pass of each candidate over the candidate list in
+// shared memory gives its rank, i.e. its pick slot. (score desc, index asc)
+// is a total order and the global top k are all candidates (whatever ranks
+// above a top-k expert in its warp is top-k too), so picks, their order and
+// the weights (same SigmoidLikeCpu values, summed in pick order) are
+// RouteToken's bit for bit. Every thread of the CTA must call it.
+struct CtaRouteShared {
+  float sig[kMaxExperts];     // sigmoid of each logit (the weights reuse it)
+  float cand_v[kMaxExperts];  // candidates: ≤ 32 warps × ≤ 32 each
+  int cand_e[kMaxExperts];
+  int pick[kMaxTopK];
+};
+
+__device__ void RouteTokenCta(const float* logits, int num_experts, const float* bias, int top_k,
+                              bool renormalize, float routed_scaling, int32_t* idx_out,
+                              float* w_out, CtaRouteShared& sm) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int block_warps = blockDim.x >> 5;
+  const int expert_warps = (num_experts + 31) >> 5;
+  const int kc = min(top_k, 32);
+  for (int w = warp; w < expert_warps; w += block_warps) {
+    const int e = w * 32 + lane;
+    float v = -INFINITY;
+    if (e < num_experts) {
+      const float s = SigmoidLikeCpu(logits[e]);
+      sm.sig[e] = s;
+      v = __fadd_rn(s, bias != nullptr ? bias[e] : 0.f);  // as BiasedScore
+      if (v != v) v = -INFINITY;
+    }
+    // Lanes past num_experts hold -inf and the highest indices: they rank
+    // last, so the warp's ranks are a permutation with real experts first.
+    int r0 = 0, r1 = 0;
+#pragma unroll
+    for (int m = 0; m < 32; m += 2) {
+      const float v0 = __shfl_sync(0xffffffffu, v, m);
+      const float v1 = __shfl_sync(0xffffffffu, v, m + 1);
+      r0 += RanksAbove(v0, w * 32 + m, v, e) ? 1 : 0;
+      r1 += RanksAbove(v1, w * 32 + m + 1, v, e) ? 1 : 0;
+    }
+    const int r = r0 + r1;
+    if (r < kc) {
+      const bool real = e < num_experts;
+      sm.cand_v[w * kc + r] = real ? v : -INFINITY;
+      sm.cand_e[w * kc + r] = real ? e : INT_MAX;  // ranks below every real one
+    }
+  }
+  __syncthreads();
+  const int cands = expert_warps * kc;
+  for (int c = threadIdx.x; c < cands; c += blockDim.x) {
+    const float v = sm.cand_v[c];
+    const int e = sm.cand_e[c];
+    int r0 = 0, r1 = 0;
+    int j = 0;
+    for (; j + 1 < cands; j += 2) {
+      r0 += RanksAbove(sm.cand_v[j], sm.cand_e[j], v, e) ? 1 : 0;
+      r1 += RanksAbove(sm.cand_v[j + 1], sm.cand_e[j + 1], v, e) ? 1 : 0;
+    }
+    if (j < cands) r0 += RanksAbove(sm.cand_v[j], sm.cand_e[j], v, e) ? 1 : 0;
+    const int r = r0 + r1;
+    if (r < top_k && e != INT_MAX) sm.pick[r] = e;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    // Weights exactly as RouteToken forms them.
+    const int my_pick = lane < top_k ? sm.pick[lane] : 0;
+    const float s = lane < top_k ? sm.sig[my_pick] : 0.f;
+    float total = 0.f;
+    for (int j = 0; j < top_k; ++j) total = __fadd_rn(total, __shfl_sync(0xffffffffu, s, j));
+    const float norm = renormalize ? __fdiv_rn(1.f, __fadd_rn(total, 1e-20f)) : 1.f;
+    if (lane < top_k) {
+      idx_out[lane] = my_pick;
+      w_out[lane] = __fmul_rn(s, __fmul_rn(norm, routed_scaling));
+    }
+  }
+}
+
 template <int kPer>
 __global__ void __launch_bounds__(kRouteWarps * 32) MoeRouteKernel(MoeParams p) {
   PdlWait();
   PdlLaunchDependents();
+  if (p.cta_route) {  // host-checked: one token, sigmoid, no group limit
+    __shared__ CtaRouteShared sm;
+    RouteTokenCta(p.logits, p.num_experts, p.bias, p.top_k, p.renormalize != 0,
+                  p.routed_scaling, p.idx, p.wt, sm);
+    return;
+  }
   const int t = blockIdx.x * kRouteWarps + (threadIdx.x >> 5);
   if (t >= p.num_tokens) return;
   const size_t t64 = static_cast<size_t>(t);
@@ -482,7 +575,10 @@ __global__ void __launch_bounds__(kPlanThreads) MoePlanKernel(MoeParams p, int r
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
-  if (route_here) {
+  if (route_here && p.cta_route) {
+    __shared__ CtaRouteShared sm;
+    RouteTokenCta(p.logits, E, p.bias, k, p.renormalize != 0, p.routed_scaling, p.idx, p.wt, sm);
+  } else if (route_here) {
     const int num_warps = blockDim.x >> 5;
     for (int t = warp; t < p.num_tokens; t += num_warps) {
       const size_t t64 = static_cast<size_t>(t);
@@ -1167,6 +1263,18 @@ __global__ void __launch_bounds__(kDequantThreads) MoeDequantExpertsKernel(MoePa
 // ---------------------------------------------------------------------------
 // Host side.
 
+// Whether one token may be routed by the whole CTA (RouteTokenCta): sigmoid
+// scores and no group limit (STRATA_MOE_CTA_ROUTE=0 turns it off, a
+// diagnostic switch for A/B timing; the results are the same bits).
+bool UseCtaRoute(const MoeParams& p) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("STRATA_MOE_CTA_ROUTE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled && p.num_tokens == 1 && p.softmax == 0 && p.num_groups <= 1 &&
+         p.num_experts <= kMaxExperts && p.top_k <= kMaxTopK;
+}
+
 template <int kPer>
 Status LaunchRouting(const MoeParams& p, bool in_plan, cudaStream_t stream) {
   if (!in_plan) {
@@ -1377,6 +1485,7 @@ Status MoeRoute(const MoeShape& shape, const float* router_logits, const float* 
   p.num_groups = static_cast<int>(shape.num_groups);
   p.topk_groups = static_cast<int>(shape.topk_groups);
   p.softmax = shape.softmax ? 1 : 0;
+  p.cta_route = UseCtaRoute(p) ? 1 : 0;
   p.logits = router_logits;
   p.bias = score_bias;
   p.idx = idx;
@@ -1453,6 +1562,7 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   p.num_groups = static_cast<int>(s.num_groups);
   p.topk_groups = static_cast<int>(s.topk_groups);
   p.softmax = s.softmax ? 1 : 0;
+  p.cta_route = UseCtaRoute(p) ? 1 : 0;
   p.x = args.x;
   p.logits = args.router_logits;
   p.bias = args.score_bias;
