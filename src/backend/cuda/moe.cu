@@ -24,9 +24,11 @@
 //     of active experts exits at once; every CTA streams its weight rows once
 //     (16-byte no-L1-allocate loads, 4 per row in flight per lane) and
 //     multiplies them with all of its expert's token rows (8 at a time). For
-//     n ≤ 4 steps 4 and 5 are one kernel: a CTA owns 8 output features, each
+//     n ≤ 4 steps 4 and 5 are one kernel: a CTA owns kFusedRows features, each
 //     warp takes (token, k) pairs, and the k-ordered sum happens in shared
-//     memory.
+//     memory. A single token with bf16 experts and CTA routing (a batch-1
+//     decode step) skips the plan: pick j of the route kernel is slot j and
+//     h row j (MoeParams::direct), so route → gate|up → down+combine.
 //   prefill: grouped GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32
 //     accumulate; 64×128×32 CTA tiles, 4-stage cp.async pipeline, ldmatrix
 //     from padded shared memory). The plan kernel writes a device-side tile
@@ -123,6 +125,7 @@ struct MoeParams {
   int topk_groups;
   int softmax;      // 1: softmax routing (cpu::RouteSoftmaxTopK), no bias or groups
   int cta_route;    // 1: one token, routed by the whole CTA (RouteTokenCta)
+  int direct;       // 1: one token without a plan: slot / pair j is pick j, h row j
   const bf16* x;          // [n, D]
   const float* logits;    // [n, E]
   const float* bias;      // [E] or null
@@ -857,7 +860,7 @@ __device__ __forceinline__ void GateUpRows(const MoeParams& p, const WR& wg, con
   const bf16* act[TC];
 #pragma unroll
   for (int t = 0; t < TC; ++t) {
-    const int tok = p.row_token[row0 + min(t, nt - 1)];
+    const int tok = p.direct ? 0 : p.row_token[row0 + min(t, nt - 1)];
     act[t] = p.x + static_cast<size_t>(tok) * p.hidden;
   }
   const WR w[2] = {wg, wu};
@@ -882,6 +885,16 @@ template <int V, int kU, typename W>
 __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams p) {
   PdlWait();
   PdlLaunchDependents();
+  if (p.direct) {
+    // One dependent load before the weights stream (the planned path takes
+    // four: meta, active, offsets, row_token).
+    const int e = p.idx[blockIdx.x];
+    const int j = blockIdx.y * kGemvWarps + (threadIdx.x >> 5);
+    if (j >= p.inter) return;
+    GateUpRows<V, 1, kU>(p, W13Row<W>(p, e, j), W13Row<W>(p, e, p.inter + j),
+                         static_cast<int>(blockIdx.x), 1, j);
+    return;
+  }
   if (static_cast<int>(blockIdx.x) >= p.meta[0]) return;
   const int e = p.active[blockIdx.x];
   const int first = p.offsets[e];
@@ -980,7 +993,7 @@ __global__ void __launch_bounds__(kGemvThreads) MoeDownCombineKernel(MoeParams p
     typename RowOf<W>::type w[kFusedRows];
 #pragma unroll
     for (int r = 0; r < kFusedRows; ++r) w[r] = W2Row<W>(p, e, min(d0 + r, p.hidden - 1));
-    const bf16* act[1] = {p.h + static_cast<size_t>(p.pair_row[q]) * I};
+    const bf16* act[1] = {p.h + static_cast<size_t>(p.direct ? q : p.pair_row[q]) * I};
     float acc[kFusedRows][1];
     WarpDot<V, kFusedRows, 1>(w, act, 1, p.inter, acc);
 #pragma unroll
@@ -1306,6 +1319,26 @@ Status LaunchRouteOnly(const MoeParams& p, cudaStream_t stream) {
                 p);
 }
 
+Status RouteOnly(const MoeParams& p, cudaStream_t stream) {
+  const int E = p.num_experts;
+  if (E <= 32) return LaunchRouteOnly<1>(p, stream);
+  if (E <= 64) return LaunchRouteOnly<2>(p, stream);
+  if (E <= 128) return LaunchRouteOnly<4>(p, stream);
+  if (E <= 256) return LaunchRouteOnly<8>(p, stream);
+  if (E <= 512) return LaunchRouteOnly<16>(p, stream);
+  return LaunchRouteOnly<32>(p, stream);
+}
+
+// Whether a routed token may skip the plan (MoeParams::direct);
+// STRATA_MOE_DIRECT=0 turns that off (A/B switch; the same bits either way).
+bool DirectEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("STRATA_MOE_DIRECT");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
 // Whether a gate|up row short enough fits one group of loads per warp
 // (STRATA_MOE_ONE_ROUND=0 turns that off, a diagnostic switch for A/B timing).
 bool OneRoundEnabled() {
@@ -1490,13 +1523,7 @@ Status MoeRoute(const MoeShape& shape, const float* router_logits, const float* 
   p.bias = score_bias;
   p.idx = idx;
   p.wt = weight;
-  const int E = p.num_experts;
-  if (E <= 32) return LaunchRouteOnly<1>(p, stream);
-  if (E <= 64) return LaunchRouteOnly<2>(p, stream);
-  if (E <= 128) return LaunchRouteOnly<4>(p, stream);
-  if (E <= 256) return LaunchRouteOnly<8>(p, stream);
-  if (E <= 512) return LaunchRouteOnly<16>(p, stream);
-  return LaunchRouteOnly<32>(p, stream);
+  return RouteOnly(p, stream);
 }
 
 Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
@@ -1600,13 +1627,24 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
 
   const int64_t rows = args.num_tokens * s.top_k;
   const bool invariant = args.batch_invariant;
+  const bool vec4_y = s.hidden % 4 == 0 && IsAligned(args.y, 16);
+  const bool aligned = IsAligned(args.x, 16) && IsAligned(args.w13, 16) && IsAligned(args.w2, 16);
+  const bool vec = aligned && s.hidden % 8 == 0 && s.inter % 8 == 0;
+  // One token on the bf16 GEMV path (a batch-1 decode step): the route
+  // kernel's picks are the slots and h rows, so there is no plan kernel and
+  // the GEMVs find their expert with one load.
+  if (!fp8 && !invariant && p.cta_route && vec && !GemmShape(s, rows) &&
+      args.num_tokens <= kFusedCombineMaxTokens && DirectEnabled()) {
+    p.direct = 1;
+    STRATA_RETURN_IF_ERROR(RouteOnly(p, stream));
+    return LaunchGemvPath<8, bf16>(p, vec4_y, stream);
+  }
   // Batch-invariant calls route in the route kernel for every n (the plan
   // kernel's copy of RouteToken is the same explicitly rounded arithmetic,
   // but one code path for all n leaves nothing to argue about).
   STRATA_RETURN_IF_ERROR(
       RouteAndPlan(p, !invariant && args.num_tokens <= kFusedRouteMaxTokens, stream));
 
-  const bool vec4_y = s.hidden % 4 == 0 && IsAligned(args.y, 16);
   if (fp8) {
     // The codes take 8-byte loads; the scratch the GEMM reads is aligned.
     const bool vec = IsAligned(args.x, 16) && IsAligned(args.fp8.w13, 8) &&
@@ -1618,14 +1656,12 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
     if (vec) return LaunchGemvPath<8, uint8_t>(p, vec4_y, stream);
     return LaunchGemvPath<1, uint8_t>(p, vec4_y, stream);
   }
-  const bool aligned = IsAligned(args.x, 16) && IsAligned(args.w13, 16) && IsAligned(args.w2, 16);
   if (aligned && (invariant ? GemmTileShape(s) : GemmShape(s, rows))) {
     if (!invariant && l.sm90_bytes > 0 && UseSm90(args.gemm_impl, rows)) {
       return LaunchSm90Path(p, ws, l, vec4_y, stream);
     }
     return LaunchGemmPath(p, vec4_y, 0, stream);
   }
-  const bool vec = aligned && s.hidden % 8 == 0 && s.inter % 8 == 0;
   if (vec) return LaunchGemvPath<8, bf16>(p, vec4_y, stream);
   return LaunchGemvPath<1, bf16>(p, vec4_y, stream);
 }
