@@ -63,6 +63,12 @@
 //      [2048, 2304]  128 CTAs              7.0 µs  1.4 TB/s
 //      [12576, 2304] 197 CTAs             19 µs    3.3 TB/s
 //      [163840, 2304] 1280 CTAs          194 µs    4.17 TB/s
+// Each warp loads its first round of weights (kU k blocks of its group) into
+// registers before its PDL wait, i.e. while the previous kernel of the step
+// drains: at batch 1 a GEMV's fixed cost (ramp and tail, ~3 µs in the
+// captured step) is what separates it from its bytes' time. Measured against
+// prefetching the same round into L2 (STRATA_GEMV_PRELOAD=0), batch-1 decode
+// of the 48B model at 4K: 2.590 → 2.466 ms per step.
 // A stream-K variant (equal bytes per warp, split tiles reduced by the last
 // arriving warp) measured slower on 9 of 11 decode shapes (the reduction
 // costs more than the balance gains) and was removed.
@@ -89,6 +95,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <type_traits>
 
@@ -152,6 +160,7 @@ struct GemvParams {
   int m;
   int tiles_per_cta;  // GEMV: 16-row W tiles per CTA
   int k_split;        // S: k groups of the canonical sum (GEMV: warps per tile)
+  int preload;        // GEMV: first round of W into registers before the PDL wait
   float alpha;
   float beta;  // only with fp32 y
 };
@@ -250,11 +259,36 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
   }
   const int64_t kblocks = CeilDiv(p.k, 32);
 
+  // This warp's group: contiguous k blocks, ascending (the canonical chain).
+  // k < 2^30, so k blocks and element offsets fit in 32 bits (fewer
+  // registers: the 128-register cap is tight).
+  const int kb_lo = static_cast<int>(GroupStart(kblocks, ks, p.k_split));
+  const int kb_hi = static_cast<int>(GroupStart(kblocks, ks + 1, p.k_split));
+  const int k32 = static_cast<int>(p.k);
+  // The loop bounds and the per-block guards are warp-uniform (mma.sync
+  // needs the whole warp).
+  const bool has_work = tile * kTile < p.n && kb_lo < kb_hi;
+  uint4 wa[kU], wb[kU];
+  // W's k blocks [base, base + kU) of this group; zeros past it or past k.
+  auto load_w = [&](int base) {
+    const int n_here = min(kU, kb_hi - base);
+#pragma unroll
+    for (int j = 0; j < kU; ++j) {
+      const int koff = (base + j) * 32;  // element offset of this k block
+      // k % 8 == 0, so this lane's 8-element chunk is wholly in or out.
+      const bool k_ok = j < n_here && koff + t * 8 < k32;
+      wa[j] = LdgStream16(w0 + koff, k_ok && row0_ok);
+      wb[j] = LdgStream16(w1 + koff, k_ok && row1_ok);
+    }
+  };
+
   // Until the previous kernel of the step has finished, only the weights may
-  // be touched: start the first round of every warp's weight loads (kU k
-  // blocks from the start of its group, for each of the CTA's rows) into L2
-  // while it drains. tpc · 16 rows × S groups = 128 (row, group) pairs.
-  {
+  // be touched. With p.preload each warp loads its first round of weights
+  // (kU k blocks) into registers while that kernel drains; otherwise the
+  // CTA's threads ask for the same bytes to be brought into L2.
+  if (p.preload) {
+    if (has_work) load_w(kb_lo);
+  } else {
     const int rows = p.tiles_per_cta * kTile;
     const int idx = threadIdx.x;
     if (idx < rows * p.k_split) {
@@ -270,31 +304,20 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
   }
   PdlWait();
   PdlLaunchDependents();
+  if (!p.preload && has_work) load_w(kb_lo);
 
   float acc[kNT][4];
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
 
-  // This warp's group: contiguous k blocks, ascending (the canonical chain).
-  // k < 2^30, so k blocks and element offsets fit in 32 bits (fewer
-  // registers: the 128-register cap is tight).
-  const int kb_lo = static_cast<int>(GroupStart(kblocks, ks, p.k_split));
-  const int kb_hi = static_cast<int>(GroupStart(kblocks, ks + 1, p.k_split));
-  const int k32 = static_cast<int>(p.k);
-  // The loop bounds and the per-block guards are warp-uniform (mma.sync
-  // needs the whole warp).
-  if (tile * kTile < p.n) {
+  if (has_work) {
     for (int base = kb_lo; base < kb_hi; base += kU) {
       const int n_here = min(kU, kb_hi - base);  // k blocks of the group in this step
-      uint4 wa[kU], wb[kU];
       XChunk xc[kU][kNT];
 #pragma unroll
       for (int j = 0; j < kU; ++j) {
-        const int koff = (base + j) * 32;  // element offset of this k block
-        // k % 8 == 0, so this lane's 8-element chunk is wholly in or out.
+        const int koff = (base + j) * 32;
         const bool k_ok = j < n_here && koff + t * 8 < k32;
-        wa[j] = LdgStream16(w0 + koff, k_ok && row0_ok);
-        wb[j] = LdgStream16(w1 + koff, k_ok && row1_ok);
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
           const bool ok = k_ok && x_ok[nt];
@@ -332,6 +355,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
           }
         }
       }
+      if (base + kU < kb_hi) load_w(base + kU);
     }
   }
 
@@ -922,6 +946,17 @@ bool FastShape(const Problem& pr) {
          (pr.count == 1 || (pr.stride_w % 8 == 0 && pr.stride_x % x_per_16b == 0));
 }
 
+// Whether the GEMV loads its first round of weights into registers before
+// the PDL wait (GemvParams::preload); STRATA_GEMV_PRELOAD=0 makes it prefetch
+// that round into L2 instead (A/B switch; the arithmetic is the same).
+bool GemvPreload() {
+  static const bool on = [] {
+    const char* v = std::getenv("STRATA_GEMV_PRELOAD");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 // m ≤ kGemvMaxRows, any shape: the mma GEMV, or the scalar kernel.
 Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   const GemmArgs& a = pr.a;
@@ -938,6 +973,7 @@ Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   }
   const GemvPlan plan = GemvPlanFor(*ctx.plans(), a.n, a.k);
   p.tiles_per_cta = plan.tiles_per_cta;
+  p.preload = GemvPreload() ? 1 : 0;
   p.k_split = plan.k_split;
   const int nt = a.m > 8 ? 2 : 1;
   const unsigned grid = static_cast<unsigned>(CeilDiv(CeilDiv(a.n, kTile), p.tiles_per_cta));
