@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -294,6 +295,45 @@ class DecodeFixture {
     return a;
   }
 
+  // The same query with its rope part moved out (MlaDecodeArgs::q_rope):
+  // q_abs's rope columns become NaN on the device, the rope rows go to their
+  // own buffer with `stride` elements per (sequence, head).
+  ::testing::AssertionResult UploadRopeSplit(int64_t stride) {
+    const int64_t r = c_.shape.kv_rank, dr = c_.shape.rope_dim;
+    std::vector<float> q_nan = q_abs_;
+    std::vector<float> rope(static_cast<size_t>(batch_ * H_ * stride), 0.f);
+    for (int64_t bh = 0; bh < batch_ * H_; ++bh) {
+      for (int64_t i = 0; i < dr; ++i) {
+        rope[bh * stride + i] = q_abs_[bh * cd_ + r + i];
+        q_nan[bh * cd_ + r + i] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+    q_nan_d_ = std::make_unique<DeviceArray<bf16>>(q_nan.size());
+    rope_d_ = std::make_unique<DeviceArray<bf16>>(rope.size());
+    rope_stride_ = stride;
+    if (!q_nan_d_->ptr() || !rope_d_->ptr()) return ::testing::AssertionFailure() << "cudaMalloc";
+    if (cuda::Upload(*q_nan_d_, Bits(q_nan)) != cudaSuccess ||
+        cuda::Upload(*rope_d_, Bits(rope)) != cudaSuccess) {
+      return ::testing::AssertionFailure() << "upload failed";
+    }
+    return ::testing::AssertionSuccess();
+  }
+  MlaDecodeArgs RopeSplitArgs(ActType out_type) const {
+    MlaDecodeArgs a = Args(out_type);
+    a.q_abs = q_nan_d_->ptr();
+    a.q_rope = rope_d_->ptr();
+    a.q_rope_stride = rope_stride_;
+    return a;
+  }
+  // The device output's raw bytes.
+  std::vector<uint8_t> RawOut(ActType out_type) const {
+    const size_t n = static_cast<size_t>(batch_ * H_ * c_.shape.kv_rank) *
+                     (out_type == ActType::kF32 ? 4 : 2);
+    std::vector<uint8_t> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), out_d_->ptr(), n, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+
   // The device output as doubles (fp32 or bf16 elements).
   ::testing::AssertionResult Result(ActType out_type, std::vector<double>* out) const {
     const size_t n = static_cast<size_t>(batch_ * H_ * c_.shape.kv_rank);
@@ -368,7 +408,8 @@ class DecodeFixture {
   std::unique_ptr<HostPagedCache> cache_;
   std::vector<std::vector<float>> rows_;  // per sequence [len, cd]
   std::vector<float> kv_b_, q_full_, q_abs_;
-  std::unique_ptr<DeviceArray<bf16>> pool_d_, q_d_;
+  std::unique_ptr<DeviceArray<bf16>> pool_d_, q_d_, q_nan_d_, rope_d_;
+  int64_t rope_stride_ = 0;
   std::unique_ptr<DeviceArray<int32_t>> table_d_, lens_d_;
   std::unique_ptr<DeviceArray<float>> out_d_;
   std::unique_ptr<DeviceArray<uint8_t>> ws_d_;
@@ -426,6 +467,18 @@ void RunDecodeCase(const DecodeCase& c, uint32_t seed) {
       Report(std::string(c.name) + " W_UV·out vs cpu::MlaAbsorbed", ec);
       EXPECT_LE(ec.l2_rel, 1e-2);
     }
+  }
+  // The rope part read from its own buffer (q_abs's copy poisoned with NaN)
+  // gives the same bytes: a stride with padding, as the executor's q rows.
+  ASSERT_TRUE(f.UploadRopeSplit(c.shape.rope_dim + 24));
+  for (ActType t : {ActType::kF32, ActType::kBf16}) {
+    ASSERT_TRUE(MlaDecode(f.Args(t), f.workspace(), f.workspace_bytes(), nullptr).ok());
+    CUDA_ASSERT_OK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> whole = f.RawOut(t);
+    const Status st = MlaDecode(f.RopeSplitArgs(t), f.workspace(), f.workspace_bytes(), nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    CUDA_ASSERT_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(f.RawOut(t) == whole) << c.name << ": q_rope from its own buffer changes the output";
   }
 }
 

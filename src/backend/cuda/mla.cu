@@ -253,6 +253,8 @@ constexpr int kDecPRowElems = kDecTok + 8;   // padded: conflict-free ldmatrix
 
 struct DecodeParams {
   const bf16* q;               // [B, H, cd]
+  const bf16* q_rope;          // null, or row (b, h) at q_rope + (b·H + h)·q_rope_stride
+  int64_t q_rope_stride;
   const bf16* pool;            // [num_blocks, 64, cd]
   const int32_t* block_table;  // [B, max_blocks]
   const int32_t* seq_lens;     // [B]
@@ -275,6 +277,7 @@ struct DecodeParams {
 
 template <int kR, int kDr>
 struct DecodeTile {
+  static constexpr int kRank = kR;
   static constexpr int kCd = kR + kDr;
   static constexpr int kChunks = kCd / 8;  // 16-byte chunks per row
   static constexpr int kRowBytes = kCd * 2;
@@ -382,8 +385,12 @@ __global__ void __launch_bounds__(kDecThreads, 1)
       const int row = c / Tile::kChunks, ch = c % Tile::kChunks;
       const int head = head0 + row;
       const bool ok = head < p.num_heads;
-      const bf16* src = p.q + (static_cast<int64_t>(b) * p.num_heads + (ok ? head : 0)) * kCd;
-      CpAsync16(dst + SwizzledOffset(row, ch, Tile::kRowBytes), src + (ok ? ch * 8 : 0), ok);
+      const int64_t bh = static_cast<int64_t>(b) * p.num_heads + (ok ? head : 0);
+      // The rope chunks come from q_rope when the caller passes it.
+      const bf16* src = p.q_rope != nullptr && ch >= Tile::kRank / 8
+                            ? p.q_rope + bh * p.q_rope_stride + (ch - Tile::kRank / 8) * 8
+                            : p.q + bh * kCd + ch * 8;
+      CpAsync16(dst + SwizzledOffset(row, ch, Tile::kRowBytes), ok ? src : p.q, ok);
     }
   }
   load_block(blk_begin, 0);
@@ -774,6 +781,8 @@ __global__ void __launch_bounds__(128) MlaDecodeMergeWideKernel(const MergeParam
 
 struct SimpleDecodeParams {
   const bf16* q;
+  const bf16* q_rope;  // as DecodeParams
+  int64_t q_rope_stride;
   const bf16* pool;
   const int32_t* block_table;
   const int32_t* seq_lens;
@@ -802,8 +811,12 @@ __global__ void __launch_bounds__(kSimpleThreads)
   __shared__ float red[32];
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int seq_len = DecodeLength(p.seq_lens, p.sel_counts, b, p.max_seq_len);
-  const bf16* q = p.q + (static_cast<int64_t>(b) * p.num_heads + h) * p.cd;
-  for (int i = tid; i < p.cd; i += kSimpleThreads) qs[i] = __bfloat162float(q[i]);
+  const int64_t bh = static_cast<int64_t>(b) * p.num_heads + h;
+  const bf16* q = p.q + bh * p.cd;
+  const bf16* qr = p.q_rope != nullptr ? p.q_rope + bh * p.q_rope_stride - p.r : q;
+  for (int i = tid; i < p.cd; i += kSimpleThreads) {
+    qs[i] = __bfloat162float(i < p.r ? q[i] : qr[i]);
+  }
   for (int i = tid; i < p.r; i += kSimpleThreads) acc[i] = 0.f;
   __syncthreads();
   const int32_t* table =
@@ -1742,12 +1755,16 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
   const int heads = static_cast<int>(s.num_heads);
 
   using FastTile = DecodeTile<512, 64>;
+  const bool rope_ok =
+      args.q_rope == nullptr || (Aligned16(args.q_rope) && args.q_rope_stride % 8 == 0);
   const bool fast = DecodeFastShape(s) && Aligned16(args.q_abs) && Aligned16(args.cache.pool) &&
-                    Aligned16(args.out_latent) && Aligned16(workspace) &&
+                    Aligned16(args.out_latent) && Aligned16(workspace) && rope_ok &&
                     SmemFits(FastTile::kSmemBytes);
   if (fast) {
     DecodeParams p{};
     p.q = args.q_abs;
+    p.q_rope = args.q_rope;
+    p.q_rope_stride = args.q_rope_stride;
     p.pool = args.cache.pool;
     p.block_table = args.cache.block_table;
     p.seq_lens = args.seq_lens;
@@ -1808,6 +1825,8 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
 
   SimpleDecodeParams p{};
   p.q = args.q_abs;
+  p.q_rope = args.q_rope;
+  p.q_rope_stride = args.q_rope_stride;
   p.pool = args.cache.pool;
   p.block_table = args.cache.block_table;
   p.seq_lens = args.seq_lens;

@@ -77,6 +77,12 @@ struct MlaDecodeArgs {
   void* out_latent = nullptr;
   ActType out_type = ActType::kBf16;
   MlaSparseRows sparse;     // optional DSA selection
+  // Optional: q_rope,h read from here instead of q_abs[b, h, r:], so a caller
+  // whose projection already holds it skips a copy: row (b, h) at
+  // q_rope + (b·H + h)·q_rope_stride, dr elements. q_abs[b, h, r:] is then
+  // not read.
+  const bf16* q_rope = nullptr;
+  int64_t q_rope_stride = 0;
   // Batch-invariant mode (issue 6): a sequence's output is bit-identical
   // whatever the batch size, the other sequences, its slot in the batch and
   // max_seq_len. The tensor-core kernel then splits every sequence into

@@ -193,18 +193,18 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
     uk.stride_w = g.r * g.dn;
     uk.stride_y = g.cd;
     STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(*blas_, uk, stream_));
-    if (g.dr > 0) {
-      // q_rope rides along unchanged: q_abs[:, h, r:] = q[:, h, dn:].
-      STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-          s_.q_abs + g.r, sizeof(bf16) * static_cast<size_t>(g.cd), s_.q + g.dn,
-          sizeof(bf16) * static_cast<size_t>(g.qd), sizeof(bf16) * static_cast<size_t>(g.dr),
-          static_cast<size_t>(n * g.Hm), cudaMemcpyDeviceToDevice, stream_));
-    }
     if (branch) STRATA_RETURN_IF_ERROR(Join());
     cuda::MlaDecodeArgs a;
     a.shape = shape;
     a.batch = n;
     a.q_abs = s_.q_abs;
+    // q_rope rides along unchanged: the decode kernel reads it from q (no
+    // copy into q_abs[:, h, r:], which would be a graph node outside the
+    // PDL chain).
+    if (g.dr > 0) {
+      a.q_rope = s_.q + g.dn;
+      a.q_rope_stride = g.qd;
+    }
     a.cache = cache;
     a.seq_lens = seq_lens;
     a.max_seq_len = mla_bound;
