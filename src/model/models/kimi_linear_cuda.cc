@@ -12,13 +12,15 @@
 //        h += o_proj(GatedRMSNorm(o, z))              GEMM accumulating into h
 //   MLA: q = xn·W_qᵀ, [c|k_r] = xn·W_kvaᵀ, c = RMSNorm(c), rows → paged cache
 //        prefill: gather latents, kv = kv_b(c) for all S keys, flash attention
-//        decode:  q̃ = W_UKᵀ q_nope per head, attention over the latents,
-//                 o = W_UV õ per head (absorbed: the cache is never expanded)
+//        decode:  q̃ = W_UKᵀ q_nope per head, attention over the latents
+//                 (q_rope read in place from q), o = W_UV õ per head
+//                 (absorbed: the cache is never expanded)
 //        h += o_proj(o)
 //   xn = RMSNorm(h)
 //   dense: h += down(SiLU(gate)·up) with [gate|up] one GEMM
 //   MoE:   router logits (fp32) → MoeForward → pending (added by the next norm),
-//          h += shared expert
+//          h += shared expert; one token (batch-1 decode) takes MoeForward's
+//          planless path: route → gate|up → down+combine
 // then logits = lm_head(RMSNorm(h += pending)).
 // At decode (≤ 16 rows) three pieces run on a second stream beside the main
 // chain (CudaExecutorBase::Branching): f_b/g_b beside the conv and the KDA
