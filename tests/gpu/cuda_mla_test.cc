@@ -327,8 +327,8 @@ class DecodeFixture {
   }
   // The device output's raw bytes.
   std::vector<uint8_t> RawOut(ActType out_type) const {
-    const size_t n = static_cast<size_t>(batch_ * H_ * c_.shape.kv_rank) *
-                     (out_type == ActType::kF32 ? 4 : 2);
+    const size_t n =
+        static_cast<size_t>(batch_ * H_ * c_.shape.kv_rank) * (out_type == ActType::kF32 ? 4 : 2);
     std::vector<uint8_t> h(n);
     EXPECT_EQ(cudaMemcpy(h.data(), out_d_->ptr(), n, cudaMemcpyDeviceToHost), cudaSuccess);
     return h;
@@ -478,7 +478,8 @@ void RunDecodeCase(const DecodeCase& c, uint32_t seed) {
     const Status st = MlaDecode(f.RopeSplitArgs(t), f.workspace(), f.workspace_bytes(), nullptr);
     ASSERT_TRUE(st.ok()) << st;
     CUDA_ASSERT_OK(cudaDeviceSynchronize());
-    EXPECT_TRUE(f.RawOut(t) == whole) << c.name << ": q_rope from its own buffer changes the output";
+    EXPECT_TRUE(f.RawOut(t) == whole)
+        << c.name << ": q_rope from its own buffer changes the output";
   }
 }
 

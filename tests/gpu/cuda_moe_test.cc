@@ -277,12 +277,12 @@ TEST(CudaMoeRoute, OneTokenMatchesCpuAndWarpRoutingBitForBit) {
     Upload(d_two, two);
     Upload(d_bias, bias);
     const float* b = c.bias ? d_bias.get<float>() : nullptr;
-    ASSERT_TRUE(MoeRoute(shape, d_one.get<float>(), b, 1, d_idx1.get<int32_t>(),
-                         d_w1.get<float>(), nullptr)
-                    .ok());
-    ASSERT_TRUE(MoeRoute(shape, d_two.get<float>(), b, 2, d_idx2.get<int32_t>(),
-                         d_w2.get<float>(), nullptr)
-                    .ok());
+    ASSERT_TRUE(
+        MoeRoute(shape, d_one.get<float>(), b, 1, d_idx1.get<int32_t>(), d_w1.get<float>(), nullptr)
+            .ok());
+    ASSERT_TRUE(
+        MoeRoute(shape, d_two.get<float>(), b, 2, d_idx2.get<int32_t>(), d_w2.get<float>(), nullptr)
+            .ok());
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<int32_t> idx1(c.k), idx2(2 * c.k);
     std::vector<float> w1(c.k), w2(2 * c.k);

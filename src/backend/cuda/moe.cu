@@ -541,8 +541,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32) MoeRouteKernel(MoeParams p) 
   PdlLaunchDependents();
   if (p.cta_route) {  // host-checked: one token, sigmoid, no group limit
     __shared__ CtaRouteShared sm;
-    RouteTokenCta(p.logits, p.num_experts, p.bias, p.top_k, p.renormalize != 0,
-                  p.routed_scaling, p.idx, p.wt, sm);
+    RouteTokenCta(p.logits, p.num_experts, p.bias, p.top_k, p.renormalize != 0, p.routed_scaling,
+                  p.idx, p.wt, sm);
     return;
   }
   const int t = blockIdx.x * kRouteWarps + (threadIdx.x >> 5);
