@@ -48,11 +48,13 @@ Status CudaError(cudaError_t err, const char* what) {
   return Make(err, "", what);
 }
 
+bool EnvSwitchOn(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 bool PdlEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("STRATA_CUDA_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("STRATA_CUDA_PDL");
   return enabled;
 }
 

@@ -40,6 +40,11 @@ Status CudaError(cudaError_t err, const char* what);
 // The status of the last launch on this thread: OK, or an error naming `kernel`.
 Status LaunchStatus(const char* kernel);
 
+// Whether a diagnostic A/B switch is on: true unless the environment variable
+// `name` is "0". Reads the environment on every call; callers keep the answer
+// in a function-local static, so a process reads each switch once.
+bool EnvSwitchOn(const char* name);
+
 // Whether kernel launches ask for programmatic dependent launch (see pdl.cuh):
 // on unless the environment variable STRATA_CUDA_PDL is "0" when first asked.
 // A diagnostic switch for A/B timing; results are identical either way.

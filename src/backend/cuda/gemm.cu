@@ -95,8 +95,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <type_traits>
 
@@ -950,10 +948,7 @@ bool FastShape(const Problem& pr) {
 // the PDL wait (GemvParams::preload); STRATA_GEMV_PRELOAD=0 makes it prefetch
 // that round into L2 instead (A/B switch; the arithmetic is the same).
 bool GemvPreload() {
-  static const bool on = [] {
-    const char* v = std::getenv("STRATA_GEMV_PRELOAD");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = EnvSwitchOn("STRATA_GEMV_PRELOAD");
   return on;
 }
 

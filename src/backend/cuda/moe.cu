@@ -1282,10 +1282,7 @@ __global__ void __launch_bounds__(kDequantThreads) MoeDequantExpertsKernel(MoePa
 // scores and no group limit (STRATA_MOE_CTA_ROUTE=0 turns it off, a
 // diagnostic switch for A/B timing; the results are the same bits).
 bool UseCtaRoute(const MoeParams& p) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("STRATA_MOE_CTA_ROUTE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("STRATA_MOE_CTA_ROUTE");
   return enabled && p.num_tokens == 1 && p.softmax == 0 && p.num_groups <= 1 &&
          p.num_experts <= kMaxExperts && p.top_k <= kMaxTopK;
 }
@@ -1334,20 +1331,14 @@ Status RouteOnly(const MoeParams& p, cudaStream_t stream) {
 // Whether a routed token may skip the plan (MoeParams::direct);
 // STRATA_MOE_DIRECT=0 turns that off (A/B switch; the same bits either way).
 bool DirectEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("STRATA_MOE_DIRECT");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("STRATA_MOE_DIRECT");
   return enabled;
 }
 
 // Whether a gate|up row short enough fits one group of loads per warp
 // (STRATA_MOE_ONE_ROUND=0 turns that off, a diagnostic switch for A/B timing).
 bool OneRoundEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("STRATA_MOE_ONE_ROUND");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvSwitchOn("STRATA_MOE_ONE_ROUND");
   return enabled;
 }
 

@@ -4,11 +4,11 @@
 #include "model/models/cuda_executor_base.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "backend/cuda/cuda_common.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/norm.h"
 
@@ -81,19 +81,10 @@ Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t blocks, bool cuda_gr
   return OkStatus();
 }
 
-namespace {
-
-// A diagnostic switch for A/B timing, read once: STRATA_DECODE_BRANCHES=0
-// keeps a decode step on one stream. Results are identical either way.
-bool EnvOn(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-}  // namespace
-
+// STRATA_DECODE_BRANCHES=0 keeps a decode step on one stream (A/B switch;
+// results are identical either way).
 bool CudaExecutorBase::Branching(int64_t n) const {
-  static const bool on = EnvOn("STRATA_DECODE_BRANCHES");
+  static const bool on = cuda::EnvSwitchOn("STRATA_DECODE_BRANCHES");
   return on && side_ != nullptr && n <= cuda::kGemvMaxRows;
 }
 
