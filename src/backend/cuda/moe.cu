@@ -311,11 +311,32 @@ __device__ __forceinline__ bool RanksAbove(float v, int e, float bv, int be) {
   return v > bv || (v == bv && e < be);
 }
 
+// sig + bias (sig = SigmoidLikeCpu(logit of e)), NaN as −inf.
+__device__ __forceinline__ float BiasedFromSigmoid(float sig, const float* bias, int e) {
+  const float b = bias != nullptr ? bias[e] : 0.f;
+  const float v = __fadd_rn(sig, b);
+  return v != v ? -INFINITY : v;  // NaN ranks last, as in the reference
+}
+
 // sigmoid(logit) + bias, NaN as −inf.
 __device__ __forceinline__ float BiasedScore(const float* logits, const float* bias, int e) {
-  const float b = bias != nullptr ? bias[e] : 0.f;
-  const float v = __fadd_rn(SigmoidLikeCpu(logits[e]), b);
-  return v != v ? -INFINITY : v;  // NaN ranks last, as in the reference
+  return BiasedFromSigmoid(SigmoidLikeCpu(logits[e]), bias, e);
+}
+
+// Sigmoid routing's output, called by a whole warp whose lane j < top_k holds
+// pick j and its unbiased score s: weights summed in pick order like the
+// reference, renormalised and scaled.
+__device__ __forceinline__ void WriteSigmoidPicks(int my_pick, float s, int top_k,
+                                                  bool renormalize, float routed_scaling,
+                                                  int32_t* idx_out, float* w_out) {
+  const int lane = threadIdx.x & 31;
+  float total = 0.f;
+  for (int j = 0; j < top_k; ++j) total = __fadd_rn(total, __shfl_sync(0xffffffffu, s, j));
+  const float norm = renormalize ? __fdiv_rn(1.f, __fadd_rn(total, 1e-20f)) : 1.f;
+  if (lane < top_k) {
+    idx_out[lane] = my_pick;
+    w_out[lane] = __fmul_rn(s, __fmul_rn(norm, routed_scaling));
+  }
 }
 
 // Group limit (cpu::RouteSigmoidGroupedTopK): lane g < num_groups scores its
@@ -441,15 +462,9 @@ __device__ void RouteToken(const float* logits, int num_experts, const float* bi
     }
     return;
   }
-  // Weights from the unbiased scores, summed in pick order like the reference.
+  // Weights from the unbiased scores.
   const float s = lane < top_k ? SigmoidLikeCpu(logits[my_pick]) : 0.f;
-  float total = 0.f;
-  for (int j = 0; j < top_k; ++j) total = __fadd_rn(total, __shfl_sync(0xffffffffu, s, j));
-  const float norm = renormalize ? __fdiv_rn(1.f, __fadd_rn(total, 1e-20f)) : 1.f;
-  if (lane < top_k) {
-    idx_out[lane] = my_pick;
-    w_out[lane] = __fmul_rn(s, __fmul_rn(norm, routed_scaling));
-  }
+  WriteSigmoidPicks(my_pick, s, top_k, renormalize, routed_scaling, idx_out, w_out);
 }
 
 // One token routed by the whole CTA: sigmoid scores without a group limit,
@@ -483,10 +498,8 @@ __device__ void RouteTokenCta(const float* logits, int num_experts, const float*
     const int e = w * 32 + lane;
     float v = -INFINITY;
     if (e < num_experts) {
-      const float s = SigmoidLikeCpu(logits[e]);
-      sm.sig[e] = s;
-      v = __fadd_rn(s, bias != nullptr ? bias[e] : 0.f);  // as BiasedScore
-      if (v != v) v = -INFINITY;
+      sm.sig[e] = SigmoidLikeCpu(logits[e]);
+      v = BiasedFromSigmoid(sm.sig[e], bias, e);
     }
     // Lanes past num_experts hold -inf and the highest indices: they rank
     // last, so the warp's ranks are a permutation with real experts first.
@@ -521,17 +534,10 @@ __device__ void RouteTokenCta(const float* logits, int num_experts, const float*
     if (r < top_k && e != INT_MAX) sm.pick[r] = e;
   }
   __syncthreads();
-  if (warp == 0) {
-    // Weights exactly as RouteToken forms them.
+  if (warp == 0) {  // weights exactly as RouteToken forms them
     const int my_pick = lane < top_k ? sm.pick[lane] : 0;
-    const float s = lane < top_k ? sm.sig[my_pick] : 0.f;
-    float total = 0.f;
-    for (int j = 0; j < top_k; ++j) total = __fadd_rn(total, __shfl_sync(0xffffffffu, s, j));
-    const float norm = renormalize ? __fdiv_rn(1.f, __fadd_rn(total, 1e-20f)) : 1.f;
-    if (lane < top_k) {
-      idx_out[lane] = my_pick;
-      w_out[lane] = __fmul_rn(s, __fmul_rn(norm, routed_scaling));
-    }
+    WriteSigmoidPicks(my_pick, lane < top_k ? sm.sig[my_pick] : 0.f, top_k, renormalize,
+                      routed_scaling, idx_out, w_out);
   }
 }
 
