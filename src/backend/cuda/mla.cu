@@ -813,9 +813,9 @@ __global__ void __launch_bounds__(kSimpleThreads)
   const int seq_len = DecodeLength(p.seq_lens, p.sel_counts, b, p.max_seq_len);
   const int64_t bh = static_cast<int64_t>(b) * p.num_heads + h;
   const bf16* q = p.q + bh * p.cd;
-  const bf16* qr = p.q_rope != nullptr ? p.q_rope + bh * p.q_rope_stride - p.r : q;
+  const bf16* qr = p.q_rope != nullptr ? p.q_rope + bh * p.q_rope_stride : q + p.r;
   for (int i = tid; i < p.cd; i += kSimpleThreads) {
-    qs[i] = __bfloat162float(i < p.r ? q[i] : qr[i]);
+    qs[i] = __bfloat162float(i < p.r ? q[i] : qr[i - p.r]);
   }
   for (int i = tid; i < p.r; i += kSimpleThreads) acc[i] = 0.f;
   __syncthreads();
