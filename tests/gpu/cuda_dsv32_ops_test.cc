@@ -18,35 +18,14 @@
 #include "backend/cuda/norm.h"
 #include "backend/cuda/rope.h"
 #include "base/dtype.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16)), cudaSuccess); }
-  ~DevBuf() {
-    if (p_ != nullptr) cudaFree(p_);
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(p_);
-  }
-
- private:
-  void* p_ = nullptr;
-};
-
-template <typename T>
-void Upload(const DevBuf& d, const std::vector<T>& h) {
-  ASSERT_EQ(cudaMemcpy(d.get(), h.data(), sizeof(T) * h.size(), cudaMemcpyHostToDevice), cudaSuccess);
-}
-template <typename T>
-void Download(std::vector<T>& h, const DevBuf& d) {
-  ASSERT_EQ(cudaMemcpy(h.data(), d.get(), sizeof(T) * h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-}
+using op_test::DevBuf;
+using op_test::Download;
+using op_test::Upload;
 
 float HashUniform(uint64_t seed, uint64_t i, float lo, float hi) {
   uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;

@@ -48,38 +48,14 @@
 #include "backend/cuda/moe_grouped_gemm_sm90.h"
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-class DevBuf {
- public:
-  DevBuf() = default;
-  explicit DevBuf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16)), cudaSuccess); }
-  ~DevBuf() {
-    if (p_ != nullptr) cudaFree(p_);
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(p_);
-  }
-
- private:
-  void* p_ = nullptr;
-};
-
-template <typename T>
-void Upload(const DevBuf& d, const std::vector<T>& h) {
-  ASSERT_EQ(cudaMemcpy(d.get(), h.data(), sizeof(T) * h.size(), cudaMemcpyHostToDevice), cudaSuccess);
-}
-template <typename T>
-void Download(std::vector<T>& h, const DevBuf& d) {
-  ASSERT_EQ(cudaMemcpy(h.data(), d.get(), sizeof(T) * h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-}
+using op_test::DevBuf;
+using op_test::Download;
+using op_test::Upload;
 
 ThreadPool* Pool() {
   static ThreadPool* pool = new ThreadPool(0);
@@ -142,11 +118,15 @@ struct RouteCase {
   int special;  // 0: random; 1: quantised logits (exact ties); 2: NaN/±inf sprinkled
 };
 
-void CheckRoute(const RouteCase& c, uint64_t seed) {
-  SCOPED_TRACE(testing::Message() << "E=" << c.E << " k=" << c.k << " n=" << c.n
-                                  << " bias=" << c.bias << " renorm=" << c.renormalize
-                                  << " special=" << c.special);
-  std::vector<float> logits = RandomF32(static_cast<size_t>(c.n * c.E), seed, 4.f);
+struct RouteInputs {
+  std::vector<float> logits;  // [n, E]
+  std::vector<float> bias;    // [E], empty without c.bias
+};
+
+RouteInputs MakeRouteInputs(const RouteCase& c, uint64_t seed) {
+  RouteInputs in;
+  std::vector<float>& logits = in.logits;
+  logits = RandomF32(static_cast<size_t>(c.n * c.E), seed, 4.f);
   if (c.special == 1) {
     for (float& v : logits) v = std::round(v * 2.f) / 2.f;  // ~17 distinct values
   } else if (c.special == 2) {
@@ -157,13 +137,22 @@ void CheckRoute(const RouteCase& c, uint64_t seed) {
       if (h % 19 == 0) logits[i] = -std::numeric_limits<float>::infinity();
     }
   }
-  std::vector<float> bias;
   if (c.bias) {
-    bias = RandomF32(static_cast<size_t>(c.E), seed + 1, 0.1f);
+    in.bias = RandomF32(static_cast<size_t>(c.E), seed + 1, 0.1f);
     if (c.special == 1) {
-      for (float& b : bias) b = std::round(b * 20.f) / 20.f;  // ties survive the bias
+      for (float& b : in.bias) b = std::round(b * 20.f) / 20.f;  // ties survive the bias
     }
   }
+  return in;
+}
+
+void CheckRoute(const RouteCase& c, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "E=" << c.E << " k=" << c.k << " n=" << c.n
+                                  << " bias=" << c.bias << " renorm=" << c.renormalize
+                                  << " special=" << c.special);
+  const RouteInputs in = MakeRouteInputs(c, seed);
+  const std::vector<float>& logits = in.logits;
+  const std::vector<float>& bias = in.bias;
   std::vector<int32_t> ref_idx(static_cast<size_t>(c.n * c.k));
   std::vector<float> ref_w(ref_idx.size());
   for (int64_t t = 0; t < c.n; ++t) {
@@ -245,20 +234,8 @@ TEST(CudaMoeRoute, OneTokenMatchesCpuAndWarpRoutingBitForBit) {
     CheckRoute(c, seed);  // n = 1 against the CPU
     // The same row as row 1 of a two-token call (warp routing).
     SCOPED_TRACE(testing::Message() << "E=" << c.E << " k=" << c.k << " special=" << c.special);
-    std::vector<float> logits = RandomF32(static_cast<size_t>(c.E), seed, 4.f);
-    if (c.special == 1) {
-      for (float& v : logits) v = std::round(v * 2.f) / 2.f;
-    } else if (c.special == 2) {
-      for (size_t i = 0; i < logits.size(); i += 5) {
-        logits[i] = (i / 5) % 3 == 0   ? std::numeric_limits<float>::quiet_NaN()
-                    : (i / 5) % 3 == 1 ? std::numeric_limits<float>::infinity()
-                                       : -std::numeric_limits<float>::infinity();
-      }
-    }
-    std::vector<float> bias = RandomF32(static_cast<size_t>(c.E), seed + 1, 0.1f);
-    if (c.special == 1) {
-      for (float& b : bias) b = std::round(b * 20.f) / 20.f;
-    }
+    const RouteInputs in = MakeRouteInputs(c, seed);
+    const std::vector<float>& logits = in.logits;
     std::vector<float> two(2 * static_cast<size_t>(c.E));
     for (int64_t e = 0; e < c.E; ++e) {
       two[e] = -logits[e];
@@ -270,12 +247,12 @@ TEST(CudaMoeRoute, OneTokenMatchesCpuAndWarpRoutingBitForBit) {
     shape.renormalize = c.renormalize;
     shape.routed_scaling = c.scaling;
     DevBuf d_one(sizeof(float) * logits.size()), d_two(sizeof(float) * two.size()),
-        d_bias(sizeof(float) * bias.size());
+        d_bias(sizeof(float) * c.E);
     DevBuf d_idx1(sizeof(int32_t) * c.k), d_w1(sizeof(float) * c.k);
     DevBuf d_idx2(sizeof(int32_t) * 2 * c.k), d_w2(sizeof(float) * 2 * c.k);
     Upload(d_one, logits);
     Upload(d_two, two);
-    Upload(d_bias, bias);
+    if (c.bias) Upload(d_bias, in.bias);
     const float* b = c.bias ? d_bias.get<float>() : nullptr;
     ASSERT_TRUE(
         MoeRoute(shape, d_one.get<float>(), b, 1, d_idx1.get<int32_t>(), d_w1.get<float>(), nullptr)

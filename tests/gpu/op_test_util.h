@@ -1,7 +1,8 @@
-// Device buffers and random inputs shared by the GPU op-level invariance tests
-// (cuda_invariance_test, cuda_dsa_invariance_test, cuda_gqa_invariance_test),
-// which each carried their own copy. Header-only: each test is one executable
-// built from its own .cc (tests/CMakeLists.txt).
+// Device buffers and random inputs shared by the GPU op-level tests (the
+// invariance tests use all of it; cuda_moe_test, cuda_fp8_gemm_test and
+// cuda_dsv32_ops_test the buffers, keeping their own random inputs), which
+// each carried their own copy. Header-only: each test is one executable built
+// from its own .cc (tests/CMakeLists.txt).
 #ifndef STRATA_TESTS_GPU_OP_TEST_UTIL_H_
 #define STRATA_TESTS_GPU_OP_TEST_UTIL_H_
 
@@ -43,6 +44,12 @@ class DevBuf {
 template <typename T>
 void Upload(const DevBuf& d, const std::vector<T>& h) {
   ASSERT_EQ(cudaMemcpy(d.get(), h.data(), sizeof(T) * h.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+}
+// Fills all of h.
+template <typename T>
+void Download(std::vector<T>& h, const DevBuf& d) {
+  ASSERT_EQ(cudaMemcpy(h.data(), d.get(), sizeof(T) * h.size(), cudaMemcpyDeviceToHost),
             cudaSuccess);
 }
 template <typename T>
