@@ -58,6 +58,7 @@
 // exp(Γ_r − Γ_j) are ≤ 1 (fla's chunk_kda scheme).
 #include "backend/cuda/kda.h"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -592,6 +593,224 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeGenericKernel(const D
   __shared__ StepSmem sm;
   __shared__ StepEo eo;
   DecodeSlice<false>(p, sm, eo);
+}
+
+// ===========================================================================
+// Fused decode (KdaDecodeFused): for one token per sequence, the short conv of
+// q, k and v, the rank-r gate products (f_b → decay, g_b → output gate), the
+// token step and the gated output RMSNorm in one kernel. The unfused chain is
+// five kernels and two cross-stream joins between in_proj and o_proj; at
+// batch 1 each boundary costs more than its kernel's work.
+//
+// A cluster of dv/32 CTAs serves one (head, row); CTA x owns key dims and
+// value columns [32x, 32x + 32): it convolves those q, k and v channels
+// (and alone updates their window entries), forms those 32 decays, and
+// shares q, k and the raw decays with the cluster through distributed shared
+// memory. Every CTA then runs the token step on its own 32-column slice of
+// the state as KdaDecodeFastKernel does (same device functions), keeps its
+// 32 outputs (rounded to bf16, as the unfused out buffer is), and the
+// cluster adds its four partial sums of squares for the head's norm.
+// The weights (conv taps, f_b and g_b rows, biases, norm weight) are loaded
+// before the PDL wait; they are constant for the step.
+constexpr int kFusedSlice = kDecodeCols;                // 32 dims / columns per CTA
+constexpr int kFusedSlices = kFastDk / kFusedSlice;     // 4: the cluster size
+constexpr int kFusedMaxRankVecs = 4;                    // rank ≤ 8 threads × 4 × 8
+
+struct FusedDecodeParams {
+  const bf16* proj;  // row b at proj + b·ld_proj: [q | k | v] before the conv, then f_a, g_a, β
+  int64_t ld_proj;
+  int64_t off_fa, off_ga, off_beta;
+  int rank;
+  const float* conv_w;  // [3·H·dk, K]
+  float* window_pool;   // [slots, K−1, 3·H·dk]
+  const bf16* f_b;      // [H·dk, rank]
+  const bf16* g_b;      // [H·dv, rank]
+  const float* dt_bias;    // [H·dk]
+  const float* neg_exp_a;  // [H]
+  const float* o_norm;     // [dv]
+  float eps;
+  float* state_pool;  // [slots, H, dk, dv]
+  const int32_t* slots;
+  bf16* out;  // [B, H·dv]
+  int heads;
+  float scale;
+};
+
+// What a CTA shares with its cluster: its 32 q and k channels after the conv
+// (bf16-rounded, as the unfused conv output is) and raw decays, then its
+// partial sum of squares of the head's output.
+struct FusedShare {
+  float q[kFusedSlice], k[kFusedSlice], g[kFusedSlice];
+  float ss;
+};
+
+// CausalConvDecodeKernel's activation (conv.cu), the same expression.
+__device__ __forceinline__ float ConvSilu(float a) { return a / (1.f + expf(-a)); }
+
+// One gate product: 8 adjacent lanes per output, each `vecs` 16-byte chunks
+// (elements 8·part + 64·i), summed over the 8 lanes.
+__device__ __forceinline__ float GateDot8(const uint4 (&w)[kFusedMaxRankVecs],
+                                          const uint4 (&x)[kFusedMaxRankVecs], int vecs) {
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < kFusedMaxRankVecs; ++i) {
+    if (i < vecs) {
+      const uint32_t wv[4] = {w[i].x, w[i].y, w[i].z, w[i].w};
+      const uint32_t xv[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        acc = fmaf(__uint_as_float(wv[j] << 16), __uint_as_float(xv[j] << 16), acc);
+        acc = fmaf(__uint_as_float(wv[j] & 0xffff0000u), __uint_as_float(xv[j] & 0xffff0000u),
+                   acc);
+      }
+    }
+  }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+  return acc;
+}
+
+template <int K>
+__global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const FusedDecodeParams p) {
+  __shared__ StepSmem sm;
+  __shared__ StepEo eo;
+  __shared__ FusedShare share;
+  __shared__ float v_own[kFusedSlice];
+  __shared__ float gate_own[kFusedSlice];
+  __shared__ bf16 o_own[kFusedSlice];
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int tid = threadIdx.x;
+  const int x = blockIdx.x;  // slice = rank in the cluster
+  const int h = blockIdx.y;
+  const int64_t b = blockIdx.z;
+  constexpr int dk = kFastDk;
+  const int dv = kFusedSlices * kFusedSlice;
+  const int64_t C = static_cast<int64_t>(p.heads) * dk;
+  const int d0 = x * kFusedSlice;
+  // Conv channel of threads 0..95: q, k, then v (column d0 + t).
+  const int cgrp = tid / kFusedSlice;
+  const int ct = tid % kFusedSlice;
+  const int64_t chan = cgrp * C + static_cast<int64_t>(h) * dk + d0 + ct;
+  // Gate products: 8 threads per output dim.
+  const int gi = tid >> 3, part = tid & 7;
+  const int vecs = p.rank / 64;
+
+  // Constants (weights) before the wait.
+  float taps[K];
+  if (tid < 3 * kFusedSlice) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) taps[j] = p.conv_w[chan * K + j];
+  }
+  uint4 fw[kFusedMaxRankVecs], gw[kFusedMaxRankVecs];
+  {
+    const bf16* fr = p.f_b + (static_cast<int64_t>(h) * dk + d0 + gi) * p.rank + 8 * part;
+    const bf16* gr = p.g_b + (static_cast<int64_t>(h) * dv + d0 + gi) * p.rank + 8 * part;
+#pragma unroll
+    for (int i = 0; i < kFusedMaxRankVecs; ++i) {
+      if (i < vecs) {
+        fw[i] = __ldg(reinterpret_cast<const uint4*>(fr + 64 * i));
+        gw[i] = __ldg(reinterpret_cast<const uint4*>(gr + 64 * i));
+      }
+    }
+  }
+  const StepConst c = LoadStepConst(GateParams{nullptr, ActType::kF32, 0, nullptr, ActType::kF32,
+                                               0, p.neg_exp_a, p.dt_bias, false},
+                                    h, dk, tid);
+  const float wn = tid < kFusedSlice ? p.o_norm[d0 + tid] : 0.f;
+
+  PdlWait();
+  PdlLaunchDependents();
+  const int64_t slot = p.slots[b];
+  if (slot < 0) {  // a padding row (uniform over the cluster): zero output, no state
+    if (tid < kFusedSlice) {
+      p.out[(b * p.heads + h) * dv + d0 + tid] = __float2bfloat16_rn(0.f);
+    }
+    return;
+  }
+  float* slice = p.state_pool + (slot * p.heads + h) * static_cast<int64_t>(dk) * dv + d0;
+  StepState<true> st;
+  LoadSlice(slice, dk, dv, d0, tid, st);
+  const bf16* row = p.proj + b * p.ld_proj;
+  // Conv of this CTA's channels; the window entries are this CTA's alone.
+  float conv_out = 0.f;
+  if (tid < 3 * kFusedSlice) {
+    constexpr int W = K - 1;
+    float* win = p.window_pool + slot * W * 3 * C + chan;
+    const float cur = __bfloat162float(row[chan]);
+    float hist[W > 0 ? W : 1];
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      hist[j] = win[j * 3 * C];
+      acc += taps[j] * hist[j];
+    }
+    acc += taps[W] * cur;
+    conv_out = __bfloat162float(__float2bfloat16_rn(ConvSilu(acc)));
+#pragma unroll
+    for (int j = 0; j + 1 < W; ++j) win[j * 3 * C] = hist[j + 1];
+    if constexpr (W > 0) win[(W - 1) * 3 * C] = cur;
+  }
+  // Decay and output-gate products of this CTA's 32 dims.
+  uint4 fa[kFusedMaxRankVecs], ga[kFusedMaxRankVecs];
+#pragma unroll
+  for (int i = 0; i < kFusedMaxRankVecs; ++i) {
+    if (i < vecs) {
+      fa[i] = *reinterpret_cast<const uint4*>(row + p.off_fa + 8 * part + 64 * i);
+      ga[i] = *reinterpret_cast<const uint4*>(row + p.off_ga + 8 * part + 64 * i);
+    }
+  }
+  const float graw = GateDot8(fw, fa, vecs);
+  const float gout = GateDot8(gw, ga, vecs);
+  if (tid < kFusedSlice) {
+    share.q[ct] = conv_out;
+  } else if (tid < 2 * kFusedSlice) {
+    share.k[ct] = conv_out;
+  } else if (tid < 3 * kFusedSlice) {
+    v_own[ct] = conv_out;
+  }
+  if (part == 0) {
+    share.g[gi] = graw;
+    gate_own[gi] = __bfloat162float(__float2bfloat16_rn(gout));
+  }
+  cluster.sync();
+  // The whole head's q, k and raw decays, from the owning CTAs.
+  StepRaw raw;
+  if (tid < dk) {
+    const FusedShare* src = cluster.map_shared_rank(&share, tid / kFusedSlice);
+    raw.q = src->q[tid % kFusedSlice];
+    raw.k = src->k[tid % kFusedSlice];
+    raw.g = src->g[tid % kFusedSlice];
+  }
+  const int vn = tid - StepValueBase<true>();
+  if (vn >= 0 && vn < kDecodeCols) raw.v = v_own[vn];
+  if (tid == StepBetaThread<true>()) raw.beta = __bfloat162float(row[p.off_beta + h]);
+  StepPrepare<true>(raw, c, dk, tid, sm);
+  __syncthreads();
+  const StepNorm nm = StepNorms(sm, p.scale);
+  StepReduce(st, sm, nm, dk, tid, eo);
+  __syncthreads();
+  StepUpdate(st, sm, nm, eo, tid, o_own, ActType::kBf16, 0);
+  StoreSlice(slice, dk, dv, d0, tid, st);
+  __syncthreads();
+  // Gated RMSNorm over the head's dv outputs: partial sums, then the cluster's.
+  float o = 0.f;
+  if (tid < kFusedSlice) {
+    o = __bfloat162float(o_own[tid]);
+    const float ss = WarpSumXor(o * o, 1, 16);
+    if (tid == 0) share.ss = ss;
+  }
+  cluster.sync();
+  if (tid < kFusedSlice) {
+    float total = 0.f;
+#pragma unroll
+    for (int r = 0; r < kFusedSlices; ++r) total += cluster.map_shared_rank(&share, r)->ss;
+    const float inv = rsqrtf(total / static_cast<float>(dv) + p.eps);
+    const float sg = 1.f / (1.f + expf(-gate_own[tid]));
+    p.out[(b * p.heads + h) * dv + d0 + tid] = __float2bfloat16_rn(wn * (o * inv) * sg);
+  }
+  cluster.sync();  // no CTA leaves while another may still read its share
 }
 
 // The rule both decode and the recurrent prefill use to pick the variant
@@ -2043,6 +2262,88 @@ Status KdaDecode(const KdaDecodeArgs& args, cudaStream_t stream) {
   if (err != cudaSuccess) {
     return CudaError(err, fast ? "KdaDecodeFastKernel" : "KdaDecodeGenericKernel");
   }
+  return OkStatus();
+}
+
+namespace {
+bool IsAligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+}  // namespace
+
+bool KdaDecodeFusedSupported(const KdaDecodeFusedArgs& a) {
+  const KdaShape& s = a.shape;
+  const int64_t C = s.num_heads * s.key_dim;
+  return s.key_dim == kFastDk && s.value_dim == kFastDk &&
+         (s.num_qk_heads == 0 || s.num_qk_heads == s.num_heads) && s.num_heads >= 1 &&
+         s.num_heads <= 65535 && a.rank >= 64 && a.rank % 64 == 0 &&
+         a.rank <= 64 * kFusedMaxRankVecs && a.conv_kernel >= 2 && a.conv_kernel <= 4 &&
+         a.ld_proj % 8 == 0 && a.off_fa % 8 == 0 && a.off_ga % 8 == 0 && a.off_fa >= 3 * C &&
+         a.off_ga >= 3 * C && a.off_beta >= 3 * C && a.off_fa + a.rank <= a.ld_proj &&
+         a.off_ga + a.rank <= a.ld_proj && a.off_beta + s.num_heads <= a.ld_proj &&
+         a.proj != nullptr && IsAligned16(a.proj) && a.f_b != nullptr && IsAligned16(a.f_b) &&
+         a.g_b != nullptr && IsAligned16(a.g_b) && a.state_pool != nullptr &&
+         IsAligned16(a.state_pool);
+}
+
+Status KdaDecodeFused(const KdaDecodeFusedArgs& a, cudaStream_t stream) {
+  if (!KdaDecodeFusedSupported(a)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KdaDecodeFused: unsupported shape or layout (dk ", a.shape.key_dim, ", dv ",
+        a.shape.value_dim, ", rank ", a.rank, ", conv kernel ", a.conv_kernel, ", ld_proj ",
+        a.ld_proj, "); see KdaDecodeFusedSupported"));
+  }
+  if (a.batch <= 0 || a.batch > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KdaDecodeFused: batch must be in [1, 65535] (got ", a.batch, ")"));
+  }
+  if (a.conv_w == nullptr || a.window_pool == nullptr || a.dt_bias == nullptr ||
+      a.neg_exp_a == nullptr || a.o_norm == nullptr || a.slots == nullptr || a.out == nullptr) {
+    return absl::InvalidArgumentError(
+        "KdaDecodeFused: conv_w, window_pool, dt_bias, neg_exp_a, o_norm, slots and out must be "
+        "set");
+  }
+  FusedDecodeParams p{};
+  p.proj = a.proj;
+  p.ld_proj = a.ld_proj;
+  p.off_fa = a.off_fa;
+  p.off_ga = a.off_ga;
+  p.off_beta = a.off_beta;
+  p.rank = static_cast<int>(a.rank);
+  p.conv_w = a.conv_w;
+  p.window_pool = a.window_pool;
+  p.f_b = a.f_b;
+  p.g_b = a.g_b;
+  p.dt_bias = a.dt_bias;
+  p.neg_exp_a = a.neg_exp_a;
+  p.o_norm = a.o_norm;
+  p.eps = a.eps;
+  p.state_pool = a.state_pool;
+  p.slots = a.slots;
+  p.out = a.out;
+  p.heads = static_cast<int>(a.shape.num_heads);
+  p.scale = EffectiveScale(a.shape);
+  void (*kernel)(const FusedDecodeParams) = a.conv_kernel == 2   ? KdaDecodeFusedKernel<2>
+                                            : a.conv_kernel == 3 ? KdaDecodeFusedKernel<3>
+                                                                 : KdaDecodeFusedKernel<4>;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(kFusedSlices, static_cast<unsigned>(a.shape.num_heads),
+                     static_cast<unsigned>(a.batch));
+  cfg.blockDim = dim3(kDecodeThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kFusedSlices;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (PdlEnabled() && stream != nullptr && stream != cudaStreamLegacy &&
+      stream != cudaStreamPerThread) {
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.numAttrs = 2;
+  }
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p);
+  if (err != cudaSuccess) return CudaError(err, "KdaDecodeFusedKernel");
   return OkStatus();
 }
 

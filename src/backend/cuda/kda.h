@@ -97,6 +97,46 @@ struct KdaDecodeArgs {
 };
 Status KdaDecode(const KdaDecodeArgs& args, cudaStream_t stream);
 
+// KDA's whole decode mixer between in_proj and o_proj in one kernel, for
+// one token per sequence (kimi_linear's batch decode step):
+//   conv: [q | k | v] = silu(short conv of proj[:, 0 : 3·H·dk]) with the
+//         window update (CausalConvSiluDecode's arithmetic);
+//   gates: raw decay = f_b · proj[:, off_fa : +rank] (fp32), output gate =
+//         g_b · proj[:, off_ga : +rank] (rounded to bf16), β = proj[:, off_beta + h];
+//   step: KdaDecode's token step (the same device code; o rounded to bf16);
+//   out = o_norm ⊙ RMSNorm(o) ⊙ σ(gate) per head (GatedRmsNormSigmoid).
+// The gate products and the norm's sum of squares are summed in a different
+// order than the GEMV and norm kernels, so the result matches the unfused
+// chain to rounding, not bit for bit (batch-invariant callers keep the
+// chain). Shapes: dk = dv = 128, num_qk_heads = H, per-channel decay,
+// conv kernel 2..4, rank a multiple of 64 up to 256, 16-byte aligned proj
+// rows at off_fa and off_ga, 16-byte aligned state pool
+// (KdaDecodeFusedSupported); other shapes are InvalidArgument.
+struct KdaDecodeFusedArgs {
+  KdaShape shape;
+  int64_t batch = 0;
+  const bf16* proj = nullptr;  // [B, ld_proj]
+  int64_t ld_proj = 0;
+  int64_t off_fa = 0;    // rank columns of the decay's low-rank input
+  int64_t off_ga = 0;    // rank columns of the output gate's low-rank input
+  int64_t off_beta = 0;  // H columns of β's pre-activation
+  int64_t rank = 0;
+  const float* conv_w = nullptr;  // [3·H·dk, conv_kernel]
+  int64_t conv_kernel = 0;
+  float* window_pool = nullptr;   // [slots, conv_kernel − 1, 3·H·dk], updated in place
+  const bf16* f_b = nullptr;      // [H·dk, rank]
+  const bf16* g_b = nullptr;      // [H·dv, rank]
+  const float* dt_bias = nullptr;    // [H·dk]
+  const float* neg_exp_a = nullptr;  // [H]
+  const float* o_norm = nullptr;     // [dv]
+  float eps = 1e-6f;
+  float* state_pool = nullptr;     // [slots, H, dk, dv], updated in place
+  const int32_t* slots = nullptr;  // [B]; a negative slot gives a zero row
+  bf16* out = nullptr;             // [B, H·dv]
+};
+bool KdaDecodeFusedSupported(const KdaDecodeFusedArgs& args);
+Status KdaDecodeFused(const KdaDecodeFusedArgs& args, cudaStream_t stream);
+
 }  // namespace strata::cuda
 
 #endif  // STRATA_BACKEND_CUDA_KDA_H_

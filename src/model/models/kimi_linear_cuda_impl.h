@@ -53,6 +53,8 @@ constexpr int64_t kPrefillSliceTokens = 8192;
 constexpr int64_t kLogitsChunkRows = 64;
 // Smallest MlaDecode length bound a graph is captured for (see DecodeVariant).
 constexpr int64_t kMinMlaBucket = 256;
+// Largest decode batch whose KDA mixer takes KdaDecodeFused (kimi_linear_cuda.cc).
+constexpr int64_t kFusedKdaMaxBatch = 2;
 using cuda_exec::kBlockTokens;
 // MLA kv_a_layernorm epsilon: fixed in the reference, not rms_norm_eps.
 constexpr float kLatentNormEps = 1e-6f;
