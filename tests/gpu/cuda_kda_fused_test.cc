@@ -250,7 +250,9 @@ TEST(KdaDecodeFused, PaddingRowIsZeroAndTouchesNoState) {
 }
 
 // Captured on a stream (cluster launch with PDL inside a graph), replayed
-// on new inputs: the replay equals an eager call from the same state.
+// on new inputs: the replay equals an eager call from the same state. Both
+// read the state before their PDL wait (state_before_wait, as the executor
+// asks: nothing before them on the stream writes it).
 TEST(KdaDecodeFused, GraphReplayMatchesEager) {
   std::mt19937 rng(6);
   Fixture f({32, 128, 4}, 2, 4, rng);
@@ -259,7 +261,9 @@ TEST(KdaDecodeFused, GraphReplayMatchesEager) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cudaGraph_t graph;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const Status st = KdaDecodeFused(f.Args(2), stream);
+  KdaDecodeFusedArgs args = f.Args(2);
+  args.state_before_wait = true;
+  const Status st = KdaDecodeFused(args, stream);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_TRUE(st.ok()) << st;
   cudaGraphExec_t exec;
@@ -272,7 +276,7 @@ TEST(KdaDecodeFused, GraphReplayMatchesEager) {
   const std::vector<uint16_t> replayed = Download<uint16_t>(f.y_f, 2 * f.C);
   Upload(f.win_f, w0);
   Upload(f.st_f, s0);
-  ASSERT_TRUE(KdaDecodeFused(f.Args(2), stream).ok());
+  ASSERT_TRUE(KdaDecodeFused(args, stream).ok());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const std::vector<uint16_t> eager = Download<uint16_t>(f.y_f, 2 * f.C);
   EXPECT_EQ(replayed, eager);

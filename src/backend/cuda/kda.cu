@@ -634,6 +634,7 @@ struct FusedDecodeParams {
   bf16* out;  // [B, H·dv]
   int heads;
   float scale;
+  bool state_before_wait;  // KdaDecodeFusedArgs::state_before_wait
 };
 
 // What a CTA shares with its cluster: its 32 q and k channels after the conv
@@ -720,32 +721,40 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
                                     h, dk, tid);
   const float wn = tid < kFusedSlice ? p.o_norm[d0 + tid] : 0.f;
 
-  PdlWait();
-  PdlLaunchDependents();
+  // The slot, the state slice and the window entries: before the wait when
+  // the caller says the previous kernel does not write them.
+  if (!p.state_before_wait) PdlWait();
   const int64_t slot = p.slots[b];
+  constexpr int W = K - 1;
+  float* slice = nullptr;
+  float* win = nullptr;
+  StepState<true> st;
+  float hist[W > 0 ? W : 1];
+  if (slot >= 0) {
+    slice = p.state_pool + (slot * p.heads + h) * static_cast<int64_t>(dk) * dv + d0;
+    LoadSlice(slice, dk, dv, d0, tid, st);
+    if (tid < 3 * kFusedSlice) {
+      win = p.window_pool + slot * W * 3 * C + chan;
+#pragma unroll
+      for (int j = 0; j < W; ++j) hist[j] = win[j * 3 * C];
+    }
+  }
+  if (p.state_before_wait) PdlWait();
+  PdlLaunchDependents();
   if (slot < 0) {  // a padding row (uniform over the cluster): zero output, no state
     if (tid < kFusedSlice) {
       p.out[(b * p.heads + h) * dv + d0 + tid] = __float2bfloat16_rn(0.f);
     }
     return;
   }
-  float* slice = p.state_pool + (slot * p.heads + h) * static_cast<int64_t>(dk) * dv + d0;
-  StepState<true> st;
-  LoadSlice(slice, dk, dv, d0, tid, st);
   const bf16* row = p.proj + b * p.ld_proj;
   // Conv of this CTA's channels; the window entries are this CTA's alone.
   float conv_out = 0.f;
   if (tid < 3 * kFusedSlice) {
-    constexpr int W = K - 1;
-    float* win = p.window_pool + slot * W * 3 * C + chan;
     const float cur = __bfloat162float(row[chan]);
-    float hist[W > 0 ? W : 1];
     float acc = 0.f;
 #pragma unroll
-    for (int j = 0; j < W; ++j) {
-      hist[j] = win[j * 3 * C];
-      acc += taps[j] * hist[j];
-    }
+    for (int j = 0; j < W; ++j) acc += taps[j] * hist[j];
     acc += taps[W] * cur;
     conv_out = __bfloat162float(__float2bfloat16_rn(ConvSilu(acc)));
 #pragma unroll
@@ -2321,6 +2330,7 @@ Status KdaDecodeFused(const KdaDecodeFusedArgs& a, cudaStream_t stream) {
   p.out = a.out;
   p.heads = static_cast<int>(a.shape.num_heads);
   p.scale = EffectiveScale(a.shape);
+  p.state_before_wait = a.state_before_wait;
   void (*kernel)(const FusedDecodeParams) = a.conv_kernel == 2   ? KdaDecodeFusedKernel<2>
                                             : a.conv_kernel == 3 ? KdaDecodeFusedKernel<3>
                                                                  : KdaDecodeFusedKernel<4>;

@@ -112,6 +112,7 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
     f.state_pool = states;
     f.slots = slots;
     f.out = s_.y;
+    f.state_before_wait = true;  // the kernel before it is in_proj's GEMM above
     if (cuda::KdaDecodeFusedSupported(f)) {
       STRATA_RETURN_IF_ERROR(cuda::KdaDecodeFused(f, stream_));
       return Mm(s_.y, ActType::kBf16, g.C, n, k.o, g.D, g.C, s_.h, ActType::kF32, g.D, 1.f);
