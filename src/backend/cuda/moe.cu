@@ -893,16 +893,6 @@ template <int V, int kU, typename W>
 __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams p) {
   PdlWait();
   PdlLaunchDependents();
-  if (p.direct) {
-    // One dependent load before the weights stream (the planned path takes
-    // four: meta, active, offsets, row_token).
-    const int e = p.idx[blockIdx.x];
-    const int j = blockIdx.y * kGemvWarps + (threadIdx.x >> 5);
-    if (j >= p.inter) return;
-    GateUpRows<V, 1, kU>(p, W13Row<W>(p, e, j), W13Row<W>(p, e, p.inter + j),
-                         static_cast<int>(blockIdx.x), 1, j);
-    return;
-  }
   if (static_cast<int>(blockIdx.x) >= p.meta[0]) return;
   const int e = p.active[blockIdx.x];
   const int first = p.offsets[e];
@@ -911,6 +901,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
   if (j >= p.inter) return;
   const auto wg = W13Row<W>(p, e, j);
   const auto wu = W13Row<W>(p, e, p.inter + j);
+  constexpr int kLargeU = kU > 4 ? 0 : kU;
   for (int t0 = 0; t0 < count; t0 += kGemvTokens) {
     const int nt = min(kGemvTokens, count - t0);
     if (nt == 1) {
@@ -918,11 +909,30 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
     } else if (nt == 2) {
       GateUpRows<V, 2, kU>(p, wg, wu, first + t0, nt, j);
     } else if (nt <= 4) {
-      GateUpRows<V, 4, kU>(p, wg, wu, first + t0, nt, j);
+      // Four or eight token rows with a one-group row (kU ≥ 6) spill at 128
+      // registers; the default grouping (4 steps) does not. The same
+      // per-lane order of the products either way.
+      GateUpRows<V, 4, kLargeU>(p, wg, wu, first + t0, nt, j);
     } else {
-      GateUpRows<V, kGemvTokens, kU>(p, wg, wu, first + t0, nt, j);
+      GateUpRows<V, kGemvTokens, kLargeU>(p, wg, wu, first + t0, nt, j);
     }
   }
+}
+
+// The planless one-token path (MoeParams::direct) of the kernel above, in a
+// kernel of its own: the planned kernel's 8-token variants set its register
+// budget (at kU = 9 it spills at 128 registers), which the one-row path does
+// not need. One dependent load before the weights stream (the planned path
+// takes four: meta, active, offsets, row_token).
+template <int V, int kU, typename W>
+__global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpDirectKernel(MoeParams p) {
+  PdlWait();
+  PdlLaunchDependents();
+  const int e = p.idx[blockIdx.x];
+  const int j = blockIdx.y * kGemvWarps + (threadIdx.x >> 5);
+  if (j >= p.inter) return;
+  GateUpRows<V, 1, kU>(p, W13Row<W>(p, e, j), W13Row<W>(p, e, p.inter + j),
+                       static_cast<int>(blockIdx.x), 1, j);
 }
 
 // yrows rows [row0, row0 + nt), features d and d + 1 (d + 1 < D or skipped).
@@ -1352,16 +1362,16 @@ bool OneRoundEnabled() {
 // of up to 9 · 256 elements (Kimi's 2304) is read in one group (2 rows × 9
 // loads of 16 bytes per lane, 72 registers) instead of three dependent ones.
 template <int V, typename W>
-void (*GateUpKernelFor(int hidden))(MoeParams) {
+void (*GateUpKernelFor(int hidden, bool direct))(MoeParams) {
   if constexpr (V == 8) {
     const int64_t steps = CeilDiv(hidden, 32 * V);
     if (OneRoundEnabled() && steps > 4) {
-      if (steps <= 6) return MoeGateUpGemvKernel<V, 6, W>;
-      if (steps <= 8) return MoeGateUpGemvKernel<V, 8, W>;
-      if (steps <= 9) return MoeGateUpGemvKernel<V, 9, W>;
+      if (steps <= 6) return direct ? MoeGateUpDirectKernel<V, 6, W> : MoeGateUpGemvKernel<V, 6, W>;
+      if (steps <= 8) return direct ? MoeGateUpDirectKernel<V, 8, W> : MoeGateUpGemvKernel<V, 8, W>;
+      if (steps <= 9) return direct ? MoeGateUpDirectKernel<V, 9, W> : MoeGateUpGemvKernel<V, 9, W>;
     }
   }
-  return MoeGateUpGemvKernel<V, 0, W>;
+  return direct ? MoeGateUpDirectKernel<V, 0, W> : MoeGateUpGemvKernel<V, 0, W>;
 }
 
 template <int V, typename W>
@@ -1369,7 +1379,7 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(p.num_experts, rows));
   const dim3 gate_up_grid(slots, static_cast<unsigned>(CeilDiv(p.inter, kGemvWarps)));
-  STRATA_RETURN_IF_ERROR(Launch("MoeGateUpGemvKernel", GateUpKernelFor<V, W>(p.hidden), gate_up_grid,
+  STRATA_RETURN_IF_ERROR(Launch("MoeGateUpGemvKernel", GateUpKernelFor<V, W>(p.hidden, p.direct != 0), gate_up_grid,
                                 dim3(kGemvThreads), 0, stream, p));
   if (p.num_tokens <= kFusedCombineMaxTokens) {
     return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W>,
