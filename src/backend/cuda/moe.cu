@@ -1379,7 +1379,8 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(p.num_experts, rows));
   const dim3 gate_up_grid(slots, static_cast<unsigned>(CeilDiv(p.inter, kGemvWarps)));
-  STRATA_RETURN_IF_ERROR(Launch("MoeGateUpGemvKernel", GateUpKernelFor<V, W>(p.hidden, p.direct != 0), gate_up_grid,
+  STRATA_RETURN_IF_ERROR(Launch("MoeGateUpGemvKernel",
+                                GateUpKernelFor<V, W>(p.hidden, p.direct != 0), gate_up_grid,
                                 dim3(kGemvThreads), 0, stream, p));
   if (p.num_tokens <= kFusedCombineMaxTokens) {
     return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W>,
