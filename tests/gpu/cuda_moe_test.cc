@@ -588,6 +588,10 @@ TEST(CudaMoeForward, OneTokenMatchesPlannedRowsBitForBit) {
   CheckOneTokenMatchesPlannedRows(mid, 9100);
   Model odd(37, 136, 72, 5, 29);
   CheckOneTokenMatchesPlannedRows(odd, 9101);
+  // I = 768: the fused down+combine splits each row's k range at 512 (two
+  // warps per row, uneven halves).
+  Model split(40, 264, 768, 6, 30);
+  CheckOneTokenMatchesPlannedRows(split, 9103);
   CheckOneTokenMatchesPlannedRows(Production(), 9102);
 }
 

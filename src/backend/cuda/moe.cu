@@ -54,7 +54,11 @@
 //     ≥ 70%: ≤ 37.9 µs). Measured inside the captured 48B step (H200, by
 //     skipping each kernel): route ~4 µs, gate|up 23.5 µs (75% of its
 //     bytes' time), down+combine 15.6 µs (57%): ~43 µs, each kernel paying
-//     a ramp and a tail on top of its bytes.
+//     a ramp and a tail on top of its bytes. The down rows of one SM (37.7
+//     MB / 132 = 286 KB) exceed its register file (256 KB), so a warp needs
+//     at least two dependent rounds of loads; with 8 warps per CTA it took
+//     four. Sixteen warps splitting each row's k range (kSplit = 2) take
+//     two: −3 µs per layer at batch 1, −15 µs at batch 4.
 //   decode, batch 8: E·(1-(1-k/E)^8) ≈ 57.4 distinct experts = 813 MB → 190 µs.
 //   decode, batch 64: ≈ 222.5 experts = 3.15 GB → 738 µs.
 //   prefill, n tokens: 2·n·k·3·I·D = n·113.2 MFLOP (n = 2000: 226 GFLOP →
@@ -75,6 +79,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -860,6 +865,15 @@ __device__ __forceinline__ void WarpDot(const WR (&w)[R], const bf16* const (&ac
 
 __device__ __forceinline__ float Silu(float g) { return g / (1.f + expf(-g)); }
 
+__device__ __forceinline__ int Gcd(int a, int b) {
+  while (b != 0) {
+    const int t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
 // h rows [row0, row0 + nt) of gate|up feature j for one expert.
 template <int V, int TC, int kU, typename WR>
 __device__ __forceinline__ void GateUpRows(const MoeParams& p, const WR& wg, const WR& wu,
@@ -991,33 +1005,55 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeDownGemvKernel(MoeParams p
   }
 }
 
+// A weight row from element kb on (FP8: kb a multiple of the block width).
+__device__ __forceinline__ const bf16* RowFrom(const bf16* w, int kb) { return w + kb; }
+__device__ __forceinline__ Fp8Row RowFrom(const Fp8Row& w, int kb) {
+  return Fp8Row{w.w + kb, w.s + kb / w.bc, w.bc};
+}
+
 // Down product and combine in one kernel for n ≤ kFusedCombineMaxTokens.
-// Grid ceil(D / kFusedRows): the CTA owns kFusedRows features; warp w takes pairs
-// q = w, w + 8, ... (each pair's expert rows are streamed once), partial
-// results go to shared memory, then y[t, d] = Σ_j wt[t, j] · part[t, j, d] in
-// j order.
-template <int V, typename W>
-__global__ void __launch_bounds__(kGemvThreads) MoeDownCombineKernel(MoeParams p) {
-  __shared__ float part[kFusedCombineMaxTokens * kMaxTopK][kFusedRows];
+// Grid ceil(D / kFusedRows): the CTA owns kFusedRows features. With kSplit =
+// 2 it has 16 warps and splits each row's k range in two at a multiple of
+// 256 (and of the FP8 block width): warp w takes pairs q = w % 8, w % 8 + 8,
+// ... over k half w / 8, so every warp streams its 18 rows in two dependent
+// rounds of loads instead of four (K = 1024). Partial results go to shared
+// memory per half; then y[t, d] = Σ_j wt[t, j] · (part₀ + part₁)[t, j, d] in
+// j order. kSplit = 1: 8 warps over the whole k range (STRATA_MOE_DOWN_SPLIT=0).
+template <int V, typename W, int kSplit>
+__global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(MoeParams p) {
+  __shared__ float part[kSplit][kFusedCombineMaxTokens * kMaxTopK][kFusedRows];
   PdlWait();
   PdlLaunchDependents();
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
+  const int warp = (threadIdx.x >> 5) % kGemvWarps;
+  const int half = (threadIdx.x >> 5) / kGemvWarps;
   const int d0 = blockIdx.x * kFusedRows;
   const int pairs = p.num_tokens * p.top_k;
   const size_t I = static_cast<size_t>(p.inter);
+  // The split point: half of K rounded up to 256 elements (a lane's step)
+  // and to the FP8 block width; a K too short for it leaves half 1 idle.
+  int split = p.inter;
+  if (kSplit == 2) {
+    int unit = 32 * V;
+    if constexpr (std::is_same_v<W, uint8_t>) unit = unit / Gcd(unit, p.fp8_bc) * p.fp8_bc;
+    split = min(p.inter, (p.inter / 2 + unit - 1) / unit * unit);
+  }
+  const int kb = half == 0 ? 0 : split;
+  const int ke = half == 0 ? split : p.inter;
   for (int q = warp; q < pairs; q += kGemvWarps) {
     const int e = p.idx[q];
     typename RowOf<W>::type w[kFusedRows];
 #pragma unroll
-    for (int r = 0; r < kFusedRows; ++r) w[r] = W2Row<W>(p, e, min(d0 + r, p.hidden - 1));
-    const bf16* act[1] = {p.h + static_cast<size_t>(p.direct ? q : p.pair_row[q]) * I};
+    for (int r = 0; r < kFusedRows; ++r) {
+      w[r] = RowFrom(W2Row<W>(p, e, min(d0 + r, p.hidden - 1)), kb);
+    }
+    const bf16* act[1] = {p.h + static_cast<size_t>(p.direct ? q : p.pair_row[q]) * I + kb};
     float acc[kFusedRows][1];
-    WarpDot<V, kFusedRows, 1>(w, act, 1, p.inter, acc);
+    WarpDot<V, kFusedRows, 1>(w, act, 1, ke - kb, acc);
 #pragma unroll
     for (int r = 0; r < kFusedRows; ++r) {
       const float s = WarpSum(acc[r][0]);
-      if (lane == r) part[q][r] = s;
+      if (lane == r) part[half][q][r] = s;
     }
   }
   __syncthreads();
@@ -1027,7 +1063,12 @@ __global__ void __launch_bounds__(kGemvThreads) MoeDownCombineKernel(MoeParams p
     const int d = d0 + r;
     if (d >= p.hidden) continue;
     float s = 0.f;
-    for (int j = 0; j < p.top_k; ++j) s = fmaf(p.wt[t * p.top_k + j], part[t * p.top_k + j][r], s);
+    for (int j = 0; j < p.top_k; ++j) {
+      const int q = t * p.top_k + j;
+      float pq = part[0][q][r];
+      if (kSplit == 2) pq = pq + part[kSplit - 1][q][r];
+      s = fmaf(p.wt[q], pq, s);
+    }
     p.y[static_cast<size_t>(t) * p.hidden + d] = s;
   }
 }
@@ -1374,6 +1415,13 @@ void (*GateUpKernelFor(int hidden, bool direct))(MoeParams) {
   return direct ? MoeGateUpDirectKernel<V, 0, W> : MoeGateUpGemvKernel<V, 0, W>;
 }
 
+// Whether the fused down+combine splits each row's k range between two warps
+// (STRATA_MOE_DOWN_SPLIT=0: one warp per row over all of k; an A/B switch).
+bool DownSplitEnabled() {
+  static const bool enabled = EnvSwitchOn("STRATA_MOE_DOWN_SPLIT");
+  return enabled;
+}
+
 template <int V, typename W>
 Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
@@ -1383,8 +1431,16 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
                                 GateUpKernelFor<V, W>(p.hidden, p.direct != 0), gate_up_grid,
                                 dim3(kGemvThreads), 0, stream, p));
   if (p.num_tokens <= kFusedCombineMaxTokens) {
-    return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W>,
-                  dim3(static_cast<unsigned>(CeilDiv(p.hidden, kFusedRows))), dim3(kGemvThreads),
+    const dim3 grid(static_cast<unsigned>(CeilDiv(p.hidden, kFusedRows)));
+    // bf16 only: FP8 rows (codes and scales) need more than the 128
+    // registers 16 warps leave a thread.
+    if constexpr (std::is_same_v<W, bf16>) {
+      if (DownSplitEnabled()) {
+        return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W, 2>, grid,
+                      dim3(2 * kGemvThreads), 0, stream, p);
+      }
+    }
+    return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W, 1>, grid, dim3(kGemvThreads),
                   0, stream, p);
   }
   STRATA_RETURN_IF_ERROR(Launch(
