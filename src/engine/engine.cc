@@ -1069,17 +1069,20 @@ void Engine::Finish(const std::shared_ptr<Request>& r, FinishReason reason, Stat
   r->session_->UpdateAccounting();
   r->prefill_.clear();
   r->prefill_pos_ = 0;
-  r->SetOutcome(reason, status);
   finished_.fetch_add(1, std::memory_order_relaxed);
   const int64_t n = r->num_generated();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = std::find(queue_.begin(), queue_.end(), r);
   if (it != queue_.end()) queue_.erase(it);
   // The scheduler does not touch the session after this point, so its owner may
-  // use it as soon as it sees the session idle or the FINISHED event.
+  // use it as soon as it sees the session idle, the request finished or the
+  // FINISHED event. The session goes idle first: a host that polls the
+  // request's status (strata_request_get_status) and then forks or submits on
+  // the session must find it idle (the stress test caught the other order).
   Session& s = *r->session_;
   s.active_ = nullptr;
   s.busy_.store(false, std::memory_order_release);
+  r->SetOutcome(reason, status);
   if (!r->detached_) {
     Event ev;
     ev.type = EventType::kFinished;
