@@ -164,8 +164,8 @@ struct Fixture {
     a.out_type = ActType::kBf16;
     ASSERT_TRUE(KdaDecode(a, stream).ok());
     ASSERT_TRUE(GatedRmsNormSigmoid(o.get(), ActType::kBf16, gate.get(), ActType::kBf16,
-                                    n * c.heads, dk, d_onorm.get<float>(), 1e-6f,
-                                    y_r.get<bf16>(), stream)
+                                    n * c.heads, dk, d_onorm.get<float>(), 1e-6f, y_r.get<bf16>(),
+                                    stream)
                     .ok());
   }
 };
@@ -189,8 +189,8 @@ std::vector<float> Bf16Vec(const DevBuf& d, size_t n) {
 // Steps of n rows on slots `slots` (distinct, ≥ 0): outputs, windows and
 // states of both paths after every step.
 void CheckSteps(Case cs, const std::vector<int32_t>& slots, int steps, uint64_t seed) {
-  SCOPED_TRACE(testing::Message() << "H=" << cs.heads << " rank=" << cs.rank << " conv="
-                                  << cs.conv << " batch=" << slots.size());
+  SCOPED_TRACE(testing::Message() << "H=" << cs.heads << " rank=" << cs.rank << " conv=" << cs.conv
+                                  << " batch=" << slots.size());
   std::mt19937 rng(static_cast<uint32_t>(seed));
   const int64_t n = static_cast<int64_t>(slots.size());
   Fixture f(cs, n, 7, rng);

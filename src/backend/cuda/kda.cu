@@ -612,19 +612,19 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeGenericKernel(const D
 // cluster adds its four partial sums of squares for the head's norm.
 // The weights (conv taps, f_b and g_b rows, biases, norm weight) are loaded
 // before the PDL wait; they are constant for the step.
-constexpr int kFusedSlice = kDecodeCols;                // 32 dims / columns per CTA
-constexpr int kFusedSlices = kFastDk / kFusedSlice;     // 4: the cluster size
-constexpr int kFusedMaxRankVecs = 4;                    // rank ≤ 8 threads × 4 × 8
+constexpr int kFusedSlice = kDecodeCols;             // 32 dims / columns per CTA
+constexpr int kFusedSlices = kFastDk / kFusedSlice;  // 4: the cluster size
+constexpr int kFusedMaxRankVecs = 4;                 // rank ≤ 8 threads × 4 × 8
 
 struct FusedDecodeParams {
   const bf16* proj;  // row b at proj + b·ld_proj: [q | k | v] before the conv, then f_a, g_a, β
   int64_t ld_proj;
   int64_t off_fa, off_ga, off_beta;
   int rank;
-  const float* conv_w;  // [3·H·dk, K]
-  float* window_pool;   // [slots, K−1, 3·H·dk]
-  const bf16* f_b;      // [H·dk, rank]
-  const bf16* g_b;      // [H·dv, rank]
+  const float* conv_w;     // [3·H·dk, K]
+  float* window_pool;      // [slots, K−1, 3·H·dk]
+  const bf16* f_b;         // [H·dk, rank]
+  const bf16* g_b;         // [H·dv, rank]
   const float* dt_bias;    // [H·dk]
   const float* neg_exp_a;  // [H]
   const float* o_norm;     // [dv]
@@ -661,8 +661,7 @@ __device__ __forceinline__ float GateDot8(const uint4 (&w)[kFusedMaxRankVecs],
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         acc = fmaf(__uint_as_float(wv[j] << 16), __uint_as_float(xv[j] << 16), acc);
-        acc = fmaf(__uint_as_float(wv[j] & 0xffff0000u), __uint_as_float(xv[j] & 0xffff0000u),
-                   acc);
+        acc = fmaf(__uint_as_float(wv[j] & 0xffff0000u), __uint_as_float(xv[j] & 0xffff0000u), acc);
       }
     }
   }
@@ -716,8 +715,8 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
       }
     }
   }
-  const StepConst c = LoadStepConst(GateParams{nullptr, ActType::kF32, 0, nullptr, ActType::kF32,
-                                               0, p.neg_exp_a, p.dt_bias, false},
+  const StepConst c = LoadStepConst(GateParams{nullptr, ActType::kF32, 0, nullptr, ActType::kF32, 0,
+                                               p.neg_exp_a, p.dt_bias, false},
                                     h, dk, tid);
   const float wn = tid < kFusedSlice ? p.o_norm[d0 + tid] : 0.f;
 
@@ -2295,10 +2294,10 @@ bool KdaDecodeFusedSupported(const KdaDecodeFusedArgs& a) {
 
 Status KdaDecodeFused(const KdaDecodeFusedArgs& a, cudaStream_t stream) {
   if (!KdaDecodeFusedSupported(a)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KdaDecodeFused: unsupported shape or layout (dk ", a.shape.key_dim, ", dv ",
-        a.shape.value_dim, ", rank ", a.rank, ", conv kernel ", a.conv_kernel, ", ld_proj ",
-        a.ld_proj, "); see KdaDecodeFusedSupported"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KdaDecodeFused: unsupported shape or layout (dk ", a.shape.key_dim, ", dv ",
+                     a.shape.value_dim, ", rank ", a.rank, ", conv kernel ", a.conv_kernel,
+                     ", ld_proj ", a.ld_proj, "); see KdaDecodeFusedSupported"));
   }
   if (a.batch <= 0 || a.batch > 65535) {
     return absl::InvalidArgumentError(
@@ -2335,8 +2334,8 @@ Status KdaDecodeFused(const KdaDecodeFusedArgs& a, cudaStream_t stream) {
                                             : a.conv_kernel == 3 ? KdaDecodeFusedKernel<3>
                                                                  : KdaDecodeFusedKernel<4>;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(kFusedSlices, static_cast<unsigned>(a.shape.num_heads),
-                     static_cast<unsigned>(a.batch));
+  cfg.gridDim =
+      dim3(kFusedSlices, static_cast<unsigned>(a.shape.num_heads), static_cast<unsigned>(a.batch));
   cfg.blockDim = dim3(kDecodeThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];

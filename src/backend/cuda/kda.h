@@ -123,9 +123,9 @@ struct KdaDecodeFusedArgs {
   int64_t rank = 0;
   const float* conv_w = nullptr;  // [3·H·dk, conv_kernel]
   int64_t conv_kernel = 0;
-  float* window_pool = nullptr;   // [slots, conv_kernel − 1, 3·H·dk], updated in place
-  const bf16* f_b = nullptr;      // [H·dk, rank]
-  const bf16* g_b = nullptr;      // [H·dv, rank]
+  float* window_pool = nullptr;      // [slots, conv_kernel − 1, 3·H·dk], updated in place
+  const bf16* f_b = nullptr;         // [H·dk, rank]
+  const bf16* g_b = nullptr;         // [H·dv, rank]
   const float* dt_bias = nullptr;    // [H·dk]
   const float* neg_exp_a = nullptr;  // [H]
   const float* o_norm = nullptr;     // [dv]
