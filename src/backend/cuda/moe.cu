@@ -865,14 +865,6 @@ __device__ __forceinline__ void WarpDot(const WR (&w)[R], const bf16* const (&ac
 
 __device__ __forceinline__ float Silu(float g) { return g / (1.f + expf(-g)); }
 
-__device__ __forceinline__ int Gcd(int a, int b) {
-  while (b != 0) {
-    const int t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
 
 // h rows [row0, row0 + nt) of gate|up feature j for one expert.
 template <int V, int TC, int kU, typename WR>
@@ -1005,22 +997,17 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeDownGemvKernel(MoeParams p
   }
 }
 
-// A weight row from element kb on (FP8: kb a multiple of the block width).
-__device__ __forceinline__ const bf16* RowFrom(const bf16* w, int kb) { return w + kb; }
-__device__ __forceinline__ Fp8Row RowFrom(const Fp8Row& w, int kb) {
-  return Fp8Row{w.w + kb, w.s + kb / w.bc, w.bc};
-}
-
 // Down product and combine in one kernel for n ≤ kFusedCombineMaxTokens.
 // Grid ceil(D / kFusedRows): the CTA owns kFusedRows features. With kSplit =
-// 2 it has 16 warps and splits each row's k range in two at a multiple of
-// 256 (and of the FP8 block width): warp w takes pairs q = w % 8, w % 8 + 8,
+// 2 (bf16 experts only) it has 16 warps and splits each row's k range in two
+// at a multiple of 256: warp w takes pairs q = w % 8, w % 8 + 8,
 // ... over k half w / 8, so every warp streams its 18 rows in two dependent
 // rounds of loads instead of four (K = 1024). Partial results go to shared
 // memory per half; then y[t, d] = Σ_j wt[t, j] · (part₀ + part₁)[t, j, d] in
 // j order. kSplit = 1: 8 warps over the whole k range (STRATA_MOE_DOWN_SPLIT=0).
 template <int V, typename W, int kSplit>
 __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(MoeParams p) {
+  static_assert(kSplit == 1 || std::is_same_v<W, bf16>, "FP8 rows are not split");
   __shared__ float part[kSplit][kFusedCombineMaxTokens * kMaxTopK][kFusedRows];
   PdlWait();
   PdlLaunchDependents();
@@ -1030,14 +1017,11 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
   const int d0 = blockIdx.x * kFusedRows;
   const int pairs = p.num_tokens * p.top_k;
   const size_t I = static_cast<size_t>(p.inter);
-  // The split point: half of K rounded up to 256 elements (a lane's step)
-  // and to the FP8 block width; a K too short for it leaves half 1 idle.
-  int split = p.inter;
-  if (kSplit == 2) {
-    int unit = 32 * V;
-    if constexpr (std::is_same_v<W, uint8_t>) unit = unit / Gcd(unit, p.fp8_bc) * p.fp8_bc;
-    split = min(p.inter, (p.inter / 2 + unit - 1) / unit * unit);
-  }
+  // The split point: half of K rounded up to a lane's step (32·V elements);
+  // a K too short for it leaves half 1 idle.
+  constexpr int kUnit = 32 * V;
+  const int split =
+      kSplit == 2 ? min(p.inter, (p.inter / 2 + kUnit - 1) / kUnit * kUnit) : p.inter;
   const int kb = half == 0 ? 0 : split;
   const int ke = half == 0 ? split : p.inter;
   for (int q = warp; q < pairs; q += kGemvWarps) {
@@ -1045,7 +1029,11 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
     typename RowOf<W>::type w[kFusedRows];
 #pragma unroll
     for (int r = 0; r < kFusedRows; ++r) {
-      w[r] = RowFrom(W2Row<W>(p, e, min(d0 + r, p.hidden - 1)), kb);
+      if constexpr (kSplit == 2) {
+        w[r] = W2Row<W>(p, e, min(d0 + r, p.hidden - 1)) + kb;
+      } else {
+        w[r] = W2Row<W>(p, e, min(d0 + r, p.hidden - 1));
+      }
     }
     const bf16* act[1] = {p.h + static_cast<size_t>(p.direct ? q : p.pair_row[q]) * I + kb};
     float acc[kFusedRows][1];
