@@ -134,10 +134,12 @@ struct KdaDecodeFusedArgs {
   const int32_t* slots = nullptr;  // [B]; a negative slot gives a zero row
   bf16* out = nullptr;             // [B, H·dv]
   // The kernel before this one on the stream writes none of slots,
-  // state_pool and window_pool (a decode step: it is in_proj's GEMM). The
-  // kernel then reads them before its programmatic-launch wait, so the state
-  // is on its way while that kernel drains. Leave false when back-to-back
-  // calls may share a stream.
+  // state_pool and window_pool (a decode step: it is in_proj's GEMM), and,
+  // like every kernel of this backend (pdl.cuh), lets this one launch only
+  // after its own wait, so everything before it has finished. The kernel
+  // then reads them before its programmatic-launch wait, so the state is on
+  // its way while that kernel drains. Leave false when back-to-back calls
+  // may share a stream.
   bool state_before_wait = false;
 };
 bool KdaDecodeFusedSupported(const KdaDecodeFusedArgs& args);
