@@ -2333,25 +2333,10 @@ Status KdaDecodeFused(const KdaDecodeFusedArgs& a, cudaStream_t stream) {
   void (*kernel)(const FusedDecodeParams) = a.conv_kernel == 2   ? KdaDecodeFusedKernel<2>
                                             : a.conv_kernel == 3 ? KdaDecodeFusedKernel<3>
                                                                  : KdaDecodeFusedKernel<4>;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim =
-      dim3(kFusedSlices, static_cast<unsigned>(a.shape.num_heads), static_cast<unsigned>(a.batch));
-  cfg.blockDim = dim3(kDecodeThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kFusedSlices;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (PdlEnabled() && stream != nullptr && stream != cudaStreamLegacy &&
-      stream != cudaStreamPerThread) {
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.numAttrs = 2;
-  }
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p);
+  const cudaError_t err = LaunchPdlCluster(
+      kernel,
+      dim3(kFusedSlices, static_cast<unsigned>(a.shape.num_heads), static_cast<unsigned>(a.batch)),
+      dim3(kDecodeThreads), kFusedSlices, 0, stream, p);
   if (err != cudaSuccess) return CudaError(err, "KdaDecodeFusedKernel");
   return OkStatus();
 }

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/cuda_common.h"
 
@@ -52,24 +53,41 @@ __device__ __forceinline__ void PrefetchL2(const void* p, uint32_t bytes) {
 
 // Launches `kernel` on `stream` with PDL when PdlEnabled() and the stream is
 // an explicit one (the legacy default stream's implicit synchronisation is
-// left alone). Returns the launch error, if any.
+// left alone), in thread-block clusters of `cluster_x` CTAs along x when it
+// is above 1. Returns the launch error, if any.
 template <typename... Params, typename... Args>
-cudaError_t LaunchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t stream, Args&&... args) {
+cudaError_t LaunchPdlCluster(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster_x,
+                             size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (cluster_x > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
   if (PdlEnabled() && stream != nullptr && stream != cudaStreamLegacy &&
       stream != cudaStreamPerThread) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
   }
+  cfg.attrs = n > 0 ? attr : nullptr;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
+// LaunchPdlCluster without clusters.
+template <typename... Params, typename... Args>
+cudaError_t LaunchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  return LaunchPdlCluster(kernel, grid, block, 1, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace strata::cuda
