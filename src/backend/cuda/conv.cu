@@ -22,6 +22,7 @@
 
 #include <type_traits>
 
+#include "backend/cuda/conv_step.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
@@ -54,8 +55,6 @@ __device__ __forceinline__ void StoreV(T* p, const float (&v)[V]) {
     StoreF(p, v[0]);
   }
 }
-
-__device__ __forceinline__ float Silu(float a) { return a / (1.f + expf(-a)); }
 
 template <int K, int V, typename XT>
 __global__ void __launch_bounds__(kThreads)
@@ -98,7 +97,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < W; ++j) acc += wt[e][j] * hist[j][e];
       acc += wt[e][W] * cur[e];
-      y[e] = Silu(acc);
+      y[e] = ConvSilu(acc);
     }
     StoreV<V>(out + t * channels + c0, y);
 #pragma unroll
@@ -149,20 +148,11 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   float* win = window_pool + static_cast<int64_t>(slot) * W * channels + c;
-  const float* wc = w + c * K;
   const float cur = LoadF(x + b * ldx + c);
-  float hist[W > 0 ? W : 1];
-  float acc = 0.f;
-#pragma unroll
-  for (int j = 0; j < W; ++j) {
-    hist[j] = win[j * channels];
-    acc += wc[j] * hist[j];
-  }
-  acc += wc[W] * cur;
-  out[b * channels + c] = __float2bfloat16_rn(Silu(acc));
-#pragma unroll
-  for (int j = 0; j + 1 < W; ++j) win[j * channels] = hist[j + 1];
-  if constexpr (W > 0) win[(W - 1) * channels] = cur;
+  ConvWindow<K> hist;
+  hist.Load(win, channels);
+  out[b * channels + c] = __float2bfloat16_rn(hist.Output(w + c * K, cur));
+  hist.Store(win, channels, cur);
 }
 
 Status CheckCommon(const char* op, ActType x_type, int64_t ldx, int64_t channels, const float* w,

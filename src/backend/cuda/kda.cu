@@ -70,6 +70,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "backend/cuda/conv_step.cuh"
 #include "backend/cuda/pdl.cuh"
 
 namespace strata::cuda {
@@ -645,9 +646,6 @@ struct FusedShare {
   float ss;
 };
 
-// CausalConvDecodeKernel's activation (conv.cu), the same expression.
-__device__ __forceinline__ float ConvSilu(float a) { return a / (1.f + expf(-a)); }
-
 // One gate product: 8 adjacent lanes per output, each `vecs` 16-byte chunks
 // (elements 8·part + 64·i), summed over the 8 lanes.
 __device__ __forceinline__ float GateDot8(const uint4 (&w)[kFusedMaxRankVecs],
@@ -689,7 +687,8 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
   const int dv = kFusedSlices * kFusedSlice;
   const int64_t C = static_cast<int64_t>(p.heads) * dk;
   const int d0 = x * kFusedSlice;
-  // Conv channel of threads 0..95: q, k, then v (column d0 + t).
+  // Conv channel of threads 0..95: q, k, then v (column d0 + t); its step is
+  // CausalConvSiluDecode's (conv_step.cuh).
   const int cgrp = tid / kFusedSlice;
   const int ct = tid % kFusedSlice;
   const int64_t chan = cgrp * C + static_cast<int64_t>(h) * dk + d0 + ct;
@@ -724,18 +723,16 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
   // the caller says the previous kernel does not write them.
   if (!p.state_before_wait) PdlWait();
   const int64_t slot = p.slots[b];
-  constexpr int W = K - 1;
   float* slice = nullptr;
   float* win = nullptr;
   StepState<true> st;
-  float hist[W > 0 ? W : 1];
+  ConvWindow<K> hist;
   if (slot >= 0) {
     slice = p.state_pool + (slot * p.heads + h) * static_cast<int64_t>(dk) * dv + d0;
     LoadSlice(slice, dk, dv, d0, tid, st);
     if (tid < 3 * kFusedSlice) {
-      win = p.window_pool + slot * W * 3 * C + chan;
-#pragma unroll
-      for (int j = 0; j < W; ++j) hist[j] = win[j * 3 * C];
+      win = p.window_pool + slot * (K - 1) * 3 * C + chan;
+      hist.Load(win, 3 * C);
     }
   }
   if (p.state_before_wait) PdlWait();
@@ -751,14 +748,8 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
   float conv_out = 0.f;
   if (tid < 3 * kFusedSlice) {
     const float cur = __bfloat162float(row[chan]);
-    float acc = 0.f;
-#pragma unroll
-    for (int j = 0; j < W; ++j) acc += taps[j] * hist[j];
-    acc += taps[W] * cur;
-    conv_out = __bfloat162float(__float2bfloat16_rn(ConvSilu(acc)));
-#pragma unroll
-    for (int j = 0; j + 1 < W; ++j) win[j * 3 * C] = hist[j + 1];
-    if constexpr (W > 0) win[(W - 1) * 3 * C] = cur;
+    conv_out = __bfloat162float(__float2bfloat16_rn(hist.Output(taps, cur)));
+    hist.Store(win, 3 * C, cur);
   }
   // Decay and output-gate products of this CTA's 32 dims.
   uint4 fa[kFusedMaxRankVecs], ga[kFusedMaxRankVecs];
