@@ -618,16 +618,15 @@ constexpr int kFusedSlices = kFastDk / kFusedSlice;  // 4: the cluster size
 constexpr int kFusedMaxRankVecs = 4;                 // rank ≤ 8 threads × 4 × 8
 
 struct FusedDecodeParams {
-  const bf16* proj;  // row b at proj + b·ld_proj: [q | k | v] before the conv, then f_a, g_a, β
+  const bf16* proj;  // row b at proj + b·ld_proj: [q | k | v] before the conv, then f_a, g_a
   int64_t ld_proj;
-  int64_t off_fa, off_ga, off_beta;
+  int64_t off_fa, off_ga;
   int rank;
+  GateParams gates;        // β (from proj), dt_bias, −exp(A); g_raw unused (formed here)
   const float* conv_w;     // [3·H·dk, K]
   float* window_pool;      // [slots, K−1, 3·H·dk]
   const bf16* f_b;         // [H·dk, rank]
   const bf16* g_b;         // [H·dv, rank]
-  const float* dt_bias;    // [H·dk]
-  const float* neg_exp_a;  // [H]
   const float* o_norm;     // [dv]
   float eps;
   float* state_pool;  // [slots, H, dk, dv]
@@ -714,9 +713,7 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
       }
     }
   }
-  const StepConst c = LoadStepConst(GateParams{nullptr, ActType::kF32, 0, nullptr, ActType::kF32, 0,
-                                               p.neg_exp_a, p.dt_bias, false},
-                                    h, dk, tid);
+  const StepConst c = LoadStepConst(p.gates, h, dk, tid);
   const float wn = tid < kFusedSlice ? p.o_norm[d0 + tid] : 0.f;
 
   // The slot, the state slice and the window entries: before the wait when
@@ -784,7 +781,9 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
   }
   const int vn = tid - StepValueBase<true>();
   if (vn >= 0 && vn < kDecodeCols) raw.v = v_own[vn];
-  if (tid == StepBetaThread<true>()) raw.beta = __bfloat162float(row[p.off_beta + h]);
+  if (tid == StepBetaThread<true>()) {
+    raw.beta = LoadAct(p.gates.beta_raw, p.gates.beta_type, b * p.gates.ld_beta + h);
+  }
   StepPrepare<true>(raw, c, dk, tid, sm);
   __syncthreads();
   const StepNorm nm = StepNorms(sm, p.scale);
@@ -2305,14 +2304,18 @@ Status KdaDecodeFused(const KdaDecodeFusedArgs& a, cudaStream_t stream) {
   p.ld_proj = a.ld_proj;
   p.off_fa = a.off_fa;
   p.off_ga = a.off_ga;
-  p.off_beta = a.off_beta;
   p.rank = static_cast<int>(a.rank);
+  KdaGates gates;
+  gates.beta_raw = a.proj + a.off_beta;
+  gates.beta_type = ActType::kBf16;
+  gates.ld_beta = a.ld_proj;
+  gates.neg_exp_a = a.neg_exp_a;
+  gates.dt_bias = a.dt_bias;
+  p.gates = MakeGateParams(gates, a.shape.num_heads, a.shape.key_dim);
   p.conv_w = a.conv_w;
   p.window_pool = a.window_pool;
   p.f_b = a.f_b;
   p.g_b = a.g_b;
-  p.dt_bias = a.dt_bias;
-  p.neg_exp_a = a.neg_exp_a;
   p.o_norm = a.o_norm;
   p.eps = a.eps;
   p.state_pool = a.state_pool;
