@@ -865,7 +865,6 @@ __device__ __forceinline__ void WarpDot(const WR (&w)[R], const bf16* const (&ac
 
 __device__ __forceinline__ float Silu(float g) { return g / (1.f + expf(-g)); }
 
-
 // h rows [row0, row0 + nt) of gate|up feature j for one expert.
 template <int V, int TC, int kU, typename WR>
 __device__ __forceinline__ void GateUpRows(const MoeParams& p, const WR& wg, const WR& wu,
@@ -1332,13 +1331,27 @@ bool UseCtaRoute(const MoeParams& p) {
          p.num_experts <= kMaxExperts && p.top_k <= kMaxTopK;
 }
 
+// Calls f(std::integral_constant<int, kPer>{}) with the biased scores per
+// lane a routing warp holds for E experts (32·kPer ≥ E).
+template <typename F>
+Status WithScoresPerLane(int E, F f) {
+  if (E <= 32) return f(std::integral_constant<int, 1>{});
+  if (E <= 64) return f(std::integral_constant<int, 2>{});
+  if (E <= 128) return f(std::integral_constant<int, 4>{});
+  if (E <= 256) return f(std::integral_constant<int, 8>{});
+  if (E <= 512) return f(std::integral_constant<int, 16>{});
+  return f(std::integral_constant<int, 32>{});
+}
+
+template <int kPer>
+Status LaunchRouteOnly(const MoeParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(p.num_tokens, kRouteWarps)));
+  return Launch("MoeRouteKernel", MoeRouteKernel<kPer>, grid, dim3(kRouteWarps * 32), 0, stream, p);
+}
+
 template <int kPer>
 Status LaunchRouting(const MoeParams& p, bool in_plan, cudaStream_t stream) {
-  if (!in_plan) {
-    const dim3 grid(static_cast<unsigned>(CeilDiv(p.num_tokens, kRouteWarps)));
-    STRATA_RETURN_IF_ERROR(
-        Launch("MoeRouteKernel", MoeRouteKernel<kPer>, grid, dim3(kRouteWarps * 32), 0, stream, p));
-  }
+  if (!in_plan) STRATA_RETURN_IF_ERROR(LaunchRouteOnly<kPer>(p, stream));
   const cudaError_t err =
       LaunchPdl(MoePlanKernel<kPer>, dim3(1), dim3(kPlanThreads),
                 2 * sizeof(int32_t) * static_cast<size_t>(p.num_experts), stream, p, in_plan ? 1 : 0);
@@ -1347,30 +1360,14 @@ Status LaunchRouting(const MoeParams& p, bool in_plan, cudaStream_t stream) {
 }
 
 Status RouteAndPlan(const MoeParams& p, bool in_plan, cudaStream_t stream) {
-  const int E = p.num_experts;
-  if (E <= 32) return LaunchRouting<1>(p, in_plan, stream);
-  if (E <= 64) return LaunchRouting<2>(p, in_plan, stream);
-  if (E <= 128) return LaunchRouting<4>(p, in_plan, stream);
-  if (E <= 256) return LaunchRouting<8>(p, in_plan, stream);
-  if (E <= 512) return LaunchRouting<16>(p, in_plan, stream);
-  return LaunchRouting<32>(p, in_plan, stream);
-}
-
-template <int kPer>
-Status LaunchRouteOnly(const MoeParams& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(p.num_tokens, kRouteWarps)));
-  return Launch("MoeRouteKernel", MoeRouteKernel<kPer>, grid, dim3(kRouteWarps * 32), 0, stream,
-                p);
+  return WithScoresPerLane(p.num_experts, [&](auto per) {
+    return LaunchRouting<decltype(per)::value>(p, in_plan, stream);
+  });
 }
 
 Status RouteOnly(const MoeParams& p, cudaStream_t stream) {
-  const int E = p.num_experts;
-  if (E <= 32) return LaunchRouteOnly<1>(p, stream);
-  if (E <= 64) return LaunchRouteOnly<2>(p, stream);
-  if (E <= 128) return LaunchRouteOnly<4>(p, stream);
-  if (E <= 256) return LaunchRouteOnly<8>(p, stream);
-  if (E <= 512) return LaunchRouteOnly<16>(p, stream);
-  return LaunchRouteOnly<32>(p, stream);
+  return WithScoresPerLane(
+      p.num_experts, [&](auto per) { return LaunchRouteOnly<decltype(per)::value>(p, stream); });
 }
 
 // Whether a routed token may skip the plan (MoeParams::direct);
@@ -1390,17 +1387,23 @@ bool OneRoundEnabled() {
 // The gate|up kernel for rows of `hidden` elements: with 16-byte loads, a row
 // of up to 9 · 256 elements (Kimi's 2304) is read in one group (2 rows × 9
 // loads of 16 bytes per lane, 72 registers) instead of three dependent ones.
+// direct: the planless one-token kernel, else the planned one.
+template <int V, int kU, typename W>
+void (*GateUpKernel(bool direct))(MoeParams) {
+  return direct ? MoeGateUpDirectKernel<V, kU, W> : MoeGateUpGemvKernel<V, kU, W>;
+}
+
 template <int V, typename W>
 void (*GateUpKernelFor(int hidden, bool direct))(MoeParams) {
   if constexpr (V == 8) {
     const int64_t steps = CeilDiv(hidden, 32 * V);
     if (OneRoundEnabled() && steps > 4) {
-      if (steps <= 6) return direct ? MoeGateUpDirectKernel<V, 6, W> : MoeGateUpGemvKernel<V, 6, W>;
-      if (steps <= 8) return direct ? MoeGateUpDirectKernel<V, 8, W> : MoeGateUpGemvKernel<V, 8, W>;
-      if (steps <= 9) return direct ? MoeGateUpDirectKernel<V, 9, W> : MoeGateUpGemvKernel<V, 9, W>;
+      if (steps <= 6) return GateUpKernel<V, 6, W>(direct);
+      if (steps <= 8) return GateUpKernel<V, 8, W>(direct);
+      if (steps <= 9) return GateUpKernel<V, 9, W>(direct);
     }
   }
-  return direct ? MoeGateUpDirectKernel<V, 0, W> : MoeGateUpGemvKernel<V, 0, W>;
+  return GateUpKernel<V, 0, W>(direct);
 }
 
 // Whether the fused down+combine splits each row's k range between two warps
@@ -1687,8 +1690,8 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   // One token on the bf16 GEMV path (a batch-1 decode step): the route
   // kernel's picks are the slots and h rows, so there is no plan kernel and
   // the GEMVs find their expert with one load.
-  if (!fp8 && !invariant && p.cta_route && vec && !GemmShape(s, rows) &&
-      args.num_tokens <= kFusedCombineMaxTokens && DirectEnabled()) {
+  // (cta_route holds for one token only.)
+  if (!fp8 && !invariant && p.cta_route && vec && !GemmShape(s, rows) && DirectEnabled()) {
     p.direct = 1;
     STRATA_RETURN_IF_ERROR(RouteOnly(p, stream));
     return LaunchGemvPath<8, bf16>(p, vec4_y, stream);
@@ -1701,13 +1704,13 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
 
   if (fp8) {
     // The codes take 8-byte loads; the scratch the GEMM reads is aligned.
-    const bool vec = IsAligned(args.x, 16) && IsAligned(args.fp8.w13, 8) &&
-                     IsAligned(args.fp8.w2, 8) && s.hidden % 8 == 0 && s.inter % 8 == 0 &&
-                     args.fp8.block_cols % 8 == 0;
-    if (vec && (invariant ? GemmTileShape(s) : GemmShape(s, rows))) {
+    const bool vec8 = IsAligned(args.x, 16) && IsAligned(args.fp8.w13, 8) &&
+                      IsAligned(args.fp8.w2, 8) && s.hidden % 8 == 0 && s.inter % 8 == 0 &&
+                      args.fp8.block_cols % 8 == 0;
+    if (vec8 && (invariant ? GemmTileShape(s) : GemmShape(s, rows))) {
       return LaunchGemmPath(p, vec4_y, static_cast<int>(l.deq_experts), stream);
     }
-    if (vec) return LaunchGemvPath<8, uint8_t>(p, vec4_y, stream);
+    if (vec8) return LaunchGemvPath<8, uint8_t>(p, vec4_y, stream);
     return LaunchGemvPath<1, uint8_t>(p, vec4_y, stream);
   }
   if (aligned && (invariant ? GemmTileShape(s) : GemmShape(s, rows))) {
