@@ -82,15 +82,29 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
   float* states = pools_.kda_state + L.index * pools_.slots * g.kda_state;
   STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, k.in_proj, g.n_in, g.D, s_.proj,
                             ActType::kBf16, g.n_in, 0.f));
+  bool fused = false;
+  if (decode) STRATA_RETURN_IF_ERROR(TryFusedKdaDecode(L, n, windows, states, slots, &fused));
+  if (!fused) STRATA_RETURN_IF_ERROR(KdaChain(L, n, ps, windows, states, slots));
+  return Mm(s_.y, ActType::kBf16, g.C, n, k.o, g.D, g.C, s_.h, ActType::kF32, g.D, 1.f);
+}
+
+// Decode: KDA's mixer from proj to y in one kernel where it applies; *done
+// says whether it ran (else KdaChain does the work).
+Status KimiLinearCudaModel::TryFusedKdaDecode(const Layer& L, int64_t n, float* windows,
+                                              float* states, const int32_t* slots,
+                                              bool* done) const {
+  const Geometry& g = g_;
+  const KdaLayer& k = L.kda;
   // Small-batch decode: conv, gate products, token step and output norm in
   // one kernel (KdaDecodeFused) where the shape allows. Measured on the H200
   // against the chain with its side branches: −0.12 ms per step at batch 1,
   // −0.04 ms at 2, even at 4 and +0.1 ms at 8 (each row's CTAs re-read the
   // gate weights and the step has no branch left to overlap). Batch-invariant
-  // mode keeps the chain below, whose rounding the prefill's recurrent form
+  // mode keeps KdaChain, whose rounding the prefill's recurrent form
   // reproduces.
   static const bool fused_on = cuda::EnvSwitchOn("STRATA_KDA_FUSED_DECODE");
-  if (decode && !invariant_ && fused_on && n <= kFusedKdaMaxBatch) {
+  *done = false;
+  if (!invariant_ && fused_on && n <= kFusedKdaMaxBatch) {
     cuda::KdaDecodeFusedArgs f;
     f.shape = KdaShapeOf(g);
     f.batch = n;
@@ -112,12 +126,22 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
     f.state_pool = states;
     f.slots = slots;
     f.out = s_.y;
-    f.state_before_wait = true;  // the kernel before it is in_proj's GEMM above
+    f.state_before_wait = true;  // the kernel before it is in_proj's GEMM (KdaMixer)
     if (cuda::KdaDecodeFusedSupported(f)) {
       STRATA_RETURN_IF_ERROR(cuda::KdaDecodeFused(f, stream_));
-      return Mm(s_.y, ActType::kBf16, g.C, n, k.o, g.D, g.C, s_.h, ActType::kF32, g.D, 1.f);
+      *done = true;
     }
   }
+  return OkStatus();
+}
+
+// conv, gates, the KDA step (decode or prefill) and the gated output norm:
+// proj → y.
+Status KimiLinearCudaModel::KdaChain(const Layer& L, int64_t n, const CudaState* ps, float* windows,
+                                     float* states, const int32_t* slots) const {
+  const Geometry& g = g_;
+  const KdaLayer& k = L.kda;
+  const bool decode = ps == nullptr;
   // Decode branches (Branching): the rank-dk gate products run on side_
   // beside the conv (f_b) and beside the recurrent step (g_b, needed only by
   // the output norm).
@@ -184,7 +208,7 @@ Status KimiLinearCudaModel::KdaMixer(const Layer& L, int64_t n, const CudaState*
   }
   STRATA_RETURN_IF_ERROR(cuda::GatedRmsNormSigmoid(s_.o, ActType::kBf16, s_.gate, ActType::kBf16,
                                                    n * g.H, g.dk, k.o_norm, g.eps, s_.y, stream_));
-  return Mm(s_.y, ActType::kBf16, g.C, n, k.o, g.D, g.C, s_.h, ActType::kF32, g.D, 1.f);
+  return OkStatus();
 }
 
 Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState* ps, int64_t past,

@@ -252,6 +252,10 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
   Status FillSlotForBenchmark(const CudaState& st,
                               const std::function<uint64_t()>& next) const override;
   Status KdaMixer(const Layer& L, int64_t n, const CudaState* prefill_state) const;
+  Status TryFusedKdaDecode(const Layer& L, int64_t n, float* windows, float* states,
+                           const int32_t* slots, bool* done) const;
+  Status KdaChain(const Layer& L, int64_t n, const CudaState* prefill_state, float* windows,
+                  float* states, const int32_t* slots) const;
   Status MlaMixer(const Layer& L, int64_t n, const CudaState* prefill_state, int64_t past,
                   int64_t mla_bound) const;
   // decode: the rows are a decode step's (Branching may apply).
