@@ -13,8 +13,10 @@
 //
 // AddRmsNorm and RmsNormRows give one CTA to a row (D in the thousands), with
 // 4-wide vector accesses when the row length and pointers allow, else scalar.
-// The second pass re-reads the row from L1/L2 (each thread reads back exactly
-// the elements it wrote, so no barrier is needed for that). GatedRmsNormSigmoid
+// AddRmsNorm keeps a thread's first kHeld vectors in registers between its
+// passes; beyond those, and in RmsNormRows, the second pass re-reads the row
+// from L1/L2 (each thread reads back exactly the elements it wrote, so no
+// barrier is needed for that). GatedRmsNormSigmoid
 // rows are one head (128 wide): one warp per row, shuffles only.
 #include "backend/cuda/norm.h"
 
@@ -58,18 +60,29 @@ __device__ __forceinline__ void StoreV(T* p, const float (&v)[V]) {
 }
 
 // One CTA per row. DT: element type of delta (ignored when !kDelta).
+// The first kHeld vectors of each thread (all of a row up to kHeld · 1024
+// vectors: D = 2304 is one per thread) stay in registers between the passes,
+// and their norm weights are loaded before the PDL wait: a decode row is one
+// CTA on the step's critical path, where each dependent L2 or DRAM round trip
+// (~1 µs) counts.
+constexpr int kHeld = 2;
+
 template <int V, bool kDelta, typename DT>
 __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const float* w, float eps,
                                  bf16* out) {
-  PdlWait();
-  PdlLaunchDependents();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   float* hr = h + row * dim;
   const int64_t vecs = dim / V;
-  float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
-    float v[V];
+  float g[kHeld][V], held[kHeld][V];
+#pragma unroll
+  for (int it = 0; it < kHeld; ++it) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+    if (out != nullptr && i < vecs) LoadV<V>(w + i * V, g[it]);
+  }
+  PdlWait();
+  PdlLaunchDependents();
+  auto first_pass = [&](int64_t i, float(&v)[V], float& ss) {
     LoadV<V>(hr + i * V, v);
     if constexpr (kDelta) {
       float d[V];
@@ -80,16 +93,36 @@ __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const f
     }
 #pragma unroll
     for (int e = 0; e < V; ++e) ss = fmaf(v[e], v[e], ss);
+  };
+  float ss = 0.f;
+#pragma unroll
+  for (int it = 0; it < kHeld; ++it) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+    if (i < vecs) first_pass(i, held[it], ss);
+  }
+  for (int64_t i = threadIdx.x + int64_t{kHeld} * blockDim.x; i < vecs; i += blockDim.x) {
+    float v[V];
+    first_pass(i, v, ss);
   }
   if (out == nullptr) return;  // uniform over the block: no barrier is skipped by a subset
   const float inv = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(dim) + eps);
   bf16* outr = out + row * dim;
-  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
-    float v[V], g[V];
-    LoadV<V>(hr + i * V, v);  // this thread's own writes from the first pass
-    LoadV<V>(w + i * V, g);
 #pragma unroll
-    for (int e = 0; e < V; ++e) v[e] = g[e] * (v[e] * inv);
+  for (int it = 0; it < kHeld; ++it) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+    if (i < vecs) {
+      float v[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[e] = g[it][e] * (held[it][e] * inv);
+      StoreV<V>(outr + i * V, v);
+    }
+  }
+  for (int64_t i = threadIdx.x + int64_t{kHeld} * blockDim.x; i < vecs; i += blockDim.x) {
+    float v[V], gw[V];
+    LoadV<V>(hr + i * V, v);  // this thread's own writes from the first pass
+    LoadV<V>(w + i * V, gw);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = gw[e] * (v[e] * inv);
     StoreV<V>(outr + i * V, v);
   }
 }
