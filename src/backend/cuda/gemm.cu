@@ -68,7 +68,10 @@
 // drains: at batch 1 a GEMV's fixed cost (ramp and tail, ~3 µs in the
 // captured step) is what separates it from its bytes' time. Measured against
 // prefetching the same round into L2 (STRATA_GEMV_PRELOAD=0), batch-1 decode
-// of the 48B model at 4K: 2.590 → 2.466 ms per step.
+// of the 48B model at 4K: 2.590 → 2.466 ms per step. A warp with a second
+// round copies it into shared memory before the wait too (cp.async, 64 KB
+// per CTA; GemvParams::stage_round): 2.366/2.395 → 2.348/2.370 ms (session
+// 10, STRATA_GEMV_STAGE=0 vs default in one device call).
 // A stream-K variant (equal bytes per warp, split tiles reduced by the last
 // arriving warp) measured slower on 9 of 11 decode shapes (the reduction
 // costs more than the balance gains) and was removed.
@@ -159,6 +162,7 @@ struct GemvParams {
   int tiles_per_cta;  // GEMV: 16-row W tiles per CTA
   int k_split;        // S: k groups of the canonical sum (GEMV: warps per tile)
   int preload;        // GEMV: first round of W into registers before the PDL wait
+  int stage_round;    // GEMV: and the second round into shared memory (cp.async)
   float alpha;
   float beta;  // only with fp32 y
 };
@@ -203,6 +207,22 @@ __device__ __forceinline__ void StoreY(float* y, int64_t i, float s, float alpha
 __device__ __forceinline__ void StoreY(bf16* y, int64_t i, float s, float alpha,
                                        float /*beta*/) {
   y[i] = __float2bfloat16_rn(__fmul_rn(alpha, s));
+}
+
+// 16 bytes global → shared without registers; zeros when !pred (src-size
+// 0: nothing is read, so `src` only has to be a valid address).
+__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* src, bool pred) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(pred ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // ---------------------------------------------------------------------------
@@ -284,20 +304,35 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
   // be touched. With p.preload each warp loads its first round of weights
   // (kU k blocks) into registers while that kernel drains; otherwise the
   // CTA's threads ask for the same bytes to be brought into L2.
+  // With p.stage_round the warp's second round goes into its own slice of
+  // shared memory as well ([2·kU chunks][32 lanes], each lane reading back
+  // only what it copied, so no barrier): when the wait returns, two rounds
+  // are on chip or on their way instead of one (a two-round o_proj then has
+  // all of its weights), which takes one DRAM round trip off the critical
+  // path of every GEMV with a shadow to preload in.
+  extern __shared__ uint4 stage[];
+  uint4* my_stage = stage + warp * (2 * kU * 32) + lane;
+  const bool staged = p.stage_round != 0 && has_work && kb_lo + kU < kb_hi;
   if (p.preload) {
     if (has_work) load_w(kb_lo);
-  } else {
-    const int rows = p.tiles_per_cta * kTile;
-    const int idx = threadIdx.x;
-    if (idx < rows * p.k_split) {
-      const int q = idx % p.k_split;
-      const int64_t row = static_cast<int64_t>(blockIdx.x) * rows + idx / p.k_split;
-      const int64_t b0 = GroupStart(kblocks, q, p.k_split);
-      const int64_t b1 = min(GroupStart(kblocks, q + 1, p.k_split), b0 + kU);
-      const int64_t e0 = b0 * 32, e1 = min(b1 * 32, p.k);
-      if (row < p.n && e1 > e0) {
-        PrefetchL2(w + row * p.ldw + e0, static_cast<uint32_t>((e1 - e0) * 2));
+    if (staged) {
+      const int base = kb_lo + kU;
+      const int n_here = min(kU, kb_hi - base);
+#pragma unroll
+      for (int j = 0; j < kU; ++j) {
+        const int koff = (base + j) * 32;
+        const bool k_ok = j < n_here && koff + t * 8 < k32;
+        CpAsync16(my_stage + (2 * j) * 32, w0 + (k_ok ? koff : 0), k_ok && row0_ok);
+        CpAsync16(my_stage + (2 * j + 1) * 32, w1 + (k_ok ? koff : 0), k_ok && row1_ok);
       }
+      CpAsyncCommit();
+    }
+  } else if (has_work && lane < kTile) {  // lane r: W row r of the warp's tile
+    const int64_t row = tile * kTile + lane;
+    const int64_t e0 = int64_t{kb_lo} * 32;
+    const int64_t e1 = min(int64_t{min(kb_lo + kU, kb_hi)} * 32, p.k);
+    if (row < p.n && e1 > e0) {
+      PrefetchL2(w + row * p.ldw + e0, static_cast<uint32_t>((e1 - e0) * 2));
     }
   }
   PdlWait();
@@ -353,7 +388,18 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
           }
         }
       }
-      if (base + kU < kb_hi) load_w(base + kU);
+      if (base + kU < kb_hi) {
+        if (staged && base == kb_lo) {
+          CpAsyncWait<0>();
+#pragma unroll
+          for (int j = 0; j < kU; ++j) {
+            wa[j] = my_stage[(2 * j) * 32];
+            wb[j] = my_stage[(2 * j + 1) * 32];
+          }
+        } else {
+          load_w(base + kU);
+        }
+      }
     }
   }
 
@@ -421,22 +467,6 @@ __global__ void __launch_bounds__(kGemvThreads) GemvSimpleKernel(const GemvParam
 
 // ---------------------------------------------------------------------------
 // Tiled kernel (batch-invariant mode, m > 16).
-
-// 16 bytes global → shared without registers; zeros when !pred (src-size
-// 0: nothing is read, so `src` only has to be a valid address).
-__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* src, bool pred) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(pred ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 // y for a 128 (W) × kTileX (x) tile of one product of the batch (blockIdx.z).
 // Warp (wn, wm) = (warp % 2, warp / 2) owns W rows wn·64 … +63 (4 m16 tiles)
@@ -586,6 +616,12 @@ __global__ void __launch_bounds__(kTiledThreads, 1) InvariantGemmKernel(const Ge
   }
 }
 
+// Shared memory for the staged round: 2·kU chunks of 16 bytes per lane.
+constexpr size_t GemvStageBytes(int unroll) {
+  return static_cast<size_t>(kGemvWarps) * 2 * unroll * 32 * 16;
+}
+constexpr size_t kGemvMaxStageBytes = GemvStageBytes(GemvUnroll<1, false>());
+
 // The kernels' variants.
 using GemvKernelFn = void (*)(GemvParams);
 // [nt - 1][x fp32][y fp32]
@@ -668,6 +704,15 @@ StatusOr<std::unique_ptr<BlasContext>> BlasContext::Create() {
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kGemvMma[0][0][0], kGemvThreads, 0));
   plans->gemv_resident_ctas = static_cast<int64_t>(std::max(per_sm, 1)) * plans->num_sms;
+  // The GEMV's staged second round (GemvStage) can exceed the default 48 KB.
+  for (const auto& by_nt : kGemvMma) {
+    for (const auto& by_x : by_nt) {
+      for (GemvKernelFn fn : by_x) {
+        STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+            fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGemvMaxStageBytes)));
+      }
+    }
+  }
   // The tiled kernel's pipeline needs more than the default 48 KB of
   // dynamic shared memory (a per-function attribute: set once, here).
   for (int tx = 0; tx < 2; ++tx) {
@@ -952,6 +997,14 @@ bool GemvPreload() {
   return on;
 }
 
+// Whether a GEMV whose warps have a second round of weights also copies it
+// into shared memory before the PDL wait (GemvParams::stage_round);
+// STRATA_GEMV_STAGE=0 turns that off (A/B switch; the arithmetic is the same).
+bool GemvStage() {
+  static const bool on = EnvSwitchOn("STRATA_GEMV_STAGE");
+  return on;
+}
+
 // m ≤ kGemvMaxRows, any shape: the mma GEMV, or the scalar kernel.
 Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   const GemmArgs& a = pr.a;
@@ -971,9 +1024,13 @@ Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   p.preload = GemvPreload() ? 1 : 0;
   p.k_split = plan.k_split;
   const int nt = a.m > 8 ? 2 : 1;
+  const int unroll = (nt == 1 && !x_f32) ? GemvUnroll<1, false>() : GemvUnroll<2, false>();
+  const int64_t rounds = CeilDiv(CeilDiv(CeilDiv(a.k, 32), p.k_split), unroll);
+  p.stage_round = p.preload && rounds >= 2 && GemvStage() ? 1 : 0;
+  const size_t smem = p.stage_round ? GemvStageBytes(unroll) : 0;
   const unsigned grid = static_cast<unsigned>(CeilDiv(CeilDiv(a.n, kTile), p.tiles_per_cta));
   const cudaError_t err = LaunchPdl(kGemvMma[nt - 1][x_f32][y_f32], dim3(grid, batches),
-                                    dim3(kGemvThreads), 0, stream, p);
+                                    dim3(kGemvThreads), smem, stream, p);
   if (err != cudaSuccess) return CudaError(err, "GemvMmaKernel");
   return OkStatus();
 }
