@@ -11,6 +11,8 @@
 //    cases include exact ties at the top-k and at the top-p cut, V = 163840
 //    and an odd V;
 //  * equal (seed, step) give equal tokens, another step gives other tokens;
+//  * the first pass split over 64 CTAs per row (with a workspace) gives the
+//    tokens of the in-kernel pass (without one);
 //  * a captured CUDA graph replayed after the step changes on the device
 //    equals eager calls;
 //  * argument misuse → InvalidArgument naming the field.
@@ -61,9 +63,11 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Runs SampleTokens on the first `rows_host.size()` rows of `logits` ([B, V]
 // row-major) placed `offset_bytes` into the device buffer.
+// with_workspace false: no workspace, so the first pass runs inside the
+// row kernel instead of SampleScanKernel.
 std::vector<int32_t> Sample(const std::vector<float>& logits, int64_t V,
-                            const std::vector<GpuSamplingRow>& rows_host,
-                            size_t offset_bytes = 0) {
+                            const std::vector<GpuSamplingRow>& rows_host, size_t offset_bytes = 0,
+                            bool with_workspace = true) {
   const int64_t B = static_cast<int64_t>(rows_host.size());
   const size_t n = static_cast<size_t>(B * V);
   EXPECT_LE(n, logits.size());
@@ -76,11 +80,11 @@ std::vector<int32_t> Sample(const std::vector<float>& logits, int64_t V,
                        cudaMemcpyHostToDevice),
             cudaSuccess);
   EXPECT_EQ(cudaMemset(d_tokens.get(), 0xff, sizeof(int32_t) * B), cudaSuccess);
-  const size_t ws_bytes = SampleWorkspaceBytes(B, V);
+  const size_t ws_bytes = with_workspace ? SampleWorkspaceBytes(B, V) : 0;
   DevBuf ws(ws_bytes);
-  const Status st = SampleTokens(d_logits.get<float>(offset_bytes), B, V,
-                                 d_rows.get<GpuSamplingRow>(), d_tokens.get<int32_t>(),
-                                 ws.get(), ws_bytes, nullptr);
+  const Status st =
+      SampleTokens(d_logits.get<float>(offset_bytes), B, V, d_rows.get<GpuSamplingRow>(),
+                   d_tokens.get<int32_t>(), with_workspace ? ws.get() : nullptr, ws_bytes, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<int32_t> out(static_cast<size_t>(B));
@@ -331,6 +335,31 @@ TEST(CudaSampling, ProductionVocabulary) {
   CheckDistribution(row, {"prod p0.95", 1.f, 0, 0.95f}, 4096, 14000);
 }
 
+// The first pass in kScanChunks CTAs (with a workspace) and inside the row
+// kernel (without one) give the same tokens: greedy rows with ties, NaN and
+// ±inf, and temperature / top-k / top-p rows whose draws depend on the max
+// and the finite count; odd and production vocabularies, and a misaligned
+// row (scalar loads).
+TEST(CudaSampling, ChunkedFirstPassMatchesInKernelPass) {
+  for (const int64_t V : {int64_t{1000}, int64_t{163840}, int64_t{77}}) {
+    const int64_t B = 24;
+    const std::vector<float> l = GreedyRows(B, V, 4000 + V);
+    std::vector<GpuSamplingRow> rows(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      rows[b].seed = 99 + b;
+      rows[b].step = 3;
+      if (b % 4 == 1) rows[b].temperature = 0.8f;
+      if (b % 4 == 2) {
+        rows[b].temperature = 1.3f;
+        rows[b].top_k = 40;
+        rows[b].top_p = 0.9f;
+      }
+    }
+    EXPECT_EQ(Sample(l, V, rows), Sample(l, V, rows, 0, false)) << "V=" << V;
+    EXPECT_EQ(Sample(l, V, rows, 4), Sample(l, V, rows, 4, false)) << "misaligned, V=" << V;
+  }
+}
+
 TEST(CudaSampling, ReproducibleForEqualSeedAndStep) {
   const int64_t V = 1000, B = 256;
   const std::vector<float> row = UniformRow(V, 27, 2.f);
@@ -377,10 +406,14 @@ TEST(CudaSampling, CapturedGraphFollowsDeviceParams) {
   CUDA_OK(cudaMemcpy(d_rows.get(), rows.data(), sizeof(GpuSamplingRow) * B, cudaMemcpyHostToDevice));
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // With the workspace: the chunked first pass and the row kernel are both
+  // in the graph, PDL-chained.
+  const size_t ws_bytes = SampleWorkspaceBytes(B, V);
+  DevBuf ws(ws_bytes);
   cudaGraph_t graph;
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   const Status st = SampleTokens(d_logits.get<float>(), B, V, d_rows.get<GpuSamplingRow>(),
-                                 d_tokens.get<int32_t>(), nullptr, 0, stream);
+                                 d_tokens.get<int32_t>(), ws.get(), ws_bytes, stream);
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
   ASSERT_TRUE(st.ok()) << st;
   cudaGraphExec_t exec;

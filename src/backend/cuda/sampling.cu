@@ -7,7 +7,7 @@
 // prefix of that set, in (logit desc, id asc) order, whose renormalised mass
 // reaches top_p. Rows with T ≤ 0 (or NaN) or no finite logit are greedy.
 //
-// Method (no sort, no workspace):
+// Method (no sort; the workspace only holds pass 1's per-chunk results):
 //  * masses are fixed point, q_i = round(exp((l_i − max)·(1/T)) · 2^40), so
 //    every sum is an integer sum: exact, independent of summation order, and
 //    the draw is deterministic for a given (seed, step);
@@ -28,7 +28,11 @@
 //
 // Cost model (V = 163840, fp32 logits = 655 KB per row). One CTA per row is a
 // single SM, so each pass is bounded by the SM's L2 bandwidth (~150-200 GB/s
-// for one SM), not HBM: ~3.5-4.5 µs per pass over a row.
+// for one SM), not HBM: ~3.5-4.5 µs per pass over a row. The first pass (the
+// greedy pick, max and finite count) measured 15 µs per decode step inside
+// the captured step (kernel trace, session 10), so with a workspace it runs
+// beforehand in SampleScanKernel: kScanChunks CTAs per row, merged by the
+// row's CTA in a total order (the same result).
 //   greedy: 1 pass               ≈ 4 µs
 //   temperature only: 3 passes   ≈ 12 µs
 //   top-k + top-p: ~9-10 passes  ≈ 40 µs
@@ -58,12 +62,24 @@ constexpr int kBins = 2048;  // 11-bit digits (the last pass uses 10 bits)
 constexpr int64_t kMaxVocab = int64_t{1} << 23;  // Σq ≤ V·2^40 must fit in 64 bits
 constexpr float kMassScale = 1099511627776.f;   // 2^40
 
+// Pass 1 of one chunk of a row (SampleScanKernel): the greedy pick (NaN
+// skipped, ties to the lower id), the finite max and the finite count.
+struct ScanPartial {
+  float best_v;
+  int best_i;
+  float mx;
+  int finite;
+};
+constexpr int kScanChunks = 64;  // CTAs per row for pass 1
+constexpr int kScanThreads = 256;
+
 struct SampleParams {
   const float* logits;          // [B, V]
   int vocab;
   int vec4;                     // rows are 16-byte aligned and V % 4 == 0
   const GpuSamplingRow* rows;   // [B]
   int32_t* tokens;              // [B]
+  ScanPartial* partials;        // [B, kScanChunks] from SampleScanKernel, or null
 };
 
 struct Smem {
@@ -263,6 +279,77 @@ __device__ int FindInIdOrder(Smem& s, const float* l, int V, u64 target, W weigh
   return found;
 }
 
+constexpr ScanPartial kScanEmpty = {-INFINITY, INT_MAX, -INFINITY, 0};
+
+__device__ __forceinline__ void ScanLogit(ScanPartial& a, int i, float v) {
+  if (v != v) return;
+  if (RanksAbove(v, i, a.best_v, a.best_i)) {
+    a.best_v = v;
+    a.best_i = i;
+  }
+  if (IsFinite(v)) {
+    a.mx = fmaxf(a.mx, v);
+    ++a.finite;
+  }
+}
+
+__device__ __forceinline__ void Merge(ScanPartial& a, const ScanPartial& b) {
+  if (RanksAbove(b.best_v, b.best_i, a.best_v, a.best_i)) {
+    a.best_v = b.best_v;
+    a.best_i = b.best_i;
+  }
+  a.mx = fmaxf(a.mx, b.mx);
+  a.finite += b.finite;
+}
+
+__device__ __forceinline__ ScanPartial WarpMerge(ScanPartial a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const ScanPartial b{
+        __shfl_xor_sync(0xffffffffu, a.best_v, o), __shfl_xor_sync(0xffffffffu, a.best_i, o),
+        __shfl_xor_sync(0xffffffffu, a.mx, o), __shfl_xor_sync(0xffffffffu, a.finite, o)};
+    Merge(a, b);
+  }
+  return a;
+}
+
+// Pass 1 spread over kScanChunks CTAs per row (grid: chunk × row): one CTA
+// reading a 163840-entry row was ~15 µs at the end of every decode step,
+// bounded by one SM's loads in flight; 64 CTAs of 256 threads take ~1/20 of
+// the row each.
+__global__ void __launch_bounds__(kScanThreads) SampleScanKernel(SampleParams p) {
+  __shared__ ScanPartial warps[kScanThreads / 32];
+  PdlWait();
+  PdlLaunchDependents();
+  const int V = p.vocab;
+  const float* l = p.logits + static_cast<size_t>(blockIdx.y) * V;
+  // Chunks of a multiple of 4 logits, so vector loads stay aligned.
+  const int per = (V + kScanChunks * 4 - 1) / (kScanChunks * 4) * 4;
+  const int begin = min(V, static_cast<int>(blockIdx.x) * per);
+  const int end = min(V, begin + per);
+  ScanPartial a = kScanEmpty;
+  if (p.vec4 != 0) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    for (int i = begin / 4 + threadIdx.x; i < end / 4; i += kScanThreads) {
+      const float4 v = __ldg(l4 + i);
+      ScanLogit(a, 4 * i, v.x);
+      ScanLogit(a, 4 * i + 1, v.y);
+      ScanLogit(a, 4 * i + 2, v.z);
+      ScanLogit(a, 4 * i + 3, v.w);
+    }
+  } else {
+    for (int i = begin + threadIdx.x; i < end; i += kScanThreads) ScanLogit(a, i, __ldg(l + i));
+  }
+  a = WarpMerge(a);
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = a;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ScanPartial t = kScanEmpty;
+    for (int w = 0; w < kScanThreads / 32; ++w) Merge(t, warps[w]);
+    p.partials[static_cast<size_t>(blockIdx.y) * kScanChunks + blockIdx.x] = t;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1) SampleKernel(SampleParams p) {
   __shared__ Smem s;
   PdlWait();
@@ -274,53 +361,33 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(SampleParams p) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
 
-  // Pass 1: greedy choice (NaN skipped, ties to the lower id), finite max and count.
-  float best_v = -INFINITY;
-  int best_i = INT_MAX;
-  float mx = -INFINITY;
-  int finite = 0;
-  ForEachLogit(l, V, vec4, [&](int i, float v) {
-    if (v != v) return;
-    if (RanksAbove(v, i, best_v, best_i)) {
-      best_v = v;
-      best_i = i;
+  // Pass 1: greedy choice (NaN skipped, ties to the lower id), finite max and
+  // count: from SampleScanKernel's chunks when given, else over the row here.
+  // The merge is a total order, a max and an integer sum, so both ways give
+  // the same result.
+  ScanPartial a = kScanEmpty;
+  if (p.partials != nullptr) {
+    if (threadIdx.x < kScanChunks) {
+      a = p.partials[static_cast<size_t>(blockIdx.x) * kScanChunks + threadIdx.x];
     }
-    if (IsFinite(v)) {
-      mx = fmaxf(mx, v);
-      ++finite;
-    }
-  });
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-    if (RanksAbove(ov, oi, best_v, best_i)) {
-      best_v = ov;
-      best_i = oi;
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    finite += __shfl_xor_sync(0xffffffffu, finite, o);
+  } else {
+    ForEachLogit(l, V, vec4, [&](int i, float v) { ScanLogit(a, i, v); });
   }
+  a = WarpMerge(a);
   if (lane == 0) {
-    s.warp_best_v[warp] = best_v;
-    s.warp_best_i[warp] = best_i;
-    s.warp_max[warp] = mx;
-    s.warp_finite[warp] = finite;
+    s.warp_best_v[warp] = a.best_v;
+    s.warp_best_i[warp] = a.best_i;
+    s.warp_max[warp] = a.mx;
+    s.warp_finite[warp] = a.finite;
   }
   __syncthreads();
-  best_v = -INFINITY;
-  best_i = INT_MAX;
-  mx = -INFINITY;
-  finite = 0;
+  a = kScanEmpty;
   for (int w = 0; w < kWarps; ++w) {
-    if (RanksAbove(s.warp_best_v[w], s.warp_best_i[w], best_v, best_i)) {
-      best_v = s.warp_best_v[w];
-      best_i = s.warp_best_i[w];
-    }
-    mx = fmaxf(mx, s.warp_max[w]);
-    finite += s.warp_finite[w];
+    Merge(a, ScanPartial{s.warp_best_v[w], s.warp_best_i[w], s.warp_max[w], s.warp_finite[w]});
   }
-  const int greedy = best_i == INT_MAX ? 0 : best_i;
+  const float mx = a.mx;
+  const int finite = a.finite;
+  const int greedy = a.best_i == INT_MAX ? 0 : a.best_i;
   const float temperature = prm.temperature;
   if (!(temperature > 0.f) || finite == 0) {
     if (threadIdx.x == 0) p.tokens[blockIdx.x] = greedy;
@@ -399,11 +466,12 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(SampleParams p) {
 
 }  // namespace
 
-size_t SampleWorkspaceBytes(int64_t /*batch*/, int64_t /*vocab*/) { return 0; }
+size_t SampleWorkspaceBytes(int64_t batch, int64_t /*vocab*/) {
+  return batch > 0 ? static_cast<size_t>(batch) * kScanChunks * sizeof(ScanPartial) : 0;
+}
 
 Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const GpuSamplingRow* rows,
-                    int32_t* tokens, void* /*workspace*/, size_t /*workspace_bytes*/,
-                    cudaStream_t stream) {
+                    int32_t* tokens, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (batch < 0 || batch > INT_MAX) {
     return absl::InvalidArgumentError(
         absl::StrCat("SampleTokens: batch must be in [0, 2^31), got ", batch));
@@ -422,7 +490,18 @@ Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const Gpu
   p.vec4 = (vocab % 4 == 0 && IsAligned(logits, 16)) ? 1 : 0;
   p.rows = rows;
   p.tokens = tokens;
-  // Programmatic dependent launch overlaps this launch with the LM head's tail.
+  // With a workspace, pass 1 runs in SampleScanKernel over kScanChunks CTAs
+  // per row; without one (or too small), inside SampleKernel.
+  if (workspace != nullptr && workspace_bytes >= SampleWorkspaceBytes(batch, vocab) &&
+      IsAligned(workspace, 16) && batch <= 65535) {
+    p.partials = static_cast<ScanPartial*>(workspace);
+    const cudaError_t err =
+        LaunchPdl(SampleScanKernel, dim3(kScanChunks, static_cast<unsigned>(batch)),
+                  dim3(kScanThreads), 0, stream, p);
+    if (err != cudaSuccess) return CudaError(err, "SampleScanKernel");
+  }
+  // Programmatic dependent launch overlaps this launch with the previous
+  // kernel's tail (the LM head's, or the scan's).
   const cudaError_t err =
       LaunchPdl(SampleKernel, dim3(static_cast<unsigned>(batch)), dim3(kThreads), 0, stream, p);
   if (err != cudaSuccess) return CudaError(err, "SampleKernel");

@@ -18,7 +18,10 @@ struct GpuSamplingRow {
   uint64_t step = 0;        // advanced by the caller each token
 };
 
-// The current kernel needs no scratch (0 bytes; workspace may then be null).
+// Scratch for `batch` rows: the first pass's per-chunk results (64 × 16
+// bytes per row), 16-byte aligned. A null or smaller workspace is allowed:
+// the first pass then runs inside the per-row kernel (slower at large
+// vocabularies, the same tokens).
 size_t SampleWorkspaceBytes(int64_t batch, int64_t vocab);
 // rows: device [B]; tokens: device [B] int32 out. vocab ≤ 2^23. Rows are read
 // on the device, so they are not validated: T ≤ 0 or NaN means greedy,
