@@ -229,9 +229,10 @@ __device__ __forceinline__ void CpAsyncWait() {
 // Streaming kernel (m ≤ 16).
 
 // k blocks (32 wide) each lane loads before its first mma.
+constexpr int GemvUnrollOf(int nt, bool x_f32) { return (nt == 1 && !x_f32) ? 8 : 4; }
 template <int kNT, bool kXF32>
 constexpr int GemvUnroll() {
-  return (kNT == 1 && !kXF32) ? 8 : 4;
+  return GemvUnrollOf(kNT, kXF32);
 }
 // What the plan assumes whatever the variant: S must not depend on m.
 constexpr int kGemvPlanUnroll = GemvUnroll<1, false>();
@@ -312,7 +313,9 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
   // path of every GEMV with a shadow to preload in.
   extern __shared__ uint4 stage[];
   uint4* my_stage = stage + warp * (2 * kU * 32) + lane;
-  const bool staged = p.stage_round != 0 && has_work && kb_lo + kU < kb_hi;
+  // (Not for fp32 x: its variants have no registers to spare; with m 9-16
+  // they spilled 12 bytes.)
+  const bool staged = !kXF32 && p.stage_round != 0 && has_work && kb_lo + kU < kb_hi;
   if (p.preload) {
     if (has_work) load_w(kb_lo);
     if (staged) {
@@ -1024,9 +1027,9 @@ Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   p.preload = GemvPreload() ? 1 : 0;
   p.k_split = plan.k_split;
   const int nt = a.m > 8 ? 2 : 1;
-  const int unroll = (nt == 1 && !x_f32) ? GemvUnroll<1, false>() : GemvUnroll<2, false>();
+  const int unroll = GemvUnrollOf(nt, x_f32);
   const int64_t rounds = CeilDiv(CeilDiv(CeilDiv(a.k, 32), p.k_split), unroll);
-  p.stage_round = p.preload && rounds >= 2 && GemvStage() ? 1 : 0;
+  p.stage_round = p.preload && !x_f32 && rounds >= 2 && GemvStage() ? 1 : 0;
   const size_t smem = p.stage_round ? GemvStageBytes(unroll) : 0;
   const unsigned grid = static_cast<unsigned>(CeilDiv(CeilDiv(a.n, kTile), p.tiles_per_cta));
   const cudaError_t err = LaunchPdl(kGemvMma[nt - 1][x_f32][y_f32], dim3(grid, batches),

@@ -16,8 +16,8 @@
 // AddRmsNorm keeps a thread's first kHeld vectors in registers between its
 // passes; beyond those, and in RmsNormRows, the second pass re-reads the row
 // from L1/L2 (each thread reads back exactly the elements it wrote, so no
-// barrier is needed for that). GatedRmsNormSigmoid
-// rows are one head (128 wide): one warp per row, shuffles only.
+// barrier is needed for that). GatedRmsNormSigmoid rows are one head (128
+// wide): one warp per row, shuffles only.
 #include "backend/cuda/norm.h"
 
 #include <algorithm>
