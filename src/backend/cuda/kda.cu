@@ -637,12 +637,14 @@ struct FusedDecodeParams {
   bool state_before_wait;  // KdaDecodeFusedArgs::state_before_wait
 };
 
-// What a CTA shares with its cluster: its 32 q and k channels after the conv
-// (bf16-rounded, as the unfused conv output is) and raw decays, then its
-// partial sum of squares of the head's output.
+// What the cluster shares: every CTA writes its 32 q and k channels after the
+// conv (bf16-rounded, as the unfused conv output is) and raw decays, then its
+// partial sum of squares of the head's output, into every CTA's copy
+// (remote stores before the barrier, not remote loads after it), so each CTA
+// reads only its own shared memory and may leave as soon as it is done.
 struct FusedShare {
-  float q[kFusedSlice], k[kFusedSlice], g[kFusedSlice];
-  float ss;
+  float q[kFastDk], k[kFastDk], g[kFastDk];
+  float ss[kFusedSlices];
 };
 
 // One gate product: 8 adjacent lanes per output, each `vecs` 16-byte chunks
@@ -694,6 +696,10 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
   // Gate products: 8 threads per output dim.
   const int gi = tid >> 3, part = tid & 7;
   const int vecs = p.rank / 64;
+
+  // Remote stores into another CTA's shared memory need that CTA to have
+  // started: arrive now, wait right before the first one (long satisfied).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
   // Constants (weights) before the wait.
   float taps[K];
@@ -759,25 +765,26 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
   }
   const float graw = GateDot8(fw, fa, vecs);
   const float gout = GateDot8(gw, ga, vecs);
-  if (tid < kFusedSlice) {
-    share.q[ct] = conv_out;
-  } else if (tid < 2 * kFusedSlice) {
-    share.k[ct] = conv_out;
-  } else if (tid < 3 * kFusedSlice) {
-    v_own[ct] = conv_out;
+  if (tid < 3 * kFusedSlice && tid >= 2 * kFusedSlice) v_own[ct] = conv_out;
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int r = 0; r < kFusedSlices; ++r) {
+    FusedShare* dst = cluster.map_shared_rank(&share, r);
+    if (tid < kFusedSlice) {
+      dst->q[d0 + ct] = conv_out;
+    } else if (tid < 2 * kFusedSlice) {
+      dst->k[d0 + ct] = conv_out;
+    }
+    if (part == 0) dst->g[d0 + gi] = graw;
   }
-  if (part == 0) {
-    share.g[gi] = graw;
-    gate_own[gi] = __bfloat162float(__float2bfloat16_rn(gout));
-  }
+  if (part == 0) gate_own[gi] = __bfloat162float(__float2bfloat16_rn(gout));
   cluster.sync();
-  // The whole head's q, k and raw decays, from the owning CTAs.
+  // The whole head's q, k and raw decays (written by the owning CTAs).
   StepRaw raw;
   if (tid < dk) {
-    const FusedShare* src = cluster.map_shared_rank(&share, tid / kFusedSlice);
-    raw.q = src->q[tid % kFusedSlice];
-    raw.k = src->k[tid % kFusedSlice];
-    raw.g = src->g[tid % kFusedSlice];
+    raw.q = share.q[tid];
+    raw.k = share.k[tid];
+    raw.g = share.g[tid];
   }
   const int vn = tid - StepValueBase<true>();
   if (vn >= 0 && vn < kDecodeCols) raw.v = v_own[vn];
@@ -797,18 +804,17 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
   if (tid < kFusedSlice) {
     o = __bfloat162float(o_own[tid]);
     const float ss = WarpSumXor(o * o, 1, 16);
-    if (tid == 0) share.ss = ss;
+    if (tid < kFusedSlices) cluster.map_shared_rank(&share, tid)->ss[x] = ss;
   }
-  cluster.sync();
+  cluster.sync();  // the last cluster-wide step: from here on each CTA reads its own copy
   if (tid < kFusedSlice) {
     float total = 0.f;
 #pragma unroll
-    for (int r = 0; r < kFusedSlices; ++r) total += cluster.map_shared_rank(&share, r)->ss;
+    for (int r = 0; r < kFusedSlices; ++r) total += share.ss[r];
     const float inv = rsqrtf(total / static_cast<float>(dv) + p.eps);
     const float sg = 1.f / (1.f + expf(-gate_own[tid]));
     p.out[(b * p.heads + h) * dv + d0 + tid] = __float2bfloat16_rn(wn * (o * inv) * sg);
   }
-  cluster.sync();  // no CTA leaves while another may still read its share
 }
 
 // The rule both decode and the recurrent prefill use to pick the variant
