@@ -102,6 +102,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
@@ -207,22 +208,6 @@ __device__ __forceinline__ void StoreY(float* y, int64_t i, float s, float alpha
 __device__ __forceinline__ void StoreY(bf16* y, int64_t i, float s, float alpha,
                                        float /*beta*/) {
   y[i] = __float2bfloat16_rn(__fmul_rn(alpha, s));
-}
-
-// 16 bytes global → shared without registers; zeros when !pred (src-size
-// 0: nothing is read, so `src` only has to be a valid address).
-__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* src, bool pred) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(pred ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // ---------------------------------------------------------------------------

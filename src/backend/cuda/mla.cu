@@ -38,6 +38,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/mla.h"
 #include "backend/cuda/pdl.cuh"
 
@@ -56,28 +57,6 @@ constexpr int kMaxMergeSplits = 2048;
 // ---------------------------------------------------------------------------
 // Device helpers: cp.async, ldmatrix, mma.sync (sm_80+ instructions that
 // Hopper still runs at full rate for these tile sizes).
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy; with valid == false the destination is zero-filled and
-// nothing is read, so tails of partial tiles never feed garbage (possibly NaN)
-// into the tensor cores.
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void CpAsyncWaitAll() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
 
 __device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

@@ -83,6 +83,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/moe_grouped_gemm_sm90.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
@@ -1100,25 +1101,6 @@ __global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(MoeParams p)
 
 // ---------------------------------------------------------------------------
 // Grouped GEMM (prefill): mma.sync m16n8k16, bf16 in, fp32 accumulate.
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global → shared; zero-filled when !valid (src is not read then,
-// but must still be a mapped address).
-__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const bf16* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
