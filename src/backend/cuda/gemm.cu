@@ -70,8 +70,8 @@
 // prefetching the same round into L2 (STRATA_GEMV_PRELOAD=0), batch-1 decode
 // of the 48B model at 4K: 2.590 → 2.466 ms per step. A warp with a second
 // round copies it into shared memory before the wait too (cp.async, 64 KB
-// per CTA; GemvParams::stage_round): 2.366/2.395 → 2.348/2.370 ms (session
-// 10, STRATA_GEMV_STAGE=0 vs default in one device call).
+// per CTA; GemvParams::stage_round), for one x row: 2.366/2.395 → 2.348/2.370
+// ms (session 10, STRATA_GEMV_STAGE=0 vs default in one device call).
 // A stream-K variant (equal bytes per warp, split tiles reduced by the last
 // arriving warp) measured slower on 9 of 11 decode shapes (the reduction
 // costs more than the balance gains) and was removed.
@@ -1014,7 +1014,9 @@ Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   const int nt = a.m > 8 ? 2 : 1;
   const int unroll = GemvUnrollOf(nt, x_f32);
   const int64_t rounds = CeilDiv(CeilDiv(CeilDiv(a.k, 32), p.k_split), unroll);
-  p.stage_round = p.preload && !x_f32 && rounds >= 2 && GemvStage() ? 1 : 0;
+  // One x row only: at batch 8 the staged round measured +0.2% per decode
+  // step (7.857/7.858 → 7.873/7.884 ms), at batch 1 −0.4%.
+  p.stage_round = p.preload && !x_f32 && a.m == 1 && rounds >= 2 && GemvStage() ? 1 : 0;
   const size_t smem = p.stage_round ? GemvStageBytes(unroll) : 0;
   const unsigned grid = static_cast<unsigned>(CeilDiv(CeilDiv(a.n, kTile), p.tiles_per_cta));
   const cudaError_t err = LaunchPdl(kGemvMma[nt - 1][x_f32][y_f32], dim3(grid, batches),
