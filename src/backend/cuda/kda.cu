@@ -71,7 +71,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "backend/cuda/conv_step.cuh"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/vec.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -132,23 +134,6 @@ __device__ __forceinline__ void MmaTf32(float (&c)[4], const float (&a)[4], cons
         "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
 }
 
-__device__ __forceinline__ void CpAsync16(float* smem, const float* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-__device__ __forceinline__ void CpAsyncWaitAll() {
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-}
-
-__device__ __forceinline__ float4 LoadF4(const float* p) {
-  return *reinterpret_cast<const float4*>(p);
-}
-__device__ __forceinline__ void StoreF4(float* p, float4 v) {
-  *reinterpret_cast<float4*>(p) = v;
-}
 __device__ __forceinline__ void StoreF2(float* p, float x, float y) {
   *reinterpret_cast<float2*>(p) = make_float2(x, y);
 }
@@ -159,8 +144,9 @@ __device__ __forceinline__ void LoadBf16x8(const bf16* p, float (&out)[8]) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    out[2 * i] = __uint_as_float(w[i] << 16);  // the lower address is the low half
-    out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    const float2 f = Bf16x2ToF32(w[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
   }
 }
 
@@ -659,8 +645,8 @@ __device__ __forceinline__ float GateDot8(const uint4 (&w)[kFusedMaxRankVecs],
       const uint32_t xv[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        acc = fmaf(__uint_as_float(wv[j] << 16), __uint_as_float(xv[j] << 16), acc);
-        acc = fmaf(__uint_as_float(wv[j] & 0xffff0000u), __uint_as_float(xv[j] & 0xffff0000u), acc);
+        acc = fmaf(Bf16x2ToF32(wv[j]).x, Bf16x2ToF32(xv[j]).x, acc);
+        acc = fmaf(Bf16x2ToF32(wv[j]).y, Bf16x2ToF32(xv[j]).y, acc);
       }
     }
   }
@@ -1468,15 +1454,15 @@ __global__ void __launch_bounds__(kRecThreads, 1) KdaChunkRecurrenceKernel(const
     float* dkd = sKd + buf * kChunk * kLdKd;
     for (int idx = tid; idx < kChunk * (kDim / 4); idx += kRecThreads) {
       const int row = idx / (kDim / 4), c4 = (idx % (kDim / 4)) * 4;
-      CpAsync16(dw + row * kLd + c4, src + kOffW + row * kDim + c4);
-      CpAsync16(dkd + row * kLdKd + c4, src + kOffKd + row * kDim + c4);
+      CpAsync16(dw + row * kLd + c4, src + kOffW + row * kDim + c4, true);
+      CpAsync16(dkd + row * kLdKd + c4, src + kOffKd + row * kDim + c4, true);
     }
   };
   auto load_qp = [&](int c) {
     const float* src = items + c * item_stride;
     for (int idx = tid; idx < kChunk * (kDim / 4); idx += kRecThreads) {
       const int row = idx / (kDim / 4), c4 = (idx % (kDim / 4)) * 4;
-      CpAsync16(sQp + row * kLd + c4, src + kOffQp + row * kDim + c4);
+      CpAsync16(sQp + row * kLd + c4, src + kOffQp + row * kDim + c4, true);
     }
   };
   load_w_kd(0, 0);
@@ -1623,10 +1609,6 @@ __global__ void __launch_bounds__(kRecThreads, 1) KdaChunkRecurrenceKernel(const
 // operand of W·S and Q'·S (as V_new is for Kdᵀ·V_new), so rounding does not
 // accumulate across chunks.
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // Four 8×8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
 __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -1647,11 +1629,6 @@ __device__ __forceinline__ void MmaBf16(float (&c)[4], const uint32_t (&a)[4], u
       "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void CpAsync16B(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(smem)), "l"(gmem)
-               : "memory");
 }
 
 __device__ __forceinline__ void StoreBf16x2(bf16* p, float x, float y) {
@@ -1738,17 +1715,17 @@ __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(cons
     const Stage st = stage(buf);
     for (int idx = tid; idx < kChunk * (kDim / 8); idx += kV2Threads) {
       const int row = idx >> 4, c8 = (idx & 15) * 8;
-      CpAsync16B(st.w + row * kV2LdOp + c8, src + kV2OffW + (row * kDim + c8) * 2);
-      CpAsync16B(st.qp + row * kV2LdOp + c8, src + kV2OffQp + (row * kDim + c8) * 2);
-      CpAsync16B(st.kd + row * kV2LdOp + c8, src + kV2OffKd + (row * kDim + c8) * 2);
+      CpAsync16(st.w + row * kV2LdOp + c8, src + kV2OffW + (row * kDim + c8) * 2, true);
+      CpAsync16(st.qp + row * kV2LdOp + c8, src + kV2OffQp + (row * kDim + c8) * 2, true);
+      CpAsync16(st.kd + row * kV2LdOp + c8, src + kV2OffKd + (row * kDim + c8) * 2, true);
     }
     for (int idx = tid; idx < kChunk * (kVt / 4); idx += kV2Threads) {
       const int row = idx / (kVt / 4), c4 = (idx % (kVt / 4)) * 4;
       const int64_t off = (static_cast<int64_t>(row) * kDim + v0 + c4) * 4;
-      CpAsync16B(st.u + row * L::kLdSlice + c4, src + kV2OffU + off);
-      CpAsync16B(st.oi + row * L::kLdSlice + c4, src + kV2OffOi + off);
+      CpAsync16(st.u + row * L::kLdSlice + c4, src + kV2OffU + off, true);
+      CpAsync16(st.oi + row * L::kLdSlice + c4, src + kV2OffOi + off, true);
     }
-    if (tid < kDim / 4) CpAsync16B(st.decay + 4 * tid, src + kV2OffDecay + 16 * tid);
+    if (tid < kDim / 4) CpAsync16(st.decay + 4 * tid, src + kV2OffDecay + 16 * tid, true);
   };
   load_stage(0, 0);
   CpAsyncCommit();
