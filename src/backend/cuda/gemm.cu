@@ -298,9 +298,11 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
   // path of every GEMV with a shadow to preload in.
   extern __shared__ uint4 stage[];
   uint4* my_stage = stage + warp * (2 * kU * 32) + lane;
-  // (Not for fp32 x: its variants have no registers to spare; with m 9-16
-  // they spilled 12 bytes.)
-  const bool staged = !kXF32 && p.stage_round != 0 && has_work && kb_lo + kU < kb_hi;
+  // Only the one-row bf16-x variants carry it (the host stages one-row
+  // calls only, see RunSmallM); in the others it would be dead code, and the
+  // fp32-x ones have no registers to spare for it.
+  constexpr bool kMayStage = kNT == 1 && !kXF32;
+  const bool staged = kMayStage && p.stage_round != 0 && has_work && kb_lo + kU < kb_hi;
   if (p.preload) {
     if (has_work) load_w(kb_lo);
     if (staged) {
@@ -1014,8 +1016,9 @@ Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   const int nt = a.m > 8 ? 2 : 1;
   const int unroll = GemvUnrollOf(nt, x_f32);
   const int64_t rounds = CeilDiv(CeilDiv(CeilDiv(a.k, 32), p.k_split), unroll);
-  // One x row only: at batch 8 the staged round measured +0.2% per decode
-  // step (7.857/7.858 → 7.873/7.884 ms), at batch 1 −0.4%.
+  // One bf16 x row only (the kernels' kMayStage): at batch 8 the staged
+  // round measured +0.2% per decode step (7.857/7.858 → 7.873/7.884 ms), at
+  // batch 1 −0.4%.
   p.stage_round = p.preload && !x_f32 && a.m == 1 && rounds >= 2 && GemvStage() ? 1 : 0;
   const size_t smem = p.stage_round ? GemvStageBytes(unroll) : 0;
   const unsigned grid = static_cast<unsigned>(CeilDiv(CeilDiv(a.n, kTile), p.tiles_per_cta));
