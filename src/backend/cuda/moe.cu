@@ -1054,7 +1054,7 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
     for (int j = 0; j < p.top_k; ++j) {
       const int q = t * p.top_k + j;
       float pq = part[0][q][r];
-      if (kSplit == 2) pq = pq + part[kSplit - 1][q][r];
+      if constexpr (kSplit == 2) pq = pq + part[1][q][r];
       s = fmaf(p.wt[q], pq, s);
     }
     p.y[static_cast<size_t>(t) * p.hidden + d] = s;
