@@ -120,13 +120,15 @@ __device__ __forceinline__ bool RanksAbove(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
 }
 
-template <typename F>
-__device__ __forceinline__ void ForEachLogit(const float* l, int V, bool vec4, F&& f) {
+// f(i, l[i]) for the logits i in [begin, end) this thread takes in a block
+// of kStride threads (begin and end multiples of 4 with vec4).
+template <int kStride, typename F>
+__device__ __forceinline__ void ForEachLogitIn(const float* l, int begin, int end, bool vec4,
+                                               F&& f) {
   if (vec4) {
     const float4* l4 = reinterpret_cast<const float4*>(l);
-    const int n4 = V >> 2;
 #pragma unroll 4
-    for (int i = threadIdx.x; i < n4; i += kThreads) {
+    for (int i = (begin >> 2) + threadIdx.x; i < (end >> 2); i += kStride) {
       const float4 v = __ldg(l4 + i);
       f(4 * i, v.x);
       f(4 * i + 1, v.y);
@@ -135,8 +137,14 @@ __device__ __forceinline__ void ForEachLogit(const float* l, int V, bool vec4, F
     }
   } else {
 #pragma unroll 4
-    for (int i = threadIdx.x; i < V; i += kThreads) f(i, __ldg(l + i));
+    for (int i = begin + threadIdx.x; i < end; i += kStride) f(i, __ldg(l + i));
   }
+}
+
+// The whole row in the row kernel's CTA.
+template <typename F>
+__device__ __forceinline__ void ForEachLogit(const float* l, int V, bool vec4, F&& f) {
+  ForEachLogitIn<kThreads>(l, 0, V, vec4, static_cast<F&&>(f));
 }
 
 __device__ __forceinline__ u64 WarpSumU64(u64 v) {
@@ -328,18 +336,8 @@ __global__ void __launch_bounds__(kScanThreads) SampleScanKernel(SampleParams p)
   const int begin = min(V, static_cast<int>(blockIdx.x) * per);
   const int end = min(V, begin + per);
   ScanPartial a = kScanEmpty;
-  if (p.vec4 != 0) {
-    const float4* l4 = reinterpret_cast<const float4*>(l);
-    for (int i = begin / 4 + threadIdx.x; i < end / 4; i += kScanThreads) {
-      const float4 v = __ldg(l4 + i);
-      ScanLogit(a, 4 * i, v.x);
-      ScanLogit(a, 4 * i + 1, v.y);
-      ScanLogit(a, 4 * i + 2, v.z);
-      ScanLogit(a, 4 * i + 3, v.w);
-    }
-  } else {
-    for (int i = begin + threadIdx.x; i < end; i += kScanThreads) ScanLogit(a, i, __ldg(l + i));
-  }
+  ForEachLogitIn<kScanThreads>(l, begin, end, p.vec4 != 0,
+                               [&](int i, float v) { ScanLogit(a, i, v); });
   a = WarpMerge(a);
   if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = a;
   __syncthreads();
