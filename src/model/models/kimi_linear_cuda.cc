@@ -27,8 +27,8 @@
 // At decode (≤ 16 rows) three pieces run on a second stream beside the main
 // chain (CudaExecutorBase::Branching): f_b/g_b beside the conv and the KDA
 // step (when the KDA mixer is not fused), MLA's latent row beside its query
-// path, and the shared expert beside
-// routing and the routed experts (−0.30 ms of a 3.15 ms batch-1 step).
+// path, and the shared expert beside routing and the routed experts (−0.30
+// ms of a 3.15 ms batch-1 step).
 //
 // Cost at the production shapes (Kimi-Linear-48B-A3B, H200: 4.27 TB/s copy,
 // ~686 TFLOP/s bf16; the numbers come from the cost model in
