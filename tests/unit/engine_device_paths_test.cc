@@ -262,9 +262,21 @@ TEST(EngineDeviceSampling, TemperatureRowsCarryTheirSeedAndAStepPerToken) {
 
 // The largest prefill Forward of one 5000-token prompt, alone or submitted
 // while another request is decoding; checks every prompt token ran once.
+// Beside a decode, the prompt is queued while the decoding request's first
+// decode step (the model's second Forward) waits for it, so the prompt always
+// arrives while it decodes: when the test only waited for that request's
+// first token, a loaded host could let all of its steps finish first, and
+// the prompt got the budget of an idle engine (it failed that way under CPU
+// load).
 int64_t LargestPrefill(std::shared_ptr<PoolModel> model, EngineOptions o, bool beside_decode) {
   o.prefix_cache_bytes = 0;
   o.max_pending_token_events = size_t{1} << 20;  // the decoding request never waits for its events to be read
+  std::atomic<int> forwards{0};
+  std::atomic<bool> queued{!beside_decode};
+  model->hook = [&] {
+    if (forwards.fetch_add(1) == 0) return;  // the decoding request's prefill
+    while (!queued.load()) std::this_thread::yield();
+  };
   auto engine = NewEngine(o);
   std::unique_ptr<Session> decoding;
   std::shared_ptr<Request> running;
@@ -275,10 +287,15 @@ int64_t LargestPrefill(std::shared_ptr<PoolModel> model, EngineOptions o, bool b
     auto r = engine->Submit(*decoding, std::vector<int32_t>{1}, Greedy(4000), nullptr, true);
     EXPECT_TRUE(r.ok());
     running = *r;
-    Event ev;
-    EXPECT_TRUE(engine->PollEventFor(*running, &ev, -1));  // its first token: it decodes from now on
+    while (forwards.load() < 2) std::this_thread::yield();  // it decodes from now on
   }
-  RunAll(*engine, model, {std::vector<int32_t>(5000, 3)}, {Greedy(2)});
+  auto prompt_session = Session::Create(engine.get(), model, SessionOptions{8192, nullptr});
+  EXPECT_TRUE(prompt_session.ok()) << prompt_session.status();
+  auto prompt =
+      engine->Submit(**prompt_session, std::vector<int32_t>(5000, 3), Greedy(2), nullptr, true);
+  EXPECT_TRUE(prompt.ok()) << prompt.status();
+  queued.store(true);
+  EXPECT_TRUE(engine->RunToCompletion(**prompt, nullptr, nullptr).ok()) << (*prompt)->status();
   if (running != nullptr) engine->Cancel(*running);
   if (running != nullptr) engine->RunToCompletion(*running, nullptr, nullptr).IgnoreError();
   std::lock_guard<std::mutex> lock(model->mu_);
