@@ -134,6 +134,7 @@ struct MoeParams {
   int softmax;      // 1: softmax routing (cpu::RouteSoftmaxTopK), no bias or groups
   int cta_route;    // 1: one token, routed by the whole CTA (RouteTokenCta)
   int direct;       // 1: one token without a plan: slot / pair j is pick j, h row j
+  int down_preload; // 1 (with direct): the down kernel loads its first weights before its wait
   const bf16* x;          // [n, D]
   const float* logits;    // [n, E]
   const float* bias;      // [E] or null
@@ -941,6 +942,39 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpDirectKernel(MoePara
                        static_cast<int>(blockIdx.x), 1, j);
 }
 
+// WarpDot for R ≥ 8 bf16 rows of one expert that lie `stride` elements apart
+// from `base` (row r at base + min(r, last) · stride), one activation row,
+// with the first step's loads already in `wr` (issued by the caller, e.g.
+// before its PDL wait). The same products in the same order as WarpDot; the
+// rows are addressed from one pointer because 18 row pointers next to 18
+// in-flight loads exceed the 128 registers 16 warps leave.
+template <int R>
+__device__ __forceinline__ void RowBlockDotFirstLoaded(const bf16* base, size_t stride, int last,
+                                                       const bf16* act, int K, Raw<8> (&wr)[R],
+                                                       float (&acc)[R][1]) {
+  static_assert(R >= 8, "one load step per group");
+  constexpr int kStep = 32 * 8;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r][0] = 0.f;
+  for (int k0 = lane * 8; k0 < K; k0 += kStep) {
+    if (k0 != lane * 8) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) wr[r] = LoadWeight<8>(base + min(r, last) * stride + k0);
+    }
+    float wf[R][8];
+#pragma unroll
+    for (int r = 0; r < R; ++r) Unpack(wr[r], wf[r]);
+    float xf[8];
+    Unpack(LoadAct<8>(act + k0), xf);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int v = 0; v < 8; ++v) acc[r][0] = fmaf(wf[r][v], xf[v], acc[r][0]);
+    }
+  }
+}
+
 // yrows rows [row0, row0 + nt), features d and d + 1 (d + 1 < D or skipped).
 template <int V, int TC, typename WR>
 __device__ __forceinline__ void DownRows(const MoeParams& p, const WR& w0, const WR& w1,
@@ -1009,8 +1043,6 @@ template <int V, typename W, int kSplit>
 __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(MoeParams p) {
   static_assert(kSplit == 1 || std::is_same_v<W, bf16>, "FP8 rows are not split");
   __shared__ float part[kSplit][kFusedCombineMaxTokens * kMaxTopK][kFusedRows];
-  PdlWait();
-  PdlLaunchDependents();
   const int lane = threadIdx.x & 31;
   const int warp = (threadIdx.x >> 5) % kGemvWarps;
   const int half = (threadIdx.x >> 5) / kGemvWarps;
@@ -1024,6 +1056,25 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
       kSplit == 2 ? min(p.inter, (p.inter / 2 + kUnit - 1) / kUnit * kUnit) : p.inter;
   const int kb = half == 0 ? 0 : split;
   const int ke = half == 0 ? split : p.inter;
+  // One token (direct): warp w's only pair is pick w, whose expert the route
+  // kernel wrote before the gate|up kernel this one follows started (that
+  // kernel waited for it), so the first step of its rows is loaded before
+  // the PDL wait, while gate|up's last CTAs drain. idx is read through L2
+  // (ld.cg): route's writes are there, an SM's L1 may hold an older layer's.
+  constexpr bool kMayPreload = kSplit == 2 && V == 8;  // bf16 rows (kSplit 2)
+  const int last = p.hidden - 1 - d0;  // rows past D repeat the last one
+  Raw<8> first[kFusedRows];
+  int first_e = -1;
+  if constexpr (kMayPreload) {
+    if (p.down_preload && p.direct && warp < pairs && lane * V < ke - kb) {
+      first_e = __ldcg(p.idx + warp);
+      const bf16* base = W2Row<bf16>(p, first_e, d0) + kb + lane * V;
+#pragma unroll
+      for (int r = 0; r < kFusedRows; ++r) first[r] = LoadWeight<8>(base + min(r, last) * I);
+    }
+  }
+  PdlWait();
+  PdlLaunchDependents();
   for (int q = warp; q < pairs; q += kGemvWarps) {
     const int e = p.idx[q];
     typename RowOf<W>::type w[kFusedRows];
@@ -1037,7 +1088,20 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
     }
     const bf16* act[1] = {p.h + static_cast<size_t>(p.direct ? q : p.pair_row[q]) * I + kb};
     float acc[kFusedRows][1];
-    WarpDot<V, kFusedRows, 1>(w, act, 1, ke - kb, acc);
+    if constexpr (kMayPreload) {
+      // One register array for both cases (two spilled): load the first
+      // step here unless it was loaded before the wait.
+      const bf16* base = W2Row<bf16>(p, e, d0) + kb;
+      if ((q != warp || first_e != e) && lane * V < ke - kb) {
+#pragma unroll
+        for (int r = 0; r < kFusedRows; ++r) {
+          first[r] = LoadWeight<8>(base + min(r, last) * I + lane * V);
+        }
+      }
+      RowBlockDotFirstLoaded<kFusedRows>(base, I, last, act[0], ke - kb, first, acc);
+    } else {
+      WarpDot<V, kFusedRows, 1>(w, act, 1, ke - kb, acc);
+    }
 #pragma unroll
     for (int r = 0; r < kFusedRows; ++r) {
       const float s = WarpSum(acc[r][0]);
@@ -1675,6 +1739,8 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   // (cta_route holds for one token only.)
   if (!fp8 && !invariant && p.cta_route && vec && !GemmShape(s, rows) && DirectEnabled()) {
     p.direct = 1;
+    static const bool down_preload = EnvSwitchOn("STRATA_MOE_DOWN_PRELOAD");
+    p.down_preload = down_preload ? 1 : 0;
     STRATA_RETURN_IF_ERROR(RouteOnly(p, stream));
     return LaunchGemvPath<8, bf16>(p, vec4_y, stream);
   }
