@@ -809,6 +809,18 @@ __device__ __forceinline__ Fp8Row W2Row<uint8_t>(const MoeParams& p, int e, int 
                 p.w2_scale + (static_cast<size_t>(e) * p.sr2 + r / p.fp8_br) * p.sc_i, p.fp8_bc};
 }
 
+// acc[r][t] += wf[r] · xf (v ascending): one load step of R rows against
+// activation row t, the order every warp dot product here sums in.
+template <int V, int R, int TC>
+__device__ __forceinline__ void FmaRows(const float (&wf)[R][V], const float (&xf)[V], int t,
+                                        float (&acc)[R][TC]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[r][t] = fmaf(wf[r][v], xf[v], acc[r][t]);
+  }
+}
+
 // Per-lane partial dot products of R weight rows with TC activation rows over
 // K elements (only the first nt activation rows are used). Every weight load
 // of a U-step group is issued before the first use.
@@ -853,11 +865,7 @@ __device__ __forceinline__ void WarpDot(const WR (&w)[R], const bf16* const (&ac
           if (t < nt) {
             float xf[V];
             Unpack(LoadAct<V>(act[t] + k), xf);
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-#pragma unroll
-              for (int v = 0; v < V; ++v) acc[r][t] = fmaf(wf[r][v], xf[v], acc[r][t]);
-            }
+            FmaRows<V, R, TC>(wf, xf, t, acc);
           }
         }
       }
@@ -967,11 +975,7 @@ __device__ __forceinline__ void RowBlockDotFirstLoaded(const bf16* base, size_t 
     for (int r = 0; r < R; ++r) Unpack(wr[r], wf[r]);
     float xf[8];
     Unpack(LoadAct<8>(act + k0), xf);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int v = 0; v < 8; ++v) acc[r][0] = fmaf(wf[r][v], xf[v], acc[r][0]);
-    }
+    FmaRows<8, R, 1>(wf, xf, 0, acc);
   }
 }
 
@@ -1089,8 +1093,8 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
     const bf16* act[1] = {p.h + static_cast<size_t>(p.direct ? q : p.pair_row[q]) * I + kb};
     float acc[kFusedRows][1];
     if constexpr (kMayPreload) {
-      // One register array for both cases (two spilled): load the first
-      // step here unless it was loaded before the wait.
+      // `first` serves both cases (a second array of 18 loads spilled): the
+      // first step is loaded here unless it was before the wait.
       const bf16* base = W2Row<bf16>(p, e, d0) + kb;
       if ((q != warp || first_e != e) && lane * V < ke - kb) {
 #pragma unroll
@@ -1423,6 +1427,14 @@ bool DirectEnabled() {
   return enabled;
 }
 
+// Whether the one-token down+combine kernel loads its first weights before
+// its PDL wait (MoeParams::down_preload); STRATA_MOE_DOWN_PRELOAD=0 turns
+// that off (A/B switch; the same bits either way).
+bool DownPreloadEnabled() {
+  static const bool enabled = EnvSwitchOn("STRATA_MOE_DOWN_PRELOAD");
+  return enabled;
+}
+
 // Whether a gate|up row short enough fits one group of loads per warp
 // (STRATA_MOE_ONE_ROUND=0 turns that off, a diagnostic switch for A/B timing).
 bool OneRoundEnabled() {
@@ -1739,8 +1751,7 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   // (cta_route holds for one token only.)
   if (!fp8 && !invariant && p.cta_route && vec && !GemmShape(s, rows) && DirectEnabled()) {
     p.direct = 1;
-    static const bool down_preload = EnvSwitchOn("STRATA_MOE_DOWN_PRELOAD");
-    p.down_preload = down_preload ? 1 : 0;
+    p.down_preload = DownPreloadEnabled() ? 1 : 0;
     STRATA_RETURN_IF_ERROR(RouteOnly(p, stream));
     return LaunchGemvPath<8, bf16>(p, vec4_y, stream);
   }
