@@ -7,6 +7,7 @@
 // (token t is followed by t + 1), so every expected token is known.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -277,23 +278,42 @@ int64_t LargestPrefill(std::shared_ptr<PoolModel> model, EngineOptions o, bool b
     if (forwards.fetch_add(1) == 0) return;  // the decoding request's prefill
     while (!queued.load()) std::this_thread::yield();
   };
+  // A failed step releases the hook (the engine's thread would wait in it
+  // for good) and returns -1, which fails the caller's expectation.
+  auto give_up = [&] {
+    queued.store(true);
+    return int64_t{-1};
+  };
   auto engine = NewEngine(o);
   std::unique_ptr<Session> decoding;
   std::shared_ptr<Request> running;
   if (beside_decode) {
     auto s = Session::Create(engine.get(), model, SessionOptions{8192, nullptr});
-    EXPECT_TRUE(s.ok());
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return give_up();
     decoding = *std::move(s);
     auto r = engine->Submit(*decoding, std::vector<int32_t>{1}, Greedy(4000), nullptr, true);
-    EXPECT_TRUE(r.ok());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return give_up();
     running = *r;
-    while (forwards.load() < 2) std::this_thread::yield();  // it decodes from now on
+    // It decodes from now on; a request that fails first would never get here.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (forwards.load() < 2) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "the decoding request never reached its first decode step: "
+                      << running->status();
+        return give_up();
+      }
+      std::this_thread::yield();
+    }
   }
   auto prompt_session = Session::Create(engine.get(), model, SessionOptions{8192, nullptr});
   EXPECT_TRUE(prompt_session.ok()) << prompt_session.status();
+  if (!prompt_session.ok()) return give_up();
   auto prompt =
       engine->Submit(**prompt_session, std::vector<int32_t>(5000, 3), Greedy(2), nullptr, true);
   EXPECT_TRUE(prompt.ok()) << prompt.status();
+  if (!prompt.ok()) return give_up();
   queued.store(true);
   EXPECT_TRUE(engine->RunToCompletion(**prompt, nullptr, nullptr).ok()) << (*prompt)->status();
   if (running != nullptr) engine->Cancel(*running);
