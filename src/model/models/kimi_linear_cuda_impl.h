@@ -170,8 +170,8 @@ struct Weights {
 };
 // Carves the fused weight layout (see the file comment) out of `c`.
 // `separate_lm_head`: false when the embeddings are tied and no lm_head is stored.
-void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_lm_head,
-                  bool batch_invariant, Carver& c, Weights& w);
+void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_lm_head, Carver& c,
+                  Weights& w);
 
 // Activation buffers and op workspaces.
 struct Scratch {
