@@ -1,0 +1,221 @@
+// sync_probe: what one dependency between two steps of a decode chain costs
+// on this GPU, with no DRAM traffic in the way, three ways:
+//  1. kernel boundary: a CUDA graph of N kernels chained with programmatic
+//     dependent launch (PDL), each of G CTAs reading the previous kernel's
+//     G·256 outputs (one per thread, through L2) and writing its own;
+//  2. grid barrier: one persistent kernel of G CTAs doing the same N steps,
+//     separated by an atomic-counter barrier (release/acquire, CTA 0 waits
+//     for nobody: every CTA arrives, then spins on the count);
+//  3. flag handoff: two CTAs on different SMs passing a token back and forth
+//     through a flag in global memory (one-way latency).
+// A megakernel would replace (1) by (2) or (3) between its steps; the
+// difference per dependency times the ~370 dependencies of a batch-1
+// Kimi-Linear step bounds what it can gain. Development only: built with the
+// CUDA backend, not installed, not part of the test suite.
+//
+// Usage: sync_probe [steps=400] [ctas=132]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+constexpr int kThreads = 256;
+
+#define CHECK(expr)                                                                              \
+  do {                                                                                           \
+    const cudaError_t e_ = (expr);                                                               \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+__device__ __forceinline__ void PdlWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void PdlTrigger() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// out[i] = in[(i * 7919) % n] + 1: every CTA depends on other CTAs' outputs.
+__global__ void __launch_bounds__(kThreads) StepKernel(const float* in, float* out, int n) {
+  PdlWait();
+  PdlTrigger();
+  const int i = blockIdx.x * kThreads + threadIdx.x;
+  if (i < n) out[i] = __ldcg(in + (static_cast<long long>(i) * 7919) % n) + 1.f;
+}
+
+__device__ __forceinline__ unsigned LoadAcquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The same steps in one grid; buffers alternate; `count` starts at 0.
+__global__ void __launch_bounds__(kThreads)
+    PersistentKernel(float* a, float* b, int n, int steps, unsigned* count) {
+  const unsigned ctas = gridDim.x;
+  for (int s = 0; s < steps; ++s) {
+    const float* in = (s & 1) ? b : a;
+    float* out = (s & 1) ? a : b;
+    const int i = blockIdx.x * kThreads + threadIdx.x;
+    if (i < n) out[i] = __ldcg(in + (static_cast<long long>(i) * 7919) % n) + 1.f;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(count, 1u);
+      const unsigned target = ctas * static_cast<unsigned>(s + 1);
+      while (LoadAcquire(count) < target) {
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// CTA 0 and CTA 1 (launched with one CTA per SM's worth of shared memory, so
+// on different SMs) pass a counter back and forth `rounds` times.
+__global__ void PingPongKernel(unsigned* flag, int rounds) {
+  if (threadIdx.x != 0) return;
+  const unsigned me = blockIdx.x;
+  for (int r = 0; r < rounds; ++r) {
+    const unsigned want = 2u * static_cast<unsigned>(r) + me;
+    while (LoadAcquire(flag) != want) {
+    }
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(want + 1) : "memory");
+  }
+}
+
+cudaError_t LaunchStep(const float* in, float* out, int n, int ctas, cudaStream_t s) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(ctas);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, StepKernel, in, out, n);
+}
+
+float TimeMs(cudaStream_t s, const std::vector<cudaGraphExec_t>& execs, int reps) {
+  cudaEvent_t t0, t1;
+  CHECK(cudaEventCreate(&t0));
+  CHECK(cudaEventCreate(&t1));
+  for (cudaGraphExec_t e : execs) CHECK(cudaGraphLaunch(e, s));  // warm-up
+  CHECK(cudaEventRecord(t0, s));
+  for (int r = 0; r < reps; ++r) {
+    for (cudaGraphExec_t e : execs) CHECK(cudaGraphLaunch(e, s));
+  }
+  CHECK(cudaEventRecord(t1, s));
+  CHECK(cudaEventSynchronize(t1));
+  float ms = 0.f;
+  CHECK(cudaEventElapsedTime(&ms, t0, t1));
+  CHECK(cudaEventDestroy(t0));
+  CHECK(cudaEventDestroy(t1));
+  return ms / static_cast<float>(reps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 400;
+  const int ctas = argc > 2 ? std::atoi(argv[2]) : 132;
+  if (steps < 2 || ctas < 2) {
+    std::fprintf(stderr, "usage: sync_probe [steps >= 2] [ctas >= 2]\n");
+    return 2;
+  }
+  const int n = ctas * kThreads;
+  float *a, *b;
+  unsigned* count;
+  CHECK(cudaMalloc(&a, sizeof(float) * n));
+  CHECK(cudaMalloc(&b, sizeof(float) * n));
+  CHECK(cudaMalloc(&count, sizeof(unsigned)));
+  CHECK(cudaMemset(a, 0, sizeof(float) * n));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  // 1. Kernel boundaries: a graph of `steps` PDL-chained kernels, and the
+  // same graph of 1 kernel to subtract the launch of the graph itself.
+  auto capture = [&](int kernels) {
+    cudaGraph_t g;
+    cudaGraphExec_t e;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < kernels; ++k) {
+      CHECK(LaunchStep((k & 1) ? b : a, (k & 1) ? a : b, n, ctas, s));
+    }
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&e, g, 0));
+    CHECK(cudaGraphDestroy(g));
+    return e;
+  };
+  cudaGraphExec_t many = capture(steps), one = capture(1);
+  const float ms_many = TimeMs(s, {many}, 20);
+  const float ms_one = TimeMs(s, {one}, 20);
+  const double us_boundary = (ms_many - ms_one) * 1e3 / (steps - 1);
+
+  // 2. Grid barriers in one persistent kernel (all CTAs resident: ctas must
+  // not exceed what the GPU holds at once, which the occupancy check says).
+  int per_sm = 0, sms = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, PersistentKernel, kThreads, 0));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  double us_barrier = -1.0;
+  if (ctas <= per_sm * sms) {
+    cudaEvent_t t0, t1;
+    CHECK(cudaEventCreate(&t0));
+    CHECK(cudaEventCreate(&t1));
+    float best = 1e30f;
+    for (int rep = 0; rep < 5; ++rep) {
+      CHECK(cudaMemsetAsync(count, 0, sizeof(unsigned), s));
+      CHECK(cudaEventRecord(t0, s));
+      PersistentKernel<<<ctas, kThreads, 0, s>>>(a, b, n, steps, count);
+      CHECK(cudaGetLastError());
+      CHECK(cudaEventRecord(t1, s));
+      CHECK(cudaEventSynchronize(t1));
+      float ms = 0.f;
+      CHECK(cudaEventElapsedTime(&ms, t0, t1));
+      if (ms < best) best = ms;
+    }
+    us_barrier = best * 1e3 / steps;
+    CHECK(cudaEventDestroy(t0));
+    CHECK(cudaEventDestroy(t1));
+  }
+
+  // 3. One-way flag latency between two SMs.
+  const int rounds = 20000;
+  cudaFuncAttributes fa;
+  CHECK(cudaFuncGetAttributes(&fa, PingPongKernel));
+  int max_smem = 0;
+  CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  CHECK(
+      cudaFuncSetAttribute(PingPongKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+  CHECK(cudaMemsetAsync(count, 0, sizeof(unsigned), s));
+  cudaEvent_t p0, p1;
+  CHECK(cudaEventCreate(&p0));
+  CHECK(cudaEventCreate(&p1));
+  CHECK(cudaEventRecord(p0, s));
+  PingPongKernel<<<2, 32, max_smem, s>>>(count, rounds);
+  CHECK(cudaGetLastError());
+  CHECK(cudaEventRecord(p1, s));
+  CHECK(cudaEventSynchronize(p1));
+  float ms_pp = 0.f;
+  CHECK(cudaEventElapsedTime(&ms_pp, p0, p1));
+  const double us_flag = ms_pp * 1e3 / (2.0 * rounds);
+
+  std::printf("steps %d, CTAs %d x %d threads, %d SMs\n", steps, ctas, kThreads, sms);
+  std::printf("PDL kernel boundary in a graph : %.3f us per dependency\n", us_boundary);
+  if (us_barrier >= 0) {
+    std::printf("grid barrier in one kernel     : %.3f us per dependency\n", us_barrier);
+  } else {
+    std::printf("grid barrier in one kernel     : skipped (%d CTAs do not fit at once)\n", ctas);
+  }
+  std::printf("flag handoff between two SMs   : %.3f us one way\n", us_flag);
+  CHECK(cudaGraphExecDestroy(many));
+  CHECK(cudaGraphExecDestroy(one));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  CHECK(cudaFree(count));
+  return 0;
+}
