@@ -4,23 +4,30 @@
 //     dependent launch (PDL), each of G CTAs reading the previous kernel's
 //     G·256 outputs (one per thread, through L2) and writing its own;
 //  2. grid barrier: one persistent kernel of G CTAs doing the same N steps,
-//     separated by an atomic-counter barrier (release/acquire, CTA 0 waits
-//     for nobody: every CTA arrives, then spins on the count);
+//     separated by an atomic-counter barrier (every CTA arrives with a
+//     fence and an atomic add, then spins on the count with acquire loads);
 //  3. flag handoff: two CTAs on different SMs passing a token back and forth
 //     through a flag in global memory (one-way latency).
 // A megakernel would replace (1) by (2) or (3) between its steps; the
 // difference per dependency times the ~370 dependencies of a batch-1
-// Kimi-Linear step bounds what it can gain. Development only: built with the
-// CUDA backend, not installed, not part of the test suite.
+// Kimi-Linear step bounds what it can gain. (1) launches through the
+// backend's LaunchPdl, so STRATA_CUDA_PDL=0 measures a plain boundary. (1) is
+// the mean of 20 graph launches, (2) the best of 5 kernel runs. Development
+// only: built with the CUDA backend, not installed, not part of the tests.
 //
-// Usage: sync_probe [steps=400] [ctas=132]
+// Usage: strata_sync_probe [steps=400] [ctas=132]
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
+
+#include "backend/cuda/pdl.cuh"
 
 namespace {
+
+using strata::cuda::LaunchPdl;
+using strata::cuda::PdlLaunchDependents;
+using strata::cuda::PdlWait;
 
 constexpr int kThreads = 256;
 
@@ -33,15 +40,10 @@ constexpr int kThreads = 256;
     }                                                                                            \
   } while (0)
 
-__device__ __forceinline__ void PdlWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void PdlTrigger() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
 // out[i] = in[(i * 7919) % n] + 1: every CTA depends on other CTAs' outputs.
 __global__ void __launch_bounds__(kThreads) StepKernel(const float* in, float* out, int n) {
   PdlWait();
-  PdlTrigger();
+  PdlLaunchDependents();
   const int i = blockIdx.x * kThreads + threadIdx.x;
   if (i < n) out[i] = __ldcg(in + (static_cast<long long>(i) * 7919) % n) + 1.f;
 }
@@ -86,28 +88,14 @@ __global__ void PingPongKernel(unsigned* flag, int rounds) {
   }
 }
 
-cudaError_t LaunchStep(const float* in, float* out, int n, int ctas, cudaStream_t s) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(ctas);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, StepKernel, in, out, n);
-}
-
-float TimeMs(cudaStream_t s, const std::vector<cudaGraphExec_t>& execs, int reps) {
+// Mean time of one launch of `exec` over `reps`, after one warm-up launch.
+float TimeMs(cudaStream_t s, cudaGraphExec_t exec, int reps) {
   cudaEvent_t t0, t1;
   CHECK(cudaEventCreate(&t0));
   CHECK(cudaEventCreate(&t1));
-  for (cudaGraphExec_t e : execs) CHECK(cudaGraphLaunch(e, s));  // warm-up
+  CHECK(cudaGraphLaunch(exec, s));
   CHECK(cudaEventRecord(t0, s));
-  for (int r = 0; r < reps; ++r) {
-    for (cudaGraphExec_t e : execs) CHECK(cudaGraphLaunch(e, s));
-  }
+  for (int r = 0; r < reps; ++r) CHECK(cudaGraphLaunch(exec, s));
   CHECK(cudaEventRecord(t1, s));
   CHECK(cudaEventSynchronize(t1));
   float ms = 0.f;
@@ -143,7 +131,8 @@ int main(int argc, char** argv) {
     cudaGraphExec_t e;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int k = 0; k < kernels; ++k) {
-      CHECK(LaunchStep((k & 1) ? b : a, (k & 1) ? a : b, n, ctas, s));
+      CHECK(LaunchPdl(StepKernel, dim3(ctas), dim3(kThreads), 0, s,
+                      static_cast<const float*>((k & 1) ? b : a), (k & 1) ? a : b, n));
     }
     CHECK(cudaStreamEndCapture(s, &g));
     CHECK(cudaGraphInstantiate(&e, g, 0));
@@ -151,8 +140,8 @@ int main(int argc, char** argv) {
     return e;
   };
   cudaGraphExec_t many = capture(steps), one = capture(1);
-  const float ms_many = TimeMs(s, {many}, 20);
-  const float ms_one = TimeMs(s, {one}, 20);
+  const float ms_many = TimeMs(s, many, 20);
+  const float ms_one = TimeMs(s, one, 20);
   const double us_boundary = (ms_many - ms_one) * 1e3 / (steps - 1);
 
   // 2. Grid barriers in one persistent kernel (all CTAs resident: ctas must
@@ -184,8 +173,6 @@ int main(int argc, char** argv) {
 
   // 3. One-way flag latency between two SMs.
   const int rounds = 20000;
-  cudaFuncAttributes fa;
-  CHECK(cudaFuncGetAttributes(&fa, PingPongKernel));
   int max_smem = 0;
   CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   CHECK(
