@@ -7,6 +7,8 @@
 //  * FillRandomBf16/F32: deterministic, equal to the documented splitmix64
 //    formula, within range, mean/variance of a uniform, seeds differ,
 //    independent of pointer alignment (vector vs scalar path);
+//  * UploadWords: exact, from pinned host memory, nothing written around the
+//    destination spans;
 //  * misuse → InvalidArgument naming the field.
 #include <gtest/gtest.h>
 
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/elementwise.h"
@@ -239,6 +242,47 @@ TEST(CudaElementwise, FillRandomIsDeterministicUniformAndDocumented) {
   EXPECT_NEAR(fsum / count, 1.0, 1e-2);
 }
 
+// Two spans of random words from pinned host memory, read by the kernel
+// itself; the words around each destination span stay as they were, and a
+// host write to the sources after the stream has passed the kernel does not
+// reach the device copy.
+TEST(CudaElementwise, UploadWordsCopiesPinnedHostSpansExactly) {
+  std::mt19937_64 rng(17);
+  for (const auto& [n0, n1] :
+       std::vector<std::pair<int64_t, int64_t>>{{1027, 61}, {256, 0}, {1, 3}}) {
+    SCOPED_TRACE(std::to_string(n0) + " + " + std::to_string(n1) + " words");
+    uint32_t* host = nullptr;
+    CUDA_OK(cudaMallocHost(&host, sizeof(uint32_t) * static_cast<size_t>(n0 + n1 + 1)));
+    for (int64_t i = 0; i < n0 + n1 + 1; ++i) host[i] = static_cast<uint32_t>(rng());
+    constexpr uint32_t kGuard = 0xabababab;
+    const int64_t total = n0 + n1 + 4;  // [guard, span 0, guard, span 1, guard]
+    DevBuf dev(sizeof(uint32_t) * static_cast<size_t>(total));
+    CUDA_OK(cudaMemset(dev.get(), 0xab, sizeof(uint32_t) * static_cast<size_t>(total)));
+    uint32_t* d0 = dev.get<uint32_t>() + 1;
+    uint32_t* d1 = d0 + n0 + 1;
+    cudaStream_t s = nullptr;
+    CUDA_OK(cudaStreamCreate(&s));
+    ASSERT_TRUE(UploadWords(host, d0, n0, host + n0, d1, n1, s).ok());
+    CUDA_OK(cudaStreamSynchronize(s));
+    const std::vector<uint32_t> want(host, host + n0 + n1);
+    for (int64_t i = 0; i < n0 + n1; ++i) host[i] = ~host[i];  // after the kernel: not seen
+    std::vector<uint32_t> got(static_cast<size_t>(total));
+    CUDA_OK(
+        cudaMemcpy(got.data(), dev.get(), sizeof(uint32_t) * got.size(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got[0], kGuard);
+    EXPECT_EQ(got[static_cast<size_t>(n0 + 1)], kGuard);
+    for (size_t i = static_cast<size_t>(n0 + n1 + 2); i < got.size(); ++i)
+      EXPECT_EQ(got[i], kGuard);
+    for (int64_t i = 0; i < n0; ++i)
+      ASSERT_EQ(got[static_cast<size_t>(1 + i)], want[static_cast<size_t>(i)]) << i;
+    for (int64_t i = 0; i < n1; ++i) {
+      ASSERT_EQ(got[static_cast<size_t>(n0 + 2 + i)], want[static_cast<size_t>(n0 + i)]) << i;
+    }
+    CUDA_OK(cudaStreamDestroy(s));
+    CUDA_OK(cudaFreeHost(host));
+  }
+}
+
 TEST(CudaElementwise, MisuseIsInvalidArgument) {
   DevBuf a(1 << 16), b(1 << 16);
   ExpectInvalid(EmbeddingGather(nullptr, 8, b.get<int32_t>(), 2, a.get<float>(), nullptr), "embed");
@@ -260,6 +304,14 @@ TEST(CudaElementwise, MisuseIsInvalidArgument) {
   ExpectInvalid(FillRandomBf16(nullptr, 8, 1, 1.f, nullptr), "dst");
   ExpectInvalid(FillRandomBf16(a.get<bf16>(), 8, 1, -1.f, nullptr), "scale");
   ExpectInvalid(FillRandomF32(a.get<float>(), 8, 1, 2.f, 1.f, nullptr), "lo <= hi");
+  ExpectInvalid(UploadWords(nullptr, a.get<uint32_t>(), 4, nullptr, nullptr, 0, nullptr), "src0");
+  ExpectInvalid(UploadWords(b.get<uint32_t>(), a.get<uint32_t>(), -1, nullptr, nullptr, 0, nullptr),
+                "n0");
+  ExpectInvalid(
+      UploadWords(b.get<uint32_t>(), a.get<uint32_t>(), 4, b.get<uint32_t>(), nullptr, 2, nullptr),
+      "dst1");
+  ExpectInvalid(UploadWords(nullptr, nullptr, 0, nullptr, nullptr, -2, nullptr), "n1");
+  EXPECT_TRUE(UploadWords(nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr).ok());
   EXPECT_TRUE(AddInto(a.get<float>(), b.get(), ActType::kF32, 0, nullptr).ok());
   EXPECT_TRUE(SiluMul(b.get(), ActType::kBf16, 0, 8, a.get<bf16>(), nullptr).ok());
   CUDA_OK(cudaDeviceSynchronize());

@@ -57,6 +57,14 @@ __global__ void EmbeddingGatherKernel(const bf16* embed, int64_t dim, const int3
   }
 }
 
+__global__ void UploadWordsKernel(const uint32_t* src0, uint32_t* dst0, int64_t n0,
+                                  const uint32_t* src1, uint32_t* dst1, int64_t n1) {
+  PdlWait();
+  PdlLaunchDependents();
+  for (int64_t i = threadIdx.x; i < n0; i += blockDim.x) dst0[i] = src0[i];
+  for (int64_t i = threadIdx.x; i < n1; i += blockDim.x) dst1[i] = src1[i];
+}
+
 // ---------------------------------------------------------------------------
 // SiluMul: out[r, c] = silu(gu[r, c]) · gu[r, I + c], as cpu::SwiGLU computes
 // it (g / (1 + e^−g) · u in fp32).
@@ -251,6 +259,21 @@ Status EmbeddingGather(const bf16* embed, int64_t dim, const int32_t* tokens, in
     (void)LaunchPdl(EmbeddingGatherKernel<false>, dim3(static_cast<unsigned>(n)), dim3(threads), 0, stream, embed, dim, tokens, h);
   }
   return LaunchStatus("EmbeddingGatherKernel");
+}
+
+Status UploadWords(const uint32_t* src0, uint32_t* dst0, int64_t n0, const uint32_t* src1,
+                   uint32_t* dst1, int64_t n1, cudaStream_t stream) {
+  if (n0 < 0) return absl::InvalidArgumentError("UploadWords: n0 must be >= 0");
+  if (n1 < 0) return absl::InvalidArgumentError("UploadWords: n1 must be >= 0");
+  if (n0 > 0 && (src0 == nullptr || dst0 == nullptr)) {
+    return absl::InvalidArgumentError("UploadWords: src0 and dst0 must be non-null when n0 > 0");
+  }
+  if (n1 > 0 && (src1 == nullptr || dst1 == nullptr)) {
+    return absl::InvalidArgumentError("UploadWords: src1 and dst1 must be non-null when n1 > 0");
+  }
+  if (n0 + n1 == 0) return OkStatus();
+  (void)LaunchPdl(UploadWordsKernel, dim3(1), dim3(256), 0, stream, src0, dst0, n0, src1, dst1, n1);
+  return LaunchStatus("UploadWordsKernel");
 }
 
 Status SiluMul(const void* gu, ActType gu_type, int64_t n, int64_t inter, bf16* out,

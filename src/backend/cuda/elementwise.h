@@ -10,6 +10,15 @@ namespace strata::cuda {
 Status EmbeddingGather(const bf16* embed, int64_t dim, const int32_t* tokens, int64_t n, float* h,
                        cudaStream_t stream);
 
+// dst0[0, n0) = src0[0, n0) and dst1[0, n1) = src1[0, n1), 32-bit words,
+// in one single-CTA kernel that reads src0/src1 straight from pinned host
+// memory (device-accessible under unified addressing). A decode step's
+// inputs arrive this way as its graph's first node instead of through
+// separate cudaMemcpyAsync calls before the launch. The host must not write
+// the sources until the stream has passed this kernel.
+Status UploadWords(const uint32_t* src0, uint32_t* dst0, int64_t n0, const uint32_t* src1,
+                   uint32_t* dst1, int64_t n1, cudaStream_t stream);
+
 // SwiGLU activation on a fused gate|up product: gu is [n, 2I] (gate in the
 // first I columns, up in the next I); out[n, I] = silu(gate) ⊙ up, bf16.
 Status SiluMul(const void* gu, ActType gu_type, int64_t n, int64_t inter, bf16* out,

@@ -165,7 +165,8 @@ struct GemvParams {
   int preload;        // GEMV: first round of W into registers before the PDL wait
   int stage_round;    // GEMV: and the second round into shared memory (cp.async)
   float alpha;
-  float beta;  // only with fp32 y
+  float beta;         // only with fp32 y
+  int early_trigger;  // GemmArgs::early_trigger
 };
 
 // First k block of group q of S over kblocks k blocks.
@@ -303,6 +304,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
   // fp32-x ones have no registers to spare for it.
   constexpr bool kMayStage = kNT == 1 && !kXF32;
   const bool staged = kMayStage && p.stage_round != 0 && has_work && kb_lo + kU < kb_hi;
+  if (p.early_trigger) PdlLaunchDependents();
   if (p.preload) {
     if (has_work) load_w(kb_lo);
     if (staged) {
@@ -964,6 +966,7 @@ GemvParams ToParams(const Problem& pr) {
   p.k_split = 1;
   p.alpha = a.alpha;
   p.beta = a.beta;
+  p.early_trigger = a.early_trigger ? 1 : 0;
   return p;
 }
 

@@ -69,6 +69,11 @@ struct GemmArgs {
   int64_t ldy = 0;                     // 0: n
   float alpha = 1.f;
   float beta = 0.f;                    // beta != 0 accumulates into y (fp32 y only)
+  // GEMV (m ≤ kGemvMaxRows): the next kernel of the stream may launch before
+  // this one's PDL wait instead of after it, so its CTAs take free SM slots
+  // and load their weights while this GEMV's predecessor (a short,
+  // latency-bound kernel) still runs.
+  bool early_trigger = false;
 };
 
 // Rows at or below which Gemm takes the streaming kernel.

@@ -29,6 +29,17 @@ T* TakeAligned(char*& at, int64_t count) {
   return p;
 }
 
+// Whether a decode step's first kernel reads its inputs from pinned memory
+// (UploadWords) instead of two cudaMemcpyAsync before the launch;
+// STRATA_STEP_UPLOAD=0 restores the copies (A/B switch; the same results).
+bool StepUploadKernel() {
+  static const bool on = cuda::EnvSwitchOn("STRATA_STEP_UPLOAD");
+  return on;
+}
+
+static_assert(sizeof(cuda::GpuSamplingRow) % sizeof(uint32_t) == 0,
+              "sampling rows are uploaded as 32-bit words");
+
 }  // namespace
 
 CudaExecutorBase::~CudaExecutorBase() {
@@ -333,6 +344,14 @@ Status CudaExecutorBase::UploadPrefillTable(const CudaSequenceState& st, int64_t
 
 Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const {
   const Frame& f = frame_;
+  if (StepUploadKernel()) {
+    const int64_t sampling_words =
+        sample ? batch * static_cast<int64_t>(sizeof(cuda::GpuSamplingRow) / sizeof(uint32_t)) : 0;
+    STRATA_RETURN_IF_ERROR(cuda::UploadWords(
+        reinterpret_cast<const uint32_t*>(h_step_), reinterpret_cast<uint32_t*>(f.step),
+        4 * f.max_batch, reinterpret_cast<const uint32_t*>(h_sampling_),
+        reinterpret_cast<uint32_t*>(f.sampling), sampling_words, stream_));
+  }
   const float* pending = nullptr;
   STRATA_RETURN_IF_ERROR(EnqueueLayers(batch, f.step, nullptr, 0, v, &pending));
   STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pending, ActType::kF32, batch, f.D, f.final_norm,
@@ -470,9 +489,14 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
     }
     ro = RowOwner{st.id_, st.generation_, nb};
   }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.step, h_step_,
-                                              sizeof(int32_t) * static_cast<size_t>(4 * B_max),
-                                              cudaMemcpyHostToDevice, stream_));
+  // With StepUploadKernel() the step's first kernel reads h_step_ and
+  // h_sampling_ (EnqueueDecode): the GPU no longer idles between the copies'
+  // submission and the graph's launch.
+  if (!StepUploadKernel()) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.step, h_step_,
+                                                sizeof(int32_t) * static_cast<size_t>(4 * B_max),
+                                                cudaMemcpyHostToDevice, stream_));
+  }
   const bool sample = !sampling.empty();
   if (sample) {
     for (int64_t b = 0; b < B; ++b) {
@@ -484,9 +508,11 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
       row.seed = d.seed;
       row.step = d.step;
     }
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.sampling, h_sampling_,
-                                                sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(B),
-                                                cudaMemcpyHostToDevice, stream_));
+    if (!StepUploadKernel()) {
+      STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          f.sampling, h_sampling_, sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(B),
+          cudaMemcpyHostToDevice, stream_));
+    }
   }
 
   STRATA_RETURN_IF_ERROR(RunDecodeStep(B, DecodeVariant(max_len), sample));

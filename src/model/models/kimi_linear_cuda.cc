@@ -295,6 +295,11 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
     uv.stride_w = kvb_row * g.r;
     uv.stride_y = g.dv;
     uv.transpose_w = false;
+    // o_proj may launch before W_UV's wait, while the merge (short and
+    // latency-bound) still runs, so its CTAs start loading weights one kernel
+    // earlier. STRATA_UV_EARLY=0 turns it off (A/B switch; same results).
+    static const bool uv_early = cuda::EnvSwitchOn("STRATA_UV_EARLY");
+    uv.g.early_trigger = uv_early;
     STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(*blas_, uv, stream_));
   } else {
     cache.block_table = s_.block_table + plan_.max_batch * plan_.max_blocks;
