@@ -65,9 +65,11 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // row-major) placed `offset_bytes` into the device buffer.
 // with_workspace false: no workspace, so the first pass runs inside the
 // row kernel instead of SampleScanKernel.
+// tokens_in_pinned_host: the kernel writes the tokens straight into pinned
+// host memory (as a decode step does) instead of a device buffer.
 std::vector<int32_t> Sample(const std::vector<float>& logits, int64_t V,
                             const std::vector<GpuSamplingRow>& rows_host, size_t offset_bytes = 0,
-                            bool with_workspace = true) {
+                            bool with_workspace = true, bool tokens_in_pinned_host = false) {
   const int64_t B = static_cast<int64_t>(rows_host.size());
   const size_t n = static_cast<size_t>(B * V);
   EXPECT_LE(n, logits.size());
@@ -82,14 +84,25 @@ std::vector<int32_t> Sample(const std::vector<float>& logits, int64_t V,
   EXPECT_EQ(cudaMemset(d_tokens.get(), 0xff, sizeof(int32_t) * B), cudaSuccess);
   const size_t ws_bytes = with_workspace ? SampleWorkspaceBytes(B, V) : 0;
   DevBuf ws(ws_bytes);
+  int32_t* pinned = nullptr;
+  if (tokens_in_pinned_host) {
+    EXPECT_EQ(cudaMallocHost(&pinned, sizeof(int32_t) * B), cudaSuccess);
+    std::fill(pinned, pinned + B, -1);
+  }
   const Status st =
       SampleTokens(d_logits.get<float>(offset_bytes), B, V, d_rows.get<GpuSamplingRow>(),
-                   d_tokens.get<int32_t>(), with_workspace ? ws.get() : nullptr, ws_bytes, nullptr);
+                   tokens_in_pinned_host ? pinned : d_tokens.get<int32_t>(),
+                   with_workspace ? ws.get() : nullptr, ws_bytes, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<int32_t> out(static_cast<size_t>(B));
-  EXPECT_EQ(cudaMemcpy(out.data(), d_tokens.get(), sizeof(int32_t) * B, cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  if (tokens_in_pinned_host) {
+    std::copy(pinned, pinned + B, out.begin());
+    EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  } else {
+    EXPECT_EQ(cudaMemcpy(out.data(), d_tokens.get(), sizeof(int32_t) * B, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+  }
   return out;
 }
 
@@ -357,6 +370,30 @@ TEST(CudaSampling, ChunkedFirstPassMatchesInKernelPass) {
     }
     EXPECT_EQ(Sample(l, V, rows), Sample(l, V, rows, 0, false)) << "V=" << V;
     EXPECT_EQ(Sample(l, V, rows, 4), Sample(l, V, rows, 4, false)) << "misaligned, V=" << V;
+  }
+}
+
+// A decode step has the sampling kernel write its tokens into pinned host
+// memory (cuda_executor_base_cuda.cc): the same tokens as into device memory,
+// with and without the chunked first pass.
+TEST(CudaSampling, TokensWrittenToPinnedHostMemoryEqualDeviceOnes) {
+  const int64_t B = 9, V = 163840;
+  const std::vector<float> l = GreedyRows(B, V, 77);
+  std::vector<GpuSamplingRow> rows(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    rows[b].seed = 5 + b;
+    rows[b].step = 11;
+    if (b % 3 == 1) rows[b].temperature = 0.7f;
+    if (b % 3 == 2) {
+      rows[b].temperature = 1.2f;
+      rows[b].top_k = 50;
+      rows[b].top_p = 0.95f;
+    }
+  }
+  for (const bool ws : {true, false}) {
+    const std::vector<int32_t> dev = Sample(l, V, rows, 0, ws);
+    EXPECT_EQ(Sample(l, V, rows, 0, ws, true), dev) << "workspace " << ws;
+    for (int32_t t : dev) EXPECT_TRUE(t >= 0 && t < V) << t;
   }
 }
 

@@ -29,8 +29,10 @@ T* TakeAligned(char*& at, int64_t count) {
   return p;
 }
 
-// Whether a decode step's first kernel reads its inputs from pinned memory
-// (UploadWords) instead of two cudaMemcpyAsync before the launch;
+// Whether a decode step's kernels move its host-side inputs and outputs
+// through pinned memory themselves: the first kernel reads the inputs
+// (UploadWords) and the sampling kernel writes the tokens into h_sampled_,
+// instead of cudaMemcpyAsync before and after the launch;
 // STRATA_STEP_UPLOAD=0 restores the copies (A/B switch; the same results).
 bool StepUploadKernel() {
   static const bool on = cuda::EnvSwitchOn("STRATA_STEP_UPLOAD");
@@ -359,8 +361,9 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
   STRATA_RETURN_IF_ERROR(Mm(f.xn, ActType::kBf16, f.D, batch, f.lm_head, f.V, f.D, f.logits,
                             ActType::kF32, f.V, 0.f));
   if (sample) {
-    STRATA_RETURN_IF_ERROR(cuda::SampleTokens(f.logits, batch, f.V, f.sampling, f.sampled,
-                                              f.sample_ws, f.sample_ws_bytes, stream_));
+    int32_t* tokens = StepUploadKernel() ? h_sampled_ : f.sampled;
+    STRATA_RETURN_IF_ERROR(cuda::SampleTokens(f.logits, batch, f.V, f.sampling, tokens, f.sample_ws,
+                                              f.sample_ws_bytes, stream_));
   }
   return OkStatus();
 }
@@ -522,7 +525,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
                                                 sizeof(float) * static_cast<size_t>(B * f.V),
                                                 cudaMemcpyDeviceToHost, stream_));
   }
-  if (sample) {
+  if (sample && !StepUploadKernel()) {
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, f.sampled,
                                                 sizeof(int32_t) * static_cast<size_t>(B),
                                                 cudaMemcpyDeviceToHost, stream_));
