@@ -271,10 +271,12 @@ TEST(CudaElementwise, UploadWordsCopiesPinnedHostSpansExactly) {
         cudaMemcpy(got.data(), dev.get(), sizeof(uint32_t) * got.size(), cudaMemcpyDeviceToHost));
     EXPECT_EQ(got[0], kGuard);
     EXPECT_EQ(got[static_cast<size_t>(n0 + 1)], kGuard);
-    for (size_t i = static_cast<size_t>(n0 + n1 + 2); i < got.size(); ++i)
+    for (size_t i = static_cast<size_t>(n0 + n1 + 2); i < got.size(); ++i) {
       EXPECT_EQ(got[i], kGuard);
-    for (int64_t i = 0; i < n0; ++i)
+    }
+    for (int64_t i = 0; i < n0; ++i) {
       ASSERT_EQ(got[static_cast<size_t>(1 + i)], want[static_cast<size_t>(i)]) << i;
+    }
     for (int64_t i = 0; i < n1; ++i) {
       ASSERT_EQ(got[static_cast<size_t>(n0 + 2 + i)], want[static_cast<size_t>(n0 + i)]) << i;
     }

@@ -34,7 +34,7 @@ T* TakeAligned(char*& at, int64_t count) {
 // (UploadWords) and the sampling kernel writes the tokens into h_sampled_,
 // instead of cudaMemcpyAsync before and after the launch;
 // STRATA_STEP_UPLOAD=0 restores the copies (A/B switch; the same results).
-bool StepUploadKernel() {
+bool StepIoInKernels() {
   static const bool on = cuda::EnvSwitchOn("STRATA_STEP_UPLOAD");
   return on;
 }
@@ -346,7 +346,7 @@ Status CudaExecutorBase::UploadPrefillTable(const CudaSequenceState& st, int64_t
 
 Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const {
   const Frame& f = frame_;
-  if (StepUploadKernel()) {
+  if (StepIoInKernels()) {
     const int64_t sampling_words =
         sample ? batch * static_cast<int64_t>(sizeof(cuda::GpuSamplingRow) / sizeof(uint32_t)) : 0;
     STRATA_RETURN_IF_ERROR(cuda::UploadWords(
@@ -361,7 +361,7 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
   STRATA_RETURN_IF_ERROR(Mm(f.xn, ActType::kBf16, f.D, batch, f.lm_head, f.V, f.D, f.logits,
                             ActType::kF32, f.V, 0.f));
   if (sample) {
-    int32_t* tokens = StepUploadKernel() ? h_sampled_ : f.sampled;
+    int32_t* tokens = StepIoInKernels() ? h_sampled_ : f.sampled;
     STRATA_RETURN_IF_ERROR(cuda::SampleTokens(f.logits, batch, f.V, f.sampling, tokens, f.sample_ws,
                                               f.sample_ws_bytes, stream_));
   }
@@ -492,10 +492,10 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
     }
     ro = RowOwner{st.id_, st.generation_, nb};
   }
-  // With StepUploadKernel() the step's first kernel reads h_step_ and
+  // With StepIoInKernels() the step's first kernel reads h_step_ and
   // h_sampling_ (EnqueueDecode): the GPU no longer idles between the copies'
   // submission and the graph's launch.
-  if (!StepUploadKernel()) {
+  if (!StepIoInKernels()) {
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.step, h_step_,
                                                 sizeof(int32_t) * static_cast<size_t>(4 * B_max),
                                                 cudaMemcpyHostToDevice, stream_));
@@ -511,7 +511,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
       row.seed = d.seed;
       row.step = d.step;
     }
-    if (!StepUploadKernel()) {
+    if (!StepIoInKernels()) {
       STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
           f.sampling, h_sampling_, sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(B),
           cudaMemcpyHostToDevice, stream_));
@@ -525,7 +525,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
                                                 sizeof(float) * static_cast<size_t>(B * f.V),
                                                 cudaMemcpyDeviceToHost, stream_));
   }
-  if (sample && !StepUploadKernel()) {
+  if (sample && !StepIoInKernels()) {
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, f.sampled,
                                                 sizeof(int32_t) * static_cast<size_t>(B),
                                                 cudaMemcpyDeviceToHost, stream_));
