@@ -348,6 +348,23 @@ TEST(CudaSampling, ProductionVocabulary) {
   CheckDistribution(row, {"prod p0.95", 1.f, 0, 0.95f}, 4096, 14000);
 }
 
+// B rows cycling through greedy, temperature 0.8, and temperature 1.3 with
+// top-k 40 and top-p 0.9 (then greedy again); row b has seed seed0 + b.
+std::vector<GpuSamplingRow> MixedRows(int64_t B, uint64_t seed0, uint64_t step) {
+  std::vector<GpuSamplingRow> rows(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    rows[b].seed = seed0 + static_cast<uint64_t>(b);
+    rows[b].step = step;
+    if (b % 4 == 1) rows[b].temperature = 0.8f;
+    if (b % 4 == 2) {
+      rows[b].temperature = 1.3f;
+      rows[b].top_k = 40;
+      rows[b].top_p = 0.9f;
+    }
+  }
+  return rows;
+}
+
 // The first pass in kScanChunks CTAs (with a workspace) and inside the row
 // kernel (without one) give the same tokens: greedy rows with ties, NaN and
 // ±inf, and temperature / top-k / top-p rows whose draws depend on the max
@@ -357,17 +374,7 @@ TEST(CudaSampling, ChunkedFirstPassMatchesInKernelPass) {
   for (const int64_t V : {int64_t{1000}, int64_t{163840}, int64_t{77}}) {
     const int64_t B = 24;
     const std::vector<float> l = GreedyRows(B, V, 4000 + V);
-    std::vector<GpuSamplingRow> rows(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) {
-      rows[b].seed = 99 + b;
-      rows[b].step = 3;
-      if (b % 4 == 1) rows[b].temperature = 0.8f;
-      if (b % 4 == 2) {
-        rows[b].temperature = 1.3f;
-        rows[b].top_k = 40;
-        rows[b].top_p = 0.9f;
-      }
-    }
+    const std::vector<GpuSamplingRow> rows = MixedRows(B, 99, 3);
     EXPECT_EQ(Sample(l, V, rows), Sample(l, V, rows, 0, false)) << "V=" << V;
     EXPECT_EQ(Sample(l, V, rows, 4), Sample(l, V, rows, 4, false)) << "misaligned, V=" << V;
   }
@@ -379,17 +386,7 @@ TEST(CudaSampling, ChunkedFirstPassMatchesInKernelPass) {
 TEST(CudaSampling, TokensWrittenToPinnedHostMemoryEqualDeviceOnes) {
   const int64_t B = 9, V = 163840;
   const std::vector<float> l = GreedyRows(B, V, 77);
-  std::vector<GpuSamplingRow> rows(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    rows[b].seed = 5 + b;
-    rows[b].step = 11;
-    if (b % 3 == 1) rows[b].temperature = 0.7f;
-    if (b % 3 == 2) {
-      rows[b].temperature = 1.2f;
-      rows[b].top_k = 50;
-      rows[b].top_p = 0.95f;
-    }
-  }
+  const std::vector<GpuSamplingRow> rows = MixedRows(B, 5, 11);
   for (const bool ws : {true, false}) {
     const std::vector<int32_t> dev = Sample(l, V, rows, 0, ws);
     EXPECT_EQ(Sample(l, V, rows, 0, ws, true), dev) << "workspace " << ws;
