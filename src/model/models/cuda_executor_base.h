@@ -100,7 +100,7 @@ class CudaExecutorBase : public Model {
     int32_t* step = nullptr;        // [4, max_batch]: tokens | slots | positions | seq_lens
     int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
     cuda::GpuSamplingRow* sampling = nullptr;  // [max_batch]
-    int32_t* sampled = nullptr;      // [max_batch]
+    int32_t* sampled = nullptr;      // [max_batch] (only with STRATA_STEP_UPLOAD=0)
     float* h = nullptr;              // [rows, D] residual stream
     bf16* xn = nullptr;              // [rows, D]
     float* logits = nullptr;         // [max(max_batch, logits_chunk_rows), V]
@@ -230,6 +230,10 @@ class CudaExecutorBase : public Model {
                        std::vector<CudaSequenceState*>& cs) const;
 
   // Pinned host mirrors of the per-step device inputs, and result staging.
+  // By default a decode step's kernels use them directly: its first kernel
+  // reads h_step_ and h_sampling_, its sampling kernel writes h_sampled_
+  // (StepIoInKernels in cuda_executor_base_cuda.cc; STRATA_STEP_UPLOAD=0
+  // goes through Frame::step, sampling and sampled with copies instead).
   void* pinned_ = nullptr;
   int32_t* h_step_ = nullptr;         // [4, max_batch]
   int32_t* h_block_table_ = nullptr;  // [max_batch + 1, max_blocks]
