@@ -248,12 +248,12 @@ TEST(CudaElementwise, FillRandomIsDeterministicUniformAndDocumented) {
 // reach the device copy.
 TEST(CudaElementwise, UploadWordsCopiesPinnedHostSpansExactly) {
   std::mt19937_64 rng(17);
-  for (const auto& [n0, n1] :
-       std::vector<std::pair<int64_t, int64_t>>{{1027, 61}, {256, 0}, {1, 3}}) {
+  for (const auto& [n0, n1] : std::vector<std::pair<int64_t, int64_t>>{
+           {1027, 61}, {256, 0}, {1, 3}, {0, 5}, {5000, 2100}}) {
     SCOPED_TRACE(std::to_string(n0) + " + " + std::to_string(n1) + " words");
     uint32_t* host = nullptr;
-    CUDA_OK(cudaMallocHost(&host, sizeof(uint32_t) * static_cast<size_t>(n0 + n1 + 1)));
-    for (int64_t i = 0; i < n0 + n1 + 1; ++i) host[i] = static_cast<uint32_t>(rng());
+    CUDA_OK(cudaMallocHost(&host, sizeof(uint32_t) * static_cast<size_t>(n0 + n1)));
+    for (int64_t i = 0; i < n0 + n1; ++i) host[i] = static_cast<uint32_t>(rng());
     constexpr uint32_t kGuard = 0xabababab;
     const int64_t total = n0 + n1 + 4;  // [guard, span 0, guard, span 1, guard]
     DevBuf dev(sizeof(uint32_t) * static_cast<size_t>(total));

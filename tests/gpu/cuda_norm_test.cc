@@ -160,6 +160,43 @@ TEST(CudaNorm, AddRmsNormMatchesCpu) {
   }
 }
 
+// early_trigger lets the next kernel launch before the norm's own wait; the
+// next kernel still waits for the norm's writes. A chain of early-triggering
+// norms on a stream, each reading the h the one before it wrote (the next
+// norm adds its delta into it), gives exactly the bits of the same chain
+// without the early trigger, over many repetitions.
+TEST(CudaNorm, EarlyTriggerGivesTheNextKernelTheSameInputs) {
+  std::mt19937_64 rng(91);
+  constexpr int64_t kN = 3, kDim = 2304, kChain = 40;
+  const size_t count = kN * kDim;
+  const std::vector<float> h0 = Random(count, rng, -3.f, 3.f);
+  const std::vector<float> delta = Random(count, rng, -0.5f, 0.5f);
+  const std::vector<float> w = Random(kDim, rng, 0.5f, 1.5f);
+  DevBuf hd(count * 4), dd(count * 4), wd(kDim * 4), od(count * 2);
+  CUDA_OK(cudaMemcpy(dd.get(), delta.data(), count * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(wd.get(), w.data(), kDim * 4, cudaMemcpyHostToDevice));
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::vector<float> results[2];
+  for (int early = 0; early < 2; ++early) {
+    CUDA_OK(cudaMemcpy(hd.get(), h0.data(), count * 4, cudaMemcpyHostToDevice));
+    for (int64_t i = 0; i < kChain; ++i) {
+      // Every other norm adds delta, so each one's h depends on its predecessor's.
+      const Status st = AddRmsNorm(hd.get<float>(), i % 2 == 0 ? dd.get() : nullptr, ActType::kF32,
+                                   kN, kDim, wd.get<float>(), kEps, od.get<bf16>(), s, early == 1);
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    CUDA_OK(cudaStreamSynchronize(s));
+    results[early] = Download(ActType::kF32, hd.get(), count);
+    const std::vector<float> out = Download(ActType::kBf16, od.get(), count);
+    results[early].insert(results[early].end(), out.begin(), out.end());
+  }
+  EXPECT_EQ(results[0], results[1]);
+  // h really changed: 20 deltas were added.
+  EXPECT_NE(std::memcmp(results[1].data(), h0.data(), count * 4), 0);
+  CUDA_OK(cudaStreamDestroy(s));
+}
+
 TEST(CudaNorm, RmsNormRowsStridedAndInPlace) {
   uint64_t seed = 100;
   struct Shape {

@@ -74,14 +74,17 @@ std::vector<int32_t> Sample(const std::vector<float>& logits, int64_t V,
   const size_t n = static_cast<size_t>(B * V);
   EXPECT_LE(n, logits.size());
   DevBuf d_logits(sizeof(float) * n + offset_bytes);
-  DevBuf d_rows(sizeof(GpuSamplingRow) * B), d_tokens(sizeof(int32_t) * B);
+  DevBuf d_rows(sizeof(GpuSamplingRow) * B);
+  DevBuf d_tokens(tokens_in_pinned_host ? 0 : sizeof(int32_t) * B);
   EXPECT_EQ(cudaMemcpy(d_logits.get(offset_bytes), logits.data(), sizeof(float) * n,
                        cudaMemcpyHostToDevice),
             cudaSuccess);
   EXPECT_EQ(cudaMemcpy(d_rows.get(), rows_host.data(), sizeof(GpuSamplingRow) * B,
                        cudaMemcpyHostToDevice),
             cudaSuccess);
-  EXPECT_EQ(cudaMemset(d_tokens.get(), 0xff, sizeof(int32_t) * B), cudaSuccess);
+  if (!tokens_in_pinned_host) {
+    EXPECT_EQ(cudaMemset(d_tokens.get(), 0xff, sizeof(int32_t) * B), cudaSuccess);
+  }
   const size_t ws_bytes = with_workspace ? SampleWorkspaceBytes(B, V) : 0;
   DevBuf ws(ws_bytes);
   int32_t* pinned = nullptr;

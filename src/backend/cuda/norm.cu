@@ -69,8 +69,11 @@ constexpr int kHeld = 2;
 
 template <int V, bool kDelta, typename DT>
 __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const float* w, float eps,
-                                 bf16* out) {
+                                 bf16* out, int early) {
   __shared__ float scratch[32];
+  // early: the next kernel (a GEMV streaming weights) may launch now, so its
+  // CTAs take SM slots and load weights while this row's predecessors drain.
+  if (early) PdlLaunchDependents();
   const int64_t row = blockIdx.x;
   float* hr = h + row * dim;
   const int64_t vecs = dim / V;
@@ -243,15 +246,18 @@ bool Vec4(const void* p, ActType t) { return IsAligned(p, 4 * ActBytes(t)); }
 
 template <int V>
 void LaunchAddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n, int64_t dim,
-                      const float* w, float eps, bf16* out, cudaStream_t stream) {
+                      const float* w, float eps, bf16* out, cudaStream_t stream, int early) {
   const int threads = RowThreads(dim / V);
   const unsigned grid = static_cast<unsigned>(n);
   if (delta == nullptr) {
-    (void)LaunchPdl(AddRmsNormKernel<V, false, float>, dim3(grid), dim3(threads), 0, stream, h, nullptr, dim, w, eps, out);
+    (void)LaunchPdl(AddRmsNormKernel<V, false, float>, dim3(grid), dim3(threads), 0, stream, h,
+                    nullptr, dim, w, eps, out, early);
   } else if (delta_type == ActType::kF32) {
-    (void)LaunchPdl(AddRmsNormKernel<V, true, float>, dim3(grid), dim3(threads), 0, stream, h, static_cast<const float*>(delta), dim, w, eps, out);
+    (void)LaunchPdl(AddRmsNormKernel<V, true, float>, dim3(grid), dim3(threads), 0, stream, h,
+                    static_cast<const float*>(delta), dim, w, eps, out, early);
   } else {
-    (void)LaunchPdl(AddRmsNormKernel<V, true, bf16>, dim3(grid), dim3(threads), 0, stream, h, static_cast<const bf16*>(delta), dim, w, eps, out);
+    (void)LaunchPdl(AddRmsNormKernel<V, true, bf16>, dim3(grid), dim3(threads), 0, stream, h,
+                    static_cast<const bf16*>(delta), dim, w, eps, out, early);
   }
 }
 
@@ -276,7 +282,7 @@ void LaunchGated(const void* o, const void* gate, ActType gate_type, int64_t row
 }  // namespace
 
 Status AddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n, int64_t dim,
-                  const float* w, float eps, bf16* out, cudaStream_t stream) {
+                  const float* w, float eps, bf16* out, cudaStream_t stream, bool early_trigger) {
   STRATA_RETURN_IF_ERROR(CheckRows("AddRmsNorm", n, dim, w, eps));
   if (h == nullptr) return absl::InvalidArgumentError("AddRmsNorm: h is null");
   if (delta != nullptr) STRATA_RETURN_IF_ERROR(CheckType(delta_type, "AddRmsNorm: delta_type"));
@@ -285,9 +291,9 @@ Status AddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n, in
                    (delta == nullptr || Vec4(delta, delta_type)) &&
                    (out == nullptr || Vec4(out, ActType::kBf16));
   if (vec) {
-    LaunchAddRmsNorm<4>(h, delta, delta_type, n, dim, w, eps, out, stream);
+    LaunchAddRmsNorm<4>(h, delta, delta_type, n, dim, w, eps, out, stream, early_trigger);
   } else {
-    LaunchAddRmsNorm<1>(h, delta, delta_type, n, dim, w, eps, out, stream);
+    LaunchAddRmsNorm<1>(h, delta, delta_type, n, dim, w, eps, out, stream, early_trigger);
   }
   return LaunchStatus("AddRmsNormKernel");
 }

@@ -16,8 +16,12 @@ namespace strata::cuda {
 // added into h (h += delta, delta of delta_type). Then
 //   out[i] = bf16( h[i] / sqrt(mean(h[i]²) + eps) · w ).
 // `out` may be null (add only). w: [D] fp32.
+// early_trigger: the next kernel of the stream (a weight-streaming GEMV)
+// may launch before this one's PDL wait, so its CTAs take SM slots as the
+// kernel before this norm frees them and load their weights meanwhile.
 Status AddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n, int64_t dim,
-                  const float* w, float eps, bf16* out, cudaStream_t stream);
+                  const float* w, float eps, bf16* out, cudaStream_t stream,
+                  bool early_trigger = false);
 
 // Plain RMSNorm of rows with a stride (e.g. the latent part of MLA rows):
 // y[i, :dim] = x[i, :dim] / rms · w, x and y of type `type` (may alias).

@@ -375,9 +375,16 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
   const Geometry& g = g_;
   STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, g.D, tokens, n, s_.h, stream_));
   const float* pend = nullptr;
+  // The input norm lets in_proj / q_proj launch before its wait (their CTAs
+  // load weights while the previous MoE's down kernel drains). Not the
+  // post-attention norm: an early router pulls the route and the routed
+  // gate|up ahead of the shared expert's SiLU, which then waits for a slot
+  // behind 1,024 CTAs (docs/performance.md, session 13). STRATA_NORM_EARLY=0
+  // turns it off (A/B switch; same results).
+  static const bool input_early = cuda::EnvSwitchOn("STRATA_NORM_EARLY");
   for (const Layer& L : w_.layers) {
     STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, g.D, L.input_norm, g.eps,
-                                            s_.xn, stream_));
+                                            s_.xn, stream_, input_early));
     pend = nullptr;
     if (L.is_mla) {
       STRATA_RETURN_IF_ERROR(MlaMixer(L, n, ps, past, v.bound));
