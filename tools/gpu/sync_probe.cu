@@ -7,7 +7,12 @@
 //     separated by an atomic-counter barrier (every CTA arrives with a
 //     fence and an atomic add, then spins on the count with acquire loads);
 //  3. flag handoff: two CTAs on different SMs passing a token back and forth
-//     through a flag in global memory (one-way latency).
+//     through a flag in global memory (one-way latency);
+//  4. forks in a graph: the chain of (1) with F side branches (a one-CTA
+//     kernel forked off the chain and joined two kernels later, as a decode
+//     step's shared expert is), against the same chain without them, and
+//     whether such a graph launched right behind a short fork-free graph
+//     starts any sooner (what splitting a step's graph in two would give).
 // A megakernel would replace (1) by (2) or (3) between its steps; the
 // difference per dependency times the ~370 dependencies of a batch-1
 // Kimi-Linear step bounds what it can gain. (1) launches through the
@@ -15,9 +20,10 @@
 // the mean of 20 graph launches, (2) the best of 5 kernel runs. Development
 // only: built with the CUDA backend, not installed, not part of the tests.
 //
-// Usage: strata_sync_probe [steps=400] [ctas=132]
+// Usage: strata_sync_probe [steps=400] [ctas=132] [forks=33]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -107,9 +113,31 @@ float TimeMs(cudaStream_t s, cudaGraphExec_t exec, int reps) {
 
 }  // namespace
 
+// Mean time of one launch of `first` followed at once by `second`.
+float PairMs(cudaStream_t s, cudaGraphExec_t first, cudaGraphExec_t second, int reps) {
+  cudaEvent_t t0, t1;
+  CHECK(cudaEventCreate(&t0));
+  CHECK(cudaEventCreate(&t1));
+  CHECK(cudaGraphLaunch(first, s));
+  CHECK(cudaGraphLaunch(second, s));
+  CHECK(cudaEventRecord(t0, s));
+  for (int r = 0; r < reps; ++r) {
+    CHECK(cudaGraphLaunch(first, s));
+    CHECK(cudaGraphLaunch(second, s));
+  }
+  CHECK(cudaEventRecord(t1, s));
+  CHECK(cudaEventSynchronize(t1));
+  float ms = 0.f;
+  CHECK(cudaEventElapsedTime(&ms, t0, t1));
+  CHECK(cudaEventDestroy(t0));
+  CHECK(cudaEventDestroy(t1));
+  return ms / static_cast<float>(reps);
+}
+
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 400;
   const int ctas = argc > 2 ? std::atoi(argv[2]) : 132;
+  const int forks = argc > 3 ? std::atoi(argv[3]) : 33;
   if (steps < 2 || ctas < 2) {
     std::fprintf(stderr, "usage: sync_probe [steps >= 2] [ctas >= 2]\n");
     return 2;
@@ -190,6 +218,47 @@ int main(int argc, char** argv) {
   CHECK(cudaEventElapsedTime(&ms_pp, p0, p1));
   const double us_flag = ms_pp * 1e3 / (2.0 * rounds);
 
+  // 4. Forks: side kernels on a second captured stream, each forked after
+  // main kernel k and joined before main kernel k + 3.
+  float* c;
+  CHECK(cudaMalloc(&c, sizeof(float) * kThreads));
+  CHECK(cudaMemset(c, 0, sizeof(float) * kThreads));
+  cudaStream_t side;
+  CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  cudaEvent_t fork_ev, join_ev;
+  CHECK(cudaEventCreateWithFlags(&fork_ev, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&join_ev, cudaEventDisableTiming));
+  const int every = forks > 0 ? std::max(3, steps / forks) : steps + 1;
+  auto capture_forks = [&](int kernels) {
+    cudaGraph_t g;
+    cudaGraphExec_t e;
+    int made = 0;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < kernels; ++k) {
+      CHECK(LaunchPdl(StepKernel, dim3(ctas), dim3(kThreads), 0, s,
+                      static_cast<const float*>((k & 1) ? b : a), (k & 1) ? a : b, n));
+      if (k % every == 1 && k + 3 < kernels && made < forks) {
+        CHECK(cudaEventRecord(fork_ev, s));
+        CHECK(cudaStreamWaitEvent(side, fork_ev, 0));
+        CHECK(LaunchPdl(StepKernel, dim3(1), dim3(kThreads), 0, side, static_cast<const float*>(c),
+                        c, kThreads));
+        CHECK(cudaEventRecord(join_ev, side));
+        ++made;
+      }
+      if (k % every == 3 && made > 0 && k / every == made - 1) {
+        CHECK(cudaStreamWaitEvent(s, join_ev, 0));
+      }
+    }
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&e, g, 0));
+    CHECK(cudaGraphDestroy(g));
+    return e;
+  };
+  cudaGraphExec_t forked = capture_forks(steps), head = capture(20);
+  const float ms_forked = TimeMs(s, forked, 20);
+  const float ms_head = TimeMs(s, head, 20);
+  const float ms_pair = PairMs(s, head, forked, 20);
+
   std::printf("steps %d, CTAs %d x %d threads, %d SMs\n", steps, ctas, kThreads, sms);
   std::printf("PDL kernel boundary in a graph : %.3f us per dependency\n", us_boundary);
   if (us_barrier >= 0) {
@@ -198,6 +267,17 @@ int main(int argc, char** argv) {
     std::printf("grid barrier in one kernel     : skipped (%d CTAs do not fit at once)\n", ctas);
   }
   std::printf("flag handoff between two SMs   : %.3f us one way\n", us_flag);
+  std::printf("graph of %d kernels, no forks  : %.2f us per launch\n", steps, ms_many * 1e3);
+  std::printf("same with %d forks              : %.2f us per launch (%+.2f)\n", forks,
+              ms_forked * 1e3, (ms_forked - ms_many) * 1e3);
+  std::printf("20-kernel graph, then the forked one: %.2f us (alone: %.2f + %.2f; %+.2f)\n",
+              ms_pair * 1e3, ms_head * 1e3, ms_forked * 1e3, (ms_pair - ms_head - ms_forked) * 1e3);
+  CHECK(cudaGraphExecDestroy(forked));
+  CHECK(cudaGraphExecDestroy(head));
+  CHECK(cudaEventDestroy(fork_ev));
+  CHECK(cudaEventDestroy(join_ev));
+  CHECK(cudaStreamDestroy(side));
+  CHECK(cudaFree(c));
   CHECK(cudaGraphExecDestroy(many));
   CHECK(cudaGraphExecDestroy(one));
   CHECK(cudaStreamDestroy(s));
