@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "backend/cuda/pdl.cuh"
 
@@ -94,14 +95,17 @@ __global__ void PingPongKernel(unsigned* flag, int rounds) {
   }
 }
 
-// Mean time of one launch of `exec` over `reps`, after one warm-up launch.
-float TimeMs(cudaStream_t s, cudaGraphExec_t exec, int reps) {
+// Mean time of one round of `execs` launched in order, over `reps` rounds,
+// after one warm-up round.
+float TimeMs(cudaStream_t s, std::initializer_list<cudaGraphExec_t> execs, int reps) {
   cudaEvent_t t0, t1;
   CHECK(cudaEventCreate(&t0));
   CHECK(cudaEventCreate(&t1));
-  CHECK(cudaGraphLaunch(exec, s));
+  for (cudaGraphExec_t e : execs) CHECK(cudaGraphLaunch(e, s));
   CHECK(cudaEventRecord(t0, s));
-  for (int r = 0; r < reps; ++r) CHECK(cudaGraphLaunch(exec, s));
+  for (int r = 0; r < reps; ++r) {
+    for (cudaGraphExec_t e : execs) CHECK(cudaGraphLaunch(e, s));
+  }
   CHECK(cudaEventRecord(t1, s));
   CHECK(cudaEventSynchronize(t1));
   float ms = 0.f;
@@ -113,33 +117,12 @@ float TimeMs(cudaStream_t s, cudaGraphExec_t exec, int reps) {
 
 }  // namespace
 
-// Mean time of one launch of `first` followed at once by `second`.
-float PairMs(cudaStream_t s, cudaGraphExec_t first, cudaGraphExec_t second, int reps) {
-  cudaEvent_t t0, t1;
-  CHECK(cudaEventCreate(&t0));
-  CHECK(cudaEventCreate(&t1));
-  CHECK(cudaGraphLaunch(first, s));
-  CHECK(cudaGraphLaunch(second, s));
-  CHECK(cudaEventRecord(t0, s));
-  for (int r = 0; r < reps; ++r) {
-    CHECK(cudaGraphLaunch(first, s));
-    CHECK(cudaGraphLaunch(second, s));
-  }
-  CHECK(cudaEventRecord(t1, s));
-  CHECK(cudaEventSynchronize(t1));
-  float ms = 0.f;
-  CHECK(cudaEventElapsedTime(&ms, t0, t1));
-  CHECK(cudaEventDestroy(t0));
-  CHECK(cudaEventDestroy(t1));
-  return ms / static_cast<float>(reps);
-}
-
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 400;
   const int ctas = argc > 2 ? std::atoi(argv[2]) : 132;
   const int forks = argc > 3 ? std::atoi(argv[3]) : 33;
-  if (steps < 2 || ctas < 2) {
-    std::fprintf(stderr, "usage: sync_probe [steps >= 2] [ctas >= 2]\n");
+  if (steps < 2 || ctas < 2 || forks < 0) {
+    std::fprintf(stderr, "usage: sync_probe [steps >= 2] [ctas >= 2] [forks >= 0]\n");
     return 2;
   }
   const int n = ctas * kThreads;
@@ -152,24 +135,49 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-  // 1. Kernel boundaries: a graph of `steps` PDL-chained kernels, and the
-  // same graph of 1 kernel to subtract the launch of the graph itself.
-  auto capture = [&](int kernels) {
+  // The graphs of parts 1 and 4: `kernels` PDL-chained kernels on s, and
+  // `forks` one-CTA kernels on a second captured stream, each forked after
+  // main kernel k and joined before main kernel k + 3.
+  float* c;
+  CHECK(cudaMalloc(&c, sizeof(float) * kThreads));
+  CHECK(cudaMemset(c, 0, sizeof(float) * kThreads));
+  cudaStream_t side;
+  CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  cudaEvent_t fork_ev, join_ev;
+  CHECK(cudaEventCreateWithFlags(&fork_ev, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&join_ev, cudaEventDisableTiming));
+  auto capture = [&](int kernels, int n_forks) {
+    const int every = n_forks > 0 ? std::max(3, kernels / n_forks) : kernels + 1;
     cudaGraph_t g;
     cudaGraphExec_t e;
+    int made = 0;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int k = 0; k < kernels; ++k) {
       CHECK(LaunchPdl(StepKernel, dim3(ctas), dim3(kThreads), 0, s,
                       static_cast<const float*>((k & 1) ? b : a), (k & 1) ? a : b, n));
+      if (k % every == 1 && k + 3 < kernels && made < n_forks) {
+        CHECK(cudaEventRecord(fork_ev, s));
+        CHECK(cudaStreamWaitEvent(side, fork_ev, 0));
+        CHECK(LaunchPdl(StepKernel, dim3(1), dim3(kThreads), 0, side, static_cast<const float*>(c),
+                        c, kThreads));
+        CHECK(cudaEventRecord(join_ev, side));
+        ++made;
+      }
+      if (k % every == 3 && made > 0 && k / every == made - 1) {
+        CHECK(cudaStreamWaitEvent(s, join_ev, 0));
+      }
     }
     CHECK(cudaStreamEndCapture(s, &g));
     CHECK(cudaGraphInstantiate(&e, g, 0));
     CHECK(cudaGraphDestroy(g));
     return e;
   };
-  cudaGraphExec_t many = capture(steps), one = capture(1);
-  const float ms_many = TimeMs(s, many, 20);
-  const float ms_one = TimeMs(s, one, 20);
+
+  // 1. Kernel boundaries: a graph of `steps` PDL-chained kernels, and the
+  // same graph of 1 kernel to subtract the launch of the graph itself.
+  cudaGraphExec_t many = capture(steps, 0), one = capture(1, 0);
+  const float ms_many = TimeMs(s, {many}, 20);
+  const float ms_one = TimeMs(s, {one}, 20);
   const double us_boundary = (ms_many - ms_one) * 1e3 / (steps - 1);
 
   // 2. Grid barriers in one persistent kernel (all CTAs resident: ctas must
@@ -218,46 +226,11 @@ int main(int argc, char** argv) {
   CHECK(cudaEventElapsedTime(&ms_pp, p0, p1));
   const double us_flag = ms_pp * 1e3 / (2.0 * rounds);
 
-  // 4. Forks: side kernels on a second captured stream, each forked after
-  // main kernel k and joined before main kernel k + 3.
-  float* c;
-  CHECK(cudaMalloc(&c, sizeof(float) * kThreads));
-  CHECK(cudaMemset(c, 0, sizeof(float) * kThreads));
-  cudaStream_t side;
-  CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-  cudaEvent_t fork_ev, join_ev;
-  CHECK(cudaEventCreateWithFlags(&fork_ev, cudaEventDisableTiming));
-  CHECK(cudaEventCreateWithFlags(&join_ev, cudaEventDisableTiming));
-  const int every = forks > 0 ? std::max(3, steps / forks) : steps + 1;
-  auto capture_forks = [&](int kernels) {
-    cudaGraph_t g;
-    cudaGraphExec_t e;
-    int made = 0;
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int k = 0; k < kernels; ++k) {
-      CHECK(LaunchPdl(StepKernel, dim3(ctas), dim3(kThreads), 0, s,
-                      static_cast<const float*>((k & 1) ? b : a), (k & 1) ? a : b, n));
-      if (k % every == 1 && k + 3 < kernels && made < forks) {
-        CHECK(cudaEventRecord(fork_ev, s));
-        CHECK(cudaStreamWaitEvent(side, fork_ev, 0));
-        CHECK(LaunchPdl(StepKernel, dim3(1), dim3(kThreads), 0, side, static_cast<const float*>(c),
-                        c, kThreads));
-        CHECK(cudaEventRecord(join_ev, side));
-        ++made;
-      }
-      if (k % every == 3 && made > 0 && k / every == made - 1) {
-        CHECK(cudaStreamWaitEvent(s, join_ev, 0));
-      }
-    }
-    CHECK(cudaStreamEndCapture(s, &g));
-    CHECK(cudaGraphInstantiate(&e, g, 0));
-    CHECK(cudaGraphDestroy(g));
-    return e;
-  };
-  cudaGraphExec_t forked = capture_forks(steps), head = capture(20);
-  const float ms_forked = TimeMs(s, forked, 20);
-  const float ms_head = TimeMs(s, head, 20);
-  const float ms_pair = PairMs(s, head, forked, 20);
+  // 4. Forks, and the forked graph right behind a short fork-free one.
+  cudaGraphExec_t forked = capture(steps, forks), head = capture(20, 0);
+  const float ms_forked = TimeMs(s, {forked}, 20);
+  const float ms_head = TimeMs(s, {head}, 20);
+  const float ms_pair = TimeMs(s, {head, forked}, 20);
 
   std::printf("steps %d, CTAs %d x %d threads, %d SMs\n", steps, ctas, kThreads, sms);
   std::printf("PDL kernel boundary in a graph : %.3f us per dependency\n", us_boundary);
