@@ -16,8 +16,6 @@
 //  * a captured CUDA graph replayed after the step changes on the device
 //    equals eager calls;
 //  * argument misuse → InvalidArgument naming the field.
-#include "backend/cuda/sampling.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -28,6 +26,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cuda/sampling.h"
 #include "engine/sampler.h"
 
 namespace strata::cuda {
@@ -37,7 +36,9 @@ namespace {
 
 class DevBuf {
  public:
-  explicit DevBuf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16) + 16), cudaSuccess); }
+  explicit DevBuf(size_t bytes) {
+    EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16) + 16), cudaSuccess);
+  }
   ~DevBuf() { cudaFree(p_); }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
@@ -124,7 +125,9 @@ std::vector<float> GreedyRows(int64_t B, int64_t V, uint64_t seed) {
     float* row = l.data() + b * V;
     const int kind = static_cast<int>(b % 8);
     const float mx = *std::max_element(row, row + V);
-    auto pos = [&](uint64_t j) { return static_cast<int64_t>((HashUniform(seed + 1, b * 16 + j) + 1.f) * 0.5f * V) % V; };
+    auto pos = [&](uint64_t j) {
+      return static_cast<int64_t>((HashUniform(seed + 1, b * 16 + j) + 1.f) * 0.5f * V) % V;
+    };
     switch (kind) {
       case 0:
         break;  // plain random
@@ -296,10 +299,11 @@ void CheckDistribution(const std::vector<float>& row, const DistCase& c, int64_t
   }
   const int df = std::max(1, bins - 1);
   const double limit = df + 6.0 * std::sqrt(2.0 * df) + 10.0;
-  std::printf("dist %-14s V=%-6lld T=%.2f k=%-3d p=%.2f: support %zu, draws %lld, outside %lld, "
-              "chi2 %.1f (df %d, limit %.1f)\n",
-              c.label, static_cast<long long>(V), c.temperature, c.top_k, c.top_p, dist.size(),
-              static_cast<long long>(draws), static_cast<long long>(outside), chi2, df, limit);
+  std::printf(
+      "dist %-14s V=%-6lld T=%.2f k=%-3d p=%.2f: support %zu, draws %lld, outside %lld, "
+      "chi2 %.1f (df %d, limit %.1f)\n",
+      c.label, static_cast<long long>(V), c.temperature, c.top_k, c.top_p, dist.size(),
+      static_cast<long long>(draws), static_cast<long long>(outside), chi2, df, limit);
   EXPECT_EQ(outside, 0);
   EXPECT_LE(chi2, limit);
 }
@@ -440,7 +444,8 @@ TEST(CudaSampling, CapturedGraphFollowsDeviceParams) {
   DevBuf d_logits(sizeof(float) * l.size()), d_rows(sizeof(GpuSamplingRow) * B),
       d_tokens(sizeof(int32_t) * B);
   CUDA_OK(cudaMemcpy(d_logits.get(), l.data(), sizeof(float) * l.size(), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(d_rows.get(), rows.data(), sizeof(GpuSamplingRow) * B, cudaMemcpyHostToDevice));
+  CUDA_OK(
+      cudaMemcpy(d_rows.get(), rows.data(), sizeof(GpuSamplingRow) * B, cudaMemcpyHostToDevice));
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   // With the workspace: the chunked first pass and the row kernel are both
@@ -459,13 +464,13 @@ TEST(CudaSampling, CapturedGraphFollowsDeviceParams) {
   std::vector<int32_t> previous;
   for (uint64_t step = 1; step <= 3; ++step) {
     for (auto& r : rows) r.step = step;
-    CUDA_OK(cudaMemcpy(d_rows.get(), rows.data(), sizeof(GpuSamplingRow) * B,
-                       cudaMemcpyHostToDevice));
+    CUDA_OK(
+        cudaMemcpy(d_rows.get(), rows.data(), sizeof(GpuSamplingRow) * B, cudaMemcpyHostToDevice));
     CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     std::vector<int32_t> replayed(static_cast<size_t>(B));
-    CUDA_OK(cudaMemcpy(replayed.data(), d_tokens.get(), sizeof(int32_t) * B,
-                       cudaMemcpyDeviceToHost));
+    CUDA_OK(
+        cudaMemcpy(replayed.data(), d_tokens.get(), sizeof(int32_t) * B, cudaMemcpyDeviceToHost));
     const std::vector<int32_t> eager = Sample(l, V, rows);
     EXPECT_EQ(replayed, eager) << "step " << step;
     EXPECT_EQ(replayed[0], CpuGreedy(row));

@@ -52,8 +52,7 @@ class CudaExecutorBase : public Model {
                  bool all_logits) const override;
   Status DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                      float* logits) const override;
-  Status DecodeBatchSample(std::span<const int32_t> tokens,
-                           std::span<SequenceState* const> states,
+  Status DecodeBatchSample(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                            std::span<const DecodeSampling> sampling,
                            int32_t* out_tokens) const override;
 
@@ -95,15 +94,15 @@ class CudaExecutorBase : public Model {
     int64_t D = 0, V = 0;
     float eps = 0.f;
     const float* final_norm = nullptr;
-    const bf16* lm_head = nullptr;  // [V, D]
-    int32_t* tokens = nullptr;      // [rows] prefill token ids
-    int32_t* step = nullptr;        // [4, max_batch]: tokens | slots | positions | seq_lens
+    const bf16* lm_head = nullptr;   // [V, D]
+    int32_t* tokens = nullptr;       // [rows] prefill token ids
+    int32_t* step = nullptr;         // [4, max_batch]: tokens | slots | positions | seq_lens
     int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
     cuda::GpuSamplingRow* sampling = nullptr;  // [max_batch]
-    int32_t* sampled = nullptr;      // [max_batch] (only with STRATA_STEP_UPLOAD=0)
-    float* h = nullptr;              // [rows, D] residual stream
-    bf16* xn = nullptr;              // [rows, D]
-    float* logits = nullptr;         // [max(max_batch, logits_chunk_rows), V]
+    int32_t* sampled = nullptr;                // [max_batch] (only with STRATA_STEP_UPLOAD=0)
+    float* h = nullptr;                        // [rows, D] residual stream
+    bf16* xn = nullptr;                        // [rows, D]
+    float* logits = nullptr;                   // [max(max_batch, logits_chunk_rows), V]
     void* sample_ws = nullptr;
     size_t sample_ws_bytes = 0;
   };
@@ -220,9 +219,9 @@ class CudaExecutorBase : public Model {
   Status UploadPrefillTable(const CudaSequenceState& st, int64_t tokens) const;
   Status Prefill(std::span<const int32_t> tokens, CudaSequenceState& st, float* logits,
                  bool all_logits) const;
-  Status DecodeLocked(std::span<const int32_t> tokens,
-                      std::span<CudaSequenceState* const> states, float* logits,
-                      std::span<const DecodeSampling> sampling, int32_t* out_tokens) const;
+  Status DecodeLocked(std::span<const int32_t> tokens, std::span<CudaSequenceState* const> states,
+                      float* logits, std::span<const DecodeSampling> sampling,
+                      int32_t* out_tokens) const;
   Status EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const;
   Status RunDecodeStep(int64_t batch, const StepVariant& v, bool sample) const;
   // Row b's checks of DecodeBatch / DecodeBatchSample: cs[b] ← states[b].
@@ -239,7 +238,7 @@ class CudaExecutorBase : public Model {
   int32_t* h_block_table_ = nullptr;  // [max_batch + 1, max_blocks]
   cuda::GpuSamplingRow* h_sampling_ = nullptr;
   int32_t* h_sampled_ = nullptr;
-  float* h_logits_ = nullptr;         // [max_batch, V]
+  float* h_logits_ = nullptr;  // [max_batch, V]
 
   // Which (state id, generation, blocks) each device block-table row holds,
   // so a decode step uploads only what changed.
