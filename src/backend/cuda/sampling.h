@@ -23,12 +23,12 @@ struct GpuSamplingRow {
 // the first pass then runs inside the per-row kernel (slower at large
 // vocabularies, the same tokens).
 size_t SampleWorkspaceBytes(int64_t batch, int64_t vocab);
-// rows: device [B]; tokens: [B] int32 out, device memory or pinned host memory
-// (written by the kernel directly; read it after the stream). vocab ≤ 2^23. Rows are read
-// on the device, so they are not validated: T ≤ 0 or NaN means greedy,
-// top_k ≤ 0 off, top_p ≥ 1 or NaN off (≤ 0 keeps the top token). Draws are
-// deterministic for a given (seed, step) but not bit-equal to the CPU
-// Sampler's (same distribution).
+// rows: device [B]; tokens: [B] int32 out, device memory or pinned host
+// memory (written by the kernel directly; read it after the stream).
+// vocab ≤ 2^23. Rows are read on the device, so they are not validated:
+// T ≤ 0 or NaN means greedy, top_k ≤ 0 off, top_p ≥ 1 or NaN off (≤ 0 keeps
+// the top token). Draws are deterministic for a given (seed, step) but not
+// bit-equal to the CPU Sampler's (same distribution).
 Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const GpuSamplingRow* rows,
                     int32_t* tokens, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 

@@ -79,6 +79,12 @@ class CudaExecutorBase : public Model {
  protected:
   CudaExecutorBase() = default;
 
+  // Whether a decode step's input norms (each architecture's EnqueueLayers)
+  // and its final norm let the next kernel, a weight-streaming GEMV, launch
+  // before their PDL wait (AddRmsNorm's early_trigger). STRATA_NORM_EARLY=0
+  // turns it off (A/B switch; same results).
+  static bool NormEarlyTrigger();
+
   // What shapes a decode step beyond its batch size and sampling: the
   // attention length bound (0 when unused) and, for DSA, whether the step is
   // sparse. One CUDA graph is captured per (batch, bound, sparse, sample).

@@ -344,6 +344,11 @@ Status CudaExecutorBase::UploadPrefillTable(const CudaSequenceState& st, int64_t
 // ----------------------------------------------------------------------------
 // Decode steps and graphs
 
+bool CudaExecutorBase::NormEarlyTrigger() {
+  static const bool on = cuda::EnvSwitchOn("STRATA_NORM_EARLY");
+  return on;
+}
+
 Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const {
   const Frame& f = frame_;
   if (StepIoInKernels()) {
@@ -357,11 +362,9 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
   const float* pending = nullptr;
   STRATA_RETURN_IF_ERROR(EnqueueLayers(batch, f.step, nullptr, 0, v, &pending));
   // The LM head's CTAs may launch before the final norm's wait and load
-  // weights while the last layer drains. STRATA_NORM_EARLY=0 turns it off
-  // (A/B switch; same results).
-  static const bool final_early = cuda::EnvSwitchOn("STRATA_NORM_EARLY");
+  // weights while the last layer drains.
   STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pending, ActType::kF32, batch, f.D, f.final_norm,
-                                          f.eps, f.xn, stream_, final_early));
+                                          f.eps, f.xn, stream_, NormEarlyTrigger()));
   STRATA_RETURN_IF_ERROR(Mm(f.xn, ActType::kBf16, f.D, batch, f.lm_head, f.V, f.D, f.logits,
                             ActType::kF32, f.V, 0.f));
   if (sample) {

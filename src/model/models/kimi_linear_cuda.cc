@@ -379,9 +379,8 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
   // load weights while the previous MoE's down kernel drains). Not the
   // post-attention norm: an early router pulls the route and the routed
   // gate|up ahead of the shared expert's SiLU, which then waits for a slot
-  // behind 1,024 CTAs (docs/performance.md, session 13). STRATA_NORM_EARLY=0
-  // turns it off (A/B switch; same results).
-  static const bool input_early = cuda::EnvSwitchOn("STRATA_NORM_EARLY");
+  // behind 1,024 CTAs (docs/performance.md, sessions 13 and 14).
+  const bool input_early = NormEarlyTrigger();
   for (const Layer& L : w_.layers) {
     STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, g.D, L.input_norm, g.eps,
                                             s_.xn, stream_, input_early));
