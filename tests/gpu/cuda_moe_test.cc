@@ -25,6 +25,9 @@
 //    is bit for bit the same in a call of 600 tokens and in calls of 1, 2, 8,
 //    16, 17, 64, 97 and 300 tokens taken from the start and the middle of
 //    them (E=64, D=256, I=128 and the production shape, k=8);
+//  * the shared expert folded into the one-token path (MoeArgs::shared_w13)
+//    against cpu::Moe with a shared expert (the production shape and D=1032,
+//    I=776), the same bits on a second run; where the fold is refused;
 //  * a captured CUDA graph replayed on new inputs equals the eager result;
 //  * argument misuse → InvalidArgument naming the field.
 // Each case prints max abs / max rel (to max |ref|) / L2-relative error.
@@ -595,6 +598,67 @@ TEST(CudaMoeForward, OneTokenMatchesPlannedRowsBitForBit) {
   CheckOneTokenMatchesPlannedRows(Production(), 9102);
 }
 
+// The shared expert folded into the one-token path (MoeArgs::shared_w13):
+// y = Σ_k w_k E_k(x) + S(x) against cpu::Moe with the shared expert, the
+// same bits on a second run, and the fold refused (InvalidArgument) or not
+// offered (MoeFoldsSharedExpert) where the one-token kernels cannot take it.
+void CheckFoldedShared(Model& m, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "D=" << m.shape.hidden << " I=" << m.shape.inter);
+  m.shape.renormalize = true;
+  m.shape.routed_scaling = 2.446f;
+  const int64_t D = m.shape.hidden, I = m.shape.inter;
+  const std::vector<uint16_t> sw13 =
+      RandomBf16(static_cast<size_t>(2 * I * D), seed + 7, 1.7f / std::sqrt(float(D)));
+  const std::vector<uint16_t> sw2 =
+      RandomBf16(static_cast<size_t>(D * I), seed + 8, 1.7f / std::sqrt(float(I)));
+  DevBuf d_sw13(sizeof(uint16_t) * sw13.size()), d_sw2(sizeof(uint16_t) * sw2.size());
+  Upload(d_sw13, sw13);
+  Upload(d_sw2, sw2);
+  const Inputs in = MakeInputs(m, 1, seed, true, -1);
+  cpu::MoeWeights w = m.CpuWeights(in.bias.data());
+  w.has_shared = true;
+  w.shared.gate = cpu::WeightMatrix{DType::kBF16, sw13.data(), I, D};
+  w.shared.up = cpu::WeightMatrix{DType::kBF16, sw13.data() + I * D, I, D};
+  w.shared.down = cpu::WeightMatrix{DType::kBF16, sw2.data(), D, I};
+  const size_t bytes = cpu::MoeScratchBytes(1, D, w, Pool()->num_threads());
+  std::vector<float> scratch(bytes / sizeof(float) + 64);
+  void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) &
+                                          ~uintptr_t{63});
+  std::vector<float> ref(static_cast<size_t>(D));
+  cpu::Moe(in.x32.data(), 1, w, ref.data(), aligned, Pool());
+
+  GpuRun run(m, 1, in);
+  run.args.shared_w13 = d_sw13.get<bf16>();
+  run.args.shared_w2 = d_sw2.get<bf16>();
+  ASSERT_TRUE(MoeFoldsSharedExpert(run.args));
+  const std::vector<float> got = run.Run();
+  const Errors e = Compare(got, ref);
+  std::printf("MoeForward folded shared expert D=%lld I=%lld: max abs %.3g, max rel %.3g, L2 rel "
+              "%.3g\n",
+              static_cast<long long>(D), static_cast<long long>(I), e.max_abs, e.max_rel, e.l2_rel);
+  EXPECT_LE(e.l2_rel, 1e-2);
+  EXPECT_LE(e.max_rel, 5e-2);
+  // The shared expert's share is really there: without it the error is large.
+  run.args.shared_w13 = run.args.shared_w2 = nullptr;
+  EXPECT_GT(Compare(run.Run(), ref).l2_rel, 5e-2);
+  run.args.shared_w13 = d_sw13.get<bf16>();
+  run.args.shared_w2 = d_sw2.get<bf16>();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const std::vector<float> again = run.Run(stream);
+  cudaStreamDestroy(stream);
+  EXPECT_EQ(std::memcmp(got.data(), again.data(), sizeof(float) * got.size()), 0);
+}
+
+TEST(CudaMoeForward, FoldedSharedExpertMatchesCpuWithSharedExpert) {
+  CheckFoldedShared(Production(), 9200);
+  // D = 1032: five steps of 256 per row (the six-step gate|up kernel), a
+  // partial last step; I = 776: the down rows' halves split at 512, uneven,
+  // with a partial last chunk.
+  Model odd(40, 1032, 776, 6, 31);
+  CheckFoldedShared(odd, 9201);
+}
+
 TEST(CudaMoeForward, BatchInvariantRows) {
   Model mid(64, 256, 128, 8, 18);
   CheckBatchInvariant(mid, 9000);
@@ -721,6 +785,38 @@ TEST(CudaMoeMisuse, ForwardArguments) {
   MoeArgs none;
   none.shape = m.shape;
   EXPECT_TRUE(MoeForward(none, nullptr, 0, nullptr).ok());
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+TEST(CudaMoeMisuse, SharedExpertFoldOnlyWhereTheOneTokenKernelsTakeIt) {
+  Model m(16, 1032, 64, 4, 32);
+  const std::vector<uint16_t> sw(static_cast<size_t>(2 * 64 * 1032), 0);
+  DevBuf d_sw13(sizeof(uint16_t) * sw.size()), d_sw2(sizeof(uint16_t) * sw.size());
+  Upload(d_sw13, sw);
+  Upload(d_sw2, sw);
+  for (const int64_t n : {int64_t{1}, int64_t{2}}) {
+    GpuRun run(m, n, MakeInputs(m, n, 7100, false, -1));
+    run.args.shared_w13 = d_sw13.get<bf16>();
+    run.args.shared_w2 = d_sw2.get<bf16>();
+    EXPECT_EQ(MoeFoldsSharedExpert(run.args), n == 1) << "n=" << n;
+    if (n == 2) ExpectInvalid(MoeForward(run.args, run.ws.get(), run.ws_bytes, nullptr), "shared");
+    MoeArgs half = run.args;
+    half.shared_w2 = nullptr;  // one of the two alone
+    EXPECT_FALSE(MoeFoldsSharedExpert(half));
+    ExpectInvalid(MoeForward(half, run.ws.get(), run.ws_bytes, nullptr), "shared");
+    half.shared_w2 = run.args.shared_w2;
+    half.shared_w13 = d_sw13.get<bf16>() + 1;  // misaligned
+    EXPECT_FALSE(MoeFoldsSharedExpert(half));
+    half.shared_w13 = run.args.shared_w13;
+    half.batch_invariant = true;
+    EXPECT_FALSE(MoeFoldsSharedExpert(half));
+  }
+  // Rows too short for the one-group gate|up kernel.
+  Model narrow(16, 256, 64, 4, 33);
+  GpuRun run(narrow, 1, MakeInputs(narrow, 1, 7101, false, -1));
+  run.args.shared_w13 = d_sw13.get<bf16>();
+  run.args.shared_w2 = d_sw2.get<bf16>();
+  EXPECT_FALSE(MoeFoldsSharedExpert(run.args));
   CUDA_OK(cudaDeviceSynchronize());
 }
 

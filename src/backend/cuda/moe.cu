@@ -135,6 +135,11 @@ struct MoeParams {
   int cta_route;    // 1: one token, routed by the whole CTA (RouteTokenCta)
   int direct;       // 1: one token without a plan: slot / pair j is pick j, h row j
   int down_preload; // 1 (with direct): the down kernel loads its first weights before its wait
+  // 1 (with direct): the shared expert is pick top_k (h row top_k), its
+  // weights at sw13 [2I, D] and sw2 [D, I], its weight 1 (MoeArgs::shared_w13).
+  int shared;
+  const bf16* sw13;
+  const bf16* sw2;
   const bf16* x;          // [n, D]
   const float* logits;    // [n, E]
   const float* bias;      // [E] or null
@@ -227,7 +232,8 @@ Layout MakeLayout(const MoeShape& s, int64_t n, bool invariant) {
   l.tile_m0 = take(sizeof(int32_t) * tiles);
   l.row_token = take(sizeof(int32_t) * rows);
   l.pair_row = take(sizeof(int32_t) * rows);
-  l.h = take(sizeof(bf16) * rows * static_cast<size_t>(s.inter));
+  // One more row: the folded shared expert's (MoeParams::shared).
+  l.h = take(sizeof(bf16) * (rows + 1) * static_cast<size_t>(s.inter));
   l.sm90_bytes = Sm90Shape(s, n * s.top_k) ? MoeSm90WorkspaceBytes(s.num_experts) : 0;
   l.yrows = take(std::max(sizeof(float) * rows * static_cast<size_t>(s.hidden),
                           l.sm90_bytes > 0
@@ -939,15 +945,70 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
 // budget (at kU = 9 it spills at 128 registers), which the one-row path does
 // not need. One dependent load before the weights stream (the planned path
 // takes four: meta, active, offsets, row_token).
-template <int V, int kU, typename W>
-__global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpDirectKernel(MoeParams p) {
+// The folded shared expert's feature j (MoeParams::shared): WarpDot<8, 2, 1,
+// kU>'s products in its order, with the weights loaded before the PDL wait,
+// i.e. while the route kernel still runs (they do not depend on it). kU
+// steps of 256 cover the whole row (MoeFoldsSharedExpert checks D ≤ 256·kU).
+template <int kU>
+__device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j) {
+  const int lane = threadIdx.x & 31;
+  const bf16* w[2] = {p.sw13 + static_cast<size_t>(j) * p.hidden,
+                      p.sw13 + static_cast<size_t>(p.inter + j) * p.hidden};
+  Raw<8> wr[2][kU];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int k = lane * 8 + u * 256;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) wr[r][u] = k < p.hidden ? LoadWeight<8>(w[r] + k) : Raw<8>{};
+  }
   PdlWait();
   PdlLaunchDependents();
-  const int e = p.idx[blockIdx.x];
-  const int j = blockIdx.y * kGemvWarps + (threadIdx.x >> 5);
+  float acc[2][1] = {{0.f}, {0.f}};
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int k = lane * 8 + u * 256;
+    if (k < p.hidden) {
+      float wf[2][8], xf[8];
+      Unpack(wr[0][u], wf[0]);
+      Unpack(wr[1][u], wf[1]);
+      Unpack(LoadAct<8>(p.x + k), xf);
+      FmaRows<8, 2, 1>(wf, xf, 0, acc);
+    }
+  }
+  const float g = WarpSum(acc[0][0]);
+  const float u = WarpSum(acc[1][0]);
+  if (lane == 0) {
+    p.h[static_cast<size_t>(p.top_k) * p.inter + j] = __float2bfloat16_rn(Silu(g) * u);
+  }
+}
+
+// Grid (top_k, ceil(I / 8)), or with a folded shared expert one dimension of
+// (1 + top_k) · ceil(I / 8) CTAs whose first ceil(I / 8) are the shared
+// expert's: launched first, they become resident and load their weights
+// before the routed ones take the SMs.
+template <int V, int kU, typename W>
+__global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpDirectKernel(MoeParams p) {
+  int slot = static_cast<int>(blockIdx.x);
+  int tile = static_cast<int>(blockIdx.y);
+  if constexpr (V == 8 && kU > 0 && std::is_same_v<W, bf16>) {
+    if (p.shared) {
+      const int tiles = (p.inter + kGemvWarps - 1) / kGemvWarps;
+      const int at = static_cast<int>(blockIdx.x);
+      const int j = at * kGemvWarps + (threadIdx.x >> 5);
+      if (at < tiles) {
+        if (j < p.inter) SharedGateUpFeature<kU>(p, j);
+        return;
+      }
+      slot = (at - tiles) % p.top_k;
+      tile = (at - tiles) / p.top_k;
+    }
+  }
+  PdlWait();
+  PdlLaunchDependents();
+  const int e = p.idx[slot];
+  const int j = tile * kGemvWarps + (threadIdx.x >> 5);
   if (j >= p.inter) return;
-  GateUpRows<V, 1, kU>(p, W13Row<W>(p, e, j), W13Row<W>(p, e, p.inter + j),
-                       static_cast<int>(blockIdx.x), 1, j);
+  GateUpRows<V, 1, kU>(p, W13Row<W>(p, e, j), W13Row<W>(p, e, p.inter + j), slot, 1, j);
 }
 
 // WarpDot for R ≥ 8 bf16 rows of one expert that lie `stride` elements apart
@@ -1077,6 +1138,23 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
       for (int r = 0; r < kFusedRows; ++r) first[r] = LoadWeight<8>(base + min(r, last) * I);
     }
   }
+  // The folded shared expert (direct, bf16): its rows d0 … d0 + 17 of sw2
+  // do not depend on routing; they are copied into shared memory before the
+  // wait, and the CTA's warps form its dots after the routed pairs.
+  constexpr bool kMayFold = kSplit == 2 && V == 8;
+  extern __shared__ uint4 shared_rows[];  // [kFusedRows][I / 8] when folding
+  if constexpr (kMayFold) {
+    if (p.shared) {
+      const int chunks = p.inter / 8;
+      for (int c = threadIdx.x; c < kFusedRows * chunks; c += blockDim.x) {
+        const int r = c / chunks;
+        CpAsync16(shared_rows + c,
+                  p.sw2 + static_cast<size_t>(min(d0 + r, p.hidden - 1)) * I + (c % chunks) * 8,
+                  true);
+      }
+      CpAsyncCommit();
+    }
+  }
   PdlWait();
   PdlLaunchDependents();
   for (int q = warp; q < pairs; q += kGemvWarps) {
@@ -1112,6 +1190,32 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
       if (lane == r) part[half][q][r] = s;
     }
   }
+  if constexpr (kMayFold) {
+    if (p.shared) {
+      // Dot (row r, half hf) of the shared expert, 36 of them over the
+      // CTA's 16 warps: lane chunks ascending, then the warp sum.
+      CpAsyncWait<0>();
+      __syncthreads();
+      const int chunks = p.inter / 8;
+      const bf16* act = p.h + static_cast<size_t>(p.top_k) * I;
+      for (int task = threadIdx.x >> 5; task < kSplit * kFusedRows;
+           task += static_cast<int>(blockDim.x >> 5)) {
+        const int r = task % kFusedRows;
+        const int hf = task / kFusedRows;
+        const int c0 = (hf == 0 ? 0 : split) / 8;
+        const int c1 = (hf == 0 ? split : p.inter) / 8;
+        float acc[1][1] = {{0.f}};
+        for (int c = c0 + lane; c < c1; c += 32) {
+          float wf[1][8], xf[8];
+          Unpack(Raw<8>{shared_rows[r * chunks + c]}, wf[0]);
+          Unpack(LoadAct<8>(act + c * 8), xf);
+          FmaRows<8, 1, 1>(wf, xf, 0, acc);
+        }
+        const float s = WarpSum(acc[0][0]);
+        if (lane == 0) part[hf][pairs][r] = s;
+      }
+    }
+  }
   __syncthreads();
   for (int o = threadIdx.x; o < p.num_tokens * kFusedRows; o += blockDim.x) {
     const int t = o / kFusedRows;
@@ -1124,6 +1228,9 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
       float pq = part[0][q][r];
       if constexpr (kSplit == 2) pq = pq + part[1][q][r];
       s = fmaf(p.wt[q], pq, s);
+    }
+    if constexpr (kMayFold) {
+      if (p.shared) s += part[0][pairs][r] + part[1][pairs][r];
     }
     p.y[static_cast<size_t>(t) * p.hidden + d] = s;
   }
@@ -1375,10 +1482,10 @@ __global__ void __launch_bounds__(kDequantThreads) MoeDequantExpertsKernel(MoePa
 // Whether one token may be routed by the whole CTA (RouteTokenCta): sigmoid
 // scores and no group limit (STRATA_MOE_CTA_ROUTE=0 turns it off, a
 // diagnostic switch for A/B timing; the results are the same bits).
-bool UseCtaRoute(const MoeParams& p) {
+bool UseCtaRoute(int64_t num_tokens, const MoeShape& s) {
   static const bool enabled = EnvSwitchOn("STRATA_MOE_CTA_ROUTE");
-  return enabled && p.num_tokens == 1 && p.softmax == 0 && p.num_groups <= 1 &&
-         p.num_experts <= kMaxExperts && p.top_k <= kMaxTopK;
+  return enabled && num_tokens == 1 && !s.softmax && s.num_groups <= 1 &&
+         s.num_experts <= kMaxExperts && s.top_k <= kMaxTopK;
 }
 
 // Calls f(std::integral_constant<int, kPer>{}) with the biased scores per
@@ -1475,7 +1582,9 @@ template <int V, typename W>
 Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(p.num_experts, rows));
-  const dim3 gate_up_grid(slots, static_cast<unsigned>(CeilDiv(p.inter, kGemvWarps)));
+  const unsigned tiles = static_cast<unsigned>(CeilDiv(p.inter, kGemvWarps));
+  // A folded shared expert: one dimension, its CTAs first (see the kernel).
+  const dim3 gate_up_grid = p.shared ? dim3((slots + 1) * tiles) : dim3(slots, tiles);
   STRATA_RETURN_IF_ERROR(Launch("MoeGateUpGemvKernel",
                                 GateUpKernelFor<V, W>(p.hidden, p.direct != 0), gate_up_grid,
                                 dim3(kGemvThreads), 0, stream, p));
@@ -1485,8 +1594,17 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
     // registers 16 warps leave a thread.
     if constexpr (std::is_same_v<W, bf16>) {
       if (DownSplitEnabled()) {
+        // The folded shared expert's rows are staged in dynamic shared memory.
+        const size_t smem =
+            p.shared ? sizeof(bf16) * kFusedRows * static_cast<size_t>(p.inter) : 0;
+        if (smem > 0) {
+          const cudaError_t err = cudaFuncSetAttribute(
+              MoeDownCombineKernel<V, W, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+              static_cast<int>(smem));
+          if (err != cudaSuccess) return CudaError(err, "cudaFuncSetAttribute(MoeDownCombine)");
+        }
         return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W, 2>, grid,
-                      dim3(2 * kGemvThreads), 0, stream, p);
+                      dim3(2 * kGemvThreads), smem, stream, p);
       }
     }
     return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W, 1>, grid, dim3(kGemvThreads),
@@ -1602,7 +1720,32 @@ Status LaunchSm90Path(const MoeParams& p, char* ws, const Layout& l, bool vec4_y
                 stream, p);
 }
 
+// Whether MoeForward takes the planless one-token path (MoeParams::direct).
+bool DirectPath(const MoeArgs& a) {
+  const MoeShape& s = a.shape;
+  const bool vec = IsAligned(a.x, 16) && IsAligned(a.w13, 16) && IsAligned(a.w2, 16) &&
+                   s.hidden % 8 == 0 && s.inter % 8 == 0;
+  return a.fp8.w13 == nullptr && !a.batch_invariant && UseCtaRoute(a.num_tokens, s) && vec &&
+         !GemmShape(s, a.num_tokens * s.top_k) && DirectEnabled();
+}
+
+// STRATA_MOE_FOLD_SHARED=0 keeps the shared expert out of the one-token path.
+bool FoldEnabled() {
+  static const bool enabled = EnvSwitchOn("STRATA_MOE_FOLD_SHARED");
+  return enabled;
+}
+
 }  // namespace
+
+bool MoeFoldsSharedExpert(const MoeArgs& a) {
+  const MoeShape& s = a.shape;
+  // One group of loads per gate|up row (the kernels' kU > 0, GateUpKernelFor),
+  // and the down kernel's two halves (kSplit = 2).
+  const bool one_round = OneRoundEnabled() && s.hidden > 4 * 256 && s.hidden <= 9 * 256;
+  return FoldEnabled() && a.shared_w13 != nullptr && a.shared_w2 != nullptr &&
+         IsAligned(a.shared_w13, 16) && IsAligned(a.shared_w2, 16) && one_round &&
+         DownSplitEnabled() && !s.fp8_experts && DirectPath(a);
+}
 
 size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens, bool batch_invariant) {
   if (max_tokens <= 0 || shape.num_experts <= 0 || shape.top_k <= 0 || shape.hidden <= 0 ||
@@ -1633,7 +1776,7 @@ Status MoeRoute(const MoeShape& shape, const float* router_logits, const float* 
   p.num_groups = static_cast<int>(shape.num_groups);
   p.topk_groups = static_cast<int>(shape.topk_groups);
   p.softmax = shape.softmax ? 1 : 0;
-  p.cta_route = UseCtaRoute(p) ? 1 : 0;
+  p.cta_route = UseCtaRoute(num_tokens, shape) ? 1 : 0;
   p.logits = router_logits;
   p.bias = score_bias;
   p.idx = idx;
@@ -1704,7 +1847,7 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   p.num_groups = static_cast<int>(s.num_groups);
   p.topk_groups = static_cast<int>(s.topk_groups);
   p.softmax = s.softmax ? 1 : 0;
-  p.cta_route = UseCtaRoute(p) ? 1 : 0;
+  p.cta_route = UseCtaRoute(args.num_tokens, s) ? 1 : 0;
   p.x = args.x;
   p.logits = args.router_logits;
   p.bias = args.score_bias;
@@ -1749,9 +1892,18 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   // kernel's picks are the slots and h rows, so there is no plan kernel and
   // the GEMVs find their expert with one load.
   // (cta_route holds for one token only.)
-  if (!fp8 && !invariant && p.cta_route && vec && !GemmShape(s, rows) && DirectEnabled()) {
+  const bool fold = args.shared_w13 != nullptr || args.shared_w2 != nullptr;
+  if (fold && !MoeFoldsSharedExpert(args)) {
+    return absl::InvalidArgumentError(
+        "MoeForward: args.shared_w13 / args.shared_w2 set for a call that cannot fold the "
+        "shared expert (see MoeFoldsSharedExpert)");
+  }
+  if (DirectPath(args)) {
     p.direct = 1;
     p.down_preload = DownPreloadEnabled() ? 1 : 0;
+    p.shared = fold ? 1 : 0;
+    p.sw13 = args.shared_w13;
+    p.sw2 = args.shared_w2;
     STRATA_RETURN_IF_ERROR(RouteOnly(p, stream));
     return LaunchGemvPath<8, bf16>(p, vec4_y, stream);
   }

@@ -4,7 +4,8 @@
 // offsets. Expert weights are stacked at load: w13 [E, 2I, D] (per expert the
 // gate rows w1 then the up rows w3) and w2 [E, D, I], bf16 or FP8 e4m3 with
 // block scales (MoeFp8Experts). The shared expert
-// is a dense SwiGLU the executor runs itself. backend/cpu/moe.h is the
+// is a dense SwiGLU the executor runs itself, except on the one-token path,
+// which can fold it in (MoeArgs::shared_w13). backend/cpu/moe.h is the
 // reference (RouteSigmoidTopK for the routing rule, ties to the lower index).
 #ifndef STRATA_BACKEND_CUDA_MOE_H_
 #define STRATA_BACKEND_CUDA_MOE_H_
@@ -84,7 +85,26 @@ struct MoeArgs {
   // expert in 64-row tiles); default off. Size the workspace with
   // MoeWorkspaceBytes(shape, max_tokens, /*batch_invariant=*/true).
   bool batch_invariant = false;
+  // The shared expert folded into the one-token path (a batch-1 decode
+  // step), when MoeFoldsSharedExpert(args) holds; both null otherwise.
+  // shared_w13 [2I, D] (gate rows, then up rows) and shared_w2 [D, I], bf16,
+  // 16-byte aligned, with the routed experts' I. y then holds
+  // Σ_k w_k E_k(x) + S(x): the shared expert's CTAs run in the routed
+  // kernels and load their weights while routing is still in progress (no
+  // second stream, no separate SwiGLU kernels). Its products are summed as
+  // the routed experts' are (fp32 on CUDA cores), not as the dense GEMV the
+  // executor would run, so the result differs from the unfolded call's in
+  // the last bits. STRATA_MOE_FOLD_SHARED=0 turns the fold off (A/B switch).
+  const bf16* shared_w13 = nullptr;
+  const bf16* shared_w2 = nullptr;
 };
+
+// Whether MoeForward takes the one-token path with args.shared_w13 and
+// args.shared_w2 folded in: one token, bf16 experts, not batch-invariant,
+// sigmoid routing without groups, aligned operands, rows of at most
+// 9 · 256 elements, and the shared expert's pointers set and aligned.
+// MoeForward returns InvalidArgument when they are set and this is false.
+bool MoeFoldsSharedExpert(const MoeArgs& args);
 
 // Workspace for `max_tokens` tokens: routing results, per-expert counts and
 // offsets, the permuted activations and the intermediate [n·k, I]. It must

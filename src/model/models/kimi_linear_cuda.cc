@@ -57,6 +57,16 @@
 
 namespace strata {
 namespace kimi_cuda {
+namespace {
+
+// STRATA_POST_NORM_EARLY=0 keeps the post-attention norm's successor (the
+// router) behind its wait even with the shared expert folded (A/B switch).
+bool PostNormEarly() {
+  static const bool on = cuda::EnvSwitchOn("STRATA_POST_NORM_EARLY");
+  return on;
+}
+
+}  // namespace
 
 using cuda::ActType;
 
@@ -339,15 +349,32 @@ Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode,
                 1.f);
   };
   if (!L.is_moe) return swiglu(g.I_dense, stream_);
+  const cuda::MoeArgs a = MoeArgsFor(L, n, decode);
+  const bool folded = a.shared_w13 != nullptr;
   // Decode branches: the shared expert (it adds into h; the routed experts go
-  // to `pending`) streams its weights on side_ while routing is latency-bound.
-  const bool branch = decode && g.Is > 0 && Branching(n);
+  // to `pending`) streams its weights on side_ while routing is latency-bound
+  // (when the MoE call does not fold it in).
+  const bool branch = !folded && decode && g.Is > 0 && Branching(n);
   if (branch) {
     STRATA_RETURN_IF_ERROR(Fork());
     STRATA_RETURN_IF_ERROR(swiglu(g.Is, side_));
   }
   STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, f.router, g.E, g.D, s_.router_logits,
                             ActType::kF32, g.E, 0.f));
+  STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
+  if (branch) {
+    STRATA_RETURN_IF_ERROR(Join());
+  } else if (g.Is > 0 && !folded) {
+    STRATA_RETURN_IF_ERROR(swiglu(g.Is, stream_));
+  }
+  // The routed sum joins the residual in the next AddRmsNorm (one pass less).
+  *pending = s_.delta;
+  return OkStatus();
+}
+
+cuda::MoeArgs KimiLinearCudaModel::MoeArgsFor(const Layer& L, int64_t n, bool decode) const {
+  const Geometry& g = g_;
+  const FfnLayer& f = L.ffn;
   cuda::MoeArgs a;
   a.shape = MoeShapeOf(g);
   a.num_tokens = n;
@@ -358,15 +385,12 @@ Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode,
   a.w2 = f.w2;
   a.y = s_.delta;
   a.batch_invariant = invariant_;
-  STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
-  if (branch) {
-    STRATA_RETURN_IF_ERROR(Join());
-  } else if (g.Is > 0) {
-    STRATA_RETURN_IF_ERROR(swiglu(g.Is, stream_));
+  if (decode && g.Is == g.I) {
+    a.shared_w13 = f.gate_up;
+    a.shared_w2 = f.down;
+    if (!cuda::MoeFoldsSharedExpert(a)) a.shared_w13 = a.shared_w2 = nullptr;
   }
-  // The routed sum joins the residual in the next AddRmsNorm (one pass less).
-  *pending = s_.delta;
-  return OkStatus();
+  return a;
 }
 
 Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, const CudaState* ps,
@@ -376,10 +400,11 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
   STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, g.D, tokens, n, s_.h, stream_));
   const float* pend = nullptr;
   // The input norm lets in_proj / q_proj launch before its wait (their CTAs
-  // load weights while the previous MoE's down kernel drains). Not the
-  // post-attention norm: an early router pulls the route and the routed
-  // gate|up ahead of the shared expert's SiLU, which then waits for a slot
-  // behind 1,024 CTAs (docs/performance.md, sessions 13 and 14).
+  // load weights while the previous MoE's down kernel drains). The
+  // post-attention norm does so only when the MoE call folds the shared
+  // expert in: otherwise an early router pulls the route and the routed
+  // gate|up ahead of the shared expert's SiLU on the side stream, which then
+  // waits for a slot behind 1,024 CTAs (docs/performance.md, sessions 13–15).
   const bool input_early = NormEarlyTrigger();
   for (const Layer& L : w_.layers) {
     STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, g.D, L.input_norm, g.eps,
@@ -390,8 +415,12 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
     } else {
       STRATA_RETURN_IF_ERROR(KdaMixer(L, n, ps));
     }
+    // With the shared expert folded into the MoE kernels there is no SiLU on
+    // a side stream to starve, so the router may launch early as well.
+    const bool post_early = input_early && PostNormEarly() && L.is_moe &&
+                            MoeArgsFor(L, n, ps == nullptr).shared_w13 != nullptr;
     STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, nullptr, ActType::kF32, n, g.D, L.post_norm,
-                                            g.eps, s_.xn, stream_));
+                                            g.eps, s_.xn, stream_, post_early));
     STRATA_RETURN_IF_ERROR(Ffn(L, n, ps == nullptr, &pend));
   }
   *pending = pend;

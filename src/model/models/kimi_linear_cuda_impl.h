@@ -260,6 +260,9 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
                   int64_t mla_bound) const;
   // decode: the rows are a decode step's (Branching may apply).
   Status Ffn(const Layer& L, int64_t n, bool decode, const float** pending) const;
+  // The MoE call of layer L for n rows; at decode the shared expert is folded
+  // in when cuda::MoeFoldsSharedExpert allows (a batch-1 step).
+  cuda::MoeArgs MoeArgsFor(const Layer& L, int64_t n, bool decode) const;
 
   KimiLinearConfig cfg_;
   Geometry g_;
