@@ -108,6 +108,9 @@ constexpr int kGemvTokens = 8;     // token rows per pass over a weight tile
 // step): 18.2 → 16.9 µs, 2.08 → 2.24 TB/s; less than the ~11 µs a one-wave
 // grid suggested: each warp still has only 4 dependent rounds of loads.
 constexpr int kFusedRows = 18;
+// The folded shared expert's I at most (MoeFoldsSharedExpert): 76 KB of its
+// rows in the down kernel's shared memory.
+constexpr int64_t kMaxFoldInter = 2048;
 constexpr int kCombineThreads = 256;
 
 // Grouped GEMM tiling.
@@ -1142,7 +1145,8 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
   // do not depend on routing; they are copied into shared memory before the
   // wait, and the CTA's warps form its dots after the routed pairs.
   constexpr bool kMayFold = kSplit == 2 && V == 8;
-  extern __shared__ uint4 shared_rows[];  // [kFusedRows][I / 8] when folding
+  // [kFusedRows][I / 8] rows, then [I / 8] the shared expert's h row.
+  extern __shared__ uint4 shared_rows[];
   if constexpr (kMayFold) {
     if (p.shared) {
       const int chunks = p.inter / 8;
@@ -1157,6 +1161,18 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
   }
   PdlWait();
   PdlLaunchDependents();
+  if constexpr (kMayFold) {
+    // The shared expert's h row (written by the gate|up kernel): one L2
+    // round trip for the CTA, landing while the routed pairs stream.
+    if (p.shared) {
+      const int chunks = p.inter / 8;
+      for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+        CpAsync16(shared_rows + kFusedRows * chunks + c,
+                  p.h + static_cast<size_t>(p.top_k) * I + c * 8, true);
+      }
+      CpAsyncCommit();
+    }
+  }
   for (int q = warp; q < pairs; q += kGemvWarps) {
     const int e = p.idx[q];
     typename RowOf<W>::type w[kFusedRows];
@@ -1197,7 +1213,7 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
       CpAsyncWait<0>();
       __syncthreads();
       const int chunks = p.inter / 8;
-      const bf16* act = p.h + static_cast<size_t>(p.top_k) * I;
+      const uint4* act = shared_rows + kFusedRows * chunks;
       for (int task = threadIdx.x >> 5; task < kSplit * kFusedRows;
            task += static_cast<int>(blockDim.x >> 5)) {
         const int r = task % kFusedRows;
@@ -1208,7 +1224,7 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
         for (int c = c0 + lane; c < c1; c += 32) {
           float wf[1][8], xf[8];
           Unpack(Raw<8>{shared_rows[r * chunks + c]}, wf[0]);
-          Unpack(LoadAct<8>(act + c * 8), xf);
+          Unpack(Raw<8>{act[c]}, xf);
           FmaRows<8, 1, 1>(wf, xf, 0, acc);
         }
         const float s = WarpSum(acc[0][0]);
@@ -1596,7 +1612,7 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
       if (DownSplitEnabled()) {
         // The folded shared expert's rows are staged in dynamic shared memory.
         const size_t smem =
-            p.shared ? sizeof(bf16) * kFusedRows * static_cast<size_t>(p.inter) : 0;
+            p.shared ? sizeof(bf16) * (kFusedRows + 1) * static_cast<size_t>(p.inter) : 0;
         if (smem > 0) {
           const cudaError_t err = cudaFuncSetAttribute(
               MoeDownCombineKernel<V, W, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1742,6 +1758,8 @@ bool MoeFoldsSharedExpert(const MoeArgs& a) {
   // One group of loads per gate|up row (the kernels' kU > 0, GateUpKernelFor),
   // and the down kernel's two halves (kSplit = 2).
   const bool one_round = OneRoundEnabled() && s.hidden > 4 * 256 && s.hidden <= 9 * 256;
+  // The down kernel stages kFusedRows + 1 shared rows of I in shared memory.
+  if (s.inter > kMaxFoldInter) return false;
   return FoldEnabled() && a.shared_w13 != nullptr && a.shared_w2 != nullptr &&
          IsAligned(a.shared_w13, 16) && IsAligned(a.shared_w2, 16) && one_round &&
          DownSplitEnabled() && !s.fp8_experts && DirectPath(a);

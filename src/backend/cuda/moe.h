@@ -101,8 +101,9 @@ struct MoeArgs {
 
 // Whether MoeForward takes the one-token path with args.shared_w13 and
 // args.shared_w2 folded in: one token, bf16 experts, not batch-invariant,
-// sigmoid routing without groups, aligned operands, rows of at most
-// 9 · 256 elements, and the shared expert's pointers set and aligned.
+// sigmoid routing without groups, aligned operands, rows (D) of 1,032 to
+// 2,304 elements, I ≤ 2,048, and the shared expert's pointers set and
+// aligned.
 // MoeForward returns InvalidArgument when they are set and this is false.
 bool MoeFoldsSharedExpert(const MoeArgs& args);
 
