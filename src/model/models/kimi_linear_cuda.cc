@@ -22,13 +22,17 @@
 //   dense: h += down(SiLU(gate)·up) with [gate|up] one GEMM
 //   MoE:   router logits (fp32) → MoeForward → pending (added by the next norm),
 //          h += shared expert; one token (batch-1 decode) takes MoeForward's
-//          planless path: route → gate|up → down+combine
+//          planless path: route → gate|up → down+combine, with the shared
+//          expert folded into those two kernels (MoeArgs::shared_w13; its
+//          weights load while routing runs)
 // then logits = lm_head(RMSNorm(h += pending)).
-// At decode (≤ 16 rows) three pieces run on a second stream beside the main
-// chain (CudaExecutorBase::Branching): f_b/g_b beside the conv and the KDA
-// step (when the KDA mixer is not fused), MLA's latent row beside its query
-// path, and the shared expert beside routing and the routed experts (−0.30
-// ms of a 3.15 ms batch-1 step).
+// At decode (≤ 16 rows) pieces run on a second stream beside the main chain
+// (CudaExecutorBase::Branching): f_b/g_b beside the conv and the KDA step
+// (when the KDA mixer is not fused), MLA's latent row beside its query path,
+// and, above one row, the shared expert beside routing and the routed
+// experts. At one row the folded shared expert has no stream of its own:
+// 7 forks per step instead of 33, which the kernels around them had paid
+// for (docs/performance.md, session 15).
 //
 // Cost at the production shapes (Kimi-Linear-48B-A3B, H200: 4.27 TB/s copy,
 // ~686 TFLOP/s bf16; the numbers come from the cost model in
