@@ -622,8 +622,8 @@ void CheckFoldedShared(Model& m, uint64_t seed) {
   w.shared.down = cpu::WeightMatrix{DType::kBF16, sw2.data(), D, I};
   const size_t bytes = cpu::MoeScratchBytes(1, D, w, Pool()->num_threads());
   std::vector<float> scratch(bytes / sizeof(float) + 64);
-  void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) &
-                                          ~uintptr_t{63});
+  void* aligned =
+      reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
   std::vector<float> ref(static_cast<size_t>(D));
   cpu::Moe(in.x32.data(), 1, w, ref.data(), aligned, Pool());
 
@@ -633,9 +633,10 @@ void CheckFoldedShared(Model& m, uint64_t seed) {
   ASSERT_TRUE(MoeFoldsSharedExpert(run.args));
   const std::vector<float> got = run.Run();
   const Errors e = Compare(got, ref);
-  std::printf("MoeForward folded shared expert D=%lld I=%lld: max abs %.3g, max rel %.3g, L2 rel "
-              "%.3g\n",
-              static_cast<long long>(D), static_cast<long long>(I), e.max_abs, e.max_rel, e.l2_rel);
+  std::printf(
+      "MoeForward folded shared expert D=%lld I=%lld: max abs %.3g, max rel %.3g, L2 rel "
+      "%.3g\n",
+      static_cast<long long>(D), static_cast<long long>(I), e.max_abs, e.max_rel, e.l2_rel);
   EXPECT_LE(e.l2_rel, 1e-2);
   EXPECT_LE(e.max_rel, 5e-2);
   // The shared expert's share is really there: without it the error is large.

@@ -1614,9 +1614,9 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
         const size_t smem =
             p.shared ? sizeof(bf16) * (kFusedRows + 1) * static_cast<size_t>(p.inter) : 0;
         if (smem > 0) {
-          const cudaError_t err = cudaFuncSetAttribute(
-              MoeDownCombineKernel<V, W, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-              static_cast<int>(smem));
+          const cudaError_t err = cudaFuncSetAttribute(MoeDownCombineKernel<V, W, 2>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(smem));
           if (err != cudaSuccess) return CudaError(err, "cudaFuncSetAttribute(MoeDownCombine)");
         }
         return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W, 2>, grid,
