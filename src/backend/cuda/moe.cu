@@ -943,11 +943,6 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
   }
 }
 
-// The planless one-token path (MoeParams::direct) of the kernel above, in a
-// kernel of its own: the planned kernel's 8-token variants set its register
-// budget (at kU = 9 it spills at 128 registers), which the one-row path does
-// not need. One dependent load before the weights stream (the planned path
-// takes four: meta, active, offsets, row_token).
 // The folded shared expert's feature j (MoeParams::shared): WarpDot<8, 2, 1,
 // kU>'s products in its order, with the weights loaded before the PDL wait,
 // i.e. while the route kernel still runs (they do not depend on it). kU
@@ -985,6 +980,11 @@ __device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j) {
   }
 }
 
+// The planless one-token path (MoeParams::direct) of MoeGateUpGemvKernel, in
+// a kernel of its own: the planned kernel's 8-token variants set its register
+// budget (at kU = 9 it spills at 128 registers), which the one-row path does
+// not need. One dependent load before the weights stream (the planned path
+// takes four: meta, active, offsets, row_token).
 // Grid (top_k, ceil(I / 8)), or with a folded shared expert one dimension of
 // (1 + top_k) · ceil(I / 8) CTAs whose first ceil(I / 8) are the shared
 // expert's: launched first, they become resident and load their weights
@@ -1610,14 +1610,15 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
     // registers 16 warps leave a thread.
     if constexpr (std::is_same_v<W, bf16>) {
       if (DownSplitEnabled()) {
-        // The folded shared expert's rows are staged in dynamic shared memory.
+        // The folded shared expert's rows are staged in dynamic shared memory
+        // (the attribute, for the largest I the fold takes, is set once).
         const size_t smem =
             p.shared ? sizeof(bf16) * (kFusedRows + 1) * static_cast<size_t>(p.inter) : 0;
         if (smem > 0) {
-          const cudaError_t err = cudaFuncSetAttribute(MoeDownCombineKernel<V, W, 2>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       static_cast<int>(smem));
-          if (err != cudaSuccess) return CudaError(err, "cudaFuncSetAttribute(MoeDownCombine)");
+          static const cudaError_t attr = cudaFuncSetAttribute(
+              MoeDownCombineKernel<V, W, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+              static_cast<int>(sizeof(bf16) * (kFusedRows + 1) * kMaxFoldInter));
+          if (attr != cudaSuccess) return CudaError(attr, "cudaFuncSetAttribute(MoeDownCombine)");
         }
         return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W, 2>, grid,
                       dim3(2 * kGemvThreads), smem, stream, p);
