@@ -985,19 +985,21 @@ __device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j) {
 // budget (at kU = 9 it spills at 128 registers), which the one-row path does
 // not need. One dependent load before the weights stream (the planned path
 // takes four: meta, active, offsets, row_token).
-// Grid (top_k, ceil(I / 8)), or with a folded shared expert one dimension of
-// (1 + top_k) · ceil(I / 8) CTAs whose first ceil(I / 8) are the shared
-// expert's: launched first, they become resident and load their weights
-// before the routed ones take the SMs.
+// Grid (top_k, ceil(I / w)) of w-warp CTAs (DirectGateUpWarps; warp i of
+// tile y computes feature w·y + i), or with a folded shared expert one
+// dimension of (1 + top_k) · ceil(I / w) CTAs whose first ceil(I / w) are
+// the shared expert's: launched first, they become resident and load their
+// weights before the routed ones take the SMs.
 template <int V, int kU, typename W>
 __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpDirectKernel(MoeParams p) {
   int slot = static_cast<int>(blockIdx.x);
   int tile = static_cast<int>(blockIdx.y);
   if constexpr (V == 8 && kU > 0 && std::is_same_v<W, bf16>) {
     if (p.shared) {
-      const int tiles = (p.inter + kGemvWarps - 1) / kGemvWarps;
+      const int wpc = static_cast<int>(blockDim.x >> 5);
+      const int tiles = (p.inter + wpc - 1) / wpc;
       const int at = static_cast<int>(blockIdx.x);
-      const int j = at * kGemvWarps + (threadIdx.x >> 5);
+      const int j = at * wpc + (threadIdx.x >> 5);
       if (at < tiles) {
         if (j < p.inter) SharedGateUpFeature<kU>(p, j);
         return;
@@ -1009,7 +1011,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpDirectKernel(MoePara
   PdlWait();
   PdlLaunchDependents();
   const int e = p.idx[slot];
-  const int j = tile * kGemvWarps + (threadIdx.x >> 5);
+  const int j = tile * static_cast<int>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (j >= p.inter) return;
   GateUpRows<V, 1, kU>(p, W13Row<W>(p, e, j), W13Row<W>(p, e, p.inter + j), slot, 1, j);
 }
@@ -1587,6 +1589,22 @@ void (*GateUpKernelFor(int hidden, bool direct))(MoeParams) {
   return GateUpKernel<V, 0, W>(direct);
 }
 
+// Warps (features) per CTA of the one-token gate|up kernel: 4. Its CTAs live
+// for one round of loads each; four smaller CTAs per SM instead of two turn
+// the slots over in smaller pieces through the waves and the tail, and the
+// next kernel's CTAs find room sooner: batch-1 decode at 4K
+// 2.233–2.244 ms with 8 warps, 2.194–2.195 with 4, 2.193–2.206 with 2
+// (docs/performance.md, session 15). STRATA_MOE_GATE_UP_WARPS=2|4|8 picks
+// (A/B switch; the same bits: a feature's products do not depend on it).
+int DirectGateUpWarps() {
+  static const int warps = [] {
+    const char* v = std::getenv("STRATA_MOE_GATE_UP_WARPS");
+    const int w = v != nullptr ? std::atoi(v) : 4;
+    return w == 2 || w == 8 ? w : 4;
+  }();
+  return warps;
+}
+
 // Whether the fused down+combine splits each row's k range between two warps
 // (STRATA_MOE_DOWN_SPLIT=0: one warp per row over all of k; an A/B switch).
 bool DownSplitEnabled() {
@@ -1598,12 +1616,13 @@ template <int V, typename W>
 Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(p.num_experts, rows));
-  const unsigned tiles = static_cast<unsigned>(CeilDiv(p.inter, kGemvWarps));
+  const int wpc = p.direct ? DirectGateUpWarps() : kGemvWarps;
+  const unsigned tiles = static_cast<unsigned>(CeilDiv(p.inter, wpc));
   // A folded shared expert: one dimension, its CTAs first (see the kernel).
   const dim3 gate_up_grid = p.shared ? dim3((slots + 1) * tiles) : dim3(slots, tiles);
   STRATA_RETURN_IF_ERROR(Launch("MoeGateUpGemvKernel",
                                 GateUpKernelFor<V, W>(p.hidden, p.direct != 0), gate_up_grid,
-                                dim3(kGemvThreads), 0, stream, p));
+                                dim3(32 * wpc), 0, stream, p));
   if (p.num_tokens <= kFusedCombineMaxTokens) {
     const dim3 grid(static_cast<unsigned>(CeilDiv(p.hidden, kFusedRows)));
     // bf16 only: FP8 rows (codes and scales) need more than the 128
