@@ -910,8 +910,9 @@ __device__ __forceinline__ void GateUpRows(const MoeParams& p, const WR& wg, con
   }
 }
 
-// Grid (expert slot, ceil(I / 8)); warp w of tile y computes feature j = 8y + w
-// (gate row j and up row I + j) for every row of the slot's expert.
+// Grid (expert slot, ceil(I / w)) of w-warp CTAs (GateUpWarps); warp i of
+// tile y computes feature j = w·y + i (gate row j and up row I + j) for
+// every row of the slot's expert.
 // W: bf16 or uint8_t (FP8 experts).
 template <int V, int kU, typename W>
 __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams p) {
@@ -921,7 +922,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
   const int e = p.active[blockIdx.x];
   const int first = p.offsets[e];
   const int count = p.offsets[e + 1] - first;
-  const int j = blockIdx.y * kGemvWarps + (threadIdx.x >> 5);
+  const int j = blockIdx.y * static_cast<int>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (j >= p.inter) return;
   const auto wg = W13Row<W>(p, e, j);
   const auto wu = W13Row<W>(p, e, p.inter + j);
@@ -985,7 +986,7 @@ __device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j) {
 // budget (at kU = 9 it spills at 128 registers), which the one-row path does
 // not need. One dependent load before the weights stream (the planned path
 // takes four: meta, active, offsets, row_token).
-// Grid (top_k, ceil(I / w)) of w-warp CTAs (DirectGateUpWarps; warp i of
+// Grid (top_k, ceil(I / w)) of w-warp CTAs (GateUpWarps; warp i of
 // tile y computes feature w·y + i), or with a folded shared expert one
 // dimension of (1 + top_k) · ceil(I / w) CTAs whose first ceil(I / w) are
 // the shared expert's: launched first, they become resident and load their
@@ -1589,14 +1590,15 @@ void (*GateUpKernelFor(int hidden, bool direct))(MoeParams) {
   return GateUpKernel<V, 0, W>(direct);
 }
 
-// Warps (features) per CTA of the one-token gate|up kernel: 4. Its CTAs live
-// for one round of loads each; four smaller CTAs per SM instead of two turn
-// the slots over in smaller pieces through the waves and the tail, and the
-// next kernel's CTAs find room sooner: batch-1 decode at 4K
-// 2.233–2.244 ms with 8 warps, 2.194–2.195 with 4, 2.193–2.206 with 2
-// (docs/performance.md, session 15). STRATA_MOE_GATE_UP_WARPS=2|4|8 picks
-// (A/B switch; the same bits: a feature's products do not depend on it).
-int DirectGateUpWarps() {
+// Warps (features) per CTA of the decode gate|up kernels: 4. Their CTAs
+// live for one round of loads each; four smaller CTAs per SM instead of two
+// turn the slots over in smaller pieces through the waves and the tail, and
+// the next kernel's CTAs find room sooner. At 4K, 8 → 4 warps: batch 1
+// 2.233–2.244 → 2.194–2.195 ms (2 warps: 2.193–2.206), batch 8 7.854–7.889
+// → 7.803–7.832 ms, batch 32 20.93 → 20.42 ms (docs/performance.md, session
+// 15). STRATA_MOE_GATE_UP_WARPS=2|4|8 picks (A/B switch; the same bits: a
+// feature's products do not depend on it).
+int GateUpWarps() {
   static const int warps = [] {
     const char* v = std::getenv("STRATA_MOE_GATE_UP_WARPS");
     const int w = v != nullptr ? std::atoi(v) : 4;
@@ -1616,7 +1618,7 @@ template <int V, typename W>
 Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(p.num_experts, rows));
-  const int wpc = p.direct ? DirectGateUpWarps() : kGemvWarps;
+  const int wpc = GateUpWarps();
   const unsigned tiles = static_cast<unsigned>(CeilDiv(p.inter, wpc));
   // A folded shared expert: one dimension, its CTAs first (see the kernel).
   const dim3 gate_up_grid = p.shared ? dim3((slots + 1) * tiles) : dim3(slots, tiles);
