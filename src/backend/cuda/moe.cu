@@ -830,6 +830,49 @@ __device__ __forceinline__ void FmaRows(const float (&wf)[R][V], const float (&x
   }
 }
 
+// One group of WarpDot: the loads of U steps of R rows from k0 (zeros past
+// K), all issued before any use ...
+template <int V, int R, int U, typename WR, typename RawT>
+__device__ __forceinline__ void LoadDotGroup(const WR (&w)[R], int k0, int K, RawT (&wr)[R][U]) {
+  constexpr int kStep = 32 * V;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int k = k0 + u * kStep;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (k < K) {
+        wr[r][u] = LoadRow<V>(w[r], k);
+      } else {
+        wr[r][u] = {};
+      }
+    }
+  }
+}
+
+// ... and their products against the first nt activation rows, step by step.
+template <int V, int R, int TC, int U, typename RawT>
+__device__ __forceinline__ void UseDotGroup(const RawT (&wr)[R][U], const bf16* const (&act)[TC],
+                                            int nt, int k0, int K, float (&acc)[R][TC]) {
+  constexpr int kStep = 32 * V;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int k = k0 + u * kStep;
+    if (k < K) {
+      float wf[R][V];
+#pragma unroll
+      for (int r = 0; r < R; ++r) Unpack(wr[r][u], wf[r]);
+#pragma unroll
+      for (int t = 0; t < TC; ++t) {
+        if (t < nt) {
+          float xf[V];
+          Unpack(LoadAct<V>(act[t] + k), xf);
+          FmaRows<V, R, TC>(wf, xf, t, acc);
+        }
+      }
+    }
+  }
+}
+
 // Per-lane partial dot products of R weight rows with TC activation rows over
 // K elements (only the first nt activation rows are used). Every weight load
 // of a U-step group is issued before the first use.
@@ -850,54 +893,19 @@ __device__ __forceinline__ void WarpDot(const WR (&w)[R], const bf16* const (&ac
   }
   for (int k0 = lane * V; k0 < K; k0 += kStep * U) {
     decltype(LoadRow<V>(w[0], 0)) wr[R][U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int k = k0 + u * kStep;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (k < K) {
-          wr[r][u] = LoadRow<V>(w[r], k);
-        } else {
-          wr[r][u] = {};
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int k = k0 + u * kStep;
-      if (k < K) {
-        float wf[R][V];
-#pragma unroll
-        for (int r = 0; r < R; ++r) Unpack(wr[r][u], wf[r]);
-#pragma unroll
-        for (int t = 0; t < TC; ++t) {
-          if (t < nt) {
-            float xf[V];
-            Unpack(LoadAct<V>(act[t] + k), xf);
-            FmaRows<V, R, TC>(wf, xf, t, acc);
-          }
-        }
-      }
-    }
+    LoadDotGroup<V, R, U>(w, k0, K, wr);
+    UseDotGroup<V, R, TC, U>(wr, act, nt, k0, K, acc);
   }
 }
 
 __device__ __forceinline__ float Silu(float g) { return g / (1.f + expf(-g)); }
 
-// h rows [row0, row0 + nt) of gate|up feature j for one expert.
-template <int V, int TC, int kU, typename WR>
-__device__ __forceinline__ void GateUpRows(const MoeParams& p, const WR& wg, const WR& wu,
-                                           int row0, int nt, int j) {
+// h[row0 + t, j] = SiLU(gate)·up from a warp's per-lane partial sums of
+// feature j (acc[0]: gate, acc[1]: up) for activation rows t < nt.
+template <int TC>
+__device__ __forceinline__ void StoreSwiGlu(const MoeParams& p, const float (&acc)[2][TC], int row0,
+                                            int nt, int j) {
   const int lane = threadIdx.x & 31;
-  const bf16* act[TC];
-#pragma unroll
-  for (int t = 0; t < TC; ++t) {
-    const int tok = p.direct ? 0 : p.row_token[row0 + min(t, nt - 1)];
-    act[t] = p.x + static_cast<size_t>(tok) * p.hidden;
-  }
-  const WR w[2] = {wg, wu};
-  float acc[2][TC];
-  WarpDot<V, 2, TC, kU>(w, act, nt, p.hidden, acc);
 #pragma unroll
   for (int t = 0; t < TC; ++t) {
     if (t < nt) {
@@ -908,6 +916,22 @@ __device__ __forceinline__ void GateUpRows(const MoeParams& p, const WR& wg, con
       }
     }
   }
+}
+
+// h rows [row0, row0 + nt) of gate|up feature j for one expert.
+template <int V, int TC, int kU, typename WR>
+__device__ __forceinline__ void GateUpRows(const MoeParams& p, const WR& wg, const WR& wu,
+                                           int row0, int nt, int j) {
+  const bf16* act[TC];
+#pragma unroll
+  for (int t = 0; t < TC; ++t) {
+    const int tok = p.direct ? 0 : p.row_token[row0 + min(t, nt - 1)];
+    act[t] = p.x + static_cast<size_t>(tok) * p.hidden;
+  }
+  const WR w[2] = {wg, wu};
+  float acc[2][TC];
+  WarpDot<V, 2, TC, kU>(w, act, nt, p.hidden, acc);
+  StoreSwiGlu<TC>(p, acc, row0, nt, j);
 }
 
 // Grid (expert slot, ceil(I / w)) of w-warp CTAs (GateUpWarps); warp i of
@@ -944,41 +968,24 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
   }
 }
 
-// The folded shared expert's feature j (MoeParams::shared): WarpDot<8, 2, 1,
-// kU>'s products in its order, with the weights loaded before the PDL wait,
-// i.e. while the route kernel still runs (they do not depend on it). kU
-// steps of 256 cover the whole row (MoeFoldsSharedExpert checks D ≤ 256·kU).
+// The folded shared expert's feature j (MoeParams::shared): GateUpRows for
+// one row (WarpDot's one group of kU steps, which covers the whole row:
+// MoeFoldsSharedExpert checks D ≤ 256·kU), with the weights loaded before
+// the PDL wait, i.e. while the route kernel still runs (they do not depend
+// on it).
 template <int kU>
 __device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j) {
-  const int lane = threadIdx.x & 31;
-  const bf16* w[2] = {p.sw13 + static_cast<size_t>(j) * p.hidden,
-                      p.sw13 + static_cast<size_t>(p.inter + j) * p.hidden};
+  const int k0 = (threadIdx.x & 31) * 8;
+  const bf16* const w[2] = {p.sw13 + static_cast<size_t>(j) * p.hidden,
+                            p.sw13 + static_cast<size_t>(p.inter + j) * p.hidden};
   Raw<8> wr[2][kU];
-#pragma unroll
-  for (int u = 0; u < kU; ++u) {
-    const int k = lane * 8 + u * 256;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) wr[r][u] = k < p.hidden ? LoadWeight<8>(w[r] + k) : Raw<8>{};
-  }
+  LoadDotGroup<8, 2, kU>(w, k0, p.hidden, wr);
   PdlWait();
   PdlLaunchDependents();
+  const bf16* const act[1] = {p.x};
   float acc[2][1] = {{0.f}, {0.f}};
-#pragma unroll
-  for (int u = 0; u < kU; ++u) {
-    const int k = lane * 8 + u * 256;
-    if (k < p.hidden) {
-      float wf[2][8], xf[8];
-      Unpack(wr[0][u], wf[0]);
-      Unpack(wr[1][u], wf[1]);
-      Unpack(LoadAct<8>(p.x + k), xf);
-      FmaRows<8, 2, 1>(wf, xf, 0, acc);
-    }
-  }
-  const float g = WarpSum(acc[0][0]);
-  const float u = WarpSum(acc[1][0]);
-  if (lane == 0) {
-    p.h[static_cast<size_t>(p.top_k) * p.inter + j] = __float2bfloat16_rn(Silu(g) * u);
-  }
+  UseDotGroup<8, 2, 1, kU>(wr, act, 1, k0, p.hidden, acc);
+  StoreSwiGlu<1>(p, acc, p.top_k, 1, j);
 }
 
 // The planless one-token path (MoeParams::direct) of MoeGateUpGemvKernel, in
@@ -1568,6 +1575,13 @@ bool OneRoundEnabled() {
   return enabled;
 }
 
+// Whether 16-byte loads read a gate|up row of `hidden` elements in one group
+// (5 to 9 steps of 256: the kernels' kU > 0).
+bool OneGroupRows(int64_t hidden) {
+  const int64_t steps = CeilDiv(hidden, 256);
+  return OneRoundEnabled() && steps > 4 && steps <= 9;
+}
+
 // The gate|up kernel for rows of `hidden` elements: with 16-byte loads, a row
 // of up to 9 · 256 elements (Kimi's 2304) is read in one group (2 rows × 9
 // loads of 16 bytes per lane, 72 registers) instead of three dependent ones.
@@ -1580,11 +1594,11 @@ void (*GateUpKernel(bool direct))(MoeParams) {
 template <int V, typename W>
 void (*GateUpKernelFor(int hidden, bool direct))(MoeParams) {
   if constexpr (V == 8) {
-    const int64_t steps = CeilDiv(hidden, 32 * V);
-    if (OneRoundEnabled() && steps > 4) {
+    if (OneGroupRows(hidden)) {
+      const int64_t steps = CeilDiv(hidden, 32 * V);
       if (steps <= 6) return GateUpKernel<V, 6, W>(direct);
       if (steps <= 8) return GateUpKernel<V, 8, W>(direct);
-      if (steps <= 9) return GateUpKernel<V, 9, W>(direct);
+      return GateUpKernel<V, 9, W>(direct);
     }
   }
   return GateUpKernel<V, 0, W>(direct);
@@ -1631,15 +1645,14 @@ Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
     // registers 16 warps leave a thread.
     if constexpr (std::is_same_v<W, bf16>) {
       if (DownSplitEnabled()) {
-        // The folded shared expert's rows are staged in dynamic shared memory
-        // (the attribute, for the largest I the fold takes, is set once).
+        // The folded shared expert's rows are staged in dynamic shared memory.
         const size_t smem =
             p.shared ? sizeof(bf16) * (kFusedRows + 1) * static_cast<size_t>(p.inter) : 0;
         if (smem > 0) {
-          static const cudaError_t attr = cudaFuncSetAttribute(
-              MoeDownCombineKernel<V, W, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-              static_cast<int>(sizeof(bf16) * (kFusedRows + 1) * kMaxFoldInter));
-          if (attr != cudaSuccess) return CudaError(attr, "cudaFuncSetAttribute(MoeDownCombine)");
+          const cudaError_t err = cudaFuncSetAttribute(MoeDownCombineKernel<V, W, 2>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(smem));
+          if (err != cudaSuccess) return CudaError(err, "cudaFuncSetAttribute(MoeDownCombine)");
         }
         return Launch("MoeDownCombineKernel", MoeDownCombineKernel<V, W, 2>, grid,
                       dim3(2 * kGemvThreads), smem, stream, p);
@@ -1777,14 +1790,12 @@ bool FoldEnabled() {
 
 bool MoeFoldsSharedExpert(const MoeArgs& a) {
   const MoeShape& s = a.shape;
-  // One group of loads per gate|up row (the kernels' kU > 0, GateUpKernelFor),
-  // and the down kernel's two halves (kSplit = 2).
-  const bool one_round = OneRoundEnabled() && s.hidden > 4 * 256 && s.hidden <= 9 * 256;
-  // The down kernel stages kFusedRows + 1 shared rows of I in shared memory.
-  if (s.inter > kMaxFoldInter) return false;
+  // One group of loads per gate|up row (the kernels' kU > 0), the down
+  // kernel's two halves (kSplit = 2), and kFusedRows + 1 rows of I in its
+  // shared memory.
   return FoldEnabled() && a.shared_w13 != nullptr && a.shared_w2 != nullptr &&
-         IsAligned(a.shared_w13, 16) && IsAligned(a.shared_w2, 16) && one_round &&
-         DownSplitEnabled() && !s.fp8_experts && DirectPath(a);
+         IsAligned(a.shared_w13, 16) && IsAligned(a.shared_w2, 16) && OneGroupRows(s.hidden) &&
+         DownSplitEnabled() && s.inter <= kMaxFoldInter && !s.fp8_experts && DirectPath(a);
 }
 
 size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens, bool batch_invariant) {
