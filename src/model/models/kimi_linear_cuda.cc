@@ -341,7 +341,7 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
             g.D, 1.f);
 }
 
-Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode,
+Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode, const cuda::MoeArgs& moe,
                                 const float** pending) const {
   const Geometry& g = g_;
   const FfnLayer& f = L.ffn;
@@ -353,8 +353,7 @@ Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode,
                 1.f);
   };
   if (!L.is_moe) return swiglu(g.I_dense, stream_);
-  const cuda::MoeArgs a = MoeArgsFor(L, n, decode);
-  const bool folded = a.shared_w13 != nullptr;
+  const bool folded = moe.shared_w13 != nullptr;
   // Decode branches: the shared expert (it adds into h; the routed experts go
   // to `pending`) streams its weights on side_ while routing is latency-bound
   // (when the MoE call does not fold it in).
@@ -365,7 +364,7 @@ Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode,
   }
   STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, f.router, g.E, g.D, s_.router_logits,
                             ActType::kF32, g.E, 0.f));
-  STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
+  STRATA_RETURN_IF_ERROR(cuda::MoeForward(moe, s_.moe_ws, plan_.moe_ws, stream_));
   if (branch) {
     STRATA_RETURN_IF_ERROR(Join());
   } else if (g.Is > 0 && !folded) {
@@ -419,13 +418,13 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
     } else {
       STRATA_RETURN_IF_ERROR(KdaMixer(L, n, ps));
     }
+    const cuda::MoeArgs moe = L.is_moe ? MoeArgsFor(L, n, ps == nullptr) : cuda::MoeArgs{};
     // With the shared expert folded into the MoE kernels there is no SiLU on
     // a side stream to starve, so the router may launch early as well.
-    const bool post_early = input_early && PostNormEarly() && L.is_moe &&
-                            MoeArgsFor(L, n, ps == nullptr).shared_w13 != nullptr;
+    const bool post_early = input_early && PostNormEarly() && moe.shared_w13 != nullptr;
     STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, nullptr, ActType::kF32, n, g.D, L.post_norm,
                                             g.eps, s_.xn, stream_, post_early));
-    STRATA_RETURN_IF_ERROR(Ffn(L, n, ps == nullptr, &pend));
+    STRATA_RETURN_IF_ERROR(Ffn(L, n, ps == nullptr, moe, &pend));
   }
   *pending = pend;
   return OkStatus();

@@ -258,8 +258,10 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
                   float* states, const int32_t* slots) const;
   Status MlaMixer(const Layer& L, int64_t n, const CudaState* prefill_state, int64_t past,
                   int64_t mla_bound) const;
-  // decode: the rows are a decode step's (Branching may apply).
-  Status Ffn(const Layer& L, int64_t n, bool decode, const float** pending) const;
+  // decode: the rows are a decode step's (Branching may apply). moe: the MoE
+  // call of an MoE layer (MoeArgsFor), unused for a dense one.
+  Status Ffn(const Layer& L, int64_t n, bool decode, const cuda::MoeArgs& moe,
+             const float** pending) const;
   // The MoE call of layer L for n rows; at decode the shared expert is folded
   // in when cuda::MoeFoldsSharedExpert allows (a batch-1 step).
   cuda::MoeArgs MoeArgsFor(const Layer& L, int64_t n, bool decode) const;
