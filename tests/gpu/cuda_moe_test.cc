@@ -356,8 +356,9 @@ Inputs MakeInputs(const Model& m, int64_t n, uint64_t seed, bool with_bias, int6
   return in;
 }
 
-std::vector<float> CpuMoe(const Model& m, int64_t n, const Inputs& in) {
-  const cpu::MoeWeights w = m.CpuWeights(in.bias.empty() ? nullptr : in.bias.data());
+// cpu::Moe of n rows of in.x32 with weights w.
+std::vector<float> CpuMoeWith(const cpu::MoeWeights& w, const Model& m, int64_t n,
+                              const Inputs& in) {
   const size_t bytes = cpu::MoeScratchBytes(n, m.shape.hidden, w, Pool()->num_threads());
   std::vector<float> scratch(bytes / sizeof(float) + 64);
   void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) &
@@ -365,6 +366,10 @@ std::vector<float> CpuMoe(const Model& m, int64_t n, const Inputs& in) {
   std::vector<float> y(static_cast<size_t>(n * m.shape.hidden));
   cpu::Moe(in.x32.data(), n, w, y.data(), aligned, Pool());
   return y;
+}
+
+std::vector<float> CpuMoe(const Model& m, int64_t n, const Inputs& in) {
+  return CpuMoeWith(m.CpuWeights(in.bias.empty() ? nullptr : in.bias.data()), m, n, in);
 }
 
 // Device copies of one input set plus the output and the workspace.
@@ -620,12 +625,7 @@ void CheckFoldedShared(Model& m, uint64_t seed) {
   w.shared.gate = cpu::WeightMatrix{DType::kBF16, sw13.data(), I, D};
   w.shared.up = cpu::WeightMatrix{DType::kBF16, sw13.data() + I * D, I, D};
   w.shared.down = cpu::WeightMatrix{DType::kBF16, sw2.data(), D, I};
-  const size_t bytes = cpu::MoeScratchBytes(1, D, w, Pool()->num_threads());
-  std::vector<float> scratch(bytes / sizeof(float) + 64);
-  void* aligned =
-      reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
-  std::vector<float> ref(static_cast<size_t>(D));
-  cpu::Moe(in.x32.data(), 1, w, ref.data(), aligned, Pool());
+  const std::vector<float> ref = CpuMoeWith(w, m, 1, in);
 
   GpuRun run(m, 1, in);
   run.args.shared_w13 = d_sw13.get<bf16>();
