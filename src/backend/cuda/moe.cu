@@ -849,8 +849,9 @@ __device__ __forceinline__ void LoadDotGroup(const WR (&w)[R], int k0, int K, Ra
   }
 }
 
-// ... and their products against the first nt activation rows, step by step.
-template <int V, int R, int TC, int U, typename RawT>
+// ... and their products against the first nt activation rows, step by step
+// (kActShared: the rows are in shared memory, read with plain loads).
+template <int V, int R, int TC, int U, bool kActShared = false, typename RawT>
 __device__ __forceinline__ void UseDotGroup(const RawT (&wr)[R][U], const bf16* const (&act)[TC],
                                             int nt, int k0, int K, float (&acc)[R][TC]) {
   constexpr int kStep = 32 * V;
@@ -865,7 +866,12 @@ __device__ __forceinline__ void UseDotGroup(const RawT (&wr)[R][U], const bf16* 
       for (int t = 0; t < TC; ++t) {
         if (t < nt) {
           float xf[V];
-          Unpack(LoadAct<V>(act[t] + k), xf);
+          if constexpr (kActShared) {
+            static_assert(V == 8, "16-byte rows");
+            Unpack(Raw<8>{*reinterpret_cast<const uint4*>(act[t] + k)}, xf);
+          } else {
+            Unpack(LoadAct<V>(act[t] + k), xf);
+          }
           FmaRows<V, R, TC>(wf, xf, t, acc);
         }
       }
@@ -972,19 +978,34 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
 // one row (WarpDot's one group of kU steps, which covers the whole row:
 // MoeFoldsSharedExpert checks D ≤ 256·kU), with the weights loaded before
 // the PDL wait, i.e. while the route kernel still runs (they do not depend
-// on it).
+// on it). The token's row x goes into the CTA's shared memory before the
+// wait as well, through L2 (an SM's L1 may hold an older layer's x): x is
+// the router's input, written before the router ran, so it is complete once
+// the route kernel (which waited for the router) has let this grid start.
+// Read after the wait instead, x queued behind the routed CTAs' weight
+// loads on the same SMs and the shared CTAs held their slots ~5 µs past the
+// route's end (per-CTA timestamps, session 16). Every thread of the CTA
+// calls it; has_j says whether its warp has a feature.
 template <int kU>
-__device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j) {
+__device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j, bool has_j,
+                                                    uint4 (&xs)[kU * 32]) {
+  for (int c = threadIdx.x; c < p.hidden / 8; c += blockDim.x) {
+    CpAsync16(xs + c, p.x + static_cast<size_t>(c) * 8, true);
+  }
+  CpAsyncCommit();
   const int k0 = (threadIdx.x & 31) * 8;
   const bf16* const w[2] = {p.sw13 + static_cast<size_t>(j) * p.hidden,
                             p.sw13 + static_cast<size_t>(p.inter + j) * p.hidden};
   Raw<8> wr[2][kU];
-  LoadDotGroup<8, 2, kU>(w, k0, p.hidden, wr);
+  if (has_j) LoadDotGroup<8, 2, kU>(w, k0, p.hidden, wr);
   PdlWait();
   PdlLaunchDependents();
-  const bf16* const act[1] = {p.x};
+  CpAsyncWait<0>();
+  __syncthreads();
+  if (!has_j) return;
+  const bf16* const act[1] = {reinterpret_cast<const bf16*>(xs)};
   float acc[2][1] = {{0.f}, {0.f}};
-  UseDotGroup<8, 2, 1, kU>(wr, act, 1, k0, p.hidden, acc);
+  UseDotGroup<8, 2, 1, kU, true>(wr, act, 1, k0, p.hidden, acc);
   StoreSwiGlu<1>(p, acc, p.top_k, 1, j);
 }
 
@@ -1009,7 +1030,8 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpDirectKernel(MoePara
       const int at = static_cast<int>(blockIdx.x);
       const int j = at * wpc + (threadIdx.x >> 5);
       if (at < tiles) {
-        if (j < p.inter) SharedGateUpFeature<kU>(p, j);
+        __shared__ uint4 x_stage[kU * 32];
+        SharedGateUpFeature<kU>(p, min(j, p.inter - 1), j < p.inter, x_stage);
         return;
       }
       slot = (at - tiles) % p.top_k;

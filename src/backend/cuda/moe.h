@@ -94,7 +94,11 @@ struct MoeArgs {
   // second stream, no separate SwiGLU kernels). Its products are summed as
   // the routed experts' are (fp32 on CUDA cores), not as the dense GEMV the
   // executor would run, so the result differs from the unfolded call's in
-  // the last bits. STRATA_MOE_FOLD_SHARED=0 turns the fold off (A/B switch).
+  // the last bits. The shared expert's CTAs also copy x before they wait
+  // for routing, so x must be complete by the time the kernel that wrote
+  // router_logits finishes (it is whenever that kernel reads x, as a router
+  // GEMM does, on this stream). STRATA_MOE_FOLD_SHARED=0 turns the fold off
+  // (A/B switch).
   const bf16* shared_w13 = nullptr;
   const bf16* shared_w2 = nullptr;
 };
