@@ -597,6 +597,7 @@ __global__ void __launch_bounds__(kDecThreads, 1)
 // columns with four independent split streams per column (B = 1, H = 32: 128
 // CTAs instead of 32; 4K context 22.7 -> 19.1 us, 32K 42.9 -> 33.6 us).
 constexpr int kMergeGroups = 4;  // split groups per CTA (128 threads / 32 columns)
+constexpr int kMergeBatch = 17;  // partials per thread loaded at once (65 splits / 4 groups)
 struct MergeParams {
   const float* part_o;  // [B, splits, H, r]
   const float* part_lse;
@@ -609,6 +610,9 @@ struct MergeParams {
   int r;
   void* out;
   bool out_f32;
+  // Wide kernel: its first batch of partials is loaded before the weights
+  // are formed (STRATA_MLA_MERGE_EARLY=0: after; an A/B switch, same bits).
+  bool early_partials;
 };
 
 __global__ void __launch_bounds__(128) MlaDecodeMergeKernel(const MergeParams p) {
@@ -677,12 +681,35 @@ __global__ void __launch_bounds__(128) MlaDecodeMergeWideKernel(const MergeParam
   const int64_t out_row = (static_cast<int64_t>(b) * p.num_heads + h) * p.r;
   const int64_t base = static_cast<int64_t>(b) * p.num_splits * p.num_heads + h;  // split 0
   const int64_t split_stride = p.num_heads;
+  // Thread (group sg = tid / 32, column c = tid % 32) sums splits sg, sg + 4,
+  // ... of the four latent columns d = 128·blockIdx.z + 4c: four independent
+  // load streams per column instead of one serial chain over all splits.
+  // The partials do not depend on the weights, so the first kMergeBatch of
+  // this thread's are loaded before the lse reduction, in the same round
+  // trip as the lse values (at 4K context, 65 splits: all of them); later
+  // batches, for longer contexts, one round trip each. The sums are formed
+  // in the same order either way.
+  const int sg = tid >> 5;
+  const int d = blockIdx.z * 128 + (tid & 31) * 4;
+  const bool has_d = d < p.r;
+  auto load_batch = [&](int start, float4(&dst)[kMergeBatch]) {
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      const int i = start + u * kMergeGroups;
+      dst[u] =
+          has_d && i < ns
+              ? *reinterpret_cast<const float4*>(p.part_o + (base + i * split_stride) * p.r + d)
+              : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  float4 v[kMergeBatch];
+  if (p.early_partials) load_batch(sg, v);
 
   float mx = -INFINITY;
   for (int i = tid; i < ns; i += blockDim.x) {
-    const float v = p.part_lse[base + i * split_stride];
-    w[i] = v;
-    mx = fmaxf(mx, v);
+    const float lse = p.part_lse[base + i * split_stride];
+    w[i] = lse;
+    mx = fmaxf(mx, lse);
   }
   mx = BlockMax(mx, red);  // its barriers also publish w
   float sum = 0.f;
@@ -693,38 +720,22 @@ __global__ void __launch_bounds__(128) MlaDecodeMergeWideKernel(const MergeParam
   }
   sum = BlockSum(sum, red);
   const float inv = ns > 0 ? 1.f / sum : 0.f;
-  // Thread (group sg = tid / 32, column c = tid % 32) sums splits sg, sg + 4,
-  // ... of the four latent columns d = 128·blockIdx.z + 4c: four independent
-  // load streams per column instead of one serial chain over all splits.
   __shared__ float4 part[kMergeGroups][32];
-  const int sg = tid >> 5;
-  const int d = blockIdx.z * 128 + (tid & 31) * 4;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (d < p.r) {
-    int i = sg;
-    for (; i + 3 * kMergeGroups < ns; i += 4 * kMergeGroups) {
-      float4 v[4];
+  if (has_d) {
+    for (int start = sg; start < ns; start += kMergeBatch * kMergeGroups) {
+      if (start != sg || !p.early_partials) load_batch(start, v);
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        v[u] = *reinterpret_cast<const float4*>(
-            p.part_o + (base + (i + u * kMergeGroups) * split_stride) * p.r + d);
+      for (int u = 0; u < kMergeBatch; ++u) {
+        const int i = start + u * kMergeGroups;
+        if (i < ns) {
+          const float wi = w[i];
+          acc.x += wi * v[u].x;
+          acc.y += wi * v[u].y;
+          acc.z += wi * v[u].z;
+          acc.w += wi * v[u].w;
+        }
       }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const float wi = w[i + u * kMergeGroups];
-        acc.x += wi * v[u].x;
-        acc.y += wi * v[u].y;
-        acc.z += wi * v[u].z;
-        acc.w += wi * v[u].w;
-      }
-    }
-    for (; i < ns; i += kMergeGroups) {
-      const float4 v = *reinterpret_cast<const float4*>(p.part_o + (base + i * split_stride) * p.r + d);
-      const float wi = w[i];
-      acc.x += wi * v.x;
-      acc.y += wi * v.y;
-      acc.z += wi * v.z;
-      acc.w += wi * v.w;
     }
   }
   part[sg][tid & 31] = acc;
@@ -1784,6 +1795,8 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
       m.r = static_cast<int>(s.kv_rank);
       m.out = args.out_latent;
       m.out_f32 = out_f32;
+      static const bool early_partials = EnvSwitchOn("STRATA_MLA_MERGE_EARLY");
+      m.early_partials = early_partials;
       // The wide merge sums the splits in four interleaved streams and is
       // chosen by the batch size: never in batch-invariant mode.
       if (!invariant && static_cast<int64_t>(heads) * args.batch < SmCount()) {
