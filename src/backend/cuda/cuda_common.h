@@ -50,6 +50,13 @@ bool EnvSwitchOn(const char* name);
 // A diagnostic switch for A/B timing; results are identical either way.
 bool PdlEnabled();
 
+#ifdef STRATA_CTA_PROBE
+// Device pointer to `ctas` records of 4 words for a launch tagged `tag`;
+// null when the environment variable STRATA_CTA_PROBE is unset or the
+// buffer (16 M words) is full. See cta_probe.cuh.
+unsigned long long* CtaProbeSlot(const char* tag, int64_t ctas);
+#endif
+
 // Rounds `bytes` up to the 256-byte alignment every workspace slice uses.
 constexpr size_t AlignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
 

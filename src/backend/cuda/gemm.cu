@@ -103,6 +103,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/cta_probe.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
@@ -167,6 +168,7 @@ struct GemvParams {
   float alpha;
   float beta;         // only with fp32 y
   int early_trigger;  // GemmArgs::early_trigger
+  STRATA_PROBE_FIELD(probe)
 };
 
 // First k block of group q of S over kblocks k blocks.
@@ -238,6 +240,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
   using XChunk = std::conditional_t<kXF32, F32Chunk, uint4>;
   constexpr int64_t kXBytes = kXF32 ? 4 : 2;
   __shared__ float red[kGemvWarps][kTile][kTile + 1];  // [warp][W row][x row]
+  STRATA_PROBE_START(p.probe);
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -328,6 +331,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
     }
   }
   PdlWait();
+  STRATA_PROBE_WAITED(p.probe);
   PdlLaunchDependents();
   if (!p.preload && has_work) load_w(kb_lo);
 
@@ -422,6 +426,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
     for (int q = 0; q < p.k_split; ++q) s += red[tl * p.k_split + q][tr][col];
     StoreY(y, col * p.ldy + n_idx, s, p.alpha, p.beta);
   }
+  STRATA_PROBE_END(p.probe);
 }
 
 // Any shape and alignment: one warp per W row, scalar loads, fp32 FMA. Each
@@ -1025,6 +1030,8 @@ Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   p.stage_round = p.preload && !x_f32 && a.m == 1 && rounds >= 2 && GemvStage() ? 1 : 0;
   const size_t smem = p.stage_round ? GemvStageBytes(unroll) : 0;
   const unsigned grid = static_cast<unsigned>(CeilDiv(CeilDiv(a.n, kTile), p.tiles_per_cta));
+  STRATA_PROBE_SLOT(p.probe, absl::StrCat("gemv_", a.n, "x", a.k, "_m", a.m).c_str(),
+                    int64_t{grid} * batches);
   const cudaError_t err = LaunchPdl(kGemvMma[nt - 1][x_f32][y_f32], dim3(grid, batches),
                                     dim3(kGemvThreads), smem, stream, p);
   if (err != cudaSuccess) return CudaError(err, "GemvMmaKernel");

@@ -72,6 +72,7 @@
 #include "absl/strings/str_cat.h"
 #include "backend/cuda/conv_step.cuh"
 #include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/cta_probe.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
@@ -621,6 +622,7 @@ struct FusedDecodeParams {
   int heads;
   float scale;
   bool state_before_wait;  // KdaDecodeFusedArgs::state_before_wait
+  STRATA_PROBE_FIELD(probe)
 };
 
 // What the cluster shares: every CTA writes its 32 q and k channels after the
@@ -683,6 +685,7 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
   const int gi = tid >> 3, part = tid & 7;
   const int vecs = p.rank / 64;
 
+  STRATA_PROBE_START(p.probe);
   // Remote stores into another CTA's shared memory need that CTA to have
   // started: arrive now, wait right before the first one (long satisfied).
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
@@ -725,6 +728,7 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
     }
   }
   if (p.state_before_wait) PdlWait();
+  STRATA_PROBE_WAITED(p.probe);
   PdlLaunchDependents();
   if (slot < 0) {  // a padding row (uniform over the cluster): zero output, no state
     if (tid < kFusedSlice) {
@@ -801,6 +805,7 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
     const float sg = 1.f / (1.f + expf(-gate_own[tid]));
     p.out[(b * p.heads + h) * dv + d0 + tid] = __float2bfloat16_rn(wn * (o * inv) * sg);
   }
+  STRATA_PROBE_END(p.probe);
 }
 
 // The rule both decode and the recurrent prefill use to pick the variant
@@ -2307,6 +2312,7 @@ Status KdaDecodeFused(const KdaDecodeFusedArgs& a, cudaStream_t stream) {
   p.heads = static_cast<int>(a.shape.num_heads);
   p.scale = EffectiveScale(a.shape);
   p.state_before_wait = a.state_before_wait;
+  STRATA_PROBE_SLOT(p.probe, "kda_fused", int64_t{kFusedSlices} * a.shape.num_heads);
   void (*kernel)(const FusedDecodeParams) = a.conv_kernel == 2   ? KdaDecodeFusedKernel<2>
                                             : a.conv_kernel == 3 ? KdaDecodeFusedKernel<3>
                                                                  : KdaDecodeFusedKernel<4>;

@@ -84,6 +84,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/cta_probe.cuh"
 #include "backend/cuda/moe_grouped_gemm_sm90.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
@@ -138,6 +139,8 @@ struct MoeParams {
   int cta_route;    // 1: one token, routed by the whole CTA (RouteTokenCta)
   int direct;       // 1: one token without a plan: slot / pair j is pick j, h row j
   int down_preload; // 1 (with direct): the down kernel loads its first weights before its wait
+  STRATA_PROBE_FIELD(probe_gu)  // the one-token gate|up kernel (cta_probe.cuh)
+  STRATA_PROBE_FIELD(probe_dn)  // the one-token down+combine kernel
   // 1 (with direct): the shared expert is pick top_k (h row top_k), its
   // weights at sw13 [2I, D] and sw2 [D, I], its weight 1 (MoeArgs::shared_w13).
   int shared;
@@ -988,7 +991,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
 // calls it; has_j says whether its warp has a feature.
 template <int kU>
 __device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j, bool has_j,
-                                                    uint4 (&xs)[kU * 32]) {
+                                                    uint4 (&xs)[kU * 32] STRATA_PROBE_PARAM) {
   for (int c = threadIdx.x; c < p.hidden / 8; c += blockDim.x) {
     CpAsync16(xs + c, p.x + static_cast<size_t>(c) * 8, true);
   }
@@ -999,6 +1002,7 @@ __device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j, b
   Raw<8> wr[2][kU];
   if (has_j) LoadDotGroup<8, 2, kU>(w, k0, p.hidden, wr);
   PdlWait();
+  STRATA_PROBE_WAITED(p.probe_gu);
   PdlLaunchDependents();
   CpAsyncWait<0>();
   __syncthreads();
@@ -1021,6 +1025,7 @@ __device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j, b
 // weights before the routed ones take the SMs.
 template <int V, int kU, typename W>
 __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpDirectKernel(MoeParams p) {
+  STRATA_PROBE_START(p.probe_gu);
   int slot = static_cast<int>(blockIdx.x);
   int tile = static_cast<int>(blockIdx.y);
   if constexpr (V == 8 && kU > 0 && std::is_same_v<W, bf16>) {
@@ -1031,7 +1036,8 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpDirectKernel(MoePara
       const int j = at * wpc + (threadIdx.x >> 5);
       if (at < tiles) {
         __shared__ uint4 x_stage[kU * 32];
-        SharedGateUpFeature<kU>(p, min(j, p.inter - 1), j < p.inter, x_stage);
+        SharedGateUpFeature<kU>(p, min(j, p.inter - 1), j < p.inter, x_stage STRATA_PROBE_PASS);
+        STRATA_PROBE_END(p.probe_gu);
         return;
       }
       slot = (at - tiles) % p.top_k;
@@ -1039,11 +1045,13 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpDirectKernel(MoePara
     }
   }
   PdlWait();
+  STRATA_PROBE_WAITED(p.probe_gu);
   PdlLaunchDependents();
   const int e = p.idx[slot];
   const int j = tile * static_cast<int>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (j >= p.inter) return;
   GateUpRows<V, 1, kU>(p, W13Row<W>(p, e, j), W13Row<W>(p, e, p.inter + j), slot, 1, j);
+  STRATA_PROBE_END(p.probe_gu);
 }
 
 // WarpDot for R ≥ 8 bf16 rows of one expert that lie `stride` elements apart
@@ -1143,6 +1151,7 @@ template <int V, typename W, int kSplit>
 __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(MoeParams p) {
   static_assert(kSplit == 1 || std::is_same_v<W, bf16>, "FP8 rows are not split");
   __shared__ float part[kSplit][kFusedCombineMaxTokens * kMaxTopK][kFusedRows];
+  STRATA_PROBE_START(p.probe_dn);
   const int lane = threadIdx.x & 31;
   const int warp = (threadIdx.x >> 5) % kGemvWarps;
   const int half = (threadIdx.x >> 5) / kGemvWarps;
@@ -1192,6 +1201,7 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
     }
   }
   PdlWait();
+  STRATA_PROBE_WAITED(p.probe_dn);
   PdlLaunchDependents();
   if constexpr (kMayFold) {
     // The shared expert's h row (written by the gate|up kernel): one L2
@@ -1282,6 +1292,7 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
     }
     p.y[static_cast<size_t>(t) * p.hidden + d] = s;
   }
+  STRATA_PROBE_END(p.probe_dn);
 }
 
 // y[t] = Σ_j wt[t, j] · yrows[pair_row[t, j]], j ascending. Grid n.
@@ -1651,13 +1662,17 @@ bool DownSplitEnabled() {
 }
 
 template <int V, typename W>
-Status LaunchGemvPath(const MoeParams& p, bool vec4_y, cudaStream_t stream) {
+Status LaunchGemvPath(MoeParams p, bool vec4_y, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
   const unsigned slots = static_cast<unsigned>(std::min<int64_t>(p.num_experts, rows));
   const int wpc = GateUpWarps();
   const unsigned tiles = static_cast<unsigned>(CeilDiv(p.inter, wpc));
   // A folded shared expert: one dimension, its CTAs first (see the kernel).
   const dim3 gate_up_grid = p.shared ? dim3((slots + 1) * tiles) : dim3(slots, tiles);
+  if (p.direct) {
+    STRATA_PROBE_SLOT(p.probe_gu, "moe_gateup", int64_t{gate_up_grid.x} * gate_up_grid.y);
+    STRATA_PROBE_SLOT(p.probe_dn, "moe_down", CeilDiv(p.hidden, kFusedRows));
+  }
   STRATA_RETURN_IF_ERROR(Launch("MoeGateUpGemvKernel",
                                 GateUpKernelFor<V, W>(p.hidden, p.direct != 0), gate_up_grid,
                                 dim3(32 * wpc), 0, stream, p));
