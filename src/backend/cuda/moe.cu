@@ -977,6 +977,13 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
   }
 }
 
+// The CTA's threads copy one bf16 row of `chunks` 16-byte chunks into shared
+// memory (cp.async through L2) and commit the copies as one group.
+__device__ __forceinline__ void StageRowAsync(uint4* dst, const bf16* src, int chunks) {
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) CpAsync16(dst + c, src + c * 8, true);
+  CpAsyncCommit();
+}
+
 // The folded shared expert's feature j (MoeParams::shared): GateUpRows for
 // one row (WarpDot's one group of kU steps, which covers the whole row:
 // MoeFoldsSharedExpert checks D ≤ 256·kU), with the weights loaded before
@@ -992,10 +999,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeGateUpGemvKernel(MoeParams
 template <int kU>
 __device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j, bool has_j,
                                                     uint4 (&xs)[kU * 32] STRATA_PROBE_PARAM) {
-  for (int c = threadIdx.x; c < p.hidden / 8; c += blockDim.x) {
-    CpAsync16(xs + c, p.x + static_cast<size_t>(c) * 8, true);
-  }
-  CpAsyncCommit();
+  StageRowAsync(xs, p.x, p.hidden / 8);
   const int k0 = (threadIdx.x & 31) * 8;
   const bf16* const w[2] = {p.sw13 + static_cast<size_t>(j) * p.hidden,
                             p.sw13 + static_cast<size_t>(p.inter + j) * p.hidden};
@@ -1186,11 +1190,11 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
   // do not depend on routing; they are copied into shared memory before the
   // wait, and the CTA's warps form its dots after the routed pairs.
   constexpr bool kMayFold = kSplit == 2 && V == 8;
-  // [kFusedRows][I / 8] rows, then [I / 8] the shared expert's h row.
+  // [kFusedRows][chunks] rows, then [chunks] the shared expert's h row.
   extern __shared__ uint4 shared_rows[];
+  [[maybe_unused]] const int chunks = p.inter / 8;  // 16-byte chunks of a row of I
   if constexpr (kMayFold) {
     if (p.shared) {
-      const int chunks = p.inter / 8;
       for (int c = threadIdx.x; c < kFusedRows * chunks; c += blockDim.x) {
         const int r = c / chunks;
         CpAsync16(shared_rows + c,
@@ -1207,12 +1211,8 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
     // The shared expert's h row (written by the gate|up kernel): one L2
     // round trip for the CTA, landing while the routed pairs stream.
     if (p.shared) {
-      const int chunks = p.inter / 8;
-      for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-        CpAsync16(shared_rows + kFusedRows * chunks + c,
-                  p.h + static_cast<size_t>(p.top_k) * I + c * 8, true);
-      }
-      CpAsyncCommit();
+      StageRowAsync(shared_rows + kFusedRows * chunks, p.h + static_cast<size_t>(p.top_k) * I,
+                    chunks);
     }
   }
   for (int q = warp; q < pairs; q += kGemvWarps) {
@@ -1254,7 +1254,6 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
       // CTA's 16 warps: lane chunks ascending, then the warp sum.
       CpAsyncWait<0>();
       __syncthreads();
-      const int chunks = p.inter / 8;
       const uint4* act = shared_rows + kFusedRows * chunks;
       for (int task = threadIdx.x >> 5; task < kSplit * kFusedRows;
            task += static_cast<int>(blockDim.x >> 5)) {
