@@ -1822,17 +1822,20 @@ bool FoldEnabled() {
   return enabled;
 }
 
-}  // namespace
-
-bool MoeFoldsSharedExpert(const MoeArgs& a) {
+// MoeFoldsSharedExpert for a call whose DirectPath is `direct`.
+bool FoldsSharedExpert(const MoeArgs& a, bool direct) {
   const MoeShape& s = a.shape;
   // One group of loads per gate|up row (the kernels' kU > 0), the down
   // kernel's two halves (kSplit = 2), and kFusedRows + 1 rows of I in its
   // shared memory.
   return FoldEnabled() && a.shared_w13 != nullptr && a.shared_w2 != nullptr &&
          IsAligned(a.shared_w13, 16) && IsAligned(a.shared_w2, 16) && OneGroupRows(s.hidden) &&
-         DownSplitEnabled() && s.inter <= kMaxFoldInter && !s.fp8_experts && DirectPath(a);
+         DownSplitEnabled() && s.inter <= kMaxFoldInter && !s.fp8_experts && direct;
 }
+
+}  // namespace
+
+bool MoeFoldsSharedExpert(const MoeArgs& a) { return FoldsSharedExpert(a, DirectPath(a)); }
 
 size_t MoeWorkspaceBytes(const MoeShape& shape, int64_t max_tokens, bool batch_invariant) {
   if (max_tokens <= 0 || shape.num_experts <= 0 || shape.top_k <= 0 || shape.hidden <= 0 ||
@@ -1980,12 +1983,13 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   // the GEMVs find their expert with one load.
   // (cta_route holds for one token only.)
   const bool fold = args.shared_w13 != nullptr || args.shared_w2 != nullptr;
-  if (fold && !MoeFoldsSharedExpert(args)) {
+  const bool direct = DirectPath(args);
+  if (fold && !FoldsSharedExpert(args, direct)) {
     return absl::InvalidArgumentError(
         "MoeForward: args.shared_w13 / args.shared_w2 set for a call that cannot fold the "
         "shared expert (see MoeFoldsSharedExpert)");
   }
-  if (DirectPath(args)) {
+  if (direct) {
     p.direct = 1;
     p.down_preload = DownPreloadEnabled() ? 1 : 0;
     p.shared = fold ? 1 : 0;
