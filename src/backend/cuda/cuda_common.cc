@@ -5,12 +5,14 @@
 // error state is cleared so the next call starts clean.
 #include "backend/cuda/cuda_common.h"
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#ifdef STRATA_CTA_PROBE
+#include <cstdio>
 #include <string>
 #include <tuple>
 #include <vector>
+#endif
 
 #include "absl/strings/str_cat.h"
 
