@@ -13,7 +13,10 @@
 //    long k);
 //  * StridedBatchedGemm in both W layouts;
 //  * argument misuse → InvalidArgument naming the field; m = 0 is a no-op;
-//  * capture in a CUDA graph and replay gives the eager result.
+//  * capture in a CUDA graph and replay gives the eager result;
+//  * GemvRoute (the router GEMV with one-token routing in its kernel): its
+//    logits are Gemm's bits and its picks and weights MoeRoute's on those
+//    logits, eager, captured and back to back; misuse is refused.
 // All with batch-invariant mode off (the default); cuda_gemm_invariant_test
 // covers it.
 // Each case prints max abs / max rel (to max |ref|) / L2-relative error.
@@ -32,6 +35,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/moe.h"
 #include "base/dtype.h"
 #include "base/thread_pool.h"
 
@@ -673,6 +677,263 @@ TEST_F(CudaGemmTest, MisuseIsInvalidArgument) {
   const Status st4 = StridedBatchedGemm(*ctx_, s4, stream_);
   EXPECT_EQ(st4.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(st4.message()).find("ldw"), std::string::npos) << st4;
+  CUDA_OK(cudaStreamSynchronize(stream_));
+}
+
+// ---------------------------------------------------------------------------
+// GemvRoute: the router GEMV with the routing in its kernel.
+
+struct GemvRouteCase {
+  int64_t n, k, top_k;
+  bool bias, renormalize;
+  float scaling;
+  bool ties;  // W and x on a coarse grid: many exactly equal logits
+};
+
+// One fused call against Gemm then MoeRoute on the same stream: logits,
+// picks and weights bit for bit. `graph`: the fused call is captured and
+// replayed (twice) instead of run eagerly. Returns false when the shape does
+// not fuse on this GPU (after checking that GemvRoute says so).
+bool CheckGemvRoute(BlasContext& ctx, cudaStream_t stream, const GemvRouteCase& c, uint64_t seed,
+                    bool graph) {
+  SCOPED_TRACE(testing::Message() << "n=" << c.n << " k=" << c.k << " top_k=" << c.top_k << " bias="
+                                  << c.bias << " ties=" << c.ties << " graph=" << graph);
+  std::mt19937_64 rng(seed);
+  std::vector<uint16_t> w = RandomBf16(static_cast<size_t>(c.n * c.k), rng, 0.05f);
+  std::vector<uint16_t> x = RandomBf16(static_cast<size_t>(c.k), rng, 1.f);
+  if (c.ties) {  // multiples of 1/8 and 1/4: short exact sums
+    std::uniform_int_distribution<int> q(-1, 1);
+    for (auto& v : w) v = F32ToBf16(0.125f * static_cast<float>(q(rng)));
+    for (auto& v : x) v = F32ToBf16(0.25f * static_cast<float>(q(rng)));
+  }
+  std::vector<float> bias = RandomF32(static_cast<size_t>(c.n), rng, 0.1f);
+  if (c.ties) {
+    for (float& b : bias) b = std::round(b * 20.f) / 20.f;
+  }
+  DevBuf wd(w.size() * 2), xd(x.size() * 2), bd(bias.size() * 4);
+  DevBuf y_ref(static_cast<size_t>(c.n) * 4), y_got(static_cast<size_t>(c.n) * 4);
+  DevBuf idx_ref(static_cast<size_t>(c.top_k) * 4), wt_ref(static_cast<size_t>(c.top_k) * 4);
+  DevBuf idx_got(static_cast<size_t>(c.top_k) * 4), wt_got(static_cast<size_t>(c.top_k) * 4);
+  EXPECT_EQ(cudaMemcpy(wd.get(), w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(xd.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(bd.get(), bias.data(), bias.size() * 4, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  // Poison the outputs: a skipped element cannot pass on stale data.
+  EXPECT_EQ(cudaMemset(y_got.get(), 0xff, static_cast<size_t>(c.n) * 4), cudaSuccess);
+  EXPECT_EQ(cudaMemset(idx_got.get(), 0xff, static_cast<size_t>(c.top_k) * 4), cudaSuccess);
+  EXPECT_EQ(cudaMemset(wt_got.get(), 0xff, static_cast<size_t>(c.top_k) * 4), cudaSuccess);
+
+  GemmArgs a;
+  a.m = 1;
+  a.n = c.n;
+  a.k = c.k;
+  a.x = xd.get();
+  a.w = wd.get<bf16>();
+  a.y_type = ActType::kF32;
+  a.y = y_ref.get();
+  EXPECT_TRUE(Gemm(ctx, a, stream).ok());
+  MoeShape shape;
+  shape.num_experts = c.n;
+  shape.top_k = c.top_k;
+  shape.renormalize = c.renormalize;
+  shape.routed_scaling = c.scaling;
+  const float* b = c.bias ? bd.get<float>() : nullptr;
+  const Status rs = MoeRoute(shape, y_ref.get<float>(), b, 1, idx_ref.get<int32_t>(),
+                             wt_ref.get<float>(), stream);
+  EXPECT_TRUE(rs.ok()) << rs;
+
+  GemvRouting r;
+  r.bias = b;
+  r.top_k = c.top_k;
+  r.renormalize = c.renormalize;
+  r.routed_scaling = c.scaling;
+  r.idx = idx_got.get<int32_t>();
+  r.weight = wt_got.get<float>();
+  a.y = y_got.get();
+  if (!GemvRouteFuses(ctx, c.n, c.k)) {
+    const Status st = GemvRoute(ctx, a, r, stream);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    return false;
+  }
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const Status st = GemvRoute(ctx, a, r, stream);
+    EXPECT_EQ(cudaStreamEndCapture(stream, &g), cudaSuccess);
+    EXPECT_TRUE(st.ok()) << st;
+    cudaGraphExec_t exec = nullptr;
+    EXPECT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+    for (int rep = 0; rep < 2; ++rep) EXPECT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+  } else {
+    const Status st = GemvRoute(ctx, a, r, stream);
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  std::vector<float> yr(static_cast<size_t>(c.n)), yg(yr.size()), wr(c.top_k), wg(c.top_k);
+  std::vector<int32_t> ir(c.top_k), ig(c.top_k);
+  EXPECT_EQ(cudaMemcpy(yr.data(), y_ref.get(), yr.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(yg.data(), y_got.get(), yg.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(ir.data(), idx_ref.get(), ir.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(ig.data(), idx_got.get(), ig.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(wr.data(), wt_ref.get(), wr.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(wg.data(), wt_got.get(), wg.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(std::memcmp(yr.data(), yg.data(), yr.size() * 4), 0) << "logits differ from Gemm's";
+  EXPECT_EQ(ir, ig) << "picks differ from MoeRoute's";
+  EXPECT_EQ(std::memcmp(wr.data(), wg.data(), wr.size() * 4), 0) << "weights differ";
+  // The logits really tie where asked to (else the case tests nothing more).
+  if (c.ties) {
+    std::vector<float> sorted = yr;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_NE(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
+  }
+  std::printf("[route] n=%lld k=%lld top_k=%lld bias=%d ties=%d graph=%d: picks %d %d %d ...\n",
+              static_cast<long long>(c.n), static_cast<long long>(c.k),
+              static_cast<long long>(c.top_k), c.bias, c.ties, graph, ig[0],
+              c.top_k > 1 ? ig[1] : -1, c.top_k > 2 ? ig[2] : -1);
+  return true;
+}
+
+TEST_F(CudaGemmTest, GemvRouteGivesGemmLogitsAndMoeRoutePicksBitForBit) {
+  // The plan gives one tile per CTA (S = 8) from k = 2048 on.
+  const GemvRouteCase cases[] = {
+      {256, 2304, 8, true, true, 2.446f, false},  // Kimi-Linear-48B's router
+      {256, 2304, 8, false, true, 2.446f, true}, {256, 2304, 8, true, false, 1.f, true},
+      {200, 2048, 6, true, true, 1.5f, false},  // a partial last tile
+      {72, 2056, 32, true, true, 1.f, false},   // top_k = 32, a partial k block
+      {16, 2048, 4, false, true, 1.f, false},   // a cluster of one CTA
+      {37, 4096, 5, true, true, 2.f, true},     // odd n, longer k
+      {64, 512, 4, true, true, 1.f, false},     // k split 2: not fused, refused
+  };
+  uint64_t seed = 900;
+  int fused = 0;
+  for (const GemvRouteCase& c : cases) {
+    fused += CheckGemvRoute(*ctx_, stream_, c, seed, /*graph=*/false) ? 1 : 0;
+    CheckGemvRoute(*ctx_, stream_, c, seed, /*graph=*/true);
+    ++seed;
+  }
+  // On the H200 the shape it exists for fuses (else this test checks only
+  // the refusal).
+  EXPECT_TRUE(GemvRouteFuses(*ctx_, 256, 2304));
+  std::printf("[route] %d of %zu shapes fused\n", fused, std::size(cases));
+}
+
+// Back to back on one stream (PDL lets each call launch while the previous
+// one routes): every call routes its own logits, not a neighbour's.
+TEST_F(CudaGemmTest, GemvRouteBackToBackRoutesEachCallsOwnLogits) {
+  const int64_t n = 256, k = 2304, top_k = 8;
+  if (!GemvRouteFuses(*ctx_, n, k)) GTEST_FAIL() << "Kimi's router shape does not fuse";
+  std::mt19937_64 rng(950);
+  constexpr int kCalls = 4;
+  std::vector<uint16_t> w = RandomBf16(static_cast<size_t>(kCalls * n * k), rng, 0.05f);
+  std::vector<uint16_t> x = RandomBf16(static_cast<size_t>(k), rng, 1.f);
+  DevBuf wd(w.size() * 2), xd(x.size() * 2), y(static_cast<size_t>(kCalls * n) * 4),
+      idx(static_cast<size_t>(kCalls * top_k) * 4), wt(static_cast<size_t>(kCalls * top_k) * 4),
+      idx_ref(static_cast<size_t>(top_k) * 4), wt_ref(static_cast<size_t>(top_k) * 4);
+  CUDA_OK(cudaMemcpy(wd.get(), w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(xd.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+  GemmArgs a;
+  a.m = 1;
+  a.n = n;
+  a.k = k;
+  a.x = xd.get();
+  a.y_type = ActType::kF32;
+  for (int i = 0; i < kCalls; ++i) {
+    a.w = wd.get<bf16>() + static_cast<size_t>(i) * n * k;
+    a.y = y.get<float>() + i * n;
+    GemvRouting r;
+    r.top_k = top_k;
+    r.routed_scaling = 2.446f;
+    r.idx = idx.get<int32_t>() + i * top_k;
+    r.weight = wt.get<float>() + i * top_k;
+    ASSERT_TRUE(GemvRoute(*ctx_, a, r, stream_).ok());
+  }
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  MoeShape shape;
+  shape.num_experts = n;
+  shape.top_k = top_k;
+  shape.routed_scaling = 2.446f;
+  std::vector<int32_t> got(static_cast<size_t>(kCalls * top_k)), ref(top_k);
+  CUDA_OK(cudaMemcpy(got.data(), idx.get(), got.size() * 4, cudaMemcpyDeviceToHost));
+  int distinct_first = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_TRUE(MoeRoute(shape, y.get<float>() + i * n, nullptr, 1, idx_ref.get<int32_t>(),
+                         wt_ref.get<float>(), stream_)
+                    .ok());
+    CUDA_OK(cudaStreamSynchronize(stream_));
+    CUDA_OK(cudaMemcpy(ref.data(), idx_ref.get(), ref.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(std::equal(ref.begin(), ref.end(), got.begin() + i * top_k)) << "call " << i;
+    if (i > 0 && got[i * top_k] != got[(i - 1) * top_k]) ++distinct_first;
+  }
+  EXPECT_GT(distinct_first, 0) << "the calls' weights should route differently";
+}
+
+TEST_F(CudaGemmTest, GemvRouteMisuseIsRefused) {
+  DevBuf xb(1 << 16), wb(1 << 21), yb(1 << 16), ib(1 << 10), tb(1 << 10);
+  GemmArgs ok;
+  ok.m = 1;
+  ok.n = 64;
+  ok.k = 2048;
+  ok.x = xb.get();
+  ok.w = wb.get<bf16>();
+  ok.y = yb.get();
+  ok.y_type = ActType::kF32;
+  GemvRouting r;
+  r.top_k = 4;
+  r.idx = ib.get<int32_t>();
+  r.weight = tb.get<float>();
+  CUDA_OK(cudaMemset(xb.get(), 0x3c, 1 << 16));
+  CUDA_OK(cudaMemset(wb.get(), 0x3c, 1 << 21));
+  ASSERT_TRUE(GemvRouteFuses(*ctx_, ok.n, ok.k));
+  ASSERT_TRUE(GemvRoute(*ctx_, ok, r, stream_).ok());
+  CUDA_OK(cudaStreamSynchronize(stream_));
+  struct Bad {
+    const char* what;
+    absl::StatusCode code;
+    void (*mutate)(GemmArgs&, GemvRouting&);
+  };
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  const auto kPrecondition = absl::StatusCode::kFailedPrecondition;
+  const Bad bad[] = {
+      {"m = 2", kInvalid, [](GemmArgs& a, GemvRouting&) { a.m = 2; }},
+      {"bf16 y", kInvalid, [](GemmArgs& a, GemvRouting&) { a.y_type = ActType::kBf16; }},
+      {"fp32 x", kInvalid, [](GemmArgs& a, GemvRouting&) { a.x_type = ActType::kF32; }},
+      {"beta", kInvalid, [](GemmArgs& a, GemvRouting&) { a.beta = 1.f; }},
+      {"early trigger", kInvalid, [](GemmArgs& a, GemvRouting&) { a.early_trigger = true; }},
+      {"x null", kInvalid, [](GemmArgs& a, GemvRouting&) { a.x = nullptr; }},
+      {"top_k 0", kInvalid, [](GemmArgs&, GemvRouting& q) { q.top_k = 0; }},
+      {"top_k 33", kInvalid, [](GemmArgs&, GemvRouting& q) { q.top_k = 33; }},
+      {"top_k > n", kInvalid,
+       [](GemmArgs& a, GemvRouting& q) {
+         a.n = 3;
+         q.top_k = 4;
+       }},
+      {"idx null", kInvalid, [](GemmArgs&, GemvRouting& q) { q.idx = nullptr; }},
+      {"weight null", kInvalid, [](GemmArgs&, GemvRouting& q) { q.weight = nullptr; }},
+      {"scaling inf", kInvalid,
+       [](GemmArgs&, GemvRouting& q) {
+         q.routed_scaling = std::numeric_limits<float>::infinity();
+       }},
+      {"n > 256", kPrecondition, [](GemmArgs& a, GemvRouting&) { a.n = 257; }},
+      {"k % 8", kPrecondition, [](GemmArgs& a, GemvRouting&) { a.k = 2050; }},
+      {"k split 2", kPrecondition, [](GemmArgs& a, GemvRouting&) { a.k = 512; }},
+      {"misaligned x", kPrecondition,
+       [](GemmArgs& a, GemvRouting&) { a.x = static_cast<const char*>(a.x) + 2; }},
+  };
+  for (const Bad& b : bad) {
+    GemmArgs a = ok;
+    GemvRouting q = r;
+    b.mutate(a, q);
+    const Status st = GemvRoute(*ctx_, a, q, stream_);
+    EXPECT_EQ(st.code(), b.code) << b.what << ": " << st;
+  }
   CUDA_OK(cudaStreamSynchronize(stream_));
 }
 

@@ -603,6 +603,21 @@ TEST(CudaMoeForward, OneTokenMatchesPlannedRowsBitForBit) {
   CheckOneTokenMatchesPlannedRows(Production(), 9102);
 }
 
+// A random shared expert ([2I, D] gate|up and [D, I] down, bf16) on host and
+// device.
+struct SharedExpert {
+  std::vector<uint16_t> w13, w2;
+  DevBuf d_w13, d_w2;
+  SharedExpert(int64_t D, int64_t I, uint64_t seed)
+      : w13(RandomBf16(static_cast<size_t>(2 * I * D), seed + 7, 1.7f / std::sqrt(float(D)))),
+        w2(RandomBf16(static_cast<size_t>(D * I), seed + 8, 1.7f / std::sqrt(float(I)))),
+        d_w13(sizeof(uint16_t) * w13.size()),
+        d_w2(sizeof(uint16_t) * w2.size()) {
+    Upload(d_w13, w13);
+    Upload(d_w2, w2);
+  }
+};
+
 // The shared expert folded into the one-token path (MoeArgs::shared_w13):
 // y = Σ_k w_k E_k(x) + S(x) against cpu::Moe with the shared expert, the
 // same bits on a second run, and the fold refused (InvalidArgument) or not
@@ -612,13 +627,11 @@ void CheckFoldedShared(Model& m, uint64_t seed) {
   m.shape.renormalize = true;
   m.shape.routed_scaling = 2.446f;
   const int64_t D = m.shape.hidden, I = m.shape.inter;
-  const std::vector<uint16_t> sw13 =
-      RandomBf16(static_cast<size_t>(2 * I * D), seed + 7, 1.7f / std::sqrt(float(D)));
-  const std::vector<uint16_t> sw2 =
-      RandomBf16(static_cast<size_t>(D * I), seed + 8, 1.7f / std::sqrt(float(I)));
-  DevBuf d_sw13(sizeof(uint16_t) * sw13.size()), d_sw2(sizeof(uint16_t) * sw2.size());
-  Upload(d_sw13, sw13);
-  Upload(d_sw2, sw2);
+  const SharedExpert se(D, I, seed);
+  const std::vector<uint16_t>& sw13 = se.w13;
+  const std::vector<uint16_t>& sw2 = se.w2;
+  const DevBuf& d_sw13 = se.d_w13;
+  const DevBuf& d_sw2 = se.d_w2;
   const Inputs in = MakeInputs(m, 1, seed, true, -1);
   cpu::MoeWeights w = m.CpuWeights(in.bias.data());
   w.has_shared = true;
@@ -669,6 +682,26 @@ TEST(CudaMoeForward, BatchInvariantRows) {
   CheckBatchInvariant(Production(), 9001);
 }
 
+// Captures run's MoeForward on `stream`, loads `next` into its buffers and
+// replays the graph once: y of the replay in *y.
+void CaptureAndReplay(GpuRun& run, const Inputs& next, cudaStream_t stream,
+                      std::vector<float>* y) {
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const Status st = MoeForward(run.args, run.ws.get(), run.ws_bytes, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(st.ok()) << st;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  run.Load(next);
+  CUDA_OK(cudaGraphLaunch(exec, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  y->resize(static_cast<size_t>(run.args.num_tokens * run.args.shape.hidden));
+  Download(*y, run.y);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 // The layer enqueues no host synchronisation: capture it, replay on new
 // inputs written into the same buffers, and compare with an eager run.
 void CheckGraph(Model& m, int64_t n, uint64_t seed, MoeGemmImpl impl = MoeGemmImpl::kAuto) {
@@ -680,26 +713,14 @@ void CheckGraph(Model& m, int64_t n, uint64_t seed, MoeGemmImpl impl = MoeGemmIm
   GpuRun run(m, n, a, impl);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  const Status st = MoeForward(run.args, run.ws.get(), run.ws_bytes, stream);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  ASSERT_TRUE(st.ok()) << st;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  run.Load(b);
-  CUDA_OK(cudaGraphLaunch(exec, stream));
-  CUDA_OK(cudaStreamSynchronize(stream));
-  std::vector<float> replayed(static_cast<size_t>(n * m.shape.hidden));
-  Download(replayed, run.y);
+  std::vector<float> replayed;
+  ASSERT_NO_FATAL_FAILURE(CaptureAndReplay(run, b, stream, &replayed));
   const std::vector<float> eager = run.Run(stream);
   EXPECT_EQ(std::memcmp(replayed.data(), eager.data(), sizeof(float) * eager.size()), 0);
   const Errors e = Compare(replayed, CpuMoe(m, n, b));
   std::printf("MoeForward graph replay n=%lld: L2 rel %.3g vs CPU\n", static_cast<long long>(n),
               e.l2_rel);
   EXPECT_LE(e.l2_rel, 1e-2);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 
@@ -712,6 +733,97 @@ TEST(CudaMoeForward, CapturedGraphReplaysOnNewInputs) {
   Model mid(8, 256, 128, 2, 16);
   CheckGraph(mid, 300, 6004);
   if (MoeSm90GemmAvailable()) CheckGraph(Production(), 1000, 6006, MoeGemmImpl::kCutlass);
+}
+
+// MoeArgs::router_w: MoeForward runs the router itself (at one token on the
+// direct path inside the router's kernel, GemvRoute). Against the caller's
+// Gemm into router_logits then MoeForward: the same logits and the same y,
+// bit for bit, with and without the folded shared expert, eager and
+// captured.
+void CheckRouterInside(Model& m, int64_t n, uint64_t seed, bool fold) {
+  SCOPED_TRACE(testing::Message() << "router inside n=" << n << " fold=" << fold
+                                  << " E=" << m.shape.num_experts << " D=" << m.shape.hidden);
+  m.shape.renormalize = true;
+  m.shape.routed_scaling = 2.446f;
+  const int64_t E = m.shape.num_experts, D = m.shape.hidden, I = m.shape.inter;
+  auto ctx_or = BlasContext::Create();
+  ASSERT_TRUE(ctx_or.ok()) << ctx_or.status();
+  std::unique_ptr<BlasContext> ctx = std::move(*ctx_or);
+  std::vector<uint16_t> router(m.router.size());
+  for (size_t i = 0; i < router.size(); ++i) router[i] = F32ToBf16(m.router[i]);
+  DevBuf d_router(sizeof(uint16_t) * router.size());
+  Upload(d_router, router);
+  const SharedExpert se(D, I, seed);
+  const std::vector<uint16_t>& sw13 = se.w13;
+  const std::vector<uint16_t>& sw2 = se.w2;
+  const DevBuf& d_sw13 = se.d_w13;
+  const DevBuf& d_sw2 = se.d_w2;
+  const Inputs in = MakeInputs(m, n, seed, true, -1);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  // The caller's way: Gemm into router_logits, then MoeForward.
+  GpuRun ref(m, n, in);
+  if (fold) {
+    ref.args.shared_w13 = d_sw13.get<bf16>();
+    ref.args.shared_w2 = d_sw2.get<bf16>();
+    ASSERT_TRUE(MoeFoldsSharedExpert(ref.args));
+  }
+  GemmArgs g;
+  g.m = n;
+  g.n = E;
+  g.k = D;
+  g.x = ref.x.get();
+  g.w = d_router.get<bf16>();
+  g.y = ref.logits.get();
+  g.y_type = ActType::kF32;
+  ASSERT_TRUE(Gemm(*ctx, g, stream).ok());
+  const std::vector<float> want = ref.Run(stream);
+  std::vector<float> want_logits(static_cast<size_t>(n * E));
+  Download(want_logits, ref.logits);
+
+  GpuRun got_run(m, n, in);
+  got_run.args.shared_w13 = ref.args.shared_w13;
+  got_run.args.shared_w2 = ref.args.shared_w2;
+  got_run.args.router_w = d_router.get<bf16>();
+  got_run.args.blas = ctx.get();
+  CUDA_OK(cudaMemset(got_run.logits.get(), 0xff, sizeof(float) * n * E));
+  const std::vector<float> got = got_run.Run(stream);
+  std::vector<float> got_logits(static_cast<size_t>(n * E));
+  Download(got_logits, got_run.logits);
+  EXPECT_EQ(std::memcmp(want_logits.data(), got_logits.data(), 4 * want_logits.size()), 0)
+      << "router logits differ from the caller's Gemm";
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), 4 * want.size()), 0) << "y differs";
+  // y is not trivially equal: routing really picked (some y far from 0).
+  double norm = 0;
+  for (float v : got) norm += static_cast<double>(v) * v;
+  EXPECT_GT(norm, 0.0);
+
+  // Captured and replayed on new inputs in the same buffers.
+  const Inputs in2 = MakeInputs(m, n, seed + 100, true, -1);
+  std::vector<float> replayed;
+  ASSERT_NO_FATAL_FAILURE(CaptureAndReplay(got_run, in2, stream, &replayed));
+  ref.Load(in2);
+  ASSERT_TRUE(Gemm(*ctx, g, stream).ok());
+  const std::vector<float> want2 = ref.Run(stream);
+  EXPECT_EQ(std::memcmp(want2.data(), replayed.data(), 4 * want2.size()), 0)
+      << "graph replay differs";
+  EXPECT_NE(std::memcmp(want.data(), want2.data(), 4 * want.size()), 0);
+  cudaStreamDestroy(stream);
+}
+
+TEST(CudaMoeForward, RouterInsideMoeForwardGivesTheCallersBits) {
+  Model& prod = Production();
+  // One token: the fused router+route kernel where the GPU allows it.
+  auto ctx = BlasContext::Create();
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_TRUE(GemvRouteFuses(**ctx, prod.shape.num_experts, prod.shape.hidden));
+  CheckRouterInside(prod, 1, 9300, /*fold=*/false);
+  CheckRouterInside(prod, 1, 9301, /*fold=*/true);
+  CheckRouterInside(prod, 3, 9302, /*fold=*/false);   // Gemm, then the usual routing
+  CheckRouterInside(prod, 40, 9303, /*fold=*/false);  // cuBLASLt logits
+  Model odd(37, 136, 72, 5, 32);                      // no direct path: Gemm + route kernel
+  CheckRouterInside(odd, 1, 9304, /*fold=*/false);
 }
 
 // ---------------------------------------------------------------------------
@@ -773,6 +885,7 @@ TEST(CudaMoeMisuse, ForwardArguments) {
   ExpectInvalid(with([](MoeArgs& a) { a.router_logits = nullptr; }), "router_logits");
   ExpectInvalid(with([](MoeArgs& a) { a.w13 = nullptr; }), "w13");
   ExpectInvalid(with([](MoeArgs& a) { a.w2 = nullptr; }), "w2");
+  ExpectInvalid(with([&](MoeArgs& a) { a.router_w = run.args.w13; }), "blas");
   ExpectInvalid(with([](MoeArgs& a) { a.y = nullptr; }), "y");
   ExpectInvalid(with([](MoeArgs& a) { a.num_tokens = -2; }), "num_tokens");
   ExpectInvalid(with([](MoeArgs& a) { a.shape.hidden = 0; }), "hidden");

@@ -28,6 +28,15 @@ __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid
   CpAsync16(SmemAddr(dst), src, valid);
 }
 
+// 4 bytes global → shared, through L1 (.ca: the only kind for 4 bytes);
+// zero-filled with valid == false, as CpAsync16. Holds no register while in
+// flight, unlike a load that a later store consumes.
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SmemAddr(dst)), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
 __device__ __forceinline__ void CpAsyncCommit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

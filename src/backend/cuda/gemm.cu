@@ -89,21 +89,32 @@
 // total s, with s += P, P = 0 at each group end. bf16 x only (fp32 x is
 // limited to m ≤ kGemvMaxRows by CheckGemmArgs).
 //
+// GemvRoute (a one-token MoE router): the GEMV kernel with one tile per CTA
+// and its ≤ 16 CTAs launched as one thread-block cluster; each CTA also
+// stores its 16 logits into CTA 0's shared memory (DSMEM), and CTA 0 ranks
+// them once a cluster barrier says all have arrived (moe_route.cuh). Against
+// the GEMV then MoE's route kernel this saves a launch, a PDL wait and the
+// reload of the logits: 2.47 + 3.67 → 5.43 µs per MoE layer of a batch-1
+// decode step (H200, kernel trace, session 17).
+//
 // Shapes the fast kernels cannot take (k or ldw not a multiple of 8, or
 // misaligned pointers) go to a plain warp-per-row kernel with scalar loads,
 // whose arithmetic per row does not depend on m either.
 #include "backend/cuda/gemm.h"
 
+#include <cooperative_groups.h>
 #include <cublasLt.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cta_probe.cuh"
+#include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
@@ -168,6 +179,13 @@ struct GemvParams {
   float alpha;
   float beta;         // only with fp32 y
   int early_trigger;  // GemmArgs::early_trigger
+  // GemvRoute's epilogue (GemvRouting; read by the kRoute kernel only).
+  const float* route_bias;
+  int32_t* route_idx;
+  float* route_wt;
+  int route_top_k;
+  int route_renormalize;
+  float route_scaling;
   STRATA_PROBE_FIELD(probe)
 };
 
@@ -234,13 +252,85 @@ struct F32Chunk {  // 8 fp32 values of x (raw bits)
   uint4 a, b;
 };
 
-template <int kNT, bool kXF32, typename YT>
-__global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParams p) {
+// Rows of W (router logits) GemvRoute takes: one 16-row tile per CTA of a
+// cluster of at most 16.
+constexpr int kRouteMaxClusterCtas = 16;
+constexpr int kRouteMaxRows = kRouteMaxClusterCtas * kTile;
+
+// GemvRoute's shared memory, used in CTA 0 only.
+struct RouteSmem {
+  float logits[kRouteMaxRows];  // CTA 0: every CTA's logits
+  float bias[kRouteMaxRows];    // CTA 0: the score bias (zeros without one)
+  route::CtaRouteShared cta;
+};
+__device__ __forceinline__ RouteSmem& RouteShared() {
+  __shared__ RouteSmem s;
+  return s;
+}
+
+// CTA 0's bias, copied before the PDL wait (it is a weight): after the wait
+// its loads would queue behind the next kernel's weight loads on this SM.
+// cp.async, so that no register stays live across the main loop;
+// GemvRouteEpilogue waits for it.
+__device__ __forceinline__ void GemvRoutePreload(const GemvParams& p) {
+  if (blockIdx.x == 0 && threadIdx.x < p.n) {
+    const bool has = p.route_bias != nullptr;
+    CpAsync4(&RouteShared().bias[threadIdx.x], has ? p.route_bias + threadIdx.x : p.x, has);
+    CpAsyncCommit();
+  }
+}
+
+// GemvRoute's epilogue, in place of the kernel's y loop, for one tile per
+// CTA, one x row, fp32 y and beta 0 (host-checked): the tile's sums are
+// formed as that loop forms them (the same bits in y), and each is also
+// written into the cluster's first CTA, which routes the token once every
+// CTA's logits have arrived. The kernel arrived at the cluster barrier
+// (relaxed) at its start, so CTA 0's shared memory exists once it is waited.
+__device__ __forceinline__ void GemvRouteEpilogue(
+    const GemvParams& p, const float (&red)[kGemvWarps][kTile][kTile + 1]) {
+  RouteSmem& sm = RouteShared();
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  if (threadIdx.x < kTile) {
+    const int64_t n_idx = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
+    if (n_idx < p.n) {
+      float s = 0.f;
+      for (int q = 0; q < p.k_split; ++q) s += red[q][threadIdx.x][0];
+      const float v = __fmul_rn(p.alpha, s);
+      static_cast<float*>(p.y)[n_idx] = v;
+      *cluster.map_shared_rank(&sm.logits[n_idx], 0) = v;
+    }
+  }
+  // Release the remote stores; only CTA 0 waits (exited threads do not hold
+  // a cluster barrier), the others are done.
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  if (cluster.block_rank() != 0) return;
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  // The next kernel (the MoE's gate|up) launches now: its shared-expert CTAs
+  // load their weights while this CTA ranks, as they did behind a route
+  // kernel, but without that kernel's launch and wait.
+  PdlLaunchDependents();
+  CpAsyncWaitAll();  // the bias (GemvRoutePreload)
+  __syncthreads();
+  // (A zero bias adds +0: the same scores as none.)
+  route::RouteTokenCta(sm.logits, static_cast<int>(p.n), sm.bias, p.route_top_k,
+                       p.route_renormalize != 0, p.route_scaling, p.route_idx, p.route_wt, sm.cta);
+}
+
+// GemvRoute's variant (kRoute) has no cap of two CTAs per SM: its ≤ 16
+// CTAs take one SM each, and under the cap its epilogue's ranking made ptxas
+// spill (140 registers uncapped).
+template <int kNT, bool kXF32, typename YT, bool kRoute = false>
+__global__ void __launch_bounds__(kGemvThreads, kRoute ? 1 : 2) GemvMmaKernel(const GemvParams p) {
+  static_assert(!kRoute || (kNT == 1 && !kXF32 && std::is_same_v<YT, float>),
+                "GemvRoute: one bf16 x row, fp32 logits");
   constexpr int kU = GemvUnroll<kNT, kXF32>();
   using XChunk = std::conditional_t<kXF32, F32Chunk, uint4>;
   constexpr int64_t kXBytes = kXF32 ? 4 : 2;
   __shared__ float red[kGemvWarps][kTile][kTile + 1];  // [warp][W row][x row]
   STRATA_PROBE_START(p.probe);
+  if constexpr (kRoute) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -308,6 +398,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
   constexpr bool kMayStage = kNT == 1 && !kXF32;
   const bool staged = kMayStage && p.stage_round != 0 && has_work && kb_lo + kU < kb_hi;
   if (p.early_trigger) PdlLaunchDependents();
+  if constexpr (kRoute) GemvRoutePreload(p);
   if (p.preload) {
     if (has_work) load_w(kb_lo);
     if (staged) {
@@ -332,7 +423,11 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
   }
   PdlWait();
   STRATA_PROBE_WAITED(p.probe);
-  PdlLaunchDependents();
+  // GemvRoute's CTA 0 lets the next kernel launch once the logits are in
+  // (GemvRouteEpilogue): launched here, the MoE's gate|up CTAs would flood
+  // the SMs with their weight loads while this GEMV still needs its x
+  // (measured +85 µs per decode step).
+  if constexpr (!kRoute) PdlLaunchDependents();
   if (!p.preload && has_work) load_w(kb_lo);
 
   float acc[kNT][4];
@@ -409,6 +504,11 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvMmaKernel(const GemvParam
     red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
   }
   __syncthreads();
+  if constexpr (kRoute) {
+    GemvRouteEpilogue(p, red);
+    STRATA_PROBE_END(p.probe);
+    return;
+  }
 
   // Sum the S group partials of each tile in group order (s = 0, s += P_q).
   // Consecutive threads take consecutive W rows, so the stores along a row
@@ -627,6 +727,8 @@ const GemvKernelFn kGemvMma[2][2][2] = {
      {GemvMmaKernel<1, true, bf16>, GemvMmaKernel<1, true, float>}},
     {{GemvMmaKernel<2, false, bf16>, GemvMmaKernel<2, false, float>},
      {GemvMmaKernel<2, true, bf16>, GemvMmaKernel<2, true, float>}}};
+// GemvRoute's kernel.
+const GemvKernelFn kGemvRouteKernel = GemvMmaKernel<1, false, float, true>;
 // [x fp32][y fp32]
 const GemvKernelFn kGemvSimple[2][2] = {
     {GemvSimpleKernel<false, bf16>, GemvSimpleKernel<false, float>},
@@ -667,6 +769,9 @@ struct BlasContext::Plans {
   // SMs × resident CTAs per SM of the m = 1 GEMV (bf16 x, bf16 y): the one
   // occupancy every GEMV plan, hence the canonical k split S, is made with.
   int64_t gemv_resident_ctas = 0;
+  // Whether GemvRoute's kernel can run as one cluster of c CTAs (index c;
+  // -1: not asked yet).
+  std::array<int, kRouteMaxClusterCtas + 1> route_cluster_ok;
   std::map<LtKey, LtPlan> lt;
 
   ~Plans() { Clear(); }
@@ -710,6 +815,13 @@ StatusOr<std::unique_ptr<BlasContext>> BlasContext::Create() {
       }
     }
   }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kGemvRouteKernel,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kGemvMaxStageBytes)));
+  // Clusters of more than 8 CTAs are "non-portable" (Hopper allows 16).
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kGemvRouteKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  plans->route_cluster_ok.fill(-1);
   // The tiled kernel's pipeline needs more than the default 48 KB of
   // dynamic shared memory (a per-function attribute: set once, here).
   for (int tx = 0; tx < 2; ++tx) {
@@ -1038,6 +1150,43 @@ Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   return OkStatus();
 }
 
+// Whether GemvRoute fuses (STRATA_GEMV_ROUTE=0 turns it off, an A/B switch:
+// the caller then runs Gemm and its own route kernel, the same bits).
+bool GemvRouteEnabled() {
+  static const bool on = EnvSwitchOn("STRATA_GEMV_ROUTE");
+  return on;
+}
+
+// GemvRoute's conditions on the GPU and the plan: the canonical plan of an
+// [n, k] weight is one tile per CTA (S = the 8 warps of a CTA, so the kernel
+// is the plain GEMV's), and its ceil(n / 16) CTAs can be resident as one
+// cluster (asked once per size).
+bool RouteFuses(BlasContext& ctx, int64_t n, int64_t k) {
+  if (!GemvRouteEnabled() || n < 1 || n > kRouteMaxRows || k < 1) return false;
+  BlasContext::Plans& plans = *ctx.plans();
+  if (GemvPlanFor(plans, n, k).tiles_per_cta != 1) return false;
+  const int ctas = static_cast<int>(CeilDiv(n, kTile));
+  int& ok = plans.route_cluster_ok[ctas];
+  if (ok < 0) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(ctas);
+    cfg.blockDim = dim3(kGemvThreads);
+    cfg.dynamicSmemBytes = kGemvMaxStageBytes;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = ctas;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kGemvRouteKernel, &cfg);
+    if (err != cudaSuccess) cudaGetLastError();  // a refused size is an answer, not an error
+    ok = err == cudaSuccess && clusters > 0 ? 1 : 0;
+  }
+  return ok == 1;
+}
+
 // Any m, any shape: RunSmallM over 16-row slices of x and y.
 Status RunSlices(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   for (int64_t r = 0; r < pr.a.m; r += kGemvMaxRows) {
@@ -1110,6 +1259,61 @@ Status Gemm(BlasContext& ctx, const GemmArgs& args, cudaStream_t stream) {
   // No cuBLASLt algorithm (odd leading dimensions): correct but slower, the
   // streaming kernels over 16-row slices of x and y.
   return RunSlices(ctx, pr, stream);
+}
+
+bool GemvRouteFuses(BlasContext& ctx, int64_t n, int64_t k) { return RouteFuses(ctx, n, k); }
+
+Status GemvRoute(BlasContext& ctx, const GemmArgs& args, const GemvRouting& r,
+                 cudaStream_t stream) {
+  STRATA_RETURN_IF_ERROR(CheckGemmArgs(args, /*transpose_w=*/false, /*batched=*/false));
+  if (args.m != 1 || args.x_type != ActType::kBf16 || args.y_type != ActType::kF32 ||
+      args.beta != 0.f || args.early_trigger) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GemvRoute: takes one bf16 x row into fp32 y with beta 0 and no early trigger, got m = ",
+        args.m));
+  }
+  if (r.top_k < 1 || r.top_k > std::min<int64_t>(args.n, route::kRouteMaxTopK)) {
+    return absl::InvalidArgumentError(absl::StrCat("GemvRoute: top_k must be in [1, min(n, ",
+                                                   route::kRouteMaxTopK, ")], got ", r.top_k,
+                                                   " with n = ", args.n));
+  }
+  if (r.idx == nullptr || r.weight == nullptr) {
+    return absl::InvalidArgumentError("GemvRoute: routing.idx and routing.weight must be set");
+  }
+  if (!std::isfinite(r.routed_scaling)) {
+    return absl::InvalidArgumentError("GemvRoute: routing.routed_scaling must be finite");
+  }
+  Problem pr;
+  pr.a = args;
+  pr.a.ldx = args.ldx ? args.ldx : args.k;
+  pr.a.ldw = args.ldw ? args.ldw : args.k;
+  pr.a.ldy = args.ldy ? args.ldy : args.n;
+  if (!FastShape(pr) || !RouteFuses(ctx, args.n, args.k)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GemvRoute: cannot fuse for n = ", args.n, ", k = ", args.k,
+                     " (see GemvRouteFuses; aligned operands and k % 8 == 0 are needed too)"));
+  }
+  GemvParams p = ToParams(pr);
+  p.tiles_per_cta = 1;
+  p.k_split = kGemvWarps;
+  p.preload = GemvPreload() ? 1 : 0;
+  const int unroll = GemvUnrollOf(1, false);
+  const int64_t rounds = CeilDiv(CeilDiv(CeilDiv(args.k, 32), p.k_split), unroll);
+  p.stage_round = p.preload && rounds >= 2 && GemvStage() ? 1 : 0;
+  const size_t smem = p.stage_round ? GemvStageBytes(unroll) : 0;
+  p.route_bias = r.bias;
+  p.route_idx = r.idx;
+  p.route_wt = r.weight;
+  p.route_top_k = static_cast<int>(r.top_k);
+  p.route_renormalize = r.renormalize ? 1 : 0;
+  p.route_scaling = r.routed_scaling;
+  const unsigned grid = static_cast<unsigned>(CeilDiv(args.n, kTile));
+  STRATA_PROBE_SLOT(p.probe, absl::StrCat("gemv_route_", args.n, "x", args.k).c_str(),
+                    int64_t{grid});
+  const cudaError_t err =
+      LaunchPdlCluster(kGemvRouteKernel, dim3(grid), dim3(kGemvThreads), grid, smem, stream, p);
+  if (err != cudaSuccess) return CudaError(err, "GemvMmaKernel (GemvRoute)");
+  return OkStatus();
 }
 
 Status StridedBatchedGemm(BlasContext& ctx, const StridedBatchedGemmArgs& args,

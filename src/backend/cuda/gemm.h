@@ -81,6 +81,40 @@ constexpr int64_t kGemvMaxRows = 16;
 
 Status Gemm(BlasContext& ctx, const GemmArgs& args, cudaStream_t stream);
 
+// The routing GemvRoute computes from the product y (one row of n router
+// logits): sigmoid scores, the top_k by score + bias (ties to the lower
+// index), weights from the unbiased scores, renormalised and scaled —
+// cpu::RouteSigmoidTopK's picks, order and weights, bit for bit (as
+// MoeRoute's). Outputs are device memory.
+struct GemvRouting {
+  // [n] selection-only bias, or null. Read before the kernel's PDL wait:
+  // it must not be written by the previous kernel on the stream (a weight).
+  const float* bias = nullptr;
+  int64_t top_k = 0;  // 1 … min(n, 32)
+  bool renormalize = true;
+  float routed_scaling = 1.f;
+  int32_t* idx = nullptr;   // [top_k] picks, best first
+  float* weight = nullptr;  // [top_k]
+};
+
+// Whether GemvRoute can run for an [n, k] weight on this GPU: the streaming
+// kernel's plan for the shape is one 16-row tile per CTA, and its
+// ceil(n / 16) ≤ 16 CTAs fit one thread-block cluster (n ≤ 256).
+// STRATA_GEMV_ROUTE=0 makes it false (an A/B switch).
+bool GemvRouteFuses(BlasContext& ctx, int64_t n, int64_t k);
+
+// A one-token MoE router in one kernel: y = alpha · x · Wᵀ for one bf16 row
+// of x into fp32 y, the bits Gemm gives, then r's routing of y. The GEMV's
+// CTAs form one cluster; each also writes its logits into the first CTA's
+// shared memory, and that CTA routes once all have arrived, which saves the
+// separate route kernel's launch, wait and reload of the logits. Requires
+// m = 1, bf16 x, fp32 y, beta 0, early_trigger off (InvalidArgument
+// otherwise) and GemvRouteFuses(n, k), 16-byte aligned x and W, k and ldw
+// multiples of 8 (FailedPrecondition otherwise, nothing enqueued). Like every
+// kernel here it waits (PDL) for the previous kernel on `stream`; the next
+// one may launch once the logits are complete, before the routing is.
+Status GemvRoute(BlasContext& ctx, const GemmArgs& args, const GemvRouting& r, cudaStream_t stream);
+
 // `count` independent products with fixed strides between them (elements):
 // y_i = x_i · W_iᵀ, e.g. per-head absorption in MLA. bf16 in; y_type out.
 // Batch-invariant mode: transpose_w is InvalidArgument and count <= 65535.

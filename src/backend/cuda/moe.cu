@@ -9,7 +9,9 @@
 //                 tokens it runs inside the plan kernel (one launch less).
 //                 A single sigmoid-routed token without a group limit (a
 //                 batch-1 decode step) is ranked by the whole CTA instead
-//                 (RouteTokenCta: the same bits, a far shorter chain).
+//                 (RouteTokenCta: the same bits, a far shorter chain), and
+//                 with MoeArgs::router_w inside the router's kernel
+//                 (gemm.h, GemvRoute) instead of a route kernel.
 //   2. plan       one CTA: per-expert histogram (shared-memory atomics), an
 //                 exclusive scan into offsets, the list of active experts, the
 //                 tile schedule of the grouped GEMM, and the permutation: each
@@ -86,14 +88,22 @@
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cta_probe.cuh"
 #include "backend/cuda/moe_grouped_gemm_sm90.h"
+#include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
 namespace strata::cuda {
 namespace {
 
-constexpr int kMaxExperts = 1024;  // 32 biased scores per lane in the routing warp
-constexpr int kMaxTopK = 32;       // one pick per lane
+using route::BiasedFromSigmoid;
+using route::CtaRouteShared;
+using route::RanksAbove;
+using route::RouteTokenCta;
+using route::SigmoidLikeCpu;
+using route::WriteSigmoidPicks;
+
+constexpr int kMaxExperts = route::kRouteMaxExperts;
+constexpr int kMaxTopK = route::kRouteMaxTopK;
 constexpr int64_t kFusedRouteMaxTokens = 128;
 constexpr int64_t kMoeGemvMaxRows = 512;   // n·k at or below: grouped GEMV
 constexpr int64_t kFusedCombineMaxTokens = 4;
@@ -315,47 +325,9 @@ Status Launch(const char* name, Kernel kernel, dim3 grid, dim3 block, size_t sme
 // ---------------------------------------------------------------------------
 // Routing.
 
-// The CPU computes 1 / (1 + expf(-x)) in float. expf rounded from a double exp
-// is the correctly rounded value, which glibc's expf returns (it is within
-// 0.502 ulp), so the scores — and with them the top-k picks and their order —
-// match the reference bit for bit. Explicit _rn ops keep the compiler from
-// contracting or approximating anything.
-__device__ __forceinline__ float SigmoidLikeCpu(float x) {
-  const float e = static_cast<float>(exp(-static_cast<double>(x)));
-  return __fdiv_rn(1.f, __fadd_rn(1.f, e));
-}
-
-// (v, e) ranks above (bv, be): larger value, ties to the lower index.
-__device__ __forceinline__ bool RanksAbove(float v, int e, float bv, int be) {
-  return v > bv || (v == bv && e < be);
-}
-
-// sig + bias (sig = SigmoidLikeCpu(logit of e)), NaN as −inf.
-__device__ __forceinline__ float BiasedFromSigmoid(float sig, const float* bias, int e) {
-  const float b = bias != nullptr ? bias[e] : 0.f;
-  const float v = __fadd_rn(sig, b);
-  return v != v ? -INFINITY : v;  // NaN ranks last, as in the reference
-}
-
 // sigmoid(logit) + bias, NaN as −inf.
 __device__ __forceinline__ float BiasedScore(const float* logits, const float* bias, int e) {
   return BiasedFromSigmoid(SigmoidLikeCpu(logits[e]), bias, e);
-}
-
-// Sigmoid routing's output, called by a whole warp whose lane j < top_k holds
-// pick j and its unbiased score s: weights summed in pick order like the
-// reference, renormalised and scaled.
-__device__ __forceinline__ void WriteSigmoidPicks(int my_pick, float s, int top_k,
-                                                  bool renormalize, float routed_scaling,
-                                                  int32_t* idx_out, float* w_out) {
-  const int lane = threadIdx.x & 31;
-  float total = 0.f;
-  for (int j = 0; j < top_k; ++j) total = __fadd_rn(total, __shfl_sync(0xffffffffu, s, j));
-  const float norm = renormalize ? __fdiv_rn(1.f, __fadd_rn(total, 1e-20f)) : 1.f;
-  if (lane < top_k) {
-    idx_out[lane] = my_pick;
-    w_out[lane] = __fmul_rn(s, __fmul_rn(norm, routed_scaling));
-  }
 }
 
 // Group limit (cpu::RouteSigmoidGroupedTopK): lane g < num_groups scores its
@@ -484,80 +456,6 @@ __device__ void RouteToken(const float* logits, int num_experts, const float* bi
   // Weights from the unbiased scores.
   const float s = lane < top_k ? SigmoidLikeCpu(logits[my_pick]) : 0.f;
   WriteSigmoidPicks(my_pick, s, top_k, renormalize, routed_scaling, idx_out, w_out);
-}
-
-// One token routed by the whole CTA: sigmoid scores without a group limit,
-// the case of a batch-1 decode step. RouteToken's top_k rounds of warp-wide
-// arg-max form one serial chain of ~2,000 dependent instructions (7 µs per
-// route kernel on the H200, BM_CudaMoeRoute/1, 20k cycles for 2.3k
-// instructions under Nsight Compute). Here warp w ranks its 32 experts among
-// themselves (32 independent shuffles per lane), its best min(k, 32) become
-// candidates, and one pass of each candidate over the candidate list in
-// shared memory gives its rank, i.e. its pick slot. (score desc, index asc)
-// is a total order and the global top k are all candidates (whatever ranks
-// above a top-k expert in its warp is top-k too), so picks, their order and
-// the weights (same SigmoidLikeCpu values, summed in pick order) are
-// RouteToken's bit for bit. Every thread of the CTA must call it.
-struct CtaRouteShared {
-  float sig[kMaxExperts];     // sigmoid of each logit (the weights reuse it)
-  float cand_v[kMaxExperts];  // candidates: ≤ 32 warps × ≤ 32 each
-  int cand_e[kMaxExperts];
-  int pick[kMaxTopK];
-};
-
-__device__ void RouteTokenCta(const float* logits, int num_experts, const float* bias, int top_k,
-                              bool renormalize, float routed_scaling, int32_t* idx_out,
-                              float* w_out, CtaRouteShared& sm) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int block_warps = blockDim.x >> 5;
-  const int expert_warps = (num_experts + 31) >> 5;
-  const int kc = min(top_k, 32);
-  for (int w = warp; w < expert_warps; w += block_warps) {
-    const int e = w * 32 + lane;
-    float v = -INFINITY;
-    if (e < num_experts) {
-      sm.sig[e] = SigmoidLikeCpu(logits[e]);
-      v = BiasedFromSigmoid(sm.sig[e], bias, e);
-    }
-    // Lanes past num_experts hold -inf and the highest indices: they rank
-    // last, so the warp's ranks are a permutation with real experts first.
-    int r0 = 0, r1 = 0;
-#pragma unroll
-    for (int m = 0; m < 32; m += 2) {
-      const float v0 = __shfl_sync(0xffffffffu, v, m);
-      const float v1 = __shfl_sync(0xffffffffu, v, m + 1);
-      r0 += RanksAbove(v0, w * 32 + m, v, e) ? 1 : 0;
-      r1 += RanksAbove(v1, w * 32 + m + 1, v, e) ? 1 : 0;
-    }
-    const int r = r0 + r1;
-    if (r < kc) {
-      const bool real = e < num_experts;
-      sm.cand_v[w * kc + r] = real ? v : -INFINITY;
-      sm.cand_e[w * kc + r] = real ? e : INT_MAX;  // ranks below every real one
-    }
-  }
-  __syncthreads();
-  const int cands = expert_warps * kc;
-  for (int c = threadIdx.x; c < cands; c += blockDim.x) {
-    const float v = sm.cand_v[c];
-    const int e = sm.cand_e[c];
-    int r0 = 0, r1 = 0;
-    int j = 0;
-    for (; j + 1 < cands; j += 2) {
-      r0 += RanksAbove(sm.cand_v[j], sm.cand_e[j], v, e) ? 1 : 0;
-      r1 += RanksAbove(sm.cand_v[j + 1], sm.cand_e[j + 1], v, e) ? 1 : 0;
-    }
-    if (j < cands) r0 += RanksAbove(sm.cand_v[j], sm.cand_e[j], v, e) ? 1 : 0;
-    const int r = r0 + r1;
-    if (r < top_k && e != INT_MAX) sm.pick[r] = e;
-  }
-  __syncthreads();
-  if (warp == 0) {  // weights exactly as RouteToken forms them
-    const int my_pick = lane < top_k ? sm.pick[lane] : 0;
-    WriteSigmoidPicks(my_pick, lane < top_k ? sm.sig[my_pick] : 0.f, top_k, renormalize,
-                      routed_scaling, idx_out, w_out);
-  }
 }
 
 template <int kPer>
@@ -1890,6 +1788,9 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
   if (args.router_logits == nullptr) {
     return absl::InvalidArgumentError("MoeForward: args.router_logits is null");
   }
+  if (args.router_w != nullptr && args.blas == nullptr) {
+    return absl::InvalidArgumentError("MoeForward: args.blas must be set with args.router_w");
+  }
   const bool fp8 = args.fp8.w13 != nullptr;
   if (fp8 != s.fp8_experts) {
     return absl::InvalidArgumentError(
@@ -1989,13 +1890,39 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
         "MoeForward: args.shared_w13 / args.shared_w2 set for a call that cannot fold the "
         "shared expert (see MoeFoldsSharedExpert)");
   }
+  bool routed = false;  // idx / wt written with the logits (GemvRoute)
+  if (args.router_w != nullptr) {
+    GemmArgs g;
+    g.m = args.num_tokens;
+    g.n = s.num_experts;
+    g.k = s.hidden;
+    g.x = args.x;
+    g.x_type = ActType::kBf16;
+    g.w = args.router_w;
+    g.y = args.router_logits;
+    g.y_type = ActType::kF32;
+    if (direct && p.cta_route && IsAligned(args.router_w, 16) &&
+        GemvRouteFuses(*args.blas, s.num_experts, s.hidden)) {
+      GemvRouting r;
+      r.bias = args.score_bias;
+      r.top_k = s.top_k;
+      r.renormalize = s.renormalize;
+      r.routed_scaling = s.routed_scaling;
+      r.idx = p.idx;
+      r.weight = p.wt;
+      STRATA_RETURN_IF_ERROR(GemvRoute(*args.blas, g, r, stream));
+      routed = true;
+    } else {
+      STRATA_RETURN_IF_ERROR(Gemm(*args.blas, g, stream));
+    }
+  }
   if (direct) {
     p.direct = 1;
     p.down_preload = DownPreloadEnabled() ? 1 : 0;
     p.shared = fold ? 1 : 0;
     p.sw13 = args.shared_w13;
     p.sw2 = args.shared_w2;
-    STRATA_RETURN_IF_ERROR(RouteOnly(p, stream));
+    if (!routed) STRATA_RETURN_IF_ERROR(RouteOnly(p, stream));
     return LaunchGemvPath<8, bf16>(p, vec4_y, stream);
   }
   // Batch-invariant calls route in the route kernel for every n (the plan

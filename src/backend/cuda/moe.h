@@ -11,6 +11,7 @@
 #define STRATA_BACKEND_CUDA_MOE_H_
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemm.h"
 
 namespace strata::cuda {
 
@@ -66,7 +67,9 @@ struct MoeArgs {
   MoeShape shape;
   int64_t num_tokens = 0;              // n
   const bf16* x = nullptr;             // [n, D]
-  const float* router_logits = nullptr;  // [n, E] fp32 (router GEMM output)
+  // [n, E] fp32: the router GEMM's output, or with router_w set where
+  // MoeForward writes it.
+  float* router_logits = nullptr;
   const float* score_bias = nullptr;   // [E] selection-only bias; may be null
   const bf16* w13 = nullptr;           // bf16 experts, or both null with fp8.w13
   const bf16* w2 = nullptr;
@@ -101,6 +104,16 @@ struct MoeArgs {
   // (A/B switch).
   const bf16* shared_w13 = nullptr;
   const bf16* shared_w2 = nullptr;
+  // The router: when router_w ([E, D] bf16, 16-byte aligned) is set,
+  // MoeForward computes router_logits = x · router_wᵀ itself with Gemm on
+  // `blas` (the same bits as the caller's Gemm would be) before routing. On
+  // the one-token path (a batch-1 decode step) the routing then runs inside
+  // the router's kernel when GemvRouteFuses(E, D) (gemm.h, GemvRoute): one
+  // kernel, one launch and one PDL wait less per layer. `blas` must be the
+  // context the stream's other products use (Gemm's ordering rule). The
+  // fused kernel reads score_bias before its PDL wait (it is a weight).
+  const bf16* router_w = nullptr;
+  BlasContext* blas = nullptr;
 };
 
 // Whether MoeForward takes the one-token path with args.shared_w13 and

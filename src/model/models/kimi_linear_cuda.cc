@@ -22,7 +22,8 @@
 //   dense: h += down(SiLU(gate)·up) with [gate|up] one GEMM
 //   MoE:   router logits (fp32) → MoeForward → pending (added by the next norm),
 //          h += shared expert; one token (batch-1 decode) takes MoeForward's
-//          planless path: route → gate|up → down+combine, with the shared
+//          planless path: router+route (one kernel, gemm.h GemvRoute) →
+//          gate|up → down+combine, with the shared
 //          expert folded into those two kernels (MoeArgs::shared_w13; its
 //          weights load while routing runs)
 // then logits = lm_head(RMSNorm(h += pending)).
@@ -362,8 +363,8 @@ Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode, const cu
     STRATA_RETURN_IF_ERROR(Fork());
     STRATA_RETURN_IF_ERROR(swiglu(g.Is, side_));
   }
-  STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, f.router, g.E, g.D, s_.router_logits,
-                            ActType::kF32, g.E, 0.f));
+  // MoeForward runs the router (MoeArgs::router_w): at batch 1 it routes
+  // inside the router's kernel.
   STRATA_RETURN_IF_ERROR(cuda::MoeForward(moe, s_.moe_ws, plan_.moe_ws, stream_));
   if (branch) {
     STRATA_RETURN_IF_ERROR(Join());
@@ -388,6 +389,8 @@ cuda::MoeArgs KimiLinearCudaModel::MoeArgsFor(const Layer& L, int64_t n, bool de
   a.w2 = f.w2;
   a.y = s_.delta;
   a.batch_invariant = invariant_;
+  a.router_w = f.router;
+  a.blas = blas_.get();
   if (decode && g.Is == g.I) {
     a.shared_w13 = f.gate_up;
     a.shared_w2 = f.down;
