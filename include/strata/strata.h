@@ -1522,8 +1522,9 @@ STRATA_API strata_status strata_session_chat(strata_session *session, const stra
  * @param[in] content_len bytes of @p content, or ::STRATA_NUL_TERMINATED
  * @retval STRATA_OK                      recorded
  * @retval STRATA_ERR_INVALID_ARGUMENT    @p request or @p call_id is NULL
- * @retval STRATA_ERR_NOT_FOUND           @p call_id is not an open call of this request
- * @retval STRATA_ERR_ALREADY_EXISTS      the call was already answered or declined
+ * @retval STRATA_ERR_NOT_FOUND           @p call_id is not a call of this request
+ * @retval STRATA_ERR_ALREADY_EXISTS      the call was already answered or declined (also once its answer has
+ *                                        been consumed and generation continues)
  * @retval STRATA_ERR_FAILED_PRECONDITION the request is not a chat request, or it has finished
  * @retval STRATA_ERR_MISUSE              @p request was destroyed or is not a request
  * @par Thread safety: safe from any thread, including a tool or event callback.

@@ -127,6 +127,7 @@ std::vector<Event> ChatTurn::EndMessage() {
 void ChatTurn::AppendResults() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Call& c : calls_) {
+    if (c.result || c.declined) answered_.push_back(c.id);
     if (!c.result) continue;
     (void)conversation_->AddMessage(
         {{"role", "tool"}, {"tool_call_id", c.id}, {"name", c.name}, {"content", *c.result}});
@@ -160,6 +161,13 @@ Status ChatTurn::SubmitResult(const std::string& id, std::optional<std::string> 
       c.declined = true;
     }
     return OkStatus();
+  }
+  // A call of an earlier round: its answer was consumed when the next round
+  // started, and it stays answered (the host may race the scheduler there).
+  for (const std::string& a : answered_) {
+    if (a == id) {
+      return absl::AlreadyExistsError(absl::StrCat("tool call '", id, "' was already answered"));
+    }
   }
   return absl::NotFoundError(absl::StrCat("'", id, "' is not an open tool call of this request"));
 }

@@ -71,7 +71,8 @@ class ChatTurn {
   };
   Wait wait_state() const;
   // A result (content) or a decline (nullopt) for call `id`. NotFound for an
-  // id that is not an open call of this request; AlreadyExists when answered.
+  // id that is not a call of this request; AlreadyExists when answered,
+  // also once a later round has consumed the answer.
   Status SubmitResult(const std::string& id, std::optional<std::string> content);
   bool HasResult(const std::string& id) const;
 
@@ -95,8 +96,9 @@ class ChatTurn {
   int32_t rounds_ = 0;
 
   mutable std::mutex mu_;
-  std::vector<Call> calls_;  // guarded by mu_
-  bool waiting_ = false;     // guarded by mu_: the message ended with calls
+  std::vector<Call> calls_;            // guarded by mu_
+  std::vector<std::string> answered_;  // guarded by mu_: ids answered in earlier rounds
+  bool waiting_ = false;               // guarded by mu_: the message ended with calls
 };
 
 }  // namespace strata
