@@ -292,19 +292,21 @@ __device__ __forceinline__ void GemvRouteEpilogue(
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-  if (threadIdx.x < kTile) {
-    const int64_t n_idx = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
-    if (n_idx < p.n) {
-      float s = 0.f;
-      for (int q = 0; q < p.k_split; ++q) s += red[q][threadIdx.x][0];
-      const float v = __fmul_rn(p.alpha, s);
-      static_cast<float*>(p.y)[n_idx] = v;
-      *cluster.map_shared_rank(&sm.logits[n_idx], 0) = v;
-    }
+  const int64_t n_idx = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
+  const bool mine = threadIdx.x < kTile && n_idx < p.n;
+  float v = 0.f;
+  if (mine) {
+    float s = 0.f;
+    for (int q = 0; q < p.k_split; ++q) s += red[q][threadIdx.x][0];
+    v = __fmul_rn(p.alpha, s);
+    *cluster.map_shared_rank(&sm.logits[n_idx], 0) = v;
   }
   // Release the remote stores; only CTA 0 waits (exited threads do not hold
-  // a cluster barrier), the others are done.
+  // a cluster barrier), the others are done. The logits go to global memory
+  // only after the arrive: a release orders every earlier store, and a
+  // global one would hold the arrive for its round trip to L2.
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  if (mine) static_cast<float*>(p.y)[n_idx] = v;
   if (cluster.block_rank() != 0) return;
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
   // The next kernel (the MoE's gate|up) launches now: its shared-expert CTAs
