@@ -737,12 +737,14 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
     return;
   }
   const bf16* row = p.proj + b * p.ld_proj;
-  // Conv of this CTA's channels; the window entries are this CTA's alone.
+  // Conv of this CTA's channels; the window entries are this CTA's alone
+  // (stored after the cluster exchange below: its barrier's release would
+  // otherwise wait for these global stores to reach L2).
   float conv_out = 0.f;
+  float cur = 0.f;
   if (tid < 3 * kFusedSlice) {
-    const float cur = __bfloat162float(row[chan]);
+    cur = __bfloat162float(row[chan]);
     conv_out = __bfloat162float(__float2bfloat16_rn(hist.Output(taps, cur)));
-    hist.Store(win, 3 * C, cur);
   }
   // Decay and output-gate products of this CTA's 32 dims.
   uint4 fa[kFusedMaxRankVecs], ga[kFusedMaxRankVecs];
@@ -769,6 +771,7 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
   }
   if (part == 0) gate_own[gi] = __bfloat162float(__float2bfloat16_rn(gout));
   cluster.sync();
+  if (tid < 3 * kFusedSlice) hist.Store(win, 3 * C, cur);
   // The whole head's q, k and raw decays (written by the owning CTAs).
   StepRaw raw;
   if (tid < dk) {
@@ -787,7 +790,6 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
   StepReduce(st, sm, nm, dk, tid, eo);
   __syncthreads();
   StepUpdate(st, sm, nm, eo, tid, o_own, ActType::kBf16, 0);
-  StoreSlice(slice, dk, dv, d0, tid, st);
   __syncthreads();
   // Gated RMSNorm over the head's dv outputs: partial sums, then the cluster's.
   float o = 0.f;
@@ -797,6 +799,8 @@ __global__ void __launch_bounds__(kDecodeThreads) KdaDecodeFusedKernel(const Fus
     if (tid < kFusedSlices) cluster.map_shared_rank(&share, tid)->ss[x] = ss;
   }
   cluster.sync();  // the last cluster-wide step: from here on each CTA reads its own copy
+  // The new state after the barrier, for the same reason as the window.
+  StoreSlice(slice, dk, dv, d0, tid, st);
   if (tid < kFusedSlice) {
     float total = 0.f;
 #pragma unroll
