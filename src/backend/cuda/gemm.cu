@@ -322,7 +322,7 @@ __device__ __forceinline__ void GemvRouteEpilogue(
 
 // GemvRoute's variant (kRoute) has no cap of two CTAs per SM: its ≤ 16
 // CTAs take one SM each, and under the cap its epilogue's ranking made ptxas
-// spill (140 registers uncapped).
+// spill (134 registers uncapped).
 template <int kNT, bool kXF32, typename YT, bool kRoute = false>
 __global__ void __launch_bounds__(kGemvThreads, kRoute ? 1 : 2) GemvMmaKernel(const GemvParams p) {
   static_assert(!kRoute || (kNT == 1 && !kXF32 && std::is_same_v<YT, float>),
@@ -1117,6 +1117,22 @@ bool GemvStage() {
   return on;
 }
 
+// Sets p's streaming-kernel plan for a call of m rows of x: tiles per CTA
+// and k split from `plan`, the first round preloaded, and the second staged
+// in shared memory when it applies. Returns the dynamic shared memory needed.
+size_t PlanStreaming(GemvParams& p, const GemvPlan& plan, int64_t m, bool x_f32) {
+  p.tiles_per_cta = plan.tiles_per_cta;
+  p.k_split = plan.k_split;
+  p.preload = GemvPreload() ? 1 : 0;
+  const int unroll = GemvUnrollOf(m > 8 ? 2 : 1, x_f32);
+  const int64_t rounds = CeilDiv(CeilDiv(CeilDiv(p.k, 32), p.k_split), unroll);
+  // One bf16 x row only (the kernels' kMayStage): at batch 8 the staged
+  // round measured +0.2% per decode step (7.857/7.858 → 7.873/7.884 ms), at
+  // batch 1 −0.4%.
+  p.stage_round = p.preload && !x_f32 && m == 1 && rounds >= 2 && GemvStage() ? 1 : 0;
+  return p.stage_round ? GemvStageBytes(unroll) : 0;
+}
+
 // m ≤ kGemvMaxRows, any shape: the mma GEMV, or the scalar kernel.
 Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   const GemmArgs& a = pr.a;
@@ -1131,18 +1147,8 @@ Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
     if (err != cudaSuccess) return CudaError(err, "GemvSimpleKernel");
     return OkStatus();
   }
-  const GemvPlan plan = GemvPlanFor(*ctx.plans(), a.n, a.k);
-  p.tiles_per_cta = plan.tiles_per_cta;
-  p.preload = GemvPreload() ? 1 : 0;
-  p.k_split = plan.k_split;
+  const size_t smem = PlanStreaming(p, GemvPlanFor(*ctx.plans(), a.n, a.k), a.m, x_f32);
   const int nt = a.m > 8 ? 2 : 1;
-  const int unroll = GemvUnrollOf(nt, x_f32);
-  const int64_t rounds = CeilDiv(CeilDiv(CeilDiv(a.k, 32), p.k_split), unroll);
-  // One bf16 x row only (the kernels' kMayStage): at batch 8 the staged
-  // round measured +0.2% per decode step (7.857/7.858 → 7.873/7.884 ms), at
-  // batch 1 −0.4%.
-  p.stage_round = p.preload && !x_f32 && a.m == 1 && rounds >= 2 && GemvStage() ? 1 : 0;
-  const size_t smem = p.stage_round ? GemvStageBytes(unroll) : 0;
   const unsigned grid = static_cast<unsigned>(CeilDiv(CeilDiv(a.n, kTile), p.tiles_per_cta));
   STRATA_PROBE_SLOT(p.probe, absl::StrCat("gemv_", a.n, "x", a.k, "_m", a.m).c_str(),
                     int64_t{grid} * batches);
@@ -1157,36 +1163,6 @@ Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
 bool GemvRouteEnabled() {
   static const bool on = EnvSwitchOn("STRATA_GEMV_ROUTE");
   return on;
-}
-
-// GemvRoute's conditions on the GPU and the plan: the canonical plan of an
-// [n, k] weight is one tile per CTA (S = the 8 warps of a CTA, so the kernel
-// is the plain GEMV's), and its ceil(n / 16) CTAs can be resident as one
-// cluster (asked once per size).
-bool RouteFuses(BlasContext& ctx, int64_t n, int64_t k) {
-  if (!GemvRouteEnabled() || n < 1 || n > kRouteMaxRows || k < 1) return false;
-  BlasContext::Plans& plans = *ctx.plans();
-  if (GemvPlanFor(plans, n, k).tiles_per_cta != 1) return false;
-  const int ctas = static_cast<int>(CeilDiv(n, kTile));
-  int& ok = plans.route_cluster_ok[ctas];
-  if (ok < 0) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(ctas);
-    cfg.blockDim = dim3(kGemvThreads);
-    cfg.dynamicSmemBytes = kGemvMaxStageBytes;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = ctas;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kGemvRouteKernel, &cfg);
-    if (err != cudaSuccess) cudaGetLastError();  // a refused size is an answer, not an error
-    ok = err == cudaSuccess && clusters > 0 ? 1 : 0;
-  }
-  return ok == 1;
 }
 
 // Any m, any shape: RunSmallM over 16-row slices of x and y.
@@ -1263,7 +1239,35 @@ Status Gemm(BlasContext& ctx, const GemmArgs& args, cudaStream_t stream) {
   return RunSlices(ctx, pr, stream);
 }
 
-bool GemvRouteFuses(BlasContext& ctx, int64_t n, int64_t k) { return RouteFuses(ctx, n, k); }
+// GemvRoute's conditions on the GPU and the plan: the canonical plan of an
+// [n, k] weight is one tile per CTA (S = the 8 warps of a CTA, so the kernel
+// is the plain GEMV's), and its ceil(n / 16) CTAs can be resident as one
+// cluster (asked once per size).
+bool GemvRouteFuses(BlasContext& ctx, int64_t n, int64_t k) {
+  if (!GemvRouteEnabled() || n < 1 || n > kRouteMaxRows || k < 1) return false;
+  BlasContext::Plans& plans = *ctx.plans();
+  if (GemvPlanFor(plans, n, k).tiles_per_cta != 1) return false;
+  const int ctas = static_cast<int>(CeilDiv(n, kTile));
+  int& ok = plans.route_cluster_ok[ctas];
+  if (ok < 0) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(ctas);
+    cfg.blockDim = dim3(kGemvThreads);
+    cfg.dynamicSmemBytes = kGemvMaxStageBytes;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = ctas;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kGemvRouteKernel, &cfg);
+    if (err != cudaSuccess) cudaGetLastError();  // a refused size is an answer, not an error
+    ok = err == cudaSuccess && clusters > 0 ? 1 : 0;
+  }
+  return ok == 1;
+}
 
 Status GemvRoute(BlasContext& ctx, const GemmArgs& args, const GemvRouting& r,
                  cudaStream_t stream) {
@@ -1290,19 +1294,14 @@ Status GemvRoute(BlasContext& ctx, const GemmArgs& args, const GemvRouting& r,
   pr.a.ldx = args.ldx ? args.ldx : args.k;
   pr.a.ldw = args.ldw ? args.ldw : args.k;
   pr.a.ldy = args.ldy ? args.ldy : args.n;
-  if (!FastShape(pr) || !RouteFuses(ctx, args.n, args.k)) {
+  if (!FastShape(pr) || !GemvRouteFuses(ctx, args.n, args.k)) {
     return absl::FailedPreconditionError(
         absl::StrCat("GemvRoute: cannot fuse for n = ", args.n, ", k = ", args.k,
                      " (see GemvRouteFuses; aligned operands and k % 8 == 0 are needed too)"));
   }
   GemvParams p = ToParams(pr);
-  p.tiles_per_cta = 1;
-  p.k_split = kGemvWarps;
-  p.preload = GemvPreload() ? 1 : 0;
-  const int unroll = GemvUnrollOf(1, false);
-  const int64_t rounds = CeilDiv(CeilDiv(CeilDiv(args.k, 32), p.k_split), unroll);
-  p.stage_round = p.preload && rounds >= 2 && GemvStage() ? 1 : 0;
-  const size_t smem = p.stage_round ? GemvStageBytes(unroll) : 0;
+  // GemvRouteFuses checked that this is the shape's canonical plan.
+  const size_t smem = PlanStreaming(p, GemvPlan{1, kGemvWarps}, 1, false);
   p.route_bias = r.bias;
   p.route_idx = r.idx;
   p.route_wt = r.weight;
