@@ -826,6 +826,77 @@ TEST(CudaMoeForward, RouterInsideMoeForwardGivesTheCallersBits) {
   CheckRouterInside(odd, 1, 9304, /*fold=*/false);
 }
 
+// MoeArgs::accumulate: y += the result. Against the plain call's result r
+// and the starting y0: y0 + r bit for bit (the add AddRmsNorm makes with r
+// as its delta), on every kernel that writes y: the one-token down+combine
+// (with and without the folded shared expert), the fused combine of a few
+// tokens, the combine kernel (vectorised and scalar), eager and captured.
+void CheckAccumulate(Model& m, int64_t n, uint64_t seed, bool fold, MoeGemmImpl impl,
+                     const char* label) {
+  SCOPED_TRACE(testing::Message() << "accumulate " << label << " n=" << n << " fold=" << fold);
+  m.shape.renormalize = true;
+  m.shape.routed_scaling = 2.446f;
+  const int64_t D = m.shape.hidden, I = m.shape.inter;
+  const SharedExpert se(D, I, seed);
+  const Inputs in = MakeInputs(m, n, seed, true, -1);
+  GpuRun run(m, n, in, impl);
+  if (fold) {
+    run.args.shared_w13 = se.d_w13.get<bf16>();
+    run.args.shared_w2 = se.d_w2.get<bf16>();
+    ASSERT_TRUE(MoeFoldsSharedExpert(run.args));
+  }
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const std::vector<float> r = run.Run(stream);
+  // A residual-like y0 (larger than r, so the add rounds).
+  const std::vector<float> y0 = RandomF32(r.size(), seed + 50, 40.f);
+  std::vector<float> want(r.size());
+  for (size_t i = 0; i < r.size(); ++i) want[i] = y0[i] + r[i];
+
+  run.args.accumulate = true;
+  Upload(run.y, y0);
+  ASSERT_TRUE(MoeForward(run.args, run.ws.get(), run.ws_bytes, stream).ok());
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<float> got(r.size());
+  Download(got, run.y);
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), 4 * want.size()), 0) << "eager y0 + r differs";
+  size_t moved = 0;
+  for (size_t i = 0; i < got.size(); ++i) moved += got[i] != y0[i];
+  EXPECT_GT(moved, got.size() / 2) << "the result was not added";
+
+  // Captured once, replayed twice: each replay adds r again.
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const Status st = MoeForward(run.args, run.ws.get(), run.ws_bytes, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(st.ok()) << st;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  Upload(run.y, y0);
+  CUDA_OK(cudaGraphLaunch(exec, stream));
+  CUDA_OK(cudaGraphLaunch(exec, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  Download(got, run.y);
+  for (size_t i = 0; i < r.size(); ++i) want[i] = (y0[i] + r[i]) + r[i];
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), 4 * want.size()), 0) << "replays differ";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(CudaMoeForward, AccumulateAddsTheResultIntoYBitForBit) {
+  Model& prod = Production();
+  CheckAccumulate(prod, 1, 9400, /*fold=*/true, MoeGemmImpl::kAuto, "one token");
+  CheckAccumulate(prod, 1, 9401, /*fold=*/false, MoeGemmImpl::kAuto, "one token");
+  CheckAccumulate(prod, 3, 9402, false, MoeGemmImpl::kAuto, "fused combine");
+  CheckAccumulate(prod, 40, 9403, false, MoeGemmImpl::kAuto, "combine kernel");
+  Model mid(8, 256, 128, 2, 13);
+  CheckAccumulate(mid, 300, 9404, false, MoeGemmImpl::kAuto, "grouped GEMM");
+  Model scalar(5, 66, 50, 3, 12);  // D % 4 != 0: the scalar combine
+  CheckAccumulate(scalar, 33, 9405, false, MoeGemmImpl::kAuto, "scalar combine");
+  CheckAccumulate(scalar, 1, 9406, false, MoeGemmImpl::kAuto, "scalar one token");
+}
+
 // ---------------------------------------------------------------------------
 // Misuse.
 

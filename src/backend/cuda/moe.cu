@@ -176,6 +176,7 @@ struct MoeParams {
   bf16* deq13;            // FP8 prefill scratch: [chunk, 2I, D] and [chunk, D, I]
   bf16* deq2;
   float* y;               // [n, D]
+  int accumulate;         // 1: y += the result (MoeArgs::accumulate)
   int32_t* idx;           // [n·k] expert of pair (t, j)
   float* wt;              // [n·k] routing weight of pair (t, j)
   int32_t* offsets;       // [E + 1] first row of each expert
@@ -1105,6 +1106,14 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
   PdlWait();
   STRATA_PROBE_WAITED(p.probe_dn);
   PdlLaunchDependents();
+  // accumulate: the thread that writes output o reads its old value now, so
+  // the load lands while the rows stream instead of after the last dot.
+  float y_old = 0.f;
+  if (p.accumulate && static_cast<int>(threadIdx.x) < p.num_tokens * kFusedRows) {
+    const int t = threadIdx.x / kFusedRows;
+    const int d = d0 + threadIdx.x % kFusedRows;
+    if (d < p.hidden) y_old = p.y[static_cast<size_t>(t) * p.hidden + d];
+  }
   if constexpr (kMayFold) {
     // The shared expert's h row (written by the gate|up kernel): one L2
     // round trip for the CTA, landing while the routed pairs stream.
@@ -1172,6 +1181,8 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
     }
   }
   __syncthreads();
+  // One pass (y_old above is this thread's only output).
+  static_assert(kGemvThreads >= kFusedCombineMaxTokens * kFusedRows);
   for (int o = threadIdx.x; o < p.num_tokens * kFusedRows; o += blockDim.x) {
     const int t = o / kFusedRows;
     const int r = o % kFusedRows;
@@ -1187,6 +1198,8 @@ __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(Mo
     if constexpr (kMayFold) {
       if (p.shared) s += part[0][pairs][r] + part[1][pairs][r];
     }
+    // y_old + s is the add AddRmsNorm makes with y as its delta: the same bits.
+    if (p.accumulate) s = y_old + s;
     p.y[static_cast<size_t>(t) * p.hidden + d] = s;
   }
   STRATA_PROBE_END(p.probe_dn);
@@ -1219,13 +1232,17 @@ __global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(MoeParams p)
         s.z = fmaf(a, v.z, s.z);
         s.w = fmaf(a, v.w, s.w);
       }
+      if (p.accumulate) {
+        const float4 o = *reinterpret_cast<const float4*>(yt + d);
+        s = make_float4(o.x + s.x, o.y + s.y, o.z + s.z, o.w + s.w);
+      }
       *reinterpret_cast<float4*>(yt + d) = s;
     }
   } else {
     for (size_t d = threadIdx.x; d < D; d += blockDim.x) {
       float s = 0.f;
       for (int j = 0; j < k; ++j) s = fmaf(wts[j], p.yrows[rows[j] * D + d], s);
-      yt[d] = s;
+      yt[d] = p.accumulate ? yt[d] + s : s;
     }
   }
 }
@@ -1862,6 +1879,7 @@ Status MoeForward(const MoeArgs& args, void* workspace, size_t workspace_bytes,
     p.deq2 = p.deq13 + static_cast<size_t>(l.deq_experts) * 2 * s.inter * s.hidden;
   }
   p.y = args.y;
+  p.accumulate = args.accumulate ? 1 : 0;
   p.idx = reinterpret_cast<int32_t*>(ws + l.idx);
   p.wt = reinterpret_cast<float*>(ws + l.wt);
   p.offsets = reinterpret_cast<int32_t*>(ws + l.offsets);

@@ -75,6 +75,12 @@ struct MoeArgs {
   const bf16* w2 = nullptr;
   MoeFp8Experts fp8;                   // used when fp8.w13 is set (shape.fp8_experts)
   float* y = nullptr;                  // [n, D] fp32, overwritten with Σ_k w_k E_k(x)
+  // y += the result instead: y[t, d] + r[t, d], the add AddRmsNorm makes with
+  // y as its h and the result as its delta, so a residual stream passed as y
+  // gets the same bits as with the result added by the next norm (and that
+  // norm reads one array less). y must then not be read or written by other
+  // work concurrently with the call.
+  bool accumulate = false;
   MoeGemmImpl gemm_impl = MoeGemmImpl::kAuto;
   // Batch-invariant mode (issue 6): every token's y row is bit-identical for
   // any num_tokens and whatever other tokens share the call. Routing runs in
