@@ -5,6 +5,7 @@
 //    (or none) against RmsNorm of the new h; misaligned h takes the scalar path;
 //  * RmsNormRows: strided rows, bf16 and fp32, in place, padding untouched;
 //  * GatedRmsNormSigmoid: every o/gate type pair;
+//  * EmbedRmsNormStart: the bits of UploadWords + EmbeddingGather + AddRmsNorm;
 //  * misuse → InvalidArgument naming the field.
 // Each case prints max abs / max rel / L2-relative error.
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "backend/cpu/norm.h"
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/norm.h"
 #include "base/dtype.h"
 
@@ -291,6 +293,88 @@ void ExpectInvalid(const Status& st, const char* field) {
   EXPECT_NE(std::string(st.message()).find(field), std::string::npos) << st;
 }
 
+// EmbedRmsNormStart against the three kernels it replaces (UploadWords,
+// EmbeddingGather, AddRmsNorm without delta): the copied words, h and out
+// byte for byte, with the tokens read from pinned host memory. Dims: the
+// production 2304 (one vector per thread), 8200 (past the held vectors:
+// the loop path), 66 (scalar), and 2304 with out misaligned (scalar on a
+// vector-sized row).
+TEST(CudaNorm, EmbedRmsNormStartGivesTheThreeKernelsBits) {
+  std::mt19937_64 rng(23);
+  constexpr int64_t kVocab = 37;
+  struct Case {
+    int64_t dim, n;
+    size_t out_offset;  // bytes
+  };
+  for (const Case c : {Case{2304, 1, 0}, Case{2304, 3, 0}, Case{8200, 2, 0}, Case{66, 3, 0},
+                       Case{2304, 2, 2}}) {
+    SCOPED_TRACE(testing::Message() << "dim=" << c.dim << " n=" << c.n << " out+" << c.out_offset);
+    const int64_t D = c.dim, n = c.n;
+    const int64_t n0 = 4 * 8, n1 = 13;  // tokens | other step words, then sampling words
+    uint32_t* host = nullptr;
+    CUDA_OK(cudaMallocHost(&host, sizeof(uint32_t) * static_cast<size_t>(n0 + n1)));
+    for (int64_t i = 0; i < n0 + n1; ++i) host[i] = static_cast<uint32_t>(rng());
+    for (int64_t b = 0; b < n; ++b) host[b] = static_cast<uint32_t>(rng() % kVocab);
+    const std::vector<float> embed = Random(static_cast<size_t>(kVocab * D), rng, -2.f, 2.f);
+    const std::vector<float> w = Random(static_cast<size_t>(D), rng, 0.5f, 1.5f);
+    DevBuf d_embed(sizeof(uint16_t) * embed.size()), d_w(sizeof(float) * w.size());
+    Upload(ActType::kBf16, embed, d_embed.get());
+    Upload(ActType::kF32, w, d_w.get());
+    const size_t rows = static_cast<size_t>(n * D);
+    DevBuf words_ref(sizeof(uint32_t) * (n0 + n1)), words(sizeof(uint32_t) * (n0 + n1));
+    DevBuf h_ref(sizeof(float) * rows), h(sizeof(float) * rows);
+    DevBuf out_ref(sizeof(uint16_t) * rows, c.out_offset), out(sizeof(uint16_t) * rows, c.out_offset);
+    CUDA_OK(cudaMemset(h.get(), 0xff, sizeof(float) * rows));
+    CUDA_OK(cudaMemset(out.get(), 0xff, sizeof(uint16_t) * rows));
+    cudaStream_t s = nullptr;
+    CUDA_OK(cudaStreamCreate(&s));
+
+    uint32_t* wr = words_ref.get<uint32_t>();
+    ASSERT_TRUE(UploadWords(host, wr, n0, host + n0, wr + n0, n1, s).ok());
+    ASSERT_TRUE(EmbeddingGather(d_embed.get<bf16>(), D, reinterpret_cast<const int32_t*>(wr), n,
+                                h_ref.get<float>(), s)
+                    .ok());
+    ASSERT_TRUE(AddRmsNorm(h_ref.get<float>(), nullptr, ActType::kF32, n, D, d_w.get<float>(),
+                           kEps, out_ref.get<bf16>(), s)
+                    .ok());
+
+    EmbedRmsNormStartArgs a;
+    a.src0 = host;
+    a.dst0 = words.get<uint32_t>();
+    a.n0 = n0;
+    a.src1 = host + n0;
+    a.dst1 = words.get<uint32_t>() + n0;
+    a.n1 = n1;
+    a.n = n;
+    a.embed = d_embed.get<bf16>();
+    a.dim = D;
+    a.w = d_w.get<float>();
+    a.eps = kEps;
+    a.h = h.get<float>();
+    a.out = out.get<bf16>();
+    ASSERT_TRUE(EmbedRmsNormStart(a, s).ok());
+    CUDA_OK(cudaStreamSynchronize(s));
+
+    auto bytes = [](const DevBuf& d, size_t count) {
+      std::vector<uint8_t> v(count);
+      EXPECT_EQ(cudaMemcpy(v.data(), d.get(), count, cudaMemcpyDeviceToHost), cudaSuccess);
+      return v;
+    };
+    EXPECT_EQ(bytes(words, 4 * (n0 + n1)), bytes(words_ref, 4 * (n0 + n1))) << "words";
+    EXPECT_EQ(bytes(h, 4 * rows), bytes(h_ref, 4 * rows)) << "h";
+    EXPECT_EQ(bytes(out, 2 * rows), bytes(out_ref, 2 * rows)) << "out";
+    // Not vacuous: out is a normalised row (mean square ≈ mean w²), not the poison.
+    const std::vector<float> o = Download(ActType::kBf16, out.get(), rows);
+    double ms = 0;
+    for (float v : o) ms += static_cast<double>(v) * v;
+    ms /= static_cast<double>(rows);
+    EXPECT_GT(ms, 0.2);
+    EXPECT_LT(ms, 3.0);
+    CUDA_OK(cudaStreamDestroy(s));
+    CUDA_OK(cudaFreeHost(host));
+  }
+}
+
 TEST(CudaNorm, MisuseIsInvalidArgument) {
   DevBuf a(1 << 16), b(1 << 16), w(1 << 16);
   float* h = a.get<float>();
@@ -305,6 +389,36 @@ TEST(CudaNorm, MisuseIsInvalidArgument) {
   ExpectInvalid(AddRmsNorm(h, b.get(), static_cast<ActType>(5), 2, 64, wp, kEps, out, nullptr),
                 "delta_type");
   EXPECT_TRUE(AddRmsNorm(h, nullptr, ActType::kBf16, 0, 64, wp, kEps, out, nullptr).ok());
+
+  {
+    EmbedRmsNormStartArgs e;
+    uint32_t* words = w.get<uint32_t>() + 8192;
+    e.src0 = words;
+    e.dst0 = words + 64;
+    e.n0 = 4;
+    e.n = 2;
+    e.embed = b.get<bf16>();
+    e.dim = 64;
+    e.w = wp;
+    e.eps = kEps;
+    e.h = h;
+    e.out = out;
+    EmbedRmsNormStartArgs bad = e;
+    bad.n = 5;
+    ExpectInvalid(EmbedRmsNormStart(bad, nullptr), "n0");
+    bad = e;
+    bad.embed = nullptr;
+    ExpectInvalid(EmbedRmsNormStart(bad, nullptr), "embed");
+    bad = e;
+    bad.w = nullptr;
+    ExpectInvalid(EmbedRmsNormStart(bad, nullptr), "w");
+    bad = e;
+    bad.n1 = 3;  // words without a span
+    ExpectInvalid(EmbedRmsNormStart(bad, nullptr), "null");
+    bad = e;
+    bad.dim = 0;
+    ExpectInvalid(EmbedRmsNormStart(bad, nullptr), "dim");
+  }
 
   void* x = a.get();
   ASSERT_TRUE(RmsNormRows(x, 64, x, 64, ActType::kF32, 2, 64, wp, kEps, nullptr).ok());

@@ -130,6 +130,106 @@ __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const f
   }
 }
 
+// EmbedRmsNormStart: CTA 0 copies the step's words as UploadWordsKernel
+// does; every CTA forms its row as EmbeddingGatherKernel then
+// AddRmsNormKernel<V, false> would, with the same thread count: thread t
+// takes the same vectors in the same order, squares them in the same fma
+// chain and BlockSum adds the same partials, so the bits are those kernels'.
+// The embedding is read element by element (any alignment: V follows
+// AddRmsNorm's rule on h, w and out alone).
+constexpr int kStartWordsPerThread = 8;  // UploadWordsKernel's pass
+
+struct StartParams {
+  const uint32_t* src0;
+  uint32_t* dst0;
+  int64_t n0;
+  const uint32_t* src1;
+  uint32_t* dst1;
+  int64_t n1;
+  const bf16* embed;
+  int64_t dim;
+  const float* w;
+  float eps;
+  float* h;
+  bf16* out;
+};
+
+template <int V>
+__global__ void EmbedRmsNormStartKernel(const StartParams p) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int64_t dim = p.dim;
+  const int64_t vecs = dim / V;
+  float g[kHeld][V], held[kHeld][V];
+#pragma unroll
+  for (int it = 0; it < kHeld; ++it) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+    if (i < vecs) LoadV<V>(p.w + i * V, g[it]);
+  }
+  PdlWait();
+  PdlLaunchDependents();
+  // The token crosses PCIe (~1–2 µs); CTA 0's word copies overlap with it.
+  const int64_t token = static_cast<int64_t>(p.src0[row]);
+  if (row == 0) {
+    const int64_t n = p.n0 > p.n1 ? p.n0 : p.n1;
+    const int64_t pass = static_cast<int64_t>(blockDim.x) * kStartWordsPerThread;
+    for (int64_t base = threadIdx.x; base < n; base += pass) {
+      uint32_t a[kStartWordsPerThread], b[kStartWordsPerThread];
+#pragma unroll
+      for (int j = 0; j < kStartWordsPerThread; ++j) {
+        const int64_t i = base + static_cast<int64_t>(j) * blockDim.x;
+        if (i < p.n0) a[j] = p.src0[i];
+        if (i < p.n1) b[j] = p.src1[i];
+      }
+#pragma unroll
+      for (int j = 0; j < kStartWordsPerThread; ++j) {
+        const int64_t i = base + static_cast<int64_t>(j) * blockDim.x;
+        if (i < p.n0) p.dst0[i] = a[j];
+        if (i < p.n1) p.dst1[i] = b[j];
+      }
+    }
+  }
+  const bf16* er = p.embed + token * dim;
+  float* hr = p.h + row * dim;
+  auto first_pass = [&](int64_t i, float(&v)[V], float& ss) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = __bfloat162float(er[i * V + e]);
+    StoreV<V>(hr + i * V, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) ss = fmaf(v[e], v[e], ss);
+  };
+  float ss = 0.f;
+#pragma unroll
+  for (int it = 0; it < kHeld; ++it) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+    if (i < vecs) first_pass(i, held[it], ss);
+  }
+  for (int64_t i = threadIdx.x + int64_t{kHeld} * blockDim.x; i < vecs; i += blockDim.x) {
+    float v[V];
+    first_pass(i, v, ss);
+  }
+  const float inv = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(dim) + p.eps);
+  bf16* outr = p.out + row * dim;
+#pragma unroll
+  for (int it = 0; it < kHeld; ++it) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+    if (i < vecs) {
+      float v[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[e] = g[it][e] * (held[it][e] * inv);
+      StoreV<V>(outr + i * V, v);
+    }
+  }
+  for (int64_t i = threadIdx.x + int64_t{kHeld} * blockDim.x; i < vecs; i += blockDim.x) {
+    float v[V], gw[V];
+    LoadV<V>(hr + i * V, v);  // this thread's own writes from the first pass
+    LoadV<V>(p.w + i * V, gw);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = gw[e] * (v[e] * inv);
+    StoreV<V>(outr + i * V, v);
+  }
+}
+
 // One CTA per row; y may be x (same stride): every read of the first pass is
 // done before BlockSum's barrier, and each element of the second pass is read
 // and then written by the same thread.
@@ -296,6 +396,38 @@ Status AddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n, in
     LaunchAddRmsNorm<1>(h, delta, delta_type, n, dim, w, eps, out, stream, early_trigger);
   }
   return LaunchStatus("AddRmsNormKernel");
+}
+
+Status EmbedRmsNormStart(const EmbedRmsNormStartArgs& a, cudaStream_t stream) {
+  STRATA_RETURN_IF_ERROR(CheckRows("EmbedRmsNormStart", a.n, a.dim, a.w, a.eps));
+  if (a.n0 < 0 || a.n1 < 0) {
+    return absl::InvalidArgumentError("EmbedRmsNormStart: n0 and n1 must be >= 0");
+  }
+  if (a.n > a.n0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EmbedRmsNormStart: n = ", a.n, " rows need n0 >= n token words, got n0 = ", a.n0));
+  }
+  if ((a.n0 > 0 && (a.src0 == nullptr || a.dst0 == nullptr)) ||
+      (a.n1 > 0 && (a.src1 == nullptr || a.dst1 == nullptr))) {
+    return absl::InvalidArgumentError("EmbedRmsNormStart: a word span with words has a null end");
+  }
+  if (a.embed == nullptr || a.h == nullptr || a.out == nullptr) {
+    return absl::InvalidArgumentError("EmbedRmsNormStart: embed, h and out must be set");
+  }
+  if (a.n == 0) return OkStatus();
+  StartParams p{a.src0, a.dst0, a.n0, a.src1, a.dst1, a.n1, a.embed, a.dim, a.w, a.eps, a.h, a.out};
+  // AddRmsNorm's choice of V (without delta), so that the bits are its.
+  const bool vec = a.dim % 4 == 0 && Vec4(a.h, ActType::kF32) && Vec4(a.w, ActType::kF32) &&
+                   Vec4(a.out, ActType::kBf16);
+  const unsigned grid = static_cast<unsigned>(a.n);
+  if (vec) {
+    (void)LaunchPdl(EmbedRmsNormStartKernel<4>, dim3(grid), dim3(RowThreads(a.dim / 4)), 0,
+                    stream, p);
+  } else {
+    (void)LaunchPdl(EmbedRmsNormStartKernel<1>, dim3(grid), dim3(RowThreads(a.dim)), 0, stream,
+                    p);
+  }
+  return LaunchStatus("EmbedRmsNormStartKernel");
 }
 
 Status RmsNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, ActType type, int64_t n,

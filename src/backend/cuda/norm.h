@@ -23,6 +23,33 @@ Status AddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n, in
                   const float* w, float eps, bf16* out, cudaStream_t stream,
                   bool early_trigger = false);
 
+// A decode step's first kernel (one launch instead of UploadWords,
+// EmbeddingGather and the first layer's AddRmsNorm): the input words are
+// copied as UploadWords copies them (src0 → dst0, src1 → dst1, n0 and n1
+// 32-bit words; src may be pinned host memory), and for each row b < n,
+// h[b] = embed[src0[b]] (fp32) and out[b] = bf16(h[b] / rms · w), with
+// EmbeddingGather's and AddRmsNorm's arithmetic: the same bits as those
+// three kernels. Row b's token is read from src0, not from dst0, so nothing
+// waits for the copy. Tokens must be valid rows of embed (the caller checks
+// them). The next kernel may launch at once (its CTAs load weights while
+// this one runs), as with AddRmsNorm's early_trigger.
+struct EmbedRmsNormStartArgs {
+  const uint32_t* src0 = nullptr;  // [n0]; its first n words are the tokens
+  uint32_t* dst0 = nullptr;
+  int64_t n0 = 0;
+  const uint32_t* src1 = nullptr;  // [n1], may be null with n1 = 0
+  uint32_t* dst1 = nullptr;
+  int64_t n1 = 0;
+  int64_t n = 0;                // rows, ≤ n0
+  const bf16* embed = nullptr;  // [vocab, dim]
+  int64_t dim = 0;
+  const float* w = nullptr;     // [dim]
+  float eps = 0.f;
+  float* h = nullptr;           // [n, dim]
+  bf16* out = nullptr;          // [n, dim]
+};
+Status EmbedRmsNormStart(const EmbedRmsNormStartArgs& a, cudaStream_t stream);
+
 // Plain RMSNorm of rows with a stride (e.g. the latent part of MLA rows):
 // y[i, :dim] = x[i, :dim] / rms · w, x and y of type `type` (may alias).
 Status RmsNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, ActType type, int64_t n,

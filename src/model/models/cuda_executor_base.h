@@ -91,7 +91,22 @@ class CudaExecutorBase : public Model {
   struct StepVariant {
     int64_t bound = 0;
     bool sparse = false;
+    // Set by EnqueueDecode when the step's first kernel has already formed h
+    // (the embedding) and xn (the first layer's input norm), see
+    // FusedDecodeStart: EnqueueLayers then starts at the first layer's mixer.
+    bool start_fused = false;
   };
+
+  // An architecture whose decode step begins with h = embed[token] and then
+  // xn = RMSNorm(h) · norm (Frame::h, Frame::xn, Frame::eps) may name the two
+  // weights here; EnqueueDecode then forms both in the step's first kernel
+  // together with the input upload (cuda::EmbedRmsNormStart) and passes
+  // StepVariant::start_fused. Null (the default): EnqueueLayers does its own.
+  struct DecodeStart {
+    const bf16* embed = nullptr;  // [V, D]
+    const float* norm = nullptr;  // [D]
+  };
+  virtual DecodeStart FusedDecodeStart() const { return {}; }
 
   // Sizes and device buffers of the plan that the shared passes use. The
   // executor fills it at load (the pointers are into its scratch/weights).

@@ -42,6 +42,13 @@ bool StepIoInKernels() {
 static_assert(sizeof(cuda::GpuSamplingRow) % sizeof(uint32_t) == 0,
               "sampling rows are uploaded as 32-bit words");
 
+// STRATA_STEP_START_FUSED=0: the input upload, the embedding and the first
+// input norm as three kernels again (A/B switch; same results).
+bool StepStartFused() {
+  static const bool on = cuda::EnvSwitchOn("STRATA_STEP_START_FUSED");
+  return on;
+}
+
 }  // namespace
 
 CudaExecutorBase::~CudaExecutorBase() {
@@ -351,16 +358,40 @@ bool CudaExecutorBase::NormEarlyTrigger() {
 
 Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const {
   const Frame& f = frame_;
+  StepVariant sv = v;
   if (StepIoInKernels()) {
     const int64_t sampling_words =
         sample ? batch * static_cast<int64_t>(sizeof(cuda::GpuSamplingRow) / sizeof(uint32_t)) : 0;
-    STRATA_RETURN_IF_ERROR(cuda::UploadWords(
-        reinterpret_cast<const uint32_t*>(h_step_), reinterpret_cast<uint32_t*>(f.step),
-        4 * f.max_batch, reinterpret_cast<const uint32_t*>(h_sampling_),
-        reinterpret_cast<uint32_t*>(f.sampling), sampling_words, stream_));
+    const DecodeStart start = FusedDecodeStart();
+    if (start.embed != nullptr && start.norm != nullptr && StepStartFused()) {
+      // The step's first kernel is on the critical path alone (the graph's
+      // second kernel starts ~3 µs after it in any case): it uploads, embeds
+      // and normalises, and the first GEMV launches behind it at once.
+      cuda::EmbedRmsNormStartArgs a;
+      a.src0 = reinterpret_cast<const uint32_t*>(h_step_);
+      a.dst0 = reinterpret_cast<uint32_t*>(f.step);
+      a.n0 = 4 * f.max_batch;
+      a.src1 = reinterpret_cast<const uint32_t*>(h_sampling_);
+      a.dst1 = reinterpret_cast<uint32_t*>(f.sampling);
+      a.n1 = sampling_words;
+      a.n = batch;
+      a.embed = start.embed;
+      a.dim = f.D;
+      a.w = start.norm;
+      a.eps = f.eps;
+      a.h = f.h;
+      a.out = f.xn;
+      STRATA_RETURN_IF_ERROR(cuda::EmbedRmsNormStart(a, stream_));
+      sv.start_fused = true;
+    } else {
+      STRATA_RETURN_IF_ERROR(cuda::UploadWords(
+          reinterpret_cast<const uint32_t*>(h_step_), reinterpret_cast<uint32_t*>(f.step),
+          4 * f.max_batch, reinterpret_cast<const uint32_t*>(h_sampling_),
+          reinterpret_cast<uint32_t*>(f.sampling), sampling_words, stream_));
+    }
   }
   const float* pending = nullptr;
-  STRATA_RETURN_IF_ERROR(EnqueueLayers(batch, f.step, nullptr, 0, v, &pending));
+  STRATA_RETURN_IF_ERROR(EnqueueLayers(batch, f.step, nullptr, 0, sv, &pending));
   // The LM head's CTAs may launch before the final norm's wait and load
   // weights while the last layer drains.
   STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pending, ActType::kF32, batch, f.D, f.final_norm,

@@ -25,7 +25,8 @@
 //          planless path: router+route (one kernel, gemm.h GemvRoute) →
 //          gate|up → down+combine, with the shared
 //          expert folded into those two kernels (MoeArgs::shared_w13; its
-//          weights load while routing runs)
+//          weights load while routing runs) and the sum added into h by
+//          the down kernel (MoeArgs::accumulate; no pending)
 // then logits = lm_head(RMSNorm(h += pending)).
 // At decode (≤ 16 rows) pieces run on a second stream beside the main chain
 // (CudaExecutorBase::Branching): f_b/g_b beside the conv and the KDA step
@@ -71,6 +72,13 @@ bool PostNormEarly() {
   return on;
 }
 
+// The folded MoE call adds its sum into h itself (MoeArgs::accumulate);
+// STRATA_MOE_INTO_H=0 leaves it to the next norm (A/B switch).
+bool MoeIntoH() {
+  static const bool on = cuda::EnvSwitchOn("STRATA_MOE_INTO_H");
+  return on;
+}
+
 }  // namespace
 
 using cuda::ActType;
@@ -83,6 +91,11 @@ KimiLinearCudaModel::StepVariant KimiLinearCudaModel::DecodeVariant(int64_t max_
   int64_t b = kMinMlaBucket;
   while (b < max_len) b *= 2;
   return StepVariant{std::min(b, plan_.max_ctx), false};
+}
+
+KimiLinearCudaModel::DecodeStart KimiLinearCudaModel::FusedDecodeStart() const {
+  if (w_.layers.empty()) return {};
+  return DecodeStart{w_.embed, w_.layers.front().input_norm};
 }
 
 // ----------------------------------------------------------------------------
@@ -371,8 +384,10 @@ Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode, const cu
   } else if (g.Is > 0 && !folded) {
     STRATA_RETURN_IF_ERROR(swiglu(g.Is, stream_));
   }
-  // The routed sum joins the residual in the next AddRmsNorm (one pass less).
-  *pending = s_.delta;
+  // The routed sum joins the residual in the next AddRmsNorm (one pass less),
+  // or, with the shared expert folded in, in the MoE call itself: nothing
+  // else touches h during that call, and the next norm then reads one array.
+  *pending = moe.accumulate ? nullptr : s_.delta;
   return OkStatus();
 }
 
@@ -396,6 +411,10 @@ cuda::MoeArgs KimiLinearCudaModel::MoeArgsFor(const Layer& L, int64_t n, bool de
     a.shared_w2 = f.down;
     if (!cuda::MoeFoldsSharedExpert(a)) a.shared_w13 = a.shared_w2 = nullptr;
   }
+  if (a.shared_w13 != nullptr && MoeIntoH()) {
+    a.y = s_.h;
+    a.accumulate = true;
+  }
   return a;
 }
 
@@ -403,8 +422,11 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
                                           int64_t past, const StepVariant& v,
                                           const float** pending) const {
   const Geometry& g = g_;
-  STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, g.D, tokens, n, s_.h, stream_));
+  if (!v.start_fused) {
+    STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, g.D, tokens, n, s_.h, stream_));
+  }
   const float* pend = nullptr;
+  bool first = true;
   // The input norm lets in_proj / q_proj launch before its wait (their CTAs
   // load weights while the previous MoE's down kernel drains). The
   // post-attention norm does so only when the MoE call folds the shared
@@ -413,8 +435,11 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
   // waits for a slot behind 1,024 CTAs (docs/performance.md, sessions 13–15).
   const bool input_early = NormEarlyTrigger();
   for (const Layer& L : w_.layers) {
-    STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, g.D, L.input_norm, g.eps,
-                                            s_.xn, stream_, input_early));
+    if (!(first && v.start_fused)) {  // else the step's first kernel formed xn
+      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, g.D, L.input_norm,
+                                              g.eps, s_.xn, stream_, input_early));
+    }
+    first = false;
     pend = nullptr;
     if (L.is_mla) {
       STRATA_RETURN_IF_ERROR(MlaMixer(L, n, ps, past, v.bound));

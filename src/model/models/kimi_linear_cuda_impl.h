@@ -248,6 +248,8 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
   // Decode graphs are keyed by the MlaDecode length bound: the next power of
   // two ≥ the longest sequence, at least kMinMlaBucket (0 without MLA layers).
   StepVariant DecodeVariant(int64_t max_len) const override;
+  // The embedding table and the first layer's input norm.
+  DecodeStart FusedDecodeStart() const override;
   // Random KDA states and conv windows.
   Status FillSlotForBenchmark(const CudaState& st,
                               const std::function<uint64_t()>& next) const override;
