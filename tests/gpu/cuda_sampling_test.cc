@@ -88,6 +88,7 @@ std::vector<int32_t> Sample(const std::vector<float>& logits, int64_t V,
   }
   const size_t ws_bytes = with_workspace ? SampleWorkspaceBytes(B, V) : 0;
   DevBuf ws(ws_bytes);
+  if (ws_bytes > 0) EXPECT_EQ(cudaMemset(ws.get(), 0, ws_bytes), cudaSuccess);  // its contract
   int32_t* pinned = nullptr;
   if (tokens_in_pinned_host) {
     EXPECT_EQ(cudaMallocHost(&pinned, sizeof(int32_t) * B), cudaSuccess);
@@ -452,6 +453,7 @@ TEST(CudaSampling, CapturedGraphFollowsDeviceParams) {
   // in the graph, PDL-chained.
   const size_t ws_bytes = SampleWorkspaceBytes(B, V);
   DevBuf ws(ws_bytes);
+  CUDA_OK(cudaMemset(ws.get(), 0, ws_bytes));
   cudaGraph_t graph;
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   const Status st = SampleTokens(d_logits.get<float>(), B, V, d_rows.get<GpuSamplingRow>(),
@@ -466,6 +468,9 @@ TEST(CudaSampling, CapturedGraphFollowsDeviceParams) {
     for (auto& r : rows) r.step = step;
     CUDA_OK(
         cudaMemcpy(d_rows.get(), rows.data(), sizeof(GpuSamplingRow) * B, cudaMemcpyHostToDevice));
+    // Poisoned: row 0 (greedy) must be written again by the scan's last CTA,
+    // which only happens when the previous replay re-armed its count.
+    CUDA_OK(cudaMemset(d_tokens.get(), 0xff, sizeof(int32_t) * B));
     CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     std::vector<int32_t> replayed(static_cast<size_t>(B));
@@ -480,6 +485,11 @@ TEST(CudaSampling, CapturedGraphFollowsDeviceParams) {
     previous = replayed;
   }
   EXPECT_GT(changed, 0) << "the replay ignored the new step";
+  // The workspace's per-row counts are zero again after every call.
+  std::vector<uint32_t> counts(static_cast<size_t>(B));
+  CUDA_OK(cudaMemcpy(counts.data(), static_cast<const char*>(ws.get()) + ws_bytes - 4 * B, 4 * B,
+                     cudaMemcpyDeviceToHost));
+  EXPECT_EQ(counts, std::vector<uint32_t>(static_cast<size_t>(B), 0u));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);

@@ -80,6 +80,9 @@ struct SampleParams {
   const GpuSamplingRow* rows;   // [B]
   int32_t* tokens;              // [B]
   ScanPartial* partials;        // [B, kScanChunks] from SampleScanKernel, or null
+  // With partials: [B] arrival counts of the row's scan CTAs (zero between
+  // calls). The last CTA of a greedy row writes its token itself.
+  unsigned int* tickets;
 };
 
 struct Smem {
@@ -341,10 +344,45 @@ __global__ void __launch_bounds__(kScanThreads) SampleScanKernel(SampleParams p)
   a = WarpMerge(a);
   if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = a;
   __syncthreads();
+  __shared__ bool last;
   if (threadIdx.x == 0) {
     ScanPartial t = kScanEmpty;
     for (int w = 0; w < kScanThreads / 32; ++w) Merge(t, warps[w]);
     p.partials[static_cast<size_t>(blockIdx.y) * kScanChunks + blockIdx.x] = t;
+    last = false;
+    if (p.tickets != nullptr) {
+      // Publish the partial, then count in; the CTA that counts last merges.
+      __threadfence();
+      last = atomicAdd(&p.tickets[blockIdx.y], 1u) == kScanChunks - 1;
+    }
+  }
+  __syncthreads();
+  if (!last) return;
+  // The row's last CTA: re-arm the count for the next call, and for a greedy
+  // row (T ≤ 0 or NaN, or no finite logit) merge the chunks and write the
+  // token now, as SampleKernel's pass 1 would (a total order, a max and an
+  // integer sum: the same token). SampleKernel then skips T ≤ 0 rows; its
+  // launch and wait are no longer between the logits and the token.
+  __threadfence();
+  if (threadIdx.x == 0) p.tickets[blockIdx.y] = 0;
+  const GpuSamplingRow prm = p.rows[blockIdx.y];
+  ScanPartial m = kScanEmpty;
+  if (threadIdx.x < kScanChunks) {
+    // Through L2: the other CTAs' partials are not in this SM's L1.
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(
+        p.partials + static_cast<size_t>(blockIdx.y) * kScanChunks + threadIdx.x));
+    m = ScanPartial{v.x, __float_as_int(v.y), v.z, __float_as_int(v.w)};
+  }
+  m = WarpMerge(m);
+  __syncthreads();  // warps[] is reused
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ScanPartial t = kScanEmpty;
+    for (int w = 0; w < kScanThreads / 32; ++w) Merge(t, warps[w]);
+    if (!(prm.temperature > 0.f) || t.finite == 0) {
+      p.tokens[blockIdx.y] = t.best_i == INT_MAX ? 0 : t.best_i;
+    }
   }
 }
 
@@ -356,6 +394,8 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(SampleParams p) {
   const bool vec4 = p.vec4 != 0;
   const float* l = p.logits + static_cast<size_t>(blockIdx.x) * V;
   const GpuSamplingRow prm = p.rows[blockIdx.x];
+  // The scan's last CTA has written a greedy row's token.
+  if (p.tickets != nullptr && !(prm.temperature > 0.f)) return;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
 
@@ -464,8 +504,11 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(SampleParams p) {
 
 }  // namespace
 
+// [B, kScanChunks] partials, then [B] tickets.
 size_t SampleWorkspaceBytes(int64_t batch, int64_t /*vocab*/) {
-  return batch > 0 ? static_cast<size_t>(batch) * kScanChunks * sizeof(ScanPartial) : 0;
+  return batch > 0 ? static_cast<size_t>(batch) * (kScanChunks * sizeof(ScanPartial) +
+                                                   sizeof(unsigned int))
+                   : 0;
 }
 
 Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const GpuSamplingRow* rows,
@@ -493,6 +536,12 @@ Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const Gpu
   if (workspace != nullptr && workspace_bytes >= SampleWorkspaceBytes(batch, vocab) &&
       IsAligned(workspace, 16) && batch <= 65535) {
     p.partials = static_cast<ScanPartial*>(workspace);
+    // STRATA_SAMPLE_SCAN_GREEDY=0: greedy rows wait for SampleKernel as
+    // well (A/B switch; the same tokens).
+    static const bool scan_greedy = EnvSwitchOn("STRATA_SAMPLE_SCAN_GREEDY");
+    if (scan_greedy) {
+      p.tickets = reinterpret_cast<unsigned int*>(p.partials + batch * kScanChunks);
+    }
     const cudaError_t err =
         LaunchPdl(SampleScanKernel, dim3(kScanChunks, static_cast<unsigned>(batch)),
                   dim3(kScanThreads), 0, stream, p);

@@ -179,6 +179,11 @@ class CudaExecutorBase : public Model {
   // owned by `st` alone (the copy-on-write invariant, cuda_paged_state.h).
   Status EnsureBlocks(CudaSequenceState& st, int64_t tokens) const;
   Status Sync(const char* what) const;
+  // Waits until a decode step's sampling has written `batch` tokens into
+  // h_sampled_ (set to −1 before the launch; tokens are ≥ 0), asking the
+  // stream now and then so that a failed step returns its error instead of
+  // spinning. The step's graph may still be retiring when this returns.
+  Status AwaitSampledTokens(int64_t batch) const;
   // Fills frame_ from an executor's geometry, plan, weights and scratch (the
   // three executors name these fields alike).
   template <typename Geometry, typename Plan, typename Weights, typename Scratch>

@@ -4,6 +4,7 @@
 #include "model/models/cuda_executor_base.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -46,6 +47,14 @@ static_assert(sizeof(cuda::GpuSamplingRow) % sizeof(uint32_t) == 0,
 // input norm as three kernels again (A/B switch; same results).
 bool StepStartFused() {
   static const bool on = cuda::EnvSwitchOn("STRATA_STEP_START_FUSED");
+  return on;
+}
+
+// Whether a sampling step's caller waits for its tokens to land in pinned
+// memory (AwaitSampledTokens) rather than for the stream to drain:
+// STRATA_STEP_POLL=0 restores cudaStreamSynchronize (A/B switch).
+bool StepPoll() {
+  static const bool on = cuda::EnvSwitchOn("STRATA_STEP_POLL");
   return on;
 }
 
@@ -131,6 +140,30 @@ PoolUsage CudaExecutorBase::Usage() const {
 
 // ----------------------------------------------------------------------------
 // Small helpers
+
+Status CudaExecutorBase::AwaitSampledTokens(int64_t batch) const {
+  const volatile int32_t* tokens = h_sampled_;
+  auto landed = [&]() {
+    for (int64_t b = 0; b < batch; ++b) {
+      if (tokens[b] < 0) return false;
+    }
+    return true;
+  };
+  for (uint32_t spin = 1; !landed(); ++spin) {
+    // Now and then ask the stream, so that a failed step cannot hang the
+    // caller: an error is returned, and a finished step without its tokens
+    // is reported as such.
+    if (spin % 512 != 0) continue;
+    const cudaError_t q = cudaStreamQuery(stream_);
+    if (q == cudaErrorNotReady) continue;
+    if (q != cudaSuccess) return cuda::CudaError(q, "decode step");
+    if (landed()) break;
+    return absl::InternalError("decode step: the step ended without writing its sampled tokens");
+  }
+  // The tokens are read after the flag loads above.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return OkStatus();
+}
 
 Status CudaExecutorBase::Sync(const char* what) const {
   const cudaError_t e = cudaStreamSynchronize(stream_);
@@ -556,6 +589,16 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
     }
   }
 
+  // A step whose sampled tokens land in pinned memory is over for the host
+  // once they have landed: the kernels that write them end the step, so
+  // polling them returns ~4 µs before the graph's completion reaches the
+  // stream (docs/performance.md, session 18). Anything the host enqueues
+  // next is ordered behind the step on the stream anyway.
+  const bool poll = sample && StepIoInKernels() && logits == nullptr && out_tokens != nullptr &&
+                    StepPoll();
+  if (poll) {
+    for (int64_t b = 0; b < B; ++b) h_sampled_[b] = -1;
+  }
   STRATA_RETURN_IF_ERROR(RunDecodeStep(B, DecodeVariant(max_len), sample));
 
   if (logits != nullptr) {
@@ -568,7 +611,11 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
                                                 sizeof(int32_t) * static_cast<size_t>(B),
                                                 cudaMemcpyDeviceToHost, stream_));
   }
-  STRATA_RETURN_IF_ERROR(Sync("decode step"));
+  if (poll) {
+    STRATA_RETURN_IF_ERROR(AwaitSampledTokens(B));
+  } else {
+    STRATA_RETURN_IF_ERROR(Sync("decode step"));
+  }
   if (logits != nullptr) {
     std::memcpy(logits, h_logits_, sizeof(float) * static_cast<size_t>(B * f.V));
   }
