@@ -397,6 +397,38 @@ class DecodeFixture {
     return Compare(got, ref);
   }
 
+  // Poisons each sequence's newest cache row on the device (NaN) and
+  // enqueues MlaCacheWrite of the true rows on `stream` (a decode step's
+  // order), so that the MlaDecode after it sees them only if it reads that
+  // block after its PDL wait. Sequences of length ≥ 1 only.
+  ::testing::AssertionResult RewriteNewestRows(cudaStream_t stream) {
+    std::vector<uint16_t> newest(static_cast<size_t>(batch_ * cd_));
+    std::vector<int32_t> positions(static_cast<size_t>(batch_));
+    const std::vector<uint16_t> nan(static_cast<size_t>(cd_), kBf16NaN);
+    for (int64_t b = 0; b < batch_; ++b) {
+      const int64_t pos = c_.seq_lens[b] - 1;
+      positions[b] = static_cast<int32_t>(pos);
+      const uint16_t* row = cache_->Row(b, pos);
+      std::copy(row, row + cd_, newest.begin() + b * cd_);
+      const size_t at = static_cast<size_t>(row - cache_->pool.data());
+      if (cudaMemcpy(pool_d_->ptr() + at, nan.data(), 2 * cd_, cudaMemcpyHostToDevice) !=
+          cudaSuccess) {
+        return ::testing::AssertionFailure() << "poison failed";
+      }
+    }
+    newest_d_ = std::make_unique<DeviceArray<bf16>>(newest.size());
+    pos_d_ = std::make_unique<DeviceArray<int32_t>>(positions.size());
+    if (cuda::Upload(*newest_d_, newest) != cudaSuccess ||
+        cuda::Upload(*pos_d_, positions) != cudaSuccess) {
+      return ::testing::AssertionFailure() << "upload failed";
+    }
+    const MlaDecodeArgs a = Args(ActType::kF32);
+    const Status st =
+        MlaCacheWrite(c_.shape, a.cache, newest_d_->ptr(), cd_, batch_, 0, pos_d_->ptr(), stream);
+    if (!st.ok()) return ::testing::AssertionFailure() << st;
+    return ::testing::AssertionSuccess();
+  }
+
   size_t workspace_bytes() const { return ws_bytes_; }
   size_t out_bytes_f32() const { return out_d_->size() * sizeof(float); }
   void* workspace() const { return ws_d_->ptr(); }
@@ -413,6 +445,8 @@ class DecodeFixture {
   std::unique_ptr<DeviceArray<int32_t>> table_d_, lens_d_;
   std::unique_ptr<DeviceArray<float>> out_d_;
   std::unique_ptr<DeviceArray<uint8_t>> ws_d_;
+  std::unique_ptr<DeviceArray<bf16>> newest_d_;
+  std::unique_ptr<DeviceArray<int32_t>> pos_d_;
   size_t ws_bytes_ = 0;
 };
 
@@ -508,6 +542,38 @@ TEST(CudaMlaDecode, ProductionShapeTwoHeadGroupsLongContext) {
   MlaShape s = ProductionShape(64);
   s.scale = 0.05f;
   RunDecodeCase({"decode prod H64 lens{700,3000,129}", s, {700, 3000, 129}, 3100, false}, 4);
+}
+
+// MlaDecodeArgs::cache_before_wait: the first cache block is requested
+// before the PDL wait only when it holds older rows. Right behind the
+// MlaCacheWrite of each sequence's newest row (poisoned before), on one
+// stream, the output is the plain call's byte for byte: a block read before
+// the write would carry the NaN. Lengths put the newest row in the first
+// block of a split (1, 65, 4097) and elsewhere (4100, 700).
+TEST(CudaMlaDecode, CacheBeforeWaitReadsTheNewestRowAfterItsWrite) {
+  for (const DecodeCase& c :
+       {DecodeCase{"prod lens{1,65,4100}", ProductionShape(), {1, 65, 4100}, 4100, false},
+        DecodeCase{"prod lens{4097,700}", ProductionShape(), {4097, 700}, 4097, false}}) {
+    SCOPED_TRACE(c.name);
+    DecodeFixture f(c, 11);
+    ASSERT_TRUE(f.Upload());
+    cudaStream_t stream;
+    CUDA_ASSERT_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (ActType t : {ActType::kF32, ActType::kBf16}) {
+      ASSERT_TRUE(MlaDecode(f.Args(t), f.workspace(), f.workspace_bytes(), stream).ok());
+      CUDA_ASSERT_OK(cudaStreamSynchronize(stream));
+      const std::vector<uint8_t> plain = f.RawOut(t);
+      for (int rep = 0; rep < 3; ++rep) {
+        ASSERT_TRUE(f.RewriteNewestRows(stream));
+        MlaDecodeArgs a = f.Args(t);
+        a.cache_before_wait = true;
+        ASSERT_TRUE(MlaDecode(a, f.workspace(), f.workspace_bytes(), stream).ok());
+        CUDA_ASSERT_OK(cudaStreamSynchronize(stream));
+        EXPECT_TRUE(f.RawOut(t) == plain) << "rep " << rep;
+      }
+    }
+    CUDA_ASSERT_OK(cudaStreamDestroy(stream));
+  }
 }
 
 TEST(CudaMlaDecode, CapturedInCudaGraphMatchesReference) {

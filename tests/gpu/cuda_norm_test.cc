@@ -306,8 +306,8 @@ TEST(CudaNorm, EmbedRmsNormStartGivesTheThreeKernelsBits) {
     int64_t dim, n;
     size_t out_offset;  // bytes
   };
-  for (const Case c : {Case{2304, 1, 0}, Case{2304, 3, 0}, Case{8200, 2, 0}, Case{66, 3, 0},
-                       Case{2304, 2, 2}}) {
+  for (const Case c :
+       {Case{2304, 1, 0}, Case{2304, 3, 0}, Case{8200, 2, 0}, Case{66, 3, 0}, Case{2304, 2, 2}}) {
     SCOPED_TRACE(testing::Message() << "dim=" << c.dim << " n=" << c.n << " out+" << c.out_offset);
     const int64_t D = c.dim, n = c.n;
     const int64_t n0 = 4 * 8, n1 = 13;  // tokens | other step words, then sampling words
@@ -323,7 +323,8 @@ TEST(CudaNorm, EmbedRmsNormStartGivesTheThreeKernelsBits) {
     const size_t rows = static_cast<size_t>(n * D);
     DevBuf words_ref(sizeof(uint32_t) * (n0 + n1)), words(sizeof(uint32_t) * (n0 + n1));
     DevBuf h_ref(sizeof(float) * rows), h(sizeof(float) * rows);
-    DevBuf out_ref(sizeof(uint16_t) * rows, c.out_offset), out(sizeof(uint16_t) * rows, c.out_offset);
+    DevBuf out_ref(sizeof(uint16_t) * rows, c.out_offset),
+        out(sizeof(uint16_t) * rows, c.out_offset);
     CUDA_OK(cudaMemset(h.get(), 0xff, sizeof(float) * rows));
     CUDA_OK(cudaMemset(out.get(), 0xff, sizeof(uint16_t) * rows));
     cudaStream_t s = nullptr;
@@ -334,8 +335,8 @@ TEST(CudaNorm, EmbedRmsNormStartGivesTheThreeKernelsBits) {
     ASSERT_TRUE(EmbeddingGather(d_embed.get<bf16>(), D, reinterpret_cast<const int32_t*>(wr), n,
                                 h_ref.get<float>(), s)
                     .ok());
-    ASSERT_TRUE(AddRmsNorm(h_ref.get<float>(), nullptr, ActType::kF32, n, D, d_w.get<float>(),
-                           kEps, out_ref.get<bf16>(), s)
+    ASSERT_TRUE(AddRmsNorm(h_ref.get<float>(), nullptr, ActType::kF32, n, D, d_w.get<float>(), kEps,
+                           out_ref.get<bf16>(), s)
                     .ok());
 
     EmbedRmsNormStartArgs a;

@@ -252,6 +252,7 @@ struct DecodeParams {
   const int32_t* sel_counts;
   int64_t sel_stride;
   bool sel_one_seq;  // every row uses block-table row 0 (sparse prefill)
+  bool cache_before_wait;  // MlaDecodeArgs::cache_before_wait
 };
 
 template <int kR, int kDr>
@@ -297,31 +298,15 @@ __global__ void __launch_bounds__(kDecThreads, 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c4 = lane & 3;  // mma fragment row / column pair
   const int head0 = group * kDecHeads;
-  PdlWait();
-  PdlLaunchDependents();
-
+  // cache_before_wait: the lengths, the block table and every cache row but
+  // the newest are final before this kernel's predecessors end (see
+  // MlaDecodeArgs), so the first block is requested before the wait when it
+  // holds older rows only.
+  if (!p.cache_before_wait) PdlWait();
   const int seq_len = DecodeLength(p.seq_lens, p.sel_counts, b, p.max_seq_len);
   const int num_blocks = (seq_len + kDecTok - 1) / kDecTok;
   const int blk_begin = split * p.blocks_per_split;
   const int blk_end = min(num_blocks, blk_begin + p.blocks_per_split);
-  if (blk_begin >= blk_end) {
-    // Nothing cached in this range. The merge only reads the splits that
-    // cover tokens, so only the single-split form has output to write.
-    if (p.num_splits == 1) {
-      for (int i = tid; i < kDecHeads * kR; i += kDecThreads) {
-        const int head = head0 + i / kR;
-        if (head >= p.num_heads) break;
-        const int64_t o = (static_cast<int64_t>(b) * p.num_heads + head) * kR + i % kR;
-        if (p.out_f32) {
-          static_cast<float*>(p.out)[o] = 0.f;
-        } else {
-          static_cast<bf16*>(p.out)[o] = __float2bfloat16(0.f);
-        }
-      }
-    }
-    return;
-  }
-
   const int32_t* table =
       p.block_table + static_cast<int64_t>(p.sel_one_seq ? 0 : b) * p.max_blocks;
   auto load_block = [&](int blk, int st) {
@@ -353,6 +338,32 @@ __global__ void __launch_bounds__(kDecThreads, 1)
       }
     }
   };
+  const bool block_early = p.cache_before_wait && p.sel_rows == nullptr && blk_begin < blk_end &&
+                           (blk_begin + 1) * kDecTok <= seq_len - 1;
+  if (block_early) {
+    load_block(blk_begin, 0);
+    CpAsyncCommit();
+  }
+  if (p.cache_before_wait) PdlWait();
+  PdlLaunchDependents();
+
+  if (blk_begin >= blk_end) {
+    // Nothing cached in this range. The merge only reads the splits that
+    // cover tokens, so only the single-split form has output to write.
+    if (p.num_splits == 1) {
+      for (int i = tid; i < kDecHeads * kR; i += kDecThreads) {
+        const int head = head0 + i / kR;
+        if (head >= p.num_heads) break;
+        const int64_t o = (static_cast<int64_t>(b) * p.num_heads + head) * kR + i % kR;
+        if (p.out_f32) {
+          static_cast<float*>(p.out)[o] = 0.f;
+        } else {
+          static_cast<bf16*>(p.out)[o] = __float2bfloat16(0.f);
+        }
+      }
+    }
+    return;
+  }
 
   // Prologue: this head group's q̃ rows (padding heads zero-filled) and the
   // first cache block.
@@ -372,7 +383,7 @@ __global__ void __launch_bounds__(kDecThreads, 1)
       CpAsync16(dst + SwizzledOffset(row, ch, Tile::kRowBytes), ok ? src : p.q, ok);
     }
   }
-  load_block(blk_begin, 0);
+  if (!block_early) load_block(blk_begin, 0);
   CpAsyncCommit();
 
   // S-phase role: m-tile and K-quarter; PV role: latent columns.
@@ -1698,6 +1709,15 @@ size_t MlaDecodeWorkspaceBytes(const MlaShape& shape, int64_t batch, int64_t max
   return PlanDecode(shape, batch, max_seq_len, SmCount(), batch_invariant).workspace_bytes;
 }
 
+namespace {
+// STRATA_MLA_CACHE_EARLY=0 ignores MlaDecodeArgs::cache_before_wait (A/B
+// switch; the same bits).
+bool MlaCacheEarlyEnabled() {
+  static const bool on = EnvSwitchOn("STRATA_MLA_CACHE_EARLY");
+  return on;
+}
+}  // namespace
+
 Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_bytes,
                  cudaStream_t stream) {
   const MlaShape& s = args.shape;
@@ -1770,6 +1790,7 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
     p.sel_counts = sparse ? sp.counts : nullptr;
     p.sel_stride = sp.stride;
     p.sel_one_seq = sparse && sp.one_sequence;
+    p.cache_before_wait = args.cache_before_wait && !sparse && MlaCacheEarlyEnabled();
     if (plan.num_splits > 1) {
       p.part_o = static_cast<float*>(workspace);
       p.part_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + plan.part_o_bytes);

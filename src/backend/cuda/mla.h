@@ -96,6 +96,14 @@ struct MlaDecodeArgs {
   // Default off (the default plan picks the split from the batch and the
   // bound, which is faster at small batches).
   bool batch_invariant = false;
+  // The caller's promise that the work this call follows on the stream
+  // writes no cache row of a sequence b but its newest, position
+  // seq_lens[b] − 1 (a decode step's MlaCacheWrite), and writes neither
+  // seq_lens nor the block table: the tensor-core kernel then requests its
+  // first cache block before its PDL wait when that block holds older rows
+  // only, so the load overlaps the previous kernels' tail. Dense only
+  // (ignored with `sparse`); the same bits either way.
+  bool cache_before_wait = false;
 };
 size_t MlaDecodeWorkspaceBytes(const MlaShape& shape, int64_t batch, int64_t max_seq_len,
                                bool batch_invariant = false);

@@ -43,10 +43,10 @@ struct EmbedRmsNormStartArgs {
   int64_t n = 0;                // rows, ≤ n0
   const bf16* embed = nullptr;  // [vocab, dim]
   int64_t dim = 0;
-  const float* w = nullptr;     // [dim]
+  const float* w = nullptr;  // [dim]
   float eps = 0.f;
-  float* h = nullptr;           // [n, dim]
-  bf16* out = nullptr;          // [n, dim]
+  float* h = nullptr;   // [n, dim]
+  bf16* out = nullptr;  // [n, dim]
 };
 Status EmbedRmsNormStart(const EmbedRmsNormStartArgs& a, cudaStream_t stream);
 

@@ -594,8 +594,8 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
   // polling them returns ~4 µs before the graph's completion reaches the
   // stream (docs/performance.md, session 18). Anything the host enqueues
   // next is ordered behind the step on the stream anyway.
-  const bool poll = sample && StepIoInKernels() && logits == nullptr && out_tokens != nullptr &&
-                    StepPoll();
+  const bool poll =
+      sample && StepIoInKernels() && logits == nullptr && out_tokens != nullptr && StepPoll();
   if (poll) {
     for (int64_t b = 0; b < B; ++b) h_sampled_[b] = -1;
   }

@@ -304,6 +304,10 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
     a.out_latent = s_.lat_o;
     a.out_type = ActType::kBf16;
     a.batch_invariant = invariant_;
+    // Only this step's MlaCacheWrite touches the cache (the newest row), and
+    // the lengths and block table were uploaded before the step's first
+    // kernel finished.
+    a.cache_before_wait = true;
     STRATA_RETURN_IF_ERROR(cuda::MlaDecode(a, s_.mla_ws, plan_.mla_ws, stream_));
     // o_h = W_UV,h õ_h: W_h = kv_b rows h·(dn+dv)+dn .. +dv−1 ([dv, r]).
     cuda::StridedBatchedGemmArgs uv;
