@@ -495,6 +495,46 @@ TEST(CudaSampling, CapturedGraphFollowsDeviceParams) {
   cudaStreamDestroy(stream);
 }
 
+// One workspace (zeroed once, the same size every call) for calls of
+// different batch sizes, as a decode loop whose batch changes uses it: a
+// greedy row's token comes from the scan's last CTA, so every row's arrival
+// count must be zero at the start of each call whatever the previous call's
+// batch wrote. Tokens poisoned before each call; greedy rows against the CPU.
+TEST(CudaSampling, OneWorkspaceServesCallsOfChangingBatchSizes) {
+  const int64_t V = 163840, kMaxB = 8;
+  const std::vector<float> l = GreedyRows(kMaxB, V, 515);
+  DevBuf d_logits(sizeof(float) * l.size()), d_rows(sizeof(GpuSamplingRow) * kMaxB),
+      d_tokens(sizeof(int32_t) * kMaxB);
+  CUDA_OK(cudaMemcpy(d_logits.get(), l.data(), sizeof(float) * l.size(), cudaMemcpyHostToDevice));
+  const size_t ws_bytes = SampleWorkspaceBytes(kMaxB, V);
+  DevBuf ws(ws_bytes);
+  CUDA_OK(cudaMemset(ws.get(), 0, ws_bytes));
+  for (const int64_t B : {1, 8, 1, 3, 8, 2, 1}) {
+    SCOPED_TRACE(testing::Message() << "batch " << B);
+    std::vector<GpuSamplingRow> rows(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      rows[b].temperature = b % 2 == 0 ? 0.f : 0.8f;  // greedy and sampled rows
+      rows[b].seed = 9 + b;
+    }
+    CUDA_OK(
+        cudaMemcpy(d_rows.get(), rows.data(), sizeof(GpuSamplingRow) * B, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d_tokens.get(), 0xff, sizeof(int32_t) * kMaxB));
+    ASSERT_TRUE(SampleTokens(d_logits.get<float>(), B, V, d_rows.get<GpuSamplingRow>(),
+                             d_tokens.get<int32_t>(), ws.get(), ws_bytes, nullptr)
+                    .ok());
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<int32_t> got(static_cast<size_t>(B));
+    CUDA_OK(cudaMemcpy(got.data(), d_tokens.get(), sizeof(int32_t) * B, cudaMemcpyDeviceToHost));
+    for (int64_t b = 0; b < B; ++b) {
+      if (b % 2 == 0) {
+        EXPECT_EQ(got[b], CpuGreedy(std::span<const float>(l.data() + b * V, V))) << "row " << b;
+      } else {
+        EXPECT_TRUE(got[b] >= 0 && got[b] < V) << "row " << b << ": " << got[b];
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Misuse.
 

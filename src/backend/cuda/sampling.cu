@@ -504,11 +504,16 @@ __global__ void __launch_bounds__(kThreads, 1) SampleKernel(SampleParams p) {
 
 }  // namespace
 
-// [B, kScanChunks] partials, then [B] tickets.
+// Per row the workspace can serve: its partials and its arrival count. A
+// workspace of W bytes serves R = W / kWorkspaceRowBytes rows: partials
+// [R, kScanChunks] from the start, counts [R] after them. The layout depends
+// on W alone, so row b's count stays at the same address whatever the batch
+// of a call (a call with fewer rows must not find another call's partials
+// where its counts are).
+constexpr size_t kWorkspaceRowBytes = kScanChunks * sizeof(ScanPartial) + sizeof(unsigned int);
+
 size_t SampleWorkspaceBytes(int64_t batch, int64_t /*vocab*/) {
-  return batch > 0 ? static_cast<size_t>(batch) * (kScanChunks * sizeof(ScanPartial) +
-                                                   sizeof(unsigned int))
-                   : 0;
+  return batch > 0 ? static_cast<size_t>(batch) * kWorkspaceRowBytes : 0;
 }
 
 Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const GpuSamplingRow* rows,
@@ -540,7 +545,8 @@ Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const Gpu
     // well (A/B switch; the same tokens).
     static const bool scan_greedy = EnvSwitchOn("STRATA_SAMPLE_SCAN_GREEDY");
     if (scan_greedy) {
-      p.tickets = reinterpret_cast<unsigned int*>(p.partials + batch * kScanChunks);
+      const size_t rows = workspace_bytes / kWorkspaceRowBytes;  // ≥ batch
+      p.tickets = reinterpret_cast<unsigned int*>(p.partials + rows * kScanChunks);
     }
     const cudaError_t err =
         LaunchPdl(SampleScanKernel, dim3(kScanChunks, static_cast<unsigned>(batch)),

@@ -20,10 +20,12 @@ struct GpuSamplingRow {
 
 // Scratch for `batch` rows: the first pass's per-chunk results (64 × 16
 // bytes per row) and a 4-byte arrival count per row, 16-byte aligned. It
-// must be zeroed before its first use (cudaMemset); every call leaves the
-// counts at zero again, so it can serve any number of calls and graph
-// replays, one at a time. With it, a greedy row's token is written by the
-// last of the row's first-pass CTAs, ahead of the per-row kernel. A null or
+// must be zeroed before its first use (cudaMemset) and passed with the same
+// workspace_bytes to every call (the counts' place depends on the size, not
+// on the call's batch); every call leaves the counts at zero again, so it
+// can serve any number of calls of any batch it fits, and graph replays, one
+// at a time. With it, a greedy row's token is written by the last of the
+// row's first-pass CTAs, ahead of the per-row kernel. A null or
 // smaller workspace is allowed: the first pass then runs inside the per-row
 // kernel (slower at large vocabularies, the same tokens).
 size_t SampleWorkspaceBytes(int64_t batch, int64_t vocab);
