@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/copy_words.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
@@ -57,32 +58,11 @@ __global__ void EmbeddingGatherKernel(const bf16* embed, int64_t dim, const int3
   }
 }
 
-// Every read crosses PCIe (~1–2 µs), so a thread issues all its reads of a
-// pass, from both spans, before its first store: the round trips overlap
-// instead of queueing behind stores the compiler may not reorder.
-constexpr int kUploadWordsPerThread = 8;
-
 __global__ void UploadWordsKernel(const uint32_t* src0, uint32_t* dst0, int64_t n0,
                                   const uint32_t* src1, uint32_t* dst1, int64_t n1) {
   PdlWait();
   PdlLaunchDependents();
-  const int64_t n = n0 > n1 ? n0 : n1;
-  const int64_t pass = static_cast<int64_t>(blockDim.x) * kUploadWordsPerThread;
-  for (int64_t base = threadIdx.x; base < n; base += pass) {
-    uint32_t a[kUploadWordsPerThread], b[kUploadWordsPerThread];
-#pragma unroll
-    for (int j = 0; j < kUploadWordsPerThread; ++j) {
-      const int64_t i = base + static_cast<int64_t>(j) * blockDim.x;
-      if (i < n0) a[j] = src0[i];
-      if (i < n1) b[j] = src1[i];
-    }
-#pragma unroll
-    for (int j = 0; j < kUploadWordsPerThread; ++j) {
-      const int64_t i = base + static_cast<int64_t>(j) * blockDim.x;
-      if (i < n0) dst0[i] = a[j];
-      if (i < n1) dst1[i] = b[j];
-    }
-  }
+  CopyWordSpans(src0, dst0, n0, src1, dst1, n1);
 }
 
 // ---------------------------------------------------------------------------

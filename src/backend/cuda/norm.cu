@@ -22,6 +22,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/copy_words.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/vec.cuh"
 
@@ -67,6 +68,61 @@ __device__ __forceinline__ void StoreV(T* p, const float (&v)[V]) {
 // (~1 µs) counts.
 constexpr int kHeld = 2;
 
+// A row's first pass as every AddRmsNorm-type kernel walks it: thread t
+// takes vectors t + it·blockDim (it < kHeld, kept in `held`), then every
+// blockDim-th one after; load(i, v) fetches vector i (and writes h if it
+// must); the squares are summed in that order, each vector's in an fma
+// chain. Kernels that must give AddRmsNorm's bits share it.
+template <int V, typename Load>
+__device__ __forceinline__ float RowSquares(int64_t vecs, float (&held)[kHeld][V], Load load) {
+  float ss = 0.f;
+  auto square = [&](const float(&v)[V]) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) ss = fmaf(v[e], v[e], ss);
+  };
+#pragma unroll
+  for (int it = 0; it < kHeld; ++it) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+    if (i < vecs) {
+      load(i, held[it]);
+      square(held[it]);
+    }
+  }
+  for (int64_t i = threadIdx.x + int64_t{kHeld} * blockDim.x; i < vecs; i += blockDim.x) {
+    float v[V];
+    load(i, v);
+    square(v);
+  }
+  return ss;
+}
+
+// The second pass: out = bf16(w · (h · inv)), the held vectors from
+// registers (g: their weights), the rest re-read from hr (each thread
+// reads back exactly what it wrote in the first pass: no barrier needed).
+template <int V>
+__device__ __forceinline__ void RowOut(const float (&g)[kHeld][V], const float (&held)[kHeld][V],
+                                       const float* hr, const float* w, int64_t vecs, float inv,
+                                       bf16* outr) {
+#pragma unroll
+  for (int it = 0; it < kHeld; ++it) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
+    if (i < vecs) {
+      float v[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[e] = g[it][e] * (held[it][e] * inv);
+      StoreV<V>(outr + i * V, v);
+    }
+  }
+  for (int64_t i = threadIdx.x + int64_t{kHeld} * blockDim.x; i < vecs; i += blockDim.x) {
+    float v[V], gw[V];
+    LoadV<V>(hr + i * V, v);
+    LoadV<V>(w + i * V, gw);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = gw[e] * (v[e] * inv);
+    StoreV<V>(outr + i * V, v);
+  }
+}
+
 template <int V, bool kDelta, typename DT>
 __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const float* w, float eps,
                                  bf16* out, int early) {
@@ -85,7 +141,7 @@ __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const f
   }
   PdlWait();
   PdlLaunchDependents();
-  auto first_pass = [&](int64_t i, float(&v)[V], float& ss) {
+  const float ss = RowSquares<V>(vecs, held, [&](int64_t i, float(&v)[V]) {
     LoadV<V>(hr + i * V, v);
     if constexpr (kDelta) {
       float d[V];
@@ -94,40 +150,10 @@ __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const f
       for (int e = 0; e < V; ++e) v[e] += d[e];
       StoreV<V>(hr + i * V, v);
     }
-#pragma unroll
-    for (int e = 0; e < V; ++e) ss = fmaf(v[e], v[e], ss);
-  };
-  float ss = 0.f;
-#pragma unroll
-  for (int it = 0; it < kHeld; ++it) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
-    if (i < vecs) first_pass(i, held[it], ss);
-  }
-  for (int64_t i = threadIdx.x + int64_t{kHeld} * blockDim.x; i < vecs; i += blockDim.x) {
-    float v[V];
-    first_pass(i, v, ss);
-  }
+  });
   if (out == nullptr) return;  // uniform over the block: no barrier is skipped by a subset
   const float inv = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(dim) + eps);
-  bf16* outr = out + row * dim;
-#pragma unroll
-  for (int it = 0; it < kHeld; ++it) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
-    if (i < vecs) {
-      float v[V];
-#pragma unroll
-      for (int e = 0; e < V; ++e) v[e] = g[it][e] * (held[it][e] * inv);
-      StoreV<V>(outr + i * V, v);
-    }
-  }
-  for (int64_t i = threadIdx.x + int64_t{kHeld} * blockDim.x; i < vecs; i += blockDim.x) {
-    float v[V], gw[V];
-    LoadV<V>(hr + i * V, v);  // this thread's own writes from the first pass
-    LoadV<V>(w + i * V, gw);
-#pragma unroll
-    for (int e = 0; e < V; ++e) v[e] = gw[e] * (v[e] * inv);
-    StoreV<V>(outr + i * V, v);
-  }
+  RowOut<V>(g, held, hr, w, vecs, inv, out + row * dim);
 }
 
 // EmbedRmsNormStart: CTA 0 copies the step's words as UploadWordsKernel
@@ -137,8 +163,6 @@ __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const f
 // chain and BlockSum adds the same partials, so the bits are those kernels'.
 // The embedding is read element by element (any alignment: V follows
 // AddRmsNorm's rule on h, w and out alone).
-constexpr int kStartWordsPerThread = 8;  // UploadWordsKernel's pass
-
 struct StartParams {
   const uint32_t* src0;
   uint32_t* dst0;
@@ -170,64 +194,16 @@ __global__ void EmbedRmsNormStartKernel(const StartParams p) {
   PdlLaunchDependents();
   // The token crosses PCIe (~1–2 µs); CTA 0's word copies overlap with it.
   const int64_t token = static_cast<int64_t>(p.src0[row]);
-  if (row == 0) {
-    const int64_t n = p.n0 > p.n1 ? p.n0 : p.n1;
-    const int64_t pass = static_cast<int64_t>(blockDim.x) * kStartWordsPerThread;
-    for (int64_t base = threadIdx.x; base < n; base += pass) {
-      uint32_t a[kStartWordsPerThread], b[kStartWordsPerThread];
-#pragma unroll
-      for (int j = 0; j < kStartWordsPerThread; ++j) {
-        const int64_t i = base + static_cast<int64_t>(j) * blockDim.x;
-        if (i < p.n0) a[j] = p.src0[i];
-        if (i < p.n1) b[j] = p.src1[i];
-      }
-#pragma unroll
-      for (int j = 0; j < kStartWordsPerThread; ++j) {
-        const int64_t i = base + static_cast<int64_t>(j) * blockDim.x;
-        if (i < p.n0) p.dst0[i] = a[j];
-        if (i < p.n1) p.dst1[i] = b[j];
-      }
-    }
-  }
+  if (row == 0) CopyWordSpans(p.src0, p.dst0, p.n0, p.src1, p.dst1, p.n1);
   const bf16* er = p.embed + token * dim;
   float* hr = p.h + row * dim;
-  auto first_pass = [&](int64_t i, float(&v)[V], float& ss) {
+  const float ss = RowSquares<V>(vecs, held, [&](int64_t i, float(&v)[V]) {
 #pragma unroll
     for (int e = 0; e < V; ++e) v[e] = __bfloat162float(er[i * V + e]);
     StoreV<V>(hr + i * V, v);
-#pragma unroll
-    for (int e = 0; e < V; ++e) ss = fmaf(v[e], v[e], ss);
-  };
-  float ss = 0.f;
-#pragma unroll
-  for (int it = 0; it < kHeld; ++it) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
-    if (i < vecs) first_pass(i, held[it], ss);
-  }
-  for (int64_t i = threadIdx.x + int64_t{kHeld} * blockDim.x; i < vecs; i += blockDim.x) {
-    float v[V];
-    first_pass(i, v, ss);
-  }
+  });
   const float inv = rsqrtf(BlockSum(ss, scratch) / static_cast<float>(dim) + p.eps);
-  bf16* outr = p.out + row * dim;
-#pragma unroll
-  for (int it = 0; it < kHeld; ++it) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(it) * blockDim.x;
-    if (i < vecs) {
-      float v[V];
-#pragma unroll
-      for (int e = 0; e < V; ++e) v[e] = g[it][e] * (held[it][e] * inv);
-      StoreV<V>(outr + i * V, v);
-    }
-  }
-  for (int64_t i = threadIdx.x + int64_t{kHeld} * blockDim.x; i < vecs; i += blockDim.x) {
-    float v[V], gw[V];
-    LoadV<V>(hr + i * V, v);  // this thread's own writes from the first pass
-    LoadV<V>(p.w + i * V, gw);
-#pragma unroll
-    for (int e = 0; e < V; ++e) v[e] = gw[e] * (v[e] * inv);
-    StoreV<V>(outr + i * V, v);
-  }
+  RowOut<V>(g, held, hr, p.w, vecs, inv, p.out + row * dim);
 }
 
 // One CTA per row; y may be x (same stride): every read of the first pass is
