@@ -144,9 +144,11 @@ Status LaunchMap(const S* src, D* dst, int64_t count, cudaStream_t stream, const
   if (count == 0) return OkStatus();
   const bool vec = IsAligned(src, 4 * sizeof(S)) && IsAligned(dst, 4 * sizeof(D));
   if (vec) {
-    (void)LaunchPdl(MapKernel<kAdd, true, S, D>, dim3(GridFor(CeilDiv(count, 4))), dim3(kThreads), 0, stream, src, dst, count);
+    (void)LaunchPdl(MapKernel<kAdd, true, S, D>, dim3(GridFor(CeilDiv(count, 4))), dim3(kThreads),
+                    0, stream, src, dst, count);
   } else {
-    (void)LaunchPdl(MapKernel<kAdd, false, S, D>, dim3(GridFor(count)), dim3(kThreads), 0, stream, src, dst, count);
+    (void)LaunchPdl(MapKernel<kAdd, false, S, D>, dim3(GridFor(count)), dim3(kThreads), 0, stream,
+                    src, dst, count);
   }
   return LaunchStatus(name);
 }
@@ -254,9 +256,11 @@ Status EmbeddingGather(const bf16* embed, int64_t dim, const int32_t* tokens, in
   if (n == 0) return OkStatus();
   const int threads = static_cast<int>(std::clamp<int64_t>(CeilDiv(dim, 8 * 32) * 32, 32, 1024));
   if (dim % 8 == 0 && IsAligned(embed, 16) && IsAligned(h, 16)) {
-    (void)LaunchPdl(EmbeddingGatherKernel<true>, dim3(static_cast<unsigned>(n)), dim3(threads), 0, stream, embed, dim, tokens, h);
+    (void)LaunchPdl(EmbeddingGatherKernel<true>, dim3(static_cast<unsigned>(n)), dim3(threads), 0,
+                    stream, embed, dim, tokens, h);
   } else {
-    (void)LaunchPdl(EmbeddingGatherKernel<false>, dim3(static_cast<unsigned>(n)), dim3(threads), 0, stream, embed, dim, tokens, h);
+    (void)LaunchPdl(EmbeddingGatherKernel<false>, dim3(static_cast<unsigned>(n)), dim3(threads), 0,
+                    stream, embed, dim, tokens, h);
   }
   return LaunchStatus("EmbeddingGatherKernel");
 }
@@ -290,16 +294,20 @@ Status SiluMul(const void* gu, ActType gu_type, int64_t n, int64_t inter, bf16* 
   if (gu_type == ActType::kF32) {
     const float* g = static_cast<const float*>(gu);
     if (vec) {
-      (void)LaunchPdl(SiluMulKernel<true, float>, dim3(grid), dim3(kThreads), 0, stream, g, n, inter, out);
+      (void)LaunchPdl(SiluMulKernel<true, float>, dim3(grid), dim3(kThreads), 0, stream, g, n,
+                      inter, out);
     } else {
-      (void)LaunchPdl(SiluMulKernel<false, float>, dim3(grid), dim3(kThreads), 0, stream, g, n, inter, out);
+      (void)LaunchPdl(SiluMulKernel<false, float>, dim3(grid), dim3(kThreads), 0, stream, g, n,
+                      inter, out);
     }
   } else {
     const bf16* g = static_cast<const bf16*>(gu);
     if (vec) {
-      (void)LaunchPdl(SiluMulKernel<true, bf16>, dim3(grid), dim3(kThreads), 0, stream, g, n, inter, out);
+      (void)LaunchPdl(SiluMulKernel<true, bf16>, dim3(grid), dim3(kThreads), 0, stream, g, n, inter,
+                      out);
     } else {
-      (void)LaunchPdl(SiluMulKernel<false, bf16>, dim3(grid), dim3(kThreads), 0, stream, g, n, inter, out);
+      (void)LaunchPdl(SiluMulKernel<false, bf16>, dim3(grid), dim3(kThreads), 0, stream, g, n,
+                      inter, out);
     }
   }
   return LaunchStatus("SiluMulKernel");
@@ -325,8 +333,8 @@ Status AddSigmoidScaledRows(float* dst, const float* src, const float* logit, in
     return absl::InvalidArgumentError("AddSigmoidScaledRows: dst, src and logit must be set");
   }
   const int64_t count = n * dim;
-  (void)LaunchPdl(AddSigmoidScaledRowsKernel, dim3(GridFor(count)), dim3(kThreads), 0, stream,
-                  dst, src, logit, ld_logit, dim, count);
+  (void)LaunchPdl(AddSigmoidScaledRowsKernel, dim3(GridFor(count)), dim3(kThreads), 0, stream, dst,
+                  src, logit, ld_logit, dim, count);
   return LaunchStatus("AddSigmoidScaledRowsKernel");
 }
 
@@ -347,9 +355,11 @@ Status FillRandomBf16(bf16* dst, int64_t count, uint64_t seed, float scale, cuda
   }
   if (count == 0) return OkStatus();
   if (IsAligned(dst, 16)) {
-    (void)LaunchPdl(FillRandomBf16Kernel<true>, dim3(GridFor(CeilDiv(count, 8))), dim3(kThreads), 0, stream, dst, count, seed, scale);
+    (void)LaunchPdl(FillRandomBf16Kernel<true>, dim3(GridFor(CeilDiv(count, 8))), dim3(kThreads), 0,
+                    stream, dst, count, seed, scale);
   } else {
-    (void)LaunchPdl(FillRandomBf16Kernel<false>, dim3(GridFor(count)), dim3(kThreads), 0, stream, dst, count, seed, scale);
+    (void)LaunchPdl(FillRandomBf16Kernel<false>, dim3(GridFor(count)), dim3(kThreads), 0, stream,
+                    dst, count, seed, scale);
   }
   return LaunchStatus("FillRandomBf16Kernel");
 }
@@ -362,9 +372,11 @@ Status FillRandomF32(float* dst, int64_t count, uint64_t seed, float lo, float h
   }
   if (count == 0) return OkStatus();
   if (IsAligned(dst, 16)) {
-    (void)LaunchPdl(FillRandomF32Kernel<true>, dim3(GridFor(CeilDiv(count, 4))), dim3(kThreads), 0, stream, dst, count, seed, lo, hi);
+    (void)LaunchPdl(FillRandomF32Kernel<true>, dim3(GridFor(CeilDiv(count, 4))), dim3(kThreads), 0,
+                    stream, dst, count, seed, lo, hi);
   } else {
-    (void)LaunchPdl(FillRandomF32Kernel<false>, dim3(GridFor(count)), dim3(kThreads), 0, stream, dst, count, seed, lo, hi);
+    (void)LaunchPdl(FillRandomF32Kernel<false>, dim3(GridFor(count)), dim3(kThreads), 0, stream,
+                    dst, count, seed, lo, hi);
   }
   return LaunchStatus("FillRandomF32Kernel");
 }

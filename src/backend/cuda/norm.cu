@@ -340,7 +340,9 @@ void LaunchAddRmsNorm(float* h, const void* delta, ActType delta_type, int64_t n
 template <int V, typename T>
 void LaunchRmsNormRows(const void* x, int64_t ldx, void* y, int64_t ldy, int64_t n, int64_t dim,
                        const float* w, float eps, cudaStream_t stream) {
-  (void)LaunchPdl(RmsNormRowsKernel<V, T>, dim3(static_cast<unsigned>(n)), dim3(RowThreads(dim / V)), 0, stream, static_cast<const T*>(x), ldx, static_cast<T*>(y), ldy, dim, w, eps);
+  (void)LaunchPdl(RmsNormRowsKernel<V, T>, dim3(static_cast<unsigned>(n)),
+                  dim3(RowThreads(dim / V)), 0, stream, static_cast<const T*>(x), ldx,
+                  static_cast<T*>(y), ldy, dim, w, eps);
 }
 
 template <int V, typename OT, bool kSilu>
@@ -349,9 +351,13 @@ void LaunchGated(const void* o, const void* gate, ActType gate_type, int64_t row
   const unsigned grid = static_cast<unsigned>(CeilDiv(rows, kGatedWarps));
   const OT* op = static_cast<const OT*>(o);
   if (gate_type == ActType::kF32) {
-    (void)LaunchPdl(GatedRmsNormSigmoidKernel<V, OT, float, kSilu>, dim3(grid), dim3(kGatedWarps * 32), 0, stream, op, static_cast<const float*>(gate), rows, dim, w, eps, out);
+    (void)LaunchPdl(GatedRmsNormSigmoidKernel<V, OT, float, kSilu>, dim3(grid),
+                    dim3(kGatedWarps * 32), 0, stream, op, static_cast<const float*>(gate), rows,
+                    dim, w, eps, out);
   } else {
-    (void)LaunchPdl(GatedRmsNormSigmoidKernel<V, OT, bf16, kSilu>, dim3(grid), dim3(kGatedWarps * 32), 0, stream, op, static_cast<const bf16*>(gate), rows, dim, w, eps, out);
+    (void)LaunchPdl(GatedRmsNormSigmoidKernel<V, OT, bf16, kSilu>, dim3(grid),
+                    dim3(kGatedWarps * 32), 0, stream, op, static_cast<const bf16*>(gate), rows,
+                    dim, w, eps, out);
   }
 }
 
@@ -397,11 +403,10 @@ Status EmbedRmsNormStart(const EmbedRmsNormStartArgs& a, cudaStream_t stream) {
                    Vec4(a.out, ActType::kBf16);
   const unsigned grid = static_cast<unsigned>(a.n);
   if (vec) {
-    (void)LaunchPdl(EmbedRmsNormStartKernel<4>, dim3(grid), dim3(RowThreads(a.dim / 4)), 0,
-                    stream, p);
-  } else {
-    (void)LaunchPdl(EmbedRmsNormStartKernel<1>, dim3(grid), dim3(RowThreads(a.dim)), 0, stream,
+    (void)LaunchPdl(EmbedRmsNormStartKernel<4>, dim3(grid), dim3(RowThreads(a.dim / 4)), 0, stream,
                     p);
+  } else {
+    (void)LaunchPdl(EmbedRmsNormStartKernel<1>, dim3(grid), dim3(RowThreads(a.dim)), 0, stream, p);
   }
   return LaunchStatus("EmbedRmsNormStartKernel");
 }
@@ -499,8 +504,8 @@ Status GatedRmsNormSigmoid(const void* o, ActType o_type, const void* gate, ActT
 Status GatedRmsNormSilu(const void* o, ActType o_type, const void* gate, ActType gate_type,
                         int64_t rows, int64_t dim, const float* w, float eps, bf16* out,
                         cudaStream_t stream) {
-  return GatedRmsNorm<true>("GatedRmsNormSilu", o, o_type, gate, gate_type, rows, dim, w, eps,
-                            out, stream);
+  return GatedRmsNorm<true>("GatedRmsNormSilu", o, o_type, gate, gate_type, rows, dim, w, eps, out,
+                            stream);
 }
 
 }  // namespace strata::cuda

@@ -15,7 +15,7 @@ struct GpuSamplingRow {
   int32_t top_k = 0;        // 0: off
   float top_p = 1.f;        // 1: off
   uint64_t seed = 0;
-  uint64_t step = 0;        // advanced by the caller each token
+  uint64_t step = 0;  // advanced by the caller each token
 };
 
 // Scratch for `batch` rows: the first pass's per-chunk results (64 × 16

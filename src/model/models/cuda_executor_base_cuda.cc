@@ -221,9 +221,9 @@ StatusOr<std::unique_ptr<SequenceState>> CudaExecutorBase::NewState(int64_t max_
         absl::StrCat("NewState: max_tokens must be positive, got ", max_tokens));
   }
   if (max_tokens > frame_.max_ctx) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NewState: max_tokens ", max_tokens, " exceeds the model's context of ", frame_.max_ctx,
-        " (the CUDA plan; raise LoadOptions.max_context_tokens)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NewState: max_tokens ", max_tokens, " exceeds the model's context of ",
+                     frame_.max_ctx, " (the CUDA plan; raise LoadOptions.max_context_tokens)"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   cudaSetDevice(device_);
@@ -258,8 +258,8 @@ std::unique_ptr<SequenceState> CudaExecutorBase::CloneState(const CudaSequenceSt
   std::lock_guard<std::mutex> lock(mu_);
   if (src.on_host()) {
     // A host copy of the host image: no device memory involved.
-    auto st = std::make_unique<CudaSequenceState>(this, book_, book_->NextId(), -1,
-                                                  src.max_tokens_);
+    auto st =
+        std::make_unique<CudaSequenceState>(this, book_, book_->NextId(), -1, src.max_tokens_);
     StatusOr<std::unique_ptr<PinnedBuffer>> buf = PinnedBuffer::Create(src.host_->size());
     if (!buf.ok()) return nullptr;
     std::memcpy((*buf)->data(), src.host_->data(), src.host_->size());
@@ -271,8 +271,8 @@ std::unique_ptr<SequenceState> CudaExecutorBase::CloneState(const CudaSequenceSt
   cudaSetDevice(device_);
   const int32_t slot = book_->TakeSlot();
   if (slot < 0) return nullptr;
-  auto st = std::make_unique<CudaSequenceState>(this, book_, book_->NextId(), slot,
-                                                src.max_tokens_);
+  auto st =
+      std::make_unique<CudaSequenceState>(this, book_, book_->NextId(), slot, src.max_tokens_);
   // Blocks whose 64 rows are all below tokens_ are never written again
   // (append-only caches): both states hold the same ones. The rest (the
   // partial tail, and any block taken ahead by a failed call) is copied, so
@@ -302,8 +302,7 @@ Status CudaExecutorBase::MoveStateToHost(CudaSequenceState& st) const {
   // Never an empty buffer: host_ != null is what on_host() reads.
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PinnedBuffer> buf,
                           PinnedBuffer::Create(std::max<size_t>(bytes, 1)));
-  STRATA_RETURN_IF_ERROR(
-      SlotAndBlocksToHost(layout_, st.slot_, st.blocks_, buf->data(), stream_));
+  STRATA_RETURN_IF_ERROR(SlotAndBlocksToHost(layout_, st.slot_, st.blocks_, buf->data(), stream_));
   STRATA_RETURN_IF_ERROR(Sync("MoveToHost"));
   // The contents are on the host now; shared blocks stay with their other
   // holders (Release only drops this state's reference).
@@ -322,15 +321,15 @@ Status CudaExecutorBase::MoveStateToDevice(CudaSequenceState& st) const {
   cudaSetDevice(device_);
   const int32_t slot = book_->TakeSlot();
   if (slot < 0) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "MoveToDevice: all ", book_->total_slots(), " sequence slots are in use"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("MoveToDevice: all ", book_->total_slots(), " sequence slots are in use"));
   }
   std::vector<int32_t> blocks;
   if (!book_->TakeBlocks(st.host_blocks_, blocks)) {
     book_->GiveSlot(slot);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "MoveToDevice: ", st.host_blocks_, " blocks needed, ", book_->FreeBlocks(), " of ",
-        book_->total_blocks(), " free"));
+    return absl::ResourceExhaustedError(absl::StrCat("MoveToDevice: ", st.host_blocks_,
+                                                     " blocks needed, ", book_->FreeBlocks(),
+                                                     " of ", book_->total_blocks(), " free"));
   }
   Status s = SlotAndBlocksFromHost(layout_, slot, blocks, st.host_->data(), stream_);
   if (s.ok()) s = Sync("MoveToDevice");
@@ -429,8 +428,8 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
   // weights while the last layer drains.
   STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pending, ActType::kF32, batch, f.D, f.final_norm,
                                           f.eps, f.xn, stream_, NormEarlyTrigger()));
-  STRATA_RETURN_IF_ERROR(Mm(f.xn, ActType::kBf16, f.D, batch, f.lm_head, f.V, f.D, f.logits,
-                            ActType::kF32, f.V, 0.f));
+  STRATA_RETURN_IF_ERROR(
+      Mm(f.xn, ActType::kBf16, f.D, batch, f.lm_head, f.V, f.D, f.logits, ActType::kF32, f.V, 0.f));
   if (sample) {
     int32_t* tokens = StepIoInKernels() ? h_sampled_ : f.sampled;
     STRATA_RETURN_IF_ERROR(cuda::SampleTokens(f.logits, batch, f.V, f.sampling, tokens, f.sample_ws,
@@ -514,10 +513,10 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
     for (int64_t b0 = 0; b0 < total; b0 += B_max) {
       const size_t n = static_cast<size_t>(std::min(B_max, total - b0));
       const size_t at = static_cast<size_t>(b0);
-      STRATA_RETURN_IF_ERROR(DecodeLocked(
-          tokens.subspan(at, n), states.subspan(at, n), logits ? logits + b0 * f.V : nullptr,
-          sampling.empty() ? sampling : sampling.subspan(at, n),
-          out_tokens ? out_tokens + b0 : nullptr));
+      STRATA_RETURN_IF_ERROR(DecodeLocked(tokens.subspan(at, n), states.subspan(at, n),
+                                          logits ? logits + b0 * f.V : nullptr,
+                                          sampling.empty() ? sampling : sampling.subspan(at, n),
+                                          out_tokens ? out_tokens + b0 : nullptr));
     }
     return OkStatus();
   }
@@ -530,9 +529,9 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
           0, CeilDiv(st->tokens_ + 1, kBlockTokens) - static_cast<int64_t>(st->blocks_.size()));
     }
     if (need > book_->FreeBlocks()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the paged attention cache is full: ", need, " more blocks needed, ",
-                       book_->FreeBlocks(), " of ", book_->total_blocks(), " free"));
+      return absl::ResourceExhaustedError(absl::StrCat("the paged attention cache is full: ", need,
+                                                       " more blocks needed, ", book_->FreeBlocks(),
+                                                       " of ", book_->total_blocks(), " free"));
     }
     for (CudaSequenceState* st : states) {
       STRATA_RETURN_IF_ERROR(EnsureBlocks(*st, st->tokens_ + 1));
@@ -656,17 +655,17 @@ Status CudaExecutorBase::Prefill(std::span<const int32_t> tokens, CudaSequenceSt
                                   f.logits, ActType::kF32, f.V, 0.f));
         // To pageable memory the copy completes before the call returns, so
         // the next chunk may reuse the device buffer.
-        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-            logits + (begin + r0) * f.V, f.logits, sizeof(float) * static_cast<size_t>(m * f.V),
-            cudaMemcpyDeviceToHost, stream_));
+        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits + (begin + r0) * f.V, f.logits,
+                                                    sizeof(float) * static_cast<size_t>(m * f.V),
+                                                    cudaMemcpyDeviceToHost, stream_));
       }
     } else {
       const int64_t at = (n - 1) * f.D;
       STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h + at, pending ? pending + at : nullptr,
                                               ActType::kF32, 1, f.D, f.final_norm, f.eps, f.xn,
                                               stream_));
-      STRATA_RETURN_IF_ERROR(Mm(f.xn, ActType::kBf16, f.D, 1, f.lm_head, f.V, f.D, f.logits,
-                                ActType::kF32, f.V, 0.f));
+      STRATA_RETURN_IF_ERROR(
+          Mm(f.xn, ActType::kBf16, f.D, 1, f.lm_head, f.V, f.D, f.logits, ActType::kF32, f.V, 0.f));
       STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, f.logits,
                                                   sizeof(float) * static_cast<size_t>(f.V),
                                                   cudaMemcpyDeviceToHost, stream_));
@@ -726,11 +725,10 @@ Status CudaExecutorBase::CheckBatchRow(std::span<SequenceState* const> states, s
 }
 
 Status CudaExecutorBase::DecodeBatch(std::span<const int32_t> tokens,
-                                     std::span<SequenceState* const> states,
-                                     float* logits) const {
+                                     std::span<SequenceState* const> states, float* logits) const {
   if (tokens.size() != states.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeBatch: ", tokens.size(), " tokens for ",
-                                                   states.size(), " states"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeBatch: ", tokens.size(), " tokens for ", states.size(), " states"));
   }
   if (tokens.empty()) return absl::InvalidArgumentError("DecodeBatch: no sequences");
   std::vector<CudaSequenceState*> cs(states.size());
@@ -760,9 +758,10 @@ Status CudaExecutorBase::DecodeBatchSample(std::span<const int32_t> tokens,
     STRATA_RETURN_IF_ERROR(CheckBatchRow(states, b, "DecodeBatchSample", cs));
     const DecodeSampling& d = sampling[b];
     if (!(d.temperature >= 0.f) || d.top_k < 0 || !(d.top_p > 0.f && d.top_p <= 1.f)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DecodeBatchSample: sampling[", b, "] needs temperature >= 0, top_k >= 0 and top_p in "
-          "(0, 1]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("DecodeBatchSample: sampling[", b,
+                       "] needs temperature >= 0, top_k >= 0 and top_p in "
+                       "(0, 1]"));
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
