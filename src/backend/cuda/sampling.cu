@@ -359,8 +359,8 @@ __global__ void __launch_bounds__(kScanThreads) SampleScanKernel(SampleParams p)
   __syncthreads();
   if (!last) return;
   // The row's last CTA: re-arm the count for the next call, and for a greedy
-  // row (T ≤ 0 or NaN, or no finite logit) merge the chunks and write the
-  // token now, as SampleKernel's pass 1 would (a total order, a max and an
+  // row (T ≤ 0 or NaN) merge the chunks and write the token now, as
+  // SampleKernel's pass 1 would (a total order, a max and an
   // integer sum: the same token). SampleKernel then skips T ≤ 0 rows; its
   // launch and wait are no longer between the logits and the token.
   __threadfence();
@@ -380,9 +380,11 @@ __global__ void __launch_bounds__(kScanThreads) SampleScanKernel(SampleParams p)
   if (threadIdx.x == 0) {
     ScanPartial t = kScanEmpty;
     for (int w = 0; w < kScanThreads / 32; ++w) Merge(t, warps[w]);
-    if (!(prm.temperature > 0.f) || t.finite == 0) {
-      p.tokens[blockIdx.y] = t.best_i == INT_MAX ? 0 : t.best_i;
-    }
+    // T ≤ 0 rows only: a row with T > 0 but no finite logit is greedy too,
+    // but SampleKernel writes it, so that every row has one writer (a host
+    // polling the tokens must not see a second, late write of this step
+    // land after it has moved on).
+    if (!(prm.temperature > 0.f)) p.tokens[blockIdx.y] = t.best_i == INT_MAX ? 0 : t.best_i;
   }
 }
 
