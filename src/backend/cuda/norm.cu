@@ -163,23 +163,8 @@ __global__ void AddRmsNormKernel(float* h, const DT* delta, int64_t dim, const f
 // chain and BlockSum adds the same partials, so the bits are those kernels'.
 // The embedding is read element by element (any alignment: V follows
 // AddRmsNorm's rule on h, w and out alone).
-struct StartParams {
-  const uint32_t* src0;
-  uint32_t* dst0;
-  int64_t n0;
-  const uint32_t* src1;
-  uint32_t* dst1;
-  int64_t n1;
-  const bf16* embed;
-  int64_t dim;
-  const float* w;
-  float eps;
-  float* h;
-  bf16* out;
-};
-
 template <int V>
-__global__ void EmbedRmsNormStartKernel(const StartParams p) {
+__global__ void EmbedRmsNormStartKernel(const EmbedRmsNormStartArgs p) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int64_t dim = p.dim;
@@ -397,16 +382,15 @@ Status EmbedRmsNormStart(const EmbedRmsNormStartArgs& a, cudaStream_t stream) {
     return absl::InvalidArgumentError("EmbedRmsNormStart: embed, h and out must be set");
   }
   if (a.n == 0) return OkStatus();
-  StartParams p{a.src0, a.dst0, a.n0, a.src1, a.dst1, a.n1, a.embed, a.dim, a.w, a.eps, a.h, a.out};
   // AddRmsNorm's choice of V (without delta), so that the bits are its.
   const bool vec = a.dim % 4 == 0 && Vec4(a.h, ActType::kF32) && Vec4(a.w, ActType::kF32) &&
                    Vec4(a.out, ActType::kBf16);
   const unsigned grid = static_cast<unsigned>(a.n);
   if (vec) {
     (void)LaunchPdl(EmbedRmsNormStartKernel<4>, dim3(grid), dim3(RowThreads(a.dim / 4)), 0, stream,
-                    p);
+                    a);
   } else {
-    (void)LaunchPdl(EmbedRmsNormStartKernel<1>, dim3(grid), dim3(RowThreads(a.dim)), 0, stream, p);
+    (void)LaunchPdl(EmbedRmsNormStartKernel<1>, dim3(grid), dim3(RowThreads(a.dim)), 0, stream, a);
   }
   return LaunchStatus("EmbedRmsNormStartKernel");
 }

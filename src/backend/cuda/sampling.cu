@@ -324,6 +324,21 @@ __device__ __forceinline__ ScanPartial WarpMerge(ScanPartial a) {
   return a;
 }
 
+// Thread 0 of the scan CTA gets the merge of every thread's partial (warp
+// shuffles, then the warps' results in warp order; other threads get an
+// empty one). `warps`: kScanThreads / 32 shared slots, read by thread 0
+// after the call's barrier, so two calls need a barrier between them.
+__device__ __forceinline__ ScanPartial MergeScanCta(ScanPartial a, ScanPartial* warps) {
+  a = WarpMerge(a);
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = a;
+  __syncthreads();
+  ScanPartial t = kScanEmpty;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kScanThreads / 32; ++w) Merge(t, warps[w]);
+  }
+  return t;
+}
+
 // Pass 1 spread over kScanChunks CTAs per row (grid: chunk × row): one CTA
 // reading a 163840-entry row was ~15 µs at the end of every decode step,
 // bounded by one SM's loads in flight; here each of 64 CTAs of 256 threads
@@ -341,13 +356,9 @@ __global__ void __launch_bounds__(kScanThreads) SampleScanKernel(SampleParams p)
   ScanPartial a = kScanEmpty;
   ForEachLogitIn<kScanThreads>(l, begin, end, p.vec4 != 0,
                                [&](int i, float v) { ScanLogit(a, i, v); });
-  a = WarpMerge(a);
-  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = a;
-  __syncthreads();
+  const ScanPartial t = MergeScanCta(a, warps);
   __shared__ bool last;
   if (threadIdx.x == 0) {
-    ScanPartial t = kScanEmpty;
-    for (int w = 0; w < kScanThreads / 32; ++w) Merge(t, warps[w]);
     p.partials[static_cast<size_t>(blockIdx.y) * kScanChunks + blockIdx.x] = t;
     last = false;
     if (p.tickets != nullptr) {
@@ -360,12 +371,15 @@ __global__ void __launch_bounds__(kScanThreads) SampleScanKernel(SampleParams p)
   if (!last) return;
   // The row's last CTA: re-arm the count for the next call, and for a greedy
   // row (T ≤ 0 or NaN) merge the chunks and write the token now, as
-  // SampleKernel's pass 1 would (a total order, a max and an
-  // integer sum: the same token). SampleKernel then skips T ≤ 0 rows; its
-  // launch and wait are no longer between the logits and the token.
+  // SampleKernel's pass 1 would (a total order, a max and an integer sum:
+  // the same token). SampleKernel then skips T ≤ 0 rows; its launch and
+  // wait are no longer between the logits and the token. Rows with T > 0
+  // (those with no finite logit included) are SampleKernel's alone, so that
+  // every row has one writer: a host polling the tokens must not see a
+  // second, late write of this step land after it has moved on.
   __threadfence();
   if (threadIdx.x == 0) p.tickets[blockIdx.y] = 0;
-  const GpuSamplingRow prm = p.rows[blockIdx.y];
+  if (p.rows[blockIdx.y].temperature > 0.f) return;  // CTA-uniform
   ScanPartial m = kScanEmpty;
   if (threadIdx.x < kScanChunks) {
     // Through L2: the other CTAs' partials are not in this SM's L1.
@@ -373,19 +387,8 @@ __global__ void __launch_bounds__(kScanThreads) SampleScanKernel(SampleParams p)
         p.partials + static_cast<size_t>(blockIdx.y) * kScanChunks + threadIdx.x));
     m = ScanPartial{v.x, __float_as_int(v.y), v.z, __float_as_int(v.w)};
   }
-  m = WarpMerge(m);
-  __syncthreads();  // warps[] is reused
-  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    ScanPartial t = kScanEmpty;
-    for (int w = 0; w < kScanThreads / 32; ++w) Merge(t, warps[w]);
-    // T ≤ 0 rows only: a row with T > 0 but no finite logit is greedy too,
-    // but SampleKernel writes it, so that every row has one writer (a host
-    // polling the tokens must not see a second, late write of this step
-    // land after it has moved on).
-    if (!(prm.temperature > 0.f)) p.tokens[blockIdx.y] = t.best_i == INT_MAX ? 0 : t.best_i;
-  }
+  const ScanPartial r = MergeScanCta(m, warps);  // the barrier above separates the two merges
+  if (threadIdx.x == 0) p.tokens[blockIdx.y] = r.best_i == INT_MAX ? 0 : r.best_i;
 }
 
 __global__ void __launch_bounds__(kThreads, 1) SampleKernel(SampleParams p) {

@@ -394,18 +394,19 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
   if (StepIoInKernels()) {
     const int64_t sampling_words =
         sample ? batch * static_cast<int64_t>(sizeof(cuda::GpuSamplingRow) / sizeof(uint32_t)) : 0;
+    // The step's input words: its four int32 rows, then the sampling rows.
+    cuda::EmbedRmsNormStartArgs a;
+    a.src0 = reinterpret_cast<const uint32_t*>(h_step_);
+    a.dst0 = reinterpret_cast<uint32_t*>(f.step);
+    a.n0 = 4 * f.max_batch;
+    a.src1 = reinterpret_cast<const uint32_t*>(h_sampling_);
+    a.dst1 = reinterpret_cast<uint32_t*>(f.sampling);
+    a.n1 = sampling_words;
     const DecodeStart start = FusedDecodeStart();
     if (start.embed != nullptr && start.norm != nullptr && StepStartFused()) {
       // The step's first kernel is on the critical path alone (the graph's
       // second kernel starts ~3 µs after it in any case): it uploads, embeds
       // and normalises, and the first GEMV launches behind it at once.
-      cuda::EmbedRmsNormStartArgs a;
-      a.src0 = reinterpret_cast<const uint32_t*>(h_step_);
-      a.dst0 = reinterpret_cast<uint32_t*>(f.step);
-      a.n0 = 4 * f.max_batch;
-      a.src1 = reinterpret_cast<const uint32_t*>(h_sampling_);
-      a.dst1 = reinterpret_cast<uint32_t*>(f.sampling);
-      a.n1 = sampling_words;
       a.n = batch;
       a.embed = start.embed;
       a.dim = f.D;
@@ -416,10 +417,8 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
       STRATA_RETURN_IF_ERROR(cuda::EmbedRmsNormStart(a, stream_));
       sv.start_fused = true;
     } else {
-      STRATA_RETURN_IF_ERROR(cuda::UploadWords(
-          reinterpret_cast<const uint32_t*>(h_step_), reinterpret_cast<uint32_t*>(f.step),
-          4 * f.max_batch, reinterpret_cast<const uint32_t*>(h_sampling_),
-          reinterpret_cast<uint32_t*>(f.sampling), sampling_words, stream_));
+      STRATA_RETURN_IF_ERROR(
+          cuda::UploadWords(a.src0, a.dst0, a.n0, a.src1, a.dst1, a.n1, stream_));
     }
   }
   const float* pending = nullptr;
@@ -760,8 +759,7 @@ Status CudaExecutorBase::DecodeBatchSample(std::span<const int32_t> tokens,
     if (!(d.temperature >= 0.f) || d.top_k < 0 || !(d.top_p > 0.f && d.top_p <= 1.f)) {
       return absl::InvalidArgumentError(
           absl::StrCat("DecodeBatchSample: sampling[", b,
-                       "] needs temperature >= 0, top_k >= 0 and top_p in "
-                       "(0, 1]"));
+                       "] needs temperature >= 0, top_k >= 0 and top_p in (0, 1]"));
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
