@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 
+#include "base/tuning.h"
 #include "model/config_reader.h"
 #include "model/models/builtin.h"
 #include "model/weight_store.h"
@@ -200,6 +201,9 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
   if (!fs::is_directory(model_dir, ec)) {
     return absl::NotFoundError(absl::StrCat(model_dir, ": not a model directory"));
   }
+  // Bad options fail every load, also where no entry applies (the CPU), so a
+  // typo is never silently ignored.
+  STRATA_RETURN_IF_ERROR(tuning::Resolve(options.options).status());
   const std::string config_path = (fs::path(model_dir) / "config.json").string();
   STRATA_ASSIGN_OR_RETURN(ConfigReader config, ConfigReader::FromFile(config_path));
   STRATA_ASSIGN_OR_RETURN(std::string model_type, config.GetString("model_type"));
