@@ -315,6 +315,7 @@ int RunBench(int argc, char** argv) {
     return kExitOk;
   }
   LoadOptions lo;
+  lo.options = OptionsFlag();
   if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &lo.device); rc != kExitOk) return rc;
   if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &lo.load_format); rc != kExitOk) {
     return rc;

@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/tuning.h"
 
 namespace strata::cli {
 
@@ -178,7 +180,74 @@ int ParseLoadFormat(const std::string& command, const std::string& value, LoadFo
 
 void PrintPlacementNotice(const std::string& command, const ModelInfo& info) {
   if (!info.notice.empty()) std::fprintf(stderr, "strata %s: notice: %s\n", command.c_str(), info.notice.c_str());
+  const std::string env = tuning::EnvironmentOptions();
+  if (!env.empty()) {
+    std::fprintf(stderr, "strata %s: notice: %s=%s is set (tuning options of every model loaded)\n",
+                 command.c_str(), tuning::kEnvironmentVariable, env.c_str());
+  }
+  if (!info.tuning.empty()) {
+    std::fprintf(stderr, "strata %s: notice: tuning options in effect: %s\n", command.c_str(),
+                 info.tuning.c_str());
+  } else if ((!env.empty() || !OptionsFlag().empty()) && info.device == "cpu") {
+    std::fprintf(stderr, "strata %s: notice: no tuning option applies on the CPU\n",
+                 command.c_str());
+  }
 }
+
+namespace {
+
+struct OptionsFlagState {
+  bool given = false;
+  std::string value;
+};
+
+OptionsFlagState& OptionsState() {
+  static OptionsFlagState state;
+  return state;
+}
+
+}  // namespace
+
+int TakeOptionsFlag(const std::string& command, bool loads_model, int* argc, char** argv) {
+  OptionsFlagState& state = OptionsState();
+  int kept = 2;
+  for (int i = 2; i < *argc; ++i) {
+    const std::string arg = argv[i];
+    bool has_value = false;
+    std::string value;
+    if (arg == "--options") {
+      if (i + 1 < *argc && std::strncmp(argv[i + 1], "--", 2) != 0) {
+        has_value = true;
+        value = argv[++i];
+      }
+    } else if (arg.rfind("--options=", 0) == 0) {
+      has_value = true;
+      value = arg.substr(std::strlen("--options="));
+    } else {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    if (!loads_model) return Fail(command, "--options: this command loads no model", kExitUsage);
+    if (state.given) return Fail(command, "--options given twice", kExitUsage);
+    if (!has_value && command != "info") {
+      return Fail(command,
+                  "--options needs a value: key=value,... (strata info --options lists the keys)",
+                  kExitUsage);
+    }
+    state.given = true;
+    state.value = value;
+  }
+  *argc = kept;
+  if (loads_model) {
+    if (auto resolved = tuning::Resolve(state.value); !resolved.ok()) {
+      return Fail(command, resolved.status(), kExitUsage);
+    }
+  }
+  return kExitOk;
+}
+
+bool OptionsFlagGiven() { return OptionsState().given; }
+const std::string& OptionsFlag() { return OptionsState().value; }
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

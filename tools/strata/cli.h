@@ -86,8 +86,20 @@ int ParseDevice(const std::string& command, const std::string& value, Device* ou
 // --load-format: auto (the safetensors) or dummy (config.json only, random weights).
 int ParseLoadFormat(const std::string& command, const std::string& value, LoadFormat* out);
 // Prints "strata <command>: notice: ..." to stderr when the model runs
-// somewhere other than requested (e.g. CUDA asked for, no GPU visible).
+// somewhere other than requested (e.g. CUDA asked for, no GPU visible), and
+// the tuning options it runs with when any differ from the defaults
+// (STRATA_OPTIONS, --options).
 void PrintPlacementNotice(const std::string& command, const ModelInfo& info);
+
+// --options STR, a flag of every command that loads a model: tuning registry
+// values for it ("key=value,...", LoadOptions::options; base/tuning.h,
+// docs/tuning.md). main() takes it out of argv (argv[2..]) before the
+// command parses its own flags, and checks it, with STRATA_OPTIONS under it:
+// a bad value is a usage error. `info` also takes it without a value (list
+// the entries). Returns kExitOk or the exit code of the error it printed.
+int TakeOptionsFlag(const std::string& command, bool loads_model, int* argc, char** argv);
+bool OptionsFlagGiven();
+const std::string& OptionsFlag();  // "" when not given
 
 double SecondsSince(std::chrono::steady_clock::time_point t0);
 double Median(std::vector<double> v);

@@ -167,6 +167,7 @@ int RunDemo(int argc, char** argv) {
   if (!engine.ok()) return Fail(cmd, engine.status(), kExitFailure);
   LoadOptions lo;
   lo.pool = (*engine)->pool();
+  lo.options = OptionsFlag();
   const auto load_t0 = std::chrono::steady_clock::now();
   auto loaded = LoadModel(dir, lo);
   if (!loaded.ok()) return Fail(cmd, loaded.status(), kExitFailure);

@@ -102,6 +102,7 @@ int RunGenerate(int argc, char** argv) {
   LoadOptions lo;
   lo.pool = (*engine)->pool();  // the engine's compute threads run the model
   lo.device = device;
+  lo.options = OptionsFlag();
   auto loaded = LoadModel(*model_dir, lo);
   if (!loaded.ok()) return Fail(cmd, loaded.status(), kExitFailure);
   PrintPlacementNotice(cmd, (*loaded)->info());

@@ -33,6 +33,7 @@ int RunLogits(int argc, char** argv) {
     return kExitOk;
   }
   LoadOptions lo;
+  lo.options = OptionsFlag();
   if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &lo.device); rc != kExitOk) return rc;
   auto model_dir = flags.Required("model");
   auto tokens_path = flags.Required("tokens");

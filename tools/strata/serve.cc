@@ -137,6 +137,7 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
   if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &device); rc != kExitOk) return rc;
   LoadOptions lo;
   lo.device = device;
+  lo.options = OptionsFlag();
   if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &lo.load_format); rc != kExitOk) return rc;
   if (flags.Has("model") == flags.Has("preset")) return Fail(cmd, "give one of --model and --preset", kExitUsage);
   std::string dir = flags.String("model", "");
