@@ -30,6 +30,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <ostream>
 #include <span>
 #include <string>
 #include <utility>
@@ -273,6 +274,8 @@ struct ArmCase {
   size_t model;
   std::string arm;
 };
+
+void PrintTo(const ArmCase& c, std::ostream* os) { *os << Models()[c.model].name << " " << c.arm; }
 
 std::vector<ArmCase> ArmCases() {
   std::vector<ArmCase> cases;
