@@ -39,7 +39,7 @@ STRATA_API strata_status strata_request_get_status(strata_request* request, bool
   });
 }
 
-STRATA_API const char* strata_request_errmsg(strata_request* request) {
+STRATA_API const char* strata_request_error_message(strata_request* request) {
   try {
     if (request == nullptr) return "request is NULL";
     if (request->magic.load() != kRequestMagic) return "request is not a live request handle";

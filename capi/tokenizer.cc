@@ -37,8 +37,8 @@ STRATA_API strata_status strata_tokenizer_open(const char* dir, strata_tokenizer
   });
 }
 
-STRATA_API strata_status strata_model_get_tokenizer(strata_model* model, strata_tokenizer** out_tokenizer) {
-  const Call call("strata_model_get_tokenizer");
+STRATA_API strata_status strata_model_open_tokenizer(strata_model* model, strata_tokenizer** out_tokenizer) {
+  const Call call("strata_model_open_tokenizer");
   return Guarded(call, [&]() -> strata_status {
     if (out_tokenizer == nullptr) return call.NullArgument("out_tokenizer");
     *out_tokenizer = nullptr;

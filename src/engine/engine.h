@@ -88,6 +88,13 @@ struct EngineOptions {
   int64_t metrics_interval_ms = 1000;
 };
 
+// Applies a `key=value,...` tuning string (strata_engine_params::options) to
+// `options`: the scheduler knobs that are not part of the stable C structs
+// (`scheduler.prefill_chunk_tokens`, `scheduler.prefill_tokens_while_decoding`).
+// Unknown keys and bad values are InvalidArgument naming `what` and the key;
+// on error `options` is unchanged.
+Status ApplyEngineOptionString(absl::string_view text, absl::string_view what, EngineOptions* options);
+
 // Thread-safety: every public method is thread-safe. Sessions must be
 // destroyed before the engine.
 class Engine {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <vector>
 
 namespace strata {
@@ -62,6 +63,17 @@ struct EngineMetrics {
   int64_t iterations = 0;
   double schedule_ms = 0, prefill_ms = 0, decode_ms = 0, sample_ms = 0, emit_ms = 0;
 };
+
+// One statistic of EngineMetrics under a stable dotted name (the C ABI's
+// strata_engine_get_stat): names are never reused for another quantity, so
+// diagnostics can be added and dropped without touching a frozen struct.
+struct NamedStat {
+  const char* name;
+  double (*get)(const EngineMetrics&);
+};
+
+// Every statistic, in a fixed order (strata_engine_list_stats).
+std::span<const NamedStat> EngineStats();
 
 // Fixed-capacity ring of samples; thread-compatible (the recorder locks).
 class LatencyWindow {

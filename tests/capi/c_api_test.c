@@ -13,43 +13,8 @@
 #include <string.h>
 
 #include "strata/strata.h"
+#include "test_util.h"
 
-static int g_passed = 0;
-static int g_failed = 0;
-
-#define CHECK(cond)                                                                            \
-  do {                                                                                         \
-    if (cond) {                                                                                \
-      ++g_passed;                                                                              \
-    } else {                                                                                   \
-      ++g_failed;                                                                              \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: %s\n", __FILE__, __LINE__, #cond, \
-              strata_last_error_message());                                                    \
-    }                                                                                          \
-  } while (0)
-
-#define CHECK_STATUS(expr, want)                                                                   \
-  do {                                                                                             \
-    strata_status got_ = (expr);                                                                   \
-    if (got_ == (want)) {                                                                          \
-      ++g_passed;                                                                                  \
-    } else {                                                                                       \
-      ++g_failed;                                                                                  \
-      fprintf(stderr, "%s:%d: %s\n  returned %d (%s), expected %d (%s)\n  last error: %s\n",        \
-              __FILE__, __LINE__, #expr, (int)got_, strata_status_string(got_), (int)(want),        \
-              strata_status_string(want), strata_last_error_message());                            \
-    }                                                                                              \
-  } while (0)
-
-/* Give up on the rest of a section when a handle it needs did not come. */
-#define REQUIRE(cond)                                                   \
-  do {                                                                  \
-    CHECK(cond);                                                        \
-    if (!(cond)) {                                                      \
-      fprintf(stderr, "%s:%d: cannot continue this section\n", __FILE__, __LINE__); \
-      return;                                                           \
-    }                                                                   \
-  } while (0)
 
 #define MAX_TOKENS 512
 
@@ -191,12 +156,12 @@ typedef struct progress_state {
   int cancel_at_call; /* return false at this call (1-based); 0: never */
 } progress_state;
 
-static bool on_progress(float fraction, void *user_data) {
+static int on_progress(float fraction, void *user_data) {
   progress_state *ps = (progress_state *)user_data;
   ps->calls++;
   if (fraction < ps->last || fraction < 0.0f || fraction > 1.0f) ps->monotonic = 0;
   ps->last = fraction;
-  return !(ps->cancel_at_call != 0 && ps->calls >= ps->cancel_at_call);
+  return ps->cancel_at_call != 0 && ps->calls >= ps->cancel_at_call; /* nonzero cancels */
 }
 
 static void test_model_load(void) {
@@ -222,6 +187,7 @@ static void test_model_load(void) {
   ps.monotonic = 1;
   ps.cancel_at_call = 1;
   strata_model_params_init(&mp);
+  mp.device = test_device();
   mp.progress_callback = on_progress;
   mp.progress_user_data = &ps;
   CHECK_STATUS(strata_model_load(g_engine, g_model_dir, &mp, &m), STRATA_ERR_CANCELLED);
@@ -566,7 +532,7 @@ static void test_submit_poll(void) {
   CHECK(same_tokens(&b, &ref_b));
   CHECK_STATUS(strata_request_get_status(r1, &finished, &reason, &status), STRATA_OK);
   CHECK(finished && reason == STRATA_FINISH_MAX_TOKENS && status == STRATA_OK);
-  CHECK(strcmp(strata_request_errmsg(r1), "") == 0);
+  CHECK(strcmp(strata_request_error_message(r1), "") == 0);
 
   /* Nothing left: AGAIN, type NONE. */
   memset(&ev, 0, sizeof ev);
@@ -586,7 +552,7 @@ static void test_submit_poll(void) {
   CHECK_STATUS(strata_request_destroy(r2), STRATA_OK);
   CHECK_STATUS(strata_request_destroy(r1), STRATA_ERR_MISUSE); /* double destroy */
   CHECK_STATUS(strata_request_cancel(r2), STRATA_ERR_MISUSE);  /* use after destroy */
-  CHECK(strstr(strata_request_errmsg(r2), "request") != NULL);
+  CHECK(strstr(strata_request_error_message(r2), "request") != NULL);
 
   /* A destroyed request's events never show up. */
   CHECK_STATUS(strata_session_submit(s1, NULL, 0, &p, &r1), STRATA_OK);
@@ -678,7 +644,7 @@ static void test_cancel(void) {
   CHECK(c.count < 4096 - PROMPT_LEN);
   CHECK_STATUS(strata_request_get_status(r, &finished, &reason, &status), STRATA_OK);
   CHECK(finished && reason == STRATA_FINISH_CANCELLED && status == STRATA_ERR_CANCELLED);
-  CHECK(strstr(strata_request_errmsg(r), "cancel") != NULL);
+  CHECK(strstr(strata_request_error_message(r), "cancel") != NULL);
   CHECK_STATUS(strata_request_cancel(r), STRATA_OK); /* after the fact: harmless */
   CHECK_STATUS(strata_request_destroy(r), STRATA_OK);
 
@@ -730,7 +696,7 @@ static void test_misuse(void) {
   CHECK_STATUS(strata_request_get_status(NULL, NULL, NULL, NULL), STRATA_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(strata_model_destroy(NULL), STRATA_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(strata_engine_poll_event(NULL, NULL, 0), STRATA_ERR_INVALID_ARGUMENT);
-  CHECK(strata_request_errmsg(NULL) != NULL);
+  CHECK(strata_request_error_message(NULL) != NULL);
 
   /* Wrong struct_size on input params. */
   strata_session_params_init(&sp);
@@ -774,7 +740,7 @@ static void test_misuse(void) {
   CHECK_STATUS(strata_session_generate(dead, kPrompt, 1, NULL, &reason), STRATA_ERR_MISUSE);
 
   /* A session outlives its model handle. */
-  CHECK_STATUS(strata_model_load(g_engine, g_model_dir, NULL, &m2), STRATA_OK);
+  CHECK_STATUS(test_load_model(g_engine, g_model_dir, &m2), STRATA_OK);
   REQUIRE(m2 != NULL);
   {
     strata_session *orphan = NULL;
@@ -823,6 +789,5 @@ int main(int argc, char **argv) {
       test_teardown();
     }
   }
-  printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 && g_passed > 0 ? 0 : 1;
+  return test_report();
 }

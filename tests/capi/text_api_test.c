@@ -14,42 +14,8 @@
 #include <string.h>
 
 #include "strata/strata.h"
+#include "test_util.h"
 
-static int g_passed = 0;
-static int g_failed = 0;
-
-#define CHECK(cond)                                                                            \
-  do {                                                                                         \
-    if (cond) {                                                                                \
-      ++g_passed;                                                                              \
-    } else {                                                                                   \
-      ++g_failed;                                                                              \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: %s\n", __FILE__, __LINE__, #cond, \
-              strata_last_error_message());                                                    \
-    }                                                                                          \
-  } while (0)
-
-#define CHECK_STATUS(expr, want)                                                                   \
-  do {                                                                                             \
-    strata_status got_ = (expr);                                                                   \
-    if (got_ == (want)) {                                                                          \
-      ++g_passed;                                                                                  \
-    } else {                                                                                       \
-      ++g_failed;                                                                              \
-      fprintf(stderr, "%s:%d: %s\n  returned %d (%s), expected %d (%s)\n  last error: %s\n",        \
-              __FILE__, __LINE__, #expr, (int)got_, strata_status_string(got_), (int)(want),        \
-              strata_status_string(want), strata_last_error_message());                            \
-    }                                                                                              \
-  } while (0)
-
-#define REQUIRE(cond)                                                                  \
-  do {                                                                                 \
-    CHECK(cond);                                                                       \
-    if (!(cond)) {                                                                     \
-      fprintf(stderr, "%s:%d: cannot continue this section\n", __FILE__, __LINE__);   \
-      return;                                                                          \
-    }                                                                                  \
-  } while (0)
 
 static char g_model_dir[1024];
 static char g_bare_dir[1100];
@@ -114,9 +80,9 @@ static void test_tokenizer(void) {
   CHECK(len == 0 && text[0] == '\0');
 
   /* The model's tokenizer is the same, and outlives the model handle's use. */
-  CHECK_STATUS(strata_model_get_tokenizer(g_model, NULL), STRATA_ERR_INVALID_ARGUMENT);
-  CHECK_STATUS(strata_model_get_tokenizer(NULL, &from_model), STRATA_ERR_INVALID_ARGUMENT);
-  CHECK_STATUS(strata_model_get_tokenizer(g_model, &from_model), STRATA_OK);
+  CHECK_STATUS(strata_model_open_tokenizer(g_model, NULL), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(strata_model_open_tokenizer(NULL, &from_model), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(strata_model_open_tokenizer(g_model, &from_model), STRATA_OK);
   REQUIRE(from_model != NULL);
   CHECK_STATUS(strata_tokenizer_encode(from_model, kText, STRATA_NUL_TERMINATED, true, ids2, 256, &n2), STRATA_OK);
   CHECK(n2 == n && memcmp(ids, ids2, n * sizeof(int32_t)) == 0);
@@ -137,9 +103,9 @@ static void test_model_without_tokenizer(void) {
   strata_chat_message m;
   strata_request *req = NULL;
   size_t len = 0;
-  CHECK_STATUS(strata_model_load(g_engine, g_bare_dir, NULL, &bare), STRATA_OK);
+  CHECK_STATUS(test_load_model(g_engine, g_bare_dir, &bare), STRATA_OK);
   REQUIRE(bare != NULL);
-  CHECK_STATUS(strata_model_get_tokenizer(bare, &tok), STRATA_ERR_NOT_FOUND);
+  CHECK_STATUS(strata_model_open_tokenizer(bare, &tok), STRATA_ERR_NOT_FOUND);
   CHECK(tok == NULL);
   CHECK_STATUS(strata_session_create(bare, NULL, &s), STRATA_OK);
   REQUIRE(s != NULL);
@@ -174,9 +140,9 @@ static void test_conversation(void) {
   CHECK_STATUS(strata_session_create(g_model, NULL, &s), STRATA_OK);
   REQUIRE(s != NULL);
 
-  strata_tool_init(NULL);
-  strata_chat_message_init(NULL);
-  strata_chat_params_init(NULL);
+  CHECK_STATUS(strata_tool_init_sized(NULL, sizeof(strata_tool)), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(strata_chat_message_init_sized(NULL, sizeof(strata_chat_message)), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(strata_chat_params_init_sized(NULL, sizeof(strata_chat_params)), STRATA_ERR_INVALID_ARGUMENT);
   strata_tool_init(&t);
   CHECK(t.struct_size == sizeof(strata_tool) && t.name == NULL && t.callback == NULL);
   CHECK_STATUS(strata_session_add_tool(s, &t), STRATA_ERR_INVALID_ARGUMENT); /* no name */
@@ -400,7 +366,7 @@ int main(int argc, char **argv) {
   snprintf(g_bare_dir, sizeof(g_bare_dir), "%s_no_tokenizer", g_model_dir);
   printf("model directory: %s\n", g_model_dir);
   if (strata_engine_create(NULL, &g_engine) == STRATA_OK &&
-      strata_model_load(g_engine, g_model_dir, NULL, &g_model) == STRATA_OK) {
+      test_load_model(g_engine, g_model_dir, &g_model) == STRATA_OK) {
     test_tokenizer();
     test_model_without_tokenizer();
     test_conversation();
@@ -410,6 +376,5 @@ int main(int argc, char **argv) {
   } else {
     CHECK(!"engine or model failed");
   }
-  printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 && g_passed > 0 ? 0 : 1;
+  return test_report();
 }

@@ -61,7 +61,7 @@ def _load_library(path=None):
         "strata_session_generate": ([vp, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
                                      ctypes.POINTER(_RequestParams), ctypes.POINTER(ctypes.c_int32)], st),
         "strata_tokenizer_open": ([ctypes.c_char_p, ctypes.POINTER(vp)], st),
-        "strata_model_get_tokenizer": ([vp, ctypes.POINTER(vp)], st),
+        "strata_model_open_tokenizer": ([vp, ctypes.POINTER(vp)], st),
         "strata_tokenizer_destroy": ([vp], st),
         "strata_tokenizer_encode": ([vp, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_bool,
                                      ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
@@ -142,7 +142,7 @@ class Tokenizer:
     def __init__(self, model_dir=None, model=None):
         self._h = ctypes.c_void_p()
         if model is not None:
-            _check(library().strata_model_get_tokenizer(model._h, ctypes.byref(self._h)))
+            _check(library().strata_model_open_tokenizer(model._h, ctypes.byref(self._h)))
         else:
             _check(library().strata_tokenizer_open(os.fsencode(model_dir), ctypes.byref(self._h)))
 
