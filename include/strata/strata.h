@@ -391,8 +391,9 @@ typedef struct strata_engine_params {
   /** Bytes of running requests' sequence state plus prefix-cache snapshots the scheduler keeps resident
    *  (strata_metrics::state_active_bytes + prefix_cache_bytes); growth is planned before it is applied, and
    *  when it is short the prefix cache is evicted, then lower-priority requests are preempted (resumed
-   *  later), else a request waits; a request that cannot fit even alone fails with
-   *  ::STRATA_ERR_RESOURCE_EXHAUSTED. 0 (default): unlimited. @since 0.1 */
+   *  later), else a request waits; a request whose longest state (prompt and history plus max_tokens, at most
+   *  the context) cannot fit even alone is refused at submit with ::STRATA_ERR_RESOURCE_EXHAUSTED. 0 (default):
+   *  unlimited. @since 0.1 */
   uint64_t memory_budget_bytes;
   /** Most requests in one batched decode step. 0: the default, 64. @since 0.1 */
   int32_t max_batch;
@@ -1163,6 +1164,8 @@ STRATA_API strata_status strata_request_params_init_sized(strata_request_params 
  * @retval STRATA_ERR_OUT_OF_RANGE        a prompt or stop token id is outside the vocabulary, or the prompt
  *                                        leaves no room in the context for a generated token
  * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or needs strata_session_reset()
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED  the request's longest state (history, prompt and max_tokens, at most the
+ *                                        context) exceeds strata_engine_params::memory_budget_bytes on its own
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
  * @retval STRATA_ERR_OUT_OF_MEMORY       allocation failed
  * @par Thread safety: one thread per session at a time.
@@ -1241,9 +1244,12 @@ STRATA_API const char *strata_request_error_message(strata_request *request);
 /**
  * @brief Releases a request; cancels it first if it is still running.
  *
- * Returns without waiting for the scheduler; no event of the request is
- * returned by strata_engine_poll_event() afterwards (events already returned
- * keep the dangling handle: do not use it).
+ * A running request is cancelled, and the call returns once the scheduler
+ * has let go of it (within one scheduling iteration): its session is then
+ * idle, so the host may submit on it, fork it or destroy it at once. No event
+ * of the request is returned by strata_engine_poll_event() afterwards (events
+ * already returned keep the dangling handle: do not use it). Must not be
+ * called from a log or metrics callback (those run on the scheduler thread).
  *
  * @param[in] request the request; invalid after ::STRATA_OK
  * @retval STRATA_OK                   released
@@ -1676,6 +1682,8 @@ STRATA_API strata_status strata_chat_params_init_sized(strata_chat_params *param
  *                                        outside the vocabulary
  * @retval STRATA_ERR_FAILED_PRECONDITION the model has no tokenizer or chat template, the session is running a
  *                                        request, or it needs strata_session_reset()
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED  the rendered conversation plus max_tokens (at most the context) needs more
+ *                                        state than strata_engine_params::memory_budget_bytes on its own
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
  * @par Thread safety: one thread per session at a time.
  * @since 0.1
