@@ -117,7 +117,7 @@ const bool kRegistered = RegisterModelArchitecture(
 // ---------------------------------------------------------------------------
 // Fixture: a model directory with the scripted architecture and a real
 // tokenizer (the demo byte-level BPE with Qwen3's template, or the real Qwen3
-// tokenizer when the shared data is present).
+// tokenizer from the text data the build unpacks).
 
 constexpr char kToolCall[] =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
@@ -157,10 +157,10 @@ class ChatLoopTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(kRegistered);
     std::string tokenizer_dir;
     if (GetParam() == "qwen3") {
-      tokenizer_dir = std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/qwen3";
-      // ../shared/data is part of the checkout CI runs on: absent is a failure, not a skip.
+      tokenizer_dir = std::string(STRATA_TEXT_DATA_DIR) + "/tokenizers/qwen3";
+      // Configure unpacks it from tests/data/text: absent is a failure, not a skip.
       ASSERT_TRUE(std::filesystem::exists(tokenizer_dir + "/tokenizer.json"))
-          << "no shared Qwen3 tokenizer at " << tokenizer_dir;
+          << "no Qwen3 tokenizer at " << tokenizer_dir;
     }
     // ctest runs every test case as its own process in parallel: each gets its
     // own directory, or one case's set-up deletes the files another is loading.

@@ -16,9 +16,9 @@ namespace {
 
 const Tokenizer& Qwen3() {
   static Tokenizer* t = [] {
-    auto r = Tokenizer::FromDirectory(std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/qwen3");
+    auto r = Tokenizer::FromDirectory(std::string(STRATA_TEXT_DATA_DIR) + "/tokenizers/qwen3");
     if (!r.ok()) {
-      ADD_FAILURE() << "Qwen3 tokenizer from the shared data: " << r.status();
+      ADD_FAILURE() << "Qwen3 tokenizer from the text data: " << r.status();
       return static_cast<Tokenizer*>(nullptr);
     }
     return std::move(r).value().release();
@@ -30,9 +30,9 @@ const Tokenizer& Qwen3() {
 const Tokenizer& DeepSeek() {
   static Tokenizer* t = [] {
     auto r =
-        Tokenizer::FromDirectory(std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/deepseek_v3");
+        Tokenizer::FromDirectory(std::string(STRATA_TEXT_DATA_DIR) + "/tokenizers/deepseek_v3");
     if (!r.ok()) {
-      ADD_FAILURE() << "DeepSeek-V3 tokenizer from the shared data: " << r.status();
+      ADD_FAILURE() << "DeepSeek-V3 tokenizer from the text data: " << r.status();
       return static_cast<Tokenizer*>(nullptr);
     }
     return std::move(r).value().release();

@@ -151,7 +151,7 @@ TEST(TokenizerTest, KimiStyleTiktokenDirectory) {
   // tiktoken.model + tokenizer_config.json whose added_tokens_decoder names
   // the specials after the ranked tokens (Kimi's layout).
   TempDir d;
-  fs::copy_file(std::string(STRATA_SHARED_DATA_DIR) + "/tiktoken/cl100k_base.tiktoken",
+  fs::copy_file(std::string(STRATA_TEXT_DATA_DIR) + "/tiktoken/cl100k_base.tiktoken",
                 d.path() + "/tiktoken.model");
   d.Write("tokenizer_config.json", R"({
     "add_bos_token": true, "bos_token": "[BOS]", "eos_token": "[EOS]",

@@ -622,7 +622,7 @@ TEST(ToolCallParserTest, TextStreamsPromptlyAndHoldsOnlyPossibleMarkers) {
 }
 
 std::string ReadChatTemplate(const std::string& model) {
-  std::ifstream in(std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/" + model +
+  std::ifstream in(std::string(STRATA_TEXT_DATA_DIR) + "/tokenizers/" + model +
                    "/tokenizer_config.json");
   EXPECT_TRUE(in.good()) << model;
   nlohmann::json j = nlohmann::json::parse(in);
