@@ -77,6 +77,11 @@ elif mode == 'template':
 class CliTextTest : public testing::Test {
  protected:
   void SetUp() override {
+    for (const char* model : {"qwen3", "deepseek_v3"}) {
+      ASSERT_TRUE(fs::exists(kTokenizers + "/" + model + "/tokenizer.json"))
+          << "no " << model << " tokenizer under " << kTokenizers
+          << " (configure unpacks it from tests/data/text)";
+    }
     dir_ =
         fs::temp_directory_path() / ("strata_cli_text_" + std::to_string(::getpid()) + "_" +
                                      testing::UnitTest::GetInstance()->current_test_info()->name());
