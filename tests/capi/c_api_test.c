@@ -319,8 +319,28 @@ static void test_greedy_generate(void) {
     double d = fabs((double)l1[i] - (double)l2[i]);
     if (d > max_diff) max_diff = d;
   }
-  CHECK(max_diff < 1e-2); /* decode path vs chunked prefill path, fp32 */
-  CHECK(argmax(l1, (size_t)g_vocab) == argmax(l2, (size_t)g_vocab));
+  if (!test_on_gpu()) {
+    CHECK(max_diff < 1e-2); /* decode path vs chunked prefill path, fp32 */
+    CHECK(argmax(l1, (size_t)g_vocab) == argmax(l2, (size_t)g_vocab));
+  } else {
+    /* bf16 activations: the decode kernels (absorbed MLA, recurrent KDA) and the prefill kernels round
+       differently, so the bound is relative, and the argmax must agree only where the top two logits of the
+       prefill are further apart than the two paths differ. */
+    double scale = 1, top1 = -1e30, top2 = -1e30;
+    for (i = 0; i < (size_t)g_vocab; ++i) {
+      if (fabs((double)l2[i]) > scale) scale = fabs((double)l2[i]);
+      if (l2[i] > top1) {
+        top2 = top1;
+        top1 = l2[i];
+      } else if (l2[i] > top2) {
+        top2 = l2[i];
+      }
+    }
+    printf("decode vs prefill on the GPU: max |diff| %.4g, max |logit| %.4g, top-2 gap %.4g\n", max_diff, scale,
+           top1 - top2);
+    CHECK(max_diff < 3e-2 * scale);
+    if (top1 - top2 > 2 * max_diff) CHECK(argmax(l1, (size_t)g_vocab) == argmax(l2, (size_t)g_vocab));
+  }
   free(l1);
   free(l2);
   CHECK_STATUS(strata_session_destroy(s1), STRATA_OK);
