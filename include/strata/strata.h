@@ -418,6 +418,9 @@ typedef struct strata_engine_params {
    *    step, i.e. how long running requests may stall behind prompts per generated token (TPOT), traded
    *    against time to first token; never more than the chunk. 0 (default): automatic (the chunk on the CPU,
    *    2048 on a GPU).
+   *  - `sampling.on_device`: 1 (default): decode steps select tokens on the GPU where the model and the
+   *    request's sampling allow (counted as `sampling.device_rows`, see strata_engine_get_stat()); 0: every
+   *    row's logits are copied to the host sampler, to measure what device sampling saves. No effect on the CPU.
    *
    *  NULL or "" (default): all defaults. */
   const char *options;
@@ -496,7 +499,9 @@ STRATA_API strata_status strata_engine_get_metrics(strata_engine *engine, strata
  * `scheduler.prefill_ms`, `scheduler.decode_ms`, `scheduler.sample_ms`,
  * `scheduler.emit_ms`), where tokens were sampled (`sampling.device_rows`,
  * `sampling.host_rows`) and GPU pool pressure
- * (`prefix_cache.slot_evictions`). strata_engine_list_stats() enumerates
+ * (`prefix_cache.slot_evictions`), and settings the engine resolved
+ * (`engine.compute_threads`: strata_engine_params::num_threads, with 0 resolved
+ * to the core count). strata_engine_list_stats() enumerates
  * them. New names may appear in any release; a name is never reused for a
  * different quantity.
  *
@@ -570,6 +575,16 @@ typedef int32_t strata_finish_reason;
 /** strata_request_params::deadline_ms passed before the request ended; the status is
  *  ::STRATA_ERR_DEADLINE_EXCEEDED. @since 0.1 */
 #define STRATA_FINISH_DEADLINE 10
+
+/**
+ * @brief Static lowercase name of a finish reason, for logs and tools: "none", "eos", "stop_token",
+ *        "max_tokens", "cancelled", "error", "context_full", "callback", "stop_string", "tool_calls", "deadline".
+ * @param[in] reason any value, known or not
+ * @return a NUL-terminated string with static storage duration; never NULL. Unknown values give "unknown".
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API const char *strata_finish_reason_string(strata_finish_reason reason);
 
 /**
  * @brief One event from strata_engine_poll_event(). Output struct: set
@@ -1386,6 +1401,56 @@ STRATA_API strata_status strata_tokenizer_decode(const strata_tokenizer *tokeniz
  * @since 0.1
  */
 STRATA_API strata_status strata_tokenizer_get_vocab_size(const strata_tokenizer *tokenizer, int32_t *out_vocab_size);
+
+/**
+ * @brief Whether the tokenizer's directory has a chat template (`chat_template` in tokenizer_config.json, or
+ *        chat_template.jinja), i.e. whether strata_tokenizer_render_chat() and the chat functions of sessions on
+ *        its model can render conversations.
+ * @param[in]  tokenizer the tokenizer
+ * @param[out] out_has   receives true when it has one
+ * @retval STRATA_OK                   stored
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer
+ * @retval STRATA_ERR_MISUSE           @p tokenizer was destroyed or is not a tokenizer
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_has_chat_template(const strata_tokenizer *tokenizer, bool *out_has);
+
+/**
+ * @brief The prompt the chat template renders for a conversation, byte for byte as transformers'
+ *        `apply_chat_template(messages, tools=tools, add_generation_prompt=..., tokenize=False, **variables)`.
+ *
+ * For hosts that keep conversations themselves, and for showing or checking
+ * what a model is given. The directory's special-token variables (bos_token,
+ * eos_token, ...) are set unless the conversation sets them. Writes the text
+ * followed by a NUL; call with @p text = NULL to learn the length (each call
+ * renders the template again).
+ *
+ * @param[in]  tokenizer         the tokenizer
+ * @param[in]  conversation_json a JSON object: `messages` (an array of message objects as the template reads
+ *                               them: role, content, tool_calls, ...), optional `tools`, optional
+ *                               `add_generation_prompt` (default false) and any other template variable (e.g.
+ *                               `enable_thinking`). Object keys keep the order written (templates print tool
+ *                               schemas with `tojson`).
+ * @param[in]  conversation_len  bytes of @p conversation_json, or ::STRATA_NUL_TERMINATED
+ * @param[out] text              buffer of @p capacity bytes, or NULL for a length query
+ * @param[in]  capacity          bytes @p text can hold, including the NUL
+ * @param[out] out_len           receives the prompt's length in bytes, without the NUL (always, also on
+ *                               ::STRATA_ERR_OUT_OF_RANGE)
+ * @retval STRATA_OK                      rendered (or answered the length query)
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL @p tokenizer, @p conversation_json or @p out_len; JSON that is
+ *                                        malformed, not an object or without a `messages` array; or the template
+ *                                        failed (raise_exception or a runtime error: the message gives its line
+ *                                        and column)
+ * @retval STRATA_ERR_OUT_OF_RANGE        @p capacity < length + 1; nothing written
+ * @retval STRATA_ERR_FAILED_PRECONDITION the directory has no chat template
+ * @retval STRATA_ERR_MISUSE              @p tokenizer was destroyed or is not a tokenizer
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_render_chat(const strata_tokenizer *tokenizer, const char *conversation_json,
+                                                      size_t conversation_len, char *text, size_t capacity,
+                                                      size_t *out_len);
 
 /** @} */
 

@@ -165,6 +165,7 @@ EngineMetrics Engine::Metrics() const {
   m.decode_ms = ms(decode_ns_);
   m.sample_ms = ms(sample_ns_);
   m.emit_ms = ms(emit_ns_);
+  m.compute_threads = pool_.num_threads();
   return m;
 }
 

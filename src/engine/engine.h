@@ -90,7 +90,8 @@ struct EngineOptions {
 
 // Applies a `key=value,...` tuning string (strata_engine_params::options) to
 // `options`: the scheduler knobs that are not part of the stable C structs
-// (`scheduler.prefill_chunk_tokens`, `scheduler.prefill_tokens_while_decoding`).
+// (`scheduler.prefill_chunk_tokens`, `scheduler.prefill_tokens_while_decoding`,
+// `sampling.on_device` for device_sampling).
 // Unknown keys and bad values are InvalidArgument naming `what` and the key;
 // on error `options` is unchanged.
 Status ApplyEngineOptionString(absl::string_view text, absl::string_view what, EngineOptions* options);

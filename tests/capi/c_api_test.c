@@ -85,6 +85,11 @@ static void test_version(void) {
   CHECK(strcmp(strata_status_string(STRATA_OK), "ok") == 0);
   CHECK(strcmp(strata_status_string(STRATA_ERR_MISUSE), "API misuse") == 0);
   CHECK(strcmp(strata_status_string(12345), "unknown status code") == 0);
+  CHECK(strcmp(strata_finish_reason_string(STRATA_FINISH_MAX_TOKENS), "max_tokens") == 0);
+  CHECK(strcmp(strata_finish_reason_string(STRATA_FINISH_TOOL_CALLS), "tool_calls") == 0);
+  CHECK(strcmp(strata_finish_reason_string(STRATA_FINISH_NONE), "none") == 0);
+  CHECK(strcmp(strata_finish_reason_string(12345), "unknown") == 0);
+  CHECK(strcmp(strata_finish_reason_string(-1), "unknown") == 0);
 }
 
 static int g_log_messages = 0;
