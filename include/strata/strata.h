@@ -720,12 +720,10 @@ typedef struct strata_model_params {
   bool dummy_weights;
   /** Seed of the dummy weights; default 0. */
   uint64_t dummy_seed;
-  /** Kernel tuning as a NUL-terminated `key=value` list separated by commas (e.g. `"cuda.pdl=0,moe.gemm=mma"`;
-   *  docs/tuning.md lists the keys; `strata info --options` prints them), applied over the STRATA_OPTIONS
-   *  environment variable of the same form; copied. Every key selects between a tuned kernel and a reference
-   *  path with the same results, so a faulty kernel can be switched off without a rebuild. Unknown keys and
-   *  malformed values fail the load with ::STRATA_ERR_INVALID_ARGUMENT naming them. NULL or "" (default): the
-   *  defaults. */
+  /** Kernel tuning as a NUL-terminated `key=value` list separated by commas; copied. Each key will select
+   *  between a tuned kernel and a reference path with the same results, so a faulty kernel can be switched off
+   *  without a rebuild. This build registers no keys yet: any key fails the load with
+   *  ::STRATA_ERR_INVALID_ARGUMENT naming it (never silently ignored). NULL or "" (default): the defaults. */
   const char *options;
 } strata_model_params;
 
