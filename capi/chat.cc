@@ -24,7 +24,7 @@ strata_status GetConversation(const Call& call, strata_session* session, strata:
   *out = session->impl->conversation();
   if (*out == nullptr) {
     return call.Fail(STRATA_ERR_FAILED_PRECONDITION,
-                     "the model directory has no usable tokenizer (strata_model_get_tokenizer says why)");
+                     "the model directory has no usable tokenizer (strata_model_open_tokenizer says why)");
   }
   if (session->impl->busy()) return call.Fail(STRATA_ERR_FAILED_PRECONDITION, "the session is running a request");
   return STRATA_OK;
@@ -44,10 +44,7 @@ strata_status ParseJson(const Call& call, const char* text, const char* name, Js
 strata_status ToChatOptions(const Call& call, const strata_chat_params* in, strata::ChatOptions* out,
                             strata_chat_params* c) {
   strata_chat_params_init(c);
-  if (strata_status s = strata::capi::ReadParams(call, in, c, sizeof(strata_chat_params), "strata_chat_params");
-      s != STRATA_OK) {
-    return s;
-  }
+  if (strata_status s = strata::capi::ReadParams(call, in, c); s != STRATA_OK) return s;
   if (c->stop_strings == nullptr && c->num_stop_strings > 0) {
     return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
                      absl::StrCat("stop_strings is NULL but num_stop_strings is ", c->num_stop_strings));
@@ -90,32 +87,22 @@ strata_status PrepareChat(const Call& call, strata_session* session, const strat
 
 extern "C" {
 
-STRATA_API void strata_chat_message_init(strata_chat_message* message) {
-  if (message == nullptr) return;
-  *message = strata_chat_message{};
-  message->struct_size = sizeof(strata_chat_message);
-  message->role = STRATA_ROLE_USER;
-  message->content = nullptr;
-  message->content_len = STRATA_NUL_TERMINATED;
-  message->reasoning_content = nullptr;
-  message->reasoning_content_len = STRATA_NUL_TERMINATED;
-  message->tool_call_id = nullptr;
-  message->name = nullptr;
-  message->tool_calls_json = nullptr;
+STRATA_API strata_status strata_chat_message_init_sized(strata_chat_message* message, size_t struct_size) {
+  strata_chat_message m{};
+  m.role = STRATA_ROLE_USER;
+  m.content_len = STRATA_NUL_TERMINATED;
+  m.reasoning_content_len = STRATA_NUL_TERMINATED;
+  return strata::capi::InitSized("strata_chat_message_init_sized", message, struct_size, m);
 }
 
-STRATA_API void strata_tool_init(strata_tool* tool) {
-  if (tool == nullptr) return;
-  *tool = strata_tool{};
-  tool->struct_size = sizeof(strata_tool);
+STRATA_API strata_status strata_tool_init_sized(strata_tool* tool, size_t struct_size) {
+  return strata::capi::InitSized("strata_tool_init_sized", tool, struct_size, strata_tool{});
 }
 
-STRATA_API void strata_chat_params_init(strata_chat_params* params) {
-  if (params == nullptr) return;
-  *params = strata_chat_params{};
-  params->struct_size = sizeof(strata_chat_params);
-  params->max_tool_rounds = strata::ChatOptions().max_tool_rounds;
-  params->skip_special_tokens = false;
+STRATA_API strata_status strata_chat_params_init_sized(strata_chat_params* params, size_t struct_size) {
+  strata_chat_params p{};
+  p.max_tool_rounds = strata::ChatOptions().max_tool_rounds;
+  return strata::capi::InitSized("strata_chat_params_init_sized", params, struct_size, p);
 }
 
 STRATA_API strata_status strata_session_add_message(strata_session* session, const strata_chat_message* message) {
@@ -126,11 +113,7 @@ STRATA_API strata_status strata_session_add_message(strata_session* session, con
     if (message == nullptr) return call.NullArgument("message");
     strata_chat_message m;
     strata_chat_message_init(&m);
-    if (strata_status s = strata::capi::ReadParams(call, message, &m, sizeof(strata_chat_message),
-                                                   "strata_chat_message");
-        s != STRATA_OK) {
-      return s;
-    }
+    if (strata_status s = strata::capi::ReadParams(call, message, &m); s != STRATA_OK) return s;
     static const char* const kRoles[] = {"system", "user", "assistant", "tool"};
     if (m.role < STRATA_ROLE_SYSTEM || m.role > STRATA_ROLE_TOOL) {
       return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat("role ", m.role, " is not a STRATA_ROLE_* value"));
@@ -181,14 +164,7 @@ STRATA_API strata_status strata_session_get_conversation(strata_session* session
     strata::Conversation* conv = nullptr;
     if (strata_status s = GetConversation(call, session, &conv); s != STRATA_OK) return s;
     const std::string text = conv->messages().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    *out_len = text.size();
-    if (json == nullptr) return STRATA_OK;  // length query
-    if (capacity < text.size() + 1) {
-      return call.Fail(STRATA_ERR_OUT_OF_RANGE,
-                       absl::StrCat("capacity ", capacity, " cannot hold ", text.size(), " bytes and a NUL"));
-    }
-    std::memcpy(json, text.c_str(), text.size() + 1);
-    return STRATA_OK;
+    return strata::capi::CopyTextOut(call, text, json, capacity, out_len);
   });
 }
 
@@ -200,10 +176,7 @@ STRATA_API strata_status strata_session_add_tool(strata_session* session, const 
     if (tool == nullptr) return call.NullArgument("tool");
     strata_tool t;
     strata_tool_init(&t);
-    if (strata_status s = strata::capi::ReadParams(call, tool, &t, sizeof(strata_tool), "strata_tool");
-        s != STRATA_OK) {
-      return s;
-    }
+    if (strata_status s = strata::capi::ReadParams(call, tool, &t); s != STRATA_OK) return s;
     if (t.name == nullptr) return call.NullArgument("tool->name");
     strata::ToolSpec spec;
     spec.name = t.name;

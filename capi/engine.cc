@@ -1,5 +1,6 @@
 // strata_engine_*: engine lifecycle and the event poll, translated to strata::Engine.
 #include <cstddef>
+#include <cstring>
 #include <string>
 
 #include "convert.h"
@@ -13,24 +14,16 @@ using strata::capi::kEngineMagic;
 
 extern "C" {
 
-STRATA_API void strata_engine_params_init(strata_engine_params* params) {
-  if (params == nullptr) return;
-  *params = strata_engine_params{};
-  params->struct_size = sizeof(strata_engine_params);
-  params->num_threads = 0;
-  params->log_callback = nullptr;
-  params->log_user_data = nullptr;
-  params->log_level = STRATA_LOG_INFO;
-  const strata::EngineOptions d;
-  params->memory_budget_bytes = d.memory_budget_bytes;
-  params->prefill_chunk_tokens = d.prefill_chunk_tokens;
-  params->max_batch = d.max_batch;
-  params->prefix_cache_bytes = 0;  // opt-in through the C ABI: snapshots cost a state copy each on the CPU
-  params->prefix_block_tokens = d.prefix_block_tokens;
-  params->metrics_callback = nullptr;
-  params->metrics_user_data = nullptr;
-  params->metrics_interval_ms = static_cast<int32_t>(d.metrics_interval_ms);
-  params->prefill_tokens_while_decoding = d.prefill_tokens_while_decoding;
+STRATA_API strata_status strata_engine_params_init_sized(strata_engine_params* params, size_t struct_size) {
+  strata_engine_params d{};
+  const strata::EngineOptions core;
+  d.log_level = STRATA_LOG_INFO;
+  d.memory_budget_bytes = core.memory_budget_bytes;
+  d.max_batch = core.max_batch;
+  d.prefix_cache_bytes = 0;  // opt-in through the C ABI: snapshots cost a state copy each on the CPU
+  d.prefix_block_tokens = core.prefix_block_tokens;
+  d.metrics_interval_ms = static_cast<int32_t>(core.metrics_interval_ms);
+  return strata::capi::InitSized("strata_engine_params_init_sized", params, struct_size, d);
 }
 
 namespace {
@@ -72,15 +65,6 @@ strata_metrics ToCMetrics(const strata::EngineMetrics& m) {
   c.prefix_cache_bytes = m.prefix_cache_bytes;
   c.prefix_cache_entries = m.prefix_cache_entries;
   c.state_active_bytes = m.state_active_bytes;
-  c.prefix_cache_slot_evictions = m.prefix_cache_slot_evictions;
-  c.device_sampled_rows = m.device_sampled_rows;
-  c.host_sampled_rows = m.host_sampled_rows;
-  c.iterations = m.iterations;
-  c.schedule_ms = m.schedule_ms;
-  c.prefill_ms = m.prefill_ms;
-  c.decode_ms = m.decode_ms;
-  c.sample_ms = m.sample_ms;
-  c.emit_ms = m.emit_ms;
   return c;
 }
 
@@ -93,29 +77,26 @@ STRATA_API strata_status strata_engine_create(const strata_engine_params* params
     *out_engine = nullptr;
     strata_engine_params p;
     strata_engine_params_init(&p);
-    // The first layout (before the scheduling fields) is still accepted.
-    if (strata_status s = strata::capi::ReadParams(call, params, &p, offsetof(strata_engine_params, memory_budget_bytes),
-                                                   "strata_engine_params");
-        s != STRATA_OK) {
-      return s;
-    }
+    if (strata_status s = strata::capi::ReadParams(call, params, &p); s != STRATA_OK) return s;
     if (p.log_level < STRATA_LOG_DEBUG || p.log_level > STRATA_LOG_ERROR) {
       return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
                        absl::StrCat("log_level must be in [0, 3], got ", p.log_level));
     }
-    if (p.prefill_chunk_tokens < 0 || p.max_batch < 0 || p.prefix_block_tokens < 0 || p.metrics_interval_ms < 0 ||
-        p.prefill_tokens_while_decoding < 0) {
+    if (p.max_batch < 0 || p.prefix_block_tokens < 0 || p.metrics_interval_ms < 0) {
       return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
-                       absl::StrCat("prefill_chunk_tokens (", p.prefill_chunk_tokens, "), max_batch (", p.max_batch,
-                                    "), prefix_block_tokens (", p.prefix_block_tokens, "), metrics_interval_ms (",
-                                    p.metrics_interval_ms, ") and prefill_tokens_while_decoding (",
-                                    p.prefill_tokens_while_decoding, ") must be >= 0"));
+                       absl::StrCat("max_batch (", p.max_batch, "), prefix_block_tokens (", p.prefix_block_tokens,
+                                    ") and metrics_interval_ms (", p.metrics_interval_ms, ") must be >= 0"));
     }
     strata::EngineOptions options;
     options.num_threads = p.num_threads;
-    // Zero keeps each default (the zero value of a field appended later means the old behaviour).
-    options.prefill_chunk_tokens = p.prefill_chunk_tokens;  // 0: automatic, by device
-    options.prefill_tokens_while_decoding = p.prefill_tokens_while_decoding;
+    if (p.options != nullptr) {
+      if (strata_status s = call.From(
+              strata::ApplyEngineOptionString(p.options, "strata_engine_params.options", &options));
+          s != STRATA_OK) {
+        return s;
+      }
+    }
+    // Zero keeps each default.
     if (p.max_batch > 0) options.max_batch = p.max_batch;
     if (p.prefix_block_tokens > 0) options.prefix_block_tokens = p.prefix_block_tokens;
     if (p.metrics_interval_ms > 0) options.metrics_interval_ms = p.metrics_interval_ms;
@@ -169,9 +150,7 @@ STRATA_API strata_status strata_engine_get_metrics(strata_engine* engine, strata
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, engine, kEngineMagic, "engine"); s != STRATA_OK) return s;
     if (out_metrics == nullptr) return call.NullArgument("out_metrics");
-    return strata::capi::WriteOut(call, out_metrics, ToCMetrics(engine->impl->Metrics()),
-                                  offsetof(strata_metrics, prefix_cache_slot_evictions),
-                                  "strata_metrics");
+    return strata::capi::WriteOut(call, out_metrics, ToCMetrics(engine->impl->Metrics()));
   });
 }
 
@@ -185,8 +164,7 @@ STRATA_API strata_status strata_engine_poll_event(strata_engine* engine, strata_
     ev.type = STRATA_EVENT_NONE;
     ev.token = -1;
     // Validate the caller's struct_size before waiting, so a bad struct fails fast.
-    if (strata_status s = strata::capi::WriteOut(call, out_event, ev, offsetof(strata_event, text), "strata_event");
-        s != STRATA_OK) {
+    if (strata_status s = strata::capi::WriteOut(call, out_event, ev); s != STRATA_OK) {
       return s;
     }
     // The event's strings live here until this thread polls again (documented).
@@ -198,8 +176,40 @@ STRATA_API strata_status strata_engine_poll_event(strata_engine* engine, strata_
     core.request.reset();  // the thread-local copy must not keep the request alive
     ev = strata::capi::ToCEvent(core);
     ev.request = static_cast<strata_request*>(tag);
-    // A caller built against 0.1 sees the 0.1 layout only.
-    return strata::capi::WriteOut(call, out_event, ev, offsetof(strata_event, text), "strata_event");
+    return strata::capi::WriteOut(call, out_event, ev);
+  });
+}
+
+STRATA_API strata_status strata_engine_get_stat(strata_engine* engine, const char* name, double* out_value) {
+  const Call call("strata_engine_get_stat");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, engine, kEngineMagic, "engine"); s != STRATA_OK) return s;
+    if (name == nullptr) return call.NullArgument("name");
+    if (out_value == nullptr) return call.NullArgument("out_value");
+    for (const strata::NamedStat& stat : strata::EngineStats()) {
+      if (std::strcmp(stat.name, name) == 0) {
+        *out_value = stat.get(engine->impl->Metrics());
+        return STRATA_OK;
+      }
+    }
+    return call.Fail(STRATA_ERR_NOT_FOUND, absl::StrCat("no statistic named '", name,
+                                                        "' (strata_engine_list_stats() names them)"));
+  });
+}
+
+STRATA_API strata_status strata_engine_list_stats(strata_engine* engine, size_t index, const char** out_name) {
+  const Call call("strata_engine_list_stats");
+  return Guarded(call, [&]() -> strata_status {
+    if (out_name == nullptr) return call.NullArgument("out_name");
+    *out_name = nullptr;
+    if (strata_status s = CheckHandle(call, engine, kEngineMagic, "engine"); s != STRATA_OK) return s;
+    const auto stats = strata::EngineStats();
+    if (index >= stats.size()) {
+      return call.Fail(STRATA_ERR_OUT_OF_RANGE,
+                       absl::StrCat("index ", index, " is past the last of ", stats.size(), " statistics"));
+    }
+    *out_name = stats[index].name;
+    return STRATA_OK;
   });
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "abi_baseline.h"
 #include "base/status.h"
 #include "handles.h"
 #include "strata/strata.h"
@@ -78,16 +79,17 @@ strata_status Guarded(const Call& call, F&& body) noexcept {
 
 // Copies a caller's input params struct into `*out` (already holding the
 // defaults). NULL keeps the defaults. Reads at most in->struct_size bytes:
-// smaller than `min_size` (the 0.1 layout) is rejected, and so is a larger
-// struct whose bytes beyond what this library knows are not all zero.
+// smaller than the released layout is rejected, and so is a larger struct
+// whose bytes beyond what this library knows are not all zero.
 template <class T>
-strata_status ReadParams(const Call& call, const T* in, T* out, size_t min_size, const char* type_name) {
+strata_status ReadParams(const Call& call, const T* in, T* out) {
   if (in == nullptr) return STRATA_OK;
+  const char* type_name = Released<T>::kName;
   const size_t size = in->struct_size;
-  if (size < min_size) {
+  if (size < Released<T>::kSize) {
     return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
                      absl::StrCat(type_name, ".struct_size is ", size, ", expected ", sizeof(T),
-                                  " (fill the struct with its _init function)"));
+                                  " (fill the struct with its _init macro)"));
   }
   if (size > sizeof(T)) {
     const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
@@ -107,9 +109,10 @@ strata_status ReadParams(const Call& call, const T* in, T* out, size_t min_size,
 // Writes `value` to the caller's output struct, at most out->struct_size bytes;
 // out->struct_size itself is left as the caller set it.
 template <class T>
-strata_status WriteOut(const Call& call, T* out, T value, size_t min_size, const char* type_name) {
+strata_status WriteOut(const Call& call, T* out, T value) {
+  const char* type_name = Released<T>::kName;
   const size_t size = out->struct_size;
-  if (size < min_size) {
+  if (size < Released<T>::kSize) {
     return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
                      absl::StrCat(type_name, ".struct_size is ", size, ", expected ", sizeof(T),
                                   " (set it to sizeof(", type_name, "))"));
@@ -117,6 +120,26 @@ strata_status WriteOut(const Call& call, T* out, T value, size_t min_size, const
   value.struct_size = out->struct_size;
   std::memcpy(static_cast<void*>(out), &value, size < sizeof(T) ? size : sizeof(T));
   return STRATA_OK;
+}
+
+// The body of every `_init_sized` function: writes the first `size` bytes of
+// `defaults` (at most the library's struct) into the caller's struct, so an
+// older, shorter struct is never written past its end.
+template <class T>
+strata_status InitSized(const char* function, T* out, size_t size, T defaults) {
+  const Call call(function);
+  return Guarded(call, [&]() -> strata_status {
+    if (out == nullptr) return call.NullArgument(Released<T>::kName);
+    if (size < Released<T>::kSize) {
+      return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
+                       absl::StrCat("struct_size ", size, " is smaller than the first released layout of ",
+                                    Released<T>::kName, " (", Released<T>::kSize, " bytes)"));
+    }
+    const size_t n = size < sizeof(T) ? size : sizeof(T);
+    defaults.struct_size = static_cast<uint32_t>(n);
+    std::memcpy(static_cast<void*>(out), &defaults, n);
+    return STRATA_OK;
+  });
 }
 
 }  // namespace strata::capi

@@ -83,7 +83,7 @@ struct strata_request {
   // Guards impl against a destroy racing with strata_request_cancel from another thread.
   std::mutex mu;
   std::shared_ptr<strata::Request> impl;
-  std::string errmsg;          // returned by strata_request_errmsg
+  std::string errmsg;          // returned by strata_request_error_message
   bool library_owned = false;  // made by strata_session_generate; the caller may not destroy it
 };
 

@@ -12,10 +12,15 @@ using strata::capi::Guarded;
 
 extern "C" {
 
-STRATA_API void strata_model_params_init(strata_model_params* params) {
-  if (params == nullptr) return;
-  *params = strata_model_params{};
-  params->struct_size = sizeof(strata_model_params);
+STRATA_API strata_status strata_model_params_init_sized(strata_model_params* params, size_t struct_size) {
+  strata_model_params d{};
+  const strata::LoadOptions core;
+  d.device = STRATA_DEVICE_AUTO;
+  d.device_index = core.device_index;
+  d.gpu_memory_fraction = core.gpu_memory_fraction;
+  d.cuda_graphs = core.cuda_graphs;
+  d.batch_invariant = core.batch_invariant;
+  return strata::capi::InitSized("strata_model_params_init_sized", params, struct_size, d);
 }
 
 STRATA_API strata_status strata_model_load(strata_engine* engine, const char* model_dir,
@@ -30,16 +35,48 @@ STRATA_API strata_status strata_model_load(strata_engine* engine, const char* mo
     if (model_dir == nullptr) return call.NullArgument("model_dir");
     strata_model_params p;
     strata_model_params_init(&p);
-    if (strata_status s = strata::capi::ReadParams(call, params, &p, sizeof(strata_model_params),
-                                                   "strata_model_params");
-        s != STRATA_OK) {
-      return s;
-    }
+    if (strata_status s = strata::capi::ReadParams(call, params, &p); s != STRATA_OK) return s;
     strata::LoadOptions options;
+    switch (p.device) {
+      case STRATA_DEVICE_AUTO: options.device = strata::Device::kAuto; break;
+      case STRATA_DEVICE_CPU: options.device = strata::Device::kCpu; break;
+      case STRATA_DEVICE_CUDA:
+        options.device = strata::Device::kCuda;
+        options.require_device = true;
+        break;
+      default:
+        return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
+                         absl::StrCat("strata_model_params.device must be STRATA_DEVICE_AUTO (0), _CPU (1) or "
+                                      "_CUDA (2), got ", p.device));
+    }
+    if (p.device_index < 0 || p.max_batch < 0 || p.max_sequences < 0 || p.max_context_tokens < 0 ||
+        p.prefill_slice_tokens < 0) {
+      return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
+                       absl::StrCat("strata_model_params: device_index (", p.device_index, "), max_batch (",
+                                    p.max_batch, "), max_sequences (", p.max_sequences, "), max_context_tokens (",
+                                    p.max_context_tokens, ") and prefill_slice_tokens (", p.prefill_slice_tokens,
+                                    ") must be >= 0"));
+    }
+    if (!(p.gpu_memory_fraction > 0.0 && p.gpu_memory_fraction <= 1.0)) {
+      return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
+                       absl::StrCat("strata_model_params.gpu_memory_fraction must be in (0, 1], got ",
+                                    p.gpu_memory_fraction));
+    }
+    options.device_index = p.device_index;
+    options.max_batch = p.max_batch;
+    options.max_sequences = p.max_sequences;
+    options.max_context_tokens = p.max_context_tokens;
+    options.prefill_slice_tokens = p.prefill_slice_tokens;
+    options.gpu_memory_fraction = p.gpu_memory_fraction;
+    options.cuda_graphs = p.cuda_graphs;
+    options.batch_invariant = p.batch_invariant;
+    options.load_format = p.dummy_weights ? strata::LoadFormat::kDummy : strata::LoadFormat::kAuto;
+    options.dummy_seed = p.dummy_seed;
+    if (p.options != nullptr) options.options = p.options;
     options.pool = engine->impl->pool();
     if (p.progress_callback != nullptr) {
       options.progress = [cb = p.progress_callback, ud = p.progress_user_data](float f) {
-        return cb(std::clamp(f, 0.0f, 1.0f), ud);
+        return cb(std::clamp(f, 0.0f, 1.0f), ud) == 0;
       };
     }
     auto handle = std::make_unique<strata_model>();
@@ -56,7 +93,8 @@ STRATA_API strata_status strata_model_load(strata_engine* engine, const char* mo
     const strata::ModelInfo& info = handle->impl->info();
     engine->impl->Log(strata::LogLevel::kInfo,
                       absl::StrCat("loaded ", info.architecture, " model from ", model_dir, ": ", info.num_layers,
-                                   " layers, ", info.num_parameters, " parameters"));
+                                   " layers, ", info.num_parameters, " parameters, on ", info.device,
+                                   info.notice.empty() ? "" : " (", info.notice, info.notice.empty() ? "" : ")"));
     engine->num_models.fetch_add(1);
     *out_model = handle.release();
     return STRATA_OK;
@@ -81,7 +119,10 @@ STRATA_API strata_status strata_model_get_info(const strata_model* model, strata
     info.max_context_tokens = m.max_context;
     info.state_bytes_per_token = m.state_bytes_per_token;
     info.state_bytes_per_sequence = m.state_bytes_per_sequence;
-    return strata::capi::WriteOut(call, out_info, info, sizeof(strata_model_info), "strata_model_info");
+    info.device = m.device.c_str();
+    info.device_notice = m.notice.c_str();
+    info.tuning = m.tuning.c_str();
+    return strata::capi::WriteOut(call, out_info, info);
   });
 }
 

@@ -38,12 +38,7 @@ std::span<const int32_t> TokenSpan(const int32_t* tokens, size_t count) {
 strata_status ToGenerationParams(const Call& call, const strata_request_params* in, GenerationParams* out,
                                  strata_request_params* c_params) {
   strata_request_params_init(c_params);
-  // The first layout (before the scheduling fields) is still accepted.
-  if (strata_status s = ReadParams(call, in, c_params, offsetof(strata_request_params, priority),
-                                   "strata_request_params");
-      s != STRATA_OK) {
-    return s;
-  }
+  if (strata_status s = ReadParams(call, in, c_params); s != STRATA_OK) return s;
   const strata_request_params& p = *c_params;
   if (strata_status s = CheckTokenArray(call, p.stop_tokens, p.num_stop_tokens, "stop_tokens"); s != STRATA_OK) {
     return s;
@@ -69,35 +64,27 @@ strata_status ToGenerationParams(const Call& call, const strata_request_params* 
 
 extern "C" {
 
-STRATA_API void strata_session_params_init(strata_session_params* params) {
-  if (params == nullptr) return;
-  *params = strata_session_params{};
-  params->struct_size = sizeof(strata_session_params);
-  params->max_context_tokens = 0;
+STRATA_API strata_status strata_session_params_init_sized(strata_session_params* params, size_t struct_size) {
+  return strata::capi::InitSized("strata_session_params_init_sized", params, struct_size, strata_session_params{});
 }
 
-STRATA_API void strata_request_params_init(strata_request_params* params) {
-  if (params == nullptr) return;
-  *params = strata_request_params{};
-  params->struct_size = sizeof(strata_request_params);
+STRATA_API strata_status strata_request_params_init_sized(strata_request_params* params, size_t struct_size) {
+  strata_request_params p{};
   const strata::GenerationParams d;
-  params->max_tokens = d.max_tokens;
-  params->stop_tokens = nullptr;
-  params->num_stop_tokens = 0;
-  params->stop_at_eos = d.stop_at_eos;
-  params->temperature = d.sampling.temperature;
-  params->top_k = d.sampling.top_k;
-  params->top_p = d.sampling.top_p;
-  params->min_p = d.sampling.min_p;
-  params->repetition_penalty = d.sampling.repetition_penalty;
-  params->presence_penalty = d.sampling.presence_penalty;
-  params->frequency_penalty = d.sampling.frequency_penalty;
-  params->seed = d.sampling.seed;
-  params->token_callback = nullptr;
-  params->user_data = nullptr;
-  params->priority = d.priority;
-  params->deadline_ms = d.deadline_ms;
-  params->max_context_tokens = d.max_context_tokens;
+  p.max_tokens = d.max_tokens;
+  p.stop_at_eos = d.stop_at_eos;
+  p.temperature = d.sampling.temperature;
+  p.top_k = d.sampling.top_k;
+  p.top_p = d.sampling.top_p;
+  p.min_p = d.sampling.min_p;
+  p.repetition_penalty = d.sampling.repetition_penalty;
+  p.presence_penalty = d.sampling.presence_penalty;
+  p.frequency_penalty = d.sampling.frequency_penalty;
+  p.seed = d.sampling.seed;
+  p.priority = d.priority;
+  p.deadline_ms = d.deadline_ms;
+  p.max_context_tokens = d.max_context_tokens;
+  return strata::capi::InitSized("strata_request_params_init_sized", params, struct_size, p);
 }
 
 STRATA_API strata_status strata_session_create(strata_model* model, const strata_session_params* params,
@@ -109,11 +96,7 @@ STRATA_API strata_status strata_session_create(strata_model* model, const strata
     if (strata_status s = CheckHandle(call, model, strata::capi::kModelMagic, "model"); s != STRATA_OK) return s;
     strata_session_params p;
     strata_session_params_init(&p);
-    if (strata_status s = strata::capi::ReadParams(call, params, &p, sizeof(strata_session_params),
-                                                   "strata_session_params");
-        s != STRATA_OK) {
-      return s;
-    }
+    if (strata_status s = strata::capi::ReadParams(call, params, &p); s != STRATA_OK) return s;
     strata::SessionOptions options;
     options.max_context_tokens = p.max_context_tokens;
     if (model->text.ok()) options.text = *model->text;

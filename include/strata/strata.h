@@ -22,13 +22,17 @@
  *    `out_` handles are set to NULL and strata_last_error_message() explains the
  *    failure in English. No exception, abort or exit ever leaves the library.
  * 3. **Parameter structs** begin with `uint32_t struct_size`. Fill input
- *    structs with their `_init()` function and then change fields. The library
- *    reads at most `struct_size` bytes, so a program built against an older
- *    header keeps working; a `struct_size` smaller than the 0.1 layout, or larger
- *    than this library knows with a non-zero unknown tail, is
- *    ::STRATA_ERR_INVALID_ARGUMENT. Output structs (strata_model_info,
- *    strata_event) are sized by the caller: set `struct_size = sizeof(x)` and the
- *    library writes at most that many bytes.
+ *    structs with their `_init()` macro and then change fields: the macro
+ *    passes the caller's `sizeof`, so the library never writes more bytes than
+ *    the caller's struct has (a program built against an older, shorter
+ *    header gets the defaults of the fields it knows). The library reads at
+ *    most `struct_size` bytes and uses defaults for the rest; a `struct_size`
+ *    smaller than the first released layout (0.1), or larger than this library
+ *    knows with a non-zero unknown tail, is ::STRATA_ERR_INVALID_ARGUMENT.
+ *    Output structs (strata_model_info, strata_metrics, strata_event) are sized
+ *    by the caller: set `struct_size = sizeof(x)` and the library writes at
+ *    most that many bytes. Bindings that mirror a struct check their layout
+ *    with strata_abi_struct_size() and strata_abi_field_offset().
  * 4. **Types.** Fixed-width integers; enumerations are `int32_t` typedefs with
  *    named constants; booleans are C99 `bool`; token ids are `int32_t`; counts
  *    are `size_t`. Strings are NUL-terminated UTF-8.
@@ -58,9 +62,9 @@
  * 5. destroy in reverse order: requests, sessions, models, engine.
  *
  * @par Not offered (yet)
- * Images, batched scoring of many positions, saving or forking session state,
- * and GPU device selection. Those arrive as new functions; nothing here will
- * change meaning.
+ * Images, batched scoring of many positions, saving session state to bytes
+ * or files, and models split over several GPUs. Those arrive as new
+ * functions; nothing here will change meaning.
  */
 #ifndef STRATA_STRATA_H_
 #define STRATA_STRATA_H_
@@ -206,6 +210,38 @@ STRATA_API uint32_t strata_version_number(void);
  */
 STRATA_API uint32_t strata_abi_version(void);
 
+/**
+ * @brief The size of a public struct as this library was built, for bindings that mirror structs.
+ *
+ * A binding (ctypes, cffi, Rust, Go) that declares its own copy of a struct
+ * compares its size and every field's offset with the library's at start-up,
+ * so a copy that drifted from the header is refused instead of corrupting
+ * memory.
+ *
+ * @param[in]  struct_name NUL-terminated name as in this header, e.g. "strata_request_params"
+ * @param[out] out_size    receives `sizeof` of the struct
+ * @retval STRATA_OK                   written
+ * @retval STRATA_ERR_INVALID_ARGUMENT a NULL pointer
+ * @retval STRATA_ERR_NOT_FOUND        no public struct of that name
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_abi_struct_size(const char *struct_name, size_t *out_size);
+
+/**
+ * @brief The offset of a field of a public struct as this library was built (see strata_abi_struct_size()).
+ * @param[in]  struct_name NUL-terminated struct name, e.g. "strata_event"
+ * @param[in]  field_name  NUL-terminated field name, e.g. "tool_arguments_len"
+ * @param[out] out_offset  receives `offsetof(struct, field)`
+ * @retval STRATA_OK                   written
+ * @retval STRATA_ERR_INVALID_ARGUMENT a NULL pointer
+ * @retval STRATA_ERR_NOT_FOUND        no such struct, or no such field in it
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_abi_field_offset(const char *struct_name, const char *field_name,
+                                                 size_t *out_offset);
+
 /** @} */
 
 /* ------------------------------------------------------------------------- */
@@ -272,7 +308,10 @@ typedef struct strata_latency {
  * Memory is the engine's accounting by the models' state sizes
  * (strata_model_info::state_bytes_per_token and state_bytes_per_sequence),
  * by kind (attention rows, recurrent state, prefix-cache snapshots) and tier
- * (resident within the budget, or moved aside by a preemption).
+ * (resident within the budget, or moved aside by a preemption). Diagnostics
+ * that may change between releases (scheduler phase timings, where tokens
+ * were sampled, pool evictions) are named statistics instead: see
+ * strata_engine_get_stat().
  * @since 0.1
  */
 typedef struct strata_metrics {
@@ -325,28 +364,6 @@ typedef struct strata_metrics {
   /** Of the resident state: sessions running a request, the part the memory budget bounds together with
    *  prefix_cache_bytes (idle sessions' states are the host's to reset or destroy). */
   uint64_t state_active_bytes;
-  /** Prefix-cache snapshots dropped so that a model's fixed pool of sequence states (GPU) had room for a
-   *  session, a restore or a newer snapshot. @since 0.1 */
-  int64_t prefix_cache_slot_evictions;
-  /** Decode rows whose token was selected on the device, without copying logits to the host. @since 0.1 */
-  int64_t device_sampled_rows;
-  /** Decode rows sampled on the host from copied logits (CPU models; repetition, presence or frequency
-   *  penalties; min_p). @since 0.1 */
-  int64_t host_sampled_rows;
-  /** Scheduler iterations run. The *_ms fields below sum the scheduler thread's time per phase over them.
-   *  @since 0.1 */
-  int64_t iterations;
-  /** Planning: admission (prefix-cache lookups and restores included), prefill budgets, memory, preemption.
-   *  @since 0.1 */
-  double schedule_ms;
-  /** Prefill forwards, prefix-cache snapshots included. @since 0.1 */
-  double prefill_ms;
-  /** Batched decode steps, device-side sampling included. @since 0.1 */
-  double decode_ms;
-  /** Token sampling on the host. @since 0.1 */
-  double sample_ms;
-  /** Event delivery and stop rules (detokenizing and tool-call parsing for chat requests). @since 0.1 */
-  double emit_ms;
 } strata_metrics;
 
 /**
@@ -374,13 +391,10 @@ typedef struct strata_engine_params {
   /** Bytes of running requests' sequence state plus prefix-cache snapshots the scheduler keeps resident
    *  (strata_metrics::state_active_bytes + prefix_cache_bytes); growth is planned before it is applied, and
    *  when it is short the prefix cache is evicted, then lower-priority requests are preempted (resumed
-   *  later), else a request waits; a request that cannot fit even alone fails with
-   *  ::STRATA_ERR_RESOURCE_EXHAUSTED. 0 (default): unlimited. @since 0.1 */
+   *  later), else a request waits; a request whose longest state (prompt and history plus max_tokens, at most
+   *  the context) cannot fit even alone is refused at submit with ::STRATA_ERR_RESOURCE_EXHAUSTED. 0 (default):
+   *  unlimited. @since 0.1 */
   uint64_t memory_budget_bytes;
-  /** Prompt tokens evaluated per scheduling iteration over all requests, so long prompts are fed in chunks
-   *  between decode steps. 0 (default): automatic by where the model runs: 512 on the CPU, 8192 on a GPU
-   *  (whose prefill rate needs large chunks). @since 0.1 */
-  int64_t prefill_chunk_tokens;
   /** Most requests in one batched decode step. 0: the default, 64. @since 0.1 */
   int32_t max_batch;
   /** Capacity of the exact prefix cache in bytes (snapshots of whole model states at shared prefixes and
@@ -394,20 +408,42 @@ typedef struct strata_engine_params {
   void *metrics_user_data;
   /** Period of metrics_callback in milliseconds. 0: the default, 1000. @since 0.1 */
   int32_t metrics_interval_ms;
-  /** Prefill budget of a scheduling iteration that also runs a decode step, in tokens: how long running
-   *  requests may stall behind prompts per generated token (TPOT), traded against time to first token; never
-   *  more than prefill_chunk_tokens. 0 (default): automatic: prefill_chunk_tokens on the CPU, 2048 on a GPU.
-   *  Must be >= 0. @since 0.1 */
-  int64_t prefill_tokens_while_decoding;
+  /** Scheduler tuning as a NUL-terminated `key=value` list separated by commas, e.g.
+   *  `"scheduler.prefill_chunk_tokens=2048,scheduler.prefill_tokens_while_decoding=512"`; copied. Unknown keys
+   *  and malformed values fail strata_engine_create() with ::STRATA_ERR_INVALID_ARGUMENT naming them. Keys:
+   *  - `scheduler.prefill_chunk_tokens`: prompt tokens evaluated per scheduling iteration over all requests,
+   *    so long prompts are fed in chunks between decode steps; 0 (default): automatic by where the model runs
+   *    (512 on the CPU, 8192 on a GPU, whose prefill rate needs large chunks).
+   *  - `scheduler.prefill_tokens_while_decoding`: the prefill budget of an iteration that also runs a decode
+   *    step, i.e. how long running requests may stall behind prompts per generated token (TPOT), traded
+   *    against time to first token; never more than the chunk. 0 (default): automatic (the chunk on the CPU,
+   *    2048 on a GPU).
+   *  - `sampling.on_device`: 1 (default): decode steps select tokens on the GPU where the model and the
+   *    request's sampling allow (counted as `sampling.device_rows`, see strata_engine_get_stat()); 0: every
+   *    row's logits are copied to the host sampler, to measure what device sampling saves. No effect on the CPU.
+   *
+   *  NULL or "" (default): all defaults. */
+  const char *options;
 } strata_engine_params;
 
 /**
- * @brief Fills @p params with the defaults and sets its struct_size.
- * @param[out] params the struct to fill; nothing happens when NULL
+ * @brief Fills the caller's @p params with the defaults and sets its struct_size.
+ *
+ * Call it through the strata_engine_params_init() macro, which passes `sizeof(*params)`.
+ * The library writes at most @p struct_size bytes: the fields of the
+ * caller's layout, never past it.
+ *
+ * @param[out] params       the struct to fill
+ * @param[in]  struct_size bytes of the caller's struct (its `sizeof`)
+ * @retval STRATA_OK                   filled; struct_size = min(@p struct_size, this library's size)
+ * @retval STRATA_ERR_INVALID_ARGUMENT @p params is NULL, or @p struct_size is smaller than the first released
+ *                                     layout (nothing written)
  * @par Thread safety: safe from any thread.
  * @since 0.1
  */
-STRATA_API void strata_engine_params_init(strata_engine_params *params);
+STRATA_API strata_status strata_engine_params_init_sized(strata_engine_params *params, size_t struct_size);
+/** @brief Fills @p p (a `strata_engine_params *`) with the defaults; see strata_engine_params_init_sized(). */
+#define strata_engine_params_init(p) strata_engine_params_init_sized((p), sizeof(*(p)))
 
 /**
  * @brief Creates an engine and starts its threads.
@@ -453,6 +489,48 @@ STRATA_API strata_status strata_engine_destroy(strata_engine *engine);
  */
 STRATA_API strata_status strata_engine_get_metrics(strata_engine *engine, strata_metrics *out_metrics);
 
+/**
+ * @brief Reads one named statistic of the engine now.
+ *
+ * Every field of strata_metrics has a name here too (e.g.
+ * `requests.submitted`, `ttft.p99_ms`, `memory.state_resident_bytes`), and so
+ * do diagnostics that are not part of the stable struct: the scheduler's
+ * phase timings (`scheduler.iterations`, `scheduler.schedule_ms`,
+ * `scheduler.prefill_ms`, `scheduler.decode_ms`, `scheduler.sample_ms`,
+ * `scheduler.emit_ms`), where tokens were sampled (`sampling.device_rows`,
+ * `sampling.host_rows`) and GPU pool pressure
+ * (`prefix_cache.slot_evictions`), and settings the engine resolved
+ * (`engine.compute_threads`: strata_engine_params::num_threads, with 0 resolved
+ * to the core count). strata_engine_list_stats() enumerates
+ * them. New names may appear in any release; a name is never reused for a
+ * different quantity.
+ *
+ * @param[in]  engine    the engine
+ * @param[in]  name      NUL-terminated name
+ * @param[out] out_value receives the value (counts are exact up to 2^53)
+ * @retval STRATA_OK                   written
+ * @retval STRATA_ERR_INVALID_ARGUMENT a NULL pointer
+ * @retval STRATA_ERR_NOT_FOUND        no statistic of that name
+ * @retval STRATA_ERR_MISUSE           @p engine was destroyed or is not an engine
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_engine_get_stat(strata_engine *engine, const char *name, double *out_value);
+
+/**
+ * @brief Names the engine's statistics one by one: index 0, 1, ... until ::STRATA_ERR_OUT_OF_RANGE.
+ * @param[in]  engine   the engine
+ * @param[in]  index    position in the list
+ * @param[out] out_name receives the name, a static string (never freed); NULL past the end
+ * @retval STRATA_OK                   named
+ * @retval STRATA_ERR_INVALID_ARGUMENT a NULL pointer
+ * @retval STRATA_ERR_OUT_OF_RANGE     @p index is past the last statistic
+ * @retval STRATA_ERR_MISUSE           @p engine was destroyed or is not an engine
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_engine_list_stats(strata_engine *engine, size_t index, const char **out_name);
+
 /** @brief Kind of an event (one of the `STRATA_EVENT_*` values). */
 typedef int32_t strata_event_type;
 /** No event (set when strata_engine_poll_event() returns ::STRATA_AGAIN). */
@@ -482,7 +560,7 @@ typedef int32_t strata_finish_reason;
 #define STRATA_FINISH_MAX_TOKENS 3
 /** strata_request_cancel() was called; the status is ::STRATA_ERR_CANCELLED. */
 #define STRATA_FINISH_CANCELLED 4
-/** The request failed; the status says how and strata_request_errmsg() explains. */
+/** The request failed; the status says how and strata_request_error_message() explains. */
 #define STRATA_FINISH_ERROR 5
 /** The session reached its max_context_tokens. */
 #define STRATA_FINISH_CONTEXT_FULL 6
@@ -499,13 +577,23 @@ typedef int32_t strata_finish_reason;
 #define STRATA_FINISH_DEADLINE 10
 
 /**
+ * @brief Static lowercase name of a finish reason, for logs and tools: "none", "eos", "stop_token",
+ *        "max_tokens", "cancelled", "error", "context_full", "callback", "stop_string", "tool_calls", "deadline".
+ * @param[in] reason any value, known or not
+ * @return a NUL-terminated string with static storage duration; never NULL. Unknown values give "unknown".
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API const char *strata_finish_reason_string(strata_finish_reason reason);
+
+/**
  * @brief One event from strata_engine_poll_event(). Output struct: set
  *        struct_size = sizeof(strata_event) before polling.
  */
 typedef struct strata_event {
   /** Set by the caller to sizeof(strata_event); the library writes at most this many bytes. */
   uint32_t struct_size;
-  /** ::STRATA_EVENT_TOKEN or ::STRATA_EVENT_FINISHED (::STRATA_EVENT_NONE when nothing was ready). */
+  /** A `STRATA_EVENT_*` value (::STRATA_EVENT_NONE when nothing was ready); treat unknown values as events to skip. */
   strata_event_type type;
   /** The request the event belongs to (borrowed; still owned by the caller of strata_session_submit()). */
   strata_request *request;
@@ -574,13 +662,25 @@ STRATA_API strata_status strata_engine_poll_event(strata_engine *engine, strata_
  * @brief Reports loading progress.
  * @param fraction  in [0, 1], non-decreasing; 1 is reported last
  * @param user_data strata_model_params::progress_user_data
- * @return true to continue, false to cancel the load (it then fails with
- *         ::STRATA_ERR_CANCELLED)
+ * @return 0 to continue, nonzero to cancel the load (it then fails with
+ *         ::STRATA_ERR_CANCELLED), like every other callback of this API
  *
  * Runs on the thread that called strata_model_load(). It must not call back into
  * the library.
  */
-typedef bool (*strata_progress_callback)(float fraction, void *user_data);
+typedef int (*strata_progress_callback)(float fraction, void *user_data);
+
+/** @brief Where a model runs (one of the `STRATA_DEVICE_*` values). */
+typedef int32_t strata_device;
+/** The GPU when one is usable (a CUDA build, a driver, a Hopper device, enough free memory, kernels that accept
+ *  the model's shapes), otherwise the CPU; strata_model_info::device_notice then says why. Never fails only
+ *  because there is no GPU. The default. */
+#define STRATA_DEVICE_AUTO 0
+/** The CPU (fp32 compute from the stored weights). */
+#define STRATA_DEVICE_CPU 1
+/** A CUDA GPU, strictly: when the model cannot run on device strata_model_params::device_index,
+ *  strata_model_load() fails with ::STRATA_ERR_UNAVAILABLE (the message says why) instead of falling back. */
+#define STRATA_DEVICE_CUDA 2
 
 /** @brief Parameters of strata_model_load(). Fill with strata_model_params_init(). */
 typedef struct strata_model_params {
@@ -590,21 +690,74 @@ typedef struct strata_model_params {
   strata_progress_callback progress_callback;
   /** Passed to progress_callback unchanged; default NULL. */
   void *progress_user_data;
+  /** Where the model runs; default ::STRATA_DEVICE_AUTO. */
+  strata_device device;
+  /** CUDA device ordinal (as CUDA_VISIBLE_DEVICES numbers them) for ::STRATA_DEVICE_CUDA and
+   *  ::STRATA_DEVICE_AUTO; default 0. Must be >= 0. */
+  int32_t device_index;
+  /** GPU plan, sized once at load (ignored on the CPU). Rows of one batched decode step; 0 (default): 64. Must be
+   *  >= 0. */
+  int64_t max_batch;
+  /** GPU: sequence states that can exist at once (running requests, prefix-cache snapshots, marks and forks draw
+   *  from this pool); 0 (default): max_batch. Must be >= 0. */
+  int64_t max_sequences;
+  /** GPU: the longest sequence state in tokens; 0 (default): min(the model's max context, 131072). Must be >= 0. */
+  int64_t max_context_tokens;
+  /** GPU: tokens per prefill pass (longer prompts run in slices); 0 (default): 8192. Must be >= 0. */
+  int64_t prefill_slice_tokens;
+  /** GPU: fraction of the device's free memory at load the model may take (weights, scratch, then the paged
+   *  attention cache from the rest). Range (0, 1]; default 0.92. */
+  double gpu_memory_fraction;
+  /** GPU: capture decode steps in CUDA graphs; default true. */
+  bool cuda_graphs;
+  /** GPU: batch-invariant kernels: every row's result is bit-identical whatever shares its batch and wherever a
+   *  prompt is cut into prefill calls, so greedy output does not depend on the schedule (costs speed; the CPU
+   *  always is). Default false. A GPU executor that cannot honour it fails the load (::STRATA_DEVICE_AUTO then
+   *  runs on the CPU). */
+  bool batch_invariant;
+  /** Benchmarks only: read config.json alone and fill the weights with random values (made on the device for a
+   *  GPU), so a real model's exact shapes run without its files. Such a model computes nonsense. Default false. */
+  bool dummy_weights;
+  /** Seed of the dummy weights; default 0. */
+  uint64_t dummy_seed;
+  /** Kernel tuning as a NUL-terminated `key=value` list separated by commas; copied. Each key of the tuning
+   *  registry (docs/tuning.md; `strata info --options` prints it) selects between kernels or code paths that
+   *  compute the same thing, so a faulty kernel can be switched off without a rebuild; `rollback=FAMILY` or
+   *  `rollback=all` sets a family's (or every) entry to its reference path. Applied over the environment
+   *  variable STRATA_OPTIONS; the values that differ from the defaults are reported in
+   *  strata_model_info::tuning. An unknown key, a key given twice or a bad value fails the load with
+   *  ::STRATA_ERR_INVALID_ARGUMENT naming it, on every device (never silently ignored; on the CPU no entry
+   *  applies). NULL or "" (default): the defaults. */
+  const char *options;
 } strata_model_params;
 
 /**
- * @brief Fills @p params with the defaults and sets its struct_size.
- * @param[out] params the struct to fill; nothing happens when NULL
+ * @brief Fills the caller's @p params with the defaults and sets its struct_size.
+ *
+ * Call it through the strata_model_params_init() macro, which passes `sizeof(*params)`.
+ * The library writes at most @p struct_size bytes: the fields of the
+ * caller's layout, never past it.
+ *
+ * @param[out] params       the struct to fill
+ * @param[in]  struct_size bytes of the caller's struct (its `sizeof`)
+ * @retval STRATA_OK                   filled; struct_size = min(@p struct_size, this library's size)
+ * @retval STRATA_ERR_INVALID_ARGUMENT @p params is NULL, or @p struct_size is smaller than the first released
+ *                                     layout (nothing written)
  * @par Thread safety: safe from any thread.
  * @since 0.1
  */
-STRATA_API void strata_model_params_init(strata_model_params *params);
+STRATA_API strata_status strata_model_params_init_sized(strata_model_params *params, size_t struct_size);
+/** @brief Fills @p p (a `strata_model_params *`) with the defaults; see strata_model_params_init_sized(). */
+#define strata_model_params_init(p) strata_model_params_init_sized((p), sizeof(*(p)))
 
 /**
  * @brief Loads a model directory (config.json plus safetensors weights).
  *
- * The weights are memory-mapped, not copied. Failure messages name the path,
- * file, field or tensor at fault.
+ * On the CPU the weights are memory-mapped, not copied; on a GPU they are
+ * copied to the device, and the state pools, scratch and CUDA graphs are
+ * planned once from strata_model_params. strata_model_get_info() says where
+ * the model ended up. Failure messages name the path, file, field or tensor
+ * at fault.
  *
  * @param[in]  engine    the engine whose threads the model uses
  * @param[in]  model_dir NUL-terminated UTF-8 path of the directory
@@ -612,12 +765,16 @@ STRATA_API void strata_model_params_init(strata_model_params *params);
  * @param[out] out_model receives the model, owned by the caller (release with
  *                       strata_model_destroy()); NULL on failure
  * @retval STRATA_OK                   loaded
- * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer or bad struct_size, or a malformed config value
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer, bad struct_size, a params field out of its range, a malformed
+ *                                     options string, or a malformed config value
  * @retval STRATA_ERR_MISUSE           @p engine was destroyed or is not an engine
  * @retval STRATA_ERR_NOT_FOUND        the directory, config.json or a weights file is missing
  * @retval STRATA_ERR_UNSUPPORTED      the architecture (model_type) or a dtype is not supported
  * @retval STRATA_ERR_DATA_LOSS        a weights file is corrupt or truncated
- * @retval STRATA_ERR_CANCELLED        the progress callback returned false
+ * @retval STRATA_ERR_CANCELLED        the progress callback returned nonzero
+ * @retval STRATA_ERR_UNAVAILABLE      ::STRATA_DEVICE_CUDA was asked and the model cannot run on that GPU
+ *                                     (no CUDA build, driver or device, not enough memory, shapes its kernels
+ *                                     do not accept); the message says which
  * @retval STRATA_ERR_OUT_OF_MEMORY    allocation failed
  * @par Thread safety: safe from any thread; the engine may be used concurrently.
  * @since 0.1
@@ -654,6 +811,17 @@ typedef struct strata_model_info {
   uint64_t state_bytes_per_token;
   /** Session state of fixed size (recurrent matrices, convolution tails), in bytes per session. */
   uint64_t state_bytes_per_sequence;
+  /** Where the model runs: "cpu", or "cuda:<index> <device name>" (e.g. "cuda:0 NVIDIA H200"); borrowed, valid
+   *  until strata_model_destroy(). */
+  const char *device;
+  /** Empty, or why the model runs somewhere other than asked (::STRATA_DEVICE_AUTO fell back to the CPU, e.g.
+   *  "device auto: this build of Strata has no CUDA backend ...; running on the CPU"); same lifetime as device. */
+  const char *device_notice;
+  /** The tuning options the model runs with that differ from their defaults, as an options string (e.g.
+   *  "cuda.pdl=0,moe.gemm=mma"; from the environment variable STRATA_OPTIONS and strata_model_params::options,
+   *  docs/tuning.md), or empty when all are defaults. Only GPU executors have options that apply: on the CPU
+   *  it is always empty. Same lifetime as device. */
+  const char *tuning;
 } strata_model_info;
 
 /**
@@ -708,12 +876,23 @@ typedef struct strata_session_params {
 } strata_session_params;
 
 /**
- * @brief Fills @p params with the defaults and sets its struct_size.
- * @param[out] params the struct to fill; nothing happens when NULL
+ * @brief Fills the caller's @p params with the defaults and sets its struct_size.
+ *
+ * Call it through the strata_session_params_init() macro, which passes `sizeof(*params)`.
+ * The library writes at most @p struct_size bytes: the fields of the
+ * caller's layout, never past it.
+ *
+ * @param[out] params       the struct to fill
+ * @param[in]  struct_size bytes of the caller's struct (its `sizeof`)
+ * @retval STRATA_OK                   filled; struct_size = min(@p struct_size, this library's size)
+ * @retval STRATA_ERR_INVALID_ARGUMENT @p params is NULL, or @p struct_size is smaller than the first released
+ *                                     layout (nothing written)
  * @par Thread safety: safe from any thread.
  * @since 0.1
  */
-STRATA_API void strata_session_params_init(strata_session_params *params);
+STRATA_API strata_status strata_session_params_init_sized(strata_session_params *params, size_t struct_size);
+/** @brief Fills @p p (a `strata_session_params *`) with the defaults; see strata_session_params_init_sized(). */
+#define strata_session_params_init(p) strata_session_params_init_sized((p), sizeof(*(p)))
 
 /**
  * @brief Creates an empty session on a model.
@@ -827,8 +1006,9 @@ STRATA_API strata_status strata_session_reset(strata_session *session);
  * The new session has the same model, context size, history, model state,
  * marks, conversation messages and tools; afterwards the two evolve
  * independently (generation on one never changes the other). The model
- * state is copied whole (on the GPU into a slot of the executor's state pool;
- * attention rows are not yet shared copy-on-write).
+ * state is copied whole on the CPU; on the GPU the recurrent state is copied
+ * into a slot of the executor's state pool while full attention-cache blocks
+ * are shared copy-on-write (only the partly filled last block is copied).
  *
  * @param[in]  session     the session to branch; it must not be running a request
  * @param[out] out_session receives the new session, owned by the caller (release with
@@ -969,12 +1149,23 @@ typedef struct strata_request_params {
 } strata_request_params;
 
 /**
- * @brief Fills @p params with the defaults (greedy, 128 tokens, stop at EOS) and sets its struct_size.
- * @param[out] params the struct to fill; nothing happens when NULL
+ * @brief Fills the caller's @p params with the defaults (greedy, 128 tokens, stop at EOS) and sets its struct_size.
+ *
+ * Call it through the strata_request_params_init() macro, which passes `sizeof(*params)`.
+ * The library writes at most @p struct_size bytes: the fields of the
+ * caller's layout, never past it.
+ *
+ * @param[out] params       the struct to fill
+ * @param[in]  struct_size bytes of the caller's struct (its `sizeof`)
+ * @retval STRATA_OK                   filled; struct_size = min(@p struct_size, this library's size)
+ * @retval STRATA_ERR_INVALID_ARGUMENT @p params is NULL, or @p struct_size is smaller than the first released
+ *                                     layout (nothing written)
  * @par Thread safety: safe from any thread.
  * @since 0.1
  */
-STRATA_API void strata_request_params_init(strata_request_params *params);
+STRATA_API strata_status strata_request_params_init_sized(strata_request_params *params, size_t struct_size);
+/** @brief Fills @p p (a `strata_request_params *`) with the defaults; see strata_request_params_init_sized(). */
+#define strata_request_params_init(p) strata_request_params_init_sized((p), sizeof(*(p)))
 
 /**
  * @brief Starts a generation on the engine's scheduler thread; returns immediately.
@@ -995,6 +1186,8 @@ STRATA_API void strata_request_params_init(strata_request_params *params);
  * @retval STRATA_ERR_OUT_OF_RANGE        a prompt or stop token id is outside the vocabulary, or the prompt
  *                                        leaves no room in the context for a generated token
  * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or needs strata_session_reset()
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED  the request's longest state (history, prompt and max_tokens, at most the
+ *                                        context) exceeds strata_engine_params::memory_budget_bytes on its own
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
  * @retval STRATA_ERR_OUT_OF_MEMORY       allocation failed
  * @par Thread safety: one thread per session at a time.
@@ -1068,14 +1261,17 @@ STRATA_API strata_status strata_request_get_status(strata_request *request, bool
  * @par Thread safety: one thread at a time per request.
  * @since 0.1
  */
-STRATA_API const char *strata_request_errmsg(strata_request *request);
+STRATA_API const char *strata_request_error_message(strata_request *request);
 
 /**
  * @brief Releases a request; cancels it first if it is still running.
  *
- * Returns without waiting for the scheduler; no event of the request is
- * returned by strata_engine_poll_event() afterwards (events already returned
- * keep the dangling handle: do not use it).
+ * A running request is cancelled, and the call returns once the scheduler
+ * has let go of it (within one scheduling iteration): its session is then
+ * idle, so the host may submit on it, fork it or destroy it at once. No event
+ * of the request is returned by strata_engine_poll_event() afterwards (events
+ * already returned keep the dangling handle: do not use it). Must not be
+ * called from a log or metrics callback (those run on the scheduler thread).
  *
  * @param[in] request the request; invalid after ::STRATA_OK
  * @retval STRATA_OK                   released
@@ -1100,7 +1296,7 @@ STRATA_API strata_status strata_request_destroy(strata_request *request);
  * @{
  */
 
-/** @brief A tokenizer (opaque). Made by strata_tokenizer_open() or strata_model_get_tokenizer(),
+/** @brief A tokenizer (opaque). Made by strata_tokenizer_open() or strata_model_open_tokenizer(),
  *  released by strata_tokenizer_destroy(). */
 typedef struct strata_tokenizer strata_tokenizer;
 
@@ -1138,7 +1334,7 @@ STRATA_API strata_status strata_tokenizer_open(const char *dir, strata_tokenizer
  * @par Thread safety: safe from any thread.
  * @since 0.1
  */
-STRATA_API strata_status strata_model_get_tokenizer(strata_model *model, strata_tokenizer **out_tokenizer);
+STRATA_API strata_status strata_model_open_tokenizer(strata_model *model, strata_tokenizer **out_tokenizer);
 
 /**
  * @brief Releases a tokenizer handle.
@@ -1212,6 +1408,56 @@ STRATA_API strata_status strata_tokenizer_decode(const strata_tokenizer *tokeniz
  * @since 0.1
  */
 STRATA_API strata_status strata_tokenizer_get_vocab_size(const strata_tokenizer *tokenizer, int32_t *out_vocab_size);
+
+/**
+ * @brief Whether the tokenizer's directory has a chat template (`chat_template` in tokenizer_config.json, or
+ *        chat_template.jinja), i.e. whether strata_tokenizer_render_chat() and the chat functions of sessions on
+ *        its model can render conversations.
+ * @param[in]  tokenizer the tokenizer
+ * @param[out] out_has   receives true when it has one
+ * @retval STRATA_OK                   stored
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer
+ * @retval STRATA_ERR_MISUSE           @p tokenizer was destroyed or is not a tokenizer
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_has_chat_template(const strata_tokenizer *tokenizer, bool *out_has);
+
+/**
+ * @brief The prompt the chat template renders for a conversation, byte for byte as transformers'
+ *        `apply_chat_template(messages, tools=tools, add_generation_prompt=..., tokenize=False, **variables)`.
+ *
+ * For hosts that keep conversations themselves, and for showing or checking
+ * what a model is given. The directory's special-token variables (bos_token,
+ * eos_token, ...) are set unless the conversation sets them. Writes the text
+ * followed by a NUL; call with @p text = NULL to learn the length (each call
+ * renders the template again).
+ *
+ * @param[in]  tokenizer         the tokenizer
+ * @param[in]  conversation_json a JSON object: `messages` (an array of message objects as the template reads
+ *                               them: role, content, tool_calls, ...), optional `tools`, optional
+ *                               `add_generation_prompt` (default false) and any other template variable (e.g.
+ *                               `enable_thinking`). Object keys keep the order written (templates print tool
+ *                               schemas with `tojson`).
+ * @param[in]  conversation_len  bytes of @p conversation_json, or ::STRATA_NUL_TERMINATED
+ * @param[out] text              buffer of @p capacity bytes, or NULL for a length query
+ * @param[in]  capacity          bytes @p text can hold, including the NUL
+ * @param[out] out_len           receives the prompt's length in bytes, without the NUL (always, also on
+ *                               ::STRATA_ERR_OUT_OF_RANGE)
+ * @retval STRATA_OK                      rendered (or answered the length query)
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL @p tokenizer, @p conversation_json or @p out_len; JSON that is
+ *                                        malformed, not an object or without a `messages` array; or the template
+ *                                        failed (raise_exception or a runtime error: the message gives its line
+ *                                        and column)
+ * @retval STRATA_ERR_OUT_OF_RANGE        @p capacity < length + 1; nothing written
+ * @retval STRATA_ERR_FAILED_PRECONDITION the directory has no chat template
+ * @retval STRATA_ERR_MISUSE              @p tokenizer was destroyed or is not a tokenizer
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_render_chat(const strata_tokenizer *tokenizer, const char *conversation_json,
+                                                      size_t conversation_len, char *text, size_t capacity,
+                                                      size_t *out_len);
 
 /** @} */
 
@@ -1288,12 +1534,23 @@ typedef struct strata_chat_message {
 } strata_chat_message;
 
 /**
- * @brief Fills @p message with the defaults (an empty user message) and sets its struct_size.
- * @param[out] message the struct to fill; nothing happens when NULL
+ * @brief Fills the caller's @p message with the defaults (an empty user message) and sets its struct_size.
+ *
+ * Call it through the strata_chat_message_init() macro, which passes `sizeof(*message)`.
+ * The library writes at most @p struct_size bytes: the fields of the
+ * caller's layout, never past it.
+ *
+ * @param[out] message       the struct to fill
+ * @param[in]  struct_size bytes of the caller's struct (its `sizeof`)
+ * @retval STRATA_OK                   filled; struct_size = min(@p struct_size, this library's size)
+ * @retval STRATA_ERR_INVALID_ARGUMENT @p message is NULL, or @p struct_size is smaller than the first released
+ *                                     layout (nothing written)
  * @par Thread safety: safe from any thread.
  * @since 0.1
  */
-STRATA_API void strata_chat_message_init(strata_chat_message *message);
+STRATA_API strata_status strata_chat_message_init_sized(strata_chat_message *message, size_t struct_size);
+/** @brief Fills @p p (a `strata_chat_message *`) with the defaults; see strata_chat_message_init_sized(). */
+#define strata_chat_message_init(p) strata_chat_message_init_sized((p), sizeof(*(p)))
 
 /**
  * @brief Appends a message to the session's conversation (copied; nothing is evaluated yet).
@@ -1370,12 +1627,23 @@ typedef struct strata_tool {
 } strata_tool;
 
 /**
- * @brief Fills @p tool with the defaults and sets its struct_size.
- * @param[out] tool the struct to fill; nothing happens when NULL
+ * @brief Fills the caller's @p tool with the defaults and sets its struct_size.
+ *
+ * Call it through the strata_tool_init() macro, which passes `sizeof(*tool)`.
+ * The library writes at most @p struct_size bytes: the fields of the
+ * caller's layout, never past it.
+ *
+ * @param[out] tool       the struct to fill
+ * @param[in]  struct_size bytes of the caller's struct (its `sizeof`)
+ * @retval STRATA_OK                   filled; struct_size = min(@p struct_size, this library's size)
+ * @retval STRATA_ERR_INVALID_ARGUMENT @p tool is NULL, or @p struct_size is smaller than the first released
+ *                                     layout (nothing written)
  * @par Thread safety: safe from any thread.
  * @since 0.1
  */
-STRATA_API void strata_tool_init(strata_tool *tool);
+STRATA_API strata_status strata_tool_init_sized(strata_tool *tool, size_t struct_size);
+/** @brief Fills @p p (a `strata_tool *`) with the defaults; see strata_tool_init_sized(). */
+#define strata_tool_init(p) strata_tool_init_sized((p), sizeof(*(p)))
 
 /**
  * @brief Registers a tool on the session; the template shows it to the model as `tools`.
@@ -1439,12 +1707,23 @@ typedef struct strata_chat_params {
 } strata_chat_params;
 
 /**
- * @brief Fills @p params with the defaults and sets its struct_size.
- * @param[out] params the struct to fill; nothing happens when NULL
+ * @brief Fills the caller's @p params with the defaults and sets its struct_size.
+ *
+ * Call it through the strata_chat_params_init() macro, which passes `sizeof(*params)`.
+ * The library writes at most @p struct_size bytes: the fields of the
+ * caller's layout, never past it.
+ *
+ * @param[out] params       the struct to fill
+ * @param[in]  struct_size bytes of the caller's struct (its `sizeof`)
+ * @retval STRATA_OK                   filled; struct_size = min(@p struct_size, this library's size)
+ * @retval STRATA_ERR_INVALID_ARGUMENT @p params is NULL, or @p struct_size is smaller than the first released
+ *                                     layout (nothing written)
  * @par Thread safety: safe from any thread.
  * @since 0.1
  */
-STRATA_API void strata_chat_params_init(strata_chat_params *params);
+STRATA_API strata_status strata_chat_params_init_sized(strata_chat_params *params, size_t struct_size);
+/** @brief Fills @p p (a `strata_chat_params *`) with the defaults; see strata_chat_params_init_sized(). */
+#define strata_chat_params_init(p) strata_chat_params_init_sized((p), sizeof(*(p)))
 
 /**
  * @brief Starts an assistant turn on the conversation; returns immediately.
@@ -1475,6 +1754,8 @@ STRATA_API void strata_chat_params_init(strata_chat_params *params);
  *                                        outside the vocabulary
  * @retval STRATA_ERR_FAILED_PRECONDITION the model has no tokenizer or chat template, the session is running a
  *                                        request, or it needs strata_session_reset()
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED  the rendered conversation plus max_tokens (at most the context) needs more
+ *                                        state than strata_engine_params::memory_budget_bytes on its own
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
  * @par Thread safety: one thread per session at a time.
  * @since 0.1

@@ -22,6 +22,7 @@
 #include <strata/strata.h>
 
 #include "agent_tools.h"
+#include "../common/sample_device.h"
 
 #define RESULT_CAP 16384
 
@@ -202,9 +203,10 @@ static int ask(Agent *a, strata_session *s, const char *question, int32_t max_to
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: strata-agent [--model DIR] [--sandbox DIR] [--max-tokens N] [--question TEXT]\n"
+          "usage: strata-agent [--model DIR] [--device D] [--sandbox DIR] [--max-tokens N] [--question TEXT]\n"
           "  --model DIR      model directory (default: $STRATA_AGENT_MODEL, else the embedded\n"
           "                   strata-demo model: " STRATA_AGENT_DEFAULT_MODEL ")\n"
+          "  --device D       auto (default: the GPU when usable, else the CPU), cpu or cuda\n"
           "  --sandbox DIR    the only directory list_files/read_file may read (default: .)\n"
           "  --max-tokens N   tokens per answer, tool rounds included (default: 512)\n"
           "  --question TEXT  answer once and exit; without it, an interactive chat\n");
@@ -221,7 +223,12 @@ int strata_agent_main(int argc, char **argv, FILE *in, FILE *out, FILE *err) {
   strata_session *session = NULL;
   int ok = 0, i;
   size_t t;
+  strata_device device;
   agent.out = out;
+  if (!sample_take_device_flag(&argc, argv, &device)) {
+    usage(err);
+    return 2;
+  }
   agent.sandbox = ".";
   agent.at_line_start = 1;
   for (i = 1; i < argc; ++i) {
@@ -255,7 +262,7 @@ int strata_agent_main(int argc, char **argv, FILE *in, FILE *out, FILE *err) {
     return 2;
   }
   if (strata_engine_create(NULL, &engine) != STRATA_OK ||
-      strata_model_load(engine, model_dir, NULL, &model) != STRATA_OK ||
+      sample_load_model(engine, model_dir, device, err, &model) != STRATA_OK ||
       strata_session_create(model, NULL, &session) != STRATA_OK) {
     fprintf(err, "strata-agent: %s\n", strata_last_error_message());
     goto done;

@@ -1,7 +1,9 @@
 /* 00_quickstart: the C quick start of README.md, kept here so CI compiles it.
- *   sample_00_quickstart MODEL_DIR */
+ *   sample_00_quickstart MODEL_DIR [--device auto|cpu|cuda] */
 #include <stdio.h>
 #include <strata/strata.h>
+
+#include "../common/sample_device.h"
 
 /* Runs on the calling thread for each generated token; return 0 to continue. */
 static int on_token(strata_request *req, int32_t token, void *user_data) {
@@ -15,8 +17,11 @@ int main(int argc, char **argv) {
   strata_engine *engine = NULL;
   strata_model *model = NULL;
   strata_session *session = NULL;
-  if (argc < 2 || strata_engine_create(NULL, &engine) != STRATA_OK) return 1;
-  if (strata_model_load(engine, argv[1], NULL, &model) != STRATA_OK) {
+  strata_device device;
+  if (!sample_take_device_flag(&argc, argv, &device) || argc < 2) return 2;
+  if (strata_engine_create(NULL, &engine) != STRATA_OK) return 1;
+  /* AUTO: the GPU when usable, else the CPU; prints where it runs. */
+  if (sample_load_model(engine, argv[1], device, stderr, &model) != STRATA_OK) {
     fprintf(stderr, "%s\n", strata_last_error_message()); /* names the file/field/tensor */
     strata_engine_destroy(engine);
     return 1;

@@ -1,12 +1,14 @@
 /* 01_generate: load a model directory, generate greedily from the BOS token
  * (or token ids given on the command line) and stream the token ids as they
- * come. The C ABI has no tokenizer yet, so text in and out is left to the host.
+ * come: token ids in and out (02_chat_tools shows text, through the model's
+ * tokenizer and chat template).
  *
- *   sample_01_generate MODEL_DIR [MAX_TOKENS [TOKEN_ID...]]
+ *   sample_01_generate MODEL_DIR [--device auto|cpu|cuda] [MAX_TOKENS [TOKEN_ID...]]
  */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../common/sample_device.h"
 #include "strata/strata.h"
 
 /* Runs on this thread, once per generated token; returning 0 continues. */
@@ -36,9 +38,10 @@ int main(int argc, char **argv) {
   int32_t prompt[64];
   size_t num_prompt = 0;
   int count = 0, i, rc = 1;
+  strata_device device;
 
-  if (argc < 2) {
-    fprintf(stderr, "usage: %s MODEL_DIR [MAX_TOKENS [TOKEN_ID...]]\n", argv[0]);
+  if (!sample_take_device_flag(&argc, argv, &device) || argc < 2) {
+    fprintf(stderr, "usage: %s MODEL_DIR [--device auto|cpu|cuda] [MAX_TOKENS [TOKEN_ID...]]\n", argv[0]);
     return 2;
   }
   /* The library must speak the ABI this program was compiled against. */
@@ -49,7 +52,7 @@ int main(int argc, char **argv) {
   printf("strata %s\n", strata_version_string());
 
   if ((st = strata_engine_create(NULL, &engine)) != STRATA_OK) return fail("strata_engine_create", st);
-  if ((st = strata_model_load(engine, argv[1], NULL, &model)) != STRATA_OK) {
+  if ((st = sample_load_model(engine, argv[1], device, stdout, &model)) != STRATA_OK) {
     fail("strata_model_load", st);
     goto done;
   }

@@ -1,5 +1,5 @@
 /* 02_chat_tools: a chat turn with a host tool, both ways the C ABI offers.
- *   sample_02_chat_tools MODEL_DIR ["user message"]
+ *   sample_02_chat_tools MODEL_DIR [--device auto|cpu|cuda] ["user message"]
  * MODEL_DIR needs a tokenizer and a chat template (tokenizer_config.json),
  * e.g. the demo model directory that `strata run` writes (random weights: the
  * reply is gibberish and it will rarely call the tool, but every path runs).
@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <strata/strata.h>
+
+#include "../common/sample_device.h"
 
 static const char kWeatherSchema[] =
     "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}";
@@ -52,8 +54,13 @@ int main(int argc, char **argv) {
   strata_request *req = NULL;
   strata_event ev;
   int ok = 0;
-  if (argc < 2 || strata_engine_create(NULL, &engine) != STRATA_OK) return 1;
-  if (strata_model_load(engine, argv[1], NULL, &model) != STRATA_OK ||
+  strata_device device;
+  if (!sample_take_device_flag(&argc, argv, &device) || argc < 2) {
+    fprintf(stderr, "usage: %s MODEL_DIR [--device auto|cpu|cuda] [QUESTION]\n", argv[0]);
+    return 2;
+  }
+  if (strata_engine_create(NULL, &engine) != STRATA_OK) return 1;
+  if (sample_load_model(engine, argv[1], device, stderr, &model) != STRATA_OK ||
       strata_session_create(model, NULL, &session) != STRATA_OK) {
     fprintf(stderr, "%s\n", strata_last_error_message());
     goto done;

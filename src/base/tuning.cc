@@ -9,12 +9,12 @@
 #include <limits>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/key_value_list.h"
 
 namespace strata::tuning {
 namespace {
@@ -303,38 +303,34 @@ Status Config::Set(const Entry& e, absl::string_view value, absl::string_view so
 
 Status Config::Apply(absl::string_view options, absl::string_view source) {
   Config next = *this;
-  for (absl::string_view item : absl::StrSplit(options, ',')) {
-    item = absl::StripAsciiWhitespace(item);
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    if (eq == absl::string_view::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": '", item,
-                       "' is not key=value (strata info --options lists "
-                       "the keys)"));
-    }
-    const absl::string_view key = absl::StripAsciiWhitespace(item.substr(0, eq));
-    const absl::string_view value = absl::StripAsciiWhitespace(item.substr(eq + 1));
+  STRATA_ASSIGN_OR_RETURN(std::vector<KeyValue> items, ParseKeyValueList(options, source));
+  for (const KeyValue& item : items) {
+    const std::string& key = item.key;
+    const std::string& value = item.value;
     if (key == "rollback") {
-      const bool all = value == "all";
-      if (!all && !IsFamily(value)) {
-        std::vector<absl::string_view> names;
-        for (const Family& f : kFamilies) names.push_back(f.name);
-        return absl::InvalidArgumentError(absl::StrCat(source, ": rollback=", value,
-                                                       ": not a family (expected all or one of ",
-                                                       absl::StrJoin(names, ", "), ")"));
-      }
-      for (const Entry& e : Entries()) {
-        if (e.type != Type::kString && (all || e.family() == value)) {
-          next.values_[Index(e.key)] = e.reference_value;
+      // Several families as one value (`moe+mla`): a key appears once per
+      // options string.
+      for (absl::string_view family : absl::StrSplit(value, '+')) {
+        const bool all = family == "all";
+        if (!all && !IsFamily(family)) {
+          std::vector<absl::string_view> names;
+          for (const Family& f : kFamilies) names.push_back(f.name);
+          return absl::InvalidArgumentError(absl::StrCat(source, ": rollback=", value, ": '", family,
+                                                         "' is not a family (expected all or one of ",
+                                                         absl::StrJoin(names, ", "), ", joined by +)"));
+        }
+        for (const Entry& e : Entries()) {
+          if (e.type != Type::kString && (all || e.family() == family)) {
+            next.values_[Index(e.key)] = e.reference_value;
+          }
         }
       }
       continue;
     }
     const Entry* e = FindEntry(key);
     if (e == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": unknown key '", key, "' (in '",
-                                                     item, "'; strata info --options lists them)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": unknown key '", key, "' (strata info --options lists them)"));
     }
     STRATA_RETURN_IF_ERROR(next.Set(*e, value, source));
   }

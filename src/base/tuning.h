@@ -113,8 +113,9 @@ class Config {
   // Applies an options string over the current values, left to right (a
   // later key overrides an earlier one). Keys are entry names, plus
   // `rollback=<family>|all`: every entry of the family (or all of them) at
-  // its reference value. Items are separated by ','; blanks around keys and
-  // values are ignored. On error nothing is changed; the message starts with
+  // its reference value; several families joined by '+' (`rollback=moe+mla`).
+  // Items are separated by ','; blanks around keys and values are ignored,
+  // and a key may appear once (base/key_value_list.h). On error nothing is changed; the message starts with
   // `source` and names the key and the value.
   Status Apply(absl::string_view options, absl::string_view source = "options");
 

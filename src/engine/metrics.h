@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <vector>
 
 namespace strata {
@@ -61,7 +62,21 @@ struct EngineMetrics {
   // delivery and stop rules (detokenizing and tool-call parsing for chat).
   int64_t iterations = 0;
   double schedule_ms = 0, prefill_ms = 0, decode_ms = 0, sample_ms = 0, emit_ms = 0;
+  // EngineOptions::num_threads as resolved (0 became the core count), for
+  // hosts that report what they ran with.
+  int32_t compute_threads = 0;
 };
+
+// One statistic of EngineMetrics under a stable dotted name (the C ABI's
+// strata_engine_get_stat): names are never reused for another quantity, so
+// diagnostics can be added and dropped without touching a frozen struct.
+struct NamedStat {
+  const char* name;
+  double (*get)(const EngineMetrics&);
+};
+
+// Every statistic, in a fixed order (strata_engine_list_stats).
+std::span<const NamedStat> EngineStats();
 
 // Fixed-capacity ring of samples; thread-compatible (the recorder locks).
 class LatencyWindow {

@@ -1,6 +1,7 @@
 // Architecture registry and the model-directory entry point.
 #include "model/model.h"
 
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -243,18 +244,19 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     return OkStatus();
   };
 
-  std::string notice;
+  if (options.device_index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoadOptions.device_index must be >= 0, got ", options.device_index));
+  }
+  // Why the GPU cannot take the model; empty when it was not asked for.
+  std::string unusable;
   if (options.device != Device::kCpu) {
-    const std::string asked =
-        options.device == Device::kCuda ? "CUDA requested but " : "device auto: ";
     ModelFactory cuda_factory = CudaFactoryFor(model_type);
     if (!cuda_factory) {
 #if defined(STRATA_HAVE_CUDA)
-      notice = absl::StrCat(asked, "model_type '", model_type,
-                            "' has no CUDA executor; running on the CPU");
+      unusable = absl::StrCat("model_type '", model_type, "' has no CUDA executor");
 #else
-      notice = absl::StrCat(asked, "this build of Strata has no CUDA backend (configured without "
-                                   "STRATA_CUDA); running on the CPU");
+      unusable = "this build of Strata has no CUDA backend (configured without STRATA_CUDA)";
 #endif
     } else {
       // The device copy is the slow part of a CUDA load; the mapping is quick.
@@ -268,8 +270,16 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
         return std::move(*gpu);
       }
       if (!IsDeviceProblem(gpu.status())) return gpu.status();
-      notice = absl::StrCat(asked, gpu.status().message(), "; running on the CPU");
+      unusable = std::string(gpu.status().message());
     }
+  }
+  std::string notice;
+  if (!unusable.empty()) {
+    if (options.require_device && options.device == Device::kCuda) {
+      return absl::UnavailableError(absl::StrCat(model_dir, ": CUDA requested but ", unusable));
+    }
+    notice = absl::StrCat(options.device == Device::kCuda ? "CUDA requested but " : "device auto: ", unusable,
+                          "; running on the CPU");
   }
 
   if (Status s = open_weights(0.9f); !s.ok()) {

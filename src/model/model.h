@@ -91,6 +91,12 @@ struct LoadOptions {
   // Called with a fraction in [0,1]; returning false cancels the load (Cancelled).
   std::function<bool(float)> progress;
   Device device = Device::kCpu;
+  // CUDA ordinal for kCuda / kAuto (>= 0).
+  int32_t device_index = 0;
+  // kCuda only: fail with Unavailable (the reason in the message) instead of
+  // falling back to the CPU when the model cannot run on the GPU. The C ABI's
+  // STRATA_DEVICE_CUDA is strict; the CLI's --device cuda is not.
+  bool require_device = false;
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t dummy_seed = 0;  // seed of --load-format dummy weights
 

@@ -13,43 +13,8 @@
 #include <string.h>
 
 #include "strata/strata.h"
+#include "test_util.h"
 
-static int g_passed = 0;
-static int g_failed = 0;
-
-#define CHECK(cond)                                                                            \
-  do {                                                                                         \
-    if (cond) {                                                                                \
-      ++g_passed;                                                                              \
-    } else {                                                                                   \
-      ++g_failed;                                                                              \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: %s\n", __FILE__, __LINE__, #cond, \
-              strata_last_error_message());                                                    \
-    }                                                                                          \
-  } while (0)
-
-#define CHECK_STATUS(expr, want)                                                                   \
-  do {                                                                                             \
-    strata_status got_ = (expr);                                                                   \
-    if (got_ == (want)) {                                                                          \
-      ++g_passed;                                                                                  \
-    } else {                                                                                       \
-      ++g_failed;                                                                                  \
-      fprintf(stderr, "%s:%d: %s\n  returned %d (%s), expected %d (%s)\n  last error: %s\n",        \
-              __FILE__, __LINE__, #expr, (int)got_, strata_status_string(got_), (int)(want),        \
-              strata_status_string(want), strata_last_error_message());                            \
-    }                                                                                              \
-  } while (0)
-
-/* Give up on the rest of a section when a handle it needs did not come. */
-#define REQUIRE(cond)                                                   \
-  do {                                                                  \
-    CHECK(cond);                                                        \
-    if (!(cond)) {                                                      \
-      fprintf(stderr, "%s:%d: cannot continue this section\n", __FILE__, __LINE__); \
-      return;                                                           \
-    }                                                                   \
-  } while (0)
 
 #define MAX_TOKENS 512
 
@@ -120,6 +85,11 @@ static void test_version(void) {
   CHECK(strcmp(strata_status_string(STRATA_OK), "ok") == 0);
   CHECK(strcmp(strata_status_string(STRATA_ERR_MISUSE), "API misuse") == 0);
   CHECK(strcmp(strata_status_string(12345), "unknown status code") == 0);
+  CHECK(strcmp(strata_finish_reason_string(STRATA_FINISH_MAX_TOKENS), "max_tokens") == 0);
+  CHECK(strcmp(strata_finish_reason_string(STRATA_FINISH_TOOL_CALLS), "tool_calls") == 0);
+  CHECK(strcmp(strata_finish_reason_string(STRATA_FINISH_NONE), "none") == 0);
+  CHECK(strcmp(strata_finish_reason_string(12345), "unknown") == 0);
+  CHECK(strcmp(strata_finish_reason_string(-1), "unknown") == 0);
 }
 
 static int g_log_messages = 0;
@@ -191,12 +161,12 @@ typedef struct progress_state {
   int cancel_at_call; /* return false at this call (1-based); 0: never */
 } progress_state;
 
-static bool on_progress(float fraction, void *user_data) {
+static int on_progress(float fraction, void *user_data) {
   progress_state *ps = (progress_state *)user_data;
   ps->calls++;
   if (fraction < ps->last || fraction < 0.0f || fraction > 1.0f) ps->monotonic = 0;
   ps->last = fraction;
-  return !(ps->cancel_at_call != 0 && ps->calls >= ps->cancel_at_call);
+  return ps->cancel_at_call != 0 && ps->calls >= ps->cancel_at_call; /* nonzero cancels */
 }
 
 static void test_model_load(void) {
@@ -222,6 +192,7 @@ static void test_model_load(void) {
   ps.monotonic = 1;
   ps.cancel_at_call = 1;
   strata_model_params_init(&mp);
+  mp.device = test_device();
   mp.progress_callback = on_progress;
   mp.progress_user_data = &ps;
   CHECK_STATUS(strata_model_load(g_engine, g_model_dir, &mp, &m), STRATA_ERR_CANCELLED);
@@ -353,8 +324,32 @@ static void test_greedy_generate(void) {
     double d = fabs((double)l1[i] - (double)l2[i]);
     if (d > max_diff) max_diff = d;
   }
-  CHECK(max_diff < 1e-2); /* decode path vs chunked prefill path, fp32 */
-  CHECK(argmax(l1, (size_t)g_vocab) == argmax(l2, (size_t)g_vocab));
+  if (!test_on_gpu()) {
+    CHECK(max_diff < 1e-2); /* decode path vs chunked prefill path, fp32 */
+    CHECK(argmax(l1, (size_t)g_vocab) == argmax(l2, (size_t)g_vocab));
+  } else {
+    /* bf16 activations: the decode kernels (absorbed MLA, recurrent KDA) and the prefill kernels round
+       differently, and this random demo model has MoE routing near-ties (no margins, unlike the GPU parity
+       fixtures), so one flipped expert can move a row's logits by O(1) and the recurrent state carries it on
+       (docs/validation.md, 2026-12-01). Numerics are the parity tests' job; here both paths must give finite
+       logits, and the same argmax where the prefill's top two are further apart than the paths differ. */
+    double scale = 1, top1 = -1e30, top2 = -1e30;
+    int finite = 1;
+    for (i = 0; i < (size_t)g_vocab; ++i) {
+      if (!isfinite(l1[i]) || !isfinite(l2[i])) finite = 0;
+      if (fabs((double)l2[i]) > scale) scale = fabs((double)l2[i]);
+      if (l2[i] > top1) {
+        top2 = top1;
+        top1 = l2[i];
+      } else if (l2[i] > top2) {
+        top2 = l2[i];
+      }
+    }
+    printf("decode vs prefill on the GPU: max |diff| %.4g, max |logit| %.4g, top-2 gap %.4g\n", max_diff, scale,
+           top1 - top2);
+    CHECK(finite);
+    if (top1 - top2 > 2 * max_diff) CHECK(argmax(l1, (size_t)g_vocab) == argmax(l2, (size_t)g_vocab));
+  }
   free(l1);
   free(l2);
   CHECK_STATUS(strata_session_destroy(s1), STRATA_OK);
@@ -566,7 +561,7 @@ static void test_submit_poll(void) {
   CHECK(same_tokens(&b, &ref_b));
   CHECK_STATUS(strata_request_get_status(r1, &finished, &reason, &status), STRATA_OK);
   CHECK(finished && reason == STRATA_FINISH_MAX_TOKENS && status == STRATA_OK);
-  CHECK(strcmp(strata_request_errmsg(r1), "") == 0);
+  CHECK(strcmp(strata_request_error_message(r1), "") == 0);
 
   /* Nothing left: AGAIN, type NONE. */
   memset(&ev, 0, sizeof ev);
@@ -586,7 +581,7 @@ static void test_submit_poll(void) {
   CHECK_STATUS(strata_request_destroy(r2), STRATA_OK);
   CHECK_STATUS(strata_request_destroy(r1), STRATA_ERR_MISUSE); /* double destroy */
   CHECK_STATUS(strata_request_cancel(r2), STRATA_ERR_MISUSE);  /* use after destroy */
-  CHECK(strstr(strata_request_errmsg(r2), "request") != NULL);
+  CHECK(strstr(strata_request_error_message(r2), "request") != NULL);
 
   /* A destroyed request's events never show up. */
   CHECK_STATUS(strata_session_submit(s1, NULL, 0, &p, &r1), STRATA_OK);
@@ -678,7 +673,7 @@ static void test_cancel(void) {
   CHECK(c.count < 4096 - PROMPT_LEN);
   CHECK_STATUS(strata_request_get_status(r, &finished, &reason, &status), STRATA_OK);
   CHECK(finished && reason == STRATA_FINISH_CANCELLED && status == STRATA_ERR_CANCELLED);
-  CHECK(strstr(strata_request_errmsg(r), "cancel") != NULL);
+  CHECK(strstr(strata_request_error_message(r), "cancel") != NULL);
   CHECK_STATUS(strata_request_cancel(r), STRATA_OK); /* after the fact: harmless */
   CHECK_STATUS(strata_request_destroy(r), STRATA_OK);
 
@@ -730,7 +725,7 @@ static void test_misuse(void) {
   CHECK_STATUS(strata_request_get_status(NULL, NULL, NULL, NULL), STRATA_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(strata_model_destroy(NULL), STRATA_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(strata_engine_poll_event(NULL, NULL, 0), STRATA_ERR_INVALID_ARGUMENT);
-  CHECK(strata_request_errmsg(NULL) != NULL);
+  CHECK(strata_request_error_message(NULL) != NULL);
 
   /* Wrong struct_size on input params. */
   strata_session_params_init(&sp);
@@ -774,7 +769,7 @@ static void test_misuse(void) {
   CHECK_STATUS(strata_session_generate(dead, kPrompt, 1, NULL, &reason), STRATA_ERR_MISUSE);
 
   /* A session outlives its model handle. */
-  CHECK_STATUS(strata_model_load(g_engine, g_model_dir, NULL, &m2), STRATA_OK);
+  CHECK_STATUS(test_load_model(g_engine, g_model_dir, &m2), STRATA_OK);
   REQUIRE(m2 != NULL);
   {
     strata_session *orphan = NULL;
@@ -823,6 +818,5 @@ int main(int argc, char **argv) {
       test_teardown();
     }
   }
-  printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 && g_passed > 0 ? 0 : 1;
+  return test_report();
 }

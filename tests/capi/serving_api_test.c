@@ -11,42 +11,8 @@
 #include <string.h>
 
 #include "strata/strata.h"
+#include "test_util.h"
 
-static int g_passed = 0;
-static int g_failed = 0;
-
-#define CHECK(cond)                                                                            \
-  do {                                                                                         \
-    if (cond) {                                                                                \
-      ++g_passed;                                                                              \
-    } else {                                                                                   \
-      ++g_failed;                                                                              \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: %s\n", __FILE__, __LINE__, #cond, \
-              strata_last_error_message());                                                    \
-    }                                                                                          \
-  } while (0)
-
-#define CHECK_STATUS(expr, want)                                                                   \
-  do {                                                                                             \
-    strata_status got_ = (expr);                                                                   \
-    if (got_ == (want)) {                                                                          \
-      ++g_passed;                                                                                  \
-    } else {                                                                                       \
-      ++g_failed;                                                                                  \
-      fprintf(stderr, "%s:%d: %s\n  returned %d (%s), expected %d (%s)\n  last error: %s\n",        \
-              __FILE__, __LINE__, #expr, (int)got_, strata_status_string(got_), (int)(want),        \
-              strata_status_string(want), strata_last_error_message());                            \
-    }                                                                                              \
-  } while (0)
-
-#define REQUIRE(cond)                                                                 \
-  do {                                                                                \
-    CHECK(cond);                                                                      \
-    if (!(cond)) {                                                                    \
-      fprintf(stderr, "%s:%d: cannot continue this section\n", __FILE__, __LINE__); \
-      return;                                                                         \
-    }                                                                                 \
-  } while (0)
 
 #define GEN 8
 #define NPROMPTS 5
@@ -89,6 +55,13 @@ static strata_status drain(strata_request *r, int32_t *tokens, size_t *count, st
   }
 }
 
+/* A named statistic of g_engine, or -1 when it cannot be read. */
+static double stat(const char *name) {
+  double v = -1;
+  if (strata_engine_get_stat(g_engine, name, &v) != STRATA_OK) return -1;
+  return v;
+}
+
 static void test_params(void) {
   strata_engine_params p;
   strata_engine *e = NULL;
@@ -96,20 +69,35 @@ static void test_params(void) {
   strata_engine_params_init(&p);
   CHECK(p.prefix_cache_bytes == 0); /* opt-in */
   CHECK(p.memory_budget_bytes == 0);
-  p.prefill_chunk_tokens = -1;
+  CHECK(p.options == NULL); /* scheduler knobs: automatic, by device */
+  p.options = "scheduler.prefill_chunk_tokens=-1";
   CHECK_STATUS(strata_engine_create(&p, &e), STRATA_ERR_INVALID_ARGUMENT);
   CHECK(e == NULL);
-  CHECK(strstr(strata_last_error_message(), "prefill_chunk_tokens") != NULL);
-  strata_engine_params_init(&p);
-  CHECK(p.prefill_chunk_tokens == 0 && p.prefill_tokens_while_decoding == 0); /* automatic, by device */
-  p.prefill_tokens_while_decoding = -1;
+  CHECK(strstr(strata_last_error_message(), "scheduler.prefill_chunk_tokens") != NULL);
+  p.options = "scheduler.prefill_tokens_while_decoding=x";
   CHECK_STATUS(strata_engine_create(&p, &e), STRATA_ERR_INVALID_ARGUMENT);
-  CHECK(strstr(strata_last_error_message(), "prefill_tokens_while_decoding") != NULL);
-  /* A caller built against the first layout (no scheduling fields) still works. */
-  strata_engine_params_init(&p);
-  p.struct_size = (uint32_t)offsetof(strata_engine_params, memory_budget_bytes);
+  CHECK(strstr(strata_last_error_message(), "scheduler.prefill_tokens_while_decoding") != NULL);
+  p.options = "scheduler.prefill_chunk=8";
+  CHECK_STATUS(strata_engine_create(&p, &e), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(strata_last_error_message(), "unknown key 'scheduler.prefill_chunk'") != NULL);
+  p.options = "scheduler.prefill_chunk_tokens=8,scheduler.prefill_chunk_tokens=9";
+  CHECK_STATUS(strata_engine_create(&p, &e), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(strata_last_error_message(), "given twice") != NULL);
+  p.options = " scheduler.prefill_chunk_tokens = 16 , scheduler.prefill_tokens_while_decoding=4,";
   CHECK_STATUS(strata_engine_create(&p, &e), STRATA_OK);
   CHECK_STATUS(strata_engine_destroy(e), STRATA_OK);
+  /* Device sampling is a switch (what it saves is measured against 0). */
+  p.options = "sampling.on_device=2";
+  CHECK_STATUS(strata_engine_create(&p, &e), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(strata_last_error_message(), "sampling.on_device") != NULL);
+  p.options = "sampling.on_device=0";
+  CHECK_STATUS(strata_engine_create(&p, &e), STRATA_OK);
+  CHECK_STATUS(strata_engine_destroy(e), STRATA_OK);
+  /* A struct_size shorter than the released layout is refused, not read past. */
+  strata_engine_params_init(&p);
+  p.struct_size = (uint32_t)offsetof(strata_engine_params, options);
+  CHECK_STATUS(strata_engine_create(&p, &e), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(e == NULL);
   strata_request_params_init(&rp);
   CHECK(rp.priority == 0 && rp.deadline_ms == 0 && rp.max_context_tokens == 0);
 }
@@ -118,14 +106,14 @@ static void test_setup(void) {
   strata_engine_params p;
   strata_engine_params_init(&p);
   p.num_threads = 2;
-  p.prefill_chunk_tokens = 8;
+  p.options = "scheduler.prefill_chunk_tokens=8";
   p.prefix_block_tokens = 4;
   p.prefix_cache_bytes = 16u << 20;
   p.metrics_callback = on_metrics;
   p.metrics_interval_ms = 1;
   CHECK_STATUS(strata_engine_create(&p, &g_engine), STRATA_OK);
   REQUIRE(g_engine != NULL);
-  CHECK_STATUS(strata_model_load(g_engine, g_model_dir, NULL, &g_model), STRATA_OK);
+  CHECK_STATUS(test_load_model(g_engine, g_model_dir, &g_model), STRATA_OK);
 }
 
 static void prompt_of(int i, int32_t *out, size_t *len) {
@@ -329,14 +317,38 @@ static void test_metrics(void) {
   CHECK(m.prefix_lookup_tokens > 0);
   CHECK(m.state_resident_bytes == m.state_attention_bytes + m.state_recurrent_bytes);
   CHECK(m.state_swapped_bytes == 0);
-  /* The CPU model samples on the host; the phases add up to some time. */
-  CHECK(m.device_sampled_rows == 0 && m.host_sampled_rows == m.decode_rows);
-  CHECK(m.iterations > 0 && m.decode_ms > 0 && m.prefill_ms > 0 && m.sample_ms > 0 && m.emit_ms >= 0);
-  /* A caller built against the layout before the phase fields still gets the rest. */
+  /* A CPU model samples on the host, a GPU model on the device (rows with penalties or min_p aside); the phases
+     add up to some time. */
+  CHECK(stat("sampling.device_rows") + stat("sampling.host_rows") == (double)m.decode_rows);
+  if (!test_on_gpu()) CHECK(stat("sampling.device_rows") == 0);
+  if (test_on_gpu()) CHECK(stat("sampling.device_rows") > 0);
+  CHECK(stat("scheduler.iterations") > 0 && stat("scheduler.decode_ms") > 0 && stat("scheduler.prefill_ms") > 0 &&
+        stat("scheduler.emit_ms") >= 0);
+  if (!test_on_gpu()) CHECK(stat("scheduler.sample_ms") > 0);
+  CHECK(stat("requests.submitted") >= (double)m.requests_submitted);
+  CHECK(stat("prefix_cache.slot_evictions") >= 0);
+  CHECK(stat("engine.compute_threads") == 2); /* num_threads of test_setup */
+  {
+    double v = -1;
+    const char *name = NULL;
+    size_t n = 0;
+    CHECK_STATUS(strata_engine_get_stat(g_engine, "no.such.stat", &v), STRATA_ERR_NOT_FOUND);
+    CHECK(strstr(strata_last_error_message(), "no.such.stat") != NULL);
+    CHECK_STATUS(strata_engine_get_stat(g_engine, NULL, &v), STRATA_ERR_INVALID_ARGUMENT);
+    /* Every listed name reads. */
+    while (strata_engine_list_stats(g_engine, n, &name) == STRATA_OK) {
+      CHECK(name != NULL);
+      CHECK_STATUS(strata_engine_get_stat(g_engine, name, &v), STRATA_OK);
+      ++n;
+    }
+    CHECK(name == NULL);
+    CHECK(n >= 40);
+    CHECK_STATUS(strata_engine_list_stats(g_engine, n, &name), STRATA_ERR_OUT_OF_RANGE);
+  }
+  /* A struct_size below the released layout is refused. */
   memset(&m, 0, sizeof m);
-  m.struct_size = (uint32_t)offsetof(strata_metrics, prefix_cache_slot_evictions);
-  CHECK_STATUS(strata_engine_get_metrics(g_engine, &m), STRATA_OK);
-  CHECK(m.generated_tokens > 0 && m.iterations == 0);
+  m.struct_size = (uint32_t)offsetof(strata_metrics, state_active_bytes);
+  CHECK_STATUS(strata_engine_get_metrics(g_engine, &m), STRATA_ERR_INVALID_ARGUMENT);
   pthread_mutex_lock(&g_metrics_mu);
   calls = g_metrics_calls;
   pthread_mutex_unlock(&g_metrics_mu);
@@ -360,6 +372,5 @@ int main(int argc, char **argv) {
     test_metrics();
     test_teardown();
   }
-  printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 && g_passed > 0 ? 0 : 1;
+  return test_report();
 }

@@ -31,6 +31,8 @@ static int g_stop_poller = 0; /* guarded by g_mu */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_passed = 0, g_failed = 0;
+/* The stress runs on the CPU wherever it runs (its budget is sized by the CPU state accounting). */
+static strata_model_params g_model_params;
 static long g_cancelled = 0, g_forks = 0, g_rollbacks = 0, g_checked = 0;
 
 static void record(int ok, const char *what, int line) {
@@ -247,13 +249,15 @@ int main(int argc, char **argv) {
   size_t t;
   g_model_dir = argc > 1 ? argv[1] : STRATA_BINARY_DIR "/testdata/demo_kimi";
   if (argc > 2) g_rounds = atoi(argv[2]);
+  strata_model_params_init(&g_model_params);
+  g_model_params.device = STRATA_DEVICE_CPU;
 
   /* References, alone, on an engine of their own. */
   strata_engine_params_init(&ep);
   ep.num_threads = 2;
   ep.prefix_cache_bytes = 0;
   if (strata_engine_create(&ep, &g_engine) != STRATA_OK ||
-      strata_model_load(g_engine, g_model_dir, NULL, &g_model) != STRATA_OK) {
+      strata_model_load(g_engine, g_model_dir, &g_model_params, &g_model) != STRATA_OK) {
     fprintf(stderr, "setup failed: %s\n", strata_last_error_message());
     return 1;
   }
@@ -285,7 +289,7 @@ int main(int argc, char **argv) {
     ep.log_level = STRATA_LOG_DEBUG;
   }
   ep.num_threads = 2;
-  ep.prefill_chunk_tokens = 24;
+  ep.options = "scheduler.prefill_chunk_tokens=24";
   ep.max_batch = 32;
   ep.prefix_block_tokens = 8;
   ep.prefix_cache_bytes = 256u << 10; /* well under the budget: pinned marks never crowd requests out */
@@ -293,7 +297,7 @@ int main(int argc, char **argv) {
      12 of those at once: the others wait or are preempted. */
   ep.memory_budget_bytes = 12 * (info.state_bytes_per_sequence + 230 * info.state_bytes_per_token);
   if (strata_engine_create(&ep, &g_engine) != STRATA_OK ||
-      strata_model_load(g_engine, g_model_dir, NULL, &g_model) != STRATA_OK) {
+      strata_model_load(g_engine, g_model_dir, &g_model_params, &g_model) != STRATA_OK) {
     fprintf(stderr, "setup failed: %s\n", strata_last_error_message());
     return 1;
   }

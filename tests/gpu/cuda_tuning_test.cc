@@ -24,6 +24,7 @@
 // options, called alternately, each compute what they compute alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -57,11 +58,12 @@ struct ModelCase {
   double tolerance;  // arms without the same-results promise, vs the default
 };
 
-// Bounds of the arms that change rounding: the bf16 fixtures' logits move by
-// at most ~1e-2 from transformers' with any kernel (cuda_*_parity_test), so
-// two arms stay within twice that; qwen3next_a is a sensitive fixture (its
-// parity bound is 0.08); the dummy model's routing is near ties, which a
-// rounding change flips for a few tokens.
+// Bounds of the arms that change rounding (unless kFloorFactor times the
+// model's measured rounding floor is larger, RoundingFloor): the bf16
+// fixtures' logits move by at most ~1e-2 from transformers' with any kernel
+// (cuda_*_parity_test), so two arms stay within twice that; qwen3next_a is a
+// sensitive fixture (its parity bound is 0.08); the dummy model's routing is
+// near ties, which a rounding change flips for a few tokens.
 const std::vector<ModelCase>& Models() {
   static const std::vector<ModelCase> models = {
       {"kimi_g1", 2e-2}, {"dsv32_g1", 2e-2}, {"qwen3next_a", 0.1}, {kDummyKimi, 3e-2}};
@@ -155,18 +157,26 @@ class ModelSource {
   bool dummy_ = false;
 };
 
-// One sequence: a prefill of the first `prefill` prompt tokens, then one
-// Forward per remaining token; rows() holds the prefill's last row of logits
-// and each step's.
+// One sequence: a prefill of the first `prefill` prompt tokens (in two
+// calls, cut at `split`, when that is > 0), then one Forward per remaining
+// token; rows() holds the prefill's last row of logits and each step's.
 class Sequence {
  public:
-  Sequence(const Model& m, const std::vector<int32_t>& prompt, int64_t prefill)
+  Sequence(const Model& m, const std::vector<int32_t>& prompt, int64_t prefill, int64_t split = 0)
       : m_(m), prompt_(prompt), at_(prefill) {
     auto st = m.NewState(static_cast<int64_t>(prompt.size()) + 8);
     EXPECT_TRUE(st.ok()) << st.status();
     if (!st.ok()) return;
     state_ = std::move(*st);
-    Append(std::span(prompt.data(), static_cast<size_t>(prefill)));
+    if (split > 0) {
+      const Status s = m.Forward(std::span(prompt.data(), static_cast<size_t>(split)), *state_, nullptr, false);
+      EXPECT_TRUE(s.ok()) << s;
+      if (!s.ok()) {
+        state_.reset();
+        return;
+      }
+    }
+    Append(std::span(prompt.data() + split, static_cast<size_t>(prefill - split)));
   }
   // The next token's step; false when the prompt is used up or a call failed.
   bool Step() {
@@ -265,6 +275,28 @@ Outputs RunWorkload(const Model& m, const std::vector<int32_t>& prompt) {
   return out;
 }
 
+// How far the default path's own rounding moves this model's logits: the
+// single sequence of RunWorkload with its prefill cut in two calls at a
+// length that is no multiple of 64 (other chunk boundaries, the same
+// kernels), against one call. Random dummy weights amplify rounding through
+// the recurrent state far more than trained fixtures do, so a fixed bound
+// cannot serve both; an arm that changes rounding must stay within
+// kFloorFactor times this (or the model's fixed tolerance, if larger).
+constexpr double kFloorFactor = 4.0;
+
+double RoundingFloor(const ModelSource& source) {
+  const std::vector<int32_t>& prompt = source.prompt();
+  const int64_t P = static_cast<int64_t>(prompt.size()) - kDecodeSteps;
+  std::unique_ptr<Model> m = source.Load("");
+  EXPECT_NE(m, nullptr);
+  if (m == nullptr) return 0;
+  Sequence whole(*m, prompt, P), cut(*m, prompt, P, P / 2 + 5);
+  while (whole.Step() && cut.Step()) {
+  }
+  if (whole.rows().size() != cut.rows().size()) return 0;
+  return Compare(cut.rows(), whole.rows(), m->info().vocab_size).rel;
+}
+
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
 }
@@ -326,7 +358,11 @@ TEST_P(CudaTuningArm, MatchesTheDefault) {
     EXPECT_TRUE(SameBits(got.logits, want.logits)) << arm << ": " << Describe(c);
     EXPECT_EQ(got.tokens, want.tokens) << arm;
   } else {
-    EXPECT_LE(c.rel, mc.tolerance) << arm << ": " << Describe(c);
+    const double floor = RoundingFloor(source);
+    const double bound = std::max(mc.tolerance, kFloorFactor * floor);
+    std::printf("[tuning] %s rounding floor (prefill cut in two) %g: bound %g\n", mc.name.c_str(), floor,
+                bound);
+    EXPECT_LE(c.rel, bound) << arm << ": " << Describe(c) << "; rounding floor " << floor;
   }
 }
 

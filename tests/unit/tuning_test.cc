@@ -144,7 +144,7 @@ TEST(TuningConfig, AppliesKeyValuePairsLeftToRight) {
   EXPECT_FALSE(d.On(Key::kStepPoll));
   EXPECT_FALSE(d.On(Key::kGemvStage));
   EXPECT_EQ(d.Int(Key::kMoeCutlassMinRows), 1);
-  EXPECT_TRUE(Applied("cuda.pdl=0,cuda.pdl=on").On(Key::kCudaPdl));
+  EXPECT_TRUE(Applied("cuda.pdl=on").On(Key::kCudaPdl));
   EXPECT_TRUE(Applied("cuda.pdl=true").On(Key::kCudaPdl));
   EXPECT_EQ(Applied("").ToString(), "");
 }
@@ -167,7 +167,10 @@ TEST(TuningConfig, ErrorsNameTheKeyAndTheValueAndChangeNothing) {
   ExpectRejected("moe.cutlass_min_rows=99999999999", "out of range");
   ExpectRejected("moe.cutlass_min_rows=12x", "not an integer");
   ExpectRejected("moe.gate_up_warps=3", "moe.gate_up_warps=3");
-  ExpectRejected("cuda.pdl", "'cuda.pdl' is not key=value");
+  ExpectRejected("cuda.pdl", "expected key=value at offset 0");
+  ExpectRejected("cuda.pdl=0,cuda.pdl=1", "'cuda.pdl' is given twice (at offset 11)");
+  ExpectRejected("rollback=moe,rollback=mla", "'rollback' is given twice");
+  ExpectRejected("rollback=moe+gpu", "'gpu' is not a family");
   ExpectRejected("rollback=gpu", "rollback=gpu");
   ExpectRejected("kda.prefill=old", "kda.prefill=old");
   Config c;
@@ -209,6 +212,12 @@ TEST(TuningConfig, RollbackSetsAFamilyToItsReferenceValues) {
   }
   EXPECT_FALSE(all.On(Key::kCudaPdl));
   EXPECT_EQ(all.Choice<KdaPrefill>(Key::kKdaPrefill), KdaPrefill::kTf32);
+  const Config two = Applied("rollback=moe+mla");
+  for (const Entry& e : Entries()) {
+    if (e.type == Type::kString) continue;
+    const bool rolled = e.family() == "moe" || e.family() == "mla";
+    EXPECT_EQ(two.Int(e.key), rolled ? e.reference_value : e.default_value) << e.name;
+  }
 }
 
 TEST(TuningResolve, ModelOptionsApplyOverTheEnvironment) {

@@ -7,11 +7,7 @@
 #include <map>
 
 #include "base/tuning.h"
-#include "cli.h"
-#include "model/model.h"
-#if defined(STRATA_HAVE_CUDA)
-#include "model/models/kimi_linear_cuda.h"
-#endif
+#include "internal.h"
 
 namespace strata::cli {
 namespace {
@@ -33,8 +29,7 @@ int PrintOptionsTable(const std::string& cmd) {
   if (!current.ok()) return Fail(cmd, current.status(), kExitUsage);
   const std::string env = tuning::EnvironmentOptions();
   std::printf("tuning options (%s: %s; --options: %s)\n%s", tuning::kEnvironmentVariable,
-              env.empty() ? "unset" : env.c_str(),
-              OptionsFlag().empty() ? "none" : OptionsFlag().c_str(),
+              env.empty() ? "unset" : env.c_str(), OptionsFlag().empty() ? "none" : OptionsFlag().c_str(),
               tuning::FormatTable(*current).c_str());
   return kExitOk;
 }
@@ -59,7 +54,8 @@ int RunInfo(int argc, char** argv) {
   auto model = LoadModel(*dir, lo);
   if (!model.ok()) return Fail(cmd, model.status(), kExitFailure);
   const ModelInfo& info = (*model)->info();
-  PrintPlacementNotice(cmd, info);
+  PrintPlacementNotice(cmd, info.notice);
+  PrintTuningNotice(cmd, info.device, info.tuning);
 
   std::printf("model:          %s%s\n", dir->c_str(),
               lo.load_format == LoadFormat::kDummy ? " (dummy weights: random)" : "");

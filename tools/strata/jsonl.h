@@ -9,8 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "base/status.h"
 
 namespace strata::cli {
 
@@ -19,9 +19,9 @@ namespace strata::cli {
 // a blank line in the middle is an error (it cannot be a JSON value, and
 // skipping it would shift the output against the input). Stops at the first
 // error, returning it prefixed by `where`.
-inline Status ForEachJsonLine(
+inline absl::Status ForEachJsonLine(
     const std::string& path,
-    const std::function<Status(const nlohmann::json&, const std::string&)>& fn) {
+    const std::function<absl::Status(const nlohmann::json&, const std::string&)>& fn) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::stringstream ss;
@@ -44,9 +44,9 @@ inline Status ForEachJsonLine(
       if (const size_t p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", msg));
     }
-    if (Status st = fn(value, where); !st.ok()) return st;
+    if (absl::Status st = fn(value, where); !st.ok()) return st;
   }
-  return OkStatus();
+  return absl::OkStatus();
 }
 
 }  // namespace strata::cli

@@ -68,12 +68,12 @@ struct SequencePlan {
 Status PlanSequences(const LoadOptions& options, int64_t config_max_context,
                      int64_t default_slice, SequencePlan& p);
 
-// The first visible device, if it is an sm_90 (Hopper) part, made current.
+// Visible device `index`, if it is an sm_90 (Hopper) part, made current.
 struct DeviceChoice {
   int index = 0;
   std::string name;  // "cuda:<index> <device name>"
 };
-StatusOr<DeviceChoice> SelectHopperDevice();
+StatusOr<DeviceChoice> SelectHopperDevice(int32_t index);
 
 // cudaMalloc of `bytes` (nothing for 0), ResourceExhausted naming `what`.
 Status DeviceAlloc(const std::string& device_name, void** ptr, size_t bytes, const char* what);

@@ -9,14 +9,18 @@ namespace cuda_exec {
 
 std::string GiB(double bytes) { return absl::StrFormat("%.1f GiB", bytes / 1073741824.0); }
 
-StatusOr<DeviceChoice> SelectHopperDevice() {
+StatusOr<DeviceChoice> SelectHopperDevice(int32_t index) {
   StatusOr<std::vector<cuda::DeviceInfo>> devices = cuda::ListDevices();
   if (!devices.ok()) {
     return absl::UnavailableError(
         absl::StrCat("no device is visible (", devices.status().message(), ")"));
   }
   if (devices->empty()) return absl::UnavailableError("no device is visible (0 CUDA devices)");
-  const cuda::DeviceInfo& dev = devices->front();
+  if (index < 0 || static_cast<size_t>(index) >= devices->size()) {
+    return absl::UnavailableError(absl::StrCat("device index ", index, " is not visible (", devices->size(),
+                                               " CUDA device(s))"));
+  }
+  const cuda::DeviceInfo& dev = (*devices)[index];
   DeviceChoice c;
   c.index = dev.index;
   c.name = absl::StrCat("cuda:", dev.index, " ", dev.name);

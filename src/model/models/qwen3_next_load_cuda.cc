@@ -161,7 +161,7 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   const Geometry& g = g_;
 
   // --- the device -----------------------------------------------------------
-  STRATA_ASSIGN_OR_RETURN(const cuda_exec::DeviceChoice dev, cuda_exec::SelectHopperDevice());
+  STRATA_ASSIGN_OR_RETURN(const cuda_exec::DeviceChoice dev, cuda_exec::SelectHopperDevice(options.device_index));
   device_ = dev.index;
   const std::string& dev_name = dev.name;
 
