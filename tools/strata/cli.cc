@@ -196,15 +196,10 @@ void PrintPlacementNotice(const std::string& command, const std::string& notice)
 }
 
 void PrintTuningNotice(const std::string& command, const std::string& device, const std::string& tuning) {
-  const char* env = std::getenv("STRATA_OPTIONS");
-  const bool env_set = env != nullptr && env[0] != '\0';
-  if (env_set) {
-    std::fprintf(stderr, "strata %s: notice: STRATA_OPTIONS=%s is set (tuning options of every model loaded)\n",
-                 command.c_str(), env);
-  }
+  // `tuning` already holds what STRATA_OPTIONS set: the library reads it.
   if (!tuning.empty()) {
     std::fprintf(stderr, "strata %s: notice: tuning options in effect: %s\n", command.c_str(), tuning.c_str());
-  } else if ((env_set || !OptionsFlag().empty()) && device == "cpu") {
+  } else if (!OptionsFlag().empty() && device == "cpu") {
     std::fprintf(stderr, "strata %s: notice: no tuning option applies on the CPU\n", command.c_str());
   }
 }

@@ -108,10 +108,10 @@ int ParseLoadFormat(const std::string& command, const std::string& value, bool* 
 // Prints "strata <command>: notice: <notice>" to stderr unless it is empty
 // (the model runs somewhere other than requested, e.g. CUDA asked for, no GPU).
 void PrintPlacementNotice(const std::string& command, const std::string& notice);
-// Prints the tuning notices of a loaded model: that STRATA_OPTIONS is set,
-// and the options it runs with that differ from the defaults (`tuning`,
-// strata_model_info::tuning), or that none applies on the CPU when some were
-// asked for. `device` is strata_model_info::device.
+// Prints the tuning notice of a loaded model: the options it runs with that
+// differ from the defaults (`tuning`, strata_model_info::tuning, which
+// includes STRATA_OPTIONS), or that none applies on the CPU when --options
+// asked for some. `device` is strata_model_info::device.
 void PrintTuningNotice(const std::string& command, const std::string& device, const std::string& tuning);
 
 // --options STR, a flag of every command that loads a model: tuning registry
