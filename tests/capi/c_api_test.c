@@ -331,7 +331,7 @@ static void test_greedy_generate(void) {
     /* bf16 activations: the decode kernels (absorbed MLA, recurrent KDA) and the prefill kernels round
        differently, and this random demo model has MoE routing near-ties (no margins, unlike the GPU parity
        fixtures), so one flipped expert can move a row's logits by O(1) and the recurrent state carries it on
-       (docs/validation.md, 2026-12-01). Numerics are the parity tests' job; here both paths must give finite
+       (docs/dev/journal/validation.md, 2026-12-01). Numerics are the parity tests' job; here both paths must give finite
        logits, and the same argmax where the prefill's top two are further apart than the paths differ. */
     double scale = 1, top1 = -1e30, top2 = -1e30;
     int finite = 1;

@@ -1546,7 +1546,7 @@ void (*GateUpKernelFor(int hidden, bool direct))(MoeParams) {
 // turn the slots over in smaller pieces through the waves and the tail, and
 // the next kernel's CTAs find room sooner. At 4K, 8 → 4 warps: batch 1
 // 2.233–2.244 → 2.194–2.195 ms (2 warps: 2.193–2.206), batch 8 7.854–7.889
-// → 7.803–7.832 ms, batch 32 20.93 → 20.42 ms (docs/performance.md, session
+// → 7.803–7.832 ms, batch 32 20.93 → 20.42 ms (docs/dev/journal/performance.md, session
 // 15). moe.gate_up_warps=2|4|8 picks (the same bits: a feature's products do
 // not depend on it).
 int GateUpWarps() {

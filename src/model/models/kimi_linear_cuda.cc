@@ -34,7 +34,7 @@
 // and, above one row, the shared expert beside routing and the routed
 // experts. At one row the folded shared expert has no stream of its own:
 // 7 forks per step instead of 33, which the kernels around them had paid
-// for (docs/performance.md, session 15).
+// for (docs/dev/journal/performance.md, session 15).
 //
 // Cost at the production shapes (Kimi-Linear-48B-A3B, H200: 4.27 TB/s copy,
 // ~686 TFLOP/s bf16; the numbers come from the cost model in
@@ -418,7 +418,7 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
   // post-attention norm does so only when the MoE call folds the shared
   // expert in: otherwise an early router pulls the route and the routed
   // gate|up ahead of the shared expert's SiLU on the side stream, which then
-  // waits for a slot behind 1,024 CTAs (docs/performance.md, sessions 13–15).
+  // waits for a slot behind 1,024 CTAs (docs/dev/journal/performance.md, sessions 13–15).
   const bool input_early = NormEarlyTrigger();
   for (const Layer& L : w_.layers) {
     if (!(first && v.start_fused)) {  // else the step's first kernel formed xn
