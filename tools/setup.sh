@@ -45,7 +45,8 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
      [ "$(cat "$CUTLASS_DIR/VERSION" 2>/dev/null)" != "$CUTLASS_VERSION" ]; then
     echo "setup: installing nvidia-cutlass==$CUTLASS_VERSION into $CUTLASS_DIR"
     rm -rf "$CUTLASS_DIR"
-    python3 -m pip install -q --disable-pip-version-check --no-deps --target "$CUTLASS_DIR" \
+    # The private venv's pip: Debian's python3 has no pip module unless python3-pip is installed.
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --target "$CUTLASS_DIR" \
       "nvidia-cutlass==$CUTLASS_VERSION"
     echo "$CUTLASS_VERSION" > "$CUTLASS_DIR/VERSION"
   fi

@@ -250,7 +250,10 @@ STRATA_API strata_status strata_abi_field_offset(const char *struct_name, const 
  * @brief The root object: worker threads, the request queue and the event queue.
  *
  * An engine owns a pool of compute threads and one scheduler thread that runs
- * every submitted request, round-robin, one token at a time. It is thread-safe.
+ * every submitted request with continuous batching: each iteration runs one
+ * batched decode step over the running requests (up to a batch limit) and
+ * prompt chunks within a prefill budget (chunked prefill), ordered by priority
+ * (docs/serving.md). It is thread-safe.
  * @{
  */
 
@@ -703,7 +706,8 @@ typedef struct strata_model_params {
   int64_t max_sequences;
   /** GPU: the longest sequence state in tokens; 0 (default): min(the model's max context, 131072). Must be >= 0. */
   int64_t max_context_tokens;
-  /** GPU: tokens per prefill pass (longer prompts run in slices); 0 (default): 8192. Must be >= 0. */
+  /** GPU: tokens per prefill pass (longer prompts run in slices); 0 (default): the executor's own (8192 for
+   *  kimi_linear, 4096 for qwen3_next, 2048 for deepseek_v32). Must be >= 0. */
   int64_t prefill_slice_tokens;
   /** GPU: fraction of the device's free memory at load the model may take (weights, scratch, then the paged
    *  attention cache from the rest). Range (0, 1]; default 0.92. */

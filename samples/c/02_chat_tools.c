@@ -1,8 +1,9 @@
 /* 02_chat_tools: a chat turn with a host tool, both ways the C ABI offers.
  *   sample_02_chat_tools MODEL_DIR [--device auto|cpu|cuda] ["user message"]
  * MODEL_DIR needs a tokenizer and a chat template (tokenizer_config.json),
- * e.g. the demo model directory that `strata run` writes (random weights: the
- * reply is gibberish and it will rarely call the tool, but every path runs).
+ * e.g. the embedded demo model (models/strata-demo, trained to call tools), or
+ * the random-weight one `strata run --random` writes (the reply is gibberish
+ * and it will rarely call the tool, but every path runs).
  *
  * Blocking: strata_session_chat() calls get_weather() on this thread when the
  * model calls the tool, and on_event() for every piece of text.
