@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "base/bounded_json.h"
 #include "convert.h"
 #include "guard.h"
 #include "handles.h"
@@ -30,14 +31,16 @@ strata_status GetConversation(const Call& call, strata_session* session, strata:
   return STRATA_OK;
 }
 
-// Parses a NUL-terminated JSON text (NULL: `fallback`).
+// Parses a NUL-terminated JSON text (NULL: `fallback`). Nesting deeper than
+// limits::kMaxJsonDepth is refused before a document exists.
 strata_status ParseJson(const Call& call, const char* text, const char* name, Json fallback, Json* out) {
   if (text == nullptr) {
     *out = std::move(fallback);
     return STRATA_OK;
   }
-  *out = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (out->is_discarded()) return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " is not valid JSON"));
+  auto parsed = strata::ParseBoundedJson<Json>(text, name);
+  if (!parsed.ok()) return call.From(parsed.status());
+  *out = *std::move(parsed);
   return STRATA_OK;
 }
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 
 namespace strata {
 
@@ -78,8 +79,8 @@ void ChatTurn::Route(std::vector<ToolCallEvent> parsed, int32_t token, std::vect
         // was trained to write them; the other families concatenate strings.
         nlohmann::ordered_json args = p.arguments;
         if (conversation_->parser()->family() == ToolCallFamily::kHermes) {
-          args = nlohmann::ordered_json::parse(p.arguments, nullptr, /*allow_exceptions=*/false);
-          if (args.is_discarded()) args = p.arguments;
+          auto parsed = ParseBoundedJson<nlohmann::ordered_json>(p.arguments, "tool call arguments");
+          if (parsed.ok()) args = *std::move(parsed);
         }
         tool_calls_.push_back({{"id", p.id},
                                {"type", "function"},

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 
 namespace strata {
 
@@ -13,6 +14,14 @@ Conversation::Conversation(std::shared_ptr<const TextModel> text) : text_(std::m
 
 Status Conversation::AddMessage(nlohmann::ordered_json m) {
   if (!m.is_object()) return absl::InvalidArgumentError("a message must be a JSON object");
+  // Parsed text is bounded already; this bounds documents built by C++ callers,
+  // which every later copy and render would recurse through. A message wraps
+  // its parts: the arguments of a call the model wrote (themselves bounded)
+  // sit at tool_calls[i].function.arguments, four levels down.
+  if (!JsonDepthWithin(m, limits::kMaxJsonDepth + 4)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a message nests deeper than ", limits::kMaxJsonDepth, " levels"));
+  }
   if (!m.contains("role") || !m["role"].is_string()) {
     return absl::InvalidArgumentError("a message needs a string role");
   }
@@ -46,6 +55,10 @@ Status Conversation::AddTool(ToolSpec tool) {
   if (tool.name.empty()) return absl::InvalidArgumentError("a tool needs a name");
   if (!tool.parameters.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat("tool '", tool.name, "': parameters must be a JSON object"));
+  }
+  if (!JsonDepthWithin(tool.parameters)) {
+    return absl::InvalidArgumentError(absl::StrCat("tool '", tool.name, "': parameters nest deeper than ",
+                                                   limits::kMaxJsonDepth, " levels"));
   }
   if (FindTool(tool.name) != nullptr) {
     return absl::AlreadyExistsError(absl::StrCat("tool '", tool.name, "' is already registered"));

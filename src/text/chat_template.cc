@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "text/jinja/evaluator.h"
 #include "text/jinja/lexer.h"
 #include "text/jinja/parser.h"
@@ -104,9 +105,9 @@ StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromDirectory(const std::s
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   if (fs::exists(config_path)) {
-    STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(config_path));
-    config = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (config.is_discarded() || !config.is_object()) {
+    STRATA_ASSIGN_OR_RETURN(config,
+                            ReadBoundedJsonFile<nlohmann::ordered_json>(config_path.string()));
+    if (!config.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(config_path.string(), ": not a JSON object"));
     }
   }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 
 namespace strata {
 namespace {
@@ -28,8 +29,10 @@ std::string TemplateSources(const std::string& dir) {
   std::error_code ec;
   const fs::path d(dir);
   if (fs::exists(d / "tokenizer_config.json", ec)) {
-    const auto config = nlohmann::json::parse(ReadWholeFile(d / "tokenizer_config.json"), nullptr,
-                                              /*allow_exceptions=*/false);
+    // A config that does not parse has no markers; loading it fails elsewhere.
+    const auto parsed = ParseBoundedJson<nlohmann::json>(ReadWholeFile(d / "tokenizer_config.json"),
+                                                         "tokenizer_config.json");
+    const nlohmann::json config = parsed.ok() ? *parsed : nlohmann::json();
     if (config.is_object() && config.contains("chat_template")) {
       const auto& ct = config["chat_template"];
       if (ct.is_string()) all += ct.get<std::string>();

@@ -2,11 +2,11 @@
 #include "text/tokenizer_config.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 
 namespace strata::text {
 namespace {
@@ -41,10 +41,7 @@ StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
   TokenizerConfig cfg;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return cfg;
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  Json j = Json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  STRATA_ASSIGN_OR_RETURN(const Json j, ReadBoundedJsonFile<Json>(path));
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected an object"));
   STRATA_ASSIGN_OR_RETURN(cfg.add_bos_token, BoolField(j, "add_bos_token", path));
   STRATA_ASSIGN_OR_RETURN(cfg.add_eos_token, BoolField(j, "add_eos_token", path));

@@ -2,11 +2,11 @@
 #include "text/tokenizer_hf.h"
 
 #include <algorithm>
-#include <fstream>
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "text/unicode.h"
 
 namespace strata::text {
@@ -88,10 +88,7 @@ Status PostProcessorIds(const Json& j, const std::string& where,
 
 StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path,
                                                          const TokenizerConfig& config) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  Json j = Json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  STRATA_ASSIGN_OR_RETURN(const Json j, ReadBoundedJsonFile<Json>(path));
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected an object"));
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   t->config_ = config;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/status.h"
 
 namespace strata::cli {
@@ -36,6 +37,8 @@ inline Status ForEachJsonLine(
     if (!text.empty() && text.back() == '\r') text.pop_back();
     const std::string where = absl::StrCat(path, ":", line);
     nlohmann::json value;
+    // Refused before parsing: a deep document would crash the copies below.
+    if (Status st = CheckJsonNesting(text, where); !st.ok()) return st;
     try {
       value = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {

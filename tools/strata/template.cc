@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "cli.h"
 #include "text/chat_template.h"
 
@@ -29,6 +30,7 @@ StatusOr<nlohmann::ordered_json> ReadConversation(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   nlohmann::ordered_json j;
+  STRATA_RETURN_IF_ERROR(CheckJsonNesting(ss.str(), path));
   try {
     j = nlohmann::ordered_json::parse(ss.str());
   } catch (const nlohmann::json::parse_error& e) {
