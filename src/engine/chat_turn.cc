@@ -11,8 +11,8 @@ namespace strata {
 ChatTurn::ChatTurn(Conversation* conversation, ChatOptions options)
     : conversation_(conversation), options_(std::move(options)) {}
 
-StatusOr<std::vector<int32_t>> ChatTurn::Prompt() const {
-  return conversation_->RenderTokens(/*add_generation_prompt=*/true, options_.variables);
+StatusOr<std::vector<int32_t>> ChatTurn::Prompt(std::function<bool()> cancelled) const {
+  return conversation_->RenderTokens(/*add_generation_prompt=*/true, options_.variables, std::move(cancelled));
 }
 
 void ChatTurn::BeginMessage() {

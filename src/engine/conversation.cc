@@ -102,8 +102,8 @@ nlohmann::ordered_json Conversation::ToolsJson() const {
   return out;
 }
 
-StatusOr<std::string> Conversation::Render(bool add_generation_prompt,
-                                           const nlohmann::ordered_json& variables) const {
+StatusOr<std::string> Conversation::Render(bool add_generation_prompt, const nlohmann::ordered_json& variables,
+                                           std::function<bool()> cancelled) const {
   const ChatTemplate* tmpl = text_->chat_template();
   if (tmpl == nullptr) {
     return absl::FailedPreconditionError("the model directory has no chat template (tokenizer_config.json)");
@@ -116,12 +116,15 @@ StatusOr<std::string> Conversation::Render(bool add_generation_prompt,
   // transformers passes tools=None when there are none; templates test `if tools`.
   if (!tools_.empty()) context["tools"] = ToolsJson();
   context["add_generation_prompt"] = add_generation_prompt;
-  return tmpl->RenderOrdered(context);
+  jinja::RenderOptions options;
+  options.cancelled = std::move(cancelled);
+  return tmpl->RenderOrdered(context, options);
 }
 
 StatusOr<std::vector<int32_t>> Conversation::RenderTokens(bool add_generation_prompt,
-                                                          const nlohmann::ordered_json& variables) const {
-  STRATA_ASSIGN_OR_RETURN(std::string text, Render(add_generation_prompt, variables));
+                                                          const nlohmann::ordered_json& variables,
+                                                          std::function<bool()> cancelled) const {
+  STRATA_ASSIGN_OR_RETURN(std::string text, Render(add_generation_prompt, variables, std::move(cancelled)));
   EncodeOptions options;
   options.add_special_tokens = false;
   return text_->tokenizer().Encode(text, options);

@@ -372,12 +372,12 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
     }
     return false;
   };
-  const FinishReason cancel = r.cancel_reason();
-  if (cancel != FinishReason::kNone) {
+  auto end_cancelled = [&](FinishReason cancel) {
     return end(cancel, cancel == FinishReason::kCallback
                            ? OkStatus()
                            : absl::CancelledError(absl::StrCat("request ", r.id(), " was cancelled")));
-  }
+  };
+  if (const FinishReason cancel = r.cancel_reason(); cancel != FinishReason::kNone) return end_cancelled(cancel);
   if (r.deadline_missed()) {
     deadline_misses_.fetch_add(1, std::memory_order_relaxed);
     return end(FinishReason::kDeadline,
@@ -419,7 +419,12 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
       case ChatTurn::Wait::kDeclined: return end(FinishReason::kToolCalls, OkStatus());
       case ChatTurn::Wait::kReady: {
         c.AppendResults();
-        auto prompt = c.Prompt();
+        // The render of a later round runs here, on the scheduler thread: a
+        // cancel stops it from inside.
+        auto prompt = c.Prompt([&r] { return r.cancel_reason() != FinishReason::kNone; });
+        if (const FinishReason cancel = r.cancel_reason(); !prompt.ok() && cancel != FinishReason::kNone) {
+          return end_cancelled(cancel);
+        }
         st = prompt.ok() ? start_round(*std::move(prompt)) : prompt.status();
         break;
       }

@@ -39,11 +39,21 @@ class ChatTemplateImpl : public ChatTemplate {
                    nlohmann::ordered_json special_tokens)
       : templates_(std::move(templates)), special_tokens_(std::move(special_tokens)) {}
 
-  StatusOr<std::string> Render(const nlohmann::json& context) const override {
-    return RenderOrdered(nlohmann::ordered_json::parse(context.dump()));
+  StatusOr<std::string> Render(const nlohmann::json& context,
+                               const jinja::RenderOptions& options) const override {
+    // dump() recurses: a context built by the caller is bounded first.
+    if (!JsonDepthWithin(context, limits::kMaxTemplateValueDepth)) {
+      return absl::InvalidArgumentError(absl::StrCat("chat template context nests deeper than ",
+                                                     limits::kMaxTemplateValueDepth, " levels"));
+    }
+    STRATA_ASSIGN_OR_RETURN(
+        auto ordered, ParseBoundedJson<nlohmann::ordered_json>(
+                          context.dump(), "chat template context", limits::kMaxTemplateValueDepth));
+    return RenderOrdered(ordered, options);
   }
 
-  StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context) const override {
+  StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context,
+                                      const jinja::RenderOptions& options) const override {
     if (!context.is_object())
       return absl::InvalidArgumentError("chat template context must be a JSON object");
     // transformers' get_chat_template: with several named templates, "tool_use"
@@ -68,12 +78,14 @@ class ChatTemplateImpl : public ChatTemplate {
     scope->Set("documents", jinja::Value::None());
     scope->Set("add_generation_prompt", jinja::Value::Bool(false));
     for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it) {
-      scope->Set(it.key(), jinja::Value::FromJson(it.value()));
+      STRATA_ASSIGN_OR_RETURN(jinja::Value v, jinja::Value::FromJson(it.value()));
+      scope->Set(it.key(), std::move(v));
     }
     for (auto it = context.begin(); it != context.end(); ++it) {
-      scope->Set(it.key(), jinja::Value::FromJson(it.value()));
+      STRATA_ASSIGN_OR_RETURN(jinja::Value v, jinja::Value::FromJson(it.value()));
+      scope->Set(it.key(), std::move(v));
     }
-    return jinja::RenderTemplate(chosen->body, chosen->label, scope);
+    return jinja::RenderTemplate(chosen->body, chosen->label, scope, options);
   }
 
  private:

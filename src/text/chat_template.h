@@ -4,11 +4,11 @@
 #define STRATA_TEXT_CHAT_TEMPLATE_H_
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "base/status.h"
+#include "text/jinja/render_state.h"
 
 namespace strata {
 
@@ -29,12 +29,21 @@ class ChatTemplate {
   // any extra variables (enable_thinking, ...). Special-token variables from the
   // directory are added unless the context sets them. raise_exception(msg) and
   // runtime errors return InvalidArgument "<label>:<line>:<column>: msg".
-  virtual StatusOr<std::string> Render(const nlohmann::json& context) const = 0;
+  // The render is bounded by options.limits (steps, output, value sizes and
+  // depths: base/input_limits.h) and stops with Cancelled when
+  // options.cancelled returns true; both are checked inside the render.
+  virtual StatusOr<std::string> Render(const nlohmann::json& context,
+                                       const jinja::RenderOptions& options) const = 0;
+  StatusOr<std::string> Render(const nlohmann::json& context) const { return Render(context, {}); }
 
   // As Render, with the context's object keys in their given order. Python
   // dicts keep insertion order and `tojson` prints them in it, so hosts that
   // pass tool schemas should use this form (nlohmann::json sorts keys).
-  virtual StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context) const = 0;
+  virtual StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context,
+                                              const jinja::RenderOptions& options) const = 0;
+  StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context) const {
+    return RenderOrdered(context, {});
+  }
 };
 
 }  // namespace strata
