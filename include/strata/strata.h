@@ -21,6 +21,12 @@
  *    ::strata_status and writes results through `out_` pointers. On failure
  *    `out_` handles are set to NULL and strata_last_error_message() explains the
  *    failure in English. No exception, abort or exit ever leaves the library.
+ *    Input from outside (model directories, JSON strings, chat templates, model
+ *    output) is bounded so that it cannot take the host down either: JSON
+ *    nested deeper than 256 levels is ::STRATA_ERR_INVALID_ARGUMENT, chat
+ *    templates have limits on nesting, work and size (exceeding one fails like
+ *    a template error, naming its line and column), and nothing recurses past
+ *    the calling thread's stack (threads of 256 KB are enough).
  * 3. **Parameter structs** begin with `uint32_t struct_size`. Fill input
  *    structs with their `_init()` macro and then change fields: the macro
  *    passes the caller's `sizeof`, so the library never writes more bytes than
@@ -1451,7 +1457,8 @@ typedef struct strata_chat_message {
   /** Tool only: the tool's name (NUL-terminated); NULL (default): none. A tool message needs tool_call_id or name. */
   const char *name;
   /** Assistant only: the calls it made, as a NUL-terminated JSON array in the OpenAI form
-   *  `[{"id": ..., "type": "function", "function": {"name": ..., "arguments": {...}}}]`; NULL (default): none. */
+   *  `[{"id": ..., "type": "function", "function": {"name": ..., "arguments": {...}}}]`, nested at most 256
+   *  levels; NULL (default): none. */
   const char *tool_calls_json;
 } strata_chat_message;
 
@@ -1537,8 +1544,8 @@ typedef struct strata_tool {
   const char *name;
   /** What it does, for the model (NUL-terminated); NULL (default): "". */
   const char *description;
-  /** JSON schema of the arguments, a NUL-terminated JSON object; NULL (default): `{"type":"object","properties":{}}`.
-   *  Key order is kept as written (templates print it). */
+  /** JSON schema of the arguments, a NUL-terminated JSON object nested at most 256 levels; NULL (default):
+   *  `{"type":"object","properties":{}}`. Key order is kept as written (templates print it). */
   const char *parameters_json;
   /** Called by strata_session_chat() when the model calls the tool; NULL (default): strata_session_chat()
    *  declines such calls (the request ends with ::STRATA_FINISH_TOOL_CALLS). Requests made with
@@ -1620,7 +1627,8 @@ typedef struct strata_chat_params {
   int32_t max_tool_rounds;
   /** Leave special tokens out of the TEXT events; default false. */
   bool skip_special_tokens;
-  /** Extra template variables as a NUL-terminated JSON object, e.g. `{"enable_thinking": false}`; NULL (default): none. */
+  /** Extra template variables as a NUL-terminated JSON object nested at most 256 levels, e.g.
+   *  `{"enable_thinking": false}`; NULL (default): none. */
   const char *template_variables_json;
   /** strata_session_chat() only: receives each event; NULL (default): none. */
   strata_event_callback event_callback;
