@@ -167,14 +167,7 @@ STRATA_API strata_status strata_session_get_conversation(strata_session* session
     strata::Conversation* conv = nullptr;
     if (strata_status s = GetConversation(call, session, &conv); s != STRATA_OK) return s;
     const std::string text = conv->messages().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    *out_len = text.size();
-    if (json == nullptr) return STRATA_OK;  // length query
-    if (capacity < text.size() + 1) {
-      return call.Fail(STRATA_ERR_OUT_OF_RANGE,
-                       absl::StrCat("capacity ", capacity, " cannot hold ", text.size(), " bytes and a NUL"));
-    }
-    std::memcpy(json, text.c_str(), text.size() + 1);
-    return STRATA_OK;
+    return strata::capi::CopyTextOut(call, text, json, capacity, out_len);
   });
 }
 

@@ -43,4 +43,16 @@ strata_status ReadString(const Call& call, const char* text, size_t len, const c
   return STRATA_OK;
 }
 
+strata_status CopyTextOut(const Call& call, std::string_view value, char* buffer, size_t capacity, size_t* out_len) {
+  *out_len = value.size();
+  if (buffer == nullptr) return STRATA_OK;
+  if (capacity < value.size() + 1) {
+    return call.Fail(STRATA_ERR_OUT_OF_RANGE, absl::StrCat("capacity ", capacity, " cannot hold the ", value.size(),
+                                                           " bytes of text and a NUL"));
+  }
+  std::memcpy(buffer, value.data(), value.size());
+  buffer[value.size()] = '\0';
+  return STRATA_OK;
+}
+
 }  // namespace strata::capi

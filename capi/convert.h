@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "engine/engine.h"
 #include "guard.h"
@@ -27,6 +28,11 @@ strata_event ToCEvent(const Event& core);
 // A caller's (pointer, length) string: NULL means empty when the length is 0
 // or STRATA_NUL_TERMINATED; INVALID_ARGUMENT for NULL with another length.
 strata_status ReadString(const Call& call, const char* text, size_t len, const char* name, std::string* out);
+
+// Text out to a caller's buffer, the convention of every text output: *out_len
+// always receives the length; a NULL `buffer` is a length query; a buffer
+// without room for the text and a NUL is OUT_OF_RANGE with nothing written.
+strata_status CopyTextOut(const Call& call, std::string_view value, char* buffer, size_t capacity, size_t* out_len);
 
 }  // namespace strata::capi
 

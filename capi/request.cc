@@ -1,4 +1,4 @@
-// strata_request_*: cancel, status, message and release of one generation.
+// strata_request_*: cancel, status, message and release of one generation; finish reason names.
 #include <string>
 
 #include "guard.h"
@@ -10,6 +10,11 @@ using strata::capi::Guarded;
 using strata::capi::kRequestMagic;
 
 extern "C" {
+
+STRATA_API const char* strata_finish_reason_string(strata_finish_reason reason) {
+  // The C values are the core's enumerators (ToCEvent casts them one to one).
+  return strata::FinishReasonName(static_cast<strata::FinishReason>(reason));
+}
 
 STRATA_API strata_status strata_request_cancel(strata_request* request) {
   const Call call("strata_request_cancel");

@@ -1,8 +1,10 @@
-// strata_tokenizer_*: open, encode, decode and release, translated to strata::TextModel.
+// strata_tokenizer_*: open, encode, decode, chat-template rendering and release, translated to
+// strata::TextModel.
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "base/bounded_json.h"
 #include "convert.h"
 #include "guard.h"
 #include "handles.h"
@@ -110,15 +112,7 @@ STRATA_API strata_status strata_tokenizer_decode(const strata_tokenizer* tokeniz
     options.skip_special_tokens = skip_special_tokens;
     auto decoded = tok.Decode(std::vector<int32_t>(tokens, tokens + num_tokens), options);
     if (!decoded.ok()) return call.From(decoded.status());
-    *out_len = decoded->size();
-    if (text == nullptr) return STRATA_OK;  // length query
-    if (capacity < decoded->size() + 1) {
-      return call.Fail(STRATA_ERR_OUT_OF_RANGE, absl::StrCat("capacity ", capacity, " cannot hold the ",
-                                                             decoded->size(), " bytes of text and a NUL"));
-    }
-    std::memcpy(text, decoded->data(), decoded->size());
-    text[decoded->size()] = '\0';
-    return STRATA_OK;
+    return strata::capi::CopyTextOut(call, *decoded, text, capacity, out_len);
   });
 }
 
@@ -129,6 +123,49 @@ STRATA_API strata_status strata_tokenizer_get_vocab_size(const strata_tokenizer*
     if (out_vocab_size == nullptr) return call.NullArgument("out_vocab_size");
     *out_vocab_size = tokenizer->impl->tokenizer().vocab_size();
     return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_tokenizer_has_chat_template(const strata_tokenizer* tokenizer, bool* out_has) {
+  const Call call("strata_tokenizer_has_chat_template");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
+    if (out_has == nullptr) return call.NullArgument("out_has");
+    *out_has = tokenizer->impl->chat_template() != nullptr;
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_tokenizer_render_chat(const strata_tokenizer* tokenizer, const char* conversation_json,
+                                                      size_t conversation_len, char* text, size_t capacity,
+                                                      size_t* out_len) {
+  const Call call("strata_tokenizer_render_chat");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
+    if (out_len == nullptr) return call.NullArgument("out_len");
+    *out_len = 0;
+    if (conversation_json == nullptr) return call.NullArgument("conversation_json");
+    std::string input;
+    if (strata_status s = strata::capi::ReadString(call, conversation_json, conversation_len, "conversation_json",
+                                                   &input);
+        s != STRATA_OK) {
+      return s;
+    }
+    const strata::ChatTemplate* tmpl = tokenizer->impl->chat_template();
+    if (tmpl == nullptr) return call.Fail(STRATA_ERR_FAILED_PRECONDITION, "the directory has no chat template");
+    // Ordered: the template prints tool schemas in the caller's key order.
+    // Bounded: a conversation nested past limits::kMaxJsonDepth is refused
+    // before a document exists (copies and dumps would recurse per level).
+    auto parsed = strata::ParseBoundedJson<nlohmann::ordered_json>(input, "conversation_json");
+    if (!parsed.ok()) return call.From(parsed.status());
+    const nlohmann::ordered_json& conversation = *parsed;
+    if (!conversation.is_object() || !conversation.contains("messages") || !conversation["messages"].is_array()) {
+      return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
+                       "conversation_json must be a JSON object with \"messages\", an array");
+    }
+    auto prompt = tmpl->RenderOrdered(conversation);
+    if (!prompt.ok()) return call.From(prompt.status());
+    return strata::capi::CopyTextOut(call, *prompt, text, capacity, out_len);
   });
 }
 

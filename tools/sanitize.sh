@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the serving stress test (tests/capi/stress_test.c: 64 sessions from
 # 8 host threads through the C ABI) and the engine's unit tests with a
-# sanitizer, then runs them. Usage:
+# sanitizer, then runs them; with address, also the Python binding's test
+# against the ASan libstrata (ctest preloads the ASan runtime into python, see
+# bindings/python/CMakeLists.txt). Usage:
 #   tools/sanitize.sh thread|address [ROUNDS]     (build dirs build-tsan / build-asan)
 # Environment: JOBS (default 2), BUILD_DIR (default build-tsan / build-asan).
 # Exits non-zero on any sanitizer report (halt_on_error) or test failure.
@@ -19,6 +21,7 @@ cmake -S . -B "$dir" -G Ninja -DSTRATA_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInf
   -DSTRATA_SANITIZE="$flags" -DSTRATA_BUILD_BENCHMARKS=OFF -DSTRATA_BUILD_SAMPLES=OFF >/dev/null
 targets=(capi_make_demo_model capi_stress_test capi_serving_api_test unit_scheduler_test unit_serving_test
          unit_engine_test)
+[ "$kind" = address ] && targets+=(strata)
 cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
 model="$dir/testdata/demo_kimi"
 "$dir/tests/capi_make_demo_model" "$model"
@@ -33,4 +36,8 @@ for t in unit_scheduler_test unit_serving_test unit_engine_test; do
   echo "== $t ($kind)"
   "$dir/tests/$t" --gtest_brief=1
 done
+if [ "$kind" = address ]; then
+  echo "== Python binding ($kind)"
+  ctest --test-dir "$dir" -R '^bindings_python' --output-on-failure
+fi
 echo "sanitize.sh: $kind clean"

@@ -397,8 +397,9 @@ typedef struct strata_engine_params {
   /** Bytes of running requests' sequence state plus prefix-cache snapshots the scheduler keeps resident
    *  (strata_metrics::state_active_bytes + prefix_cache_bytes); growth is planned before it is applied, and
    *  when it is short the prefix cache is evicted, then lower-priority requests are preempted (resumed
-   *  later), else a request waits; a request that cannot fit even alone fails with
-   *  ::STRATA_ERR_RESOURCE_EXHAUSTED. 0 (default): unlimited. @since 0.1 */
+   *  later), else a request waits; a request whose longest state (prompt and history plus max_tokens, at most
+   *  the context) cannot fit even alone is refused at submit with ::STRATA_ERR_RESOURCE_EXHAUSTED. 0 (default):
+   *  unlimited. @since 0.1 */
   uint64_t memory_budget_bytes;
   /** Most requests in one batched decode step. 0: the default, 64. @since 0.1 */
   int32_t max_batch;
@@ -423,6 +424,9 @@ typedef struct strata_engine_params {
    *    step, i.e. how long running requests may stall behind prompts per generated token (TPOT), traded
    *    against time to first token; never more than the chunk. 0 (default): automatic (the chunk on the CPU,
    *    2048 on a GPU).
+   *  - `sampling.on_device`: 1 (default): decode steps select tokens on the GPU where the model and the
+   *    request's sampling allow (counted as `sampling.device_rows`, see strata_engine_get_stat()); 0: every
+   *    row's logits are copied to the host sampler, to measure what device sampling saves. No effect on the CPU.
    *
    *  NULL or "" (default): all defaults. */
   const char *options;
@@ -501,7 +505,9 @@ STRATA_API strata_status strata_engine_get_metrics(strata_engine *engine, strata
  * `scheduler.prefill_ms`, `scheduler.decode_ms`, `scheduler.sample_ms`,
  * `scheduler.emit_ms`), where tokens were sampled (`sampling.device_rows`,
  * `sampling.host_rows`) and GPU pool pressure
- * (`prefix_cache.slot_evictions`). strata_engine_list_stats() enumerates
+ * (`prefix_cache.slot_evictions`), and settings the engine resolved
+ * (`engine.compute_threads`: strata_engine_params::num_threads, with 0 resolved
+ * to the core count). strata_engine_list_stats() enumerates
  * them. New names may appear in any release; a name is never reused for a
  * different quantity.
  *
@@ -575,6 +581,16 @@ typedef int32_t strata_finish_reason;
 /** strata_request_params::deadline_ms passed before the request ended; the status is
  *  ::STRATA_ERR_DEADLINE_EXCEEDED. @since 0.1 */
 #define STRATA_FINISH_DEADLINE 10
+
+/**
+ * @brief Static lowercase name of a finish reason, for logs and tools: "none", "eos", "stop_token",
+ *        "max_tokens", "cancelled", "error", "context_full", "callback", "stop_string", "tool_calls", "deadline".
+ * @param[in] reason any value, known or not
+ * @return a NUL-terminated string with static storage duration; never NULL. Unknown values give "unknown".
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API const char *strata_finish_reason_string(strata_finish_reason reason);
 
 /**
  * @brief One event from strata_engine_poll_event(). Output struct: set
@@ -710,12 +726,10 @@ typedef struct strata_model_params {
   bool dummy_weights;
   /** Seed of the dummy weights; default 0. */
   uint64_t dummy_seed;
-  /** Kernel tuning as a NUL-terminated `key=value` list separated by commas (e.g. `"cuda.pdl=0,moe.gemm=mma"`;
-   *  docs/tuning.md lists the keys; `strata info --options` prints them), applied over the STRATA_OPTIONS
-   *  environment variable of the same form; copied. Every key selects between a tuned kernel and a reference
-   *  path with the same results, so a faulty kernel can be switched off without a rebuild. Unknown keys and
-   *  malformed values fail the load with ::STRATA_ERR_INVALID_ARGUMENT naming them. NULL or "" (default): the
-   *  defaults. */
+  /** Kernel tuning as a NUL-terminated `key=value` list separated by commas; copied. Each key will select
+   *  between a tuned kernel and a reference path with the same results, so a faulty kernel can be switched off
+   *  without a rebuild. This build registers no keys yet: any key fails the load with
+   *  ::STRATA_ERR_INVALID_ARGUMENT naming it (never silently ignored). NULL or "" (default): the defaults. */
   const char *options;
 } strata_model_params;
 
@@ -1169,6 +1183,8 @@ STRATA_API strata_status strata_request_params_init_sized(strata_request_params 
  * @retval STRATA_ERR_OUT_OF_RANGE        a prompt or stop token id is outside the vocabulary, or the prompt
  *                                        leaves no room in the context for a generated token
  * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or needs strata_session_reset()
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED  the request's longest state (history, prompt and max_tokens, at most the
+ *                                        context) exceeds strata_engine_params::memory_budget_bytes on its own
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
  * @retval STRATA_ERR_OUT_OF_MEMORY       allocation failed
  * @par Thread safety: one thread per session at a time.
@@ -1247,9 +1263,12 @@ STRATA_API const char *strata_request_error_message(strata_request *request);
 /**
  * @brief Releases a request; cancels it first if it is still running.
  *
- * Returns without waiting for the scheduler; no event of the request is
- * returned by strata_engine_poll_event() afterwards (events already returned
- * keep the dangling handle: do not use it).
+ * A running request is cancelled, and the call returns once the scheduler
+ * has let go of it (within one scheduling iteration): its session is then
+ * idle, so the host may submit on it, fork it or destroy it at once. No event
+ * of the request is returned by strata_engine_poll_event() afterwards (events
+ * already returned keep the dangling handle: do not use it). Must not be
+ * called from a log or metrics callback (those run on the scheduler thread).
  *
  * @param[in] request the request; invalid after ::STRATA_OK
  * @retval STRATA_OK                   released
@@ -1386,6 +1405,57 @@ STRATA_API strata_status strata_tokenizer_decode(const strata_tokenizer *tokeniz
  * @since 0.1
  */
 STRATA_API strata_status strata_tokenizer_get_vocab_size(const strata_tokenizer *tokenizer, int32_t *out_vocab_size);
+
+/**
+ * @brief Whether the tokenizer's directory has a chat template (`chat_template` in tokenizer_config.json, or
+ *        chat_template.jinja), i.e. whether strata_tokenizer_render_chat() and the chat functions of sessions on
+ *        its model can render conversations.
+ * @param[in]  tokenizer the tokenizer
+ * @param[out] out_has   receives true when it has one
+ * @retval STRATA_OK                   stored
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer
+ * @retval STRATA_ERR_MISUSE           @p tokenizer was destroyed or is not a tokenizer
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_has_chat_template(const strata_tokenizer *tokenizer, bool *out_has);
+
+/**
+ * @brief The prompt the chat template renders for a conversation, byte for byte as transformers'
+ *        `apply_chat_template(messages, tools=tools, add_generation_prompt=..., tokenize=False, **variables)`.
+ *
+ * For hosts that keep conversations themselves, and for showing or checking
+ * what a model is given. The directory's special-token variables (bos_token,
+ * eos_token, ...) are set unless the conversation sets them. Writes the text
+ * followed by a NUL; call with @p text = NULL to learn the length (each call
+ * renders the template again).
+ *
+ * @param[in]  tokenizer         the tokenizer
+ * @param[in]  conversation_json a JSON object: `messages` (an array of message objects as the template reads
+ *                               them: role, content, tool_calls, ...), optional `tools`, optional
+ *                               `add_generation_prompt` (default false) and any other template variable (e.g.
+ *                               `enable_thinking`). Object keys keep the order written (templates print tool
+ *                               schemas with `tojson`).
+ * @param[in]  conversation_len  bytes of @p conversation_json, or ::STRATA_NUL_TERMINATED
+ * @param[out] text              buffer of @p capacity bytes, or NULL for a length query
+ * @param[in]  capacity          bytes @p text can hold, including the NUL
+ * @param[out] out_len           receives the prompt's length in bytes, without the NUL (always, also on
+ *                               ::STRATA_ERR_OUT_OF_RANGE)
+ * @retval STRATA_OK                      rendered (or answered the length query)
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL @p tokenizer, @p conversation_json or @p out_len; JSON that is
+ *                                        malformed, nested deeper than 256 levels, not an object or without a
+ *                                        `messages` array; or the template
+ *                                        failed (raise_exception or a runtime error: the message gives its line
+ *                                        and column)
+ * @retval STRATA_ERR_OUT_OF_RANGE        @p capacity < length + 1; nothing written
+ * @retval STRATA_ERR_FAILED_PRECONDITION the directory has no chat template
+ * @retval STRATA_ERR_MISUSE              @p tokenizer was destroyed or is not a tokenizer
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_tokenizer_render_chat(const strata_tokenizer *tokenizer, const char *conversation_json,
+                                                      size_t conversation_len, char *text, size_t capacity,
+                                                      size_t *out_len);
 
 /** @} */
 
@@ -1684,6 +1754,8 @@ STRATA_API strata_status strata_chat_params_init_sized(strata_chat_params *param
  *                                        outside the vocabulary
  * @retval STRATA_ERR_FAILED_PRECONDITION the model has no tokenizer or chat template, the session is running a
  *                                        request, or it needs strata_session_reset()
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED  the rendered conversation plus max_tokens (at most the context) needs more
+ *                                        state than strata_engine_params::memory_budget_bytes on its own
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
  * @par Thread safety: one thread per session at a time.
  * @since 0.1

@@ -242,6 +242,21 @@ class Tokenizer {
     Check(strata_tokenizer_get_vocab_size(h_.get(), &v));
     return v;
   }
+  bool HasChatTemplate() const {
+    bool has = false;
+    Check(strata_tokenizer_has_chat_template(h_.get(), &has));
+    return has;
+  }
+  /** The prompt the chat template renders for @p conversation_json (strata_tokenizer_render_chat()). */
+  std::string RenderChat(std::string_view conversation_json) const {
+    size_t n = 0;
+    Check(strata_tokenizer_render_chat(h_.get(), conversation_json.data(), conversation_json.size(), nullptr, 0, &n));
+    std::string text(n + 1, '\0');
+    Check(strata_tokenizer_render_chat(h_.get(), conversation_json.data(), conversation_json.size(), text.data(),
+                                       text.size(), &n));
+    text.resize(n);
+    return text;
+  }
 
  private:
   using Owner = detail::Handle<strata_tokenizer, strata_tokenizer_destroy>;

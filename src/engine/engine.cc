@@ -165,6 +165,7 @@ EngineMetrics Engine::Metrics() const {
   m.decode_ms = ms(decode_ns_);
   m.sample_ms = ms(sample_ns_);
   m.emit_ms = ms(emit_ns_);
+  m.compute_threads = pool_.num_threads();
   return m;
 }
 
@@ -209,6 +210,8 @@ StatusOr<std::shared_ptr<Request>> Engine::Submit(Session& session, std::span<co
                                               prompt.size(), " leaves no room in the context of ",
                                               cap, " tokens"));
   }
+  STRATA_RETURN_IF_ERROR(CheckWorstCaseFits(session, session.num_tokens() + static_cast<int64_t>(prompt.size()),
+                                            params.max_tokens, cap));
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return absl::FailedPreconditionError("the engine is shutting down");
   // exchange: two threads racing to submit on one session cannot both win.
@@ -258,6 +261,8 @@ StatusOr<std::shared_ptr<Request>> Engine::SubmitChat(Session& session, Generati
                                               " tokens: no room left in the context of ",
                                               session.max_context_tokens(), " tokens"));
   }
+  STRATA_RETURN_IF_ERROR(CheckWorstCaseFits(session, static_cast<int64_t>(prompt.size()), params.max_tokens,
+                                            session.max_context_tokens()));
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return absl::FailedPreconditionError("the engine is shutting down");
   if (session.busy_.exchange(true, std::memory_order_acq_rel)) {
@@ -1194,6 +1199,21 @@ void Engine::Cancel(Request& request, FinishReason reason) {
   work_cv_.notify_one();
 }
 
+Status Engine::CheckWorstCaseFits(const Session& session, int64_t prompt_tokens, int64_t max_tokens,
+                                  int64_t context_tokens) const {
+  const uint64_t budget = options_.memory_budget_bytes;
+  if (budget == 0) return OkStatus();
+  const int64_t worst =
+      std::min(context_tokens, max_tokens > 0 ? prompt_tokens + max_tokens : context_tokens);
+  const uint64_t bytes = StateBytes(session.model().info(), worst);
+  if (bytes <= budget) return OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "at its longest (", worst, " tokens: prompt and history ", prompt_tokens, ", max_tokens ", max_tokens,
+      ", context ", context_tokens, ") the request needs ", bytes,
+      " bytes of state, more than the engine's memory budget of ", budget,
+      " bytes; lower max_tokens or raise memory_budget_bytes"));
+}
+
 void Engine::Detach(Request& request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1205,6 +1225,13 @@ void Engine::Detach(Request& request) {
   }
   request.Cancel();
   work_cv_.notify_one();
+  // The owner may reuse the session as soon as this returns, so wait until
+  // the scheduler has let go of it (Finish marks the session idle and the
+  // request finished under mu_). The scheduler itself never waits on itself:
+  // a log or metrics callback that misuses the API must not deadlock it.
+  if (std::this_thread::get_id() == scheduler_.get_id()) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return request.finished(); });
 }
 
 void Engine::CancelAndWait(Session& session) {

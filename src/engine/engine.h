@@ -90,7 +90,8 @@ struct EngineOptions {
 
 // Applies a `key=value,...` tuning string (strata_engine_params::options) to
 // `options`: the scheduler knobs that are not part of the stable C structs
-// (`scheduler.prefill_chunk_tokens`, `scheduler.prefill_tokens_while_decoding`).
+// (`scheduler.prefill_chunk_tokens`, `scheduler.prefill_tokens_while_decoding`,
+// `sampling.on_device` for device_sampling).
 // Unknown keys and bad values are InvalidArgument naming `what` and the key;
 // on error `options` is unchanged.
 Status ApplyEngineOptionString(absl::string_view text, absl::string_view what, EngineOptions* options);
@@ -157,9 +158,18 @@ class Engine {
   // request waiting for tool results or for its events to be polled needs.
   void Cancel(Request& request, FinishReason reason = FinishReason::kCancelled);
 
-  // The owner lets go of `request`: it is cancelled and its queued and future
-  // events are dropped. Does not wait.
+  // The owner lets go of `request`: it is cancelled, its queued and future
+  // events are dropped, and the call returns once the scheduler has finished
+  // it, so its session is idle (a cancelled request finishes within one
+  // scheduler iteration).
   void Detach(Request& request);
+
+  // ResourceExhausted when a request's longest possible state (prompt and
+  // history plus max_tokens, at most `context_tokens`; 0 max_tokens: the
+  // whole context) exceeds the memory budget on its own, so it is refused at
+  // submit instead of failing after part of its prefill.
+  Status CheckWorstCaseFits(const Session& session, int64_t prompt_tokens, int64_t max_tokens,
+                            int64_t context_tokens) const;
 
   // Cancels the request running on `session`, if any, and waits until the
   // scheduler has finished it. Called by ~Session.

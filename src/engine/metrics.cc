@@ -112,6 +112,7 @@ std::span<const NamedStat> EngineStats() {
     STAT("scheduler.decode_ms", m.decode_ms),
     STAT("scheduler.sample_ms", m.sample_ms),
     STAT("scheduler.emit_ms", m.emit_ms),
+    STAT("engine.compute_threads", m.compute_threads),
   };
 #undef STAT
   return kStats;

@@ -62,6 +62,9 @@ struct EngineMetrics {
   // delivery and stop rules (detokenizing and tool-call parsing for chat).
   int64_t iterations = 0;
   double schedule_ms = 0, prefill_ms = 0, decode_ms = 0, sample_ms = 0, emit_ms = 0;
+  // EngineOptions::num_threads as resolved (0 became the core count), for
+  // hosts that report what they ran with.
+  int32_t compute_threads = 0;
 };
 
 // One statistic of EngineMetrics under a stable dotted name (the C ABI's

@@ -1,6 +1,8 @@
 // Architecture registry and the model-directory entry point.
 #include "model/model.h"
 
+#include "base/key_value_list.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -239,6 +241,15 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     return OkStatus();
   };
 
+  // No kernel switch is registered yet (the tuning registry comes with its
+  // GPU validation), so every key is unknown: refused, never ignored.
+  if (!options.options.empty()) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<KeyValue> items, ParseKeyValueList(options.options, "LoadOptions.options"));
+    if (!items.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("LoadOptions.options: unknown key '", items.front().key,
+                                                     "' (this build registers no tuning keys)"));
+    }
+  }
   if (options.device_index < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("LoadOptions.device_index must be >= 0, got ", options.device_index));

@@ -187,6 +187,7 @@ static void test_devices(void) {
   int32_t want[12], got[12];
   size_t n_want, n_got;
   const int gpu = test_on_gpu();
+  int gpu_usable;
 
   CHECK_STATUS(load_on(STRATA_DEVICE_CPU, &cpu, &info), STRATA_OK);
   REQUIRE(cpu != NULL);
@@ -194,11 +195,14 @@ static void test_devices(void) {
   n_want = greedy(cpu, want, 12);
   CHECK(n_want == 12);
 
-  /* AUTO: the GPU when usable, else the CPU with the reason; never an error. */
+  /* AUTO: the GPU when usable, else the CPU with the reason; never an error. Where it lands decides what
+     CUDA must do below (the gpu-labelled run insists that it is the GPU). */
   CHECK_STATUS(load_on(STRATA_DEVICE_AUTO, &m, &info), STRATA_OK);
   REQUIRE(m != NULL);
-  if (gpu) {
-    CHECK(strncmp(info.device, "cuda:", 5) == 0 && strcmp(info.device_notice, "") == 0);
+  gpu_usable = strncmp(info.device, "cuda:", 5) == 0;
+  if (gpu) CHECK(gpu_usable);
+  if (gpu_usable) {
+    CHECK(strcmp(info.device_notice, "") == 0);
   } else {
     CHECK(strcmp(info.device, "cpu") == 0);
     CHECK(strncmp(info.device_notice, "device auto: ", 13) == 0 &&
@@ -210,7 +214,7 @@ static void test_devices(void) {
   m = NULL;
 
   /* CUDA is strict. */
-  if (gpu) {
+  if (gpu_usable) {
     CHECK_STATUS(load_on(STRATA_DEVICE_CUDA, &m, &info), STRATA_OK);
     REQUIRE(m != NULL);
     CHECK(strncmp(info.device, "cuda:0 ", 7) == 0 && strcmp(info.device_notice, "") == 0);
@@ -263,6 +267,60 @@ static void test_devices(void) {
   CHECK_STATUS(strata_model_destroy(cpu), STRATA_OK);
 }
 
+/* Destroying a running request leaves its session idle at once; a request
+ * that can never fit the memory budget is refused at submit. */
+static void test_lifecycle(void) {
+  strata_model *m = NULL;
+  strata_session *s = NULL;
+  strata_request *r = NULL;
+  strata_request_params rp;
+  strata_model_info info;
+  strata_engine_params ep;
+  strata_engine *tight = NULL;
+  strata_session *ts = NULL;
+  static const int32_t prompt[] = {1, 17, 42, 99, 7};
+  int i, idle = 0;
+  CHECK_STATUS(load_on(test_device(), &m, &info), STRATA_OK);
+  REQUIRE(m != NULL);
+  CHECK_STATUS(strata_session_create(m, NULL, &s), STRATA_OK);
+  REQUIRE(s != NULL);
+  strata_request_params_init(&rp);
+  rp.max_tokens = 1000;
+  rp.stop_at_eos = false;
+  for (i = 0; i < 40; ++i) {
+    CHECK_STATUS(strata_session_reset(s), STRATA_OK);
+    if (strata_session_submit(s, prompt, 5, &rp, &r) != STRATA_OK) break;
+    strata_request_destroy(r);
+    /* Free now: no "running a request". */
+    if (strata_session_reset(s) == STRATA_OK) ++idle;
+  }
+  CHECK(idle == 40);
+  CHECK_STATUS(strata_session_destroy(s), STRATA_OK);
+
+  /* A budget of two tokens' state: a 5-token prompt plus 100 new tokens can never fit. */
+  strata_engine_params_init(&ep);
+  ep.memory_budget_bytes = info.state_bytes_per_sequence + 2 * info.state_bytes_per_token;
+  CHECK_STATUS(strata_engine_create(&ep, &tight), STRATA_OK);
+  REQUIRE(tight != NULL);
+  {
+    strata_model *tm = NULL;
+    strata_model_params mp;
+    strata_model_params_init(&mp);
+    mp.device = test_device();
+    CHECK_STATUS(strata_model_load(tight, g_model_dir, &mp, &tm), STRATA_OK);
+    if (tm != NULL) {
+      CHECK_STATUS(strata_session_create(tm, NULL, &ts), STRATA_OK);
+      rp.max_tokens = 100;
+      CHECK_STATUS(strata_session_submit(ts, prompt, 5, &rp, &r), STRATA_ERR_RESOURCE_EXHAUSTED);
+      CHECK(r == NULL && strstr(strata_last_error_message(), "memory budget") != NULL);
+      CHECK_STATUS(strata_session_destroy(ts), STRATA_OK);
+      CHECK_STATUS(strata_model_destroy(tm), STRATA_OK);
+    }
+  }
+  CHECK_STATUS(strata_engine_destroy(tight), STRATA_OK);
+  CHECK_STATUS(strata_model_destroy(m), STRATA_OK);
+}
+
 int main(int argc, char **argv) {
   g_model_dir = argc > 1 ? argv[1] : STRATA_BINARY_DIR "/testdata/demo_kimi";
   test_init_sizes();
@@ -273,6 +331,7 @@ int main(int argc, char **argv) {
   }
   test_old_structs_work();
   test_devices();
+  test_lifecycle();
   CHECK_STATUS(strata_engine_destroy(g_engine), STRATA_OK);
   return test_report();
 }

@@ -85,6 +85,11 @@ static void test_version(void) {
   CHECK(strcmp(strata_status_string(STRATA_OK), "ok") == 0);
   CHECK(strcmp(strata_status_string(STRATA_ERR_MISUSE), "API misuse") == 0);
   CHECK(strcmp(strata_status_string(12345), "unknown status code") == 0);
+  CHECK(strcmp(strata_finish_reason_string(STRATA_FINISH_MAX_TOKENS), "max_tokens") == 0);
+  CHECK(strcmp(strata_finish_reason_string(STRATA_FINISH_TOOL_CALLS), "tool_calls") == 0);
+  CHECK(strcmp(strata_finish_reason_string(STRATA_FINISH_NONE), "none") == 0);
+  CHECK(strcmp(strata_finish_reason_string(12345), "unknown") == 0);
+  CHECK(strcmp(strata_finish_reason_string(-1), "unknown") == 0);
 }
 
 static int g_log_messages = 0;
@@ -319,8 +324,32 @@ static void test_greedy_generate(void) {
     double d = fabs((double)l1[i] - (double)l2[i]);
     if (d > max_diff) max_diff = d;
   }
-  CHECK(max_diff < 1e-2); /* decode path vs chunked prefill path, fp32 */
-  CHECK(argmax(l1, (size_t)g_vocab) == argmax(l2, (size_t)g_vocab));
+  if (!test_on_gpu()) {
+    CHECK(max_diff < 1e-2); /* decode path vs chunked prefill path, fp32 */
+    CHECK(argmax(l1, (size_t)g_vocab) == argmax(l2, (size_t)g_vocab));
+  } else {
+    /* bf16 activations: the decode kernels (absorbed MLA, recurrent KDA) and the prefill kernels round
+       differently, and this random demo model has MoE routing near-ties (no margins, unlike the GPU parity
+       fixtures), so one flipped expert can move a row's logits by O(1) and the recurrent state carries it on
+       (docs/validation.md, 2026-12-01). Numerics are the parity tests' job; here both paths must give finite
+       logits, and the same argmax where the prefill's top two are further apart than the paths differ. */
+    double scale = 1, top1 = -1e30, top2 = -1e30;
+    int finite = 1;
+    for (i = 0; i < (size_t)g_vocab; ++i) {
+      if (!isfinite(l1[i]) || !isfinite(l2[i])) finite = 0;
+      if (fabs((double)l2[i]) > scale) scale = fabs((double)l2[i]);
+      if (l2[i] > top1) {
+        top2 = top1;
+        top1 = l2[i];
+      } else if (l2[i] > top2) {
+        top2 = l2[i];
+      }
+    }
+    printf("decode vs prefill on the GPU: max |diff| %.4g, max |logit| %.4g, top-2 gap %.4g\n", max_diff, scale,
+           top1 - top2);
+    CHECK(finite);
+    if (top1 - top2 > 2 * max_diff) CHECK(argmax(l1, (size_t)g_vocab) == argmax(l2, (size_t)g_vocab));
+  }
   free(l1);
   free(l2);
   CHECK_STATUS(strata_session_destroy(s1), STRATA_OK);

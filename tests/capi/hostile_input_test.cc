@@ -194,6 +194,22 @@ TEST_F(HostileInputTest, DeepJsonFromTheHostIsRefusedWithItsFieldName) {
     const std::string ok_vars = "{\"x\": " + ok + "}";
     cp.template_variables_json = ok_vars.c_str();
     EXPECT_EQ(strata_session_chat(session_, &rp, &cp, &reason), STRATA_OK) << LastError();
+
+    // A conversation rendered without a session is bounded the same way.
+    strata_tokenizer* tok = nullptr;
+    ASSERT_EQ(strata_model_open_tokenizer(model_, &tok), STRATA_OK) << LastError();
+    const std::string conv = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"x\": ";
+    size_t len = 0;
+    EXPECT_EQ(strata_tokenizer_render_chat(tok, (conv + deep + "}").c_str(), STRATA_NUL_TERMINATED, nullptr, 0,
+                                           &len),
+              STRATA_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(LastError(), HasSubstr("conversation_json: JSON nested deeper than 256 levels"));
+    EXPECT_EQ(strata_tokenizer_render_chat(tok, (conv + ok + "}").c_str(), STRATA_NUL_TERMINATED, nullptr, 0,
+                                           &len),
+              STRATA_OK)
+        << LastError();
+    EXPECT_GT(len, 0u);
+    strata_tokenizer_destroy(tok);
   });
 }
 

@@ -1,9 +1,12 @@
 // Test-only helper: writes the demo kimi_linear model (random weights,
 // deterministic) with the demo tokenizer and chat template into the directory
 // given on the command line, and the same model without tokenizer files into
-// DIR_no_tokenizer (the token-id-only case). The C ABI tests cannot call C++,
-// so ctest runs this first as a fixture.
+// DIR_no_tokenizer (the token-id-only case), and the demo tokenizer alone,
+// without tokenizer_config.json and so without chat template, into
+// DIR_no_template. The C ABI tests cannot call C++, so ctest runs this first
+// as a fixture.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "model/demo_model.h"
@@ -23,6 +26,18 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::printf("wrote demo model with tokenizer to %s and without to %s\n", dir.c_str(), bare.c_str());
+  const std::filesystem::path no_template = dir + "_no_template";
+  std::error_code ec;
+  std::filesystem::create_directories(no_template, ec);
+  if (!ec) {
+    std::filesystem::copy_file(std::filesystem::path(dir) / "tokenizer.json", no_template / "tokenizer.json",
+                               std::filesystem::copy_options::overwrite_existing, ec);
+  }
+  if (ec) {
+    std::fprintf(stderr, "make_demo_model: %s: %s\n", no_template.c_str(), ec.message().c_str());
+    return 1;
+  }
+  std::printf("wrote demo model with tokenizer to %s, without to %s, the tokenizer alone to %s\n", dir.c_str(),
+              bare.c_str(), no_template.c_str());
   return 0;
 }

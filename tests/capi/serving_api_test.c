@@ -86,6 +86,13 @@ static void test_params(void) {
   p.options = " scheduler.prefill_chunk_tokens = 16 , scheduler.prefill_tokens_while_decoding=4,";
   CHECK_STATUS(strata_engine_create(&p, &e), STRATA_OK);
   CHECK_STATUS(strata_engine_destroy(e), STRATA_OK);
+  /* Device sampling is a switch (what it saves is measured against 0). */
+  p.options = "sampling.on_device=2";
+  CHECK_STATUS(strata_engine_create(&p, &e), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(strata_last_error_message(), "sampling.on_device") != NULL);
+  p.options = "sampling.on_device=0";
+  CHECK_STATUS(strata_engine_create(&p, &e), STRATA_OK);
+  CHECK_STATUS(strata_engine_destroy(e), STRATA_OK);
   /* A struct_size shorter than the released layout is refused, not read past. */
   strata_engine_params_init(&p);
   p.struct_size = (uint32_t)offsetof(strata_engine_params, options);
@@ -320,6 +327,7 @@ static void test_metrics(void) {
   if (!test_on_gpu()) CHECK(stat("scheduler.sample_ms") > 0);
   CHECK(stat("requests.submitted") >= (double)m.requests_submitted);
   CHECK(stat("prefix_cache.slot_evictions") >= 0);
+  CHECK(stat("engine.compute_threads") == 2); /* num_threads of test_setup */
   {
     double v = -1;
     const char *name = NULL;

@@ -40,7 +40,8 @@ static int g_failed = 0;
     }                                                                                              \
   } while (0)
 
-/* Gives up on the rest of a section when a handle it needs did not come. */
+/* Gives up on the rest of a section when a handle it needs did not come. `cond` is evaluated twice: no side
+ * effects in it. */
 #define REQUIRE(cond)                                                                 \
   do {                                                                                \
     CHECK(cond);                                                                      \

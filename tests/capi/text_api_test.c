@@ -1,7 +1,8 @@
 /* The text and chat C ABI, written in C99 against strata.h only, with the demo
  * model (random weights) and the demo tokenizer that the capi_make_demo_model
  * fixture writes. Covers tokenizer handles (open, from a model, encode and
- * decode with count queries and small buffers), conversations (messages,
+ * decode with count queries and small buffers), rendering a conversation JSON
+ * through the chat template, conversations (messages,
  * tools, conversation JSON), chat requests through both layers (submit/poll
  * events and the blocking call with callbacks), and misuse of every new
  * function: NULL arguments, wrong struct_size, destroyed handles, tool results
@@ -19,6 +20,7 @@
 
 static char g_model_dir[1024];
 static char g_bare_dir[1100];
+static char g_no_template_dir[1100];
 static strata_engine *g_engine = NULL;
 static strata_model *g_model = NULL;
 
@@ -94,6 +96,80 @@ static void test_tokenizer(void) {
   CHECK_STATUS(strata_tokenizer_encode(tok, kText, 3, true, ids2, 256, &n2), STRATA_ERR_MISUSE);
   CHECK_STATUS(strata_tokenizer_destroy(NULL), STRATA_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(strata_tokenizer_destroy((strata_tokenizer *)g_engine), STRATA_ERR_MISUSE);
+}
+
+static void test_render_chat(void) {
+  static const char kConversation[] =
+      "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
+      "\"Hi\"}], \"add_generation_prompt\": true, \"enable_thinking\": false}";
+  static const char kWant[] =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+      "<think>\n\n</think>\n\n";
+  /* Tool schemas keep the caller's key order ("z" before "a"), as Python dicts do. */
+  static const char kWithTools[] =
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": [{\"type\": \"function\", "
+      "\"function\": {\"name\": \"f\", \"parameters\": {\"zeta\": 1, \"alpha\": 2}}}]}";
+  char text[2048], padded[sizeof(kConversation) + 8];
+  size_t len = 0, len2 = 0;
+  bool has = false;
+  strata_tokenizer *tok = NULL, *plain = NULL;
+  CHECK_STATUS(strata_tokenizer_open(g_model_dir, &tok), STRATA_OK);
+  REQUIRE(tok != NULL);
+  CHECK_STATUS(strata_tokenizer_has_chat_template(tok, &has), STRATA_OK);
+  CHECK(has);
+  CHECK_STATUS(strata_tokenizer_has_chat_template(tok, NULL), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(strata_tokenizer_has_chat_template(NULL, &has), STRATA_ERR_INVALID_ARGUMENT);
+
+  /* Length query, a buffer without room for the NUL, then the exact prompt. */
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, kConversation, STRATA_NUL_TERMINATED, NULL, 0, &len), STRATA_OK);
+  CHECK(len == strlen(kWant));
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, kConversation, STRATA_NUL_TERMINATED, text, len, &len2),
+               STRATA_ERR_OUT_OF_RANGE);
+  CHECK(len2 == len);
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, kConversation, STRATA_NUL_TERMINATED, text, sizeof(text), &len),
+               STRATA_OK);
+  CHECK(strcmp(text, kWant) == 0);
+  /* An explicit length: the bytes after it are not part of the JSON. */
+  memcpy(padded, kConversation, sizeof(kConversation) - 1);
+  memcpy(padded + sizeof(kConversation) - 1, "garbage", 8);
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, padded, sizeof(kConversation) - 1, text, sizeof(text), &len),
+               STRATA_OK);
+  CHECK(strcmp(text, kWant) == 0);
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, kWithTools, STRATA_NUL_TERMINATED, text, sizeof(text), &len),
+               STRATA_OK);
+  CHECK(strstr(text, "zeta") != NULL && strstr(text, "alpha") != NULL && strstr(text, "zeta") < strstr(text, "alpha"));
+  CHECK(strstr(text, "<|im_start|>assistant") == NULL); /* add_generation_prompt defaults to false */
+
+  /* Malformed conversations and NULL arguments. */
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, "{\"messages\": [", STRATA_NUL_TERMINATED, text, sizeof(text), &len),
+               STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(strata_last_error_message(), "not valid JSON") != NULL);
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, "[]", STRATA_NUL_TERMINATED, text, sizeof(text), &len),
+               STRATA_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, "{\"tools\": []}", STRATA_NUL_TERMINATED, text, sizeof(text), &len),
+               STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(strata_last_error_message(), "messages") != NULL);
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, NULL, 0, text, sizeof(text), &len), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, kConversation, STRATA_NUL_TERMINATED, text, sizeof(text), NULL),
+               STRATA_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(strata_tokenizer_render_chat(NULL, kConversation, STRATA_NUL_TERMINATED, text, sizeof(text), &len),
+               STRATA_ERR_INVALID_ARGUMENT);
+
+  /* A tokenizer without chat template can say so, and cannot render. */
+  CHECK_STATUS(strata_tokenizer_open(g_no_template_dir, &plain), STRATA_OK);
+  if (plain != NULL) {
+    CHECK_STATUS(strata_tokenizer_has_chat_template(plain, &has), STRATA_OK);
+    CHECK(!has);
+    CHECK_STATUS(strata_tokenizer_render_chat(plain, kConversation, STRATA_NUL_TERMINATED, text, sizeof(text), &len),
+                 STRATA_ERR_FAILED_PRECONDITION);
+    CHECK(len == 0);
+    CHECK_STATUS(strata_tokenizer_destroy(plain), STRATA_OK);
+  }
+
+  CHECK_STATUS(strata_tokenizer_destroy(tok), STRATA_OK);
+  CHECK_STATUS(strata_tokenizer_has_chat_template(tok, &has), STRATA_ERR_MISUSE);
+  CHECK_STATUS(strata_tokenizer_render_chat(tok, kConversation, STRATA_NUL_TERMINATED, text, sizeof(text), &len),
+               STRATA_ERR_MISUSE);
 }
 
 static void test_model_without_tokenizer(void) {
@@ -364,10 +440,12 @@ static void test_chat(void) {
 int main(int argc, char **argv) {
   snprintf(g_model_dir, sizeof(g_model_dir), "%s", argc > 1 ? argv[1] : STRATA_BINARY_DIR "/testdata/demo_kimi");
   snprintf(g_bare_dir, sizeof(g_bare_dir), "%s_no_tokenizer", g_model_dir);
+  snprintf(g_no_template_dir, sizeof(g_no_template_dir), "%s_no_template", g_model_dir);
   printf("model directory: %s\n", g_model_dir);
   if (strata_engine_create(NULL, &g_engine) == STRATA_OK &&
       test_load_model(g_engine, g_model_dir, &g_model) == STRATA_OK) {
     test_tokenizer();
+    test_render_chat();
     test_model_without_tokenizer();
     test_conversation();
     test_chat();

@@ -13,7 +13,7 @@ given), add_generation_prompt and the extra variables.
 For TEMPLATE_FILES the line also has "template_file" and "special_tokens"
 (transformers' special_tokens_map, which the C++ side adds to the context).
 
-Usage: gen_chat_cases.py --shared SHARED_DATA_DIR --templates DIR --out FILE [--cases N]
+Usage: gen_chat_cases.py --data TEXT_DATA_DIR --templates DIR --out FILE [--cases N]
 """
 import argparse
 import json
@@ -193,7 +193,7 @@ def make_conversation(rng, style):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shared", required=True)
+    ap.add_argument("--data", required=True)
     ap.add_argument("--templates", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--cases", type=int, default=400)
@@ -207,7 +207,7 @@ def main():
     tokenizers = {}
     with open(args.out, "w", encoding="utf-8") as out:
         for name, rel, fname in jobs:
-            directory = os.path.join(args.shared, rel)
+            directory = os.path.join(args.data, rel)
             if directory not in tokenizers:
                 tokenizers[directory] = AutoTokenizer.from_pretrained(directory)
             tok = tokenizers[directory]
@@ -238,7 +238,7 @@ def main():
                 out.write(json.dumps(case, ensure_ascii=False) + "\n")
         # Feature snippets (snippets.py) through the same apply_chat_template.
         from snippets import SNIPPETS, SNIPPET_VARS
-        directory = os.path.join(args.shared, "tokenizers/qwen3")
+        directory = os.path.join(args.data, "tokenizers/qwen3")
         tok = tokenizers[directory]
         msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
         for i, snippet in enumerate(SNIPPETS):

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -117,7 +118,7 @@ const bool kRegistered = RegisterModelArchitecture(
 // ---------------------------------------------------------------------------
 // Fixture: a model directory with the scripted architecture and a real
 // tokenizer (the demo byte-level BPE with Qwen3's template, or the real Qwen3
-// tokenizer when the shared data is present).
+// tokenizer from the text data the build unpacks).
 
 constexpr char kToolCall[] =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
@@ -125,26 +126,43 @@ constexpr char kAnswer[] = "It is sunny in Paris.";
 constexpr char kWeatherSchema[] =
     "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}";
 
+// Returns "" after recording a failure when the directory cannot be made.
 std::string MakeModelDir(const std::string& name, const std::string& tokenizer_dir) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(STRATA_BINARY_DIR) / "testdata" / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   if (tokenizer_dir.empty()) {
-    EXPECT_TRUE(WriteDemoTokenizer(dir.string()).ok());
+    const Status written = WriteDemoTokenizer(dir.string());
+    if (!written.ok()) {
+      ADD_FAILURE() << "demo tokenizer in " << dir << ": " << written;
+      return "";
+    }
   } else {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-      fs::copy_file(fs::path(tokenizer_dir) / f, dir / f, fs::copy_options::overwrite_existing);
+      std::error_code ec;
+      fs::copy_file(fs::path(tokenizer_dir) / f, dir / f, fs::copy_options::overwrite_existing, ec);
+      if (ec) {
+        ADD_FAILURE() << "copying " << fs::path(tokenizer_dir) / f << ": " << ec.message();
+        return "";
+      }
     }
   }
   auto tok = Tokenizer::FromDirectory(dir.string());
-  EXPECT_TRUE(tok.ok()) << tok.status();
+  if (!tok.ok()) {
+    ADD_FAILURE() << "tokenizer in " << dir << ": " << tok.status();
+    return "";
+  }
   const int32_t vocab = (*tok)->vocab_size();
-  const int32_t eos = *(*tok)->TokenToId("<|im_end|>");
-  std::ofstream(dir / "config.json") << nlohmann::json({{"model_type", "scripted_test"},
-                                                        {"vocab_size", vocab},
-                                                        {"eos_token_id", eos}})
-                                            .dump();
+  const std::optional<int32_t> eos = (*tok)->TokenToId("<|im_end|>");
+  if (!eos) {
+    ADD_FAILURE() << "the tokenizer in " << dir << " has no <|im_end|>";
+    return "";
+  }
+  std::ofstream(dir / "config.json")
+      << nlohmann::json(
+             {{"model_type", "scripted_test"}, {"vocab_size", vocab}, {"eos_token_id", *eos}})
+             .dump();
   SafetensorsWriter w;
   w.AddF32("unused", DType::kF32, {1}, {0.0f});
   EXPECT_TRUE(w.WriteFile((dir / "model.safetensors").string()).ok());
@@ -157,10 +175,10 @@ class ChatLoopTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(kRegistered);
     std::string tokenizer_dir;
     if (GetParam() == "qwen3") {
-      tokenizer_dir = std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/qwen3";
-      // ../shared/data is part of the checkout CI runs on: absent is a failure, not a skip.
+      tokenizer_dir = std::string(STRATA_TEXT_DATA_DIR) + "/tokenizers/qwen3";
+      // Configure unpacks it from tests/data/text: absent is a failure, not a skip.
       ASSERT_TRUE(std::filesystem::exists(tokenizer_dir + "/tokenizer.json"))
-          << "no shared Qwen3 tokenizer at " << tokenizer_dir;
+          << "no Qwen3 tokenizer at " << tokenizer_dir;
     }
     // ctest runs every test case as its own process in parallel: each gets its
     // own directory, or one case's set-up deletes the files another is loading.
@@ -169,8 +187,9 @@ class ChatLoopTest : public ::testing::TestWithParam<std::string> {
       if (!isalnum(static_cast<unsigned char>(c))) c = '_';
     }
     dir_ = MakeModelDir("chat_loop_" + test_name, tokenizer_dir);
+    ASSERT_FALSE(dir_.empty());
     auto tok = Tokenizer::FromDirectory(dir_);
-    ASSERT_TRUE(tok.ok());
+    ASSERT_TRUE(tok.ok()) << tok.status();
     tokenizer_ = *std::move(tok);
     Script& s = GetScript();
     std::lock_guard<std::mutex> lock(s.mu);

@@ -1,7 +1,7 @@
 // Live parity test: conversations generated and rendered by transformers'
 // apply_chat_template (tests/text/gen_chat_cases.py, run with the reference
 // venv) must render byte-identically here, and must fail here whenever they
-// fail there. Missing venv or shared data is a failure, never a skip.
+// fail there. Missing venv or text data is a failure, never a skip.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -35,20 +35,20 @@ std::string FirstDifference(const std::string& expected, const std::string& actu
 
 TEST(ChatTemplateLiveTest, MatchesTransformersOnGeneratedConversations) {
   const std::string python = STRATA_REF_PYTHON;
-  const std::string shared = STRATA_SHARED_DATA_DIR;
+  const std::string data = STRATA_TEXT_DATA_DIR;
   ASSERT_TRUE(fs::exists(python)) << "reference venv missing: " << python
                                   << " (run tools/setup.sh)";
-  ASSERT_TRUE(fs::exists(fs::path(shared) / "tokenizers/qwen3/tokenizer_config.json"))
-      << "shared data missing under " << shared;
-  ASSERT_TRUE(fs::exists(fs::path(shared) / "tokenizers/deepseek_v3/tokenizer_config.json"))
-      << "shared data missing under " << shared;
+  ASSERT_TRUE(fs::exists(fs::path(data) / "tokenizers/qwen3/tokenizer_config.json"))
+      << "text data missing under " << data;
+  ASSERT_TRUE(fs::exists(fs::path(data) / "tokenizers/deepseek_v3/tokenizer_config.json"))
+      << "text data missing under " << data;
 
   const fs::path out = fs::path(STRATA_BINARY_DIR) / "chat_template_live_cases.jsonl";
   fs::remove(out);
   const std::string command =
-      "\"" + python + "\" \"" STRATA_SOURCE_DIR "/tests/text/gen_chat_cases.py\" --shared \"" +
-      shared + "\" --templates \"" STRATA_SOURCE_DIR "/tests/data/templates\" --out \"" +
-      out.string() + "\" --cases 400 2>&1";
+      "\"" + python + "\" \"" STRATA_SOURCE_DIR "/tests/text/gen_chat_cases.py\" --data \"" + data +
+      "\" --templates \"" STRATA_SOURCE_DIR "/tests/data/templates\" --out \"" + out.string() +
+      "\" --cases 400 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << "reference generator failed: " << command;
 
   std::ifstream in(out);

@@ -1,10 +1,11 @@
 // `strata tokenize`, `strata detokenize` and `strata template` run as built
-// (the strata binary of this build tree) on the shared Qwen3 and DeepSeek-V3
-// tokenizer directories (tokenizer files only: a valid --model), compared with
-// the reference libraries run live: `tokenizers` for ids and decoding (plus
-// tokenizer_config.json's add_bos_token/add_eos_token, as the issue asks:
-// transformers' AutoTokenizer is wrong for the DeepSeek-V3 file), and
-// transformers' apply_chat_template for rendered prompts, byte for byte.
+// (the strata binary of this build tree) on the Qwen3 and DeepSeek-V3
+// tokenizer directories of the text data (tokenizer files only: a valid
+// --model), compared with the reference libraries run live: `tokenizers` for
+// ids and decoding (plus tokenizer_config.json's add_bos_token/add_eos_token,
+// as the issue asks: transformers' AutoTokenizer is wrong for the DeepSeek-V3
+// file), and transformers' apply_chat_template for rendered prompts, byte for
+// byte.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -25,7 +26,7 @@ namespace fs = std::filesystem;
 
 const std::string kStrata = STRATA_BINARY_DIR "/tools/strata";
 const std::string kPython = STRATA_REF_PYTHON;
-const std::string kTokenizers = STRATA_SHARED_DATA_DIR "/tokenizers";
+const std::string kTokenizers = STRATA_TEXT_DATA_DIR "/tokenizers";
 
 // The reference side: one script, one mode per call.
 constexpr char kReferenceScript[] = R"PY(
@@ -76,6 +77,11 @@ elif mode == 'template':
 class CliTextTest : public testing::Test {
  protected:
   void SetUp() override {
+    for (const char* model : {"qwen3", "deepseek_v3"}) {
+      ASSERT_TRUE(fs::exists(kTokenizers + "/" + model + "/tokenizer.json"))
+          << "no " << model << " tokenizer under " << kTokenizers
+          << " (configure unpacks it from tests/data/text)";
+    }
     dir_ =
         fs::temp_directory_path() / ("strata_cli_text_" + std::to_string(::getpid()) + "_" +
                                      testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -321,6 +327,22 @@ TEST_F(CliTextTest, ErrorsNameTheFileAndLine) {
   EXPECT_EQ(Strata("template" + model + " --conversation '" + Path("conv.json") + "'", "out.txt"),
             1);
   EXPECT_THAT(ReadFile("err.txt"), testing::HasSubstr("needs \"messages\""));
+
+  // Nested far past the bound: refused with the place named, never a crash
+  // in the copies of a 100,000-deep document. 256 levels still parse.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  WriteFile("bad.jsonl", "[1]\n" + deep + "\n");
+  EXPECT_EQ(Strata("detokenize" + model + " --jsonl '" + Path("bad.jsonl") + "'", "out.txt"), 1);
+  EXPECT_THAT(ReadFile("err.txt"),
+              testing::HasSubstr(Path("bad.jsonl") + ":2: JSON nested deeper than 256 levels"));
+  WriteFile("conv.json", "{\"messages\": [], \"x\": " + deep + "}");
+  EXPECT_EQ(Strata("template" + model + " --conversation '" + Path("conv.json") + "'", "out.txt"),
+            1);
+  EXPECT_THAT(ReadFile("err.txt"),
+              testing::HasSubstr(Path("conv.json") + ": JSON nested deeper than 256 levels"));
+  WriteFile("ok.json", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"x\": " + std::string(254, '[') + std::string(254, ']') + "}");
+  EXPECT_EQ(Strata("template" + model + " --conversation '" + Path("ok.json") + "'", "out.txt"),
+            0) << ReadFile("err.txt");
 
   EXPECT_EQ(Strata("tokenize" + model, "out.txt"), 2) << "missing --jsonl is a usage error";
   EXPECT_THAT(ReadFile("err.txt"), testing::HasSubstr("--jsonl is required"));

@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <random>
+#include <string>
 
 #include "text/tokenizer.h"
 #include "text/unicode.h"
@@ -14,32 +17,32 @@
 namespace strata {
 namespace {
 
-const Tokenizer& Qwen3() {
-  static Tokenizer* t = [] {
-    auto r = Tokenizer::FromDirectory(std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/qwen3");
-    if (!r.ok()) {
-      ADD_FAILURE() << "Qwen3 tokenizer from the shared data: " << r.status();
-      return static_cast<Tokenizer*>(nullptr);
-    }
-    return std::move(r).value().release();
-  }();
-  if (!t) std::abort();  // the failure above names the cause
-  return *t;
+// Each tokenizer is loaded once per process. A missing or unreadable file
+// fails every test that needs it, with the loader's status, instead of
+// aborting the binary.
+const StatusOr<std::unique_ptr<Tokenizer>>& Load(const std::string& name) {
+  static auto* loaded = new std::map<std::string, StatusOr<std::unique_ptr<Tokenizer>>>();
+  auto it = loaded->find(name);
+  if (it == loaded->end()) {
+    it = loaded
+             ->emplace(name, Tokenizer::FromDirectory(std::string(STRATA_TEXT_DATA_DIR) +
+                                                      "/tokenizers/" + name))
+             .first;
+  }
+  return it->second;
 }
 
-const Tokenizer& DeepSeek() {
-  static Tokenizer* t = [] {
-    auto r =
-        Tokenizer::FromDirectory(std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/deepseek_v3");
-    if (!r.ok()) {
-      ADD_FAILURE() << "DeepSeek-V3 tokenizer from the shared data: " << r.status();
-      return static_cast<Tokenizer*>(nullptr);
+class DetokenizerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"qwen3", "deepseek_v3"}) {
+      ASSERT_TRUE(Load(name).ok())
+          << name << " tokenizer from the text data: " << Load(name).status();
     }
-    return std::move(r).value().release();
-  }();
-  if (!t) std::abort();
-  return *t;
-}
+  }
+  static const Tokenizer& Qwen3() { return **Load("qwen3"); }
+  static const Tokenizer& DeepSeek() { return **Load("deepseek_v3"); }
+};
 
 const char* kSnippets[] = {
     "Hello",
@@ -110,7 +113,7 @@ Streamed Stream(const Tokenizer& tok, const std::vector<int32_t>& ids, Detokeniz
   return s;
 }
 
-TEST(DetokenizerTest, StreamEqualsDecodeOfEncodedText) {
+TEST_F(DetokenizerTest, StreamEqualsDecodeOfEncodedText) {
   std::mt19937 rng(7);
   for (const Tokenizer* tok : {&Qwen3(), &DeepSeek()}) {
     for (int i = 0; i < 2000; ++i) {
@@ -130,7 +133,7 @@ TEST(DetokenizerTest, StreamEqualsDecodeOfEncodedText) {
   }
 }
 
-TEST(DetokenizerTest, StreamEqualsDecodeOfRandomIds) {
+TEST_F(DetokenizerTest, StreamEqualsDecodeOfRandomIds) {
   // Random ids, biased to byte tokens, give split and invalid UTF-8 sequences.
   const Tokenizer& tok = Qwen3();
   std::mt19937 rng(11);
@@ -146,7 +149,7 @@ TEST(DetokenizerTest, StreamEqualsDecodeOfRandomIds) {
   }
 }
 
-TEST(DetokenizerTest, HoldsBackPartialCharacter) {
+TEST_F(DetokenizerTest, HoldsBackPartialCharacter) {
   // DeepSeek-V3 splits this emoji over two tokens: nothing until the second.
   const Tokenizer& tok = DeepSeek();
   auto ids = tok.Encode("😀", {.add_special_tokens = false});
@@ -165,7 +168,7 @@ TEST(DetokenizerTest, HoldsBackPartialCharacter) {
   EXPECT_EQ(d2.Finish().text, "\xEF\xBF\xBD");
 }
 
-TEST(DetokenizerTest, StopStringAcrossTokens) {
+TEST_F(DetokenizerTest, StopStringAcrossTokens) {
   const Tokenizer& tok = Qwen3();
   auto ids = tok.Encode("Hello world, this is the end. More text");
   ASSERT_TRUE(ids.ok());
@@ -177,7 +180,7 @@ TEST(DetokenizerTest, StopStringAcrossTokens) {
   EXPECT_EQ(s.text, "Hello world, this i");
 }
 
-TEST(DetokenizerTest, StopStringPrefixIsHeldBackThenReleased) {
+TEST_F(DetokenizerTest, StopStringPrefixIsHeldBackThenReleased) {
   const Tokenizer& tok = Qwen3();
   // "<|im" could start the stop string "<|im_end|>"... but it is followed by
   // "_start|>": the held text must come out unchanged.
@@ -190,7 +193,7 @@ TEST(DetokenizerTest, StopStringPrefixIsHeldBackThenReleased) {
   EXPECT_EQ(s.text, "a <|im_start|> b");
 }
 
-TEST(DetokenizerTest, StopStringPropertyOnRandomText) {
+TEST_F(DetokenizerTest, StopStringPropertyOnRandomText) {
   // For random text and a stop string cut from its decode, the stream ends
   // exactly before the first occurrence.
   std::mt19937 rng(5);
@@ -225,7 +228,7 @@ TEST(DetokenizerTest, StopStringPropertyOnRandomText) {
   EXPECT_GT(stops, 500);
 }
 
-TEST(DetokenizerTest, SkipsSpecialTokensOnRequest) {
+TEST_F(DetokenizerTest, SkipsSpecialTokensOnRequest) {
   const Tokenizer& tok = Qwen3();
   auto ids = tok.Encode("<|im_start|>user\nhi<|im_end|>");
   ASSERT_TRUE(ids.ok());

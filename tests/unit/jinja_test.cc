@@ -473,7 +473,7 @@ TEST(ChatTemplateTest, FromDirectoryMissingTemplateIsAnError) {
 
 TEST(ChatTemplateTest, FromDirectorySuppliesSpecialTokens) {
   // DeepSeek-V3 stores bos_token as an AddedToken object {content: ...}.
-  auto tmpl = ChatTemplate::FromDirectory(STRATA_SHARED_DATA_DIR "/tokenizers/deepseek_v3");
+  auto tmpl = ChatTemplate::FromDirectory(STRATA_TEXT_DATA_DIR "/tokenizers/deepseek_v3");
   ASSERT_TRUE(tmpl.ok()) << tmpl.status();
   nlohmann::ordered_json ctx = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
                                 {"add_generation_prompt", true}};

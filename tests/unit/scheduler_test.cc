@@ -156,19 +156,25 @@ TEST_F(SchedulerTest, HigherPriorityPreemptsUnderTheMemoryBudgetAndBothFinishExa
   EXPECT_GE(engine_->Metrics().preemptions, 1);
 }
 
-TEST_F(SchedulerTest, ABudgetTooSmallForAnyRequestFailsItInsteadOfHanging) {
+TEST_F(SchedulerTest, ARequestThatCanNeverFitTheBudgetIsRefusedAtSubmit) {
   EngineOptions o;
   o.prefix_cache_bytes = 0;
   o.memory_budget_bytes = 1000 + 5 * 100;  // the session's fixed state and 5 tokens
   Start(o);
   auto s = NewSession();
+  // 3 prompt tokens + 50 new ones need 53 tokens of state at the end: refused
+  // before any prefill, with the numbers in the message.
   auto r = engine_->Submit(*s, std::vector<int32_t>{1, 2, 3}, Greedy(50), nullptr, true);
-  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("memory budget of 1500 bytes"), std::string::npos) << r.status();
+  EXPECT_FALSE(s->busy());
+  // One that fits at its longest (3 + 2 tokens) runs to the end.
+  auto ok = engine_->Submit(*s, std::vector<int32_t>{1, 2, 3}, Greedy(2), nullptr, true);
+  ASSERT_TRUE(ok.ok()) << ok.status();
   FinishReason reason;
-  Status st = engine_->RunToCompletion(**r, nullptr, &reason);
-  EXPECT_EQ(reason, FinishReason::kError);
-  EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
-  EXPECT_GE((*r)->num_generated(), 1);  // it ran while it fitted
+  EXPECT_TRUE(engine_->RunToCompletion(**ok, nullptr, &reason).ok());
+  EXPECT_EQ(reason, FinishReason::kMaxTokens);
 }
 
 TEST_F(SchedulerTest, MissedDeadlineEndsTheRequest) {

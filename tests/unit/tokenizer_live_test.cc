@@ -75,10 +75,10 @@ std::map<std::string, Job>& Jobs() {
                   .string();
       const std::string workdir = j.out + ".dir";
       fs::create_directories(workdir);
-      j.cmd = absl::StrCat("'", python, "' '", script, "' --data '", STRATA_SHARED_DATA_DIR,
+      j.cmd = absl::StrCat("'", python, "' '", script, "' --data '", STRATA_TEXT_DATA_DIR,
                            "' --vocab ", vocab, " --count ", count, " --out '", j.out,
                            "' --workdir '", workdir, "' 2>&1");
-      if (fs::exists(python) && fs::exists(std::string(STRATA_SHARED_DATA_DIR))) {
+      if (fs::exists(python) && fs::exists(std::string(STRATA_TEXT_DATA_DIR))) {
         j.pipe = popen(j.cmd.c_str(), "r");
       }
     }
@@ -96,8 +96,9 @@ std::string GenerateCases(const std::string& vocab) {
                   << " is missing: run tools/setup.sh (it creates .venv-ref)";
     return "";
   }
-  if (!fs::exists(std::string(STRATA_SHARED_DATA_DIR))) {
-    ADD_FAILURE() << "shared data dir " << STRATA_SHARED_DATA_DIR << " is missing";
+  if (!fs::exists(std::string(STRATA_TEXT_DATA_DIR))) {
+    ADD_FAILURE() << "text data dir " << STRATA_TEXT_DATA_DIR
+                  << " is missing (configure unpacks it from tests/data/text)";
     return "";
   }
   Job& j = Jobs().at(vocab);
@@ -209,7 +210,7 @@ void RunTiktoken(const std::string& vocab) {
     for (const Json& s : h["specials"])
       specials.emplace_back(s[0].get<std::string>(), s[1].get<int32_t>());
     auto t = Tokenizer::FromTiktoken(
-        std::string(STRATA_SHARED_DATA_DIR) + "/tiktoken/" + vocab + ".tiktoken",
+        std::string(STRATA_TEXT_DATA_DIR) + "/tiktoken/" + vocab + ".tiktoken",
         h["pattern"].get<std::string>(), specials);
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? std::move(t).value() : nullptr;

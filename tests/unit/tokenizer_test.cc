@@ -151,8 +151,10 @@ TEST(TokenizerTest, KimiStyleTiktokenDirectory) {
   // tiktoken.model + tokenizer_config.json whose added_tokens_decoder names
   // the specials after the ranked tokens (Kimi's layout).
   TempDir d;
-  fs::copy_file(std::string(STRATA_SHARED_DATA_DIR) + "/tiktoken/cl100k_base.tiktoken",
-                d.path() + "/tiktoken.model");
+  const std::string ranks = std::string(STRATA_TEXT_DATA_DIR) + "/tiktoken/cl100k_base.tiktoken";
+  std::error_code ec;
+  fs::copy_file(ranks, d.path() + "/tiktoken.model", ec);
+  ASSERT_FALSE(ec) << "copying " << ranks << ": " << ec.message();
   d.Write("tokenizer_config.json", R"({
     "add_bos_token": true, "bos_token": "[BOS]", "eos_token": "[EOS]",
     "added_tokens_decoder": {"100256": {"content": "[BOS]", "special": true},

@@ -621,12 +621,21 @@ TEST(ToolCallParserTest, TextStreamsPromptlyAndHoldsOnlyPossibleMarkers) {
   EXPECT_THAT(Merge(p->Finish()), testing::ElementsAre(Text(" <tool_ca")));
 }
 
+// Returns "" after recording a failure that names the file.
 std::string ReadChatTemplate(const std::string& model) {
-  std::ifstream in(std::string(STRATA_SHARED_DATA_DIR) + "/tokenizers/" + model +
-                   "/tokenizer_config.json");
-  EXPECT_TRUE(in.good()) << model;
-  nlohmann::json j = nlohmann::json::parse(in);
-  return j.at("chat_template").get<std::string>();
+  const std::string path =
+      std::string(STRATA_TEXT_DATA_DIR) + "/tokenizers/" + model + "/tokenizer_config.json";
+  std::ifstream in(path);
+  if (!in) {
+    ADD_FAILURE() << "cannot read " << path;
+    return "";
+  }
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("chat_template") || !j["chat_template"].is_string()) {
+    ADD_FAILURE() << path << " has no chat_template string";
+    return "";
+  }
+  return j["chat_template"].get<std::string>();
 }
 
 TEST(ToolCallParserTest, ForTemplatePicksTheFamilyFromTheTemplate) {

@@ -1,8 +1,9 @@
 // Google Benchmark: tokenizer encode throughput on the mixed corpus that
 // tests/text/make_bench_corpus.py writes (JSONL, one document per line), one
 // thread, one Encode call per document. The corpus path comes from
-// STRATA_TOKENIZER_CORPUS and the data from STRATA_SHARED_DATA (default
-// ../shared/data); compare with tests/text/time_reference.py.
+// STRATA_TOKENIZER_CORPUS and the tokenizer files from STRATA_TEXT_DATA
+// (default: the copy this build unpacked from tests/data/text); compare with
+// tests/text/time_reference.py.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -17,9 +18,9 @@
 namespace strata {
 namespace {
 
-std::string SharedData() {
-  const char* d = std::getenv("STRATA_SHARED_DATA");
-  return d ? d : "../shared/data";
+std::string TextData() {
+  const char* d = std::getenv("STRATA_TEXT_DATA");
+  return d ? d : STRATA_TEXT_DATA_DIR;
 }
 
 const std::vector<std::string>* Corpus() {
@@ -63,7 +64,7 @@ void BM_EncodeTokenizerJson(benchmark::State& state, const char* vocab) {
   static std::unique_ptr<Tokenizer> tok[2];
   auto& t = tok[std::string(vocab) == "qwen3" ? 0 : 1];
   if (!t) {
-    auto r = Tokenizer::FromDirectory(SharedData() + "/tokenizers/" + vocab);
+    auto r = Tokenizer::FromDirectory(TextData() + "/tokenizers/" + vocab);
     if (!r.ok()) {
       state.SkipWithError(std::string(r.status().message()).c_str());
       return;
@@ -94,7 +95,7 @@ void BM_EncodeTiktoken(benchmark::State& state, const char* vocab) {
                                                              {"<|fim_middle|>", 100259},
                                                              {"<|fim_suffix|>", 100260},
                                                              {"<|endofprompt|>", 100276}};
-    auto r = Tokenizer::FromTiktoken(SharedData() + "/tiktoken/" + vocab + ".tiktoken",
+    auto r = Tokenizer::FromTiktoken(TextData() + "/tiktoken/" + vocab + ".tiktoken",
                                      o200k ? kO200kPattern : kCl100kPattern, specials);
     if (!r.ok()) {
       state.SkipWithError(std::string(r.status().message()).c_str());

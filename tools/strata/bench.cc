@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -29,17 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/thread_pool.h"
-#include "cli.h"
-#include "model/config_reader.h"
-#include "model/demo_model.h"
-#include "model/model.h"
-#include "model/models/kimi_linear_config.h"
-#include "model/models/kimi_linear_weights.h"
-#include "model/weight_store.h"
-#if defined(STRATA_HAVE_CUDA)
-#include "model/models/kimi_linear_cuda.h"
-#endif
+#include "internal.h"
 
 namespace strata::cli {
 namespace {
@@ -159,7 +148,7 @@ int RunSweep(const std::string& cmd, const std::string& dir, LoadOptions lo, con
   const double load_s = SecondsSince(t_load);
   const Model& model = **loaded;
   const ModelInfo& info = model.info();
-  PrintPlacementNotice(cmd, info);
+  PrintPlacementNotice(cmd, info.notice);
   const int64_t V = info.vocab_size;
   std::printf("model: %s%s (%s, %d layers, %s parameters, %s of weights)\n", dir.c_str(),
               lo.load_format == LoadFormat::kDummy ? " [dummy weights]" : "", info.architecture.c_str(),
@@ -279,28 +268,9 @@ int RunSweep(const std::string& cmd, const std::string& dir, LoadOptions lo, con
   return kExitOk;
 }
 
-// Writes the preset's config.json under the cache directory (dummy weights
-// need nothing else) and returns the directory.
-StatusOr<std::string> WritePreset(const std::string& name) {
-  if (name != "kimi-linear-48b-a3b") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--preset: unknown preset '", name, "' (known: kimi-linear-48b-a3b)"));
-  }
-  const std::string dir = (std::filesystem::path(DefaultDemoDir()).parent_path() / name).string();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
-  std::ofstream f(dir + "/config.json", std::ios::trunc);
-  f << KimiLinear48BConfigJson();
-  if (!f) return absl::InternalError(absl::StrCat(dir, "/config.json: write failed"));
-  return dir;
-}
-
 std::vector<int64_t> ToInt64(const std::vector<int32_t>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
 
 }  // namespace
-
-StatusOr<std::string> WriteBenchPreset(const std::string& name) { return WritePreset(name); }
 
 int RunBench(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "serve") return RunBenchServe(argc, argv);
@@ -357,7 +327,7 @@ int RunBench(int argc, char** argv) {
     sw.peak = *peak * 1e12;
     std::string dir = flags.String("model", "");
     if (flags.Has("preset")) {
-      auto preset = WritePreset(flags.String("preset", ""));
+      auto preset = WriteBenchPreset(flags.String("preset", ""));
       if (!preset.ok()) return Fail(cmd, preset.status(), ExitCodeFor(preset.status()));
       dir = *preset;
       lo.load_format = LoadFormat::kDummy;

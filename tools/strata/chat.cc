@@ -9,79 +9,73 @@
 
 #include <unistd.h>
 
-#include "absl/strings/str_cat.h"
 #include "cli.h"
-#include "engine/engine.h"
-#include "engine/session.h"
 
 namespace strata::cli {
 namespace {
 
 // Runs one assistant turn after `user`, streaming to stdout. Returns false
 // when the turn failed (the error is printed).
-bool Turn(Engine& engine, Session& session, const ChatCliOptions& o, const std::string& user) {
-  Conversation& conv = *session.conversation();
-  if (Status st = conv.AddMessage({{"role", "user"}, {"content", user}}); !st.ok()) {
-    Fail("run", st, kExitFailure);
+bool Turn(const api::Engine& engine, api::Session& session, const ChatCliOptions& o, const std::string& user) {
+  try {
+    session.AddMessage(STRATA_ROLE_USER, user);
+    const api::RequestParams params =
+        api::RequestParams().MaxTokens(o.max_new_tokens).Temperature(o.temperature).Seed(o.seed);
+    const std::string variables = o.template_variables.dump();
+    strata_chat_params chat;
+    strata_chat_params_init(&chat);
+    chat.template_variables_json = variables.c_str();
+    const auto t0 = std::chrono::steady_clock::now();
+    const api::Request request = session.SubmitChat(params, &chat);
+    std::fputs("assistant: ", stdout);
+    std::fflush(stdout);
+    const Finished f = WaitForRequest(engine, request, [&](const strata_event& ev) {
+      switch (ev.type) {
+        case STRATA_EVENT_TEXT: std::fwrite(ev.text, 1, ev.text_len, stdout); break;
+        case STRATA_EVENT_TOOL_CALL:
+          // Unreachable while the CLI registers no tools; declined so the turn ends.
+          std::printf("\n[tool call %s %.*s: no tools in the CLI, declined]", ev.tool_name,
+                      static_cast<int>(ev.tool_arguments_len), ev.tool_arguments);
+          request.DeclineToolCall(ev.tool_call_id);
+          break;
+        case STRATA_EVENT_TOOL_ERROR: std::printf("\n[tool-call error: %.*s]", static_cast<int>(ev.text_len), ev.text); break;
+        default: break;
+      }
+      std::fflush(stdout);  // stream as it arrives
+    });
+    const double seconds = SecondsSince(t0);
+    std::printf("\n");
+    if (f.status != STRATA_OK) {
+      Fail("run", f.message, kExitFailure);
+      return false;
+    }
+    const uint32_t n = f.generated_tokens;
+    std::printf("finish: %s after %u tokens (%.1f tokens/s)\n", strata_finish_reason_string(f.reason), n,
+                seconds > 0 ? n / seconds : 0.0);
+    std::fflush(stdout);
+    return true;
+  } catch (const api::Error& e) {
+    Fail("run", e, kExitFailure);
     return false;
   }
-  GenerationParams gp;
-  gp.max_tokens = o.max_new_tokens;
-  gp.sampling.temperature = o.temperature;
-  gp.sampling.seed = o.seed;
-  ChatOptions co;
-  co.variables = o.template_variables;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto request = engine.SubmitChat(session, gp, co);
-  if (!request.ok()) {
-    Fail("run", request.status(), kExitFailure);
+}
+
+// The --system message, when there is one.
+bool AddSystem(api::Session& session, const ChatCliOptions& o) {
+  if (o.system.empty()) return true;
+  try {
+    session.AddMessage(STRATA_ROLE_SYSTEM, o.system);
+    return true;
+  } catch (const api::Error& e) {
+    Fail("run", e, kExitFailure);
     return false;
   }
-  std::fputs("assistant: ", stdout);
-  std::fflush(stdout);
-  FinishReason reason = FinishReason::kNone;
-  const Status st = engine.RunChatToCompletion(
-      **request,
-      [&](const Event& ev) {
-        switch (ev.type) {
-          case EventType::kText: std::fwrite(ev.text.data(), 1, ev.text.size(), stdout); break;
-          case EventType::kToolCall:
-            std::printf("\n[tool call %s %s: no tools in the CLI, declined]", ev.tool_name.c_str(),
-                        ev.arguments.c_str());
-            break;
-          case EventType::kToolError: std::printf("\n[tool-call error: %s]", ev.text.c_str()); break;
-          default: break;
-        }
-        std::fflush(stdout);  // stream as it arrives
-        return true;
-      },
-      &reason);
-  const double seconds = SecondsSince(t0);
-  const int64_t n = (*request)->num_generated();
-  std::printf("\n");
-  if (!st.ok()) {
-    Fail("run", st, kExitFailure);
-    return false;
-  }
-  std::printf("finish: %s after %lld tokens (%.1f tokens/s)\n", FinishReasonName(reason),
-              static_cast<long long>(n), seconds > 0 ? n / seconds : 0.0);
-  std::fflush(stdout);
-  return true;
 }
 
 }  // namespace
 
-int RunChat(Engine& engine, Session& session, const ChatCliOptions& o) {
-  Conversation& conv = *session.conversation();
-  auto add_system = [&]() -> bool {
-    if (o.system.empty()) return true;
-    if (Status st = conv.AddMessage({{"role", "system"}, {"content", o.system}}); !st.ok()) {
-      Fail("run", st, kExitFailure);
-      return false;
-    }
-    return true;
-  };
-  if (!add_system()) return kExitFailure;
+int RunChat(const api::Engine& engine, api::Session& session, const ChatCliOptions& o) {
+  if (!AddSystem(session, o)) return kExitFailure;
   if (!o.prompt.empty()) {
     std::printf("user: %s\n", o.prompt.c_str());
     return Turn(engine, session, o, o.prompt) ? kExitOk : kExitFailure;
@@ -94,8 +88,12 @@ int RunChat(Engine& engine, Session& session, const ChatCliOptions& o) {
     if (!std::getline(std::cin, line)) break;
     if (line == "/quit") break;
     if (line == "/reset") {
-      if (Status st = session.Reset(); !st.ok()) return Fail("run", st, kExitFailure);
-      if (!add_system()) return kExitFailure;
+      try {
+        session.Reset();
+      } catch (const api::Error& e) {
+        return Fail("run", e, kExitFailure);
+      }
+      if (!AddSystem(session, o)) return kExitFailure;
       std::printf("(conversation reset)\n");
       continue;
     }

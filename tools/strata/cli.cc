@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,8 @@
 #include "absl/strings/str_split.h"
 
 namespace strata::cli {
+
+using absl::OkStatus;
 
 Status Flags::Parse(int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
@@ -108,6 +111,10 @@ int Fail(const std::string& command, const Status& status, int code) {
   return Fail(command, std::string(status.message()), code);
 }
 
+int Fail(const std::string& command, const api::Error& error, int code) {
+  return Fail(command, MessageOf(error), code);
+}
+
 int Fail(const std::string& command, const std::string& message, int code) {
   std::fprintf(stderr, "strata %s: error: %s\n", command.c_str(), message.c_str());
   return code;
@@ -115,6 +122,21 @@ int Fail(const std::string& command, const std::string& message, int code) {
 
 int ExitCodeFor(const Status& status) {
   return (absl::IsInvalidArgument(status) || absl::IsOutOfRange(status)) ? kExitUsage : kExitFailure;
+}
+
+int ExitCodeFor(const api::Error& error) {
+  const strata_status code = error.status() & 0xff;
+  return (code == STRATA_ERR_INVALID_ARGUMENT || code == STRATA_ERR_OUT_OF_RANGE) ? kExitUsage : kExitFailure;
+}
+
+std::string MessageOf(const api::Error& error) {
+  const std::string message = error.what();
+  const size_t colon = message.find(": ");
+  if (colon != std::string::npos && message.rfind("strata_", 0) == 0 &&
+      message.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == colon) {
+    return message.substr(colon + 2);
+  }
+  return message;
 }
 
 std::string FormatBytes(double bytes) {
@@ -147,37 +169,29 @@ std::string DefaultDemoDir() {
   return "build/demo-model";
 }
 
-int CheckDevice(const std::string& command, const std::string& device) {
-  Device d;
-  return ParseDevice(command, device, &d);
-}
-
-int ParseDevice(const std::string& command, const std::string& value, Device* out) {
+int ParseDevice(const std::string& command, const std::string& value, DeviceFlag* out) {
   if (value == "cpu") {
-    *out = Device::kCpu;
+    *out = DeviceFlag::kCpu;
   } else if (value == "cuda") {
-    *out = Device::kCuda;
+    *out = DeviceFlag::kCuda;
   } else if (value == "auto") {
-    *out = Device::kAuto;
+    *out = DeviceFlag::kAuto;
   } else {
     return Fail(command, absl::StrCat("--device: expected cpu, cuda or auto, got '", value, "'"), kExitUsage);
   }
   return kExitOk;
 }
 
-int ParseLoadFormat(const std::string& command, const std::string& value, LoadFormat* out) {
-  if (value == "auto") {
-    *out = LoadFormat::kAuto;
-  } else if (value == "dummy") {
-    *out = LoadFormat::kDummy;
-  } else {
+int ParseLoadFormat(const std::string& command, const std::string& value, bool* dummy) {
+  if (value != "auto" && value != "dummy") {
     return Fail(command, absl::StrCat("--load-format: expected auto or dummy, got '", value, "'"), kExitUsage);
   }
+  *dummy = value == "dummy";
   return kExitOk;
 }
 
-void PrintPlacementNotice(const std::string& command, const ModelInfo& info) {
-  if (!info.notice.empty()) std::fprintf(stderr, "strata %s: notice: %s\n", command.c_str(), info.notice.c_str());
+void PrintPlacementNotice(const std::string& command, const std::string& notice) {
+  if (!notice.empty()) std::fprintf(stderr, "strata %s: notice: %s\n", command.c_str(), notice.c_str());
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
@@ -189,6 +203,58 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+api::Model LoadModel(const std::string& command, const api::Engine& engine, const std::string& dir,
+                     DeviceFlag device, api::ModelParams params) {
+  switch (device) {
+    case DeviceFlag::kCpu: params.Device(STRATA_DEVICE_CPU, params.c.device_index); break;
+    case DeviceFlag::kAuto: params.Device(STRATA_DEVICE_AUTO, params.c.device_index); break;
+    case DeviceFlag::kCuda: {
+      params.Device(STRATA_DEVICE_CUDA, params.c.device_index);
+      std::string notice;
+      try {
+        return api::Model(engine, dir, params);
+      } catch (const api::Error& e) {
+        if ((e.status() & 0xff) != STRATA_ERR_UNAVAILABLE) throw;
+        notice = MessageOf(e);
+        // The strict load names the directory first; without it the notice
+        // reads as the library's own fallback notices do.
+        if (notice.rfind(dir + ": ", 0) == 0) notice.erase(0, dir.size() + 2);
+        absl::StrAppend(&notice, "; running on the CPU");
+      }
+      params.Device(STRATA_DEVICE_CPU, params.c.device_index);
+      try {
+        api::Model model(engine, dir, params);
+        PrintPlacementNotice(command, notice);
+        return model;
+      } catch (const api::Error& e) {
+        // E.g. a 48B-shaped dummy model that fell back from the GPU: say both.
+        throw api::Error(e.status(), absl::StrCat(notice, ", which failed: ", MessageOf(e)));
+      }
+    }
+  }
+  api::Model model(engine, dir, params);
+  PrintPlacementNotice(command, model.Info().device_notice);
+  return model;
+}
+
+Finished WaitForRequest(const api::Engine& engine, const api::Request& request,
+                        const std::function<void(const strata_event&)>& on_event) {
+  for (;;) {
+    const std::optional<strata_event> ev = engine.Poll(-1);
+    if (!ev || ev->request != request.get()) continue;
+    if (ev->type != STRATA_EVENT_FINISHED) {
+      on_event(*ev);
+      continue;
+    }
+    Finished f;
+    f.reason = ev->finish_reason;
+    f.status = ev->status;
+    f.generated_tokens = ev->num_generated_tokens;
+    if (f.status != STRATA_OK) f.message = request.ErrorMessage();
+    return f;
+  }
 }
 
 }  // namespace strata::cli

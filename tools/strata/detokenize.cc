@@ -1,14 +1,15 @@
 // `strata detokenize`: text of each line of a JSONL file of id arrays, with the
-// model directory's tokenizer. One JSON string per input line.
+// model directory's tokenizer, through strata_tokenizer_decode. One JSON
+// string per input line.
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cli.h"
 #include "jsonl.h"
-#include "text/tokenizer.h"
 
 namespace strata::cli {
 namespace {
@@ -36,12 +37,16 @@ int RunDetokenize(int argc, char** argv) {
   for (const auto* s : {&dir, &input}) {
     if (!s->ok()) return Fail(cmd, s->status(), kExitUsage);
   }
-  auto tokenizer = Tokenizer::FromDirectory(*dir);
-  if (!tokenizer.ok()) return Fail(cmd, tokenizer.status(), kExitFailure);
+  std::optional<api::Tokenizer> tokenizer;
+  int64_t vocab = 0;
+  try {
+    tokenizer.emplace(*dir);
+    vocab = tokenizer->VocabSize();
+  } catch (const api::Error& e) {
+    return Fail(cmd, e, kExitFailure);
+  }
 
-  DecodeOptions options;
-  options.skip_special_tokens = flags.Bool("skip-special");
-  const int64_t vocab = (*tokenizer)->vocab_size();
+  const bool skip_special_tokens = flags.Bool("skip-special");
   std::string out;  // printed only when every line succeeded
   Status st =
       ForEachJsonLine(*input, [&](const nlohmann::json& line, const std::string& where) -> Status {
@@ -59,14 +64,17 @@ int RunDetokenize(int argc, char** argv) {
           }
           ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
         }
-        auto text = (*tokenizer)->Decode(ids, options);
-        if (!text.ok())
-          return absl::InvalidArgumentError(absl::StrCat(where, ": ", text.status().message()));
+        std::string text;
+        try {
+          text = tokenizer->Decode(ids, skip_special_tokens);
+        } catch (const api::Error& e) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": ", MessageOf(e)));
+        }
         // Invalid UTF-8 (ids that end mid-character) prints as U+FFFD rather than
         // failing, as the reference's decode does.
-        out += nlohmann::json(*text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        out += nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         out += '\n';
-        return OkStatus();
+        return absl::OkStatus();
       });
   if (!st.ok()) return Fail(cmd, st, kExitFailure);
   std::fwrite(out.data(), 1, out.size(), stdout);

@@ -1,18 +1,13 @@
-// `strata generate`: tokens after a prompt, through the engine (scheduler,
-// session, sampler) exactly as the C ABI runs them. Prints the generated ids
-// on stdout, one line; statistics go to stderr.
+// `strata generate`: tokens after a prompt, through the C ABI (engine,
+// session, sampler) as a host runs them. Prints the generated ids on stdout,
+// one line; statistics go to stderr.
 #include <cstdio>
 #include <limits>
-#include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/npy.h"
 #include "cli.h"
-#include "engine/engine.h"
-#include "engine/request.h"
-#include "engine/session.h"
-#include "model/model.h"
 
 namespace strata::cli {
 namespace {
@@ -52,15 +47,13 @@ int RunGenerate(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  Device device = Device::kCpu;
+  DeviceFlag device = DeviceFlag::kCpu;
   if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &device); rc != kExitOk) return rc;
   auto model_dir = flags.Required("model");
   if (!model_dir.ok()) return Fail(cmd, model_dir.status(), kExitUsage);
   auto tokens_path = flags.Required("tokens");
   if (!tokens_path.ok()) return Fail(cmd, tokens_path.status(), kExitUsage);
 
-  GenerationParams gp;
-  SamplingParams& sp = gp.sampling;
   const double kBig = std::numeric_limits<float>::max();
   auto max_new = flags.Int("max-new", 32, 1, 1 << 20);
   auto temperature = flags.Double("temperature", 0.0, 0.0, kBig);
@@ -78,71 +71,70 @@ int RunGenerate(int argc, char** argv) {
                           stop.status(), threads.status()}) {
     if (!s.ok()) return Fail(cmd, s, kExitUsage);
   }
-  gp.max_tokens = static_cast<int32_t>(*max_new);
-  gp.stop_tokens = *stop;
-  gp.stop_at_eos = !flags.Bool("ignore-eos");
-  sp.temperature = static_cast<float>(*temperature);
-  sp.top_k = static_cast<int32_t>(*top_k);
-  sp.top_p = static_cast<float>(*top_p);
-  sp.min_p = static_cast<float>(*min_p);
-  sp.repetition_penalty = static_cast<float>(*rep);
-  sp.presence_penalty = static_cast<float>(*pres);
-  sp.frequency_penalty = static_cast<float>(*freq);
-  sp.seed = static_cast<uint64_t>(*seed);
-  if (Status v = ValidateSamplingParams(sp); !v.ok()) return Fail(cmd, v, kExitUsage);
+  // The library checks the sampling ranges at submit (exit 2 for a bad value).
+  api::RequestParams params = api::RequestParams()
+                                  .MaxTokens(static_cast<int32_t>(*max_new))
+                                  .StopTokens(*stop)
+                                  .StopAtEos(!flags.Bool("ignore-eos"))
+                                  .Temperature(static_cast<float>(*temperature))
+                                  .TopK(static_cast<int32_t>(*top_k))
+                                  .TopP(static_cast<float>(*top_p))
+                                  .MinP(static_cast<float>(*min_p))
+                                  .Seed(static_cast<uint64_t>(*seed));
+  params.c.repetition_penalty = static_cast<float>(*rep);
+  params.c.presence_penalty = static_cast<float>(*pres);
+  params.c.frequency_penalty = static_cast<float>(*freq);
 
-  auto prompt = ReadNpyInt32(*tokens_path);
+  auto prompt = ReadTokenFile(*tokens_path);
   if (!prompt.ok()) return Fail(cmd, prompt.status(), kExitFailure);
   if (prompt->empty()) return Fail(cmd, absl::StrCat(*tokens_path, ": no tokens"), kExitFailure);
 
-  EngineOptions eo;
-  eo.num_threads = static_cast<int>(*threads);
-  auto engine = Engine::Create(eo);
-  if (!engine.ok()) return Fail(cmd, engine.status(), kExitFailure);
-  LoadOptions lo;
-  lo.pool = (*engine)->pool();  // the engine's compute threads run the model
-  lo.device = device;
-  auto loaded = LoadModel(*model_dir, lo);
-  if (!loaded.ok()) return Fail(cmd, loaded.status(), kExitFailure);
-  PrintPlacementNotice(cmd, (*loaded)->info());
-  std::shared_ptr<const Model> model(std::move(*loaded));
-
-  SessionOptions so;
-  so.max_context_tokens = static_cast<int64_t>(prompt->size()) + *max_new + 1;
-  if (model->info().max_context > 0 && so.max_context_tokens > model->info().max_context) {
-    return Fail(cmd,
-                absl::StrCat("prompt (", prompt->size(), ") + --max-new (", *max_new,
-                             ") exceeds the model's context of ", model->info().max_context),
-                kExitUsage);
+  try {
+    const api::Engine engine(api::EngineParams().Threads(static_cast<int32_t>(*threads)));
+    const api::Model model = LoadModel(cmd, engine, *model_dir, device, api::ModelParams());
+    const int64_t max_context = model.Info().max_context_tokens;
+    const int64_t context = static_cast<int64_t>(prompt->size()) + *max_new + 1;
+    if (max_context > 0 && context > max_context) {
+      return Fail(cmd,
+                  absl::StrCat("prompt (", prompt->size(), ") + --max-new (", *max_new,
+                               ") exceeds the model's context of ", max_context),
+                  kExitUsage);
+    }
+    std::optional<api::Session> session;
+    std::optional<api::Request> request;
+    try {
+      session.emplace(model, context);
+    } catch (const api::Error& e) {
+      return Fail(cmd, e, ExitCodeFor(e));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      request.emplace(session->Submit(*prompt, params));
+    } catch (const api::Error& e) {
+      // OUT_OF_RANGE is about the ids (outside the vocabulary, no room left): name their file.
+      const bool ids = (e.status() & 0xff) == STRATA_ERR_OUT_OF_RANGE;
+      return Fail(cmd, ids ? absl::StrCat(*tokens_path, ": ", MessageOf(e)) : MessageOf(e), ExitCodeFor(e));
+    }
+    std::vector<int32_t> out;
+    double first_token_s = 0;
+    const Finished f = WaitForRequest(engine, *request, [&](const strata_event& ev) {
+      if (ev.type != STRATA_EVENT_TOKEN) return;
+      if (out.empty()) first_token_s = SecondsSince(t0);
+      out.push_back(ev.token);
+    });
+    const double total_s = SecondsSince(t0);
+    if (f.status != STRATA_OK) return Fail(cmd, f.message, kExitFailure);
+    for (size_t i = 0; i < out.size(); ++i) std::printf(i ? " %d" : "%d", out[i]);
+    std::printf("\n");
+    const double decode_tps = out.size() > 1 ? (out.size() - 1) / (total_s - first_token_s) : 0.0;
+    std::fprintf(stderr,
+                 "%zu tokens, finish reason: %s; prompt %zu tokens + first token %.1f ms, decode %.1f tokens/s\n",
+                 out.size(), strata_finish_reason_string(f.reason), prompt->size(), first_token_s * 1e3, decode_tps);
+    return kExitOk;
+  } catch (const api::Error& e) {
+    // Creating the engine or loading the model.
+    return Fail(cmd, e, kExitFailure);
   }
-  auto session = Session::Create(engine->get(), model, so);
-  if (!session.ok()) return Fail(cmd, session.status(), ExitCodeFor(session.status()));
-
-  const auto t0 = std::chrono::steady_clock::now();
-  auto request = (*engine)->Submit(**session, *prompt, gp);
-  if (!request.ok()) {
-    return Fail(cmd, absl::StrCat(*tokens_path, ": ", request.status().message()),
-                ExitCodeFor(request.status()));
-  }
-  std::vector<int32_t> out;
-  double first_token_s = 0;
-  FinishReason reason = FinishReason::kNone;
-  Status st = (*engine)->RunToCompletion(
-      **request,
-      [&](int32_t tok) {
-        if (out.empty()) first_token_s = SecondsSince(t0);
-        out.push_back(tok);
-        return true;
-      },
-      &reason);
-  const double total_s = SecondsSince(t0);
-  if (!st.ok()) return Fail(cmd, st, kExitFailure);
-  for (size_t i = 0; i < out.size(); ++i) std::printf(i ? " %d" : "%d", out[i]);
-  std::printf("\n");
-  const double decode_tps = out.size() > 1 ? (out.size() - 1) / (total_s - first_token_s) : 0.0;
-  std::fprintf(stderr, "%zu tokens, finish reason: %s; prompt %zu tokens + first token %.1f ms, decode %.1f tokens/s\n",
-               out.size(), FinishReasonName(reason), prompt->size(), first_token_s * 1e3, decode_tps);
-  return kExitOk;
 }
 
 }  // namespace strata::cli

@@ -4,11 +4,7 @@
 #include <cstdio>
 #include <map>
 
-#include "cli.h"
-#include "model/model.h"
-#if defined(STRATA_HAVE_CUDA)
-#include "model/models/kimi_linear_cuda.h"
-#endif
+#include "internal.h"
 
 namespace strata::cli {
 namespace {
@@ -38,7 +34,7 @@ int RunInfo(int argc, char** argv) {
   auto model = LoadModel(*dir, lo);
   if (!model.ok()) return Fail(cmd, model.status(), kExitFailure);
   const ModelInfo& info = (*model)->info();
-  PrintPlacementNotice(cmd, info);
+  PrintPlacementNotice(cmd, info.notice);
 
   std::printf("model:          %s%s\n", dir->c_str(),
               lo.load_format == LoadFormat::kDummy ? " (dummy weights: random)" : "");

@@ -6,9 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/npy.h"
-#include "cli.h"
-#include "model/model.h"
+#include "internal.h"
 
 namespace strata::cli {
 namespace {
@@ -54,7 +52,7 @@ int RunLogits(int argc, char** argv) {
 
   auto model = LoadModel(*model_dir, lo);
   if (!model.ok()) return Fail(cmd, model.status(), kExitFailure);
-  PrintPlacementNotice(cmd, (*model)->info());
+  PrintPlacementNotice(cmd, (*model)->info().notice);
   const int64_t vocab = (*model)->info().vocab_size;
   auto state = (*model)->NewState(T);
   if (!state.ok()) return Fail(cmd, state.status(), ExitCodeFor(state.status()));

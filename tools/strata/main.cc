@@ -1,6 +1,8 @@
-// `strata`: the command-line tool. Dispatches to one subcommand per file
-// (logits.cc, generate.cc, info.cc, bench.cc, demo.cc, tokenize.cc,
-// detokenize.cc, template.cc; chat.cc is `run`'s chat mode).
+// `strata`: the command-line tool. Dispatches to one subcommand per file: on
+// the C ABI, demo.cc (`run`; chat.cc is its chat mode), generate.cc,
+// serve.cc (`generate --prompts-jsonl`, `bench serve`), tokenize.cc,
+// detokenize.cc, template.cc; on the core (internal.h), bench.cc, info.cc,
+// logits.cc, make_demo_model.cc. cli.h says why the tool has two parts.
 #include <cstdio>
 #include <cstring>
 #include <string>

@@ -3,24 +3,24 @@
 // prefix cache), from one closed-loop driver that keeps --concurrency
 // requests in flight. generate prints the ids; bench serve reports
 // throughput, TTFT/TPOT percentiles and the prefix-cache hit rate, in-process
-// (like `vllm bench serve` without the HTTP server).
+// (like `vllm bench serve` without the HTTP server). Both drive the C ABI
+// (strata.hpp) as a serving host does: sessions, submit, one event loop, and
+// strata_engine_get_metrics / strata_engine_get_stat for the counters.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
-#include <memory>
+#include <optional>
 #include <random>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli.h"
-#include "engine/engine.h"
-#include "engine/request.h"
-#include "engine/session.h"
 #include "jsonl.h"
-#include "model/model.h"
 
 namespace strata::cli {
 namespace {
@@ -30,63 +30,61 @@ using Clock = std::chrono::steady_clock;
 struct Outcome {
   std::vector<int32_t> tokens;
   Clock::time_point submitted, first_token, last_token;
-  FinishReason reason = FinishReason::kNone;
-  Status status;
+  strata_finish_reason reason = STRATA_FINISH_NONE;
+  strata_status status = STRATA_OK;
+  std::string message;  // why it failed
 };
 
 // Keeps up to `concurrency` requests in flight, each on a fresh session of
 // `max_context` tokens (one size for all, so prefix-cache entries are shared),
-// until every prompt is done.
-Status RunClosedLoop(Engine& engine, const std::shared_ptr<const Model>& model,
-                     const std::vector<std::vector<int32_t>>& prompts, const GenerationParams& params,
-                     bool seed_per_request, int64_t concurrency, int64_t max_context, std::vector<Outcome>* out) {
+// until every prompt is done. Throws api::Error when a submit fails.
+void RunClosedLoop(const api::Engine& engine, const api::Model& model,
+                   const std::vector<std::vector<int32_t>>& prompts, const api::RequestParams& params,
+                   bool seed_per_request, int64_t concurrency, int64_t max_context, std::vector<Outcome>* out) {
   out->assign(prompts.size(), Outcome{});
   struct Live {
     size_t index;
-    std::unique_ptr<Session> session;
-    std::shared_ptr<Request> request;
+    api::Session session;
+    api::Request request;  // released before its session
   };
-  std::unordered_map<const Request*, Live> live;
+  std::unordered_map<const strata_request*, Live> live;
   size_t next = 0, done = 0;
-  auto submit_next = [&]() -> Status {
+  auto submit_next = [&]() {
     const size_t i = next++;
-    SessionOptions so;
-    so.max_context_tokens = max_context;
-    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::Create(&engine, model, so));
-    GenerationParams p = params;
-    if (seed_per_request) p.sampling.seed += i;
+    api::Session session(model, max_context);
+    api::RequestParams p = params;
+    if (seed_per_request) p.c.seed += i;
     (*out)[i].submitted = Clock::now();
-    auto r = engine.Submit(*s, prompts[i], p);
-    if (!r.ok()) return Status(r.status().code(), absl::StrCat("prompt ", i + 1, ": ", r.status().message()));
-    const Request* key = r->get();
-    live.emplace(key, Live{i, std::move(s), *std::move(r)});
-    return OkStatus();
+    try {
+      api::Request request = session.Submit(prompts[i], p);
+      const strata_request* key = request.get();
+      live.emplace(key, Live{i, std::move(session), std::move(request)});
+    } catch (const api::Error& e) {
+      throw api::Error(e.status(), absl::StrCat("prompt ", i + 1, ": ", MessageOf(e)));
+    }
   };
-  while (next < prompts.size() && static_cast<int64_t>(live.size()) < concurrency) {
-    STRATA_RETURN_IF_ERROR(submit_next());
-  }
-  Event ev;
+  while (next < prompts.size() && static_cast<int64_t>(live.size()) < concurrency) submit_next();
   while (done < prompts.size()) {
-    engine.PollEvent(&ev, -1);
-    auto it = live.find(ev.request.get());
+    const std::optional<strata_event> ev = engine.Poll(-1);
+    if (!ev) continue;
+    auto it = live.find(ev->request);
     if (it == live.end()) continue;
     Outcome& o = (*out)[it->second.index];
-    if (ev.type == EventType::kToken) {
+    if (ev->type == STRATA_EVENT_TOKEN) {
       const auto now = Clock::now();
       if (o.tokens.empty()) o.first_token = now;
       o.last_token = now;
-      o.tokens.push_back(ev.token);
+      o.tokens.push_back(ev->token);
       continue;
     }
-    if (ev.type != EventType::kFinished) continue;
-    o.reason = ev.finish_reason;
-    o.status = ev.status;
-    ev = Event{};
+    if (ev->type != STRATA_EVENT_FINISHED) continue;
+    o.reason = ev->finish_reason;
+    o.status = ev->status;
+    if (o.status != STRATA_OK) o.message = it->second.request.ErrorMessage();
     live.erase(it);  // the session goes with it
     ++done;
-    if (next < prompts.size()) STRATA_RETURN_IF_ERROR(submit_next());
+    if (next < prompts.size()) submit_next();
   }
-  return OkStatus();
 }
 
 // Flags shared by both commands: model placement, engine and sampling.
@@ -123,9 +121,10 @@ constexpr char kCommonHelp[] =
     "  --verbose                 also print where the scheduler's time went (phases per iteration)\n";
 
 struct Setup {
-  std::unique_ptr<Engine> engine;
-  std::shared_ptr<const Model> model;
-  GenerationParams params;
+  std::string options;  // strata_engine_params.options
+  std::optional<api::Engine> engine;
+  std::optional<api::Model> model;  // after the engine: released before it
+  api::RequestParams params;
   int64_t concurrency = 8;
 };
 
@@ -133,23 +132,23 @@ struct Setup {
 // an exit code (kExitOk on success).
 int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup* s,
           int64_t concurrency_override = 0) {
-  Device device = Device::kCpu;
+  DeviceFlag device = DeviceFlag::kCpu;
   if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &device); rc != kExitOk) return rc;
-  LoadOptions lo;
-  lo.device = device;
-  if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &lo.load_format); rc != kExitOk) return rc;
+  api::ModelParams mp;
+  bool dummy = false;
+  if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &dummy); rc != kExitOk) return rc;
   if (flags.Has("model") == flags.Has("preset")) return Fail(cmd, "give one of --model and --preset", kExitUsage);
   std::string dir = flags.String("model", "");
   if (flags.Has("preset")) {
     auto preset = WriteBenchPreset(flags.String("preset", ""));
     if (!preset.ok()) return Fail(cmd, preset.status(), ExitCodeFor(preset.status()));
     dir = *preset;
-    lo.load_format = LoadFormat::kDummy;
+    dummy = true;
   }
   const double kBig = std::numeric_limits<float>::max();
   StatusOr<int64_t> concurrency =
       concurrency_override > 0 ? StatusOr<int64_t>(concurrency_override) : flags.Int("concurrency", 8, 1, 4096);
-  // 0: the engine picks by device (EngineOptions::prefill_chunk_tokens).
+  // Absent: the engine picks by device (strata_engine_params.options).
   auto chunk = flags.Int("prefill-chunk", 0, 1, int64_t{1} << 30);
   auto while_decoding = flags.Int("prefill-while-decoding", 0, 1, int64_t{1} << 30);
   auto threads = flags.Int("threads", 0, 0, 4096);
@@ -171,40 +170,47 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
   auto max_sequences = flags.Int("max-sequences", 2 * *concurrency + 8, 1, 1 << 20);
   if (!max_sequences.ok()) return Fail(cmd, max_sequences.status(), kExitUsage);
   s->concurrency = *concurrency;
-  SamplingParams& sp = s->params.sampling;
-  sp.temperature = static_cast<float>(*temperature);
-  sp.top_k = static_cast<int32_t>(*top_k);
-  sp.top_p = static_cast<float>(*top_p);
-  sp.seed = static_cast<uint64_t>(*seed);
-  if (Status v = ValidateSamplingParams(sp); !v.ok()) return Fail(cmd, v, kExitUsage);
+  // The library checks the sampling ranges at the first submit (exit 2 for a bad value).
+  s->params.Temperature(static_cast<float>(*temperature))
+      .TopK(static_cast<int32_t>(*top_k))
+      .TopP(static_cast<float>(*top_p))
+      .Seed(static_cast<uint64_t>(*seed));
 
-  EngineOptions eo;
-  eo.num_threads = static_cast<int>(*threads);
-  eo.prefill_chunk_tokens = *chunk;
-  eo.prefill_tokens_while_decoding = *while_decoding;
-  eo.device_sampling = !flags.Bool("host-sampling");
-  eo.max_batch = static_cast<int32_t>(*max_batch);
-  eo.memory_budget_bytes = static_cast<uint64_t>(*budget);
-  eo.prefix_cache_bytes = flags.Bool("no-prefix-cache") ? 0 : static_cast<uint64_t>(*cache);
-  eo.prefix_block_tokens = static_cast<int32_t>(*block);
-  auto engine = Engine::Create(eo);
-  if (!engine.ok()) return Fail(cmd, engine.status(), kExitUsage);
-  s->engine = *std::move(engine);
-  lo.pool = s->engine->pool();
+  // Scheduler knobs that are not part of the stable struct go in the options string.
+  std::vector<std::string> options;
+  if (*chunk > 0) options.push_back(absl::StrCat("scheduler.prefill_chunk_tokens=", *chunk));
+  if (*while_decoding > 0) options.push_back(absl::StrCat("scheduler.prefill_tokens_while_decoding=", *while_decoding));
+  if (flags.Bool("host-sampling")) options.push_back("sampling.on_device=0");
+  s->options = absl::StrJoin(options, ",");
+  api::EngineParams ep = api::EngineParams()
+                             .Threads(static_cast<int32_t>(*threads))
+                             .MaxBatch(static_cast<int32_t>(*max_batch))
+                             .MemoryBudget(static_cast<uint64_t>(*budget))
+                             .PrefixCache(flags.Bool("no-prefix-cache") ? 0 : static_cast<uint64_t>(*cache),
+                                          static_cast<int32_t>(*block))
+                             .Options(s->options.c_str());
+  try {
+    s->engine.emplace(ep);
+  } catch (const api::Error& e) {
+    return Fail(cmd, e, kExitUsage);
+  }
   // GPU pools are sized at load: a state per live session plus prefix-cache
   // snapshots (each a state of its own until a paged cache shares blocks).
-  lo.max_batch = *max_batch;
-  lo.max_sequences = *max_sequences;
-  lo.max_context_tokens = max_context;
-  lo.batch_invariant = flags.Bool("batch-invariant");
-  auto loaded = LoadModel(dir, lo);
-  if (!loaded.ok()) return Fail(cmd, loaded.status(), kExitFailure);
-  PrintPlacementNotice(cmd, (*loaded)->info());
-  s->model = std::shared_ptr<const Model>(*std::move(loaded));
-  if (s->model->info().max_context > 0 && max_context > s->model->info().max_context) {
+  mp.MaxBatch(*max_batch)
+      .MaxSequences(*max_sequences)
+      .MaxContext(max_context)
+      .BatchInvariant(flags.Bool("batch-invariant"))
+      .DummyWeights(dummy);
+  try {
+    s->model.emplace(LoadModel(cmd, *s->engine, dir, device, mp));
+  } catch (const api::Error& e) {
+    return Fail(cmd, e, kExitFailure);
+  }
+  const int64_t model_context = s->model->Info().max_context_tokens;
+  if (model_context > 0 && max_context > model_context) {
     return Fail(cmd,
                 absl::StrCat("prompt + generated tokens (", max_context, ") exceed the model's context of ",
-                             s->model->info().max_context),
+                             model_context),
                 kExitUsage);
   }
   return kExitOk;
@@ -261,7 +267,7 @@ int RunGenerateBatch(int argc, char** argv) {
       p.push_back(x.get<int32_t>());
     }
     prompts.push_back(std::move(p));
-    return OkStatus();
+    return absl::OkStatus();
   });
   if (!read.ok()) return Fail(cmd, read, ExitCodeFor(read));
   if (prompts.empty()) return Fail(cmd, absl::StrCat(*path, ": no prompts"), kExitFailure);
@@ -271,25 +277,27 @@ int RunGenerateBatch(int argc, char** argv) {
 
   Setup s;
   if (int rc = SetUp(cmd, flags, max_context, &s); rc != kExitOk) return rc;
-  s.params.max_tokens = static_cast<int32_t>(*max_new);
-  s.params.stop_at_eos = !flags.Bool("ignore-eos");
+  s.params.MaxTokens(static_cast<int32_t>(*max_new)).StopAtEos(!flags.Bool("ignore-eos"));
   std::vector<Outcome> out;
   const auto t0 = Clock::now();
-  Status st = RunClosedLoop(*s.engine, s.model, prompts, s.params, /*seed_per_request=*/true, s.concurrency,
-                            max_context, &out);
+  try {
+    RunClosedLoop(*s.engine, *s.model, prompts, s.params, /*seed_per_request=*/true, s.concurrency, max_context,
+                  &out);
+  } catch (const api::Error& e) {
+    return Fail(cmd, e, ExitCodeFor(e));
+  }
   const double wall = SecondsSince(t0);
-  if (!st.ok()) return Fail(cmd, st, ExitCodeFor(st));
   int failures = 0;
   int64_t generated = 0;
   for (size_t i = 0; i < out.size(); ++i) {
     std::printf("%s\n", nlohmann::json(out[i].tokens).dump().c_str());
     generated += static_cast<int64_t>(out[i].tokens.size());
-    if (!out[i].status.ok()) {
+    if (out[i].status != STRATA_OK) {
       ++failures;
-      std::fprintf(stderr, "strata generate: line %zu: %s\n", i + 1, std::string(out[i].status.message()).c_str());
+      std::fprintf(stderr, "strata generate: line %zu: %s\n", i + 1, out[i].message.c_str());
     }
   }
-  const EngineMetrics m = s.engine->Metrics();
+  const strata_metrics m = s.engine->Metrics();
   std::fprintf(stderr,
                "%zu prompts, %lld tokens generated in %.2f s (%.1f tokens/s); prefix cache hit %lld of %lld tokens; "
                "%lld preemptions\n",
@@ -299,18 +307,39 @@ int RunGenerateBatch(int argc, char** argv) {
   return failures == 0 ? kExitOk : kExitFailure;
 }
 
+// The engine counters a bench-serve run reports: the stable metrics plus the
+// diagnostics that are named statistics (strata_engine_get_stat).
+constexpr const char* kPhases[] = {"schedule", "prefill", "decode", "sample", "emit"};
+struct Counters {
+  strata_metrics m;
+  double slot_evictions, device_rows, host_rows, iterations;
+  double phase_ms[std::size(kPhases)];
+};
+
+Counters ReadCounters(const api::Engine& engine) {
+  auto stat = [&](const std::string& name) { return engine.Stat(name.c_str()).value_or(0.0); };
+  Counters c;
+  c.m = engine.Metrics();
+  c.slot_evictions = stat("prefix_cache.slot_evictions");
+  c.device_rows = stat("sampling.device_rows");
+  c.host_rows = stat("sampling.host_rows");
+  c.iterations = stat("scheduler.iterations");
+  for (size_t i = 0; i < std::size(kPhases); ++i) c.phase_ms[i] = stat(absl::StrCat("scheduler.", kPhases[i], "_ms"));
+  return c;
+}
+
 // One bench-serve run on an already loaded model: R requests of L tokens
 // (the first P shared), M generated each, C in flight. Engine counters are
-// reported as the difference from `before`, so runs of a sweep share one
-// engine and one model load.
+// reported as the difference from before the run, so runs of a sweep share
+// one engine and one model load. Throws api::Error when a submit fails.
 nlohmann::ordered_json BenchServeOnce(Setup& s, int64_t L, int64_t M, int64_t R, int64_t P, int64_t C,
-                                      int64_t max_context, Status* status) {
-  GenerationParams params = s.params;
-  params.max_tokens = static_cast<int32_t>(M);
-  params.stop_at_eos = false;
-  const EngineMetrics before = s.engine->Metrics();
-  const int32_t vocab = s.model->info().vocab_size;
-  std::mt19937_64 rng(params.sampling.seed + 12345 + static_cast<uint64_t>(L * 131 + M * 7 + C));
+                                      int64_t max_context) {
+  api::RequestParams params = s.params;
+  params.MaxTokens(static_cast<int32_t>(M)).StopAtEos(false);
+  const Counters before = ReadCounters(*s.engine);
+  const strata_model_info info = s.model->Info();
+  const int32_t vocab = info.vocab_size;
+  std::mt19937_64 rng(params.c.seed + 12345 + static_cast<uint64_t>(L * 131 + M * 7 + C));
   auto random_id = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
   std::vector<int32_t> prefix(static_cast<size_t>(P));
   for (auto& t : prefix) t = random_id();
@@ -321,12 +350,12 @@ nlohmann::ordered_json BenchServeOnce(Setup& s, int64_t L, int64_t M, int64_t R,
   }
   std::vector<Outcome> out;
   const auto t0 = Clock::now();
-  *status = RunClosedLoop(*s.engine, s.model, prompts, params, /*seed_per_request=*/true, C, max_context, &out);
+  RunClosedLoop(*s.engine, *s.model, prompts, params, /*seed_per_request=*/true, C, max_context, &out);
   const double wall = SecondsSince(t0);
   std::vector<double> ttft, tpot, e2e;
   int64_t generated = 0, failed = 0;
   for (const Outcome& o : out) {
-    if (!o.status.ok()) ++failed;
+    if (o.status != STRATA_OK) ++failed;
     generated += static_cast<int64_t>(o.tokens.size());
     if (o.tokens.empty()) continue;
     ttft.push_back(std::chrono::duration<double, std::milli>(o.first_token - o.submitted).count());
@@ -336,11 +365,12 @@ nlohmann::ordered_json BenchServeOnce(Setup& s, int64_t L, int64_t M, int64_t R,
                      static_cast<double>(o.tokens.size() - 1));
     }
   }
-  const EngineMetrics after = s.engine->Metrics();
-  auto delta = [](int64_t a, int64_t b) { return a - b; };
-  const int64_t lookup = delta(after.prefix_lookup_tokens, before.prefix_lookup_tokens);
-  const int64_t hits = delta(after.prefix_hit_tokens, before.prefix_hit_tokens);
-  const int64_t steps_i = delta(after.decode_steps, before.decode_steps);
+  const Counters after = ReadCounters(*s.engine);
+  // Counts are exact in a double up to 2^53.
+  auto delta = [](double a, double b) { return static_cast<int64_t>(a - b); };
+  const int64_t lookup = after.m.prefix_lookup_tokens - before.m.prefix_lookup_tokens;
+  const int64_t hits = after.m.prefix_hit_tokens - before.m.prefix_hit_tokens;
+  const int64_t steps_i = after.m.decode_steps - before.m.decode_steps;
   const int64_t iters_i = delta(after.iterations, before.iterations);
   const double hit = lookup > 0 ? static_cast<double>(hits) / static_cast<double>(lookup) : 0.0;
   auto pct = [](const std::vector<double>& v) {
@@ -352,8 +382,8 @@ nlohmann::ordered_json BenchServeOnce(Setup& s, int64_t L, int64_t M, int64_t R,
                                   {"p99", Percentile(v, 0.99)}};
   };
   nlohmann::ordered_json j;
-  j["model"] = s.model->info().architecture;
-  j["device"] = s.model->info().device;
+  j["model"] = info.architecture;
+  j["device"] = info.device;
   j["input_len"] = L;
   j["output_len"] = M;
   j["shared_prefix"] = P;
@@ -370,13 +400,13 @@ nlohmann::ordered_json BenchServeOnce(Setup& s, int64_t L, int64_t M, int64_t R,
   j["prefix_cache_hit_rate"] = hit;
   j["prefix_hit_tokens"] = hits;
   j["prefix_lookup_tokens"] = lookup;
-  j["prefill_tokens"] = delta(after.prefill_tokens, before.prefill_tokens);
+  j["prefill_tokens"] = after.m.prefill_tokens - before.m.prefill_tokens;
   j["mean_decode_batch"] =
-      steps_i > 0 ? static_cast<double>(delta(after.decode_rows, before.decode_rows)) / steps_i : 0.0;
-  j["preemptions"] = delta(after.preemptions, before.preemptions);
-  j["prefix_cache_slot_evictions"] = delta(after.prefix_cache_slot_evictions, before.prefix_cache_slot_evictions);
-  j["device_sampled_rows"] = delta(after.device_sampled_rows, before.device_sampled_rows);
-  j["host_sampled_rows"] = delta(after.host_sampled_rows, before.host_sampled_rows);
+      steps_i > 0 ? static_cast<double>(after.m.decode_rows - before.m.decode_rows) / steps_i : 0.0;
+  j["preemptions"] = after.m.preemptions - before.m.preemptions;
+  j["prefix_cache_slot_evictions"] = delta(after.slot_evictions, before.slot_evictions);
+  j["device_sampled_rows"] = delta(after.device_rows, before.device_rows);
+  j["host_sampled_rows"] = delta(after.host_rows, before.host_rows);
   // Where the scheduler thread's time went; per decode step it compares
   // with the raw DecodeBatch step of `strata bench` at the same batch.
   const double steps = static_cast<double>(std::max<int64_t>(1, steps_i));
@@ -384,13 +414,9 @@ nlohmann::ordered_json BenchServeOnce(Setup& s, int64_t L, int64_t M, int64_t R,
   nlohmann::ordered_json phases;
   phases["iterations"] = iters_i;
   phases["decode_steps"] = steps_i;
-  for (const auto& [name, total] : std::vector<std::pair<const char*, double>>{
-           {"schedule", after.schedule_ms - before.schedule_ms},
-           {"prefill", after.prefill_ms - before.prefill_ms},
-           {"decode", after.decode_ms - before.decode_ms},
-           {"sample", after.sample_ms - before.sample_ms},
-           {"emit", after.emit_ms - before.emit_ms}}) {
-    phases[name] = nlohmann::ordered_json{
+  for (size_t i = 0; i < std::size(kPhases); ++i) {
+    const double total = after.phase_ms[i] - before.phase_ms[i];
+    phases[kPhases[i]] = nlohmann::ordered_json{
         {"total_ms", total}, {"per_iteration_ms", total / iters}, {"per_decode_step_ms", total / steps}};
   }
   j["phases"] = phases;
@@ -464,10 +490,11 @@ int RunBenchServe(int argc, char** argv) {
   }
   auto list = [&](const char* name, int64_t fallback, int64_t lo, int64_t hi) -> StatusOr<std::vector<int64_t>> {
     if (!flags.Has(name)) return std::vector<int64_t>{fallback};
-    STRATA_ASSIGN_OR_RETURN(std::vector<int32_t> v, flags.IntList(name));
-    if (v.empty()) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+    StatusOr<std::vector<int32_t>> v = flags.IntList(name);
+    if (!v.ok()) return v.status();
+    if (v->empty()) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
     std::vector<int64_t> r;
-    for (int32_t x : v) {
+    for (int32_t x : *v) {
       if (x < lo || x > hi) {
         return absl::InvalidArgumentError(
             absl::StrCat("--", name, " value ", x, " is outside [", lo, ", ", hi, "]"));
@@ -502,9 +529,12 @@ int RunBenchServe(int argc, char** argv) {
   for (size_t i = 0; i < Ls->size(); ++i) {
     for (int64_t C : *Cs) {
       const int64_t requests = sweep && !flags.Has("requests") ? C : *R;
-      Status st;
-      nlohmann::ordered_json j = BenchServeOnce(s, (*Ls)[i], (*Ms)[i], requests, *P, C, max_context, &st);
-      if (!st.ok()) return Fail(cmd, st, ExitCodeFor(st));
+      nlohmann::ordered_json j;
+      try {
+        j = BenchServeOnce(s, (*Ls)[i], (*Ms)[i], requests, *P, C, max_context);
+      } catch (const api::Error& e) {
+        return Fail(cmd, e, ExitCodeFor(e));
+      }
       failed_total += j["failed"].get<int64_t>();
       if (flags.Bool("json")) {
         std::printf("%s\n", j.dump().c_str());

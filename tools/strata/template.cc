@@ -1,5 +1,6 @@
 // `strata template`: the prompt a model directory's chat template renders for a
-// conversation file, printed byte for byte (nothing added, no final newline).
+// conversation file, printed byte for byte (nothing added, no final newline),
+// through strata_tokenizer_render_chat.
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -7,9 +8,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "base/bounded_json.h"
 #include "cli.h"
-#include "text/chat_template.h"
+#include "jsonl.h"
 
 namespace strata::cli {
 namespace {
@@ -17,26 +17,29 @@ namespace {
 constexpr char kHelp[] =
     "usage: strata template --model DIR --conversation FILE.json\n"
     "\n"
-    "  --model DIR            directory with tokenizer_config.json (its chat_template)\n"
+    "  --model DIR            directory with the tokenizer files and tokenizer_config.json (its chat_template)\n"
     "  --conversation FILE    a JSON object: \"messages\", optional \"tools\",\n"
     "                         \"add_generation_prompt\" and any other template variable\n"
     "                         (enable_thinking, ...). Prints the rendered prompt exactly.\n";
 
-// Reads the conversation keeping object keys in file order: templates print
-// tool schemas with `tojson`, which keeps the caller's key order.
-StatusOr<nlohmann::ordered_json> ReadConversation(const std::string& path) {
+// Reads the conversation file and checks its shape, so errors name the file.
+// Returns the text as written: the library keeps its key order (templates
+// print tool schemas with `tojson`, in the caller's order).
+StatusOr<std::string> ReadConversation(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::stringstream ss;
   ss << in.rdbuf();
+  const std::string text = ss.str();
   nlohmann::ordered_json j;
-  STRATA_RETURN_IF_ERROR(CheckJsonNesting(ss.str(), path));
   try {
-    j = nlohmann::ordered_json::parse(ss.str());
+    j = ParseJsonWithin<nlohmann::ordered_json>(text);
   } catch (const nlohmann::json::parse_error& e) {
     std::string msg = e.what();
     if (const size_t p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", msg));
+  } catch (const std::length_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
   }
   if (!j.is_object()) {
     return absl::InvalidArgumentError(
@@ -45,7 +48,7 @@ StatusOr<nlohmann::ordered_json> ReadConversation(const std::string& path) {
   if (!j.contains("messages") || !j["messages"].is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": needs \"messages\", an array"));
   }
-  return j;
+  return text;
 }
 
 }  // namespace
@@ -65,11 +68,13 @@ int RunTemplate(int argc, char** argv) {
   }
   auto conversation = ReadConversation(*conversation_path);
   if (!conversation.ok()) return Fail(cmd, conversation.status(), kExitFailure);
-  auto tmpl = ChatTemplate::FromDirectory(*dir);
-  if (!tmpl.ok()) return Fail(cmd, tmpl.status(), kExitFailure);
-  auto prompt = (*tmpl)->RenderOrdered(*conversation);
-  if (!prompt.ok()) return Fail(cmd, prompt.status(), kExitFailure);
-  std::fwrite(prompt->data(), 1, prompt->size(), stdout);
+  std::string prompt;
+  try {
+    prompt = api::Tokenizer(*dir).RenderChat(*conversation);
+  } catch (const api::Error& e) {
+    return Fail(cmd, e, kExitFailure);
+  }
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;
 }
 

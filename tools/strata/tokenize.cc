@@ -1,13 +1,14 @@
 // `strata tokenize`: token ids of each line of a JSONL file of strings, with the
 // model directory's tokenizer (tokenizer.json or tiktoken; a directory holding
-// only tokenizer files is enough). One JSON array of ids per input line.
+// only tokenizer files is enough), through strata_tokenizer_encode. One JSON
+// array of ids per input line.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "cli.h"
 #include "jsonl.h"
-#include "text/tokenizer.h"
 
 namespace strata::cli {
 namespace {
@@ -36,11 +37,14 @@ int RunTokenize(int argc, char** argv) {
   for (const auto* s : {&dir, &input}) {
     if (!s->ok()) return Fail(cmd, s->status(), kExitUsage);
   }
-  auto tokenizer = Tokenizer::FromDirectory(*dir);
-  if (!tokenizer.ok()) return Fail(cmd, tokenizer.status(), kExitFailure);
+  std::optional<api::Tokenizer> tokenizer;
+  try {
+    tokenizer.emplace(*dir);
+  } catch (const api::Error& e) {
+    return Fail(cmd, e, kExitFailure);
+  }
 
-  EncodeOptions options;
-  options.add_special_tokens = !flags.Bool("no-special");
+  const bool add_special_tokens = !flags.Bool("no-special");
   // Output is printed only when every line succeeded, so a failed run never
   // leaves a truncated file that looks complete.
   std::string out;
@@ -50,12 +54,13 @@ int RunTokenize(int argc, char** argv) {
           return absl::InvalidArgumentError(
               absl::StrCat(where, ": expected a JSON string, got ", line.type_name()));
         }
-        auto ids = (*tokenizer)->Encode(line.get_ref<const std::string&>(), options);
-        if (!ids.ok())
-          return absl::InvalidArgumentError(absl::StrCat(where, ": ", ids.status().message()));
-        out += nlohmann::json(*ids).dump();
+        try {
+          out += nlohmann::json(tokenizer->Encode(line.get_ref<const std::string&>(), add_special_tokens)).dump();
+        } catch (const api::Error& e) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": ", MessageOf(e)));
+        }
         out += '\n';
-        return OkStatus();
+        return absl::OkStatus();
       });
   if (!st.ok()) return Fail(cmd, st, kExitFailure);
   std::fwrite(out.data(), 1, out.size(), stdout);

@@ -77,14 +77,18 @@ Status ParseRope(const ConfigReader& c, DeepseekV32Config& k) {
   p.dim = k.qk_rope_dim;
   STRATA_ASSIGN_OR_RETURN(double top_theta, c.GetDoubleOr("rope_theta", 10000.0));
   std::optional<ConfigReader> rope;
-  std::string key;
-  for (const char* name : {"rope_parameters", "rope_scaling"}) {
+  // transformers takes rope_scaling over rope_parameters when a file has both
+  // (save_pretrained writes only rope_parameters); differing ones are refused
+  // rather than one of them silently dropped.
+  for (const char* name : {"rope_scaling", "rope_parameters"}) {
     if (!c.Has(name)) continue;
     if (!c.json().at(name).is_object()) return c.FieldError(name, "expected an object or null");
     STRATA_ASSIGN_OR_RETURN(ConfigReader obj, c.GetObject(name));
+    if (rope) {
+      if (obj.json() != rope->json()) return c.FieldError(name, "contradicts rope_scaling");
+      continue;
+    }
     rope = std::move(obj);
-    key = name;
-    break;
   }
   p.theta = top_theta;
   if (!rope) {
@@ -109,12 +113,21 @@ Status ParseRope(const ConfigReader& c, DeepseekV32Config& k) {
       p.type = cpu::RopeType::kYarn;
       STRATA_ASSIGN_OR_RETURN(p.factor, r.GetDouble("factor"));
       if (!(p.factor > 0)) return r.FieldError("factor", "must be > 0");
+      // transformers: a top-level original_max_position_embeddings replaces
+      // the nested one, and max_position_embeddings stands in for both.
       STRATA_ASSIGN_OR_RETURN(int64_t max_pos, c.GetIntOr("max_position_embeddings", 163840));
-      STRATA_ASSIGN_OR_RETURN(double top_original,
-                              c.GetDoubleOr("original_max_position_embeddings",
-                                            static_cast<double>(max_pos)));
-      STRATA_ASSIGN_OR_RETURN(p.original_max_position,
-                              r.GetDoubleOr("original_max_position_embeddings", top_original));
+      STRATA_ASSIGN_OR_RETURN(
+          p.original_max_position,
+          r.GetDoubleOr("original_max_position_embeddings", static_cast<double>(max_pos)));
+      if (c.Has("original_max_position_embeddings")) {
+        STRATA_ASSIGN_OR_RETURN(double top, c.GetDouble("original_max_position_embeddings"));
+        if (r.Has("original_max_position_embeddings") && top != p.original_max_position) {
+          return r.FieldError(
+              "original_max_position_embeddings",
+              absl::StrCat(p.original_max_position, " contradicts the top-level value ", top));
+        }
+        p.original_max_position = top;
+      }
       if (!(p.original_max_position > 0)) {
         return r.FieldError("original_max_position_embeddings", "must be > 0");
       }
@@ -158,9 +171,9 @@ Status ParseMlpKinds(const ConfigReader& c, DeepseekV32Config& k) {
       }
       k.is_moe.push_back(types[i] == "sparse");
     }
-    if (c.Has("first_k_dense_replace") && k.is_moe != by_count) {
-      return c.FieldError("mlp_layer_types", "contradicts first_k_dense_replace");
-    }
+    // No contradiction check against first_k_dense_replace: it is a
+    // DeepseekV32Config field that save_pretrained always writes (3 unless
+    // set) and that only derives mlp_layer_types when the list is absent.
   } else {
     k.is_moe = by_count;
   }

@@ -141,8 +141,10 @@ Status ParseLayerKinds(const ConfigReader& c, const ConfigReader* la, KimiLinear
   } else if (from_types) {
     k.is_mla = *from_types;
   } else {
-    return c.FieldError("linear_attn_config",
-                        "required: kda_layers and full_attn_layers (or layer_types) are missing");
+    // KimiLinearConfig's default pattern: full attention at layers 4, 8, ...
+    // (0-based), KDA elsewhere.
+    k.is_mla.clear();
+    for (int64_t i = 0; i < L; ++i) k.is_mla.push_back(i > 0 && i % 4 == 0);
   }
   return OkStatus();
 }
@@ -219,6 +221,9 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
       return Unsupported(c, "moe_router_activation_func", absl::StrCat("'", f, "' (only sigmoid)"));
     }
   }
+  // transformers adds biases to q/kv_a_proj and o_proj of the MLA layers.
+  STRATA_ASSIGN_OR_RETURN(bool attention_bias, c.GetBoolOr("attention_bias", false));
+  if (attention_bias) return Unsupported(c, "attention_bias", "must be false (no MLA biases)");
   STRATA_ASSIGN_OR_RETURN(bool out_gate, c.GetBoolOr("mla_use_output_gate", false));
   if (out_gate) return Unsupported(c, "mla_use_output_gate", "must be false (Kimi K3 variant)");
   STRATA_ASSIGN_OR_RETURN(int64_t attn_res, c.GetIntOr("attn_res_block_size", 0));
@@ -277,13 +282,15 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
     STRATA_ASSIGN_OR_RETURN(k.qk_rope_dim, c.GetInt("qk_rope_head_dim"));
     if (k.qk_rope_dim < 0) return c.FieldError("qk_rope_head_dim", "must be >= 0");
     STRATA_ASSIGN_OR_RETURN(k.v_head_dim, c.GetPositiveInt("v_head_dim"));
-    // transformers infers NoPE when there is no rope part at all.
-    STRATA_ASSIGN_OR_RETURN(bool nope, c.GetBoolOr("mla_use_nope", k.qk_rope_dim == 0));
+    // transformers' KimiLinearConfig has no mla_use_nope: it always runs NoPE
+    // MLA (the qk_rope_head_dim part of the keys is shared but not rotated),
+    // so configs it saves omit the key. Moonshot's own code rotates that part
+    // when the key is false, a different model that Strata does not run.
+    STRATA_ASSIGN_OR_RETURN(bool nope, c.GetBoolOr("mla_use_nope", true));
     if (!nope) {
       return Unsupported(c, "mla_use_nope",
-                         c.Has("mla_use_nope")
-                             ? "must be true: only NoPE MLA (Kimi Linear) is supported"
-                             : "required (must be true: only NoPE MLA is supported)");
+                         "must be true or absent: only NoPE MLA (Kimi Linear, as transformers "
+                         "runs it) is supported");
     }
   }
 

@@ -1,7 +1,8 @@
 // The kimi_linear config.json, parsed and validated (model-spec §2.1). Accepts
 // both the original checkpoint spelling and what transformers' save_pretrained
-// writes (aliased keys, layer_types / mlp_layer_types lists); contradictions and
-// unsupported variants are errors that name the field.
+// writes (aliased keys, layer_types / mlp_layer_types lists, no mla_use_nope:
+// transformers always runs NoPE MLA); contradictions and unsupported variants
+// are errors that name the field.
 #ifndef STRATA_MODEL_MODELS_KIMI_LINEAR_CONFIG_H_
 #define STRATA_MODEL_MODELS_KIMI_LINEAR_CONFIG_H_
 

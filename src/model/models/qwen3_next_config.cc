@@ -120,9 +120,13 @@ Status ParseRope(const ConfigReader& c, Qwen3NextConfig& q) {
       }
     }
   }
-  // A value stated in both places must agree; rope_parameters wins in
-  // transformers, the top level is the published spelling.
-  auto number = [&](const char* key, double fallback) -> StatusOr<double> {
+  // The top level is the published spelling, rope_parameters transformers
+  // 5's; the nested value wins in transformers. `stale_top` marks a key that
+  // 5.17 itself writes at the top level without reading it: Qwen3NextConfig
+  // sets partial_rotary_factor = 0.25 for backward compatibility whatever
+  // rope_parameters says, so only there may the two differ. Elsewhere (the
+  // top-level rope_theta, which save_pretrained never writes) they must agree.
+  auto number = [&](const char* key, double fallback, bool stale_top) -> StatusOr<double> {
     std::optional<double> nested, top;
     if (rp && rp->Has(key)) {
       STRATA_ASSIGN_OR_RETURN(nested, rp->GetDouble(key));
@@ -130,18 +134,18 @@ Status ParseRope(const ConfigReader& c, Qwen3NextConfig& q) {
     if (c.Has(key)) {
       STRATA_ASSIGN_OR_RETURN(top, c.GetDouble(key));
     }
-    if (nested && top && *nested != *top) {
+    if (nested && top && *nested != *top && !stale_top) {
       return c.FieldError(
           key, absl::StrCat("contradicts rope_parameters.", key, " (", *top, " vs ", *nested, ")"));
     }
     return nested ? *nested : top.value_or(fallback);
   };
-  STRATA_ASSIGN_OR_RETURN(q.rope_theta, number("rope_theta", 10000.0));
+  STRATA_ASSIGN_OR_RETURN(q.rope_theta, number("rope_theta", 10000.0, /*stale_top=*/false));
   if (!(q.rope_theta > 0) || !std::isfinite(q.rope_theta)) {
     return c.FieldError("rope_theta", "must be a positive number");
   }
   // Qwen3NextConfig defaults partial_rotary_factor to 0.25.
-  STRATA_ASSIGN_OR_RETURN(double factor, number("partial_rotary_factor", 0.25));
+  STRATA_ASSIGN_OR_RETURN(double factor, number("partial_rotary_factor", 0.25, /*stale_top=*/true));
   if (!(factor > 0 && factor <= 1)) {
     return c.FieldError("partial_rotary_factor", absl::StrCat("must be in (0, 1], got ", factor));
   }

@@ -1,5 +1,8 @@
-// strata_hybrid config.json parsing: the model's dimensions are required for
-// the layer kinds present; contradictions are errors that name the field.
+// strata_hybrid config.json parsing. A key that is absent takes the default
+// of CONFIG_KEYS in tools/demo_model/strata_hybrid_config.py, whose
+// load_config is the reference reader (only the size of the model and its
+// per-layer lists are required there); contradictions are errors that name
+// the field.
 #include "model/models/strata_hybrid_config.h"
 
 #include <string>
@@ -29,6 +32,11 @@ Status KindList(const ConfigReader& c, const std::string& key, int64_t layers, c
   return OkStatus();
 }
 
+StatusOr<int64_t> PositiveIntOr(const ConfigReader& c, const std::string& key, int64_t fallback) {
+  if (!c.Has(key)) return fallback;
+  return c.GetPositiveInt(key);
+}
+
 }  // namespace
 
 int64_t StrataHybridConfig::NumDsaLayers() const {
@@ -54,42 +62,42 @@ StatusOr<StrataHybridConfig> ParseStrataHybridConfig(const ConfigReader& c) {
   STRATA_RETURN_IF_ERROR(KindList(c, "mlp_layer_types", k.num_layers, "dense", "moe", k.is_moe));
 
   if (k.NumKdaLayers() > 0) {
-    STRATA_ASSIGN_OR_RETURN(k.kda_heads, c.GetPositiveInt("linear_num_heads"));
-    STRATA_ASSIGN_OR_RETURN(k.kda_head_dim, c.GetPositiveInt("linear_head_dim"));
+    STRATA_ASSIGN_OR_RETURN(k.kda_heads, PositiveIntOr(c, "linear_num_heads", 2));
+    STRATA_ASSIGN_OR_RETURN(k.kda_head_dim, PositiveIntOr(c, "linear_head_dim", 32));
     STRATA_ASSIGN_OR_RETURN(k.conv_kernel, c.GetIntOr("linear_conv_kernel_dim", 4));
     if (k.conv_kernel < 2) return c.FieldError("linear_conv_kernel_dim", "must be >= 2");
   }
   if (k.NumDsaLayers() > 0) {
-    STRATA_ASSIGN_OR_RETURN(k.num_heads, c.GetPositiveInt("num_attention_heads"));
-    STRATA_ASSIGN_OR_RETURN(k.q_lora_rank, c.GetPositiveInt("q_lora_rank"));
-    STRATA_ASSIGN_OR_RETURN(k.kv_lora_rank, c.GetPositiveInt("kv_lora_rank"));
-    STRATA_ASSIGN_OR_RETURN(k.qk_nope_dim, c.GetPositiveInt("qk_nope_head_dim"));
-    STRATA_ASSIGN_OR_RETURN(k.qk_rope_dim, c.GetPositiveInt("qk_rope_head_dim"));
+    STRATA_ASSIGN_OR_RETURN(k.num_heads, PositiveIntOr(c, "num_attention_heads", 2));
+    STRATA_ASSIGN_OR_RETURN(k.q_lora_rank, PositiveIntOr(c, "q_lora_rank", 48));
+    STRATA_ASSIGN_OR_RETURN(k.kv_lora_rank, PositiveIntOr(c, "kv_lora_rank", 32));
+    STRATA_ASSIGN_OR_RETURN(k.qk_nope_dim, PositiveIntOr(c, "qk_nope_head_dim", 16));
+    STRATA_ASSIGN_OR_RETURN(k.qk_rope_dim, PositiveIntOr(c, "qk_rope_head_dim", 16));
     if (k.qk_rope_dim % 2 != 0) return c.FieldError("qk_rope_head_dim", "must be even");
-    STRATA_ASSIGN_OR_RETURN(k.v_head_dim, c.GetPositiveInt("v_head_dim"));
+    STRATA_ASSIGN_OR_RETURN(k.v_head_dim, PositiveIntOr(c, "v_head_dim", 16));
     STRATA_ASSIGN_OR_RETURN(k.rope_theta, c.GetDoubleOr("rope_theta", 10000.0));
     if (!(k.rope_theta > 1.0)) return c.FieldError("rope_theta", "must be > 1");
-    STRATA_ASSIGN_OR_RETURN(k.index_heads, c.GetPositiveInt("index_n_heads"));
-    STRATA_ASSIGN_OR_RETURN(k.index_head_dim, c.GetPositiveInt("index_head_dim"));
+    STRATA_ASSIGN_OR_RETURN(k.index_heads, PositiveIntOr(c, "index_n_heads", 2));
+    STRATA_ASSIGN_OR_RETURN(k.index_head_dim, PositiveIntOr(c, "index_head_dim", 32));
     if (k.index_head_dim < k.qk_rope_dim) {
       return c.FieldError("index_head_dim", "is smaller than qk_rope_head_dim, its rotated part");
     }
-    STRATA_ASSIGN_OR_RETURN(k.index_topk, c.GetPositiveInt("index_topk"));
+    STRATA_ASSIGN_OR_RETURN(k.index_topk, PositiveIntOr(c, "index_topk", 64));
   }
   bool any_dense = false;
   for (bool m : k.is_moe) any_dense |= !m;
   if (any_dense) {
-    STRATA_ASSIGN_OR_RETURN(k.intermediate_size, c.GetPositiveInt("intermediate_size"));
+    STRATA_ASSIGN_OR_RETURN(k.intermediate_size, PositiveIntOr(c, "intermediate_size", 256));
   }
   bool any_moe = false;
   for (bool m : k.is_moe) any_moe |= m;
   if (any_moe) {
-    STRATA_ASSIGN_OR_RETURN(k.moe_intermediate_size, c.GetPositiveInt("moe_intermediate_size"));
-    STRATA_ASSIGN_OR_RETURN(k.num_experts, c.GetPositiveInt("n_routed_experts"));
-    STRATA_ASSIGN_OR_RETURN(k.experts_per_token, c.GetPositiveInt("num_experts_per_tok"));
+    STRATA_ASSIGN_OR_RETURN(k.moe_intermediate_size, PositiveIntOr(c, "moe_intermediate_size", 64));
+    STRATA_ASSIGN_OR_RETURN(k.num_experts, PositiveIntOr(c, "n_routed_experts", 8));
+    STRATA_ASSIGN_OR_RETURN(k.experts_per_token, PositiveIntOr(c, "num_experts_per_tok", 2));
     STRATA_ASSIGN_OR_RETURN(k.num_shared_experts, c.GetIntOr("n_shared_experts", 1));
     if (k.num_shared_experts < 0) return c.FieldError("n_shared_experts", "must be >= 0");
-    STRATA_ASSIGN_OR_RETURN(k.n_group, c.GetIntOr("n_group", 1));
+    STRATA_ASSIGN_OR_RETURN(k.n_group, c.GetIntOr("n_group", 2));
     STRATA_ASSIGN_OR_RETURN(k.topk_group, c.GetIntOr("topk_group", 1));
     if (k.n_group < 1 || k.num_experts % k.n_group != 0 || k.num_experts / k.n_group < 2) {
       return c.FieldError("n_group", "must divide n_routed_experts into groups of at least 2");

@@ -53,7 +53,7 @@ struct StrataHybridConfig {
   int64_t num_experts = 0;
   int64_t experts_per_token = 0;
   int64_t num_shared_experts = 0;
-  int64_t n_group = 1;
+  int64_t n_group = 2;  // CONFIG_KEYS default
   int64_t topk_group = 1;
   bool norm_topk_prob = true;
   double routed_scaling_factor = 1.0;
