@@ -126,6 +126,7 @@ constexpr FieldLayout k_strata_model_info[] = {
     STRATA_FIELD(strata_model_info, state_bytes_per_sequence),
     STRATA_FIELD(strata_model_info, device),
     STRATA_FIELD(strata_model_info, device_notice),
+    STRATA_FIELD(strata_model_info, tuning),
 };
 
 constexpr FieldLayout k_strata_session_params[] = {

@@ -121,6 +121,7 @@ STRATA_API strata_status strata_model_get_info(const strata_model* model, strata
     info.state_bytes_per_sequence = m.state_bytes_per_sequence;
     info.device = m.device.c_str();
     info.device_notice = m.notice.c_str();
+    info.tuning = m.tuning.c_str();
     return strata::capi::WriteOut(call, out_info, info);
   });
 }

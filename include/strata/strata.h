@@ -726,10 +726,14 @@ typedef struct strata_model_params {
   bool dummy_weights;
   /** Seed of the dummy weights; default 0. */
   uint64_t dummy_seed;
-  /** Kernel tuning as a NUL-terminated `key=value` list separated by commas; copied. Each key will select
-   *  between a tuned kernel and a reference path with the same results, so a faulty kernel can be switched off
-   *  without a rebuild. This build registers no keys yet: any key fails the load with
-   *  ::STRATA_ERR_INVALID_ARGUMENT naming it (never silently ignored). NULL or "" (default): the defaults. */
+  /** Kernel tuning as a NUL-terminated `key=value` list separated by commas; copied. Each key of the tuning
+   *  registry (docs/tuning.md; `strata info --options` prints it) selects between kernels or code paths that
+   *  compute the same thing, so a faulty kernel can be switched off without a rebuild; `rollback=FAMILY` or
+   *  `rollback=all` sets a family's (or every) entry to its reference path. Applied over the environment
+   *  variable STRATA_OPTIONS; the values that differ from the defaults are reported in
+   *  strata_model_info::tuning. An unknown key, a key given twice or a bad value fails the load with
+   *  ::STRATA_ERR_INVALID_ARGUMENT naming it, on every device (never silently ignored; on the CPU no entry
+   *  applies). NULL or "" (default): the defaults. */
   const char *options;
 } strata_model_params;
 
@@ -819,6 +823,11 @@ typedef struct strata_model_info {
   /** Empty, or why the model runs somewhere other than asked (::STRATA_DEVICE_AUTO fell back to the CPU, e.g.
    *  "device auto: this build of Strata has no CUDA backend ...; running on the CPU"); same lifetime as device. */
   const char *device_notice;
+  /** The tuning options the model runs with that differ from their defaults, as an options string (e.g.
+   *  "cuda.pdl=0,moe.gemm=mma"; from the environment variable STRATA_OPTIONS and strata_model_params::options,
+   *  docs/tuning.md), or empty when all are defaults. Only GPU executors have options that apply: on the CPU
+   *  it is always empty. Same lifetime as device. */
+  const char *tuning;
 } strata_model_info;
 
 /**

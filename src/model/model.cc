@@ -1,7 +1,6 @@
 // Architecture registry and the model-directory entry point.
 #include "model/model.h"
 
-#include "base/key_value_list.h"
 
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "base/tuning.h"
 #include "model/config_reader.h"
 #include "model/models/builtin.h"
 #include "model/weight_store.h"
@@ -202,6 +202,9 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
   if (!fs::is_directory(model_dir, ec)) {
     return absl::NotFoundError(absl::StrCat(model_dir, ": not a model directory"));
   }
+  // Bad options fail every load, also where no entry applies (the CPU), so a
+  // typo is never silently ignored.
+  STRATA_RETURN_IF_ERROR(tuning::Resolve(options.options).status());
   const std::string config_path = (fs::path(model_dir) / "config.json").string();
   STRATA_ASSIGN_OR_RETURN(ConfigReader config, ConfigReader::FromFile(config_path));
   STRATA_ASSIGN_OR_RETURN(std::string model_type, config.GetString("model_type"));
@@ -241,15 +244,6 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     return OkStatus();
   };
 
-  // No kernel switch is registered yet (the tuning registry comes with its
-  // GPU validation), so every key is unknown: refused, never ignored.
-  if (!options.options.empty()) {
-    STRATA_ASSIGN_OR_RETURN(std::vector<KeyValue> items, ParseKeyValueList(options.options, "LoadOptions.options"));
-    if (!items.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("LoadOptions.options: unknown key '", items.front().key,
-                                                     "' (this build registers no tuning keys)"));
-    }
-  }
   if (options.device_index < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("LoadOptions.device_index must be >= 0, got ", options.device_index));

@@ -35,6 +35,11 @@ struct ModelInfo {
   // Empty, or why the model runs somewhere other than requested, e.g.
   // "CUDA requested but no device is visible (...); running on the CPU".
   std::string notice;
+  // The tuning entries (base/tuning.h) this model runs with that differ
+  // from their defaults, as an options string, e.g. "cuda.pdl=0"; empty when
+  // all are defaults. Only the GPU executors have entries that apply; the
+  // CPU executors leave it empty.
+  std::string tuning;
   // Most SequenceStates that can exist at once (NewState and Clone draw
   // from a fixed pool: LoadOptions::max_sequences on CUDA); 0: no fixed
   // limit (the CPU). The engine keeps prefix-cache snapshots and running
@@ -112,7 +117,10 @@ struct LoadOptions {
   // the serving schedule. Costs speed (docs/serving.md, "Exactness on the
   // GPU"); executors that cannot honour it fail the load with Unimplemented.
   bool batch_invariant = false;
-  // Kernel tuning, `key=value,...` (strata_model_params::options).
+  // Tuning registry values for this model, "key=value,key=value" (base/tuning.h,
+  // docs/tuning.md), applied over the environment variable STRATA_OPTIONS.
+  // Checked on every device: an unknown key or a bad value fails the load
+  // with InvalidArgument naming both.
   std::string options;
 };
 

@@ -254,6 +254,32 @@ static void test_devices(void) {
   CHECK_STATUS(strata_model_load(g_engine, g_model_dir, &mp, &m), STRATA_ERR_INVALID_ARGUMENT);
   CHECK(m == NULL);
 
+  /* Tuning options: checked on every device, reported where they apply (the GPU). A rolled-back kernel
+     family computes what the default does (argmax margins of the demo model are checked by c_api_test;
+     here the tokens must only be in the vocabulary). */
+  strata_model_params_init(&mp);
+  mp.device = test_device();
+  mp.options = "moe.gem=mma";
+  CHECK_STATUS(strata_model_load(g_engine, g_model_dir, &mp, &m), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(m == NULL && strstr(strata_last_error_message(), "unknown key 'moe.gem'") != NULL);
+  mp.options = "cuda.pdl=0,cuda.pdl=1";
+  CHECK_STATUS(strata_model_load(g_engine, g_model_dir, &mp, &m), STRATA_ERR_INVALID_ARGUMENT);
+  CHECK(m == NULL && strstr(strata_last_error_message(), "given twice") != NULL);
+  mp.options = "cuda.pdl=0,rollback=moe+mla";
+  CHECK_STATUS(strata_model_load(g_engine, g_model_dir, &mp, &m), STRATA_OK);
+  REQUIRE(m != NULL);
+  info.struct_size = sizeof info;
+  CHECK_STATUS(strata_model_get_info(m, &info), STRATA_OK);
+  if (strncmp(info.device, "cuda:", 5) == 0) {
+    CHECK(strstr(info.tuning, "cuda.pdl=0") != NULL && strstr(info.tuning, "moe.gemm=mma") != NULL);
+    n_got = greedy(m, got, 4);
+    CHECK(n_got == 4);
+  } else {
+    CHECK(strcmp(info.tuning, "") == 0);
+  }
+  CHECK_STATUS(strata_model_destroy(m), STRATA_OK);
+  m = NULL;
+
   /* Dummy weights (benchmarks): the config's shapes with random weights; it runs. */
   strata_model_params_init(&mp);
   mp.device = test_device();

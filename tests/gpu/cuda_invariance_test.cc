@@ -8,7 +8,7 @@
 //  * MlaPrefill (always per-query invariant): queries [0, T) in one call vs
 //    [0, 97) + [97, T) vs [0, 64) + [64, 203) + [203, T), T ∈ {130, 300}, on
 //    the wgmma kernel (production head dims), the mma.sync kernel
-//    (STRATA_MLA_PREFILL=old) and the generic kernel (odd dims);
+//    (mla.prefill=mma) and the generic kernel (odd dims);
 //  * CausalConvSiluPrefill: [0, T) in one call vs the same split points with
 //    the carried window (outputs and the final window), plus a 2-token chunk
 //    (shorter than the window);
@@ -32,6 +32,7 @@
 #include "backend/cuda/mla.h"
 #include "backend/cuda/norm.h"
 #include "base/dtype.h"
+#include "base/tuning.h"
 #include "op_test_util.h"
 
 namespace strata::cuda {
@@ -289,9 +290,9 @@ TEST(CudaInvariance, MlaPrefillWgmmaKernel) {
 }
 
 TEST(CudaInvariance, MlaPrefillMmaSyncKernel) {
-  setenv("STRATA_MLA_PREFILL", "old", 1);
+  const tuning::ScopedOptions arm("mla.prefill=mma");
+  ASSERT_TRUE(arm.status().ok()) << arm.status();
   for (int64_t T : {130, 300}) CheckPrefillInvariance(PrefillProduction(), T, 22, "mma.sync");
-  unsetenv("STRATA_MLA_PREFILL");
 }
 
 TEST(CudaInvariance, MlaPrefillGenericKernel) {

@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "backend/cpu/kda.h"
 #include "base/thread_pool.h"
+#include "base/tuning.h"
 
 namespace strata::cuda {
 namespace {
@@ -445,35 +446,8 @@ INSTANTIATE_TEST_SUITE_P(
                       PrefillCase{{32, 128, 128}, 4099, true, ActType::kBf16}),
     PrefillName);
 
-// The prefill paths (the default bf16 one with 32-column state-pass tiles,
-// STRATA_KDA_PREFILL=v64 — the same with 64-column tiles — and =old) against the CPU from a random
-// state, and against each other. The variable is read on every call, so one
-// process runs all three.
-class ScopedPrefillPath {
- public:
-  explicit ScopedPrefillPath(const char* value) {
-    const char* prev = std::getenv(kVar);
-    had_prev_ = prev != nullptr;
-    if (had_prev_) prev_ = prev;
-    Set(value);
-  }
-  ~ScopedPrefillPath() { Set(had_prev_ ? prev_.c_str() : nullptr); }
-  ScopedPrefillPath(const ScopedPrefillPath&) = delete;
-  ScopedPrefillPath& operator=(const ScopedPrefillPath&) = delete;
-
- private:
-  static constexpr const char* kVar = "STRATA_KDA_PREFILL";
-  static void Set(const char* value) {
-    if (value != nullptr) {
-      setenv(kVar, value, 1);
-    } else {
-      unsetenv(kVar);
-    }
-  }
-  bool had_prev_ = false;
-  std::string prev_;
-};
-
+// The prefill paths (the default bf16 one and the reference, kda.prefill=tf32)
+// against the CPU from a random state, and against each other.
 class KdaPrefillPathsTest : public ::testing::TestWithParam<PrefillCase> {};
 
 TEST_P(KdaPrefillPathsTest, AllPathsMatchCpuAndEachOther) {
@@ -488,19 +462,19 @@ TEST_P(KdaPrefillPathsTest, AllPathsMatchCpuAndEachOther) {
 
   DeviceInputs dev(in, hp, c.fused);
   ASSERT_TRUE(dev.uploaded);
-  constexpr int kPaths = 3;
+  constexpr int kPaths = 2;
   std::vector<float> outs[kPaths], states[kPaths];
-  const char* paths[kPaths] = {nullptr, "v64", "old"};
+  const char* paths[kPaths] = {"kda.prefill=bf16", "kda.prefill=tf32"};
   for (int i = 0; i < kPaths; ++i) {
-    ScopedPrefillPath path(paths[i]);
+    const tuning::ScopedOptions path(paths[i]);
+    ASSERT_TRUE(path.status().ok()) << path.status();
     DeviceArray<float> d_state(n_state);
     ASSERT_TRUE(d_state.Upload(state0));
     Status st;
     outs[i] = GpuPrefill(dev, 0, c.tokens, d_state.get(), c.out_type, &st);
     ASSERT_TRUE(st.ok()) << st;
     states[i] = d_state.Download(n_state);
-    const std::string name =
-        absl::StrCat(PrefillName({c, 0}), " ", paths[i] != nullptr ? paths[i] : "default");
+    const std::string name = absl::StrCat(PrefillName({c, 0}), " ", paths[i]);
     ExpectClose(name + " out", outs[i], want, kBf16Tolerance);
     ExpectClose(name + " state", states[i], state, kBf16Tolerance);
   }

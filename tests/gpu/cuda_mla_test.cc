@@ -2,7 +2,7 @@
 // and plain fp64 host references, on random bf16-exact inputs: the paged
 // cache copies, absorbed decode (generic and tensor-core kernels, single and
 // split passes, CUDA-graph capture) and flash-style prefill (the wgmma kernel
-// and, via STRATA_MLA_PREFILL=old, the mma.sync one; odd lengths, a long
+// and, with mla.prefill=mma, the mma.sync one; odd lengths, a long
 // cache, several head counts, CUDA-graph capture), at the fixtures' odd sizes
 // and Kimi-Linear-48B's production shape; misuse is InvalidArgument.
 #include <gmock/gmock.h>
@@ -21,9 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backend/cpu/attention.h"
 #include "backend/cuda/mla.h"
 #include "base/thread_pool.h"
+#include "base/tuning.h"
 
 namespace strata::cuda {
 namespace {
@@ -713,19 +715,18 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed, ThreadPool* pool) {
   a.out = out_d.ptr();
 
   // Both prefill paths: the default (the wgmma kernel on sm_90 at the
-  // production dims) and STRATA_MLA_PREFILL=old (the mma.sync kernel); other
-  // shapes take the generic kernel either way.
+  // production dims) and mla.prefill=mma (the mma.sync kernel); other shapes
+  // take the generic kernel either way.
   std::vector<double> first;
-  for (const bool old_path : {false, true}) {
-    const std::string name = std::string(c.name) + (old_path ? " [old]" : " [default]");
-    if (old_path) {
-      setenv("STRATA_MLA_PREFILL", "old", 1);
-    } else {
-      unsetenv("STRATA_MLA_PREFILL");
-    }
+  for (const char* path : {"mla.prefill=wgmma", "mla.prefill=mma"}) {
+    const std::string name = absl::StrCat(c.name, " [", path, "]");
     CUDA_ASSERT_OK(cudaMemset(out_d.ptr(), 0xff, out_d.size() * 2));  // NaN if left unwritten
-    const Status st = MlaPrefill(a, nullptr);
-    unsetenv("STRATA_MLA_PREFILL");
+    Status st;
+    {
+      const tuning::ScopedOptions arm(path);
+      ASSERT_TRUE(arm.status().ok()) << arm.status();
+      st = MlaPrefill(a, nullptr);
+    }
     ASSERT_TRUE(st.ok()) << st;
     CUDA_ASSERT_OK(cudaDeviceSynchronize());
     std::vector<uint16_t> out_bits;
@@ -751,7 +752,7 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed, ThreadPool* pool) {
       // Same inputs, two kernels: they differ only in bf16 rounding of P and
       // the order of the fp32 sums.
       const ErrorStats ab = Compare(got, first);
-      Report(std::string(c.name) + " old vs default", ab);
+      Report(std::string(c.name) + " mma vs wgmma", ab);
       EXPECT_LE(ab.l2_rel, 1e-2) << name;
     }
   }

@@ -19,8 +19,8 @@
 //    only) at the production shape for n = 300, 1000, 4099 (odd), skewed
 //    routing, and a mid shape where a bias sends every token to 16 of 160
 //    experts (144 empty groups), with the same tolerances; the rest of the
-//    file runs whatever STRATA_MOE_GEMM selects (run it once with
-//    STRATA_MOE_GEMM=mma for the mma.sync kernels);
+//    file runs whatever the tuning entry moe.gemm selects (run it once with
+//    STRATA_OPTIONS=moe.gemm=mma for the mma.sync kernels);
 //  * batch-invariant mode (MoeArgs::batch_invariant): a token's output row
 //    is bit for bit the same in a call of 600 tokens and in calls of 1, 2, 8,
 //    16, 17, 64, 97 and 300 tokens taken from the start and the middle of

@@ -1,11 +1,13 @@
 // `strata generate --prompts-jsonl` and `strata bench serve` on the demo
 // model: one JSON array per input line in input order, the same greedy ids
 // whatever the concurrency, prefill chunk or prefix cache, the same ids as
-// the single-prompt mode; bench serve's JSON report; errors naming the line.
+// the single-prompt mode; bench serve's JSON report; errors naming the line;
+// the tuning --options flag (checked, listed, refused where nothing loads).
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -166,6 +168,40 @@ TEST_F(CliServeTest, BenchServeVerboseShowsWhereTheSchedulersTimeWent) {
   EXPECT_EQ(RunCli("bench serve --model " + model_ + " --input-len 8 --output-len 2 --prefill-while-decoding 0")
                 .exit_code,
             2);
+}
+
+TEST_F(CliServeTest, OptionsAreCheckedListedAndOnlyForCommandsThatLoadAModel) {
+  const Result list = RunCli("info --options");
+  ASSERT_EQ(list.exit_code, 0) << Stderr();
+  for (const char* name : {"cuda.pdl", "moe.gemm", "kda.prefill", "step.branches", "rollback"}) {
+    EXPECT_NE(list.out.find(name), std::string::npos) << name;
+  }
+  const Result mma = RunCli("info --options moe.gemm=mma");
+  ASSERT_EQ(mma.exit_code, 0) << Stderr();
+  EXPECT_NE(mma.out.find("--options: moe.gemm=mma"), std::string::npos) << mma.out;
+
+  const std::string base = "generate --model " + model_ + " --prompts-jsonl " + prompts_ +
+                           " --max-new 3 --ignore-eos --threads 1";
+  const Result plain = RunCli(base);
+  ASSERT_EQ(plain.exit_code, 0) << Stderr();
+  const Result tuned = RunCli(base + " --options cuda.pdl=0,rollback=moe");
+  ASSERT_EQ(tuned.exit_code, 0) << Stderr();
+  EXPECT_EQ(tuned.out, plain.out);
+  EXPECT_NE(Stderr().find("no tuning option applies on the CPU"), std::string::npos) << Stderr();
+
+  // The library checks the value at load (the ABI commands cannot): a
+  // failed load, naming it.
+  EXPECT_EQ(RunCli(base + " --options moe.gemm=cublas").exit_code, 1);
+  EXPECT_NE(Stderr().find("options: moe.gemm=cublas: not a choice"), std::string::npos) << Stderr();
+  EXPECT_EQ(RunCli(base + " --options").exit_code, 2);
+  EXPECT_NE(Stderr().find("--options needs a value"), std::string::npos) << Stderr();
+  EXPECT_EQ(RunCli("tokenize --model " + model_ + " --options cuda.pdl=0").exit_code, 2);
+  EXPECT_NE(Stderr().find("loads no model"), std::string::npos) << Stderr();
+  EXPECT_EQ(RunCli("info --options step.poll=1 --options step.poll=0").exit_code, 2);
+  const std::string bad_env = "STRATA_OPTIONS=step.poll=2 '" + kStrata + "' info --options";
+  EXPECT_NE(
+      std::system((bad_env + " > /dev/null 2> " + (WorkDir() / "stderr.txt").string()).c_str()), 0);
+  EXPECT_NE(Stderr().find("STRATA_OPTIONS: step.poll=2"), std::string::npos) << Stderr();
 }
 
 }  // namespace

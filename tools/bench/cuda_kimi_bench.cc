@@ -29,6 +29,7 @@
 #include "backend/cuda/kda.h"
 #include "backend/cuda/mla.h"
 #include "backend/cuda/moe.h"
+#include "base/tuning.h"
 
 namespace strata::cuda {
 namespace {
@@ -118,11 +119,10 @@ KdaGates Gates(const float* g, const float* beta, const float* nea, const float*
 }
 
 // --- KDA prefill: one layer, T tokens, from a zero state ---------------------
-// BM_CudaKdaPrefill runs the path the environment selects (the default unless
-// STRATA_KDA_PREFILL is set); BM_CudaKdaPrefillV64 and BM_CudaKdaPrefillOld
-// force the 32-column state pass and the old kernels, so one run of the
-// binary gives the A/B/C set; BM_CudaKdaPrefillRecurrent the batch-invariant
-// path.
+// BM_CudaKdaPrefill runs the path the tuning selects (the default unless
+// STRATA_OPTIONS sets kda.prefill); BM_CudaKdaPrefillOld forces the
+// reference kernels (kda.prefill=tf32), so one run of the binary gives the
+// A/B pair; BM_CudaKdaPrefillRecurrent the batch-invariant path.
 void RunKdaPrefill(benchmark::State& state, bool recurrent = false) {
   const int64_t T = state.range(0);
   cudaStream_t s = nullptr;
@@ -169,22 +169,10 @@ void RunKdaPrefill(benchmark::State& state, bool recurrent = false) {
 void BM_CudaKdaPrefill(benchmark::State& state) { RunKdaPrefill(state); }
 BENCHMARK(BM_CudaKdaPrefill)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 
-// Runs the prefill with STRATA_KDA_PREFILL set to `path` (read by KdaPrefill
-// on every call), restoring the variable afterwards.
-void RunKdaPrefillPath(benchmark::State& state, const char* path) {
-  const char* prev = std::getenv("STRATA_KDA_PREFILL");
-  const std::string saved = prev != nullptr ? prev : "";
-  setenv("STRATA_KDA_PREFILL", path, 1);
+void BM_CudaKdaPrefillOld(benchmark::State& state) {
+  const tuning::ScopedOptions arm("kda.prefill=tf32");
   RunKdaPrefill(state);
-  if (prev != nullptr) {
-    setenv("STRATA_KDA_PREFILL", saved.c_str(), 1);
-  } else {
-    unsetenv("STRATA_KDA_PREFILL");
-  }
 }
-void BM_CudaKdaPrefillV64(benchmark::State& state) { RunKdaPrefillPath(state, "v64"); }
-BENCHMARK(BM_CudaKdaPrefillV64)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
-void BM_CudaKdaPrefillOld(benchmark::State& state) { RunKdaPrefillPath(state, "old"); }
 BENCHMARK(BM_CudaKdaPrefillOld)->Arg(4096)->Arg(32768)->UseManualTime()->Unit(benchmark::kMillisecond);
 // The batch-invariant token recurrence (KdaPrefillArgs::recurrent); its FLOP
 // counter still counts the chunked form's work, for comparison.
@@ -284,9 +272,9 @@ BENCHMARK(BM_CudaMlaDecode)
     ->Unit(benchmark::kMicrosecond);
 
 // --- MoE layer: routing + grouped experts + combine ---------------------------
-// BM_CudaMoeLayer takes the GEMM the environment selects (STRATA_MOE_GEMM=
-// cutlass|mma|auto, default auto); BM_CudaMoeLayerMma forces the mma.sync
-// kernels, so one run gives the prefill A/B pair.
+// BM_CudaMoeLayer takes the GEMM the tuning selects (moe.gemm=cutlass|mma|
+// auto in STRATA_OPTIONS, default auto); BM_CudaMoeLayerMma forces the
+// mma.sync kernels, so one run gives the prefill A/B pair.
 void RunMoeLayer(benchmark::State& state, MoeGemmImpl impl) {
   const int64_t n = state.range(0);
   MoeShape shape{kE, kD, kI, kTopK, true, 2.446f};

@@ -7,8 +7,8 @@
 //
 // Reported: TFLOP/s of the causal work 2·H·(dqk + dv)·(T·past + T(T+1)/2)
 // and its % of the measured 686 TFLOP/s bf16 peak. BM_CudaMlaPrefillOld runs
-// the same with STRATA_MLA_PREFILL=old (the mma.sync kernel) for an A/B in
-// one run. Times are CUDA-event times (manual time). Inputs are random bf16
+// the same with mla.prefill=mma (the mma.sync kernel) for an A/B in one
+// run. Times are CUDA-event times (manual time). Inputs are random bf16
 // in [-1, 1] (a repeated 1M-element pattern; the speed does not depend on
 // the values). Built only with CUDA (the file is empty otherwise).
 #if defined(STRATA_HAVE_CUDA)
@@ -27,6 +27,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/mla.h"
+#include "base/tuning.h"
 
 namespace strata::cuda {
 namespace {
@@ -106,11 +107,7 @@ void RunPrefill(benchmark::State& state, bool old_path) {
   a.ld_krope = cd;
   a.out = out.as<bf16>();
 
-  if (old_path) {
-    setenv("STRATA_MLA_PREFILL", "old", 1);
-  } else {
-    unsetenv("STRATA_MLA_PREFILL");
-  }
+  const tuning::ScopedOptions arm(old_path ? "mla.prefill=mma" : "");
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   cudaEvent_t start, stop;
@@ -137,7 +134,6 @@ void RunPrefill(benchmark::State& state, bool old_path) {
   if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
   const cudaError_t err = cudaStreamSynchronize(stream);
   if (st.ok() && err != cudaSuccess) state.SkipWithError(cudaGetErrorString(err));
-  unsetenv("STRATA_MLA_PREFILL");
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaStreamDestroy(stream);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reads the per-CTA records a STRATA_CTA_PROBE build writes (cta_probe.cuh).
 
-Build with -DSTRATA_CTA_PROBE=ON, run with STRATA_CTA_PROBE=out.csv, then
+Build with -DSTRATA_CTA_PROBE=ON, run with STRATA_OPTIONS=cuda.cta_probe=out.csv, then
   python3 tools/gpu/cta_probe.py out.csv                 # the slots, a line each
   python3 tools/gpu/cta_probe.py out.csv --slots A:B     # slots A..B-1 as a timeline
 One slot is one probed launch as enqueued (a node of a captured graph keeps

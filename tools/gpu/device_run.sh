@@ -35,7 +35,7 @@ for what in "$@"; do
             --gtest_filter="${SANITIZE_FILTER:-*Small*:*Odd*:*Tiny*}" 2>&1 | tail -5 | tee -a "$OUT/sanitize.log"
         done
       done ;;
-    raw:*) # any command line, e.g. "raw:STRATA_CUDA_PDL=0 .carry/bin/strata bench ..."
+    raw:*) # any command line, e.g. "raw:STRATA_OPTIONS=cuda.pdl=0 .carry/bin/strata bench ..."
        echo "=== ${what#raw:}" | tee -a "$OUT/bench.log"
        eval "${what#raw:}" 2>&1 | tee -a "$OUT/bench.log" ;;
     *) echo "=== strata $what" | tee -a "$OUT/bench.log"

@@ -16,7 +16,7 @@
 // A megakernel would replace (1) by (2) or (3) between its steps; the
 // difference per dependency times the ~370 dependencies of a batch-1
 // Kimi-Linear step bounds what it can gain. (1) launches through the
-// backend's LaunchPdl, so STRATA_CUDA_PDL=0 measures a plain boundary. (1) is
+// backend's LaunchPdl, so STRATA_OPTIONS=cuda.pdl=0 measures a plain boundary. (1) is
 // the mean of 20 graph launches, (2) the best of 5 kernel runs. Development
 // only: built with the CUDA backend, not installed, not part of the tests.
 //

@@ -149,6 +149,7 @@ int RunSweep(const std::string& cmd, const std::string& dir, LoadOptions lo, con
   const Model& model = **loaded;
   const ModelInfo& info = model.info();
   PrintPlacementNotice(cmd, info.notice);
+  PrintTuningNotice(cmd, info.device, info.tuning);
   const int64_t V = info.vocab_size;
   std::printf("model: %s%s (%s, %d layers, %s parameters, %s of weights)\n", dir.c_str(),
               lo.load_format == LoadFormat::kDummy ? " [dummy weights]" : "", info.architecture.c_str(),
@@ -285,6 +286,7 @@ int RunBench(int argc, char** argv) {
     return kExitOk;
   }
   LoadOptions lo;
+  lo.options = OptionsFlag();
   if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &lo.device); rc != kExitOk) return rc;
   if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &lo.load_format); rc != kExitOk) {
     return rc;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -194,6 +195,64 @@ void PrintPlacementNotice(const std::string& command, const std::string& notice)
   if (!notice.empty()) std::fprintf(stderr, "strata %s: notice: %s\n", command.c_str(), notice.c_str());
 }
 
+void PrintTuningNotice(const std::string& command, const std::string& device, const std::string& tuning) {
+  // `tuning` already holds what STRATA_OPTIONS set: the library reads it.
+  if (!tuning.empty()) {
+    std::fprintf(stderr, "strata %s: notice: tuning options in effect: %s\n", command.c_str(), tuning.c_str());
+  } else if (!OptionsFlag().empty() && device == "cpu") {
+    std::fprintf(stderr, "strata %s: notice: no tuning option applies on the CPU\n", command.c_str());
+  }
+}
+
+namespace {
+
+struct OptionsFlagState {
+  bool given = false;
+  std::string value;
+};
+
+OptionsFlagState& OptionsState() {
+  static OptionsFlagState state;
+  return state;
+}
+
+}  // namespace
+
+int TakeOptionsFlag(const std::string& command, bool loads_model, int* argc, char** argv) {
+  OptionsFlagState& state = OptionsState();
+  int kept = 2;
+  for (int i = 2; i < *argc; ++i) {
+    const std::string arg = argv[i];
+    bool has_value = false;
+    std::string value;
+    if (arg == "--options") {
+      if (i + 1 < *argc && std::strncmp(argv[i + 1], "--", 2) != 0) {
+        has_value = true;
+        value = argv[++i];
+      }
+    } else if (arg.rfind("--options=", 0) == 0) {
+      has_value = true;
+      value = arg.substr(std::strlen("--options="));
+    } else {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    if (!loads_model) return Fail(command, "--options: this command loads no model", kExitUsage);
+    if (state.given) return Fail(command, "--options given twice", kExitUsage);
+    if (!has_value && command != "info") {
+      return Fail(command, "--options needs a value: key=value,... (strata info --options lists the keys)",
+                  kExitUsage);
+    }
+    state.given = true;
+    state.value = value;
+  }
+  *argc = kept;
+  return kExitOk;
+}
+
+bool OptionsFlagGiven() { return OptionsState().given; }
+const std::string& OptionsFlag() { return OptionsState().value; }
+
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -207,6 +266,7 @@ double Median(std::vector<double> v) {
 
 api::Model LoadModel(const std::string& command, const api::Engine& engine, const std::string& dir,
                      DeviceFlag device, api::ModelParams params) {
+  if (OptionsFlagGiven()) params.Options(OptionsFlag().c_str());
   switch (device) {
     case DeviceFlag::kCpu: params.Device(STRATA_DEVICE_CPU, params.c.device_index); break;
     case DeviceFlag::kAuto: params.Device(STRATA_DEVICE_AUTO, params.c.device_index); break;
@@ -227,6 +287,7 @@ api::Model LoadModel(const std::string& command, const api::Engine& engine, cons
       try {
         api::Model model(engine, dir, params);
         PrintPlacementNotice(command, notice);
+        PrintTuningNotice(command, model.Info().device, model.Info().tuning);
         return model;
       } catch (const api::Error& e) {
         // E.g. a 48B-shaped dummy model that fell back from the GPU: say both.
@@ -236,6 +297,7 @@ api::Model LoadModel(const std::string& command, const api::Engine& engine, cons
   }
   api::Model model(engine, dir, params);
   PrintPlacementNotice(command, model.Info().device_notice);
+  PrintTuningNotice(command, model.Info().device, model.Info().tuning);
   return model;
 }
 

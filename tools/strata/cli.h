@@ -108,6 +108,21 @@ int ParseLoadFormat(const std::string& command, const std::string& value, bool* 
 // Prints "strata <command>: notice: <notice>" to stderr unless it is empty
 // (the model runs somewhere other than requested, e.g. CUDA asked for, no GPU).
 void PrintPlacementNotice(const std::string& command, const std::string& notice);
+// Prints the tuning notice of a loaded model: the options it runs with that
+// differ from the defaults (`tuning`, strata_model_info::tuning, which
+// includes STRATA_OPTIONS), or that none applies on the CPU when --options
+// asked for some. `device` is strata_model_info::device.
+void PrintTuningNotice(const std::string& command, const std::string& device, const std::string& tuning);
+
+// --options STR, a flag of every command that loads a model: tuning registry
+// values for it ("key=value,...", strata_model_params::options;
+// docs/tuning.md). main() takes it out of argv (argv[2..]) before the command
+// parses its own flags. The library checks the value at load (a bad key fails
+// the load naming it). `info` also takes it without a value (list the
+// entries). Returns kExitOk or the exit code of the error it printed.
+int TakeOptionsFlag(const std::string& command, bool loads_model, int* argc, char** argv);
+bool OptionsFlagGiven();
+const std::string& OptionsFlag();  // "" when not given
 
 double SecondsSince(std::chrono::steady_clock::time_point t0);
 double Median(std::vector<double> v);

@@ -1,20 +1,38 @@
 // `strata info`: what a model directory holds, as the SDK sees it: architecture,
 // per-layer kinds, parameter count and bytes, and the decode state it needs
 // (growing per token, fixed per sequence), with totals at a few context sizes.
+// `strata info --options [STR]`: the tuning registry's table, with the values
+// STR gives over STRATA_OPTIONS (with --model, after the model's info).
 #include <cstdio>
 #include <map>
 
+#include "base/tuning.h"
 #include "internal.h"
 
 namespace strata::cli {
 namespace {
 
 constexpr char kHelp[] =
-    "usage: strata info --model DIR [--device cpu|cuda|auto] [--load-format auto|dummy]\n"
+    "usage: strata info --model DIR [--device cpu|cuda|auto] [--load-format auto|dummy] [--options [STR]]\n"
+    "       strata info --options [STR]\n"
     "\n"
     "  --model DIR          model directory (config.json + *.safetensors)\n"
     "  --device D           where to load it (default cpu); cuda/auto fall back to the CPU with a notice\n"
-    "  --load-format F      auto (default) or dummy: config.json only, random weights\n";
+    "  --load-format F      auto (default) or dummy: config.json only, random weights\n"
+    "  --options [STR]      list the tuning options (name, type, default, current value with STR over\n"
+    "                       STRATA_OPTIONS, rollback value, what it selects); STR also loads the model\n"
+    "                       with them (docs/tuning.md)\n";
+
+// The registry's table with the values the options in effect give.
+int PrintOptionsTable(const std::string& cmd) {
+  auto current = tuning::Resolve(OptionsFlag());
+  if (!current.ok()) return Fail(cmd, current.status(), kExitUsage);
+  const std::string env = tuning::EnvironmentOptions();
+  std::printf("tuning options (%s: %s; --options: %s)\n%s", tuning::kEnvironmentVariable,
+              env.empty() ? "unset" : env.c_str(), OptionsFlag().empty() ? "none" : OptionsFlag().c_str(),
+              tuning::FormatTable(*current).c_str());
+  return kExitOk;
+}
 
 }  // namespace
 
@@ -26,15 +44,18 @@ int RunInfo(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
+  if (OptionsFlagGiven() && !flags.Has("model")) return PrintOptionsTable(cmd);
   auto dir = flags.Required("model");
   if (!dir.ok()) return Fail(cmd, dir.status(), kExitUsage);
   LoadOptions lo;
+  lo.options = OptionsFlag();
   if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &lo.device); rc != kExitOk) return rc;
   if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &lo.load_format); rc != kExitOk) return rc;
   auto model = LoadModel(*dir, lo);
   if (!model.ok()) return Fail(cmd, model.status(), kExitFailure);
   const ModelInfo& info = (*model)->info();
   PrintPlacementNotice(cmd, info.notice);
+  PrintTuningNotice(cmd, info.device, info.tuning);
 
   std::printf("model:          %s%s\n", dir->c_str(),
               lo.load_format == LoadFormat::kDummy ? " (dummy weights: random)" : "");
@@ -81,6 +102,11 @@ int RunInfo(int argc, char** argv) {
                          static_cast<double>(info.state_bytes_per_token) * static_cast<double>(tokens);
     std::printf("  one sequence of %7s tokens: %s%s\n", FormatCount(tokens).c_str(), FormatBytes(total).c_str(),
                 info.max_context > 0 && tokens > info.max_context ? " (beyond the model's max context)" : "");
+  }
+  if (!info.tuning.empty()) std::printf("tuning:         %s\n", info.tuning.c_str());
+  if (OptionsFlagGiven()) {
+    std::printf("\n");
+    return PrintOptionsTable(cmd);
   }
   return kExitOk;
 }

@@ -31,6 +31,7 @@ int RunLogits(int argc, char** argv) {
     return kExitOk;
   }
   LoadOptions lo;
+  lo.options = OptionsFlag();
   if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &lo.device); rc != kExitOk) return rc;
   auto model_dir = flags.Required("model");
   auto tokens_path = flags.Required("tokens");
@@ -53,6 +54,7 @@ int RunLogits(int argc, char** argv) {
   auto model = LoadModel(*model_dir, lo);
   if (!model.ok()) return Fail(cmd, model.status(), kExitFailure);
   PrintPlacementNotice(cmd, (*model)->info().notice);
+  PrintTuningNotice(cmd, (*model)->info().device, (*model)->info().tuning);
   const int64_t vocab = (*model)->info().vocab_size;
   auto state = (*model)->NewState(T);
   if (!state.ok()) return Fail(cmd, state.status(), ExitCodeFor(state.status()));

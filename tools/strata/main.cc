@@ -26,7 +26,11 @@ void PrintUsage(FILE* out) {
                "  tokenize         token ids of each line of a JSONL file of strings\n"
                "  detokenize       text of each line of a JSONL file of id arrays\n"
                "  template         render a conversation (JSON) with the model's chat template\n"
-               "  version          print the version\n");
+               "  version          print the version\n"
+               "\n"
+               "commands that load a model (run, info, logits, generate, bench) take --options STR: tuning\n"
+               "options for it, key=value,... over the environment variable STRATA_OPTIONS (docs/tuning.md);\n"
+               "strata info --options lists them.\n");
 }
 
 }  // namespace
@@ -46,6 +50,9 @@ int main(int argc, char** argv) {
     std::printf("strata %s\n", STRATA_VERSION_STRING);
     return kExitOk;
   }
+  const bool loads_model = cmd == "logits" || cmd == "generate" || cmd == "info" ||
+                           cmd == "bench" || cmd == "run";
+  if (int rc = TakeOptionsFlag(cmd, loads_model, &argc, argv); rc != kExitOk) return rc;
   if (cmd == "logits") return RunLogits(argc, argv);
   if (cmd == "generate") return RunGenerate(argc, argv);
   if (cmd == "info") return RunInfo(argc, argv);

@@ -136,7 +136,8 @@ class _ModelInfo(ctypes.Structure):
                 ("parameter_bytes", ctypes.c_uint64), ("max_context_tokens", ctypes.c_int64),
                 ("state_bytes_per_token", ctypes.c_uint64),
                 ("state_bytes_per_sequence", ctypes.c_uint64),
-                ("device", ctypes.c_char_p), ("device_notice", ctypes.c_char_p)]
+                ("device", ctypes.c_char_p), ("device_notice", ctypes.c_char_p),
+                ("tuning", ctypes.c_char_p)]
 
 
 class _SessionParams(ctypes.Structure):
@@ -474,7 +475,7 @@ class Model:
         info.struct_size = ctypes.sizeof(_ModelInfo)
         _check(library().strata_model_get_info(self._h, ctypes.byref(info)))
         out = {name: getattr(info, name) for name, _ in _ModelInfo._fields_ if name != "struct_size"}
-        for name in ("architecture", "device", "device_notice"):
+        for name in ("architecture", "device", "device_notice", "tuning"):
             out[name] = out[name].decode("utf-8", "replace")
         return out
 

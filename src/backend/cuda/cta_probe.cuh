@@ -1,7 +1,7 @@
 // Per-CTA timestamps for the decode kernels, a diagnostic compiled in only
 // with the CMake option STRATA_CTA_PROBE (default OFF: every macro below is
-// empty and the kernels are unchanged). With it, and the environment
-// variable STRATA_CTA_PROBE=path at run time, each probed launch gets a slot
+// empty and the kernels are unchanged). With it, and the tuning option
+// cuda.cta_probe=path at run time, each probed launch gets a slot
 // of records in mapped host memory when it is enqueued (once per node of a
 // captured graph, so a replay overwrites its slot); thread 0 of each CTA
 // writes {SM id, start, after the PDL wait, end} (%globaltimer ns), and the

@@ -5,7 +5,6 @@
 // error state is cleared so the next call starts clean.
 #include "backend/cuda/cuda_common.h"
 
-#include <cstdlib>
 #include <cstring>
 #ifdef STRATA_CTA_PROBE
 #include <cstdio>
@@ -54,15 +53,7 @@ Status CudaError(cudaError_t err, const char* what) {
   return Make(err, "", what);
 }
 
-bool EnvSwitchOn(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-bool PdlEnabled() {
-  static const bool enabled = EnvSwitchOn("STRATA_CUDA_PDL");
-  return enabled;
-}
+bool PdlEnabled() { return tuning::Current().On(tuning::Key::kCudaPdl); }
 
 Status LaunchStatus(const char* kernel) {
   const cudaError_t err = cudaGetLastError();
@@ -74,7 +65,8 @@ Status LaunchStatus(const char* kernel) {
 
 #ifdef STRATA_CTA_PROBE
 // The CTA probe's records (cta_probe.cuh): mapped host memory, one slot per
-// probed launch as it is enqueued, written to $STRATA_CTA_PROBE at exit.
+// probed launch as it is enqueued, written at exit to the first
+// cuda.cta_probe path asked for.
 namespace strata::cuda {
 namespace {
 
@@ -105,9 +97,9 @@ struct ProbeBook {
 }  // namespace
 
 unsigned long long* CtaProbeSlot(const char* tag, int64_t ctas) {
-  static const char* path = std::getenv("STRATA_CTA_PROBE");
   static ProbeBook book;
-  if (path == nullptr || ctas <= 0) return nullptr;
+  const std::string& path = tuning::Current().Text(tuning::Key::kCudaCtaProbe);
+  if (path.empty() || ctas <= 0) return nullptr;
   if (book.host == nullptr) {
     book.path = path;
     book.words = size_t{16} << 20;

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "base/status.h"
+#include "base/tuning.h"
 
 namespace strata::cuda {
 
@@ -40,20 +41,18 @@ Status CudaError(cudaError_t err, const char* what);
 // The status of the last launch on this thread: OK, or an error naming `kernel`.
 Status LaunchStatus(const char* kernel);
 
-// Whether a diagnostic A/B switch is on: true unless the environment variable
-// `name` is "0". Reads the environment on every call; callers keep the answer
-// in a function-local static, so a process reads each switch once.
-bool EnvSwitchOn(const char* name);
+// The host functions' switches (experiment arms, rollback paths) are entries
+// of the tuning registry, read through tuning::Current(): the Config the
+// calling executor installed (base/tuning.h).
 
 // Whether kernel launches ask for programmatic dependent launch (see pdl.cuh):
-// on unless the environment variable STRATA_CUDA_PDL is "0" when first asked.
-// A diagnostic switch for A/B timing; results are identical either way.
+// the registry's cuda.pdl. Results are identical either way.
 bool PdlEnabled();
 
 #ifdef STRATA_CTA_PROBE
 // Device pointer to `ctas` records of 4 words for a launch tagged `tag`;
-// null when the environment variable STRATA_CTA_PROBE is unset or the
-// buffer (16 M words) is full. See cta_probe.cuh.
+// null when cuda.cta_probe is empty or the buffer (16 M words) is full. The
+// first path asked for in the process gets every record. See cta_probe.cuh.
 unsigned long long* CtaProbeSlot(const char* tag, int64_t ctas);
 #endif
 

@@ -67,11 +67,11 @@
 // registers before its PDL wait, i.e. while the previous kernel of the step
 // drains: at batch 1 a GEMV's fixed cost (ramp and tail, ~3 µs in the
 // captured step) is what separates it from its bytes' time. Measured against
-// prefetching the same round into L2 (STRATA_GEMV_PRELOAD=0), batch-1 decode
+// prefetching the same round into L2 (gemv.preload=0), batch-1 decode
 // of the 48B model at 4K: 2.590 → 2.466 ms per step. A warp with a second
 // round copies it into shared memory before the wait too (cp.async, 64 KB
 // per CTA; GemvParams::stage_round), for one x row: 2.366/2.395 → 2.348/2.370
-// ms (session 10, STRATA_GEMV_STAGE=0 vs default in one device call).
+// ms (gemv.stage=0 vs default in one device call).
 // A stream-K variant (equal bytes per warp, split tiles reduced by the last
 // arriving warp) measured slower on 9 of 11 decode shapes (the reduction
 // costs more than the balance gains) and was removed.
@@ -1102,20 +1102,14 @@ bool FastShape(const Problem& pr) {
 }
 
 // Whether the GEMV loads its first round of weights into registers before
-// the PDL wait (GemvParams::preload); STRATA_GEMV_PRELOAD=0 makes it prefetch
-// that round into L2 instead (A/B switch; the arithmetic is the same).
-bool GemvPreload() {
-  static const bool on = EnvSwitchOn("STRATA_GEMV_PRELOAD");
-  return on;
-}
+// the PDL wait (GemvParams::preload); gemv.preload=0 makes it prefetch that
+// round into L2 instead (the arithmetic is the same).
+bool GemvPreload() { return tuning::Current().On(tuning::Key::kGemvPreload); }
 
 // Whether a GEMV whose warps have a second round of weights also copies it
 // into shared memory before the PDL wait (GemvParams::stage_round);
-// STRATA_GEMV_STAGE=0 turns that off (A/B switch; the arithmetic is the same).
-bool GemvStage() {
-  static const bool on = EnvSwitchOn("STRATA_GEMV_STAGE");
-  return on;
-}
+// gemv.stage=0 turns that off (the arithmetic is the same).
+bool GemvStage() { return tuning::Current().On(tuning::Key::kGemvStage); }
 
 // Sets p's streaming-kernel plan for a call of m rows of x: tiles per CTA
 // and k split from `plan`, the first round preloaded, and the second staged
@@ -1158,12 +1152,9 @@ Status RunSmallM(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {
   return OkStatus();
 }
 
-// Whether GemvRoute fuses (STRATA_GEMV_ROUTE=0 turns it off, an A/B switch:
-// the caller then runs Gemm and its own route kernel, the same bits).
-bool GemvRouteEnabled() {
-  static const bool on = EnvSwitchOn("STRATA_GEMV_ROUTE");
-  return on;
-}
+// Whether GemvRoute fuses (gemv.route=0 turns it off: the caller then runs
+// Gemm and its own route kernel, the same bits).
+bool GemvRouteEnabled() { return tuning::Current().On(tuning::Key::kGemvRoute); }
 
 // Any m, any shape: RunSmallM over 16-row slices of x and y.
 Status RunSlices(BlasContext& ctx, const Problem& pr, cudaStream_t stream) {

@@ -50,7 +50,7 @@
 // tensor cores as tf32 (10-bit mantissa, rounded with cvt.rna). The default
 // state pass multiplies bf16 operands (W, Q', Kd rounded once when written;
 // S and V_new rounded as mma operands each chunk, S itself kept fp32 in
-// registers), as fla's chunk_kda does; the old path (STRATA_KDA_PREFILL=old)
+// registers), as fla's chunk_kda does; the reference path (kda.prefill=tf32)
 // keeps them tf32. The per-channel decay is never split into
 // exp(Γ_i)·exp(−Γ_j) (overflow): within a 16-token diagonal block
 // exp(Γ_i − Γ_j) is formed pairwise, and off-diagonal blocks go through the
@@ -827,8 +827,8 @@ bool StepIsFast(const KdaShape& s, const void* state) {
 //     norms, cumulative decay Γ, the A and B matrices, T' = (I + A)^-1·diag(β),
 //     and the chunk's factors W = T'·(K̂⊙e^Γ), U = T'·V, Q' = Q̂⊙e^Γ − B·W,
 //     O_intra = B·U, Kd = K̂⊙e^(Γ_last − Γ), decay = e^Γ_last → workspace.
-//  2. KdaChunkRecurrenceKernel (old) / KdaChunkRecurrenceV2Kernel (default),
-//     one CTA per (32 or 64 value columns, head), walking the chunks in order
+//  2. KdaChunkRecurrenceKernel (old: kda.prefill=tf32) / KdaChunkRecurrenceV2Kernel
+//     (default), one CTA per (32 value columns, head), walking the chunks in order
 //     with S in registers:
 //       V_new = U − W·S;  O = O_intra + Q'·S;  S = diag(decay)·S + Kdᵀ·V_new.
 //     (O = (Q̂⊙e^Γ)·S + B·V_new of the CPU code with B·W·S folded into Q' so
@@ -1680,8 +1680,7 @@ struct RecV2Layout {
 // mma work is ~0.3 µs at 32 columns), so 64 was expected to win; measured on
 // the H200 (2026-11-30, BM_CudaKdaPrefill*, T=32768) 32 columns take 5.74 ms
 // and 64 columns 6.43 ms (4096: 0.74 vs 0.83 ms): the 128-CTA grid's extra
-// parallelism outweighs the L2 traffic, so 32 is the default and
-// STRATA_KDA_PREFILL=v64 picks 64 for A/B runs.
+// parallelism outweighs the L2 traffic, so the pass runs 32 columns.
 template <int kVt>
 __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(const PrefillParams p) {
   using L = RecV2Layout<kVt>;
@@ -2067,17 +2066,11 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 int64_t NumChunks(int64_t tokens) { return (tokens + kChunk - 1) / kChunk; }
 
-// STRATA_KDA_PREFILL selects the prefill path for A/B runs: "old" the
-// fp32-workspace / tf32 kernels, "v64" the default kernels with 64-column
-// state-pass tiles; anything else (or unset) the default (32-column tiles). Read on every call
-// (a getenv, no runtime call) so one process can compare.
-enum class PrefillPath { kDefault, kOld, kV64 };
-PrefillPath SelectedPrefillPath() {
-  const char* e = std::getenv("STRATA_KDA_PREFILL");
-  if (e == nullptr) return PrefillPath::kDefault;
-  if (std::strcmp(e, "old") == 0) return PrefillPath::kOld;
-  if (std::strcmp(e, "v64") == 0) return PrefillPath::kV64;
-  return PrefillPath::kDefault;
+// kda.prefill=tf32 takes the reference path: the fp32-workspace / tf32
+// kernels.
+bool ReferencePrefill() {
+  return tuning::Current().Choice<tuning::KdaPrefill>(tuning::Key::kKdaPrefill) ==
+         tuning::KdaPrefill::kTf32;
 }
 
 // Raises the prefill kernels' dynamic shared-memory limit, once per device: a
@@ -2097,12 +2090,9 @@ Status AllowPrefillSharedMemory() {
       kIntraSmemBytes));
   STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
       KdaChunkRecurrenceKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRecSmemBytes));
-  STRATA_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(KdaChunkRecurrenceV2Kernel<32>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, RecV2Layout<32>::kSmemBytes));
-  STRATA_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(KdaChunkRecurrenceV2Kernel<64>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, RecV2Layout<64>::kSmemBytes));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(KdaChunkRecurrenceV2Kernel<32>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   RecV2Layout<32>::kSmemBytes));
   done_mask.fetch_or(bit, std::memory_order_release);
   return OkStatus();
 }
@@ -2176,8 +2166,7 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
   STRATA_RETURN_IF_ERROR(AllowPrefillSharedMemory());
 
   const int64_t total_chunks = NumChunks(args.num_tokens);
-  const PrefillPath path = SelectedPrefillPath();
-  if (path == PrefillPath::kOld) {
+  if (ReferencePrefill()) {
     const int v_tiles = static_cast<int>((s.value_dim + kVt - 1) / kVt);
     for (int64_t c0 = 0; c0 < total_chunks; c0 += kMaxChunksPerPass) {
       p.t_begin = c0 * kChunk;
@@ -2195,22 +2184,16 @@ Status KdaPrefill(const KdaPrefillArgs& args, void* workspace, size_t workspace_
   // many chunks as the caller's workspace holds: fewer, fuller launches.
   const int64_t fit = static_cast<int64_t>(workspace_bytes / (kV2ItemBytes * s.num_heads));
   const int64_t per_pass = std::max<int64_t>(1, std::min<int64_t>(fit, total_chunks));
-  const bool narrow = path != PrefillPath::kV64;
-  const int vt = narrow ? 32 : 64;
-  const int v_tiles = static_cast<int>((s.value_dim + vt - 1) / vt);
+  constexpr int kV2Tile = 32;
+  const int v_tiles = static_cast<int>((s.value_dim + kV2Tile - 1) / kV2Tile);
   for (int64_t c0 = 0; c0 < total_chunks; c0 += per_pass) {
     p.t_begin = c0 * kChunk;
     p.num_chunks = static_cast<int>(std::min(per_pass, total_chunks - c0));
     KdaIntraChunkKernel<bf16, kIntraV2Threads>
         <<<dim3(p.num_chunks, p.heads), kIntraV2Threads, kIntraSmemBytes, stream>>>(p);
     STRATA_RETURN_IF_ERROR(LaunchStatus("KdaIntraChunkKernel"));
-    if (narrow) {
-      KdaChunkRecurrenceV2Kernel<32><<<dim3(v_tiles, p.heads), kV2Threads,
-                                       RecV2Layout<32>::kSmemBytes, stream>>>(p);
-    } else {
-      KdaChunkRecurrenceV2Kernel<64><<<dim3(v_tiles, p.heads), kV2Threads,
-                                       RecV2Layout<64>::kSmemBytes, stream>>>(p);
-    }
+    KdaChunkRecurrenceV2Kernel<kV2Tile>
+        <<<dim3(v_tiles, p.heads), kV2Threads, RecV2Layout<kV2Tile>::kSmemBytes, stream>>>(p);
     STRATA_RETURN_IF_ERROR(LaunchStatus("KdaChunkRecurrenceV2Kernel"));
   }
   return OkStatus();

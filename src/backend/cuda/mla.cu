@@ -30,7 +30,7 @@
 // shape takes a plain fp32 kernel that is slow but obviously correct (the test
 // fixtures' odd sizes).
 // Prefill at dn = 128, dr = 64, dv = 128 takes the wgmma kernel on sm_90
-// devices (STRATA_MLA_PREFILL=old: the mma.sync kernel, for A/B runs).
+// devices (mla.prefill=mma: the mma.sync kernel, the reference).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -622,7 +622,7 @@ struct MergeParams {
   void* out;
   bool out_f32;
   // Wide kernel: its first batch of partials is loaded before the weights
-  // are formed (STRATA_MLA_MERGE_EARLY=0: after; an A/B switch, same bits).
+  // are formed (mla.merge_early=0: after; the same bits).
   bool early_partials;
 };
 
@@ -1637,12 +1637,10 @@ bool IsSm90Device() {
   return major.ok() && minor.ok() && *major == 9 && *minor == 0;
 }
 
-// STRATA_MLA_PREFILL=old keeps the mma.sync prefill kernel instead of the
-// wgmma one, for A/B runs in one process (read on every call: a getenv, no
-// runtime call).
+// mla.prefill=mma keeps the mma.sync prefill kernel instead of the wgmma one.
 bool OldPrefillSelected() {
-  const char* e = std::getenv("STRATA_MLA_PREFILL");
-  return e != nullptr && std::strcmp(e, "old") == 0;
+  return tuning::Current().Choice<tuning::MlaPrefill>(tuning::Key::kMlaPrefill) ==
+         tuning::MlaPrefill::kMma;
 }
 
 }  // namespace
@@ -1710,12 +1708,8 @@ size_t MlaDecodeWorkspaceBytes(const MlaShape& shape, int64_t batch, int64_t max
 }
 
 namespace {
-// STRATA_MLA_CACHE_EARLY=0 ignores MlaDecodeArgs::cache_before_wait (A/B
-// switch; the same bits).
-bool MlaCacheEarlyEnabled() {
-  static const bool on = EnvSwitchOn("STRATA_MLA_CACHE_EARLY");
-  return on;
-}
+// mla.cache_early=0 ignores MlaDecodeArgs::cache_before_wait (the same bits).
+bool MlaCacheEarlyEnabled() { return tuning::Current().On(tuning::Key::kMlaCacheEarly); }
 }  // namespace
 
 Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_bytes,
@@ -1816,8 +1810,7 @@ Status MlaDecode(const MlaDecodeArgs& args, void* workspace, size_t workspace_by
       m.r = static_cast<int>(s.kv_rank);
       m.out = args.out_latent;
       m.out_f32 = out_f32;
-      static const bool early_partials = EnvSwitchOn("STRATA_MLA_MERGE_EARLY");
-      m.early_partials = early_partials;
+      m.early_partials = tuning::Current().On(tuning::Key::kMlaMergeEarly);
       // The wide merge sums the splits in four interleaved streams and is
       // chosen by the batch size: never in batch-invariant mode.
       if (!invariant && static_cast<int64_t>(heads) * args.batch < SmCount()) {

@@ -38,7 +38,7 @@
 //     ceil(n·k/64) + min(E, n·k) tiles and CTAs past the real count exit. The
 //     gate|up CTA's 128 weight rows interleave 16 gate rows and the matching
 //     16 up rows, so silu(g)·u is formed in registers.
-//   prefill, bf16 experts, builds with CUTLASS: from STRATA_MOE_CUTLASS_MIN_ROWS
+//   prefill, bf16 experts, builds with CUTLASS: from moe.cutlass_min_rows
 //     rows on (MoeGemmImpl), steps 3-4 are CUTLASS's Hopper ptr-array grouped
 //     GEMM instead (moe_grouped_gemm_sm90.h: TMA + wgmma, x gathered into
 //     expert-sorted rows first); route, plan and combine stay here.
@@ -1049,7 +1049,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) MoeDownGemvKernel(MoeParams p
 // ... over k half w / 8, so every warp streams its 18 rows in two dependent
 // rounds of loads instead of four (K = 1024). Partial results go to shared
 // memory per half; then y[t, d] = Σ_j wt[t, j] · (part₀ + part₁)[t, j, d] in
-// j order. kSplit = 1: 8 warps over the whole k range (STRATA_MOE_DOWN_SPLIT=0).
+// j order. kSplit = 1: 8 warps over the whole k range (moe.down_split=0).
 template <int V, typename W, int kSplit>
 __global__ void __launch_bounds__(kGemvThreads * kSplit) MoeDownCombineKernel(MoeParams p) {
   static_assert(kSplit == 1 || std::is_same_v<W, bf16>, "FP8 rows are not split");
@@ -1453,12 +1453,11 @@ __global__ void __launch_bounds__(kDequantThreads) MoeDequantExpertsKernel(MoePa
 // Host side.
 
 // Whether one token may be routed by the whole CTA (RouteTokenCta): sigmoid
-// scores and no group limit (STRATA_MOE_CTA_ROUTE=0 turns it off, a
-// diagnostic switch for A/B timing; the results are the same bits).
+// scores and no group limit (moe.cta_route=0 turns it off; the results are
+// the same bits).
 bool UseCtaRoute(int64_t num_tokens, const MoeShape& s) {
-  static const bool enabled = EnvSwitchOn("STRATA_MOE_CTA_ROUTE");
-  return enabled && num_tokens == 1 && !s.softmax && s.num_groups <= 1 &&
-         s.num_experts <= kMaxExperts && s.top_k <= kMaxTopK;
+  return tuning::Current().On(tuning::Key::kMoeCtaRoute) && num_tokens == 1 && !s.softmax &&
+         s.num_groups <= 1 && s.num_experts <= kMaxExperts && s.top_k <= kMaxTopK;
 }
 
 // Calls f(std::integral_constant<int, kPer>{}) with the biased scores per
@@ -1501,26 +1500,17 @@ Status RouteOnly(const MoeParams& p, cudaStream_t stream) {
 }
 
 // Whether a routed token may skip the plan (MoeParams::direct);
-// STRATA_MOE_DIRECT=0 turns that off (A/B switch; the same bits either way).
-bool DirectEnabled() {
-  static const bool enabled = EnvSwitchOn("STRATA_MOE_DIRECT");
-  return enabled;
-}
+// moe.direct=0 turns that off (the same bits either way).
+bool DirectEnabled() { return tuning::Current().On(tuning::Key::kMoeDirect); }
 
 // Whether the one-token down+combine kernel loads its first weights before
-// its PDL wait (MoeParams::down_preload); STRATA_MOE_DOWN_PRELOAD=0 turns
-// that off (A/B switch; the same bits either way).
-bool DownPreloadEnabled() {
-  static const bool enabled = EnvSwitchOn("STRATA_MOE_DOWN_PRELOAD");
-  return enabled;
-}
+// its PDL wait (MoeParams::down_preload); moe.down_preload=0 turns that off
+// (the same bits either way).
+bool DownPreloadEnabled() { return tuning::Current().On(tuning::Key::kMoeDownPreload); }
 
 // Whether a gate|up row short enough fits one group of loads per warp
-// (STRATA_MOE_ONE_ROUND=0 turns that off, a diagnostic switch for A/B timing).
-bool OneRoundEnabled() {
-  static const bool enabled = EnvSwitchOn("STRATA_MOE_ONE_ROUND");
-  return enabled;
-}
+// (moe.one_round=0 turns that off).
+bool OneRoundEnabled() { return tuning::Current().On(tuning::Key::kMoeOneRound); }
 
 // Whether 16-byte loads read a gate|up row of `hidden` elements in one group
 // (5 to 9 steps of 256: the kernels' kU > 0).
@@ -1557,23 +1547,16 @@ void (*GateUpKernelFor(int hidden, bool direct))(MoeParams) {
 // the next kernel's CTAs find room sooner. At 4K, 8 → 4 warps: batch 1
 // 2.233–2.244 → 2.194–2.195 ms (2 warps: 2.193–2.206), batch 8 7.854–7.889
 // → 7.803–7.832 ms, batch 32 20.93 → 20.42 ms (docs/performance.md, session
-// 15). STRATA_MOE_GATE_UP_WARPS=2|4|8 picks (A/B switch; the same bits: a
-// feature's products do not depend on it).
+// 15). moe.gate_up_warps=2|4|8 picks (the same bits: a feature's products do
+// not depend on it).
 int GateUpWarps() {
-  static const int warps = [] {
-    const char* v = std::getenv("STRATA_MOE_GATE_UP_WARPS");
-    const int w = v != nullptr ? std::atoi(v) : 4;
-    return w == 2 || w == 8 ? w : 4;
-  }();
-  return warps;
+  constexpr int kWarps[] = {2, 4, 8};  // the entry's choices, in order
+  return kWarps[tuning::Current().Int(tuning::Key::kMoeGateUpWarps)];
 }
 
 // Whether the fused down+combine splits each row's k range between two warps
-// (STRATA_MOE_DOWN_SPLIT=0: one warp per row over all of k; an A/B switch).
-bool DownSplitEnabled() {
-  static const bool enabled = EnvSwitchOn("STRATA_MOE_DOWN_SPLIT");
-  return enabled;
-}
+// (moe.down_split=0: one warp per row over all of k).
+bool DownSplitEnabled() { return tuning::Current().On(tuning::Key::kMoeDownSplit); }
 
 template <int V, typename W>
 Status LaunchGemvPath(MoeParams p, bool vec4_y, cudaStream_t stream) {
@@ -1675,24 +1658,25 @@ Status LaunchGemmPath(const MoeParams& p, bool vec4_y, int fp8_chunk, cudaStream
 }
 
 // The CUTLASS grouped GEMM for this call? MoeArgs::gemm_impl, else
-// STRATA_MOE_GEMM=cutlass|mma|auto (read on every call so one process can
-// time both), else auto: from STRATA_MOE_CUTLASS_MIN_ROWS rows (n·k) on,
-// default kSm90MinRows. Measured on the H200 (2026-11-30, BM_CudaMoeLayer vs
+// moe.gemm=cutlass|mma|auto, and auto from moe.cutlass_min_rows rows (n·k)
+// on, default 4096. Measured on the H200 (2026-11-30, BM_CudaMoeLayer vs
 // BM_CudaMoeLayerMma, Kimi-Linear-48B shapes): CUTLASS wins from n = 2048
 // tokens (16384 rows: 1.16 vs 2.15 ms) up (8192: 2.49 vs 5.53 ms; 32768:
 // 8.22 vs 20.5 ms); between 4096 and 16384 rows the crossover is not
 // measured yet, so 4096 stays the threshold there.
-constexpr int64_t kSm90MinRows = 4096;
 bool UseSm90(MoeGemmImpl impl, int64_t rows) {
   if (impl == MoeGemmImpl::kCutlass) return true;
   if (impl == MoeGemmImpl::kMma) return false;
-  if (const char* v = std::getenv("STRATA_MOE_GEMM")) {
-    if (std::strcmp(v, "cutlass") == 0) return true;
-    if (std::strcmp(v, "mma") == 0) return false;
+  const tuning::Config& t = tuning::Current();
+  switch (t.Choice<tuning::MoeGemm>(tuning::Key::kMoeGemm)) {
+    case tuning::MoeGemm::kCutlass:
+      return true;
+    case tuning::MoeGemm::kMma:
+      return false;
+    case tuning::MoeGemm::kAuto:
+      break;
   }
-  int64_t min_rows = kSm90MinRows;
-  if (const char* v = std::getenv("STRATA_MOE_CUTLASS_MIN_ROWS")) min_rows = std::atoll(v);
-  return rows >= min_rows;
+  return rows >= t.Int(tuning::Key::kMoeCutlassMinRows);
 }
 
 Status LaunchSm90Path(const MoeParams& p, char* ws, const Layout& l, bool vec4_y,
@@ -1731,11 +1715,8 @@ bool DirectPath(const MoeArgs& a) {
          !GemmShape(s, a.num_tokens * s.top_k) && DirectEnabled();
 }
 
-// STRATA_MOE_FOLD_SHARED=0 keeps the shared expert out of the one-token path.
-bool FoldEnabled() {
-  static const bool enabled = EnvSwitchOn("STRATA_MOE_FOLD_SHARED");
-  return enabled;
-}
+// moe.fold_shared=0 keeps the shared expert out of the one-token path.
+bool FoldEnabled() { return tuning::Current().On(tuning::Key::kMoeFoldShared); }
 
 // MoeFoldsSharedExpert for a call whose DirectPath is `direct`.
 bool FoldsSharedExpert(const MoeArgs& a, bool direct) {

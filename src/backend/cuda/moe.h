@@ -57,10 +57,10 @@ struct MoeFp8Experts {
 
 // Which tensor-core grouped GEMM a prefill-sized bf16 call takes: CUTLASS's
 // Hopper ptr-array grouped GEMM (TMA + wgmma; only in builds with CUTLASS,
-// see moe_grouped_gemm_sm90.h) or the mma.sync kernels. kAuto: the
-// STRATA_MOE_GEMM environment variable (cutlass|mma|auto), else CUTLASS from
-// STRATA_MOE_CUTLASS_MIN_ROWS (default 4096) rows n·k on. FP8 experts and
-// builds without CUTLASS always take mma.sync.
+// see moe_grouped_gemm_sm90.h) or the mma.sync kernels. kAuto: the tuning
+// entry moe.gemm (cutlass|mma|auto), and auto takes CUTLASS from
+// moe.cutlass_min_rows (default 4096) rows n·k on. FP8 experts and builds
+// without CUTLASS always take mma.sync.
 enum class MoeGemmImpl { kAuto, kMma, kCutlass };
 
 struct MoeArgs {
@@ -106,8 +106,7 @@ struct MoeArgs {
   // the last bits. The shared expert's CTAs also copy x before they wait
   // for routing, so x must be complete by the time the kernel that wrote
   // router_logits finishes (it is whenever that kernel reads x, as a router
-  // GEMM does, on this stream). STRATA_MOE_FOLD_SHARED=0 turns the fold off
-  // (A/B switch).
+  // GEMM does, on this stream). moe.fold_shared=0 turns the fold off.
   const bf16* shared_w13 = nullptr;
   const bf16* shared_w2 = nullptr;
   // The router: when router_w ([E, D] bf16, 16-byte aligned) is set,

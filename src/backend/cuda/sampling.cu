@@ -546,10 +546,9 @@ Status SampleTokens(const float* logits, int64_t batch, int64_t vocab, const Gpu
   if (workspace != nullptr && workspace_bytes >= SampleWorkspaceBytes(batch, vocab) &&
       IsAligned(workspace, 16) && batch <= 65535) {
     p.partials = static_cast<ScanPartial*>(workspace);
-    // STRATA_SAMPLE_SCAN_GREEDY=0: greedy rows wait for SampleKernel as
-    // well (A/B switch; the same tokens).
-    static const bool scan_greedy = EnvSwitchOn("STRATA_SAMPLE_SCAN_GREEDY");
-    if (scan_greedy) {
+    // sampling.scan_greedy=0: greedy rows wait for SampleKernel as well
+    // (the same tokens).
+    if (tuning::Current().On(tuning::Key::kSamplingScanGreedy)) {
       const size_t rows = workspace_bytes / kWorkspaceRowBytes;  // ≥ batch
       p.tickets = reinterpret_cast<unsigned int*>(p.partials + rows * kScanChunks);
     }

@@ -8,8 +8,13 @@
 // (DecodeVariant).
 //
 // Locking: mu_ serialises everything that uses the stream, the scratch and the
-// pinned mirrors (one forward pass at a time); the PagedStateBook has its own
-// lock because states are destroyed without the model's.
+// pinned mirrors (one forward pass at a time; see Turn); the PagedStateBook
+// has its own lock because states are destroyed without the model's.
+//
+// Tuning: the executor resolves its tuning::Config at load (ResolveTuning)
+// and reads its own switches from tuning_; the backend's host functions read
+// tuning::Current(), which every Turn (and the load) sets to tuning_, so a
+// decode graph is captured with this model's choices.
 #ifndef STRATA_MODEL_MODELS_CUDA_EXECUTOR_BASE_H_
 #define STRATA_MODEL_MODELS_CUDA_EXECUTOR_BASE_H_
 
@@ -28,6 +33,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/sampling.h"
+#include "base/tuning.h"
 #include "model/model.h"
 #include "model/models/cuda_paged_state.h"
 #include "model/models/paged_state_book.h"
@@ -81,9 +87,9 @@ class CudaExecutorBase : public Model {
 
   // Whether a decode step's input norms (each architecture's EnqueueLayers)
   // and its final norm let the next kernel, a weight-streaming GEMV, launch
-  // before their PDL wait (AddRmsNorm's early_trigger). STRATA_NORM_EARLY=0
-  // turns it off (A/B switch; same results).
-  static bool NormEarlyTrigger();
+  // before their PDL wait (AddRmsNorm's early_trigger; norm.early, same
+  // results).
+  bool NormEarlyTrigger() const { return tuning_.On(tuning::Key::kNormEarly); }
 
   // What shapes a decode step beyond its batch size and sampling: the
   // attention length bound (0 when unused) and, for DSA, whether the step is
@@ -120,7 +126,7 @@ class CudaExecutorBase : public Model {
     int32_t* step = nullptr;         // [4, max_batch]: tokens | slots | positions | seq_lens
     int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
     cuda::GpuSamplingRow* sampling = nullptr;  // [max_batch]
-    int32_t* sampled = nullptr;                // [max_batch] (only with STRATA_STEP_UPLOAD=0)
+    int32_t* sampled = nullptr;                // [max_batch] (only with step.upload=0)
     float* h = nullptr;                        // [rows, D] residual stream
     bf16* xn = nullptr;                        // [rows, D]
     float* logits = nullptr;                   // [max(max_batch, logits_chunk_rows), V]
@@ -163,7 +169,7 @@ class CudaExecutorBase : public Model {
   // them on side_. Fork: side_ waits for everything enqueued on stream_ so
   // far; Join: stream_ waits for everything enqueued on side_ so far (a
   // captured graph keeps both as edges). Branching(n) is true for decode
-  // steps of n ≤ cuda::kGemvMaxRows rows (unless STRATA_DECODE_BRANCHES=0):
+  // steps of n ≤ cuda::kGemvMaxRows rows (unless step.branches=0):
   // side_ then only runs Gemm calls of that size, i.e. the workspace-free
   // streaming kernel, so cuBLASLt never runs on two streams at once (its
   // calls share the BlasContext's workspace). Each kernel computes what it
@@ -216,8 +222,23 @@ class CudaExecutorBase : public Model {
   // weight-upload staging), the slot/block book and the block-table owners.
   Status InitRuntime(int64_t slots, int64_t blocks, bool cuda_graphs, size_t extra_pinned,
                      char** extra);
+  // First in a load: tuning_ from LoadOptions::options over STRATA_OPTIONS.
+  // The load then holds a tuning::Scope on tuning_ for its own launches.
+  Status ResolveTuning(const LoadOptions& options);
+
+  // Held by every call that uses the stream: mu_, the model's device as the
+  // thread's current one, and tuning_ as the thread's tuning::Current().
+  class Turn {
+   public:
+    explicit Turn(const CudaExecutorBase& model);
+
+   private:
+    std::lock_guard<std::mutex> lock_;
+    tuning::Scope tuned_;
+  };
 
   // --- state of the runtime (set at load) ------------------------------------
+  tuning::Config tuning_;
   Frame frame_;
   StateLayout layout_;
   int device_ = 0;
@@ -257,7 +278,7 @@ class CudaExecutorBase : public Model {
   // Pinned host mirrors of the per-step device inputs, and result staging.
   // By default a decode step's kernels use them directly: its first kernel
   // reads h_step_ and h_sampling_, its sampling kernel writes h_sampled_
-  // (StepIoInKernels in cuda_executor_base_cuda.cc; STRATA_STEP_UPLOAD=0
+  // (StepIoInKernels in cuda_executor_base_cuda.cc; step.upload=0
   // goes through Frame::step, sampling and sampled with copies instead).
   void* pinned_ = nullptr;
   int32_t* h_step_ = nullptr;         // [4, max_batch]

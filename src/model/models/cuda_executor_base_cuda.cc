@@ -33,30 +33,21 @@ T* TakeAligned(char*& at, int64_t count) {
 // Whether a decode step's kernels move its host-side inputs and outputs
 // through pinned memory themselves: the first kernel reads the inputs
 // (UploadWords) and the sampling kernel writes the tokens into h_sampled_,
-// instead of cudaMemcpyAsync before and after the launch;
-// STRATA_STEP_UPLOAD=0 restores the copies (A/B switch; the same results).
-bool StepIoInKernels() {
-  static const bool on = cuda::EnvSwitchOn("STRATA_STEP_UPLOAD");
-  return on;
-}
+// instead of cudaMemcpyAsync before and after the launch; step.upload=0
+// restores the copies (the same results).
+bool StepIoInKernels(const tuning::Config& t) { return t.On(tuning::Key::kStepUpload); }
 
 static_assert(sizeof(cuda::GpuSamplingRow) % sizeof(uint32_t) == 0,
               "sampling rows are uploaded as 32-bit words");
 
-// STRATA_STEP_START_FUSED=0: the input upload, the embedding and the first
-// input norm as three kernels again (A/B switch; same results).
-bool StepStartFused() {
-  static const bool on = cuda::EnvSwitchOn("STRATA_STEP_START_FUSED");
-  return on;
-}
+// step.start_fused=0: the input upload, the embedding and the first input
+// norm as three kernels again (same results).
+bool StepStartFused(const tuning::Config& t) { return t.On(tuning::Key::kStepStartFused); }
 
 // Whether a sampling step's caller waits for its tokens to land in pinned
 // memory (AwaitSampledTokens) rather than for the stream to drain:
-// STRATA_STEP_POLL=0 restores cudaStreamSynchronize (A/B switch).
-bool StepPoll() {
-  static const bool on = cuda::EnvSwitchOn("STRATA_STEP_POLL");
-  return on;
-}
+// step.poll=0 restores cudaStreamSynchronize.
+bool StepPoll(const tuning::Config& t) { return t.On(tuning::Key::kStepPoll); }
 
 }  // namespace
 
@@ -110,11 +101,20 @@ Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t blocks, bool cuda_gr
   return OkStatus();
 }
 
-// STRATA_DECODE_BRANCHES=0 keeps a decode step on one stream (A/B switch;
-// results are identical either way).
+Status CudaExecutorBase::ResolveTuning(const LoadOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(tuning_, tuning::Resolve(options.options));
+  return OkStatus();
+}
+
+CudaExecutorBase::Turn::Turn(const CudaExecutorBase& model)
+    : lock_(model.mu_), tuned_(model.tuning_) {
+  cudaSetDevice(model.device_);
+}
+
+// step.branches=0 keeps a decode step on one stream (results are identical
+// either way).
 bool CudaExecutorBase::Branching(int64_t n) const {
-  static const bool on = cuda::EnvSwitchOn("STRATA_DECODE_BRANCHES");
-  return on && side_ != nullptr && n <= cuda::kGemvMaxRows;
+  return tuning_.On(tuning::Key::kStepBranches) && side_ != nullptr && n <= cuda::kGemvMaxRows;
 }
 
 Status CudaExecutorBase::Fork() const {
@@ -225,8 +225,7 @@ StatusOr<std::unique_ptr<SequenceState>> CudaExecutorBase::NewState(int64_t max_
         absl::StrCat("NewState: max_tokens ", max_tokens, " exceeds the model's context of ",
                      frame_.max_ctx, " (the CUDA plan; raise LoadOptions.max_context_tokens)"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  cudaSetDevice(device_);
+  const Turn turn(*this);
   const int32_t slot = book_->TakeSlot();
   if (slot < 0) {
     return absl::ResourceExhaustedError(absl::StrCat("NewState: all ", book_->total_slots(),
@@ -239,7 +238,7 @@ StatusOr<std::unique_ptr<SequenceState>> CudaExecutorBase::NewState(int64_t max_
 }
 
 void CudaExecutorBase::ResetState(CudaSequenceState& st) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Turn turn(*this);
   st.tokens_ = 0;
   ++st.generation_;
   if (st.on_host()) {
@@ -248,14 +247,13 @@ void CudaExecutorBase::ResetState(CudaSequenceState& st) const {
     st.host_blocks_ = 0;
     return;
   }
-  cudaSetDevice(device_);
   book_->Release(st.blocks_);
   // Reset cannot report; a failure here resurfaces at the next Sync.
   ZeroSlot(layout_, st.slot_, stream_).IgnoreError();
 }
 
 std::unique_ptr<SequenceState> CudaExecutorBase::CloneState(const CudaSequenceState& src) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Turn turn(*this);
   if (src.on_host()) {
     // A host copy of the host image: no device memory involved.
     auto st =
@@ -268,7 +266,6 @@ std::unique_ptr<SequenceState> CudaExecutorBase::CloneState(const CudaSequenceSt
     st->tokens_ = src.tokens_;
     return st;
   }
-  cudaSetDevice(device_);
   const int32_t slot = book_->TakeSlot();
   if (slot < 0) return nullptr;
   auto st =
@@ -295,9 +292,8 @@ std::unique_ptr<SequenceState> CudaExecutorBase::CloneState(const CudaSequenceSt
 }
 
 Status CudaExecutorBase::MoveStateToHost(CudaSequenceState& st) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Turn turn(*this);
   if (st.on_host()) return OkStatus();
-  cudaSetDevice(device_);
   const size_t bytes = layout_.SlotBytes() + st.blocks_.size() * layout_.BlockBytes();
   // Never an empty buffer: host_ != null is what on_host() reads.
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PinnedBuffer> buf,
@@ -316,9 +312,8 @@ Status CudaExecutorBase::MoveStateToHost(CudaSequenceState& st) const {
 }
 
 Status CudaExecutorBase::MoveStateToDevice(CudaSequenceState& st) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const Turn turn(*this);
   if (!st.on_host()) return OkStatus();
-  cudaSetDevice(device_);
   const int32_t slot = book_->TakeSlot();
   if (slot < 0) {
     return absl::ResourceExhaustedError(
@@ -383,15 +378,10 @@ Status CudaExecutorBase::UploadPrefillTable(const CudaSequenceState& st, int64_t
 // ----------------------------------------------------------------------------
 // Decode steps and graphs
 
-bool CudaExecutorBase::NormEarlyTrigger() {
-  static const bool on = cuda::EnvSwitchOn("STRATA_NORM_EARLY");
-  return on;
-}
-
 Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const {
   const Frame& f = frame_;
   StepVariant sv = v;
-  if (StepIoInKernels()) {
+  if (StepIoInKernels(tuning_)) {
     const int64_t sampling_words =
         sample ? batch * static_cast<int64_t>(sizeof(cuda::GpuSamplingRow) / sizeof(uint32_t)) : 0;
     // The step's input words: its four int32 rows, then the sampling rows.
@@ -403,7 +393,7 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
     a.dst1 = reinterpret_cast<uint32_t*>(f.sampling);
     a.n1 = sampling_words;
     const DecodeStart start = FusedDecodeStart();
-    if (start.embed != nullptr && start.norm != nullptr && StepStartFused()) {
+    if (start.embed != nullptr && start.norm != nullptr && StepStartFused(tuning_)) {
       // The step's first kernel is on the critical path alone (the graph's
       // second kernel starts ~3 µs after it in any case): it uploads, embeds
       // and normalises, and the first GEMV launches behind it at once.
@@ -430,7 +420,7 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
   STRATA_RETURN_IF_ERROR(
       Mm(f.xn, ActType::kBf16, f.D, batch, f.lm_head, f.V, f.D, f.logits, ActType::kF32, f.V, 0.f));
   if (sample) {
-    int32_t* tokens = StepIoInKernels() ? h_sampled_ : f.sampled;
+    int32_t* tokens = StepIoInKernels(tuning_) ? h_sampled_ : f.sampled;
     STRATA_RETURN_IF_ERROR(cuda::SampleTokens(f.logits, batch, f.V, f.sampling, tokens, f.sample_ws,
                                               f.sample_ws_bytes, stream_));
   }
@@ -561,10 +551,11 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
     }
     ro = RowOwner{st.id_, st.generation_, nb};
   }
-  // With StepIoInKernels() the step's first kernel reads h_step_ and
+  // With StepIoInKernels the step's first kernel reads h_step_ and
   // h_sampling_ (EnqueueDecode): the GPU no longer idles between the copies'
   // submission and the graph's launch.
-  if (!StepIoInKernels()) {
+  const bool io_in_kernels = StepIoInKernels(tuning_);
+  if (!io_in_kernels) {
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.step, h_step_,
                                                 sizeof(int32_t) * static_cast<size_t>(4 * B_max),
                                                 cudaMemcpyHostToDevice, stream_));
@@ -580,7 +571,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
       row.seed = d.seed;
       row.step = d.step;
     }
-    if (!StepIoInKernels()) {
+    if (!io_in_kernels) {
       STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
           f.sampling, h_sampling_, sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(B),
           cudaMemcpyHostToDevice, stream_));
@@ -593,7 +584,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
   // stream (docs/performance.md, session 18). Anything the host enqueues
   // next is ordered behind the step on the stream anyway.
   const bool poll =
-      sample && StepIoInKernels() && logits == nullptr && out_tokens != nullptr && StepPoll();
+      sample && io_in_kernels && logits == nullptr && out_tokens != nullptr && StepPoll(tuning_);
   if (poll) {
     for (int64_t b = 0; b < B; ++b) h_sampled_[b] = -1;
   }
@@ -604,7 +595,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
                                                 sizeof(float) * static_cast<size_t>(B * f.V),
                                                 cudaMemcpyDeviceToHost, stream_));
   }
-  if (sample && !StepIoInKernels()) {
+  if (sample && !io_in_kernels) {
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, f.sampled,
                                                 sizeof(int32_t) * static_cast<size_t>(B),
                                                 cudaMemcpyDeviceToHost, stream_));
@@ -694,8 +685,7 @@ Status CudaExecutorBase::Forward(std::span<const int32_t> tokens, SequenceState&
     return absl::OutOfRangeError(absl::StrCat("Forward: ", T, " tokens on top of ", st->tokens_,
                                               " exceed the state's capacity of ", st->max_tokens_));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  cudaSetDevice(device_);
+  const Turn turn(*this);
   if (T == 1 && !prefill_single_tokens_) {
     // One token takes the decode path (recurrent mixers, absorbed/cached
     // attention) even on an empty state: the same math as a one-token prefill
@@ -734,8 +724,7 @@ Status CudaExecutorBase::DecodeBatch(std::span<const int32_t> tokens,
   for (size_t b = 0; b < states.size(); ++b) {
     STRATA_RETURN_IF_ERROR(CheckBatchRow(states, b, "DecodeBatch", cs));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  cudaSetDevice(device_);
+  const Turn turn(*this);
   return DecodeLocked(tokens, cs, logits, {}, nullptr);
 }
 
@@ -762,8 +751,7 @@ Status CudaExecutorBase::DecodeBatchSample(std::span<const int32_t> tokens,
                        "] needs temperature >= 0, top_k >= 0 and top_p in (0, 1]"));
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  cudaSetDevice(device_);
+  const Turn turn(*this);
   return DecodeLocked(tokens, cs, nullptr, sampling, out_tokens);
 }
 
@@ -780,8 +768,7 @@ Status CudaExecutorBase::FillContextForBenchmark(SequenceState& state, int64_t n
                                               " tokens do not fit the state's capacity of ",
                                               st->max_tokens_));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  cudaSetDevice(device_);
+  const Turn turn(*this);
   // An empty state owns every block it holds (Clone shares full blocks only),
   // so writing all of them is safe.
   STRATA_RETURN_IF_ERROR(EnsureBlocks(*st, num_tokens));

@@ -298,6 +298,8 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   cfg_ = config;
   g_ = MakeGeometry(config);
   invariant_ = options.batch_invariant;
+  STRATA_RETURN_IF_ERROR(ResolveTuning(options));
+  const tuning::Scope tuned(tuning_);
   // Prefill and decode kernels round differently: a prompt cut one token
   // before its end must still compute that token on the prefill kernels.
   prefill_single_tokens_ = invariant_;
@@ -470,6 +472,7 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   ModelInfo& info = info_;
   info.architecture = "deepseek_v32";
   info.device = dev_name;
+  info.tuning = tuning_.ToString();
   info.num_layers = static_cast<int32_t>(config.num_layers);
   for (int64_t i = 0; i < config.num_layers; ++i) {
     info.layer_kinds.push_back(config.is_moe[static_cast<size_t>(i)] ? "dsa+moe" : "dsa+dense");

@@ -63,24 +63,6 @@
 
 namespace strata {
 namespace kimi_cuda {
-namespace {
-
-// STRATA_POST_NORM_EARLY=0 keeps the post-attention norm's successor (the
-// router) behind its wait even with the shared expert folded (A/B switch).
-bool PostNormEarly() {
-  static const bool on = cuda::EnvSwitchOn("STRATA_POST_NORM_EARLY");
-  return on;
-}
-
-// The folded MoE call adds its sum into h itself (MoeArgs::accumulate);
-// STRATA_MOE_INTO_H=0 leaves it to the next norm (A/B switch).
-bool MoeIntoH() {
-  static const bool on = cuda::EnvSwitchOn("STRATA_MOE_INTO_H");
-  return on;
-}
-
-}  // namespace
-
 using cuda::ActType;
 
 // ----------------------------------------------------------------------------
@@ -130,9 +112,8 @@ Status KimiLinearCudaModel::TryFusedKdaDecode(const Layer& L, int64_t n, float* 
   // gate weights and the step has no branch left to overlap). Batch-invariant
   // mode keeps KdaChain, whose rounding the prefill's recurrent form
   // reproduces.
-  static const bool fused_on = cuda::EnvSwitchOn("STRATA_KDA_FUSED_DECODE");
   *done = false;
-  if (!invariant_ && fused_on && n <= kFusedKdaMaxBatch) {
+  if (!invariant_ && tuning_.On(tuning::Key::kKdaFusedDecode) && n <= kFusedKdaMaxBatch) {
     cuda::KdaDecodeFusedArgs f;
     f.shape = KdaShapeOf(g);
     f.batch = n;
@@ -329,9 +310,8 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
     uv.transpose_w = false;
     // o_proj may launch before W_UV's wait, while the merge (short and
     // latency-bound) still runs, so its CTAs start loading weights one kernel
-    // earlier. STRATA_UV_EARLY=0 turns it off (A/B switch; same results).
-    static const bool uv_early = cuda::EnvSwitchOn("STRATA_UV_EARLY");
-    uv.g.early_trigger = uv_early;
+    // earlier. mla.uv_early=0 turns it off (same results).
+    uv.g.early_trigger = tuning_.On(tuning::Key::kMlaUvEarly);
     STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(*blas_, uv, stream_));
   } else {
     cache.block_table = s_.block_table + plan_.max_batch * plan_.max_blocks;
@@ -415,7 +395,9 @@ cuda::MoeArgs KimiLinearCudaModel::MoeArgsFor(const Layer& L, int64_t n, bool de
     a.shared_w2 = f.down;
     if (!cuda::MoeFoldsSharedExpert(a)) a.shared_w13 = a.shared_w2 = nullptr;
   }
-  if (a.shared_w13 != nullptr && MoeIntoH()) {
+  // The folded call adds its sum into h itself (MoeArgs::accumulate);
+  // moe.into_h=0 leaves it to the next norm.
+  if (a.shared_w13 != nullptr && tuning_.On(tuning::Key::kMoeIntoH)) {
     a.y = s_.h;
     a.accumulate = true;
   }
@@ -452,8 +434,10 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
     }
     const cuda::MoeArgs moe = L.is_moe ? MoeArgsFor(L, n, ps == nullptr) : cuda::MoeArgs{};
     // With the shared expert folded into the MoE kernels there is no SiLU on
-    // a side stream to starve, so the router may launch early as well.
-    const bool post_early = input_early && PostNormEarly() && moe.shared_w13 != nullptr;
+    // a side stream to starve, so the router may launch early as well
+    // (norm.post_early=0 keeps it behind the wait).
+    const bool post_early =
+        input_early && tuning_.On(tuning::Key::kNormPostEarly) && moe.shared_w13 != nullptr;
     STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, nullptr, ActType::kF32, n, g.D, L.post_norm,
                                             g.eps, s_.xn, stream_, post_early));
     STRATA_RETURN_IF_ERROR(Ffn(L, n, ps == nullptr, moe, &pend));

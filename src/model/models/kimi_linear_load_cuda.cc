@@ -164,6 +164,8 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   cfg_ = config;
   g_ = MakeGeometry(config);
   invariant_ = options.batch_invariant;
+  STRATA_RETURN_IF_ERROR(ResolveTuning(options));
+  const tuning::Scope tuned(tuning_);
   prefill_single_tokens_ = invariant_;
   const Geometry& g = g_;
 
@@ -289,6 +291,7 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   ModelInfo& info = info_;
   info.architecture = "kimi_linear";
   info.device = dev_name;
+  info.tuning = tuning_.ToString();
   info.num_layers = static_cast<int32_t>(config.num_layers);
   for (int64_t i = 0; i < config.num_layers; ++i) {
     info.layer_kinds.push_back(

@@ -152,6 +152,8 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   cfg_ = config;
   g_ = MakeGeometry(config);
   invariant_ = options.batch_invariant;
+  STRATA_RETURN_IF_ERROR(ResolveTuning(options));
+  const tuning::Scope tuned(tuning_);
   // The GDN prefill (recurrent or chunked) and decode kernels round
   // differently: a prompt cut one token before its end must still compute
   // that token on the prefill kernels.
@@ -275,6 +277,7 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   ModelInfo& info = info_;
   info.architecture = "qwen3_next";
   info.device = dev_name;
+  info.tuning = tuning_.ToString();
   info.num_layers = static_cast<int32_t>(config.num_layers);
   for (int64_t i = 0; i < config.num_layers; ++i) {
     info.layer_kinds.push_back(
