@@ -17,7 +17,11 @@ StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromFile(const std::string
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the tiktoken rank file"));
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string data = ss.str();
+  return FromText(ss.str(), path);
+}
+
+StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromText(std::string_view data,
+                                                               const std::string& path) {
   std::unique_ptr<RankBpeModel> m(new RankBpeModel());
   m->ranks_.reserve(data.size() / 12);
   size_t pos = 0;

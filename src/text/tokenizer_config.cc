@@ -35,13 +35,8 @@ StatusOr<bool> BoolField(const Json& j, const char* key, const std::string& path
   return it->get<bool>();
 }
 
-}  // namespace
-
-StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
+StatusOr<TokenizerConfig> FromJson(const Json& j, const std::string& path) {
   TokenizerConfig cfg;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return cfg;
-  STRATA_ASSIGN_OR_RETURN(const Json j, ReadBoundedJsonFile<Json>(path));
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected an object"));
   STRATA_ASSIGN_OR_RETURN(cfg.add_bos_token, BoolField(j, "add_bos_token", path));
   STRATA_ASSIGN_OR_RETURN(cfg.add_eos_token, BoolField(j, "add_eos_token", path));
@@ -73,6 +68,20 @@ StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
     }
   }
   return cfg;
+}
+
+}  // namespace
+
+StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return TokenizerConfig();
+  STRATA_ASSIGN_OR_RETURN(const Json j, ReadBoundedJsonFile<Json>(path));
+  return FromJson(j, path);
+}
+
+StatusOr<TokenizerConfig> ParseTokenizerConfig(std::string_view text, const std::string& label) {
+  STRATA_ASSIGN_OR_RETURN(const Json j, ParseBoundedJson<Json>(text, label));
+  return FromJson(j, label);
 }
 
 }  // namespace strata::text

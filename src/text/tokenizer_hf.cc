@@ -89,6 +89,18 @@ Status PostProcessorIds(const Json& j, const std::string& where,
 StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path,
                                                          const TokenizerConfig& config) {
   STRATA_ASSIGN_OR_RETURN(const Json j, ReadBoundedJsonFile<Json>(path));
+  return FromJson(j, path, config);
+}
+
+StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromText(std::string_view text,
+                                                             const std::string& label,
+                                                             const TokenizerConfig& config) {
+  STRATA_ASSIGN_OR_RETURN(const Json j, ParseBoundedJson<Json>(text, label));
+  return FromJson(j, label, config);
+}
+
+StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const Json& j, const std::string& path,
+                                                             const TokenizerConfig& config) {
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected an object"));
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   t->config_ = config;

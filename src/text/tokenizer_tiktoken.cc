@@ -18,6 +18,33 @@ const char kKimiPattern[] =
     R"(|\s+(?!\S))"
     R"(|\s+)";
 
+StatusOr<std::vector<AddedToken>> KimiSpecialTokens(const TokenizerConfig& config,
+                                                    int32_t num_ranked,
+                                                    const std::string& config_label,
+                                                    const std::string& rank_label) {
+  std::vector<AddedToken> specials;
+  std::vector<bool> named(256, false);
+  for (const AddedToken& a : config.added_tokens_decoder) {
+    if (a.id < num_ranked) {
+      return absl::InvalidArgumentError(absl::StrCat(config_label, ": added_tokens_decoder[\"",
+                                                     a.id, "\"]: id is a ranked token of ",
+                                                     rank_label));
+    }
+    specials.push_back(a);
+    specials.back().special = true;
+    if (a.id - num_ranked < 256) named[a.id - num_ranked] = true;
+  }
+  for (int32_t i = 0; i < 256; ++i) {
+    if (named[i]) continue;
+    AddedToken t;
+    t.id = num_ranked + i;
+    t.content = absl::StrCat("<|reserved_token_", num_ranked + i, "|>");
+    t.special = true;
+    specials.push_back(std::move(t));
+  }
+  return specials;
+}
+
 StatusOr<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::Load(
     const std::string& path, const std::string& pattern, std::vector<AddedToken> specials,
     const TokenizerConfig& config) {
