@@ -185,6 +185,22 @@ def tokenizer_json_corpus(text_data, out):
     write(d, "bad_unk_not_in_vocab.json", variant(lambda t: t["model"].update(unk_token="<unk>")))
     write(d, "bad_deep.json", b'{"model": ' + b"[" * 300 + b"]" * 300 + b"}")
     write(d, "bad_truncated.json", dump(tiny)[:200])
+    # Each of these once crashed the loader (an escaped exception, an id cut
+    # to 32 bits, a table sized by a huge id, an unchecked post-processor id).
+    write(d, "bad_dropout_not_number.json", variant(lambda t: t["model"].update(dropout="x")))
+    write(d, "bad_added_flag_not_bool.json",
+          variant(lambda t: t["added_tokens"][0].update(special="yes")))
+    write(d, "bad_added_id_over_int32.json",
+          variant(lambda t: t["added_tokens"].append({"id": 4294967295, "content": "zz"})))
+    write(d, "bad_added_id_over_limit.json",
+          variant(lambda t: t["added_tokens"].append({"id": 2000000000, "content": "zz"})))
+    write(d, "bad_vocab_id_int32_max.json", variant(lambda t: t["model"]["vocab"].update(zz=2**31 - 1)))
+    write(d, "bad_post_processor_id_out_of_vocab.json", variant(lambda t: t.update(post_processor={
+        "type": "RobertaProcessing", "cls": ["<s>", 0], "sep": ["</s>", 99999]})))
+    write(d, "bad_template_id_over_int32.json", variant(lambda t: t.update(post_processor={
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+        "special_tokens": {"<s>": {"ids": [2**32]}}})))
 
 
 def tokenizer_config_corpus(text_data, out):
@@ -225,6 +241,12 @@ def tokenizer_config_corpus(text_data, out):
     write(d, "bad_decoder_negative_key.json", dump({"added_tokens_decoder": {"-1": {"content": "a"}}}))
     write(d, "bad_decoder_no_content.json", dump({"added_tokens_decoder": {"3": {"special": True}}}))
     write(d, "bad_deep.json", b'{"x": ' + b"[" * 300 + b"]" * 300 + b"}")
+    # Each of these once crashed a reader (an escaped exception; an id whose
+    # id + 1 overflowed in the tiktoken tokenizer).
+    write(d, "bad_decoder_flag_not_bool.json",
+          dump({"added_tokens_decoder": {"300": {"content": "<x>", "lstrip": 1}}}))
+    write(d, "bad_decoder_key_int32_max.json",
+          dump({"added_tokens_decoder": {"2147483647": {"content": "<x>", "special": True}}}))
 
 
 def tiktoken_corpus(text_data, out):
@@ -252,6 +274,11 @@ def tiktoken_corpus(text_data, out):
     write(d, "bad_no_rank.tiktoken", all_bytes + base64.b64encode(b"ab").decode() + "\n")
     write(d, "bad_rank_not_number.tiktoken", all_bytes + line(b"ab", "x"))
     write(d, "bad_rank_overflow.tiktoken", all_bytes + line(b"ab", 99999999999))
+    # Two tokens with one rank: accepted once, and then decoded as each other.
+    write(d, "bad_duplicate_rank.tiktoken", all_bytes + line(b"ab", 256) + line(b"cd", 256))
+    # Accepted once, and then sized the id table by it (2^31 strings).
+    write(d, "bad_rank_int32_max.tiktoken", all_bytes + line(b"ab", 2**31 - 1))
+    write(d, "bad_rank_over_limit.tiktoken", all_bytes + line(b"ab", 1 << 22))
 
 
 def main():
