@@ -65,6 +65,28 @@ inline constexpr int64_t kMaxTemplateItems = 1'000'000;
 // (the values it was given do not count).
 inline constexpr int64_t kMaxRenderMemoryBytes = int64_t{256} << 20;
 
+// ---- Tokenizer files (text/) ----
+
+// The largest token id of a tokenizer.json (vocab, added tokens,
+// post-processor), a tiktoken rank file or tokenizer_config.json's
+// added_tokens_decoder. The tokenizers keep tables indexed by id, sized by
+// the largest one, so a single id of 2^31 - 1 would ask for tens of
+// gigabytes (and id + 1 would overflow). Published vocabularies stay below
+// 2^18; this is 16 times that.
+inline constexpr int32_t kMaxTokenId = (1 << 22) - 1;
+
+// ---- Model files (model/) ----
+
+// Decoder layers of a config.json (num_hidden_layers): the architecture
+// parsers build a list per layer, so the count bounds their time and memory.
+// Published models have at most a few hundred.
+inline constexpr int64_t kMaxModelLayers = 4096;
+// Any one size a config.json gives as a positive integer (hidden size,
+// vocabulary, heads, head widths, ranks, FFN widths): the parsers and the
+// shapes built from them multiply up to three, which must stay below 2^63.
+// Published models stay below 2^18 in every one.
+inline constexpr int64_t kMaxModelDimension = int64_t{1} << 20;
+
 // ---- Stack (base/stack_guard.h) ----
 
 // Recursive code stops, with an error, when fewer bytes than this remain on

@@ -99,12 +99,15 @@ StatusOr<int64_t> ConfigReader::GetInt(const std::string& key) const {
   return out;
 }
 
-StatusOr<int64_t> ConfigReader::GetPositiveInt(const std::string& key) const {
+StatusOr<int64_t> ConfigReader::GetPositiveInt(const std::string& key, int64_t at_most) const {
   if (!Has(key)) return FieldError(key, "required but missing");
   const nlohmann::json& v = j_.at(key);
   int64_t out;
   if (!AsInt(v, &out) || out <= 0) {
     return FieldError(key, absl::StrCat("expected a positive integer, got ", Brief(v)));
+  }
+  if (out > at_most) {
+    return FieldError(key, absl::StrCat("expected at most ", at_most, ", got ", out));
   }
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/input_limits.h"
 #include "base/status.h"
 
 namespace strata {
@@ -26,7 +27,10 @@ class ConfigReader {
   bool Has(const std::string& key) const;  // present and not null
   StatusOr<std::string> GetString(const std::string& key) const;
   StatusOr<int64_t> GetInt(const std::string& key) const;         // required
-  StatusOr<int64_t> GetPositiveInt(const std::string& key) const;  // required, > 0
+  // Required, in [1, at_most]: a size. By default at most
+  // limits::kMaxModelDimension, so that products of sizes cannot overflow.
+  StatusOr<int64_t> GetPositiveInt(const std::string& key,
+                                   int64_t at_most = limits::kMaxModelDimension) const;
   StatusOr<int64_t> GetIntOr(const std::string& key, int64_t fallback) const;
   StatusOr<double> GetDouble(const std::string& key) const;
   StatusOr<double> GetDoubleOr(const std::string& key, double fallback) const;

@@ -4,9 +4,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/input_limits.h"
 #include "text/bpe_merge.h"
 #include "text/unicode.h"
 
@@ -17,9 +19,17 @@ StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromFile(const std::string
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the tiktoken rank file"));
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string data = ss.str();
+  return FromText(ss.str(), path);
+}
+
+StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromText(std::string_view data,
+                                                               const std::string& path) {
   std::unique_ptr<RankBpeModel> m(new RankBpeModel());
   m->ranks_.reserve(data.size() / 12);
+  // A rank is a token id: two tokens with one rank would decode as one of
+  // them (tiktoken refuses such a file too).
+  absl::flat_hash_set<int32_t> used_ranks;
+  used_ranks.reserve(data.size() / 12);
   size_t pos = 0;
   int line_no = 0;
   int32_t max_rank = -1;
@@ -39,12 +49,22 @@ StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromFile(const std::string
       return absl::InvalidArgumentError(
           absl::StrCat(path, ":", line_no, ": expected \"<base64 token> <rank>\""));
     }
+    // The rank is the token id, and ids index a table as long as the largest.
+    if (rank > limits::kMaxTokenId) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": rank ", rank,
+                                                     " is over the limit of ",
+                                                     limits::kMaxTokenId));
+    }
     if (!absl::Base64Unescape(AsAbsl(line.substr(0, sp)), &bytes) || bytes.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": bad base64 token \"",
                                                      AsAbsl(line.substr(0, sp)), "\""));
     }
     if (!m->ranks_.try_emplace(bytes, rank).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": duplicate token"));
+    }
+    if (!used_ranks.insert(rank).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": rank ", rank, " is already another token's"));
     }
     max_rank = std::max(max_rank, rank);
   }

@@ -101,6 +101,57 @@ StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   return ss.str();
 }
 
+using TemplateSources = std::map<std::string, std::pair<std::string, std::string>>;  // name -> (text, label)
+
+// The chat_template of tokenizer_config.json: a string, or the list of
+// {name, template} entries.
+Status AddConfigSources(const nlohmann::ordered_json& config, const std::string& label,
+                        TemplateSources* sources) {
+  if (!config.contains("chat_template")) return OkStatus();
+  const auto& ct = config["chat_template"];
+  if (ct.is_string()) {
+    (*sources)["default"] = {ct.get<std::string>(), label};
+  } else if (ct.is_array()) {
+    for (const auto& entry : ct) {
+      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
+          !entry["name"].is_string() || !entry["template"].is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": chat_template list entries need string name and template"));
+      }
+      std::string name = entry["name"].get<std::string>();
+      (*sources)[name] = {entry["template"].get<std::string>(), label + "[" + name + "]"};
+    }
+  } else if (!ct.is_null()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": chat_template must be a string or a list"));
+  }
+  return OkStatus();
+}
+
+// Compiles every source; the special-token variables are those of
+// transformers' special_tokens_map: str(token) for each set named token,
+// AddedToken objects giving their content.
+StatusOr<std::unique_ptr<ChatTemplate>> Build(const TemplateSources& sources,
+                                              const nlohmann::ordered_json& config) {
+  std::map<std::string, std::shared_ptr<const CompiledTemplate>> templates;
+  for (const auto& [name, src] : sources) {
+    STRATA_ASSIGN_OR_RETURN(templates[name], CompileOne(src.first, src.second));
+  }
+  nlohmann::ordered_json special = nlohmann::ordered_json::object();
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                          "cls_token", "mask_token"}) {
+    if (!config.contains(key)) continue;
+    const auto& v = config[key];
+    if (v.is_string()) {
+      special[key] = v;
+    } else if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+      special[key] = v["content"];
+    }
+  }
+  return std::unique_ptr<ChatTemplate>(
+      new ChatTemplateImpl(std::move(templates), std::move(special)));
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Compile(const std::string& source,
@@ -125,27 +176,8 @@ StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromDirectory(const std::s
   }
   // Template sources: chat_template.jinja and chat_templates/*.jinja (the
   // format transformers saves since 4.43) win over tokenizer_config.json.
-  std::map<std::string, std::pair<std::string, std::string>> sources;  // name -> (text, label)
-  if (config.contains("chat_template")) {
-    const auto& ct = config["chat_template"];
-    const std::string label = config_path.string();
-    if (ct.is_string()) {
-      sources["default"] = {ct.get<std::string>(), label};
-    } else if (ct.is_array()) {
-      for (const auto& entry : ct) {
-        if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
-            !entry["name"].is_string() || !entry["template"].is_string()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(label, ": chat_template list entries need string name and template"));
-        }
-        std::string name = entry["name"].get<std::string>();
-        sources[name] = {entry["template"].get<std::string>(), label + "[" + name + "]"};
-      }
-    } else if (!ct.is_null()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(label, ": chat_template must be a string or a list"));
-    }
-  }
+  TemplateSources sources;
+  STRATA_RETURN_IF_ERROR(AddConfigSources(config, config_path.string(), &sources));
   const fs::path jinja_file = fs::path(dir) / "chat_template.jinja";
   if (fs::exists(jinja_file)) {
     STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(jinja_file));
@@ -162,25 +194,20 @@ StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromDirectory(const std::s
   if (sources.empty()) {
     return absl::NotFoundError(absl::StrCat(dir, ": no chat_template in tokenizer_config.json"));
   }
-  std::map<std::string, std::shared_ptr<const CompiledTemplate>> templates;
-  for (const auto& [name, src] : sources) {
-    STRATA_ASSIGN_OR_RETURN(templates[name], CompileOne(src.first, src.second));
+  return Build(sources, config);
+}
+
+StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromTokenizerConfig(
+    std::string_view text, const std::string& label) {
+  STRATA_ASSIGN_OR_RETURN(nlohmann::ordered_json config,
+                          ParseBoundedJson<nlohmann::ordered_json>(text, label));
+  if (!config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": not a JSON object"));
   }
-  // Special-token variables as transformers' special_tokens_map: str(token)
-  // for each set named token; AddedToken objects give their content.
-  nlohmann::ordered_json special = nlohmann::ordered_json::object();
-  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
-                          "cls_token", "mask_token"}) {
-    if (!config.contains(key)) continue;
-    const auto& v = config[key];
-    if (v.is_string()) {
-      special[key] = v;
-    } else if (v.is_object() && v.contains("content") && v["content"].is_string()) {
-      special[key] = v["content"];
-    }
-  }
-  return std::unique_ptr<ChatTemplate>(
-      new ChatTemplateImpl(std::move(templates), std::move(special)));
+  TemplateSources sources;
+  STRATA_RETURN_IF_ERROR(AddConfigSources(config, label, &sources));
+  if (sources.empty()) return absl::NotFoundError(absl::StrCat(label, ": no chat_template"));
+  return Build(sources, config);
 }
 
 }  // namespace strata

@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "text/jinja/render_state.h"
@@ -24,6 +25,10 @@ class ChatTemplate {
   // {name, template} where "default" is used), plus bos_token/eos_token/... for
   // the special-token variables.
   static StatusOr<std::unique_ptr<ChatTemplate>> FromDirectory(const std::string& dir);
+  // The same from the text of a tokenizer_config.json alone (no .jinja files);
+  // `label` stands for its path in errors. NotFound when it has no chat_template.
+  static StatusOr<std::unique_ptr<ChatTemplate>> FromTokenizerConfig(std::string_view text,
+                                                                     const std::string& label);
 
   // Renders with `context` (a JSON object): messages, tools, add_generation_prompt,
   // any extra variables (enable_thinking, ...). Special-token variables from the

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
+#include "base/input_limits.h"
 
 namespace strata::text {
 namespace {
@@ -35,13 +36,8 @@ StatusOr<bool> BoolField(const Json& j, const char* key, const std::string& path
   return it->get<bool>();
 }
 
-}  // namespace
-
-StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
+StatusOr<TokenizerConfig> FromJson(const Json& j, const std::string& path) {
   TokenizerConfig cfg;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return cfg;
-  STRATA_ASSIGN_OR_RETURN(const Json j, ReadBoundedJsonFile<Json>(path));
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected an object"));
   STRATA_ASSIGN_OR_RETURN(cfg.add_bos_token, BoolField(j, "add_bos_token", path));
   STRATA_ASSIGN_OR_RETURN(cfg.add_eos_token, BoolField(j, "add_eos_token", path));
@@ -54,25 +50,36 @@ StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
     }
     for (auto e = it->begin(); e != it->end(); ++e) {
       AddedToken t;
-      if (!absl::SimpleAtoi(e.key(), &t.id) || t.id < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ": added_tokens_decoder: key \"", e.key(), "\" is not a token id"));
+      if (!absl::SimpleAtoi(e.key(), &t.id) || t.id < 0 || t.id > limits::kMaxTokenId) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": added_tokens_decoder: key \"",
+                                                       e.key(), "\" is not a token id in [0, ",
+                                                       limits::kMaxTokenId, "]"));
       }
       const Json& v = e.value();
+      const std::string where = absl::StrCat(path, ": added_tokens_decoder[\"", e.key(), "\"]");
       if (!v.is_object() || !v.contains("content") || !v["content"].is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": added_tokens_decoder[\"", e.key(),
-                                                       "\"].content: expected a string"));
+        return absl::InvalidArgumentError(absl::StrCat(where, ".content: expected a string"));
       }
       t.content = v["content"].get<std::string>();
-      t.special = v.value("special", false);
-      t.lstrip = v.value("lstrip", false);
-      t.rstrip = v.value("rstrip", false);
-      t.normalized = v.value("normalized", false);
-      t.single_word = v.value("single_word", false);
+      STRATA_RETURN_IF_ERROR(ReadAddedTokenFlags(v, where, &t));
       cfg.added_tokens_decoder.push_back(std::move(t));
     }
   }
   return cfg;
+}
+
+}  // namespace
+
+StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return TokenizerConfig();
+  STRATA_ASSIGN_OR_RETURN(const Json j, ReadBoundedJsonFile<Json>(path));
+  return FromJson(j, path);
+}
+
+StatusOr<TokenizerConfig> ParseTokenizerConfig(std::string_view text, const std::string& label) {
+  STRATA_ASSIGN_OR_RETURN(const Json j, ParseBoundedJson<Json>(text, label));
+  return FromJson(j, label);
 }
 
 }  // namespace strata::text

@@ -14,9 +14,14 @@
 #include <utility>
 #include <vector>
 
+#include "config_check.h"
 #include "host_json_check.h"
 #include "jinja_check.h"
 #include "safetensors_header_check.h"
+#include "safetensors_index_check.h"
+#include "tiktoken_check.h"
+#include "tokenizer_config_check.h"
+#include "tokenizer_json_check.h"
 #include "tool_call_check.h"
 
 namespace strata {
@@ -92,6 +97,41 @@ TEST(FuzzCorpusReplay, HostJsonIsBoundedAndRoundTrips) {
                                                   [](const auto& r) { return r.accepted; });
   EXPECT_GE(seeds.first, 3);
   EXPECT_GE(seeds.second, 2);
+}
+
+TEST(FuzzCorpusReplay, ShardIndexesOpenOrFailCleanly) {
+  const auto seeds = Replay<fuzz::IndexResult>("safetensors_index", fuzz::CheckSafetensorsIndex,
+                                               [](const auto& r) { return r.opened; });
+  EXPECT_GE(seeds.first, 3);
+  EXPECT_GE(seeds.second, 10);
+}
+
+TEST(FuzzCorpusReplay, ConfigsParseOrFailNamingTheField) {
+  const auto seeds = Replay<fuzz::ConfigResult>("config", fuzz::CheckConfig,
+                                                [](const auto& r) { return r.accepted > 0; });
+  EXPECT_GE(seeds.first, 20);
+  EXPECT_GE(seeds.second, 5);
+}
+
+TEST(FuzzCorpusReplay, TokenizerJsonLoadsOrFailsCleanly) {
+  const auto seeds = Replay<fuzz::TokenizerJsonResult>("tokenizer_json", fuzz::CheckTokenizerJson,
+                                                       [](const auto& r) { return r.loaded; });
+  EXPECT_GE(seeds.first, 3);
+  EXPECT_GE(seeds.second, 5);
+}
+
+TEST(FuzzCorpusReplay, TokenizerConfigsApplyOrFailCleanly) {
+  const auto seeds = Replay<fuzz::TokenizerConfigResult>(
+      "tokenizer_config", fuzz::CheckTokenizerConfig, [](const auto& r) { return r.read; });
+  EXPECT_GE(seeds.first, 3);
+  EXPECT_GE(seeds.second, 3);
+}
+
+TEST(FuzzCorpusReplay, TiktokenRankFilesLoadOrFailCleanly) {
+  const auto seeds = Replay<fuzz::TiktokenResult>("tiktoken", fuzz::CheckTiktoken,
+                                                  [](const auto& r) { return r.loaded; });
+  EXPECT_GE(seeds.first, 2);
+  EXPECT_GE(seeds.second, 5);
 }
 
 TEST(FuzzCorpusReplay, KnownGoodSeedsHaveTheExpectedTables) {

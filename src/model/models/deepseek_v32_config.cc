@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "base/input_limits.h"
+
 namespace strata {
 namespace {
 
@@ -232,7 +234,8 @@ StatusOr<DeepseekV32Config> ParseDeepseekV32Config(const ConfigReader& c) {
   DeepseekV32Config k;
   STRATA_ASSIGN_OR_RETURN(k.vocab_size, c.GetPositiveInt("vocab_size"));
   STRATA_ASSIGN_OR_RETURN(k.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(k.num_layers, c.GetPositiveInt("num_hidden_layers"));
+  STRATA_ASSIGN_OR_RETURN(k.num_layers,
+                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
   STRATA_ASSIGN_OR_RETURN(k.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-6));
   if (!(k.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
   STRATA_ASSIGN_OR_RETURN(k.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));

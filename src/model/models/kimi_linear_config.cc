@@ -7,6 +7,8 @@
 #include <optional>
 #include <set>
 
+#include "base/input_limits.h"
+
 namespace strata {
 namespace {
 
@@ -189,7 +191,8 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
   KimiLinearConfig k;
   STRATA_ASSIGN_OR_RETURN(k.vocab_size, c.GetPositiveInt("vocab_size"));
   STRATA_ASSIGN_OR_RETURN(k.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(k.num_layers, c.GetPositiveInt("num_hidden_layers"));
+  STRATA_ASSIGN_OR_RETURN(k.num_layers,
+                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
   STRATA_ASSIGN_OR_RETURN(k.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-5));
   if (!(k.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
   STRATA_ASSIGN_OR_RETURN(k.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));

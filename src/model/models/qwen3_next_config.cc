@@ -8,6 +8,8 @@
 #include <set>
 #include <string>
 
+#include "base/input_limits.h"
+
 namespace strata {
 namespace {
 
@@ -171,7 +173,8 @@ StatusOr<Qwen3NextConfig> ParseQwen3NextConfig(const ConfigReader& c) {
   Qwen3NextConfig q;
   STRATA_ASSIGN_OR_RETURN(q.vocab_size, c.GetPositiveInt("vocab_size"));
   STRATA_ASSIGN_OR_RETURN(q.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(q.num_layers, c.GetPositiveInt("num_hidden_layers"));
+  STRATA_ASSIGN_OR_RETURN(q.num_layers,
+                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
   STRATA_ASSIGN_OR_RETURN(q.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-6));
   if (!(q.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
   STRATA_ASSIGN_OR_RETURN(q.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
