@@ -46,9 +46,15 @@ class ChatTemplateImpl : public ChatTemplate {
       return absl::InvalidArgumentError(absl::StrCat("chat template context nests deeper than ",
                                                      limits::kMaxTemplateValueDepth, " levels"));
     }
-    STRATA_ASSIGN_OR_RETURN(
-        auto ordered, ParseBoundedJson<nlohmann::ordered_json>(
-                          context.dump(), "chat template context", limits::kMaxTemplateValueDepth));
+    // dump() throws on strings that are not UTF-8: bad input, not a bug.
+    std::string text;
+    try {
+      text = context.dump();
+    } catch (const nlohmann::json::type_error& e) {
+      return absl::InvalidArgumentError(absl::StrCat("chat template context: ", e.what()));
+    }
+    STRATA_ASSIGN_OR_RETURN(auto ordered, ParseBoundedJson<nlohmann::ordered_json>(
+                                              text, "chat template context", limits::kMaxTemplateValueDepth));
     return RenderOrdered(ordered, options);
   }
 
