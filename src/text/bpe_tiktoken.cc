@@ -1,23 +1,18 @@
 // tiktoken rank BPE (see bpe_tiktoken.h).
 #include "text/bpe_tiktoken.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/read_file.h"
 #include "text/bpe_merge.h"
 #include "text/unicode.h"
 
 namespace strata::text {
 
 StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the tiktoken rank file"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string data = ss.str();
+  STRATA_ASSIGN_OR_RETURN(const std::string data, ReadFileToString(path));
   std::unique_ptr<RankBpeModel> m(new RankBpeModel());
   m->ranks_.reserve(data.size() / 12);
   size_t pos = 0;
