@@ -25,7 +25,7 @@ STRATA_API strata_status strata_model_params_init_sized(strata_model_params* par
 
 STRATA_API strata_status strata_model_load(strata_engine* engine, const char* model_dir,
                                            const strata_model_params* params, strata_model** out_model) {
-  const Call call("strata_model_load");
+  const Call call("strata_model_load", "loading the model");
   return Guarded(call, [&]() -> strata_status {
     if (out_model == nullptr) return call.NullArgument("out_model");
     *out_model = nullptr;
@@ -80,10 +80,12 @@ STRATA_API strata_status strata_model_load(strata_engine* engine, const char* mo
       };
     }
     auto handle = std::make_unique<strata_model>();
+    call.Doing("loading the model's weights");
     auto model = strata::LoadModel(model_dir, options);
     if (!model.ok()) return call.From(model.status());
     handle->engine = engine;
     handle->impl = std::shared_ptr<const strata::Model>(*std::move(model));
+    call.Doing("reading the model's tokenizer files");
     handle->text = strata::TextModel::FromDirectory(model_dir);
     if (!handle->text.ok() && !absl::IsNotFound(handle->text.status())) {
       engine->impl->Log(strata::LogLevel::kWarning,
@@ -102,7 +104,7 @@ STRATA_API strata_status strata_model_load(strata_engine* engine, const char* mo
 }
 
 STRATA_API strata_status strata_model_get_info(const strata_model* model, strata_model_info* out_info) {
-  const Call call("strata_model_get_info");
+  const Call call("strata_model_get_info", "describing the model");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, model, strata::capi::kModelMagic, "model"); s != STRATA_OK) return s;
     if (out_info == nullptr) return call.NullArgument("out_info");
@@ -127,7 +129,7 @@ STRATA_API strata_status strata_model_get_info(const strata_model* model, strata
 }
 
 STRATA_API strata_status strata_model_destroy(strata_model* model) {
-  const Call call("strata_model_destroy");
+  const Call call("strata_model_destroy", "destroying the model");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, model, strata::capi::kModelMagic, "model"); s != STRATA_OK) return s;
     uint32_t expected = strata::capi::kModelMagic;

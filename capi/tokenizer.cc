@@ -28,7 +28,7 @@ strata_status NewTokenizerHandle(std::shared_ptr<const strata::TextModel> text, 
 extern "C" {
 
 STRATA_API strata_status strata_tokenizer_open(const char* dir, strata_tokenizer** out_tokenizer) {
-  const Call call("strata_tokenizer_open");
+  const Call call("strata_tokenizer_open", "loading the tokenizer");
   return Guarded(call, [&]() -> strata_status {
     if (out_tokenizer == nullptr) return call.NullArgument("out_tokenizer");
     *out_tokenizer = nullptr;
@@ -40,7 +40,7 @@ STRATA_API strata_status strata_tokenizer_open(const char* dir, strata_tokenizer
 }
 
 STRATA_API strata_status strata_model_open_tokenizer(strata_model* model, strata_tokenizer** out_tokenizer) {
-  const Call call("strata_model_open_tokenizer");
+  const Call call("strata_model_open_tokenizer", "opening the model's tokenizer");
   return Guarded(call, [&]() -> strata_status {
     if (out_tokenizer == nullptr) return call.NullArgument("out_tokenizer");
     *out_tokenizer = nullptr;
@@ -51,7 +51,7 @@ STRATA_API strata_status strata_model_open_tokenizer(strata_model* model, strata
 }
 
 STRATA_API strata_status strata_tokenizer_destroy(strata_tokenizer* tokenizer) {
-  const Call call("strata_tokenizer_destroy");
+  const Call call("strata_tokenizer_destroy", "destroying the tokenizer");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     uint32_t expected = kTokenizerMagic;
@@ -67,7 +67,7 @@ STRATA_API strata_status strata_tokenizer_destroy(strata_tokenizer* tokenizer) {
 STRATA_API strata_status strata_tokenizer_encode(const strata_tokenizer* tokenizer, const char* text, size_t text_len,
                                                  bool add_special_tokens, int32_t* tokens, size_t capacity,
                                                  size_t* out_count) {
-  const Call call("strata_tokenizer_encode");
+  const Call call("strata_tokenizer_encode", "encoding the text");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     if (out_count == nullptr) return call.NullArgument("out_count");
@@ -92,7 +92,7 @@ STRATA_API strata_status strata_tokenizer_encode(const strata_tokenizer* tokeniz
 STRATA_API strata_status strata_tokenizer_decode(const strata_tokenizer* tokenizer, const int32_t* tokens,
                                                  size_t num_tokens, bool skip_special_tokens, char* text,
                                                  size_t capacity, size_t* out_len) {
-  const Call call("strata_tokenizer_decode");
+  const Call call("strata_tokenizer_decode", "decoding the tokens");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     if (out_len == nullptr) return call.NullArgument("out_len");
@@ -117,7 +117,7 @@ STRATA_API strata_status strata_tokenizer_decode(const strata_tokenizer* tokeniz
 }
 
 STRATA_API strata_status strata_tokenizer_get_vocab_size(const strata_tokenizer* tokenizer, int32_t* out_vocab_size) {
-  const Call call("strata_tokenizer_get_vocab_size");
+  const Call call("strata_tokenizer_get_vocab_size", "reading the vocabulary size");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     if (out_vocab_size == nullptr) return call.NullArgument("out_vocab_size");
@@ -127,7 +127,7 @@ STRATA_API strata_status strata_tokenizer_get_vocab_size(const strata_tokenizer*
 }
 
 STRATA_API strata_status strata_tokenizer_has_chat_template(const strata_tokenizer* tokenizer, bool* out_has) {
-  const Call call("strata_tokenizer_has_chat_template");
+  const Call call("strata_tokenizer_has_chat_template", "checking for a chat template");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     if (out_has == nullptr) return call.NullArgument("out_has");
@@ -139,7 +139,7 @@ STRATA_API strata_status strata_tokenizer_has_chat_template(const strata_tokeniz
 STRATA_API strata_status strata_tokenizer_render_chat(const strata_tokenizer* tokenizer, const char* conversation_json,
                                                       size_t conversation_len, char* text, size_t capacity,
                                                       size_t* out_len) {
-  const Call call("strata_tokenizer_render_chat");
+  const Call call("strata_tokenizer_render_chat", "rendering the conversation");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     if (out_len == nullptr) return call.NullArgument("out_len");

@@ -20,7 +20,11 @@
  * 2. **Errors are values.** Every function that can fail returns a
  *    ::strata_status and writes results through `out_` pointers. On failure
  *    `out_` handles are set to NULL and strata_last_error_message() explains the
- *    failure in English. No exception, abort or exit ever leaves the library.
+ *    failure in English, starting with the function's name. No exception, abort
+ *    or exit ever leaves the library: a failed allocation is
+ *    ::STRATA_ERR_OUT_OF_MEMORY naming the function and what it was doing (e.g.
+ *    "strata_model_load: out of memory while loading the model's weights"), and
+ *    ::STRATA_ERR_INTERNAL is kept for bugs in Strata, never for bad input.
  *    Input from outside (model directories, JSON strings, chat templates, model
  *    output) is bounded so that it cannot take the host down either: JSON
  *    nested deeper than 256 levels is ::STRATA_ERR_INVALID_ARGUMENT, chat
@@ -33,21 +37,26 @@
  *    the caller's struct has (a program built against an older, shorter
  *    header gets the defaults of the fields it knows). The library reads at
  *    most `struct_size` bytes and uses defaults for the rest; a `struct_size`
- *    smaller than the first released layout (0.1), or larger than this library
- *    knows with a non-zero unknown tail, is ::STRATA_ERR_INVALID_ARGUMENT.
+ *    smaller than the first released layout (0.1), larger than this library
+ *    knows with a non-zero unknown tail, or above 4096 (no struct of this API
+ *    grows that large; nothing is read then) is ::STRATA_ERR_INVALID_ARGUMENT.
  *    Output structs (strata_model_info, strata_metrics, strata_event) are sized
  *    by the caller: set `struct_size = sizeof(x)` and the library writes at
  *    most that many bytes. Bindings that mirror a struct check their layout
  *    with strata_abi_struct_size() and strata_abi_field_offset().
  * 4. **Types.** Fixed-width integers; enumerations are `int32_t` typedefs with
  *    named constants; booleans are C99 `bool`; token ids are `int32_t`; counts
- *    are `size_t`. Strings are NUL-terminated UTF-8.
+ *    are `size_t`. Strings are NUL-terminated UTF-8; text passed in that is
+ *    not UTF-8 is ::STRATA_ERR_INVALID_ARGUMENT naming the argument and the
+ *    byte offset.
  * 5. **Memory.** The library never hands the caller memory to free. Strings it
  *    returns are borrowed; each function says how long they stay valid. Arrays
  *    and strings the caller passes in are copied before the call returns.
  *    Bulk outputs (token ids, text) go to caller buffers: pass NULL to ask for
  *    the size, and the `out_` count says how much was (or would be) written.
- *    A length of ::STRATA_NUL_TERMINATED means "up to the NUL".
+ *    A length of ::STRATA_NUL_TERMINATED means "up to the NUL". Lengths and
+ *    counts passed in are below 2^31; a larger one is
+ *    ::STRATA_ERR_INVALID_ARGUMENT before anything is read.
  * 6. **Threads.** A strata_engine is thread-safe. A strata_session is used by
  *    one thread at a time. strata_request_cancel() may be called from any
  *    thread. Each callback documents the thread it runs on. Callbacks must not
@@ -122,7 +131,8 @@ typedef int32_t strata_status;
 
 /** Success. */
 #define STRATA_OK 0
-/** Bad input regardless of state: NULL pointer, bad struct_size, value out of its documented range. */
+/** Bad input regardless of state: NULL pointer, bad struct_size, value out of its documented range, text that is
+ *  not UTF-8, malformed file contents (JSON, config values, a weights file's header). */
 #define STRATA_ERR_INVALID_ARGUMENT 1
 /** A named thing is missing, e.g. the model directory or a file in it. */
 #define STRATA_ERR_NOT_FOUND 2
@@ -142,7 +152,8 @@ typedef int32_t strata_status;
 #define STRATA_ERR_DEADLINE_EXCEEDED 9
 /** Valid but not supported by this build or model (unknown architecture, dtype). */
 #define STRATA_ERR_UNSUPPORTED 10
-/** Stored data is corrupt or truncated (bad weights file, malformed config). */
+/** Stored data is truncated or contradicts itself (a weights file shorter than its header says, tensor data past its
+ *  end). */
 #define STRATA_ERR_DATA_LOSS 11
 /** A host memory allocation failed. */
 #define STRATA_ERR_OUT_OF_MEMORY 12
@@ -772,11 +783,13 @@ STRATA_API strata_status strata_model_params_init_sized(strata_model_params *par
  *                       strata_model_destroy()); NULL on failure
  * @retval STRATA_OK                   loaded
  * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer, bad struct_size, a params field out of its range, a malformed
- *                                     options string, or a malformed config value
+ *                                     options string, a malformed config.json or weights file header (the message
+ *                                     names the file and the field or byte offset), or a directory or FIFO where
+ *                                     the model needs a file
  * @retval STRATA_ERR_MISUSE           @p engine was destroyed or is not an engine
  * @retval STRATA_ERR_NOT_FOUND        the directory, config.json or a weights file is missing
  * @retval STRATA_ERR_UNSUPPORTED      the architecture (model_type) or a dtype is not supported
- * @retval STRATA_ERR_DATA_LOSS        a weights file is corrupt or truncated
+ * @retval STRATA_ERR_DATA_LOSS        a weights file is truncated or its tensors run past its end
  * @retval STRATA_ERR_CANCELLED        the progress callback returned nonzero
  * @retval STRATA_ERR_UNAVAILABLE      ::STRATA_DEVICE_CUDA was asked and the model cannot run on that GPU
  *                                     (no CUDA build, driver or device, not enough memory, shapes its kernels
@@ -1367,7 +1380,8 @@ STRATA_API strata_status strata_tokenizer_destroy(strata_tokenizer *tokenizer);
  * @param[in]  capacity           ids @p tokens can hold
  * @param[out] out_count          receives the number of ids (always, also on ::STRATA_ERR_OUT_OF_RANGE)
  * @retval STRATA_OK                   encoded (or answered the count query)
- * @retval STRATA_ERR_INVALID_ARGUMENT NULL @p tokenizer or @p out_count, NULL @p text with a nonzero length
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL @p tokenizer or @p out_count, NULL @p text with a nonzero length, or
+ *                                     @p text that is not UTF-8 (the message gives the byte offset)
  * @retval STRATA_ERR_OUT_OF_RANGE     @p capacity is smaller than the count; nothing written
  * @retval STRATA_ERR_MISUSE           @p tokenizer was destroyed or is not a tokenizer
  * @par Thread safety: safe from any thread.
@@ -1565,7 +1579,8 @@ STRATA_API strata_status strata_chat_message_init_sized(strata_chat_message *mes
  * @param[in] session the session
  * @param[in] message the message; struct_size must be set
  * @retval STRATA_OK                      appended
- * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, unknown role, invalid UTF-8 length, a tool
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, unknown role, a string that is not UTF-8 or
+ *                                        NULL with a nonzero length, a tool
  *                                        message without tool_call_id and name, or malformed tool_calls_json
  * @retval STRATA_ERR_FAILED_PRECONDITION the model directory has no tokenizer, or the session is running a request
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
@@ -1658,7 +1673,8 @@ STRATA_API strata_status strata_tool_init_sized(strata_tool *tool, size_t struct
  * @param[in] session the session
  * @param[in] tool    the tool (strings copied); struct_size must be set
  * @retval STRATA_OK                      registered
- * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, empty name, parameters_json not a JSON object
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, empty name, name or description not UTF-8,
+ *                                        parameters_json not a JSON object
  * @retval STRATA_ERR_ALREADY_EXISTS      a tool of that name is registered
  * @retval STRATA_ERR_FAILED_PRECONDITION the model directory has no tokenizer, or the session is running a request
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
@@ -1756,7 +1772,8 @@ STRATA_API strata_status strata_chat_params_init_sized(strata_chat_params *param
  * @param[out] out_request receives the request, owned by the caller (release with strata_request_destroy());
  *                         NULL on failure
  * @retval STRATA_OK                      submitted
- * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, a value out of range, malformed
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, a value out of range, a stop string that is
+ *                                        not UTF-8, malformed
  *                                        template_variables_json, or the template failed to render (the message
  *                                        gives its line and column)
  * @retval STRATA_ERR_OUT_OF_RANGE        the rendered conversation leaves no room in the context, or a stop token is
@@ -1811,7 +1828,7 @@ STRATA_API strata_status strata_session_chat(strata_session *session, const stra
  *                        ::STRATA_FINISH_TOOL_CALLS when its message is complete
  * @param[in] content_len bytes of @p content, or ::STRATA_NUL_TERMINATED
  * @retval STRATA_OK                      recorded
- * @retval STRATA_ERR_INVALID_ARGUMENT    @p request or @p call_id is NULL
+ * @retval STRATA_ERR_INVALID_ARGUMENT    @p request or @p call_id is NULL, or @p content is not UTF-8
  * @retval STRATA_ERR_NOT_FOUND           @p call_id is not a call of this request
  * @retval STRATA_ERR_ALREADY_EXISTS      the call was already answered or declined (also once its answer has
  *                                        been consumed and generation continues)

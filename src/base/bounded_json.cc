@@ -1,7 +1,7 @@
 #include "base/bounded_json.h"
 
-#include <fstream>
-#include <sstream>
+#include "base/read_file.h"
+
 
 namespace strata {
 
@@ -58,11 +58,8 @@ StatusOr<Json> ParseBoundedJson(std::string_view text, std::string_view what, in
 
 template <typename Json>
 StatusOr<Json> ReadBoundedJsonFile(const std::string& path, int max_depth) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseBoundedJson<Json>(ss.str(), path, max_depth);
+  STRATA_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  return ParseBoundedJson<Json>(text, path, max_depth);
 }
 
 template <typename Json>

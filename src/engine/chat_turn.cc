@@ -89,7 +89,9 @@ void ChatTurn::Route(std::vector<ToolCallEvent> parsed, int32_t token, std::vect
           // An unknown tool is answered at once with an error tool message, so
           // the template sees a complete exchange and the model can correct
           // itself in the next round.
-          call.result = nlohmann::json({{"error", absl::StrCat("unknown tool '", p.name, "'")}}).dump();
+          // The name is model output and may not be UTF-8: replaced, never thrown on.
+          call.result = nlohmann::json({{"error", absl::StrCat("unknown tool '", p.name, "'")}})
+                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
           ev.type = EventType::kToolError;
           ev.text = absl::StrCat("unknown tool '", p.name, "'");
         } else {

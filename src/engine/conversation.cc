@@ -40,10 +40,12 @@ Status Conversation::AddMessage(nlohmann::ordered_json m) {
     const auto& calls = m["tool_calls"];
     if (role != "assistant") return absl::InvalidArgumentError("only assistant messages carry tool_calls");
     if (!calls.is_array()) return absl::InvalidArgumentError("tool_calls must be a JSON array");
-    for (const auto& c : calls) {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const auto& c = calls[i];
       if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
           !c["function"].contains("name") || !c["function"]["name"].is_string()) {
-        return absl::InvalidArgumentError("each tool call needs {\"function\": {\"name\": ..., \"arguments\": ...}}");
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tool_calls[", i, "] needs {\"function\": {\"name\": ..., \"arguments\": ...}}"));
       }
     }
   }

@@ -218,8 +218,11 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
   if (!factory) {
     std::string known;
     for (const auto& name : RegisteredArchitectures()) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-    return config.FieldError("model_type", absl::StrCat("unsupported architecture '", model_type,
-                                                        "' (supported: ", known, ")"));
+    // A valid name this build does not know: UNSUPPORTED, as strata_model_load documents.
+    return absl::UnimplementedError(
+        config.FieldError("model_type", absl::StrCat("unsupported architecture '", model_type,
+                                                     "' (supported: ", known, ")"))
+            .message());
   }
   const bool dummy = options.load_format == LoadFormat::kDummy;
   std::shared_ptr<const WeightStore> shared;

@@ -1,25 +1,20 @@
 // tiktoken rank BPE (see bpe_tiktoken.h).
 #include "text/bpe_tiktoken.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/input_limits.h"
+#include "base/read_file.h"
 #include "text/bpe_merge.h"
 #include "text/unicode.h"
 
 namespace strata::text {
 
 StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the tiktoken rank file"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return FromText(ss.str(), path);
+  STRATA_ASSIGN_OR_RETURN(const std::string data, ReadFileToString(path));
+  return FromText(data, path);
 }
 
 StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromText(std::string_view data,

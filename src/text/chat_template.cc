@@ -5,12 +5,11 @@
 #include "text/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
+#include "base/read_file.h"
 #include "text/jinja/evaluator.h"
 #include "text/jinja/lexer.h"
 #include "text/jinja/parser.h"
@@ -46,9 +45,15 @@ class ChatTemplateImpl : public ChatTemplate {
       return absl::InvalidArgumentError(absl::StrCat("chat template context nests deeper than ",
                                                      limits::kMaxTemplateValueDepth, " levels"));
     }
-    STRATA_ASSIGN_OR_RETURN(
-        auto ordered, ParseBoundedJson<nlohmann::ordered_json>(
-                          context.dump(), "chat template context", limits::kMaxTemplateValueDepth));
+    // dump() throws on strings that are not UTF-8: bad input, not a bug.
+    std::string text;
+    try {
+      text = context.dump();
+    } catch (const nlohmann::json::type_error& e) {
+      return absl::InvalidArgumentError(absl::StrCat("chat template context: ", e.what()));
+    }
+    STRATA_ASSIGN_OR_RETURN(auto ordered, ParseBoundedJson<nlohmann::ordered_json>(
+                                              text, "chat template context", limits::kMaxTemplateValueDepth));
     return RenderOrdered(ordered, options);
   }
 
@@ -92,14 +97,6 @@ class ChatTemplateImpl : public ChatTemplate {
   std::map<std::string, std::shared_ptr<const CompiledTemplate>> templates_;
   nlohmann::ordered_json special_tokens_;
 };
-
-StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 using TemplateSources = std::map<std::string, std::pair<std::string, std::string>>;  // name -> (text, label)
 
@@ -180,14 +177,14 @@ StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromDirectory(const std::s
   STRATA_RETURN_IF_ERROR(AddConfigSources(config, config_path.string(), &sources));
   const fs::path jinja_file = fs::path(dir) / "chat_template.jinja";
   if (fs::exists(jinja_file)) {
-    STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(jinja_file));
+    STRATA_ASSIGN_OR_RETURN(std::string text, ReadFileToString(jinja_file.string()));
     sources["default"] = {text, jinja_file.string()};
   }
   const fs::path jinja_dir = fs::path(dir) / "chat_templates";
   if (fs::is_directory(jinja_dir)) {
     for (const auto& entry : fs::directory_iterator(jinja_dir)) {
       if (entry.path().extension() != ".jinja") continue;
-      STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(entry.path()));
+      STRATA_ASSIGN_OR_RETURN(std::string text, ReadFileToString(entry.path().string()));
       sources[entry.path().stem().string()] = {text, entry.path().string()};
     }
   }

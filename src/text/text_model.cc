@@ -4,22 +4,20 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
+#include "base/read_file.h"
 
 namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
 
+// A file that cannot be read has no markers; loading it fails elsewhere.
 std::string ReadWholeFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  StatusOr<std::string> text = ReadFileToString(path.string());
+  return text.ok() ? *std::move(text) : std::string();
 }
 
 // The template sources of a directory, concatenated: only used to find which

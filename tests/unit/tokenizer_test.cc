@@ -108,7 +108,7 @@ TEST(TokenizerTest, BadTokenizerJsonErrorsNameFileAndField) {
       TinyJson(R"([])", R"({"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Sideways"})"));
   ExpectError(Tokenizer::FromTokenizerJson(p), p, "behavior");
   ExpectError(Tokenizer::FromTokenizerJson(d.path() + "/missing.json"), "missing.json",
-              "cannot open");
+              "file not found");
 }
 
 TEST(TokenizerTest, BadConfigAndDirectoryErrors) {

@@ -3,15 +3,14 @@
 #ifndef STRATA_TOOLS_STRATA_JSONL_H_
 #define STRATA_TOOLS_STRATA_JSONL_H_
 
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cli.h"
 
 namespace strata::cli {
 
@@ -42,11 +41,9 @@ Json ParseJsonWithin(const std::string& text, int max_depth = kMaxJsonDepth) {
 inline absl::Status ForEachJsonLine(
     const std::string& path,
     const std::function<absl::Status(const nlohmann::json&, const std::string&)>& fn) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string data = ss.str();
+  const absl::StatusOr<std::string> read = ReadTextFile(path);
+  if (!read.ok()) return read.status();
+  const std::string& data = *read;
   size_t start = 0;
   for (int line = 1; start < data.size(); ++line) {
     size_t end = data.find('\n', start);

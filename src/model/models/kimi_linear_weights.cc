@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "base/dtype.h"
+#include "base/file_error.h"
 #include "model/config_reader.h"
 #include "model/models/builtin.h"
 #include "model/safetensors_writer.h"
@@ -143,7 +144,7 @@ Status WriteKimiLinearDummyWeights(const KimiLinearConfig& config, const std::st
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
+  if (ec) return FileError(absl::StrCat(dir, ": cannot create directory"), ec);
   SafetensorsWriter w;
   uint64_t index = 0;
   for (const auto& t : specs) {

@@ -8,8 +8,8 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 
-#include "absl/container/flat_hash_map.h"
 #include "base/status.h"
 #include "text/jinja/ast.h"
 #include "text/jinja/render_state.h"
@@ -28,7 +28,10 @@ class Scope {
 
  private:
   std::shared_ptr<Scope> parent_;
-  absl::flat_hash_map<std::string, Value> vars_;
+  // std::unordered_map, not absl's flat_hash_map: an insertion that fails to
+  // allocate must leave the map intact (the 2022 Abseil marks the slot full
+  // before constructing it, so the destructor frees garbage).
+  std::unordered_map<std::string, Value> vars_;
 };
 
 // Scope holding the globals: range, namespace, dict, raise_exception, strftime_now.

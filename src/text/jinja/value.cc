@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <new>
 
 #include "base/input_limits.h"
 #include "base/stack_guard.h"
@@ -43,7 +44,15 @@ void Bury(MoveChildren move_children) {
 }
 
 void BuryOne(Value& v, std::vector<Value>* graveyard) {
-  if (HasChildren(v)) graveyard->push_back(std::move(v));
+  if (!HasChildren(v)) return;
+  try {
+    graveyard->push_back(std::move(v));
+  } catch (const std::bad_alloc&) {
+    // This runs in destructors: with no memory to grow the graveyard the
+    // value is freed here instead (its own children then try the graveyard
+    // again), recursing only while allocations keep failing.
+    Value doomed = std::move(v);
+  }
 }
 
 // ---- Guards of the recursive operations ----
