@@ -1380,8 +1380,10 @@ STRATA_API strata_status strata_tokenizer_destroy(strata_tokenizer *tokenizer);
  * @param[in]  capacity           ids @p tokens can hold
  * @param[out] out_count          receives the number of ids (always, also on ::STRATA_ERR_OUT_OF_RANGE)
  * @retval STRATA_OK                   encoded (or answered the count query)
- * @retval STRATA_ERR_INVALID_ARGUMENT NULL @p tokenizer or @p out_count, NULL @p text with a nonzero length, or
- *                                     @p text that is not UTF-8 (the message gives the byte offset)
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL @p tokenizer or @p out_count, NULL @p text with a nonzero length, a
+ *                                     length of 2^31 or more, @p text that is not UTF-8 (the message gives the
+ *                                     byte offset), or a pre-tokenizer pattern that exceeds the regex engine's
+ *                                     match limit on this text
  * @retval STRATA_ERR_OUT_OF_RANGE     @p capacity is smaller than the count; nothing written
  * @retval STRATA_ERR_MISUSE           @p tokenizer was destroyed or is not a tokenizer
  * @par Thread safety: safe from any thread.
@@ -1580,8 +1582,8 @@ STRATA_API strata_status strata_chat_message_init_sized(strata_chat_message *mes
  * @param[in] message the message; struct_size must be set
  * @retval STRATA_OK                      appended
  * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, unknown role, a string that is not UTF-8 or
- *                                        NULL with a nonzero length, a tool
- *                                        message without tool_call_id and name, or malformed tool_calls_json
+ *                                        NULL with a nonzero length, a tool message without tool_call_id and
+ *                                        name, or malformed tool_calls_json
  * @retval STRATA_ERR_FAILED_PRECONDITION the model directory has no tokenizer, or the session is running a request
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
  * @par Thread safety: one thread per session at a time.
@@ -1773,9 +1775,8 @@ STRATA_API strata_status strata_chat_params_init_sized(strata_chat_params *param
  *                         NULL on failure
  * @retval STRATA_OK                      submitted
  * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, a value out of range, a stop string that is
- *                                        not UTF-8, malformed
- *                                        template_variables_json, or the template failed to render (the message
- *                                        gives its line and column)
+ *                                        not UTF-8, malformed template_variables_json, or the template failed to
+ *                                        render (the message gives its line and column)
  * @retval STRATA_ERR_OUT_OF_RANGE        the rendered conversation leaves no room in the context, or a stop token is
  *                                        outside the vocabulary
  * @retval STRATA_ERR_FAILED_PRECONDITION the model has no tokenizer or chat template, the session is running a

@@ -837,7 +837,8 @@ std::vector<std::pair<std::string, Walk>> WalkTable() {
     size_t n = 1;
     EXPECT_EQ(strata_session_get_num_tokens(w.session, &n), STRATA_OK);
     EXPECT_EQ(n, 0u) << "a refused append leaves the session unchanged";
-    EXPECT_CALL_STATUS(strata_session_append_tokens, STRATA_OK, "", strata_session_append_tokens(w.session, nullptr, 0));
+    EXPECT_CALL_STATUS(strata_session_append_tokens, STRATA_OK, "",
+                       strata_session_append_tokens(w.session, nullptr, 0));
     EXPECT_CALL_STATUS(strata_session_append_tokens, STRATA_ERR_FAILED_PRECONDITION, "running",
                        strata_session_append_tokens(w.busy_session, one, 1));
   });
@@ -1127,6 +1128,26 @@ std::vector<std::pair<std::string, Walk>> WalkTable() {
     // Embedded NUL bytes are text like any other when the length is given.
     EXPECT_CALL_STATUS(strata_tokenizer_encode, STRATA_OK, "",
                        strata_tokenizer_encode(w.tokenizer, "a\0b", 3, false, ids, 64, &count));
+    // A tokenizer file whose pattern backtracks without bound on this text:
+    // the regex engine's limit, reported as bad input with the offset.
+    std::string file = ReadFile(kDemoDir / "tokenizer.json");
+    const size_t begin = file.find('{', file.find("\"pre_tokenizer\""));
+    size_t end = begin;  // one past the object's closing brace
+    int depth = 0;
+    do {
+      depth += file[end] == '{' ? 1 : file[end] == '}' ? -1 : 0;
+      ++end;
+    } while (depth > 0);
+    file.replace(begin, end - begin,
+                 R"({"type": "Split", "pattern": {"Regex": "(?:a|a)+$"}, "behavior": "Isolated", "invert": false})");
+    const fs::path dir = DemoWith("tok_backtracking", "tokenizer.json", file);
+    strata_tokenizer* slow = nullptr;
+    ASSERT_EQ(strata_tokenizer_open(dir.c_str(), &slow), STRATA_OK) << LastError();
+    const std::string text = "xy" + std::string(40, 'a') + "b";
+    EXPECT_CALL_STATUS(strata_tokenizer_encode, STRATA_ERR_INVALID_ARGUMENT,
+                       "pre-tokenizer pattern, matching from byte",
+                       strata_tokenizer_encode(slow, text.data(), text.size(), false, ids, 64, &count));
+    EXPECT_EQ(strata_tokenizer_destroy(slow), STRATA_OK);
   });
   add("strata_tokenizer_decode", [](World& w) {
     char text[256];
