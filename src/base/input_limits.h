@@ -65,6 +65,14 @@ inline constexpr int64_t kMaxTemplateItems = 1'000'000;
 // (the values it was given do not count).
 inline constexpr int64_t kMaxRenderMemoryBytes = int64_t{256} << 20;
 
+// ---- Vocabularies (model/config_bounds.h, text/) ----
+
+// The largest vocabulary a config.json or a tokenizer file may declare: token
+// ids must be below it. Id tables are dense, so an id is also an allocation
+// (a tokenizer.json listing one token with id 2^31 - 1 would otherwise ask
+// for 2^31 entries). The largest published vocabularies are about 262 K.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+
 // ---- Stack (base/stack_guard.h) ----
 
 // Recursive code stops, with an error, when fewer bytes than this remain on

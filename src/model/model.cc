@@ -1,8 +1,6 @@
 // Architecture registry and the model-directory entry point.
 #include "model/model.h"
 
-#include "base/key_value_list.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,10 +8,15 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <new>
 #include <set>
+#include <stdexcept>
 
+#include "base/key_value_list.h"
+#include "base/thread_pool.h"
 #include "model/config_reader.h"
 #include "model/models/builtin.h"
+#include "model/weight_check.h"
 #include "model/weight_store.h"
 
 namespace strata {
@@ -123,6 +126,22 @@ StatusOr<std::unique_ptr<WeightStore>> OpenHostDummyWeights(const std::string& m
   return store;
 }
 
+// Runs one stage of a load (`doing` says which, e.g. "building the kimi_linear
+// model of DIR on the CPU") and turns an allocation failure into
+// ResourceExhausted naming the stage: buffers are sized from the checkpoint,
+// and a host calling LoadModel must get an error, never an exception.
+template <class F>
+auto CatchAllocation(const std::string& doing, F&& stage) -> decltype(stage()) {
+  try {
+    return stage();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory while ", doing));
+  } catch (const std::length_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a size too large to allocate while ", doing, " (", e.what(), ")"));
+  }
+}
+
 }  // namespace
 
 Status Model::DecodeBatch(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
@@ -203,7 +222,9 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     return absl::NotFoundError(absl::StrCat(model_dir, ": not a model directory"));
   }
   const std::string config_path = (fs::path(model_dir) / "config.json").string();
-  STRATA_ASSIGN_OR_RETURN(ConfigReader config, ConfigReader::FromFile(config_path));
+  STRATA_ASSIGN_OR_RETURN(ConfigReader config,
+                          CatchAllocation(absl::StrCat("reading ", config_path),
+                                          [&] { return ConfigReader::FromFile(config_path); }));
   STRATA_ASSIGN_OR_RETURN(std::string model_type, config.GetString("model_type"));
   ModelFactory factory;
   {
@@ -230,12 +251,21 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     }
     std::unique_ptr<WeightStore> store;
     if (dummy) {
-      STRATA_ASSIGN_OR_RETURN(store, OpenHostDummyWeights(model_type, config_path, options.dummy_seed));
+      STRATA_ASSIGN_OR_RETURN(
+          store, CatchAllocation(absl::StrCat("making the dummy weights of ", config_path), [&] {
+            return OpenHostDummyWeights(model_type, config_path, options.dummy_seed);
+          }));
       if (weight_progress && !weight_progress(1.0f)) {
         return absl::CancelledError(absl::StrCat(model_dir, ": load cancelled by the progress callback"));
       }
     } else {
-      STRATA_ASSIGN_OR_RETURN(store, WeightStore::Open(model_dir, weight_progress));
+      STRATA_ASSIGN_OR_RETURN(
+          store, CatchAllocation(absl::StrCat("opening the weights of ", model_dir),
+                                 [&] { return WeightStore::Open(model_dir, weight_progress); }));
+    }
+    if (options.check_weights) {
+      STRATA_RETURN_IF_ERROR(
+          CheckWeightsFinite(*store, options.pool ? options.pool : ThreadPool::Default()));
     }
     shared = std::move(store);
     return OkStatus();
@@ -267,7 +297,9 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     } else {
       // The device copy is the slow part of a CUDA load; the mapping is quick.
       if (!dummy) STRATA_RETURN_IF_ERROR(open_weights(0.05f));
-      StatusOr<std::unique_ptr<Model>> gpu = cuda_factory(shared, config_path, options);
+      StatusOr<std::unique_ptr<Model>> gpu = CatchAllocation(
+          absl::StrCat("building the ", model_type, " model of ", model_dir, " on CUDA"),
+          [&] { return cuda_factory(shared, config_path, options); });
       if (gpu.ok()) {
         if (options.progress && !options.progress(1.0f)) {
           return absl::CancelledError(
@@ -293,7 +325,10 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     if (notice.empty()) return s;
     return Status(s.code(), absl::StrCat(notice, ", which failed: ", s.message()));
   }
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, factory(shared, config_path, options));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                          CatchAllocation(absl::StrCat("building the ", model_type, " model of ",
+                                                       model_dir, " on the CPU"),
+                                          [&] { return factory(shared, config_path, options); }));
   if (options.progress && !options.progress(1.0f)) {
     return absl::CancelledError(absl::StrCat(model_dir, ": load cancelled by the progress callback"));
   }

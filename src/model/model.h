@@ -114,6 +114,12 @@ struct LoadOptions {
   bool batch_invariant = false;
   // Kernel tuning, `key=value,...` (strata_model_params::options).
   std::string options;
+  // Reads every stored tensor once after the weights are opened (before any
+  // upload to a GPU) and fails the load with DataLoss naming the first tensor
+  // (in name order) holding a NaN or an infinity, and the element's index. Off
+  // by default: it touches every page of the checkpoint. Dummy weights made on
+  // the device are not read (they are finite by construction).
+  bool check_weights = false;
 };
 
 // Per-row token selection for Model::DecodeBatchSample (GPU sampling: greedy

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
+#include "text/token_id_check.h"
 
 namespace strata::text {
 namespace {
@@ -64,6 +65,8 @@ StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
                                                        "\"].content: expected a string"));
       }
       t.content = v["content"].get<std::string>();
+      STRATA_RETURN_IF_ERROR(
+          CheckTokenId(t.id, absl::StrCat(path, ": added_tokens_decoder"), t.content));
       t.special = v.value("special", false);
       t.lstrip = v.value("lstrip", false);
       t.rstrip = v.value("rstrip", false);

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
+#include "text/token_id_check.h"
 #include "text/unicode.h"
 
 namespace strata::text {
@@ -64,7 +65,8 @@ Status PostProcessorIds(const Json& j, const std::string& where,
           return absl::InvalidArgumentError(
               absl::StrCat(where, ".special_tokens[\"", name, "\"].ids: expected integers"));
         }
-        (seen_sequence ? suffix : prefix)->push_back(id.get<int32_t>());
+        STRATA_RETURN_IF_ERROR(CheckTokenId(id.get<int64_t>(), where, name));
+        (seen_sequence ? suffix : prefix)->push_back(static_cast<int32_t>(id.get<int64_t>()));
       }
     }
     return OkStatus();
@@ -76,8 +78,12 @@ Status PostProcessorIds(const Json& j, const std::string& where,
         return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": expected [token, id]"));
       }
     }
-    prefix->push_back(j["cls"][1].get<int32_t>());
-    suffix->push_back(j["sep"][1].get<int32_t>());
+    for (const char* key : {"cls", "sep"}) {
+      const std::string token = j[key][0].is_string() ? j[key][0].get<std::string>() : key;
+      STRATA_RETURN_IF_ERROR(CheckTokenId(j[key][1].get<int64_t>(), where, token));
+    }
+    prefix->push_back(static_cast<int32_t>(j["cls"][1].get<int64_t>()));
+    suffix->push_back(static_cast<int32_t>(j["sep"][1].get<int64_t>()));
     return OkStatus();
   }
   return absl::UnimplementedError(
@@ -113,14 +119,16 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
     for (size_t i = 0; i < it->size(); ++i) {
       const Json& a = (*it)[i];
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
-          !a.contains("content") || !a["content"].is_string() || a["id"].get<int64_t>() < 0) {
+          !a.contains("content") || !a["content"].is_string()) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ": added_tokens[", i,
                          "]: needs an integer \"id\" >= 0 and a string \"content\""));
       }
       AddedToken tok;
-      tok.id = a["id"].get<int32_t>();
       tok.content = a["content"].get<std::string>();
+      STRATA_RETURN_IF_ERROR(CheckTokenId(
+          a["id"].get<int64_t>(), absl::StrCat(path, ": added_tokens[", i, "]"), tok.content));
+      tok.id = static_cast<int32_t>(a["id"].get<int64_t>());
       tok.special = a.value("special", false);
       tok.lstrip = a.value("lstrip", false);
       tok.rstrip = a.value("rstrip", false);
@@ -139,10 +147,12 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
   STRATA_RETURN_IF_ERROR(PostProcessorIds(j.value("post_processor", Json()),
                                           absl::StrCat(path, ": post_processor"), id_of,
                                           &t->prefix_ids_, &t->suffix_ids_));
-  for (int32_t id : t->prefix_ids_) {
-    if (id < 0 || id >= size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": post_processor: token id ", id, " is out of the vocabulary"));
+  for (const std::vector<int32_t>* ids : {&t->prefix_ids_, &t->suffix_ids_}) {
+    for (int32_t id : *ids) {
+      if (id >= size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": post_processor: token id ", id, " is out of the vocabulary"));
+      }
     }
   }
 
