@@ -8,10 +8,9 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <new>
 #include <set>
-#include <stdexcept>
 
+#include "base/catch_allocation.h"
 #include "base/key_value_list.h"
 #include "base/thread_pool.h"
 #include "model/config_reader.h"
@@ -124,22 +123,6 @@ StatusOr<std::unique_ptr<WeightStore>> OpenHostDummyWeights(const std::string& m
       written.ok() ? WeightStore::Open(dir.string()) : StatusOr<std::unique_ptr<WeightStore>>(written);
   fs::remove_all(dir, ec);
   return store;
-}
-
-// Runs one stage of a load (`doing` says which, e.g. "building the kimi_linear
-// model of DIR on the CPU") and turns an allocation failure into
-// ResourceExhausted naming the stage: buffers are sized from the checkpoint,
-// and a host calling LoadModel must get an error, never an exception.
-template <class F>
-auto CatchAllocation(const std::string& doing, F&& stage) -> decltype(stage()) {
-  try {
-    return stage();
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat("out of memory while ", doing));
-  } catch (const std::length_error& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("a size too large to allocate while ", doing, " (", e.what(), ")"));
-  }
 }
 
 }  // namespace

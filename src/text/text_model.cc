@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
+#include "base/catch_allocation.h"
 
 namespace strata {
 namespace {
@@ -97,6 +98,11 @@ bool TextModel::DirectoryHasTokenizer(const std::string& dir) {
 }
 
 StatusOr<std::shared_ptr<const TextModel>> TextModel::FromDirectory(const std::string& dir) {
+  return CatchAllocation(absl::StrCat("loading the tokenizer and chat template of ", dir),
+                         [&] { return Load(dir); });
+}
+
+StatusOr<std::shared_ptr<const TextModel>> TextModel::Load(const std::string& dir) {
   std::shared_ptr<TextModel> m(new TextModel);
   STRATA_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromDirectory(dir));
   STRATA_RETURN_IF_ERROR(CheckFitsModelVocabulary(dir, *m->tokenizer_));

@@ -58,6 +58,9 @@ void WriteFile(const fs::path& p, const std::string& s) {
 
 std::string LastError() { return strata_last_error_message(); }
 
+// What strata_last_error_message() says after a failed strata_model_load.
+std::string LoadError(const std::string& message) { return "strata_model_load: " + message; }
+
 class HostileConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -105,8 +108,8 @@ TEST_F(HostileConfigTest, HugeLayerCountIsInvalidArgumentWithDummyWeights) {
     WriteFile(dir_ / "config.json", KimiConfig(v, "24"));
     EXPECT_EQ(Load(/*dummy=*/true), STRATA_ERR_INVALID_ARGUMENT) << LastError();
     EXPECT_EQ(model_, nullptr);
-    EXPECT_EQ(LastError(), ConfigPath() + ": field 'num_hidden_layers': " + v +
-                               " is outside the supported range [-2147483648, 2147483647]");
+    EXPECT_EQ(LastError(), LoadError(ConfigPath() + ": field 'num_hidden_layers': " + v +
+                                     " is outside the supported range [-2147483648, 2147483647]"));
   }
 }
 
@@ -115,8 +118,8 @@ TEST_F(HostileConfigTest, HugeHeadDimIsInvalidArgumentWithDummyWeights) {
     SCOPED_TRACE(v);
     WriteFile(dir_ / "config.json", KimiConfig("4", v));
     EXPECT_EQ(Load(/*dummy=*/true), STRATA_ERR_INVALID_ARGUMENT) << LastError();
-    EXPECT_EQ(LastError(), ConfigPath() + ": field 'linear_attn_config.head_dim': " + v +
-                               " is outside the supported range [-2147483648, 2147483647]");
+    EXPECT_EQ(LastError(), LoadError(ConfigPath() + ": field 'linear_attn_config.head_dim': " + v +
+                                     " is outside the supported range [-2147483648, 2147483647]"));
   }
 }
 
@@ -140,8 +143,8 @@ TEST_F(HostileConfigTest, DuplicateKeyIsInvalidArgumentNamingKeyAndOffset) {
   config.insert(config.rfind('}'), R"(, "hidden_size": 4096)");
   WriteFile(dir_ / "config.json", config);
   EXPECT_EQ(Load(/*dummy=*/true), STRATA_ERR_INVALID_ARGUMENT) << LastError();
-  EXPECT_EQ(LastError(), ConfigPath() + ": duplicate key 'hidden_size' at byte " +
-                             std::to_string(config.rfind("\"hidden_size\"")));
+  EXPECT_EQ(LastError(), LoadError(ConfigPath() + ": duplicate key 'hidden_size' at byte " +
+                                   std::to_string(config.rfind("\"hidden_size\""))));
 }
 
 TEST_F(HostileConfigTest, CheckWeightsTurnsANaNIntoDataLoss) {
@@ -166,9 +169,9 @@ TEST_F(HostileConfigTest, CheckWeightsTurnsANaNIntoDataLoss) {
   EXPECT_EQ(Load(/*dummy=*/false), STRATA_OK) << LastError();  // the check is opt-in
   EXPECT_EQ(Load(/*dummy=*/false, /*check_weights=*/true), STRATA_ERR_DATA_LOSS) << LastError();
   EXPECT_EQ(model_, nullptr);
-  EXPECT_EQ(LastError(), (dir_ / "model.safetensors").string() +
-                             ": tensor 'model.norm.weight' (F32): element 3 is NaN (found by "
-                             "check_weights)");
+  EXPECT_EQ(LastError(), LoadError((dir_ / "model.safetensors").string() +
+                                   ": tensor 'model.norm.weight' (F32): element 3 is NaN (found by "
+                                   "check_weights)"));
 }
 
 TEST_F(HostileConfigTest, CheckWeightsDefaultsToOff) {
