@@ -53,10 +53,11 @@ class ConfigSizeTotal {
   // The sum (saturated at UINT64_MAX).
   uint64_t total() const { return total_; }
 
-  // InvalidArgument when the sum exceeds the limit, e.g.
-  //   "<dir>/config.json: fields 'num_hidden_layers' x 'n_routed_experts' x
-  //    'moe_intermediate_size' x 'hidden_size' (4096 x 65536 x 1048576 x 131072 x 3)
-  //    make the parameters total at least 1.8e+19, more than the supported 8.8e+12".
+  // InvalidArgument naming the fields of the largest term when the sum
+  // exceeds the limit, e.g.
+  //   "<dir>/config.json: fields 'num_hidden_layers' x 'num_experts' x
+  //    'moe_intermediate_size' x 'hidden_size' (4096 x 60000 x 65536 x 65536 x 3)
+  //    make the parameters total at least 3.2e+18, more than the supported 8.8e+12".
   Status Check() const;
 
  private:
