@@ -109,6 +109,7 @@ constexpr FieldLayout k_strata_model_params[] = {
     STRATA_FIELD(strata_model_params, dummy_weights),
     STRATA_FIELD(strata_model_params, dummy_seed),
     STRATA_FIELD(strata_model_params, options),
+    STRATA_FIELD(strata_model_params, check_weights),
 };
 
 constexpr FieldLayout k_strata_model_info[] = {

@@ -20,6 +20,7 @@ STRATA_API strata_status strata_model_params_init_sized(strata_model_params* par
   d.gpu_memory_fraction = core.gpu_memory_fraction;
   d.cuda_graphs = core.cuda_graphs;
   d.batch_invariant = core.batch_invariant;
+  d.check_weights = core.check_weights;
   return strata::capi::InitSized("strata_model_params_init_sized", params, struct_size, d);
 }
 
@@ -73,6 +74,7 @@ STRATA_API strata_status strata_model_load(strata_engine* engine, const char* mo
     options.load_format = p.dummy_weights ? strata::LoadFormat::kDummy : strata::LoadFormat::kAuto;
     options.dummy_seed = p.dummy_seed;
     if (p.options != nullptr) options.options = p.options;
+    options.check_weights = p.check_weights;
     options.pool = engine->impl->pool();
     if (p.progress_callback != nullptr) {
       options.progress = [cb = p.progress_callback, ud = p.progress_user_data](float f) {

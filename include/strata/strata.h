@@ -746,6 +746,11 @@ typedef struct strata_model_params {
    *  ::STRATA_ERR_INVALID_ARGUMENT naming it, on every device (never silently ignored; on the CPU no entry
    *  applies). NULL or "" (default): the defaults. */
   const char *options;
+  /** Reads every stored weight once at load (on the host, before any copy to a GPU) and fails the load with
+   *  ::STRATA_ERR_DATA_LOSS naming the first tensor (in name order) that holds a NaN or an infinity, its file and
+   *  the element's index. It touches every page of the checkpoint, so loading takes longer. Dummy weights made on
+   *  a GPU are not read (they are finite by construction). Default false. */
+  bool check_weights;
 } strata_model_params;
 
 /**
@@ -783,18 +788,24 @@ STRATA_API strata_status strata_model_params_init_sized(strata_model_params *par
  *                       strata_model_destroy()); NULL on failure
  * @retval STRATA_OK                   loaded
  * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer, bad struct_size, a params field out of its range, a malformed
- *                                     options string, a malformed config.json or weights file header (the message
- *                                     names the file and the field or byte offset), or a directory or FIFO where
- *                                     the model needs a file
+ *                                     options string, a config.json value that is malformed, outside its sane
+ *                                     range (e.g. more than 4096 layers), contradicts another field, or sizes a
+ *                                     model too large for any host (the message names the file and the fields),
+ *                                     a duplicate key in config.json (named with its byte offset), a special
+ *                                     token id outside the vocabulary, a malformed weights file header (the file
+ *                                     and the byte offset), or a directory or FIFO where the model needs a file
  * @retval STRATA_ERR_MISUSE           @p engine was destroyed or is not an engine
  * @retval STRATA_ERR_NOT_FOUND        the directory, config.json or a weights file is missing
  * @retval STRATA_ERR_UNSUPPORTED      the architecture (model_type) or a dtype is not supported
- * @retval STRATA_ERR_DATA_LOSS        a weights file is truncated or its tensors run past its end
+ * @retval STRATA_ERR_DATA_LOSS        a weights file is truncated or its tensors run past its end, or (with
+ *                                     strata_model_params::check_weights) a weight is NaN or infinite
  * @retval STRATA_ERR_CANCELLED        the progress callback returned nonzero
  * @retval STRATA_ERR_UNAVAILABLE      ::STRATA_DEVICE_CUDA was asked and the model cannot run on that GPU
  *                                     (no CUDA build, driver or device, not enough memory, shapes its kernels
  *                                     do not accept); the message says which
- * @retval STRATA_ERR_OUT_OF_MEMORY    allocation failed
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED memory for the weights or the executor could not be allocated (the
+ *                                     message says what was being built), or dummy weights too large for the host
+ * @retval STRATA_ERR_OUT_OF_MEMORY    allocation failed outside the stages the message would name
  * @par Thread safety: safe from any thread; the engine may be used concurrently.
  * @since 0.1
  */

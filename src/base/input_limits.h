@@ -65,15 +65,17 @@ inline constexpr int64_t kMaxTemplateItems = 1'000'000;
 // (the values it was given do not count).
 inline constexpr int64_t kMaxRenderMemoryBytes = int64_t{256} << 20;
 
-// ---- Tokenizer files (text/) ----
+// ---- Vocabularies (model/config_bounds.h, text/) ----
 
+// The largest vocabulary a config.json or a tokenizer file may declare: token
+// ids must be below it. Id tables are dense, so an id is also an allocation
+// (a tokenizer.json listing one token with id 2^31 - 1 would otherwise ask
+// for 2^31 entries). The largest published vocabularies are about 262 K.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 // The largest token id of a tokenizer.json (vocab, added tokens,
 // post-processor), a tiktoken rank file or tokenizer_config.json's
-// added_tokens_decoder. The tokenizers keep tables indexed by id, sized by
-// the largest one, so a single id of 2^31 - 1 would ask for tens of
-// gigabytes (and id + 1 would overflow). Published vocabularies stay below
-// 2^18; this is 16 times that.
-inline constexpr int32_t kMaxTokenId = (1 << 22) - 1;
+// added_tokens_decoder (text/token_id_check.h).
+inline constexpr int32_t kMaxTokenId = static_cast<int32_t>(kMaxVocabSize - 1);
 
 // ---- Model files (model/) ----
 

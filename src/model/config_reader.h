@@ -17,10 +17,14 @@ namespace strata {
 // Wraps one JSON object (the whole config or a nested one such as
 // "linear_attn_config"). Error messages read like
 //   "<dir>/config.json: field 'linear_attn_config.num_heads': expected a positive integer, got -3".
+// Every integer returned is within its field's sane range (model/config_bounds.h:
+// int32 by default, tighter for dimensions and counts) and every double is
+// finite, so callers may size things from them; a value outside is an error
+// naming the file and the field.
 class ConfigReader {
  public:
-  // Reads and parses `path`; InvalidArgument with the parser's byte offset on bad JSON,
-  // NotFound when the file is missing.
+  // Reads and parses `path`; InvalidArgument with the parser's byte offset on bad JSON
+  // or a duplicate key (naming it), NotFound when the file is missing.
   static StatusOr<ConfigReader> FromFile(const std::string& path);
   static StatusOr<ConfigReader> FromString(const std::string& file_label, const std::string& text);
 
@@ -35,6 +39,7 @@ class ConfigReader {
   StatusOr<double> GetDouble(const std::string& key) const;
   StatusOr<double> GetDoubleOr(const std::string& key, double fallback) const;
   StatusOr<bool> GetBoolOr(const std::string& key, bool fallback) const;
+  // Each entry within the bounds of `key`.
   StatusOr<std::vector<int64_t>> GetIntList(const std::string& key) const;
   StatusOr<ConfigReader> GetObject(const std::string& key) const;
 
@@ -48,6 +53,8 @@ class ConfigReader {
  private:
   ConfigReader(std::string file, std::string prefix, nlohmann::json j)
       : file_(std::move(file)), prefix_(std::move(prefix)), j_(std::move(j)) {}
+  // `value` of `key` (as the message names it) against the bounds of `field`.
+  Status CheckBounds(const std::string& key, const std::string& field, int64_t value) const;
   std::string file_;
   std::string prefix_;  // "linear_attn_config." for nested objects
   nlohmann::json j_;

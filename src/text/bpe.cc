@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "base/input_limits.h"
 #include "text/bpe_merge.h"
+#include "text/token_id_check.h"
 #include "text/unicode.h"
 
 namespace strata::text {
@@ -49,14 +50,14 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& m, const std:
   bpe->vocab_.reserve(vit->size());
   int32_t max_id = -1;
   for (auto it = vit->begin(); it != vit->end(); ++it) {
-    // Unsigned values past int64 read as negative here, and are refused.
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > limits::kMaxTokenId) {
-      return absl::InvalidArgumentError(absl::StrCat(w, ".vocab[\"", it.key(),
-                                                     "\"]: expected an integer id in [0, ",
-                                                     limits::kMaxTokenId, "]"));
+    if (!it.value().is_number_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(w, ".vocab[\"", it.key(), "\"]: expected a non-negative integer id"));
     }
-    const auto id = static_cast<int32_t>(it.value().get<int64_t>());
+    // Unsigned values past int64 read as negative here, so they are refused too.
+    const int64_t id64 = it.value().get<int64_t>();
+    STRATA_RETURN_IF_ERROR(CheckTokenId(id64, absl::StrCat(w, ".vocab"), it.key()));
+    const auto id = static_cast<int32_t>(id64);
     bpe->vocab_[it.key()] = id;
     max_id = std::max(max_id, id);
   }

@@ -8,6 +8,7 @@
 #include "base/input_limits.h"
 #include "base/read_file.h"
 #include "text/bpe_merge.h"
+#include "text/token_id_check.h"
 #include "text/unicode.h"
 
 namespace strata::text {
@@ -54,6 +55,8 @@ StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromText(std::string_view 
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": bad base64 token \"",
                                                      AsAbsl(line.substr(0, sp)), "\""));
     }
+    STRATA_RETURN_IF_ERROR(
+        CheckTokenId(rank, absl::StrCat(path, ":", line_no), line.substr(0, sp)));
     if (!m->ranks_.try_emplace(bytes, rank).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": duplicate token"));
     }

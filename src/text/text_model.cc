@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
 #include "base/read_file.h"
+#include "base/catch_allocation.h"
 
 namespace strata {
 namespace {
@@ -52,6 +53,36 @@ std::string TemplateSources(const std::string& dir) {
   return all;
 }
 
+// The model's vocabulary as the directory's config.json states it, when it
+// does: a tokenizer id at or beyond it would be refused by the model at every
+// use, so it is refused at load. A config.json that does not say (or does not
+// parse) leaves nothing to check here; loading the model reports it.
+Status CheckFitsModelVocabulary(const fs::path& d, const Tokenizer& tokenizer) {
+  std::error_code ec;
+  if (!fs::exists(d / "config.json", ec)) return OkStatus();
+  const auto parsed =
+      ParseBoundedJson<nlohmann::json>(ReadWholeFile(d / "config.json"), "config.json");
+  if (!parsed.ok() || !parsed->is_object()) return OkStatus();
+  const auto it = parsed->find("vocab_size");
+  if (it == parsed->end() || !it->is_number_integer() || it->get<int64_t>() <= 0) return OkStatus();
+  const int64_t vocab = it->get<int64_t>();
+  if (tokenizer.vocab_size() <= vocab) return OkStatus();
+  const int32_t last = tokenizer.vocab_size() - 1;
+  const StatusOr<std::string> bytes = tokenizer.TokenBytes(last);
+  // The file the tokenizer was read from (Tokenizer::FromDirectory's order).
+  fs::path file = d / "tokenizer.json";
+  if (!fs::exists(file, ec)) {
+    file = d / "tiktoken.model";
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      if (!fs::exists(file, ec) && e.path().extension() == ".tiktoken") file = e.path();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(file.string(), ": token \"", bytes.ok() ? *bytes : std::string("?"), "\": id ",
+                   last, " is outside the model's vocabulary [0, ", vocab, ") (",
+                   (d / "config.json").string(), ": vocab_size)"));
+}
+
 }  // namespace
 
 bool TextModel::DirectoryHasTokenizer(const std::string& dir) {
@@ -65,8 +96,14 @@ bool TextModel::DirectoryHasTokenizer(const std::string& dir) {
 }
 
 StatusOr<std::shared_ptr<const TextModel>> TextModel::FromDirectory(const std::string& dir) {
+  return CatchAllocation(absl::StrCat("loading the tokenizer and chat template of ", dir),
+                         [&] { return Load(dir); });
+}
+
+StatusOr<std::shared_ptr<const TextModel>> TextModel::Load(const std::string& dir) {
   std::shared_ptr<TextModel> m(new TextModel);
   STRATA_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromDirectory(dir));
+  STRATA_RETURN_IF_ERROR(CheckFitsModelVocabulary(dir, *m->tokenizer_));
   auto tmpl = ChatTemplate::FromDirectory(dir);
   if (tmpl.ok()) {
     m->template_ = *std::move(tmpl);

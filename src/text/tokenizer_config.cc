@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
 #include "base/input_limits.h"
+#include "text/token_id_check.h"
 
 namespace strata::text {
 namespace {
@@ -61,6 +62,8 @@ StatusOr<TokenizerConfig> FromJson(const Json& j, const std::string& path) {
         return absl::InvalidArgumentError(absl::StrCat(where, ".content: expected a string"));
       }
       t.content = v["content"].get<std::string>();
+      STRATA_RETURN_IF_ERROR(
+          CheckTokenId(t.id, absl::StrCat(path, ": added_tokens_decoder"), t.content));
       STRATA_RETURN_IF_ERROR(ReadAddedTokenFlags(v, where, &t));
       cfg.added_tokens_decoder.push_back(std::move(t));
     }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
 #include "base/input_limits.h"
+#include "text/token_id_check.h"
 #include "text/unicode.h"
 
 namespace strata::text {
@@ -78,7 +79,8 @@ Status PostProcessorIds(const Json& j, const std::string& where,
           return absl::InvalidArgumentError(absl::StrCat(
               where, ".special_tokens[\"", name, "\"].ids: expected token ids"));
         }
-        (seen_sequence ? suffix : prefix)->push_back(v);
+        STRATA_RETURN_IF_ERROR(CheckTokenId(id.get<int64_t>(), where, name));
+        (seen_sequence ? suffix : prefix)->push_back(static_cast<int32_t>(id.get<int64_t>()));
       }
     }
     return OkStatus();
@@ -141,14 +143,17 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const Json& j, cons
     }
     for (size_t i = 0; i < it->size(); ++i) {
       const Json& a = (*it)[i];
-      AddedToken tok;
-      if (!a.is_object() || !a.contains("id") || !TokenId(a["id"], &tok.id) ||
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
           !a.contains("content") || !a["content"].is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": added_tokens[", i, "]: needs an integer \"id\" in [0, ",
-            limits::kMaxTokenId, "] and a string \"content\""));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": added_tokens[", i,
+                         "]: needs an integer \"id\" >= 0 and a string \"content\""));
       }
+      AddedToken tok;
       tok.content = a["content"].get<std::string>();
+      STRATA_RETURN_IF_ERROR(CheckTokenId(
+          a["id"].get<int64_t>(), absl::StrCat(path, ": added_tokens[", i, "]"), tok.content));
+      tok.id = static_cast<int32_t>(a["id"].get<int64_t>());
       STRATA_RETURN_IF_ERROR(
           ReadAddedTokenFlags(a, absl::StrCat(path, ": added_tokens[", i, "]"), &tok));
       // The reference matches non-special tokens in normalized text unless told.

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/input_limits.h"
+#include "text/token_id_check.h"
 #include "text/unicode.h"
 
 namespace strata::text {
@@ -67,11 +68,7 @@ StatusOr<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::Load(
   t->regex_ = std::move(re).value();
   int32_t size = t->model_->size();
   for (AddedToken& s : specials) {
-    if (s.id < 0 || s.id > limits::kMaxTokenId) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": special token \"", s.content,
-                                                     "\" has id ", s.id, ", outside [0, ",
-                                                     limits::kMaxTokenId, "]"));
-    }
+    STRATA_RETURN_IF_ERROR(CheckTokenId(s.id, path, s.content));
     if (s.id < t->model_->size() && !t->model_->TokenBytes(s.id).empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": special token \"", s.content,
                                                      "\" has id ", s.id,

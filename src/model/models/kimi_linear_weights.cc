@@ -191,7 +191,11 @@ Status WriteKimiLinearDummyCheckpoint(const std::string& config_path, const std:
   // Host dummies are for small configs (tests, demos); a 48B-shaped model
   // belongs on the GPU, where its weights are made in place.
   constexpr uint64_t kMaxHostDummyBytes = uint64_t{4} << 30;
-  return WriteKimiLinearDummyWeights(config, dir, seed, kMaxHostDummyBytes);
+  Status s = WriteKimiLinearDummyWeights(config, dir, seed, kMaxHostDummyBytes);
+  if (absl::IsResourceExhausted(s)) {
+    return Status(s.code(), absl::StrCat(config_path, ": ", s.message()));  // whose shapes
+  }
+  return s;
 }
 
 std::string KimiLinear48BConfigJson() {
