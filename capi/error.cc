@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "base/catch_allocation.h"
 #include "guard.h"
 #include "handles.h"
 
@@ -88,7 +89,8 @@ strata_status ToCode(const Status& status) {
     case absl::StatusCode::kAlreadyExists: return STRATA_ERR_ALREADY_EXISTS;
     case absl::StatusCode::kPermissionDenied: return STRATA_ERR_PERMISSION_DENIED;
     case absl::StatusCode::kUnauthenticated: return STRATA_ERR_PERMISSION_DENIED;
-    case absl::StatusCode::kResourceExhausted: return STRATA_ERR_RESOURCE_EXHAUSTED;
+    case absl::StatusCode::kResourceExhausted:
+      return IsOutOfMemory(status) ? STRATA_ERR_OUT_OF_MEMORY : STRATA_ERR_RESOURCE_EXHAUSTED;
     case absl::StatusCode::kFailedPrecondition: return STRATA_ERR_FAILED_PRECONDITION;
     case absl::StatusCode::kAborted: return STRATA_ERR_FAILED_PRECONDITION;
     case absl::StatusCode::kOutOfRange: return STRATA_ERR_OUT_OF_RANGE;

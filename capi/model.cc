@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <string>
 
+#include "base/catch_allocation.h"
 #include "guard.h"
 #include "handles.h"
 #include "model/model.h"
@@ -89,6 +90,11 @@ STRATA_API strata_status strata_model_load(strata_engine* engine, const char* mo
     handle->impl = std::shared_ptr<const strata::Model>(*std::move(model));
     call.Doing("reading the model's tokenizer files");
     handle->text = strata::TextModel::FromDirectory(model_dir);
+    // Out of memory is the host's problem, not the files': fail, never run on
+    // without the tokenizer.
+    if (!handle->text.ok() && strata::IsOutOfMemory(handle->text.status())) {
+      return call.From(handle->text.status());
+    }
     if (!handle->text.ok() && !absl::IsNotFound(handle->text.status())) {
       engine->impl->Log(strata::LogLevel::kWarning,
                         absl::StrCat("the tokenizer files of ", model_dir, " did not load (",

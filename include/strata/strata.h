@@ -803,9 +803,8 @@ STRATA_API strata_status strata_model_params_init_sized(strata_model_params *par
  * @retval STRATA_ERR_UNAVAILABLE      ::STRATA_DEVICE_CUDA was asked and the model cannot run on that GPU
  *                                     (no CUDA build, driver or device, not enough memory, shapes its kernels
  *                                     do not accept); the message says which
- * @retval STRATA_ERR_RESOURCE_EXHAUSTED memory for the weights or the executor could not be allocated (the
- *                                     message says what was being built), or dummy weights too large for the host
- * @retval STRATA_ERR_OUT_OF_MEMORY    allocation failed outside the stages the message would name
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED dummy weights too large for the host
+ * @retval STRATA_ERR_OUT_OF_MEMORY    a host allocation failed (the message says what was being built)
  * @par Thread safety: safe from any thread; the engine may be used concurrently.
  * @since 0.1
  */

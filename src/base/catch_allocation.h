@@ -8,23 +8,40 @@
 #include <stdexcept>
 #include <string>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "base/status.h"
 
 namespace strata {
 
+// The payload that marks a ResourceExhausted status as a failed allocation
+// (the C ABI's STRATA_ERR_OUT_OF_MEMORY) rather than a limit the input went
+// past (STRATA_ERR_RESOURCE_EXHAUSTED).
+inline constexpr char kOutOfMemoryPayload[] = "strata.out_of_memory";
+
+inline Status OutOfMemoryError(absl::string_view message) {
+  Status s = absl::ResourceExhaustedError(message);
+  s.SetPayload(kOutOfMemoryPayload, absl::Cord());
+  return s;
+}
+
+inline bool IsOutOfMemory(const Status& s) {
+  return absl::IsResourceExhausted(s) && s.GetPayload(kOutOfMemoryPayload).has_value();
+}
+
 // Runs `stage` (returning a Status or StatusOr) and turns std::bad_alloc and
-// std::length_error into ResourceExhausted "out of memory while <doing>",
+// std::length_error into OutOfMemoryError "out of memory while <doing>",
 // e.g. doing = "building the kimi_linear model of DIR on the CPU".
 template <class F>
 auto CatchAllocation(const std::string& doing, F&& stage) -> decltype(stage()) {
   try {
     return stage();
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat("out of memory while ", doing));
+    return OutOfMemoryError(absl::StrCat("out of memory while ", doing));
   } catch (const std::length_error& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("a size too large to allocate while ", doing, " (", e.what(), ")"));
+    return OutOfMemoryError(
+        absl::StrCat("out of memory while ", doing, " (a size too large to allocate: ", e.what(), ")"));
   }
 }
 

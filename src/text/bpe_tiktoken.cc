@@ -46,17 +46,12 @@ StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromText(std::string_view 
           absl::StrCat(path, ":", line_no, ": expected \"<base64 token> <rank>\""));
     }
     // The rank is the token id, and ids index a table as long as the largest.
-    if (rank > limits::kMaxTokenId) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": rank ", rank,
-                                                     " is over the limit of ",
-                                                     limits::kMaxTokenId));
-    }
+    STRATA_RETURN_IF_ERROR(
+        CheckTokenId(rank, absl::StrCat(path, ":", line_no), line.substr(0, sp)));
     if (!absl::Base64Unescape(AsAbsl(line.substr(0, sp)), &bytes) || bytes.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": bad base64 token \"",
                                                      AsAbsl(line.substr(0, sp)), "\""));
     }
-    STRATA_RETURN_IF_ERROR(
-        CheckTokenId(rank, absl::StrCat(path, ":", line_no), line.substr(0, sp)));
     if (!m->ranks_.try_emplace(bytes, rank).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": duplicate token"));
     }

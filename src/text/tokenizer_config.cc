@@ -51,10 +51,9 @@ StatusOr<TokenizerConfig> FromJson(const Json& j, const std::string& path) {
     }
     for (auto e = it->begin(); e != it->end(); ++e) {
       AddedToken t;
-      if (!absl::SimpleAtoi(e.key(), &t.id) || t.id < 0 || t.id > limits::kMaxTokenId) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": added_tokens_decoder: key \"",
-                                                       e.key(), "\" is not a token id in [0, ",
-                                                       limits::kMaxTokenId, "]"));
+      if (!absl::SimpleAtoi(e.key(), &t.id) || t.id < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": added_tokens_decoder: key \"", e.key(), "\" is not a token id"));
       }
       const Json& v = e.value();
       const std::string where = absl::StrCat(path, ": added_tokens_decoder[\"", e.key(), "\"]");

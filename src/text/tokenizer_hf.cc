@@ -74,10 +74,9 @@ Status PostProcessorIds(const Json& j, const std::string& where,
             where, ".special_tokens: \"", name, "\" (used by ", w, ") is missing or has no ids"));
       }
       for (const Json& id : (*specials)[name]["ids"]) {
-        int32_t v;
-        if (!TokenId(id, &v)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, ".special_tokens[\"", name, "\"].ids: expected token ids"));
+        if (!id.is_number_integer()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ".special_tokens[\"", name, "\"].ids: expected integers"));
         }
         STRATA_RETURN_IF_ERROR(CheckTokenId(id.get<int64_t>(), where, name));
         (seen_sequence ? suffix : prefix)->push_back(static_cast<int32_t>(id.get<int64_t>()));

@@ -278,7 +278,7 @@ def tiktoken_corpus(text_data, out):
     write(d, "bad_duplicate_rank.tiktoken", all_bytes + line(b"ab", 256) + line(b"cd", 256))
     # Accepted once, and then sized the id table by it (2^31 strings).
     write(d, "bad_rank_int32_max.tiktoken", all_bytes + line(b"ab", 2**31 - 1))
-    write(d, "bad_rank_over_limit.tiktoken", all_bytes + line(b"ab", 1 << 22))
+    write(d, "bad_rank_over_limit.tiktoken", all_bytes + line(b"ab", 1 << 24))
 
 
 def main():
