@@ -17,6 +17,12 @@ namespace strata::capi {
 template <class T>
 struct Released;
 
+// The largest struct_size an input struct may claim: the library checks that
+// the bytes beyond its own layout are zero, so a claim must stay within what
+// a caller can own. No struct of this API will grow past it (strata.h,
+// convention 3).
+inline constexpr size_t kMaxStructSize = 4096;
+
 #define STRATA_RELEASED_LAYOUT(T, last_field) \
   template <>                                 \
   struct Released<T> {                        \

@@ -109,6 +109,7 @@ constexpr FieldLayout k_strata_model_params[] = {
     STRATA_FIELD(strata_model_params, dummy_weights),
     STRATA_FIELD(strata_model_params, dummy_seed),
     STRATA_FIELD(strata_model_params, options),
+    STRATA_FIELD(strata_model_params, check_weights),
 };
 
 constexpr FieldLayout k_strata_model_info[] = {
@@ -217,7 +218,7 @@ const StructLayout* FindStruct(const char* name) {
 extern "C" {
 
 STRATA_API strata_status strata_abi_struct_size(const char* struct_name, size_t* out_size) {
-  const Call call("strata_abi_struct_size");
+  const Call call("strata_abi_struct_size", "looking up the struct");
   return Guarded(call, [&]() -> strata_status {
     if (struct_name == nullptr) return call.NullArgument("struct_name");
     if (out_size == nullptr) return call.NullArgument("out_size");
@@ -230,7 +231,7 @@ STRATA_API strata_status strata_abi_struct_size(const char* struct_name, size_t*
 
 STRATA_API strata_status strata_abi_field_offset(const char* struct_name, const char* field_name,
                                                  size_t* out_offset) {
-  const Call call("strata_abi_field_offset");
+  const Call call("strata_abi_field_offset", "looking up the field");
   return Guarded(call, [&]() -> strata_status {
     if (struct_name == nullptr) return call.NullArgument("struct_name");
     if (field_name == nullptr) return call.NullArgument("field_name");

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "base/bounded_json.h"
 #include "convert.h"
 #include "guard.h"
 #include "handles.h"
@@ -30,14 +31,16 @@ strata_status GetConversation(const Call& call, strata_session* session, strata:
   return STRATA_OK;
 }
 
-// Parses a NUL-terminated JSON text (NULL: `fallback`).
+// Parses a NUL-terminated JSON text (NULL: `fallback`). Nesting deeper than
+// limits::kMaxJsonDepth is refused before a document exists.
 strata_status ParseJson(const Call& call, const char* text, const char* name, Json fallback, Json* out) {
   if (text == nullptr) {
     *out = std::move(fallback);
     return STRATA_OK;
   }
-  *out = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (out->is_discarded()) return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " is not valid JSON"));
+  auto parsed = strata::ParseBoundedJson<Json>(text, name);
+  if (!parsed.ok()) return call.From(parsed.status());
+  *out = *std::move(parsed);
   return STRATA_OK;
 }
 
@@ -54,6 +57,8 @@ strata_status ToChatOptions(const Call& call, const strata_chat_params* in, stra
     if (c->stop_strings[i] == nullptr || c->stop_strings[i][0] == '\0') {
       return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat("stop_strings[", i, "] is NULL or empty"));
     }
+    const std::string field = absl::StrCat("stop_strings[", i, "]");
+    if (strata_status s = strata::capi::CheckUtf8(call, c->stop_strings[i], field.c_str()); s != STRATA_OK) return s;
     out->stop_strings.emplace_back(c->stop_strings[i]);
   }
   if (c->max_tool_rounds < 0 || c->max_tool_rounds > 1000) {
@@ -106,7 +111,7 @@ STRATA_API strata_status strata_chat_params_init_sized(strata_chat_params* param
 }
 
 STRATA_API strata_status strata_session_add_message(strata_session* session, const strata_chat_message* message) {
-  const Call call("strata_session_add_message");
+  const Call call("strata_session_add_message", "copying the message into the conversation");
   return Guarded(call, [&]() -> strata_status {
     strata::Conversation* conv = nullptr;
     if (strata_status s = GetConversation(call, session, &conv); s != STRATA_OK) return s;
@@ -126,17 +131,20 @@ STRATA_API strata_status strata_session_add_message(strata_session* session, con
       return s;
     }
     json["content"] = std::move(content);
-    if (m.reasoning_content != nullptr) {
-      std::string reasoning;
-      if (strata_status s = strata::capi::ReadString(call, m.reasoning_content, m.reasoning_content_len,
-                                                     "reasoning_content", &reasoning);
-          s != STRATA_OK) {
-        return s;
-      }
-      json["reasoning_content"] = std::move(reasoning);
+    // Read even when NULL, so NULL with a length is refused as for content.
+    std::string reasoning;
+    if (strata_status s = strata::capi::ReadString(call, m.reasoning_content, m.reasoning_content_len,
+                                                   "reasoning_content", &reasoning);
+        s != STRATA_OK) {
+      return s;
     }
-    if (m.tool_call_id != nullptr) json["tool_call_id"] = m.tool_call_id;
-    if (m.name != nullptr) json["name"] = m.name;
+    if (m.reasoning_content != nullptr) json["reasoning_content"] = std::move(reasoning);
+    for (const auto& [field, value] : {std::pair<const char*, const char*>{"tool_call_id", m.tool_call_id},
+                                       {"name", m.name}}) {
+      if (value == nullptr) continue;
+      if (strata_status s = strata::capi::CheckUtf8(call, value, field); s != STRATA_OK) return s;
+      json[field] = value;
+    }
     if (m.tool_calls_json != nullptr) {
       Json calls;
       if (strata_status s = ParseJson(call, m.tool_calls_json, "tool_calls_json", Json(), &calls); s != STRATA_OK) {
@@ -144,20 +152,13 @@ STRATA_API strata_status strata_session_add_message(strata_session* session, con
       }
       json["tool_calls"] = std::move(calls);
     }
-    // nlohmann throws type_error on invalid UTF-8 only when dumping; the
-    // template renders strings as bytes, so check here to fail at the caller.
-    try {
-      (void)json.dump();
-    } catch (const nlohmann::json::exception&) {
-      return call.Fail(STRATA_ERR_INVALID_ARGUMENT, "the message is not valid UTF-8");
-    }
     return call.From(conv->AddMessage(std::move(json)));
   });
 }
 
 STRATA_API strata_status strata_session_get_conversation(strata_session* session, char* json, size_t capacity,
                                                          size_t* out_len) {
-  const Call call("strata_session_get_conversation");
+  const Call call("strata_session_get_conversation", "writing the conversation as JSON");
   return Guarded(call, [&]() -> strata_status {
     if (out_len == nullptr) return call.NullArgument("out_len");
     *out_len = 0;
@@ -169,7 +170,7 @@ STRATA_API strata_status strata_session_get_conversation(strata_session* session
 }
 
 STRATA_API strata_status strata_session_add_tool(strata_session* session, const strata_tool* tool) {
-  const Call call("strata_session_add_tool");
+  const Call call("strata_session_add_tool", "copying the tool into the session");
   return Guarded(call, [&]() -> strata_status {
     strata::Conversation* conv = nullptr;
     if (strata_status s = GetConversation(call, session, &conv); s != STRATA_OK) return s;
@@ -178,6 +179,12 @@ STRATA_API strata_status strata_session_add_tool(strata_session* session, const 
     strata_tool_init(&t);
     if (strata_status s = strata::capi::ReadParams(call, tool, &t); s != STRATA_OK) return s;
     if (t.name == nullptr) return call.NullArgument("tool->name");
+    if (strata_status s = strata::capi::CheckUtf8(call, t.name, "tool->name"); s != STRATA_OK) return s;
+    if (t.description != nullptr) {
+      if (strata_status s = strata::capi::CheckUtf8(call, t.description, "tool->description"); s != STRATA_OK) {
+        return s;
+      }
+    }
     strata::ToolSpec spec;
     spec.name = t.name;
     spec.description = t.description != nullptr ? t.description : "";
@@ -198,7 +205,7 @@ STRATA_API strata_status strata_session_add_tool(strata_session* session, const 
 }
 
 STRATA_API strata_status strata_session_clear_tools(strata_session* session) {
-  const Call call("strata_session_clear_tools");
+  const Call call("strata_session_clear_tools", "clearing the tools");
   return Guarded(call, [&]() -> strata_status {
     strata::Conversation* conv = nullptr;
     if (strata_status s = GetConversation(call, session, &conv); s != STRATA_OK) return s;
@@ -209,7 +216,7 @@ STRATA_API strata_status strata_session_clear_tools(strata_session* session) {
 
 STRATA_API strata_status strata_session_submit_chat(strata_session* session, const strata_request_params* params,
                                                     const strata_chat_params* chat, strata_request** out_request) {
-  const Call call("strata_session_submit_chat");
+  const Call call("strata_session_submit_chat", "building the chat request");
   return Guarded(call, [&]() -> strata_status {
     if (out_request == nullptr) return call.NullArgument("out_request");
     *out_request = nullptr;
@@ -231,7 +238,7 @@ STRATA_API strata_status strata_session_submit_chat(strata_session* session, con
 
 STRATA_API strata_status strata_session_chat(strata_session* session, const strata_request_params* params,
                                              const strata_chat_params* chat, strata_finish_reason* out_finish_reason) {
-  const Call call("strata_session_chat");
+  const Call call("strata_session_chat", "running the chat request");
   return Guarded(call, [&]() -> strata_status {
     if (out_finish_reason != nullptr) *out_finish_reason = STRATA_FINISH_NONE;
     strata::GenerationParams gp;
@@ -286,7 +293,7 @@ STRATA_API strata_status strata_session_chat(strata_session* session, const stra
 
 STRATA_API strata_status strata_request_submit_tool_result(strata_request* request, const char* call_id,
                                                            const char* content, size_t content_len) {
-  const Call call("strata_request_submit_tool_result");
+  const Call call("strata_request_submit_tool_result", "recording the tool result");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, request, strata::capi::kRequestMagic, "request"); s != STRATA_OK) {
       return s;

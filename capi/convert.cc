@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "text/unicode.h"
+
 namespace strata::capi {
 namespace {
 
@@ -39,7 +41,23 @@ strata_status ReadString(const Call& call, const char* text, size_t len, const c
     out->clear();
     return STRATA_OK;
   }
-  out->assign(text, len == STRATA_NUL_TERMINATED ? std::strlen(text) : len);
+  if (len != STRATA_NUL_TERMINATED && len >= kMaxInputLength) {
+    return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " length ", len, " is too large (at most ",
+                                                               kMaxInputLength - 1, " bytes)"));
+  }
+  const std::string_view view(text, len == STRATA_NUL_TERMINATED ? std::strlen(text) : len);
+  if (const size_t bad = text::FirstInvalidUtf8(view); bad != view.size()) {
+    return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " is not valid UTF-8 at byte ", bad));
+  }
+  out->assign(view);
+  return STRATA_OK;
+}
+
+strata_status CheckUtf8(const Call& call, const char* text, const char* name) {
+  const std::string_view view(text);
+  if (const size_t bad = text::FirstInvalidUtf8(view); bad != view.size()) {
+    return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " is not valid UTF-8 at byte ", bad));
+  }
   return STRATA_OK;
 }
 

@@ -71,7 +71,7 @@ strata_metrics ToCMetrics(const strata::EngineMetrics& m) {
 }  // namespace
 
 STRATA_API strata_status strata_engine_create(const strata_engine_params* params, strata_engine** out_engine) {
-  const Call call("strata_engine_create");
+  const Call call("strata_engine_create", "building the engine");
   return Guarded(call, [&]() -> strata_status {
     if (out_engine == nullptr) return call.NullArgument("out_engine");
     *out_engine = nullptr;
@@ -125,7 +125,7 @@ STRATA_API strata_status strata_engine_create(const strata_engine_params* params
 }
 
 STRATA_API strata_status strata_engine_destroy(strata_engine* engine) {
-  const Call call("strata_engine_destroy");
+  const Call call("strata_engine_destroy", "destroying the engine");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, engine, kEngineMagic, "engine"); s != STRATA_OK) return s;
     const int64_t models = engine->num_models.load(), sessions = engine->num_sessions.load(),
@@ -146,7 +146,7 @@ STRATA_API strata_status strata_engine_destroy(strata_engine* engine) {
 }
 
 STRATA_API strata_status strata_engine_get_metrics(strata_engine* engine, strata_metrics* out_metrics) {
-  const Call call("strata_engine_get_metrics");
+  const Call call("strata_engine_get_metrics", "reading the metrics");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, engine, kEngineMagic, "engine"); s != STRATA_OK) return s;
     if (out_metrics == nullptr) return call.NullArgument("out_metrics");
@@ -156,7 +156,7 @@ STRATA_API strata_status strata_engine_get_metrics(strata_engine* engine, strata
 
 STRATA_API strata_status strata_engine_poll_event(strata_engine* engine, strata_event* out_event,
                                                   int32_t timeout_ms) {
-  const Call call("strata_engine_poll_event");
+  const Call call("strata_engine_poll_event", "taking the next event");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, engine, kEngineMagic, "engine"); s != STRATA_OK) return s;
     if (out_event == nullptr) return call.NullArgument("out_event");
@@ -181,7 +181,7 @@ STRATA_API strata_status strata_engine_poll_event(strata_engine* engine, strata_
 }
 
 STRATA_API strata_status strata_engine_get_stat(strata_engine* engine, const char* name, double* out_value) {
-  const Call call("strata_engine_get_stat");
+  const Call call("strata_engine_get_stat", "reading the statistic");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, engine, kEngineMagic, "engine"); s != STRATA_OK) return s;
     if (name == nullptr) return call.NullArgument("name");
@@ -198,7 +198,7 @@ STRATA_API strata_status strata_engine_get_stat(strata_engine* engine, const cha
 }
 
 STRATA_API strata_status strata_engine_list_stats(strata_engine* engine, size_t index, const char** out_name) {
-  const Call call("strata_engine_list_stats");
+  const Call call("strata_engine_list_stats", "listing the statistics");
   return Guarded(call, [&]() -> strata_status {
     if (out_name == nullptr) return call.NullArgument("out_name");
     *out_name = nullptr;

@@ -2,9 +2,11 @@
 // graveyard of destroyed handles.
 #include <deque>
 #include <mutex>
+#include <new>
 #include <string>
 #include <utility>
 
+#include "base/catch_allocation.h"
 #include "guard.h"
 #include "handles.h"
 
@@ -12,6 +14,13 @@ namespace strata::capi {
 namespace {
 
 thread_local std::string t_last_error;
+// Set instead of t_last_error when even the message could not be allocated.
+thread_local const char* t_static_error = nullptr;
+
+void SetStaticLastError(const char* message) noexcept {
+  t_last_error.clear();
+  t_static_error = message;
+}
 
 struct Graveyard {
   std::mutex mu;
@@ -26,14 +35,42 @@ Graveyard& GetGraveyard() {
 
 }  // namespace
 
-void SetLastError(std::string message) { t_last_error = std::move(message); }
+void SetLastError(std::string message) {
+  t_last_error = std::move(message);
+  t_static_error = nullptr;
+}
 
-void Bury(void* p, void (*deleter)(void*)) {
+strata_status Call::OutOfMemory(absl::string_view detail) const noexcept {
+  try {
+    SetLastError(absl::StrCat(function_, ": out of memory while ", doing_,
+                              detail.empty() ? "" : " (", detail, detail.empty() ? "" : ")"));
+  } catch (...) {
+    SetStaticLastError("out of memory (and no memory left for the message)");
+  }
+  return STRATA_ERR_OUT_OF_MEMORY;
+}
+
+strata_status Call::Internal(absl::string_view what) const noexcept {
+  try {
+    SetLastError(absl::StrCat(function_, ": internal error while ", doing_, ": ", what));
+  } catch (...) {
+    SetStaticLastError("internal error (and no memory left for the message)");
+  }
+  return STRATA_ERR_INTERNAL;
+}
+
+void Bury(void* p, void (*deleter)(void*)) noexcept {
   std::pair<void*, void (*)(void*)> evicted{nullptr, nullptr};
   {
     Graveyard& g = GetGraveyard();
     std::lock_guard<std::mutex> lock(g.mu);
-    g.shells.emplace_back(p, deleter);
+    try {
+      g.shells.emplace_back(p, deleter);
+    } catch (const std::bad_alloc&) {
+      // The destroy has happened; a shell left out of the graveyard is leaked
+      // rather than freed, so a later use still reads its dead magic.
+      return;
+    }
     if (g.shells.size() > kGraveyardSize) {
       evicted = g.shells.front();
       g.shells.pop_front();
@@ -52,7 +89,8 @@ strata_status ToCode(const Status& status) {
     case absl::StatusCode::kAlreadyExists: return STRATA_ERR_ALREADY_EXISTS;
     case absl::StatusCode::kPermissionDenied: return STRATA_ERR_PERMISSION_DENIED;
     case absl::StatusCode::kUnauthenticated: return STRATA_ERR_PERMISSION_DENIED;
-    case absl::StatusCode::kResourceExhausted: return STRATA_ERR_RESOURCE_EXHAUSTED;
+    case absl::StatusCode::kResourceExhausted:
+      return IsOutOfMemory(status) ? STRATA_ERR_OUT_OF_MEMORY : STRATA_ERR_RESOURCE_EXHAUSTED;
     case absl::StatusCode::kFailedPrecondition: return STRATA_ERR_FAILED_PRECONDITION;
     case absl::StatusCode::kAborted: return STRATA_ERR_FAILED_PRECONDITION;
     case absl::StatusCode::kOutOfRange: return STRATA_ERR_OUT_OF_RANGE;
@@ -92,6 +130,9 @@ STRATA_API const char* strata_status_string(strata_status status) {
   }
 }
 
-STRATA_API const char* strata_last_error_message(void) { return strata::capi::t_last_error.c_str(); }
+STRATA_API const char* strata_last_error_message(void) {
+  using strata::capi::t_static_error;
+  return t_static_error != nullptr ? t_static_error : strata::capi::t_last_error.c_str();
+}
 
 }  // extern "C"

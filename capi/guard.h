@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -24,11 +25,16 @@ strata_status ToCode(const Status& status);
 // Sets this thread's last error message.
 void SetLastError(std::string message);
 
-// One exported call: knows its name, so every message starts with it.
+// One exported call: knows its name, so every message starts with it, and
+// what it is doing, so an allocation failure says what it was building.
 class Call {
  public:
-  explicit Call(const char* function) : function_(function) {}
+  // `doing` completes "out of memory while ...", e.g. "loading the model".
+  Call(const char* function, const char* doing) : function_(function), doing_(doing) {}
   const char* function() const { return function_; }
+
+  // A later phase of the call, for the allocation-failure message.
+  void Doing(const char* doing) const { doing_ = doing; }
 
   // Records the failure and returns `code`.
   strata_status Fail(strata_status code, absl::string_view message) const {
@@ -43,9 +49,14 @@ class Call {
   strata_status NullArgument(const char* name) const {
     return Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " is NULL"));
   }
+  // What Guarded returns when an exception reached it; never throws (a
+  // message that cannot be allocated falls back to a static one).
+  strata_status OutOfMemory(absl::string_view detail) const noexcept;
+  strata_status Internal(absl::string_view what) const noexcept;
 
  private:
   const char* function_;
+  mutable const char* doing_;
 };
 
 // Checks a handle argument: NULL -> INVALID_ARGUMENT, dead or foreign -> MISUSE.
@@ -61,7 +72,9 @@ strata_status CheckHandle(const Call& call, const H* h, uint32_t live_magic, con
 }
 
 // Runs `body` (returning strata_status) with the catch-all. OK and AGAIN clear
-// the thread's message; errors carry the one the body recorded.
+// the thread's message; errors carry the one the body recorded. An allocation
+// that failed (bad_alloc, or a size no container can hold) is OUT_OF_MEMORY
+// naming what the call was doing; any other exception is a bug: INTERNAL.
 template <class F>
 strata_status Guarded(const Call& call, F&& body) noexcept {
   try {
@@ -69,11 +82,13 @@ strata_status Guarded(const Call& call, F&& body) noexcept {
     if (s == STRATA_OK || s == STRATA_AGAIN) SetLastError(std::string());
     return s;
   } catch (const std::bad_alloc&) {
-    return call.Fail(STRATA_ERR_OUT_OF_MEMORY, "out of memory");
+    return call.OutOfMemory("");
+  } catch (const std::length_error& e) {
+    return call.OutOfMemory(e.what());
   } catch (const std::exception& e) {
-    return call.Fail(STRATA_ERR_INTERNAL, absl::StrCat("internal error: ", e.what()));
+    return call.Internal(e.what());
   } catch (...) {
-    return call.Fail(STRATA_ERR_INTERNAL, "internal error: unknown exception");
+    return call.Internal("unknown exception");
   }
 }
 
@@ -90,6 +105,13 @@ strata_status ReadParams(const Call& call, const T* in, T* out) {
     return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
                      absl::StrCat(type_name, ".struct_size is ", size, ", expected ", sizeof(T),
                                   " (fill the struct with its _init macro)"));
+  }
+  // The tail check reads the caller's bytes: a size no struct can reach is
+  // refused before reading past what the caller can have.
+  if (size > kMaxStructSize) {
+    return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
+                     absl::StrCat(type_name, ".struct_size is ", size, ", more than any struct of this API (",
+                                  kMaxStructSize, " bytes); expected ", sizeof(T)));
   }
   if (size > sizeof(T)) {
     const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
@@ -127,7 +149,7 @@ strata_status WriteOut(const Call& call, T* out, T value) {
 // older, shorter struct is never written past its end.
 template <class T>
 strata_status InitSized(const char* function, T* out, size_t size, T defaults) {
-  const Call call(function);
+  const Call call(function, "filling the defaults");
   return Guarded(call, [&]() -> strata_status {
     if (out == nullptr) return call.NullArgument(Released<T>::kName);
     if (size < Released<T>::kSize) {

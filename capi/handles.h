@@ -34,10 +34,10 @@ inline constexpr uint32_t kDeadMagic = 0xDEADDEADu;
 inline constexpr size_t kGraveyardSize = 4096;
 
 // Parks `p` (magic already dead, core object released) in the graveyard.
-void Bury(void* p, void (*deleter)(void*));
+void Bury(void* p, void (*deleter)(void*)) noexcept;
 
 template <class H>
-void BuryHandle(H* h) {
+void BuryHandle(H* h) noexcept {
   Bury(h, [](void* p) { delete static_cast<H*>(p); });
 }
 

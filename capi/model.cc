@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <string>
 
+#include "base/catch_allocation.h"
 #include "guard.h"
 #include "handles.h"
 #include "model/model.h"
@@ -20,12 +21,13 @@ STRATA_API strata_status strata_model_params_init_sized(strata_model_params* par
   d.gpu_memory_fraction = core.gpu_memory_fraction;
   d.cuda_graphs = core.cuda_graphs;
   d.batch_invariant = core.batch_invariant;
+  d.check_weights = core.check_weights;
   return strata::capi::InitSized("strata_model_params_init_sized", params, struct_size, d);
 }
 
 STRATA_API strata_status strata_model_load(strata_engine* engine, const char* model_dir,
                                            const strata_model_params* params, strata_model** out_model) {
-  const Call call("strata_model_load");
+  const Call call("strata_model_load", "loading the model");
   return Guarded(call, [&]() -> strata_status {
     if (out_model == nullptr) return call.NullArgument("out_model");
     *out_model = nullptr;
@@ -73,6 +75,7 @@ STRATA_API strata_status strata_model_load(strata_engine* engine, const char* mo
     options.load_format = p.dummy_weights ? strata::LoadFormat::kDummy : strata::LoadFormat::kAuto;
     options.dummy_seed = p.dummy_seed;
     if (p.options != nullptr) options.options = p.options;
+    options.check_weights = p.check_weights;
     options.pool = engine->impl->pool();
     if (p.progress_callback != nullptr) {
       options.progress = [cb = p.progress_callback, ud = p.progress_user_data](float f) {
@@ -80,11 +83,18 @@ STRATA_API strata_status strata_model_load(strata_engine* engine, const char* mo
       };
     }
     auto handle = std::make_unique<strata_model>();
+    call.Doing("loading the model's weights");
     auto model = strata::LoadModel(model_dir, options);
     if (!model.ok()) return call.From(model.status());
     handle->engine = engine;
     handle->impl = std::shared_ptr<const strata::Model>(*std::move(model));
+    call.Doing("reading the model's tokenizer files");
     handle->text = strata::TextModel::FromDirectory(model_dir);
+    // Out of memory is the host's problem, not the files': fail, never run on
+    // without the tokenizer.
+    if (!handle->text.ok() && strata::IsOutOfMemory(handle->text.status())) {
+      return call.From(handle->text.status());
+    }
     if (!handle->text.ok() && !absl::IsNotFound(handle->text.status())) {
       engine->impl->Log(strata::LogLevel::kWarning,
                         absl::StrCat("the tokenizer files of ", model_dir, " did not load (",
@@ -102,7 +112,7 @@ STRATA_API strata_status strata_model_load(strata_engine* engine, const char* mo
 }
 
 STRATA_API strata_status strata_model_get_info(const strata_model* model, strata_model_info* out_info) {
-  const Call call("strata_model_get_info");
+  const Call call("strata_model_get_info", "describing the model");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, model, strata::capi::kModelMagic, "model"); s != STRATA_OK) return s;
     if (out_info == nullptr) return call.NullArgument("out_info");
@@ -127,7 +137,7 @@ STRATA_API strata_status strata_model_get_info(const strata_model* model, strata
 }
 
 STRATA_API strata_status strata_model_destroy(strata_model* model) {
-  const Call call("strata_model_destroy");
+  const Call call("strata_model_destroy", "destroying the model");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, model, strata::capi::kModelMagic, "model"); s != STRATA_OK) return s;
     uint32_t expected = strata::capi::kModelMagic;

@@ -17,7 +17,7 @@ STRATA_API const char* strata_finish_reason_string(strata_finish_reason reason) 
 }
 
 STRATA_API strata_status strata_request_cancel(strata_request* request) {
-  const Call call("strata_request_cancel");
+  const Call call("strata_request_cancel", "cancelling the request");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, request, kRequestMagic, "request"); s != STRATA_OK) return s;
     // Under the handle's lock: generate may be retiring this handle right now.
@@ -31,7 +31,7 @@ STRATA_API strata_status strata_request_cancel(strata_request* request) {
 STRATA_API strata_status strata_request_get_status(strata_request* request, bool* out_finished,
                                                    strata_finish_reason* out_finish_reason,
                                                    strata_status* out_status) {
-  const Call call("strata_request_get_status");
+  const Call call("strata_request_get_status", "reading the request status");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, request, kRequestMagic, "request"); s != STRATA_OK) return s;
     std::lock_guard<std::mutex> lock(request->mu);
@@ -58,7 +58,7 @@ STRATA_API const char* strata_request_error_message(strata_request* request) {
 }
 
 STRATA_API strata_status strata_request_destroy(strata_request* request) {
-  const Call call("strata_request_destroy");
+  const Call call("strata_request_destroy", "destroying the request");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, request, kRequestMagic, "request"); s != STRATA_OK) return s;
     if (request->library_owned) {

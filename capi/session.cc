@@ -17,14 +17,12 @@ using strata::capi::kSessionMagic;
 
 namespace strata::capi {
 
-// Refuses absurd counts before anything reads the arrays.
-constexpr size_t kMaxTokensPerCall = size_t{1} << 31;
-
 strata_status CheckTokenArray(const Call& call, const int32_t* tokens, size_t count, const char* name) {
   if (tokens == nullptr && count > 0) {
     return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " is NULL but its count is ", count));
   }
-  if (count >= kMaxTokensPerCall) {
+  // Absurd counts are refused before anything reads the array.
+  if (count >= kMaxInputLength) {
     return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat(name, " count ", count, " is too large"));
   }
   return STRATA_OK;
@@ -89,7 +87,7 @@ STRATA_API strata_status strata_request_params_init_sized(strata_request_params*
 
 STRATA_API strata_status strata_session_create(strata_model* model, const strata_session_params* params,
                                                strata_session** out_session) {
-  const Call call("strata_session_create");
+  const Call call("strata_session_create", "building the session");
   return Guarded(call, [&]() -> strata_status {
     if (out_session == nullptr) return call.NullArgument("out_session");
     *out_session = nullptr;
@@ -112,7 +110,7 @@ STRATA_API strata_status strata_session_create(strata_model* model, const strata
 }
 
 STRATA_API strata_status strata_session_destroy(strata_session* session) {
-  const Call call("strata_session_destroy");
+  const Call call("strata_session_destroy", "destroying the session");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
     if (session->in_generate.load()) {
@@ -131,7 +129,7 @@ STRATA_API strata_status strata_session_destroy(strata_session* session) {
 
 STRATA_API strata_status strata_session_append_tokens(strata_session* session, const int32_t* tokens,
                                                       size_t num_tokens) {
-  const Call call("strata_session_append_tokens");
+  const Call call("strata_session_append_tokens", "evaluating the appended tokens");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
     if (strata_status s = strata::capi::CheckTokenArray(call, tokens, num_tokens, "tokens"); s != STRATA_OK) {
@@ -143,7 +141,7 @@ STRATA_API strata_status strata_session_append_tokens(strata_session* session, c
 
 STRATA_API strata_status strata_session_get_logits(strata_session* session, float* logits, size_t capacity,
                                                    size_t* out_count) {
-  const Call call("strata_session_get_logits");
+  const Call call("strata_session_get_logits", "computing the logits");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
     const size_t vocab = static_cast<size_t>(session->impl->vocab_size());
@@ -161,7 +159,7 @@ STRATA_API strata_status strata_session_get_logits(strata_session* session, floa
 }
 
 STRATA_API strata_status strata_session_get_num_tokens(const strata_session* session, size_t* out_tokens) {
-  const Call call("strata_session_get_num_tokens");
+  const Call call("strata_session_get_num_tokens", "counting the tokens");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
     if (out_tokens == nullptr) return call.NullArgument("out_tokens");
@@ -171,7 +169,7 @@ STRATA_API strata_status strata_session_get_num_tokens(const strata_session* ses
 }
 
 STRATA_API strata_status strata_session_reset(strata_session* session) {
-  const Call call("strata_session_reset");
+  const Call call("strata_session_reset", "resetting the session");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
     return call.From(session->impl->Reset());
@@ -179,7 +177,7 @@ STRATA_API strata_status strata_session_reset(strata_session* session) {
 }
 
 STRATA_API strata_status strata_session_fork(strata_session* session, strata_session** out_session) {
-  const Call call("strata_session_fork");
+  const Call call("strata_session_fork", "building the forked session");
   return Guarded(call, [&]() -> strata_status {
     if (out_session == nullptr) return call.NullArgument("out_session");
     *out_session = nullptr;
@@ -196,7 +194,7 @@ STRATA_API strata_status strata_session_fork(strata_session* session, strata_ses
 }
 
 STRATA_API strata_status strata_session_mark(strata_session* session, uint64_t* out_mark) {
-  const Call call("strata_session_mark");
+  const Call call("strata_session_mark", "saving the marked state");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
     if (out_mark == nullptr) return call.NullArgument("out_mark");
@@ -209,7 +207,7 @@ STRATA_API strata_status strata_session_mark(strata_session* session, uint64_t* 
 }
 
 STRATA_API strata_status strata_session_rollback(strata_session* session, uint64_t mark) {
-  const Call call("strata_session_rollback");
+  const Call call("strata_session_rollback", "restoring the marked state");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
     return call.From(session->impl->Rollback(mark));
@@ -217,7 +215,7 @@ STRATA_API strata_status strata_session_rollback(strata_session* session, uint64
 }
 
 STRATA_API strata_status strata_session_release_mark(strata_session* session, uint64_t mark) {
-  const Call call("strata_session_release_mark");
+  const Call call("strata_session_release_mark", "releasing the mark");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
     return call.From(session->impl->ReleaseMark(mark));
@@ -227,7 +225,7 @@ STRATA_API strata_status strata_session_release_mark(strata_session* session, ui
 STRATA_API strata_status strata_session_submit(strata_session* session, const int32_t* prompt_tokens,
                                                size_t num_prompt_tokens, const strata_request_params* params,
                                                strata_request** out_request) {
-  const Call call("strata_session_submit");
+  const Call call("strata_session_submit", "building the request");
   return Guarded(call, [&]() -> strata_status {
     if (out_request == nullptr) return call.NullArgument("out_request");
     *out_request = nullptr;
@@ -255,7 +253,7 @@ STRATA_API strata_status strata_session_submit(strata_session* session, const in
 STRATA_API strata_status strata_session_generate(strata_session* session, const int32_t* prompt_tokens,
                                                  size_t num_prompt_tokens, const strata_request_params* params,
                                                  strata_finish_reason* out_finish_reason) {
-  const Call call("strata_session_generate");
+  const Call call("strata_session_generate", "running the generation");
   return Guarded(call, [&]() -> strata_status {
     if (out_finish_reason != nullptr) *out_finish_reason = STRATA_FINISH_NONE;
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;

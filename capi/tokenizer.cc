@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "base/bounded_json.h"
 #include "convert.h"
 #include "guard.h"
 #include "handles.h"
@@ -27,7 +28,7 @@ strata_status NewTokenizerHandle(std::shared_ptr<const strata::TextModel> text, 
 extern "C" {
 
 STRATA_API strata_status strata_tokenizer_open(const char* dir, strata_tokenizer** out_tokenizer) {
-  const Call call("strata_tokenizer_open");
+  const Call call("strata_tokenizer_open", "loading the tokenizer");
   return Guarded(call, [&]() -> strata_status {
     if (out_tokenizer == nullptr) return call.NullArgument("out_tokenizer");
     *out_tokenizer = nullptr;
@@ -39,7 +40,7 @@ STRATA_API strata_status strata_tokenizer_open(const char* dir, strata_tokenizer
 }
 
 STRATA_API strata_status strata_model_open_tokenizer(strata_model* model, strata_tokenizer** out_tokenizer) {
-  const Call call("strata_model_open_tokenizer");
+  const Call call("strata_model_open_tokenizer", "opening the model's tokenizer");
   return Guarded(call, [&]() -> strata_status {
     if (out_tokenizer == nullptr) return call.NullArgument("out_tokenizer");
     *out_tokenizer = nullptr;
@@ -50,7 +51,7 @@ STRATA_API strata_status strata_model_open_tokenizer(strata_model* model, strata
 }
 
 STRATA_API strata_status strata_tokenizer_destroy(strata_tokenizer* tokenizer) {
-  const Call call("strata_tokenizer_destroy");
+  const Call call("strata_tokenizer_destroy", "destroying the tokenizer");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     uint32_t expected = kTokenizerMagic;
@@ -66,7 +67,7 @@ STRATA_API strata_status strata_tokenizer_destroy(strata_tokenizer* tokenizer) {
 STRATA_API strata_status strata_tokenizer_encode(const strata_tokenizer* tokenizer, const char* text, size_t text_len,
                                                  bool add_special_tokens, int32_t* tokens, size_t capacity,
                                                  size_t* out_count) {
-  const Call call("strata_tokenizer_encode");
+  const Call call("strata_tokenizer_encode", "encoding the text");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     if (out_count == nullptr) return call.NullArgument("out_count");
@@ -91,7 +92,7 @@ STRATA_API strata_status strata_tokenizer_encode(const strata_tokenizer* tokeniz
 STRATA_API strata_status strata_tokenizer_decode(const strata_tokenizer* tokenizer, const int32_t* tokens,
                                                  size_t num_tokens, bool skip_special_tokens, char* text,
                                                  size_t capacity, size_t* out_len) {
-  const Call call("strata_tokenizer_decode");
+  const Call call("strata_tokenizer_decode", "decoding the tokens");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     if (out_len == nullptr) return call.NullArgument("out_len");
@@ -116,7 +117,7 @@ STRATA_API strata_status strata_tokenizer_decode(const strata_tokenizer* tokeniz
 }
 
 STRATA_API strata_status strata_tokenizer_get_vocab_size(const strata_tokenizer* tokenizer, int32_t* out_vocab_size) {
-  const Call call("strata_tokenizer_get_vocab_size");
+  const Call call("strata_tokenizer_get_vocab_size", "reading the vocabulary size");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     if (out_vocab_size == nullptr) return call.NullArgument("out_vocab_size");
@@ -126,7 +127,7 @@ STRATA_API strata_status strata_tokenizer_get_vocab_size(const strata_tokenizer*
 }
 
 STRATA_API strata_status strata_tokenizer_has_chat_template(const strata_tokenizer* tokenizer, bool* out_has) {
-  const Call call("strata_tokenizer_has_chat_template");
+  const Call call("strata_tokenizer_has_chat_template", "checking for a chat template");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     if (out_has == nullptr) return call.NullArgument("out_has");
@@ -138,7 +139,7 @@ STRATA_API strata_status strata_tokenizer_has_chat_template(const strata_tokeniz
 STRATA_API strata_status strata_tokenizer_render_chat(const strata_tokenizer* tokenizer, const char* conversation_json,
                                                       size_t conversation_len, char* text, size_t capacity,
                                                       size_t* out_len) {
-  const Call call("strata_tokenizer_render_chat");
+  const Call call("strata_tokenizer_render_chat", "rendering the conversation");
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, tokenizer, kTokenizerMagic, "tokenizer"); s != STRATA_OK) return s;
     if (out_len == nullptr) return call.NullArgument("out_len");
@@ -153,10 +154,11 @@ STRATA_API strata_status strata_tokenizer_render_chat(const strata_tokenizer* to
     const strata::ChatTemplate* tmpl = tokenizer->impl->chat_template();
     if (tmpl == nullptr) return call.Fail(STRATA_ERR_FAILED_PRECONDITION, "the directory has no chat template");
     // Ordered: the template prints tool schemas in the caller's key order.
-    const auto conversation = nlohmann::ordered_json::parse(input, nullptr, /*allow_exceptions=*/false);
-    if (conversation.is_discarded()) {
-      return call.Fail(STRATA_ERR_INVALID_ARGUMENT, "conversation_json is not valid JSON");
-    }
+    // Bounded: a conversation nested past limits::kMaxJsonDepth is refused
+    // before a document exists (copies and dumps would recurse per level).
+    auto parsed = strata::ParseBoundedJson<nlohmann::ordered_json>(input, "conversation_json");
+    if (!parsed.ok()) return call.From(parsed.status());
+    const nlohmann::ordered_json& conversation = *parsed;
     if (!conversation.is_object() || !conversation.contains("messages") || !conversation["messages"].is_array()) {
       return call.Fail(STRATA_ERR_INVALID_ARGUMENT,
                        "conversation_json must be a JSON object with \"messages\", an array");

@@ -20,28 +20,43 @@
  * 2. **Errors are values.** Every function that can fail returns a
  *    ::strata_status and writes results through `out_` pointers. On failure
  *    `out_` handles are set to NULL and strata_last_error_message() explains the
- *    failure in English. No exception, abort or exit ever leaves the library.
+ *    failure in English, starting with the function's name. No exception, abort
+ *    or exit ever leaves the library: a failed allocation is
+ *    ::STRATA_ERR_OUT_OF_MEMORY naming the function and what it was doing (e.g.
+ *    "strata_model_load: out of memory while loading the model's weights"), and
+ *    ::STRATA_ERR_INTERNAL is kept for bugs in Strata, never for bad input.
+ *    Input from outside (model directories, JSON strings, chat templates, model
+ *    output) is bounded so that it cannot take the host down either: JSON
+ *    nested deeper than 256 levels is ::STRATA_ERR_INVALID_ARGUMENT, chat
+ *    templates have limits on nesting, work and size (exceeding one fails like
+ *    a template error, naming its line and column), and nothing recurses past
+ *    the calling thread's stack (threads of 256 KB are enough).
  * 3. **Parameter structs** begin with `uint32_t struct_size`. Fill input
  *    structs with their `_init()` macro and then change fields: the macro
  *    passes the caller's `sizeof`, so the library never writes more bytes than
  *    the caller's struct has (a program built against an older, shorter
  *    header gets the defaults of the fields it knows). The library reads at
  *    most `struct_size` bytes and uses defaults for the rest; a `struct_size`
- *    smaller than the first released layout (0.1), or larger than this library
- *    knows with a non-zero unknown tail, is ::STRATA_ERR_INVALID_ARGUMENT.
+ *    smaller than the first released layout (0.1), larger than this library
+ *    knows with a non-zero unknown tail, or above 4096 (no struct of this API
+ *    grows that large; nothing is read then) is ::STRATA_ERR_INVALID_ARGUMENT.
  *    Output structs (strata_model_info, strata_metrics, strata_event) are sized
  *    by the caller: set `struct_size = sizeof(x)` and the library writes at
  *    most that many bytes. Bindings that mirror a struct check their layout
  *    with strata_abi_struct_size() and strata_abi_field_offset().
  * 4. **Types.** Fixed-width integers; enumerations are `int32_t` typedefs with
  *    named constants; booleans are C99 `bool`; token ids are `int32_t`; counts
- *    are `size_t`. Strings are NUL-terminated UTF-8.
+ *    are `size_t`. Strings are NUL-terminated UTF-8; text passed in that is
+ *    not UTF-8 is ::STRATA_ERR_INVALID_ARGUMENT naming the argument and the
+ *    byte offset.
  * 5. **Memory.** The library never hands the caller memory to free. Strings it
  *    returns are borrowed; each function says how long they stay valid. Arrays
  *    and strings the caller passes in are copied before the call returns.
  *    Bulk outputs (token ids, text) go to caller buffers: pass NULL to ask for
  *    the size, and the `out_` count says how much was (or would be) written.
- *    A length of ::STRATA_NUL_TERMINATED means "up to the NUL".
+ *    A length of ::STRATA_NUL_TERMINATED means "up to the NUL". Lengths and
+ *    counts passed in are below 2^31; a larger one is
+ *    ::STRATA_ERR_INVALID_ARGUMENT before anything is read.
  * 6. **Threads.** A strata_engine is thread-safe. A strata_session is used by
  *    one thread at a time. strata_request_cancel() may be called from any
  *    thread. Each callback documents the thread it runs on. Callbacks must not
@@ -116,7 +131,8 @@ typedef int32_t strata_status;
 
 /** Success. */
 #define STRATA_OK 0
-/** Bad input regardless of state: NULL pointer, bad struct_size, value out of its documented range. */
+/** Bad input regardless of state: NULL pointer, bad struct_size, value out of its documented range, text that is
+ *  not UTF-8, malformed file contents (JSON, config values, a weights file's header). */
 #define STRATA_ERR_INVALID_ARGUMENT 1
 /** A named thing is missing, e.g. the model directory or a file in it. */
 #define STRATA_ERR_NOT_FOUND 2
@@ -136,7 +152,8 @@ typedef int32_t strata_status;
 #define STRATA_ERR_DEADLINE_EXCEEDED 9
 /** Valid but not supported by this build or model (unknown architecture, dtype). */
 #define STRATA_ERR_UNSUPPORTED 10
-/** Stored data is corrupt or truncated (bad weights file, malformed config). */
+/** Stored data is truncated or contradicts itself (a weights file shorter than its header says, tensor data past its
+ *  end). */
 #define STRATA_ERR_DATA_LOSS 11
 /** A host memory allocation failed. */
 #define STRATA_ERR_OUT_OF_MEMORY 12
@@ -733,6 +750,11 @@ typedef struct strata_model_params {
    *  ::STRATA_ERR_INVALID_ARGUMENT naming it, on every device (never silently ignored; on the CPU no entry
    *  applies). NULL or "" (default): the defaults. */
   const char *options;
+  /** Reads every stored weight once at load (on the host, before any copy to a GPU) and fails the load with
+   *  ::STRATA_ERR_DATA_LOSS naming the first tensor (in name order) that holds a NaN or an infinity, its file and
+   *  the element's index. It touches every page of the checkpoint, so loading takes longer. Dummy weights made on
+   *  a GPU are not read (they are finite by construction). Default false. */
+  bool check_weights;
 } strata_model_params;
 
 /**
@@ -770,16 +792,23 @@ STRATA_API strata_status strata_model_params_init_sized(strata_model_params *par
  *                       strata_model_destroy()); NULL on failure
  * @retval STRATA_OK                   loaded
  * @retval STRATA_ERR_INVALID_ARGUMENT NULL pointer, bad struct_size, a params field out of its range, a malformed
- *                                     options string, or a malformed config value
+ *                                     options string, a config.json value that is malformed, outside its sane
+ *                                     range (e.g. more than 4096 layers), contradicts another field, or sizes a
+ *                                     model too large for any host (the message names the file and the fields),
+ *                                     a duplicate key in config.json (named with its byte offset), a special
+ *                                     token id outside the vocabulary, a malformed weights file header (the file
+ *                                     and the byte offset), or a directory or FIFO where the model needs a file
  * @retval STRATA_ERR_MISUSE           @p engine was destroyed or is not an engine
  * @retval STRATA_ERR_NOT_FOUND        the directory, config.json or a weights file is missing
  * @retval STRATA_ERR_UNSUPPORTED      the architecture (model_type) or a dtype is not supported
- * @retval STRATA_ERR_DATA_LOSS        a weights file is corrupt or truncated
+ * @retval STRATA_ERR_DATA_LOSS        a weights file is truncated or its tensors run past its end, or (with
+ *                                     strata_model_params::check_weights) a weight is NaN or infinite
  * @retval STRATA_ERR_CANCELLED        the progress callback returned nonzero
  * @retval STRATA_ERR_UNAVAILABLE      ::STRATA_DEVICE_CUDA was asked and the model cannot run on that GPU
  *                                     (no CUDA build, driver or device, not enough memory, shapes its kernels
  *                                     do not accept); the message says which
- * @retval STRATA_ERR_OUT_OF_MEMORY    allocation failed
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED dummy weights too large for the host
+ * @retval STRATA_ERR_OUT_OF_MEMORY    a host allocation failed (the message says what was being built)
  * @par Thread safety: safe from any thread; the engine may be used concurrently.
  * @since 0.1
  */
@@ -1365,7 +1394,10 @@ STRATA_API strata_status strata_tokenizer_destroy(strata_tokenizer *tokenizer);
  * @param[in]  capacity           ids @p tokens can hold
  * @param[out] out_count          receives the number of ids (always, also on ::STRATA_ERR_OUT_OF_RANGE)
  * @retval STRATA_OK                   encoded (or answered the count query)
- * @retval STRATA_ERR_INVALID_ARGUMENT NULL @p tokenizer or @p out_count, NULL @p text with a nonzero length
+ * @retval STRATA_ERR_INVALID_ARGUMENT NULL @p tokenizer or @p out_count, NULL @p text with a nonzero length, a
+ *                                     length of 2^31 or more, @p text that is not UTF-8 (the message gives the
+ *                                     byte offset), or a pre-tokenizer pattern that exceeds the regex engine's
+ *                                     match limit on this text
  * @retval STRATA_ERR_OUT_OF_RANGE     @p capacity is smaller than the count; nothing written
  * @retval STRATA_ERR_MISUSE           @p tokenizer was destroyed or is not a tokenizer
  * @par Thread safety: safe from any thread.
@@ -1450,7 +1482,8 @@ STRATA_API strata_status strata_tokenizer_has_chat_template(const strata_tokeniz
  *                               ::STRATA_ERR_OUT_OF_RANGE)
  * @retval STRATA_OK                      rendered (or answered the length query)
  * @retval STRATA_ERR_INVALID_ARGUMENT    NULL @p tokenizer, @p conversation_json or @p out_len; JSON that is
- *                                        malformed, not an object or without a `messages` array; or the template
+ *                                        malformed, nested deeper than 256 levels, not an object or without a
+ *                                        `messages` array; or the template
  *                                        failed (raise_exception or a runtime error: the message gives its line
  *                                        and column)
  * @retval STRATA_ERR_OUT_OF_RANGE        @p capacity < length + 1; nothing written
@@ -1533,7 +1566,8 @@ typedef struct strata_chat_message {
   /** Tool only: the tool's name (NUL-terminated); NULL (default): none. A tool message needs tool_call_id or name. */
   const char *name;
   /** Assistant only: the calls it made, as a NUL-terminated JSON array in the OpenAI form
-   *  `[{"id": ..., "type": "function", "function": {"name": ..., "arguments": {...}}}]`; NULL (default): none. */
+   *  `[{"id": ..., "type": "function", "function": {"name": ..., "arguments": {...}}}]`, nested at most 256
+   *  levels; NULL (default): none. */
   const char *tool_calls_json;
 } strata_chat_message;
 
@@ -1561,8 +1595,9 @@ STRATA_API strata_status strata_chat_message_init_sized(strata_chat_message *mes
  * @param[in] session the session
  * @param[in] message the message; struct_size must be set
  * @retval STRATA_OK                      appended
- * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, unknown role, invalid UTF-8 length, a tool
- *                                        message without tool_call_id and name, or malformed tool_calls_json
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, unknown role, a string that is not UTF-8 or
+ *                                        NULL with a nonzero length, a tool message without tool_call_id and
+ *                                        name, or malformed tool_calls_json
  * @retval STRATA_ERR_FAILED_PRECONDITION the model directory has no tokenizer, or the session is running a request
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
  * @par Thread safety: one thread per session at a time.
@@ -1619,8 +1654,8 @@ typedef struct strata_tool {
   const char *name;
   /** What it does, for the model (NUL-terminated); NULL (default): "". */
   const char *description;
-  /** JSON schema of the arguments, a NUL-terminated JSON object; NULL (default): `{"type":"object","properties":{}}`.
-   *  Key order is kept as written (templates print it). */
+  /** JSON schema of the arguments, a NUL-terminated JSON object nested at most 256 levels; NULL (default):
+   *  `{"type":"object","properties":{}}`. Key order is kept as written (templates print it). */
   const char *parameters_json;
   /** Called by strata_session_chat() when the model calls the tool; NULL (default): strata_session_chat()
    *  declines such calls (the request ends with ::STRATA_FINISH_TOOL_CALLS). Requests made with
@@ -1654,7 +1689,8 @@ STRATA_API strata_status strata_tool_init_sized(strata_tool *tool, size_t struct
  * @param[in] session the session
  * @param[in] tool    the tool (strings copied); struct_size must be set
  * @retval STRATA_OK                      registered
- * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, empty name, parameters_json not a JSON object
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, empty name, name or description not UTF-8,
+ *                                        parameters_json not a JSON object
  * @retval STRATA_ERR_ALREADY_EXISTS      a tool of that name is registered
  * @retval STRATA_ERR_FAILED_PRECONDITION the model directory has no tokenizer, or the session is running a request
  * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
@@ -1702,7 +1738,8 @@ typedef struct strata_chat_params {
   int32_t max_tool_rounds;
   /** Leave special tokens out of the TEXT events; default false. */
   bool skip_special_tokens;
-  /** Extra template variables as a NUL-terminated JSON object, e.g. `{"enable_thinking": false}`; NULL (default): none. */
+  /** Extra template variables as a NUL-terminated JSON object nested at most 256 levels, e.g.
+   *  `{"enable_thinking": false}`; NULL (default): none. */
   const char *template_variables_json;
   /** strata_session_chat() only: receives each event; NULL (default): none. */
   strata_event_callback event_callback;
@@ -1751,9 +1788,9 @@ STRATA_API strata_status strata_chat_params_init_sized(strata_chat_params *param
  * @param[out] out_request receives the request, owned by the caller (release with strata_request_destroy());
  *                         NULL on failure
  * @retval STRATA_OK                      submitted
- * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, a value out of range, malformed
- *                                        template_variables_json, or the template failed to render (the message
- *                                        gives its line and column)
+ * @retval STRATA_ERR_INVALID_ARGUMENT    NULL pointer, bad struct_size, a value out of range, a stop string that is
+ *                                        not UTF-8, malformed template_variables_json, or the template failed to
+ *                                        render (the message gives its line and column)
  * @retval STRATA_ERR_OUT_OF_RANGE        the rendered conversation leaves no room in the context, or a stop token is
  *                                        outside the vocabulary
  * @retval STRATA_ERR_FAILED_PRECONDITION the model has no tokenizer or chat template, the session is running a
@@ -1806,7 +1843,7 @@ STRATA_API strata_status strata_session_chat(strata_session *session, const stra
  *                        ::STRATA_FINISH_TOOL_CALLS when its message is complete
  * @param[in] content_len bytes of @p content, or ::STRATA_NUL_TERMINATED
  * @retval STRATA_OK                      recorded
- * @retval STRATA_ERR_INVALID_ARGUMENT    @p request or @p call_id is NULL
+ * @retval STRATA_ERR_INVALID_ARGUMENT    @p request or @p call_id is NULL, or @p content is not UTF-8
  * @retval STRATA_ERR_NOT_FOUND           @p call_id is not a call of this request
  * @retval STRATA_ERR_ALREADY_EXISTS      the call was already answered or declined (also once its answer has
  *                                        been consumed and generation continues)

@@ -136,6 +136,8 @@ struct ModelParams {
   }
   /** The string must outlive the strata_model_load() call. */
   ModelParams& Options(const char* options) { c.options = options; return *this; }
+  /** strata_model_params::check_weights: fail the load on a NaN or infinite weight, naming it. */
+  ModelParams& CheckWeights(bool on) { c.check_weights = on; return *this; }
   ModelParams& Progress(strata_progress_callback cb, void* user_data) {
     c.progress_callback = cb;
     c.progress_user_data = user_data;

@@ -43,7 +43,9 @@ const uint8_t kEmptyBytes[1] = {0};
 StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, Mode mode) {
   int fd;
   do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused
+    // below); reads of regular files ignore the flag.
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) {
     const int err = errno;
@@ -54,9 +56,13 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, 
 
   struct stat st;
   if (::fstat(fd, &st) != 0) return ErrnoError(path, "stat", errno);
-  // Directories open fine with O_RDONLY; pipes and devices have no stable size.
+  // Directories open fine with O_RDONLY; pipes and devices have no stable
+  // size. Either is bad input: a path that names the wrong kind of thing.
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a regular file"));
+  }
   if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > std::numeric_limits<size_t>::max()) {

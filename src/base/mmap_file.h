@@ -25,8 +25,9 @@ class MappedFile {
   };
 
   // Opens `path`. Errors name the path: NotFound when it does not exist,
-  // PermissionDenied when it cannot be opened, FailedPrecondition when it is
-  // not a regular file, Internal/DataLoss for I/O failures.
+  // PermissionDenied when it cannot be opened, InvalidArgument when it is
+  // not a regular file (a directory, a FIFO: never waited on), the errno's
+  // code or DataLoss for I/O failures.
   static StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path,
                                                     Mode mode = Mode::kMapOrRead);
 

@@ -6,13 +6,13 @@
 #include <bit>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/mmap_file.h"
 
 namespace strata {
 namespace {
@@ -180,12 +180,10 @@ std::string_view DescrOf(DType t) {
   }
 }
 
+// MappedFile: errors name the path, and a directory or FIFO is refused.
 StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open for reading"));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return bytes;
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  return std::vector<uint8_t>(file->data(), file->data() + file->size());
 }
 
 Status WriteWholeFile(const std::string& path, const std::vector<uint8_t>& bytes) {

@@ -4,14 +4,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 
 namespace strata {
 
 ChatTurn::ChatTurn(Conversation* conversation, ChatOptions options)
     : conversation_(conversation), options_(std::move(options)) {}
 
-StatusOr<std::vector<int32_t>> ChatTurn::Prompt() const {
-  return conversation_->RenderTokens(/*add_generation_prompt=*/true, options_.variables);
+StatusOr<std::vector<int32_t>> ChatTurn::Prompt(std::function<bool()> cancelled) const {
+  return conversation_->RenderTokens(/*add_generation_prompt=*/true, options_.variables, std::move(cancelled));
 }
 
 void ChatTurn::BeginMessage() {
@@ -78,8 +79,8 @@ void ChatTurn::Route(std::vector<ToolCallEvent> parsed, int32_t token, std::vect
         // was trained to write them; the other families concatenate strings.
         nlohmann::ordered_json args = p.arguments;
         if (conversation_->parser()->family() == ToolCallFamily::kHermes) {
-          args = nlohmann::ordered_json::parse(p.arguments, nullptr, /*allow_exceptions=*/false);
-          if (args.is_discarded()) args = p.arguments;
+          auto parsed = ParseBoundedJson<nlohmann::ordered_json>(p.arguments, "tool call arguments");
+          if (parsed.ok()) args = *std::move(parsed);
         }
         tool_calls_.push_back({{"id", p.id},
                                {"type", "function"},
@@ -88,7 +89,9 @@ void ChatTurn::Route(std::vector<ToolCallEvent> parsed, int32_t token, std::vect
           // An unknown tool is answered at once with an error tool message, so
           // the template sees a complete exchange and the model can correct
           // itself in the next round.
-          call.result = nlohmann::json({{"error", absl::StrCat("unknown tool '", p.name, "'")}}).dump();
+          // The name is model output and may not be UTF-8: replaced, never thrown on.
+          call.result = nlohmann::json({{"error", absl::StrCat("unknown tool '", p.name, "'")}})
+                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
           ev.type = EventType::kToolError;
           ev.text = absl::StrCat("unknown tool '", p.name, "'");
         } else {

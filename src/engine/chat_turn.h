@@ -11,6 +11,7 @@
 #define STRATA_ENGINE_CHAT_TURN_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,7 +46,8 @@ class ChatTurn {
 
   // Scheduler thread -------------------------------------------------------
   // The conversation rendered with the generation prompt, as tokens.
-  StatusOr<std::vector<int32_t>> Prompt() const;
+  // `cancelled`, when set, is polled during the render (Cancelled when true).
+  StatusOr<std::vector<int32_t>> Prompt(std::function<bool()> cancelled = nullptr) const;
   // Starts an assistant message (fresh detokenizer state).
   void BeginMessage();
   bool in_message() const { return detokenizer_ != nullptr; }

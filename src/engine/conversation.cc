@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 
 namespace strata {
 
@@ -13,6 +14,14 @@ Conversation::Conversation(std::shared_ptr<const TextModel> text) : text_(std::m
 
 Status Conversation::AddMessage(nlohmann::ordered_json m) {
   if (!m.is_object()) return absl::InvalidArgumentError("a message must be a JSON object");
+  // Parsed text is bounded already; this bounds documents built by C++ callers,
+  // which every later copy and render would recurse through. A message wraps
+  // its parts: the arguments of a call the model wrote (themselves bounded)
+  // sit at tool_calls[i].function.arguments, four levels down.
+  if (!JsonDepthWithin(m, limits::kMaxJsonDepth + 4)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a message nests deeper than ", limits::kMaxJsonDepth, " levels"));
+  }
   if (!m.contains("role") || !m["role"].is_string()) {
     return absl::InvalidArgumentError("a message needs a string role");
   }
@@ -31,10 +40,12 @@ Status Conversation::AddMessage(nlohmann::ordered_json m) {
     const auto& calls = m["tool_calls"];
     if (role != "assistant") return absl::InvalidArgumentError("only assistant messages carry tool_calls");
     if (!calls.is_array()) return absl::InvalidArgumentError("tool_calls must be a JSON array");
-    for (const auto& c : calls) {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const auto& c = calls[i];
       if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
           !c["function"].contains("name") || !c["function"]["name"].is_string()) {
-        return absl::InvalidArgumentError("each tool call needs {\"function\": {\"name\": ..., \"arguments\": ...}}");
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tool_calls[", i, "] needs {\"function\": {\"name\": ..., \"arguments\": ...}}"));
       }
     }
   }
@@ -46,6 +57,10 @@ Status Conversation::AddTool(ToolSpec tool) {
   if (tool.name.empty()) return absl::InvalidArgumentError("a tool needs a name");
   if (!tool.parameters.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat("tool '", tool.name, "': parameters must be a JSON object"));
+  }
+  if (!JsonDepthWithin(tool.parameters)) {
+    return absl::InvalidArgumentError(absl::StrCat("tool '", tool.name, "': parameters nest deeper than ",
+                                                   limits::kMaxJsonDepth, " levels"));
   }
   if (FindTool(tool.name) != nullptr) {
     return absl::AlreadyExistsError(absl::StrCat("tool '", tool.name, "' is already registered"));
@@ -89,8 +104,8 @@ nlohmann::ordered_json Conversation::ToolsJson() const {
   return out;
 }
 
-StatusOr<std::string> Conversation::Render(bool add_generation_prompt,
-                                           const nlohmann::ordered_json& variables) const {
+StatusOr<std::string> Conversation::Render(bool add_generation_prompt, const nlohmann::ordered_json& variables,
+                                           std::function<bool()> cancelled) const {
   const ChatTemplate* tmpl = text_->chat_template();
   if (tmpl == nullptr) {
     return absl::FailedPreconditionError("the model directory has no chat template (tokenizer_config.json)");
@@ -103,12 +118,15 @@ StatusOr<std::string> Conversation::Render(bool add_generation_prompt,
   // transformers passes tools=None when there are none; templates test `if tools`.
   if (!tools_.empty()) context["tools"] = ToolsJson();
   context["add_generation_prompt"] = add_generation_prompt;
-  return tmpl->RenderOrdered(context);
+  jinja::RenderOptions options;
+  options.cancelled = std::move(cancelled);
+  return tmpl->RenderOrdered(context, options);
 }
 
 StatusOr<std::vector<int32_t>> Conversation::RenderTokens(bool add_generation_prompt,
-                                                          const nlohmann::ordered_json& variables) const {
-  STRATA_ASSIGN_OR_RETURN(std::string text, Render(add_generation_prompt, variables));
+                                                          const nlohmann::ordered_json& variables,
+                                                          std::function<bool()> cancelled) const {
+  STRATA_ASSIGN_OR_RETURN(std::string text, Render(add_generation_prompt, variables, std::move(cancelled)));
   EncodeOptions options;
   options.add_special_tokens = false;
   return text_->tokenizer().Encode(text, options);

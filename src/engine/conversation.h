@@ -67,12 +67,16 @@ class Conversation {
   nlohmann::ordered_json ToolsJson() const;
   // Renders messages and tools (when any) through the chat template, with
   // `variables` (a JSON object: enable_thinking, ...) added to the context.
-  // FailedPrecondition when the model has no chat template.
-  StatusOr<std::string> Render(bool add_generation_prompt, const nlohmann::ordered_json& variables) const;
+  // FailedPrecondition when the model has no chat template. The render is
+  // bounded (base/input_limits.h); `cancelled`, when set, is polled during it
+  // and stops it with Cancelled.
+  StatusOr<std::string> Render(bool add_generation_prompt, const nlohmann::ordered_json& variables,
+                               std::function<bool()> cancelled = nullptr) const;
   // Render, then tokenize without adding BOS/EOS: templates spell their
   // special tokens themselves (as transformers' apply_chat_template(tokenize=True)).
   StatusOr<std::vector<int32_t>> RenderTokens(bool add_generation_prompt,
-                                              const nlohmann::ordered_json& variables) const;
+                                              const nlohmann::ordered_json& variables,
+                                              std::function<bool()> cancelled = nullptr) const;
 
   // The session's tool-call parser (null when the template has no known
   // syntax). One per conversation so generated call ids stay unique in it.

@@ -353,16 +353,17 @@ void Engine::Fail(const RequestPtr& r, Status status) {
 }
 
 // Runs `body` for one request; an exception (the standard library may throw
-// bad_alloc) becomes that request's error, never the scheduler's.
+// bad_alloc) becomes that request's error, never the scheduler's. `doing`
+// says what an allocation failure interrupted.
 template <class F>
-static void ForRequest(Engine* e, const std::shared_ptr<Request>& r, F&& body,
+static void ForRequest(Engine* e, const std::shared_ptr<Request>& r, const char* doing, F&& body,
                        void (Engine::*fail)(const std::shared_ptr<Request>&, Status)) {
   try {
     body();
   } catch (const std::bad_alloc&) {
-    (e->*fail)(r, absl::ResourceExhaustedError("out of memory"));
+    (e->*fail)(r, absl::ResourceExhaustedError(absl::StrCat("out of memory while ", doing)));
   } catch (const std::exception& ex) {
-    (e->*fail)(r, absl::InternalError(ex.what()));
+    (e->*fail)(r, absl::InternalError(absl::StrCat("internal error while ", doing, ": ", ex.what())));
   }
 }
 
@@ -377,12 +378,12 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
     }
     return false;
   };
-  const FinishReason cancel = r.cancel_reason();
-  if (cancel != FinishReason::kNone) {
+  auto end_cancelled = [&](FinishReason cancel) {
     return end(cancel, cancel == FinishReason::kCallback
                            ? OkStatus()
                            : absl::CancelledError(absl::StrCat("request ", r.id(), " was cancelled")));
-  }
+  };
+  if (const FinishReason cancel = r.cancel_reason(); cancel != FinishReason::kNone) return end_cancelled(cancel);
   if (r.deadline_missed()) {
     deadline_misses_.fetch_add(1, std::memory_order_relaxed);
     return end(FinishReason::kDeadline,
@@ -424,7 +425,12 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
       case ChatTurn::Wait::kDeclined: return end(FinishReason::kToolCalls, OkStatus());
       case ChatTurn::Wait::kReady: {
         c.AppendResults();
-        auto prompt = c.Prompt();
+        // The render of a later round runs here, on the scheduler thread: a
+        // cancel stops it from inside.
+        auto prompt = c.Prompt([&r] { return r.cancel_reason() != FinishReason::kNone; });
+        if (const FinishReason cancel = r.cancel_reason(); !prompt.ok() && cancel != FinishReason::kNone) {
+          return end_cancelled(cancel);
+        }
         st = prompt.ok() ? start_round(*std::move(prompt)) : prompt.status();
         break;
       }
@@ -593,7 +599,7 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
     const int64_t cap = m->info().max_live_states;
     const bool may_start = cap <= 0 || admitted[m] < cap;
     const bool was_started = r->started_;
-    ForRequest(this, r, [&] { keep = Prepare(r, may_start); }, &Engine::Fail);
+    ForRequest(this, r, "preparing the request", [&] { keep = Prepare(r, may_start); }, &Engine::Fail);
     if (!keep || r->finished()) continue;
     if (!was_started && r->started_) ++admitted[m];
     if (!r->started_) ++held;
@@ -756,7 +762,7 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
       continue;
     }
     if (work[i].need != Need::kPrefill) continue;
-    ForRequest(this, r, [&] {
+    ForRequest(this, r, "prefilling the prompt", [&] {
       StatusOr<int64_t> used = PrefillChunk(*r, work[i].chunk);
       if (!used.ok()) {
         Fail(r, used.status());
@@ -774,7 +780,7 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
   for (const DecodeRow& d : ready) {
     const RequestPtr& r = d.r;
     if (r->finished()) continue;
-    ForRequest(this, r, [&] {
+    ForRequest(this, r, "sampling and delivering a token", [&] {
       if (r->chat_ != nullptr) {
         SampleAndEmitChat(r, d.token);
       } else {
@@ -849,9 +855,9 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
       st = model.DecodeBatch(tokens, states, logits.data());
     }
   } catch (const std::bad_alloc&) {
-    st = absl::ResourceExhaustedError("out of memory");
+    st = absl::ResourceExhaustedError("out of memory while running the batched decode step");
   } catch (const std::exception& e) {
-    st = absl::InternalError(e.what());
+    st = absl::InternalError(absl::StrCat("internal error in the batched decode step: ", e.what()));
   }
   // A row whose state consumed its token: its logits row (host path) or
   // token (device path) is the step's result for it.
@@ -903,7 +909,7 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
       Fail(r, st);
       continue;
     }
-    ForRequest(this, r, [&] {
+    ForRequest(this, r, "evaluating the step's token alone", [&] {
       Status one = r->session_->Evaluate({});
       if (one.ok()) {
         ready->push_back({r, -1});
@@ -1182,7 +1188,7 @@ Status Engine::RunChatToCompletion(Request& request, const std::function<bool(co
                              rc == 0 ? std::string()
                                      : nlohmann::json({{"error", absl::StrCat("tool '", ev.tool_name,
                                                                                "' failed with code ", rc)}})
-                                           .dump());
+                                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/mmap_file.h"
+#include "model/config_bounds.h"
 #include "model/strict_json.h"
 
 namespace strata {
@@ -64,9 +65,10 @@ StatusOr<ConfigReader> ConfigReader::FromString(const std::string& file_label,
                                                 const std::string& text) {
   StrictJsonOptions opts;
   opts.max_depth = kMaxConfigDepth;
-  // Python's nlohmann::json keeps the last duplicate; so do we, to read the same
-  // configs transformers does.
-  opts.reject_duplicate_keys = false;
+  // Python's json keeps the last of two equal keys, but save_pretrained never
+  // writes them: a duplicate is a hand edit whose intent is unknown, so it is
+  // refused (naming the key and its byte offset) rather than guessed.
+  opts.reject_duplicate_keys = true;
   STRATA_ASSIGN_OR_RETURN(nlohmann::json j, ParseStrictJson(file_label, text, opts));
   if (!j.is_object()) {
     return absl::InvalidArgumentError(
@@ -91,20 +93,38 @@ StatusOr<std::string> ConfigReader::GetString(const std::string& key) const {
   return v.get<std::string>();
 }
 
+Status ConfigReader::CheckBounds(const std::string& key, const std::string& field,
+                                 int64_t value) const {
+  if (value < kConfigIntMin || value > kConfigIntMax) {
+    return FieldError(key, absl::StrCat(value, " is outside the supported range [", kConfigIntMin,
+                                        ", ", kConfigIntMax, "]"));
+  }
+  const int64_t max = ConfigIntMax(field);
+  if (value > max) {
+    return FieldError(key, absl::StrCat(value, " exceeds the largest supported value, ", max));
+  }
+  return OkStatus();
+}
+
 StatusOr<int64_t> ConfigReader::GetInt(const std::string& key) const {
   if (!Has(key)) return FieldError(key, "required but missing");
   const nlohmann::json& v = j_.at(key);
   int64_t out;
   if (!AsInt(v, &out)) return FieldError(key, absl::StrCat("expected an integer, got ", Brief(v)));
+  STRATA_RETURN_IF_ERROR(CheckBounds(key, key, out));
   return out;
 }
 
-StatusOr<int64_t> ConfigReader::GetPositiveInt(const std::string& key) const {
+StatusOr<int64_t> ConfigReader::GetPositiveInt(const std::string& key, int64_t at_most) const {
   if (!Has(key)) return FieldError(key, "required but missing");
   const nlohmann::json& v = j_.at(key);
   int64_t out;
   if (!AsInt(v, &out) || out <= 0) {
     return FieldError(key, absl::StrCat("expected a positive integer, got ", Brief(v)));
+  }
+  STRATA_RETURN_IF_ERROR(CheckBounds(key, key, out));
+  if (out > at_most) {
+    return FieldError(key, absl::StrCat("expected at most ", at_most, ", got ", out));
   }
   return out;
 }
@@ -119,7 +139,11 @@ StatusOr<double> ConfigReader::GetDouble(const std::string& key) const {
   const nlohmann::json& v = j_.at(key);
   // is_number() is false for booleans in nlohmann, as wanted.
   if (!v.is_number()) return FieldError(key, absl::StrCat("expected a number, got ", Brief(v)));
-  return v.get<double>();
+  // JSON has no NaN or infinity, but 1e999 parses as infinity; no config
+  // value means that.
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) return FieldError(key, absl::StrCat("expected a finite number, got ", d));
+  return d;
 }
 
 StatusOr<double> ConfigReader::GetDoubleOr(const std::string& key, double fallback) const {
@@ -150,6 +174,7 @@ StatusOr<std::vector<int64_t>> ConfigReader::GetIntList(const std::string& key) 
       return FieldError(absl::StrCat(key, "[", i, "]"),
                         absl::StrCat("expected an integer, got ", Brief(v[i])));
     }
+    STRATA_RETURN_IF_ERROR(CheckBounds(absl::StrCat(key, "[", i, "]"), key, x));
     out.push_back(x);
   }
   return out;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_error.h"
 #include "model/safetensors_writer.h"
 
 namespace strata {
@@ -190,13 +191,13 @@ Status WriteDemoKimiLinearModel(const std::string& dir, const DemoModelOptions& 
 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(dir + ": cannot create directory: " + ec.message());
+  if (ec) return FileError(dir + ": cannot create directory", ec);
   STRATA_RETURN_IF_ERROR(w.Write((std::filesystem::path(dir) / "model.safetensors").string()));
   const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
   std::ofstream f(config_path, std::ios::trunc);
   f << cfg.dump(2) << "\n";
   f.close();
-  if (!f) return absl::InternalError(config_path + ": write failed");
+  if (!f) return FileErrorFromErrno(config_path + ": write failed");
   return OkStatus();
 }
 

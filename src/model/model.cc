@@ -11,9 +11,12 @@
 #include <mutex>
 #include <set>
 
+#include "base/catch_allocation.h"
+#include "base/thread_pool.h"
 #include "base/tuning.h"
 #include "model/config_reader.h"
 #include "model/models/builtin.h"
+#include "model/weight_check.h"
 #include "model/weight_store.h"
 
 namespace strata {
@@ -206,7 +209,9 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
   // typo is never silently ignored.
   STRATA_RETURN_IF_ERROR(tuning::Resolve(options.options).status());
   const std::string config_path = (fs::path(model_dir) / "config.json").string();
-  STRATA_ASSIGN_OR_RETURN(ConfigReader config, ConfigReader::FromFile(config_path));
+  STRATA_ASSIGN_OR_RETURN(ConfigReader config,
+                          CatchAllocation(absl::StrCat("reading ", config_path),
+                                          [&] { return ConfigReader::FromFile(config_path); }));
   STRATA_ASSIGN_OR_RETURN(std::string model_type, config.GetString("model_type"));
   ModelFactory factory;
   {
@@ -218,8 +223,11 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
   if (!factory) {
     std::string known;
     for (const auto& name : RegisteredArchitectures()) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-    return config.FieldError("model_type", absl::StrCat("unsupported architecture '", model_type,
-                                                        "' (supported: ", known, ")"));
+    // A valid name this build does not know: UNSUPPORTED, as strata_model_load documents.
+    return absl::UnimplementedError(
+        config.FieldError("model_type", absl::StrCat("unsupported architecture '", model_type,
+                                                     "' (supported: ", known, ")"))
+            .message());
   }
   const bool dummy = options.load_format == LoadFormat::kDummy;
   std::shared_ptr<const WeightStore> shared;
@@ -233,12 +241,21 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     }
     std::unique_ptr<WeightStore> store;
     if (dummy) {
-      STRATA_ASSIGN_OR_RETURN(store, OpenHostDummyWeights(model_type, config_path, options.dummy_seed));
+      STRATA_ASSIGN_OR_RETURN(
+          store, CatchAllocation(absl::StrCat("making the dummy weights of ", config_path), [&] {
+            return OpenHostDummyWeights(model_type, config_path, options.dummy_seed);
+          }));
       if (weight_progress && !weight_progress(1.0f)) {
         return absl::CancelledError(absl::StrCat(model_dir, ": load cancelled by the progress callback"));
       }
     } else {
-      STRATA_ASSIGN_OR_RETURN(store, WeightStore::Open(model_dir, weight_progress));
+      STRATA_ASSIGN_OR_RETURN(
+          store, CatchAllocation(absl::StrCat("opening the weights of ", model_dir),
+                                 [&] { return WeightStore::Open(model_dir, weight_progress); }));
+    }
+    if (options.check_weights) {
+      STRATA_RETURN_IF_ERROR(
+          CheckWeightsFinite(*store, options.pool ? options.pool : ThreadPool::Default()));
     }
     shared = std::move(store);
     return OkStatus();
@@ -261,7 +278,9 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     } else {
       // The device copy is the slow part of a CUDA load; the mapping is quick.
       if (!dummy) STRATA_RETURN_IF_ERROR(open_weights(0.05f));
-      StatusOr<std::unique_ptr<Model>> gpu = cuda_factory(shared, config_path, options);
+      StatusOr<std::unique_ptr<Model>> gpu = CatchAllocation(
+          absl::StrCat("building the ", model_type, " model of ", model_dir, " on CUDA"),
+          [&] { return cuda_factory(shared, config_path, options); });
       if (gpu.ok()) {
         if (options.progress && !options.progress(1.0f)) {
           return absl::CancelledError(
@@ -287,7 +306,10 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     if (notice.empty()) return s;
     return Status(s.code(), absl::StrCat(notice, ", which failed: ", s.message()));
   }
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, factory(shared, config_path, options));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                          CatchAllocation(absl::StrCat("building the ", model_type, " model of ",
+                                                       model_dir, " on the CPU"),
+                                          [&] { return factory(shared, config_path, options); }));
   if (options.progress && !options.progress(1.0f)) {
     return absl::CancelledError(absl::StrCat(model_dir, ": load cancelled by the progress callback"));
   }

@@ -122,6 +122,12 @@ struct LoadOptions {
   // Checked on every device: an unknown key or a bad value fails the load
   // with InvalidArgument naming both.
   std::string options;
+  // Reads every stored tensor once after the weights are opened (before any
+  // upload to a GPU) and fails the load with DataLoss naming the first tensor
+  // (in name order) holding a NaN or an infinity, and the element's index. Off
+  // by default: it touches every page of the checkpoint. Dummy weights made on
+  // the device are not read (they are finite by construction).
+  bool check_weights = false;
 };
 
 // Per-row token selection for Model::DecodeBatchSample (GPU sampling: greedy

@@ -34,10 +34,16 @@ class Validator : public nlohmann::json_sax<json> {
     f.current_key = k;
     if (options_.reject_duplicate_keys && !f.keys.insert(k).second) {
       error_ = absl::StrCat("duplicate key '", PathTo(k), "'");
+      duplicate_key_index_ = keys_seen_;
       return false;
     }
+    ++keys_seen_;
     return true;
   }
+
+  // The 0-based position, among all object keys in document order, of the
+  // duplicate that stopped the parse; -1 for any other error.
+  int64_t duplicate_key_index() const { return duplicate_key_index_; }
 
   bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& ex) override {
@@ -92,7 +98,35 @@ class Validator : public nlohmann::json_sax<json> {
   const StrictJsonOptions& options_;
   std::vector<Frame> stack_;
   std::string error_;
+  int64_t keys_seen_ = 0;
+  int64_t duplicate_key_index_ = -1;
 };
+
+// The byte offset of the opening quote of the `index`-th object key of
+// `text` (0-based, document order), for a text that is valid JSON up to
+// there. nlohmann's SAX interface gives no position with a key, so the keys
+// are counted again: outside strings JSON has no quote, and a string is a key
+// exactly when a ':' follows it.
+uint64_t KeyOffset(std::string_view text, int64_t index) {
+  int64_t seen = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] != '"') {
+      ++i;
+      continue;
+    }
+    const size_t open = i++;
+    while (i < text.size() && text[i] != '"') i += text[i] == '\\' ? 2 : 1;
+    ++i;  // past the closing quote
+    size_t j = i;
+    while (j < text.size() &&
+           (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r')) {
+      ++j;
+    }
+    if (j < text.size() && text[j] == ':' && seen++ == index) return open;
+  }
+  return text.size();
+}
 
 }  // namespace
 
@@ -109,8 +143,11 @@ StatusOr<nlohmann::json> ParseStrictJson(std::string_view label, std::string_vie
         absl::StrCat(std::string(label), ": invalid JSON: ", e.what()));
   }
   if (!ok) {
-    const std::string& why =
-        validator.error().empty() ? std::string("invalid JSON") : validator.error();
+    std::string why = validator.error().empty() ? std::string("invalid JSON") : validator.error();
+    if (validator.duplicate_key_index() >= 0) {
+      absl::StrAppend(&why, " at byte ",
+                      options.offset_base + KeyOffset(text, validator.duplicate_key_index()));
+    }
     return absl::InvalidArgumentError(absl::StrCat(std::string(label), ": ", why));
   }
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);

@@ -25,7 +25,8 @@ struct StrictJsonOptions {
 // Parses `text`. On failure returns InvalidArgument whose message starts with
 // "<label>: " and gives the file offset of the problem, e.g.
 //   "model.safetensors: invalid JSON at byte 17: syntax error ...".
-// Duplicate keys are reported as "duplicate key 'a.b'" (the dotted path).
+// Duplicate keys are reported as "duplicate key 'a.b' at byte N" (the dotted
+// path and the offset of the second occurrence's opening quote).
 StatusOr<nlohmann::json> ParseStrictJson(std::string_view label, std::string_view text,
                                          const StrictJsonOptions& options = {});
 

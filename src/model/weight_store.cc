@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <utility>
@@ -14,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "base/mmap_file.h"
 #include "model/safetensors.h"
-#include "model/strict_json.h"
+#include "model/safetensors_index.h"
 
 namespace strata {
 namespace {
@@ -39,16 +38,6 @@ bool IsDirectory(const std::string& path) {
 bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
-}
-
-// Shard names come from a JSON file and are joined to the model directory, so
-// one like "../../etc/passwd" must not escape it.
-bool IsSafeShardName(const std::string& name) {
-  if (name.empty() || name.front() == '/' || name.find('\0') != std::string::npos) return false;
-  for (const auto& part : std::filesystem::path(name)) {
-    if (part == "..") return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -132,31 +121,8 @@ StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> index_file, MappedFile::Open(index_path));
   const std::string_view text(reinterpret_cast<const char*>(index_file->data()),
                               static_cast<size_t>(index_file->size()));
-  STRATA_ASSIGN_OR_RETURN(const nlohmann::json index, ParseStrictJson(index_path, text));
-  const auto wm = index.is_object() ? index.find("weight_map") : index.end();
-  if (!index.is_object() || wm == index.end() || !wm->is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(index_path, ": expected an object with a 'weight_map' object"));
-  }
-  if (wm->empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(index_path, ": 'weight_map' names no tensors"));
-  }
-  // shard file -> tensors the index says it holds; std::map keeps the load
-  // order deterministic (shard names sort as 00001-of-N, 00002-of-N, ...).
-  std::map<std::string, std::vector<std::string>> shards;
-  for (const auto& [name, shard] : wm->items()) {
-    if (!shard.is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map entry '", name,
-                                                     "' must be a shard file name (a string)"));
-    }
-    const std::string& shard_name = shard.get_ref<const std::string&>();
-    if (!IsSafeShardName(shard_name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(index_path, ": weight_map entry '", name, "' names shard '", shard_name,
-                       "', which is not a file inside the model directory"));
-    }
-    shards[shard_name].push_back(name);
-  }
+  STRATA_ASSIGN_OR_RETURN(SafetensorsIndex index, ParseSafetensorsIndex(index_path, text));
+  const auto& shards = index.shards;
 
   size_t done = 0;
   for (const auto& [shard_name, names] : shards) {

@@ -3,7 +3,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/input_limits.h"
 #include "text/bpe_merge.h"
+#include "text/token_id_check.h"
 #include "text/unicode.h"
 
 namespace strata::text {
@@ -21,8 +23,13 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& m, const std:
     return absl::UnimplementedError(
         absl::StrCat(w, ".type: only BPE models are supported, got ", m["type"].dump()));
   }
-  if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0) {
-    return absl::UnimplementedError(absl::StrCat(w, ".dropout: BPE dropout is not supported"));
+  if (m.contains("dropout") && !m["dropout"].is_null()) {
+    if (!m["dropout"].is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat(w, ".dropout: expected a number or null"));
+    }
+    if (m["dropout"].get<double>() != 0.0) {
+      return absl::UnimplementedError(absl::StrCat(w, ".dropout: BPE dropout is not supported"));
+    }
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (m.contains(key) && m[key].is_string() && !m[key].get<std::string>().empty()) {
@@ -43,12 +50,14 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& m, const std:
   bpe->vocab_.reserve(vit->size());
   int32_t max_id = -1;
   for (auto it = vit->begin(); it != vit->end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT32_MAX) {
+    if (!it.value().is_number_integer()) {
       return absl::InvalidArgumentError(
           absl::StrCat(w, ".vocab[\"", it.key(), "\"]: expected a non-negative integer id"));
     }
-    const auto id = static_cast<int32_t>(it.value().get<int64_t>());
+    // Unsigned values past int64 read as negative here, so they are refused too.
+    const int64_t id64 = it.value().get<int64_t>();
+    STRATA_RETURN_IF_ERROR(CheckTokenId(id64, absl::StrCat(w, ".vocab"), it.key()));
+    const auto id = static_cast<int32_t>(id64);
     bpe->vocab_[it.key()] = id;
     max_id = std::max(max_id, id);
   }

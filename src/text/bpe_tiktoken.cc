@@ -1,25 +1,31 @@
 // tiktoken rank BPE (see bpe_tiktoken.h).
 #include "text/bpe_tiktoken.h"
 
-#include <fstream>
-#include <sstream>
-
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/input_limits.h"
+#include "base/read_file.h"
 #include "text/bpe_merge.h"
+#include "text/token_id_check.h"
 #include "text/unicode.h"
 
 namespace strata::text {
 
 StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the tiktoken rank file"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string data = ss.str();
+  STRATA_ASSIGN_OR_RETURN(const std::string data, ReadFileToString(path));
+  return FromText(data, path);
+}
+
+StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromText(std::string_view data,
+                                                               const std::string& path) {
   std::unique_ptr<RankBpeModel> m(new RankBpeModel());
   m->ranks_.reserve(data.size() / 12);
+  // A rank is a token id: two tokens with one rank would decode as one of
+  // them (tiktoken refuses such a file too).
+  absl::flat_hash_set<int32_t> used_ranks;
+  used_ranks.reserve(data.size() / 12);
   size_t pos = 0;
   int line_no = 0;
   int32_t max_rank = -1;
@@ -39,12 +45,19 @@ StatusOr<std::unique_ptr<RankBpeModel>> RankBpeModel::FromFile(const std::string
       return absl::InvalidArgumentError(
           absl::StrCat(path, ":", line_no, ": expected \"<base64 token> <rank>\""));
     }
+    // The rank is the token id, and ids index a table as long as the largest.
+    STRATA_RETURN_IF_ERROR(
+        CheckTokenId(rank, absl::StrCat(path, ":", line_no), line.substr(0, sp)));
     if (!absl::Base64Unescape(AsAbsl(line.substr(0, sp)), &bytes) || bytes.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": bad base64 token \"",
                                                      AsAbsl(line.substr(0, sp)), "\""));
     }
     if (!m->ranks_.try_emplace(bytes, rank).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": duplicate token"));
+    }
+    if (!used_ranks.insert(rank).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": rank ", rank, " is already another token's"));
     }
     max_rank = std::max(max_rank, rank);
   }

@@ -20,6 +20,9 @@ class RankBpeModel {
  public:
   // Errors name the file and line.
   static StatusOr<std::unique_ptr<RankBpeModel>> FromFile(const std::string& path);
+  // The same from the file's bytes; `label` stands for the path in errors.
+  static StatusOr<std::unique_ptr<RankBpeModel>> FromText(std::string_view data,
+                                                          const std::string& label);
 
   void Encode(std::string_view piece, std::vector<int32_t>* out) const;
   // One past the largest rank.

@@ -5,11 +5,11 @@
 #include "text/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
+#include "base/read_file.h"
 #include "text/jinja/evaluator.h"
 #include "text/jinja/lexer.h"
 #include "text/jinja/parser.h"
@@ -38,11 +38,27 @@ class ChatTemplateImpl : public ChatTemplate {
                    nlohmann::ordered_json special_tokens)
       : templates_(std::move(templates)), special_tokens_(std::move(special_tokens)) {}
 
-  StatusOr<std::string> Render(const nlohmann::json& context) const override {
-    return RenderOrdered(nlohmann::ordered_json::parse(context.dump()));
+  StatusOr<std::string> Render(const nlohmann::json& context,
+                               const jinja::RenderOptions& options) const override {
+    // dump() recurses: a context built by the caller is bounded first.
+    if (!JsonDepthWithin(context, limits::kMaxTemplateValueDepth)) {
+      return absl::InvalidArgumentError(absl::StrCat("chat template context nests deeper than ",
+                                                     limits::kMaxTemplateValueDepth, " levels"));
+    }
+    // dump() throws on strings that are not UTF-8: bad input, not a bug.
+    std::string text;
+    try {
+      text = context.dump();
+    } catch (const nlohmann::json::type_error& e) {
+      return absl::InvalidArgumentError(absl::StrCat("chat template context: ", e.what()));
+    }
+    STRATA_ASSIGN_OR_RETURN(auto ordered, ParseBoundedJson<nlohmann::ordered_json>(
+                                              text, "chat template context", limits::kMaxTemplateValueDepth));
+    return RenderOrdered(ordered, options);
   }
 
-  StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context) const override {
+  StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context,
+                                      const jinja::RenderOptions& options) const override {
     if (!context.is_object())
       return absl::InvalidArgumentError("chat template context must be a JSON object");
     // transformers' get_chat_template: with several named templates, "tool_use"
@@ -67,12 +83,14 @@ class ChatTemplateImpl : public ChatTemplate {
     scope->Set("documents", jinja::Value::None());
     scope->Set("add_generation_prompt", jinja::Value::Bool(false));
     for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it) {
-      scope->Set(it.key(), jinja::Value::FromJson(it.value()));
+      STRATA_ASSIGN_OR_RETURN(jinja::Value v, jinja::Value::FromJson(it.value()));
+      scope->Set(it.key(), std::move(v));
     }
     for (auto it = context.begin(); it != context.end(); ++it) {
-      scope->Set(it.key(), jinja::Value::FromJson(it.value()));
+      STRATA_ASSIGN_OR_RETURN(jinja::Value v, jinja::Value::FromJson(it.value()));
+      scope->Set(it.key(), std::move(v));
     }
-    return jinja::RenderTemplate(chosen->body, chosen->label, scope);
+    return jinja::RenderTemplate(chosen->body, chosen->label, scope, options);
   }
 
  private:
@@ -80,12 +98,55 @@ class ChatTemplateImpl : public ChatTemplate {
   nlohmann::ordered_json special_tokens_;
 };
 
-StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+using TemplateSources = std::map<std::string, std::pair<std::string, std::string>>;  // name -> (text, label)
+
+// The chat_template of tokenizer_config.json: a string, or the list of
+// {name, template} entries.
+Status AddConfigSources(const nlohmann::ordered_json& config, const std::string& label,
+                        TemplateSources* sources) {
+  if (!config.contains("chat_template")) return OkStatus();
+  const auto& ct = config["chat_template"];
+  if (ct.is_string()) {
+    (*sources)["default"] = {ct.get<std::string>(), label};
+  } else if (ct.is_array()) {
+    for (const auto& entry : ct) {
+      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
+          !entry["name"].is_string() || !entry["template"].is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": chat_template list entries need string name and template"));
+      }
+      std::string name = entry["name"].get<std::string>();
+      (*sources)[name] = {entry["template"].get<std::string>(), label + "[" + name + "]"};
+    }
+  } else if (!ct.is_null()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": chat_template must be a string or a list"));
+  }
+  return OkStatus();
+}
+
+// Compiles every source; the special-token variables are those of
+// transformers' special_tokens_map: str(token) for each set named token,
+// AddedToken objects giving their content.
+StatusOr<std::unique_ptr<ChatTemplate>> Build(const TemplateSources& sources,
+                                              const nlohmann::ordered_json& config) {
+  std::map<std::string, std::shared_ptr<const CompiledTemplate>> templates;
+  for (const auto& [name, src] : sources) {
+    STRATA_ASSIGN_OR_RETURN(templates[name], CompileOne(src.first, src.second));
+  }
+  nlohmann::ordered_json special = nlohmann::ordered_json::object();
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                          "cls_token", "mask_token"}) {
+    if (!config.contains(key)) continue;
+    const auto& v = config[key];
+    if (v.is_string()) {
+      special[key] = v;
+    } else if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+      special[key] = v["content"];
+    }
+  }
+  return std::unique_ptr<ChatTemplate>(
+      new ChatTemplateImpl(std::move(templates), std::move(special)));
 }
 
 }  // namespace
@@ -104,70 +165,46 @@ StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromDirectory(const std::s
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   if (fs::exists(config_path)) {
-    STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(config_path));
-    config = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (config.is_discarded() || !config.is_object()) {
+    STRATA_ASSIGN_OR_RETURN(config,
+                            ReadBoundedJsonFile<nlohmann::ordered_json>(config_path.string()));
+    if (!config.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(config_path.string(), ": not a JSON object"));
     }
   }
   // Template sources: chat_template.jinja and chat_templates/*.jinja (the
   // format transformers saves since 4.43) win over tokenizer_config.json.
-  std::map<std::string, std::pair<std::string, std::string>> sources;  // name -> (text, label)
-  if (config.contains("chat_template")) {
-    const auto& ct = config["chat_template"];
-    const std::string label = config_path.string();
-    if (ct.is_string()) {
-      sources["default"] = {ct.get<std::string>(), label};
-    } else if (ct.is_array()) {
-      for (const auto& entry : ct) {
-        if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
-            !entry["name"].is_string() || !entry["template"].is_string()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(label, ": chat_template list entries need string name and template"));
-        }
-        std::string name = entry["name"].get<std::string>();
-        sources[name] = {entry["template"].get<std::string>(), label + "[" + name + "]"};
-      }
-    } else if (!ct.is_null()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(label, ": chat_template must be a string or a list"));
-    }
-  }
+  TemplateSources sources;
+  STRATA_RETURN_IF_ERROR(AddConfigSources(config, config_path.string(), &sources));
   const fs::path jinja_file = fs::path(dir) / "chat_template.jinja";
   if (fs::exists(jinja_file)) {
-    STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(jinja_file));
+    STRATA_ASSIGN_OR_RETURN(std::string text, ReadFileToString(jinja_file.string()));
     sources["default"] = {text, jinja_file.string()};
   }
   const fs::path jinja_dir = fs::path(dir) / "chat_templates";
   if (fs::is_directory(jinja_dir)) {
     for (const auto& entry : fs::directory_iterator(jinja_dir)) {
       if (entry.path().extension() != ".jinja") continue;
-      STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(entry.path()));
+      STRATA_ASSIGN_OR_RETURN(std::string text, ReadFileToString(entry.path().string()));
       sources[entry.path().stem().string()] = {text, entry.path().string()};
     }
   }
   if (sources.empty()) {
     return absl::NotFoundError(absl::StrCat(dir, ": no chat_template in tokenizer_config.json"));
   }
-  std::map<std::string, std::shared_ptr<const CompiledTemplate>> templates;
-  for (const auto& [name, src] : sources) {
-    STRATA_ASSIGN_OR_RETURN(templates[name], CompileOne(src.first, src.second));
+  return Build(sources, config);
+}
+
+StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromTokenizerConfig(
+    std::string_view text, const std::string& label) {
+  STRATA_ASSIGN_OR_RETURN(nlohmann::ordered_json config,
+                          ParseBoundedJson<nlohmann::ordered_json>(text, label));
+  if (!config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": not a JSON object"));
   }
-  // Special-token variables as transformers' special_tokens_map: str(token)
-  // for each set named token; AddedToken objects give their content.
-  nlohmann::ordered_json special = nlohmann::ordered_json::object();
-  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
-                          "cls_token", "mask_token"}) {
-    if (!config.contains(key)) continue;
-    const auto& v = config[key];
-    if (v.is_string()) {
-      special[key] = v;
-    } else if (v.is_object() && v.contains("content") && v["content"].is_string()) {
-      special[key] = v["content"];
-    }
-  }
-  return std::unique_ptr<ChatTemplate>(
-      new ChatTemplateImpl(std::move(templates), std::move(special)));
+  TemplateSources sources;
+  STRATA_RETURN_IF_ERROR(AddConfigSources(config, label, &sources));
+  if (sources.empty()) return absl::NotFoundError(absl::StrCat(label, ": no chat_template"));
+  return Build(sources, config);
 }
 
 }  // namespace strata

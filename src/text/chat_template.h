@@ -4,11 +4,12 @@
 #define STRATA_TEXT_CHAT_TEMPLATE_H_
 
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
 
 #include "base/status.h"
+#include "text/jinja/render_state.h"
 
 namespace strata {
 
@@ -24,17 +25,30 @@ class ChatTemplate {
   // {name, template} where "default" is used), plus bos_token/eos_token/... for
   // the special-token variables.
   static StatusOr<std::unique_ptr<ChatTemplate>> FromDirectory(const std::string& dir);
+  // The same from the text of a tokenizer_config.json alone (no .jinja files);
+  // `label` stands for its path in errors. NotFound when it has no chat_template.
+  static StatusOr<std::unique_ptr<ChatTemplate>> FromTokenizerConfig(std::string_view text,
+                                                                     const std::string& label);
 
   // Renders with `context` (a JSON object): messages, tools, add_generation_prompt,
   // any extra variables (enable_thinking, ...). Special-token variables from the
   // directory are added unless the context sets them. raise_exception(msg) and
   // runtime errors return InvalidArgument "<label>:<line>:<column>: msg".
-  virtual StatusOr<std::string> Render(const nlohmann::json& context) const = 0;
+  // The render is bounded by options.limits (steps, output, value sizes and
+  // depths: base/input_limits.h) and stops with Cancelled when
+  // options.cancelled returns true; both are checked inside the render.
+  virtual StatusOr<std::string> Render(const nlohmann::json& context,
+                                       const jinja::RenderOptions& options) const = 0;
+  StatusOr<std::string> Render(const nlohmann::json& context) const { return Render(context, {}); }
 
   // As Render, with the context's object keys in their given order. Python
   // dicts keep insertion order and `tojson` prints them in it, so hosts that
   // pass tool schemas should use this form (nlohmann::json sorts keys).
-  virtual StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context) const = 0;
+  virtual StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context,
+                                              const jinja::RenderOptions& options) const = 0;
+  StatusOr<std::string> RenderOrdered(const nlohmann::ordered_json& context) const {
+    return RenderOrdered(context, {});
+  }
 };
 
 }  // namespace strata

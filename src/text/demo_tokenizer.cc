@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_error.h"
 
 namespace strata {
 namespace {
@@ -141,7 +142,7 @@ Status WriteDemoTokenizer(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create directory: ", ec.message()));
+  if (ec) return FileError(absl::StrCat(dir, ": cannot create directory"), ec);
 
   const std::vector<std::string> bytes = ByteAlphabet();
   const std::string space = bytes[' '];
@@ -227,7 +228,7 @@ Status WriteDemoTokenizer(const std::string& dir) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << json->dump(1);
     out.close();
-    if (!out) return absl::InternalError(absl::StrCat(path.string(), ": cannot write"));
+    if (!out) return FileErrorFromErrno(absl::StrCat(path.string(), ": cannot write"));
   }
   if (id != kDemoTokenizerVocabSize) {
     return absl::InternalError(absl::StrCat("demo tokenizer has ", id, " ids, expected ", kDemoTokenizerVocabSize));

@@ -155,8 +155,22 @@ Status Regex::FindAll(std::string_view subject, std::vector<std::pair<size_t, si
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof(msg));
-      return absl::InternalError(
-          absl::StrCat("regex match failed: ", reinterpret_cast<const char*>(msg)));
+      const std::string what = absl::StrCat("pre-tokenizer pattern, matching from byte ", start,
+                                            " of the text: ", reinterpret_cast<const char*>(msg));
+      // The pattern comes from the tokenizer's file and the text from the
+      // caller: a limit hit is their combination being too costly (a pattern
+      // that backtracks without bound), not a bug.
+      switch (rc) {
+        case PCRE2_ERROR_MATCHLIMIT:
+        case PCRE2_ERROR_DEPTHLIMIT:
+        case PCRE2_ERROR_HEAPLIMIT:
+        case PCRE2_ERROR_JIT_STACKLIMIT:
+          return absl::InvalidArgumentError(what);
+        case PCRE2_ERROR_NOMEMORY:
+          return absl::ResourceExhaustedError(what);
+        default:
+          return absl::InternalError(what);
+      }
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
     const size_t b = ov[0], e = ov[1];

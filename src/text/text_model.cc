@@ -4,21 +4,21 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
+#include "base/read_file.h"
+#include "base/catch_allocation.h"
 
 namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
 
+// A file that cannot be read has no markers; loading it fails elsewhere.
 std::string ReadWholeFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  StatusOr<std::string> text = ReadFileToString(path.string());
+  return text.ok() ? *std::move(text) : std::string();
 }
 
 // The template sources of a directory, concatenated: only used to find which
@@ -28,8 +28,10 @@ std::string TemplateSources(const std::string& dir) {
   std::error_code ec;
   const fs::path d(dir);
   if (fs::exists(d / "tokenizer_config.json", ec)) {
-    const auto config = nlohmann::json::parse(ReadWholeFile(d / "tokenizer_config.json"), nullptr,
-                                              /*allow_exceptions=*/false);
+    // A config that does not parse has no markers; loading it fails elsewhere.
+    const auto parsed = ParseBoundedJson<nlohmann::json>(ReadWholeFile(d / "tokenizer_config.json"),
+                                                         "tokenizer_config.json");
+    const nlohmann::json config = parsed.ok() ? *parsed : nlohmann::json();
     if (config.is_object() && config.contains("chat_template")) {
       const auto& ct = config["chat_template"];
       if (ct.is_string()) all += ct.get<std::string>();
@@ -51,6 +53,36 @@ std::string TemplateSources(const std::string& dir) {
   return all;
 }
 
+// The model's vocabulary as the directory's config.json states it, when it
+// does: a tokenizer id at or beyond it would be refused by the model at every
+// use, so it is refused at load. A config.json that does not say (or does not
+// parse) leaves nothing to check here; loading the model reports it.
+Status CheckFitsModelVocabulary(const fs::path& d, const Tokenizer& tokenizer) {
+  std::error_code ec;
+  if (!fs::exists(d / "config.json", ec)) return OkStatus();
+  const auto parsed =
+      ParseBoundedJson<nlohmann::json>(ReadWholeFile(d / "config.json"), "config.json");
+  if (!parsed.ok() || !parsed->is_object()) return OkStatus();
+  const auto it = parsed->find("vocab_size");
+  if (it == parsed->end() || !it->is_number_integer() || it->get<int64_t>() <= 0) return OkStatus();
+  const int64_t vocab = it->get<int64_t>();
+  if (tokenizer.vocab_size() <= vocab) return OkStatus();
+  const int32_t last = tokenizer.vocab_size() - 1;
+  const StatusOr<std::string> bytes = tokenizer.TokenBytes(last);
+  // The file the tokenizer was read from (Tokenizer::FromDirectory's order).
+  fs::path file = d / "tokenizer.json";
+  if (!fs::exists(file, ec)) {
+    file = d / "tiktoken.model";
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      if (!fs::exists(file, ec) && e.path().extension() == ".tiktoken") file = e.path();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(file.string(), ": token \"", bytes.ok() ? *bytes : std::string("?"), "\": id ",
+                   last, " is outside the model's vocabulary [0, ", vocab, ") (",
+                   (d / "config.json").string(), ": vocab_size)"));
+}
+
 }  // namespace
 
 bool TextModel::DirectoryHasTokenizer(const std::string& dir) {
@@ -64,8 +96,14 @@ bool TextModel::DirectoryHasTokenizer(const std::string& dir) {
 }
 
 StatusOr<std::shared_ptr<const TextModel>> TextModel::FromDirectory(const std::string& dir) {
+  return CatchAllocation(absl::StrCat("loading the tokenizer and chat template of ", dir),
+                         [&] { return Load(dir); });
+}
+
+StatusOr<std::shared_ptr<const TextModel>> TextModel::Load(const std::string& dir) {
   std::shared_ptr<TextModel> m(new TextModel);
   STRATA_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromDirectory(dir));
+  STRATA_RETURN_IF_ERROR(CheckFitsModelVocabulary(dir, *m->tokenizer_));
   auto tmpl = ChatTemplate::FromDirectory(dir);
   if (tmpl.ok()) {
     m->template_ = *std::move(tmpl);

@@ -26,7 +26,9 @@ class TextModel {
   static bool DirectoryHasTokenizer(const std::string& dir);
 
   // Loads the tokenizer (required) and the chat template (optional: a
-  // directory without one can tokenize but not chat). Errors name the file.
+  // directory without one can tokenize but not chat). Errors name the file;
+  // a tokenizer id beyond config.json's vocab_size (when the directory has
+  // one) is refused, and an allocation failure is ResourceExhausted.
   static StatusOr<std::shared_ptr<const TextModel>> FromDirectory(const std::string& dir);
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -42,6 +44,7 @@ class TextModel {
 
  private:
   TextModel() = default;
+  static StatusOr<std::shared_ptr<const TextModel>> Load(const std::string& dir);
 
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> template_;

@@ -58,29 +58,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string&
   const std::string config_path = (d / "tokenizer_config.json").string();
   STRATA_ASSIGN_OR_RETURN(text::TokenizerConfig config, text::ReadTokenizerConfig(config_path));
   STRATA_ASSIGN_OR_RETURN(auto ranks, text::RankBpeModel::FromFile(rank_file.string()));
-  // Kimi's layout: specials follow the ranked tokens; 256 reserved ids, named
-  // by added_tokens_decoder or <|reserved_token_N|>.
-  const int32_t base = ranks->size();
-  std::vector<text::AddedToken> specials;
-  std::vector<bool> named(256, false);
-  for (const text::AddedToken& a : config.added_tokens_decoder) {
-    if (a.id < base) {
-      return absl::InvalidArgumentError(absl::StrCat(config_path, ": added_tokens_decoder[\"", a.id,
-                                                     "\"]: id is a ranked token of ",
-                                                     rank_file.string()));
-    }
-    specials.push_back(a);
-    specials.back().special = true;
-    if (a.id - base < 256) named[a.id - base] = true;
-  }
-  for (int32_t i = 0; i < 256; ++i) {
-    if (named[i]) continue;
-    text::AddedToken t;
-    t.id = base + i;
-    t.content = absl::StrCat("<|reserved_token_", base + i, "|>");
-    t.special = true;
-    specials.push_back(std::move(t));
-  }
+  STRATA_ASSIGN_OR_RETURN(
+      std::vector<text::AddedToken> specials,
+      text::KimiSpecialTokens(config, ranks->size(), config_path, rank_file.string()));
   STRATA_ASSIGN_OR_RETURN(
       auto t, text::TiktokenTokenizer::Load(std::move(ranks), rank_file.string(),
                                             text::kKimiPattern, std::move(specials), config));

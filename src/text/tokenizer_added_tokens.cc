@@ -1,7 +1,10 @@
 // Added-token matching (see tokenizer_added_tokens.h).
 #include "text/tokenizer_added_tokens.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "base/input_limits.h"
 #include "text/normalizer.h"
 #include "text/pretokenizer_regex.h"
 #include "text/unicode.h"
@@ -36,6 +39,22 @@ char32_t LastChar(std::string_view s, size_t end, size_t* start) {
 }
 
 }  // namespace
+
+Status ReadAddedTokenFlags(const nlohmann::json& j, const std::string& where, AddedToken* t) {
+  for (auto [key, flag] : {std::pair<const char*, bool*>{"special", &t->special},
+                           {"lstrip", &t->lstrip},
+                           {"rstrip", &t->rstrip},
+                           {"normalized", &t->normalized},
+                           {"single_word", &t->single_word}}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_boolean()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": expected true or false"));
+    }
+    *flag = it->get<bool>();
+  }
+  return OkStatus();
+}
 
 void AddedTokens::Trie::Add(std::string_view key, int32_t token_index) {
   int32_t node = 0;
@@ -74,6 +93,11 @@ StatusOr<AddedTokens> AddedTokens::Build(std::vector<AddedToken> tokens,
   at.tokens_ = std::move(tokens);
   for (size_t i = 0; i < at.tokens_.size(); ++i) {
     const AddedToken& t = at.tokens_[i];
+    if (t.id < 0 || t.id > limits::kMaxTokenId) {
+      return absl::InvalidArgumentError(absl::StrCat("added token \"", t.content, "\" has id ",
+                                                     t.id, ", outside [0, ", limits::kMaxTokenId,
+                                                     "]"));
+    }
     if (t.content.empty()) continue;
     at.by_id_.try_emplace(t.id, i);
     at.by_content_.try_emplace(t.content, t.id);

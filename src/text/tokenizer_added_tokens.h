@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/container/flat_hash_map.h"
 #include "base/status.h"
 
@@ -27,6 +29,13 @@ struct AddedToken {
   bool single_word = false;
 };
 
+// Reads the flags of an added token as tokenizer.json's added_tokens and
+// tokenizer_config.json's added_tokens_decoder spell them (special, lstrip,
+// rstrip, normalized, single_word) from its JSON object into `t`. An absent
+// or null flag keeps the value `t` has; one that is not a boolean is an
+// InvalidArgument naming `where`.
+Status ReadAddedTokenFlags(const nlohmann::json& j, const std::string& where, AddedToken* t);
+
 class AddedTokens {
  public:
   struct Segment {
@@ -35,7 +44,8 @@ class AddedTokens {
   };
 
   // `normalizer` (may be null) normalizes the content of tokens flagged
-  // `normalized`, which are matched in normalized text.
+  // `normalized`, which are matched in normalized text. Ids must be in
+  // [0, limits::kMaxTokenId].
   static StatusOr<AddedTokens> Build(std::vector<AddedToken> tokens, const Normalizer* normalizer);
 
   // Cuts `text` into tokens and plain text. `normalized_pass` selects the

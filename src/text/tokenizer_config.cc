@@ -2,11 +2,13 @@
 #include "text/tokenizer_config.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
+#include "base/input_limits.h"
+#include "text/token_id_check.h"
 
 namespace strata::text {
 namespace {
@@ -35,16 +37,8 @@ StatusOr<bool> BoolField(const Json& j, const char* key, const std::string& path
   return it->get<bool>();
 }
 
-}  // namespace
-
-StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
+StatusOr<TokenizerConfig> FromJson(const Json& j, const std::string& path) {
   TokenizerConfig cfg;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return cfg;
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  Json j = Json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected an object"));
   STRATA_ASSIGN_OR_RETURN(cfg.add_bos_token, BoolField(j, "add_bos_token", path));
   STRATA_ASSIGN_OR_RETURN(cfg.add_eos_token, BoolField(j, "add_eos_token", path));
@@ -62,20 +56,32 @@ StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
             absl::StrCat(path, ": added_tokens_decoder: key \"", e.key(), "\" is not a token id"));
       }
       const Json& v = e.value();
+      const std::string where = absl::StrCat(path, ": added_tokens_decoder[\"", e.key(), "\"]");
       if (!v.is_object() || !v.contains("content") || !v["content"].is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": added_tokens_decoder[\"", e.key(),
-                                                       "\"].content: expected a string"));
+        return absl::InvalidArgumentError(absl::StrCat(where, ".content: expected a string"));
       }
       t.content = v["content"].get<std::string>();
-      t.special = v.value("special", false);
-      t.lstrip = v.value("lstrip", false);
-      t.rstrip = v.value("rstrip", false);
-      t.normalized = v.value("normalized", false);
-      t.single_word = v.value("single_word", false);
+      STRATA_RETURN_IF_ERROR(
+          CheckTokenId(t.id, absl::StrCat(path, ": added_tokens_decoder"), t.content));
+      STRATA_RETURN_IF_ERROR(ReadAddedTokenFlags(v, where, &t));
       cfg.added_tokens_decoder.push_back(std::move(t));
     }
   }
   return cfg;
+}
+
+}  // namespace
+
+StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return TokenizerConfig();
+  STRATA_ASSIGN_OR_RETURN(const Json j, ReadBoundedJsonFile<Json>(path));
+  return FromJson(j, path);
+}
+
+StatusOr<TokenizerConfig> ParseTokenizerConfig(std::string_view text, const std::string& label) {
+  STRATA_ASSIGN_OR_RETURN(const Json j, ParseBoundedJson<Json>(text, label));
+  return FromJson(j, label);
 }
 
 }  // namespace strata::text

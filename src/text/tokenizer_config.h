@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -23,6 +24,8 @@ struct TokenizerConfig {
 // A missing file gives the defaults; a malformed one an error naming the file
 // and field.
 StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path);
+// The same from the file's text; `label` stands for the path in errors.
+StatusOr<TokenizerConfig> ParseTokenizerConfig(std::string_view text, const std::string& label);
 
 }  // namespace strata::text
 

@@ -2,17 +2,31 @@
 #include "text/tokenizer_hf.h"
 
 #include <algorithm>
-#include <fstream>
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
+#include "base/input_limits.h"
+#include "text/token_id_check.h"
 #include "text/unicode.h"
 
 namespace strata::text {
 namespace {
 
 using Json = nlohmann::json;
+
+// A token id in the file: an integer in [0, limits::kMaxTokenId].
+bool TokenId(const Json& j, int32_t* id) {
+  if (j.is_number_unsigned()) {
+    if (j.get<uint64_t>() > static_cast<uint64_t>(limits::kMaxTokenId)) return false;
+  } else if (!j.is_number_integer() || j.get<int64_t>() < 0 ||
+             j.get<int64_t>() > limits::kMaxTokenId) {
+    return false;
+  }
+  *id = static_cast<int32_t>(j.get<int64_t>());
+  return true;
+}
 
 Status PostProcessorIds(const Json& j, const std::string& where,
                         const std::function<std::optional<int32_t>(const std::string&)>& id_of,
@@ -64,20 +78,24 @@ Status PostProcessorIds(const Json& j, const std::string& where,
           return absl::InvalidArgumentError(
               absl::StrCat(where, ".special_tokens[\"", name, "\"].ids: expected integers"));
         }
-        (seen_sequence ? suffix : prefix)->push_back(id.get<int32_t>());
+        STRATA_RETURN_IF_ERROR(CheckTokenId(id.get<int64_t>(), where, name));
+        (seen_sequence ? suffix : prefix)->push_back(static_cast<int32_t>(id.get<int64_t>()));
       }
     }
     return OkStatus();
   }
   if (type == "BertProcessing" || type == "RobertaProcessing") {
-    for (const char* key : {"cls", "sep"}) {
+    int32_t ids[2];
+    const char* keys[2] = {"cls", "sep"};
+    for (int k = 0; k < 2; ++k) {
+      const char* key = keys[k];
       if (!j.contains(key) || !j[key].is_array() || j[key].size() != 2 ||
-          !j[key][1].is_number_integer()) {
+          !TokenId(j[key][1], &ids[k])) {
         return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": expected [token, id]"));
       }
     }
-    prefix->push_back(j["cls"][1].get<int32_t>());
-    suffix->push_back(j["sep"][1].get<int32_t>());
+    prefix->push_back(ids[0]);
+    suffix->push_back(ids[1]);
     return OkStatus();
   }
   return absl::UnimplementedError(
@@ -88,10 +106,19 @@ Status PostProcessorIds(const Json& j, const std::string& where,
 
 StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path,
                                                          const TokenizerConfig& config) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  Json j = Json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  STRATA_ASSIGN_OR_RETURN(const Json j, ReadBoundedJsonFile<Json>(path));
+  return FromJson(j, path, config);
+}
+
+StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromText(std::string_view text,
+                                                             const std::string& label,
+                                                             const TokenizerConfig& config) {
+  STRATA_ASSIGN_OR_RETURN(const Json j, ParseBoundedJson<Json>(text, label));
+  return FromJson(j, label, config);
+}
+
+StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const Json& j, const std::string& path,
+                                                             const TokenizerConfig& config) {
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected an object"));
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   t->config_ = config;
@@ -116,19 +143,20 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
     for (size_t i = 0; i < it->size(); ++i) {
       const Json& a = (*it)[i];
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
-          !a.contains("content") || !a["content"].is_string() || a["id"].get<int64_t>() < 0) {
+          !a.contains("content") || !a["content"].is_string()) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ": added_tokens[", i,
                          "]: needs an integer \"id\" >= 0 and a string \"content\""));
       }
       AddedToken tok;
-      tok.id = a["id"].get<int32_t>();
       tok.content = a["content"].get<std::string>();
-      tok.special = a.value("special", false);
-      tok.lstrip = a.value("lstrip", false);
-      tok.rstrip = a.value("rstrip", false);
-      tok.normalized = a.value("normalized", !tok.special);
-      tok.single_word = a.value("single_word", false);
+      STRATA_RETURN_IF_ERROR(CheckTokenId(
+          a["id"].get<int64_t>(), absl::StrCat(path, ": added_tokens[", i, "]"), tok.content));
+      tok.id = static_cast<int32_t>(a["id"].get<int64_t>());
+      STRATA_RETURN_IF_ERROR(
+          ReadAddedTokenFlags(a, absl::StrCat(path, ": added_tokens[", i, "]"), &tok));
+      // The reference matches non-special tokens in normalized text unless told.
+      if (!a.contains("normalized") || a["normalized"].is_null()) tok.normalized = !tok.special;
       added.push_back(std::move(tok));
     }
   }
@@ -142,10 +170,13 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
   STRATA_RETURN_IF_ERROR(PostProcessorIds(j.value("post_processor", Json()),
                                           absl::StrCat(path, ": post_processor"), id_of,
                                           &t->prefix_ids_, &t->suffix_ids_));
-  for (int32_t id : t->prefix_ids_) {
-    if (id < 0 || id >= size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": post_processor: token id ", id, " is out of the vocabulary"));
+  // Encode emits these ids as they are, so each must name a token.
+  for (const std::vector<int32_t>* ids : {&t->prefix_ids_, &t->suffix_ids_}) {
+    for (int32_t id : *ids) {
+      if (id >= size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": post_processor: token id ", id, " is out of the vocabulary"));
+      }
     }
   }
 

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "text/bpe.h"
@@ -23,6 +24,10 @@ class HfTokenizer : public Tokenizer {
   // `config` comes from tokenizer_config.json next to the file (defaults when absent).
   static StatusOr<std::unique_ptr<HfTokenizer>> Load(const std::string& path,
                                                      const TokenizerConfig& config);
+  // The same from the file's text; `label` stands for the path in errors.
+  static StatusOr<std::unique_ptr<HfTokenizer>> FromText(std::string_view text,
+                                                         const std::string& label,
+                                                         const TokenizerConfig& config);
 
   StatusOr<std::vector<int32_t>> Encode(std::string_view text,
                                         const EncodeOptions& options) const override;
@@ -37,6 +42,9 @@ class HfTokenizer : public Tokenizer {
 
  private:
   HfTokenizer() = default;
+  static StatusOr<std::unique_ptr<HfTokenizer>> FromJson(const nlohmann::json& j,
+                                                         const std::string& path,
+                                                         const TokenizerConfig& config);
 
   TokenizerConfig config_;
   std::unique_ptr<Normalizer> normalizer_;

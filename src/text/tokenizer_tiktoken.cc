@@ -2,6 +2,8 @@
 #include "text/tokenizer_tiktoken.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/input_limits.h"
+#include "text/token_id_check.h"
 #include "text/unicode.h"
 
 namespace strata::text {
@@ -17,6 +19,33 @@ const char kKimiPattern[] =
     R"(|\s*[\r\n]+)"
     R"(|\s+(?!\S))"
     R"(|\s+)";
+
+StatusOr<std::vector<AddedToken>> KimiSpecialTokens(const TokenizerConfig& config,
+                                                    int32_t num_ranked,
+                                                    const std::string& config_label,
+                                                    const std::string& rank_label) {
+  std::vector<AddedToken> specials;
+  std::vector<bool> named(256, false);
+  for (const AddedToken& a : config.added_tokens_decoder) {
+    if (a.id < num_ranked) {
+      return absl::InvalidArgumentError(absl::StrCat(config_label, ": added_tokens_decoder[\"",
+                                                     a.id, "\"]: id is a ranked token of ",
+                                                     rank_label));
+    }
+    specials.push_back(a);
+    specials.back().special = true;
+    if (a.id - num_ranked < 256) named[a.id - num_ranked] = true;
+  }
+  for (int32_t i = 0; i < 256; ++i) {
+    if (named[i]) continue;
+    AddedToken t;
+    t.id = num_ranked + i;
+    t.content = absl::StrCat("<|reserved_token_", num_ranked + i, "|>");
+    t.special = true;
+    specials.push_back(std::move(t));
+  }
+  return specials;
+}
 
 StatusOr<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::Load(
     const std::string& path, const std::string& pattern, std::vector<AddedToken> specials,
@@ -39,6 +68,7 @@ StatusOr<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::Load(
   t->regex_ = std::move(re).value();
   int32_t size = t->model_->size();
   for (AddedToken& s : specials) {
+    STRATA_RETURN_IF_ERROR(CheckTokenId(s.id, path, s.content));
     if (s.id < t->model_->size() && !t->model_->TokenBytes(s.id).empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": special token \"", s.content,
                                                      "\" has id ", s.id,

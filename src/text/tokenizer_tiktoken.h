@@ -20,6 +20,15 @@ namespace strata::text {
 // intersections `[...&&[^\p{Han}]]` spelled as a lookahead for PCRE2.
 extern const char kKimiPattern[];
 
+// The special tokens of Kimi's layout: 256 reserved ids after the `num_ranked`
+// ranked ones, each named by the config's added_tokens_decoder or else
+// <|reserved_token_N|>. Errors name `config_label` for an id that is a ranked
+// token of `rank_label`.
+StatusOr<std::vector<AddedToken>> KimiSpecialTokens(const TokenizerConfig& config,
+                                                    int32_t num_ranked,
+                                                    const std::string& config_label,
+                                                    const std::string& rank_label);
+
 class TiktokenTokenizer : public Tokenizer {
  public:
   static StatusOr<std::unique_ptr<TiktokenTokenizer>> Load(const std::string& path,

@@ -27,6 +27,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "base/bounded_json.h"
+
 namespace strata {
 namespace {
 
@@ -36,7 +38,7 @@ using Json = nlohmann::json;
 // waited for, so a model that never emits the separator cannot stall the stream.
 constexpr size_t kMaxHeaderBytes = 256;
 // Deeper nesting is rejected before nlohmann's parser sees it.
-constexpr size_t kMaxJsonDepth = 512;
+constexpr size_t kMaxJsonDepth = limits::kMaxJsonDepth;
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
@@ -545,9 +547,10 @@ class StreamingParser final : public ToolCallParser {
   }
 
   void CompleteHermesCall() {
-    Json j = Json::parse(std::string_view(buf_).substr(json_start_, json_end_ - json_start_),
-                         nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
+    auto parsed = ParseBoundedJson<Json>(
+        std::string_view(buf_).substr(json_start_, json_end_ - json_start_), "tool call");
+    const Json j = parsed.ok() ? *std::move(parsed) : Json();
+    if (!j.is_object()) {
       EmitError("malformed JSON in tool call", unit_start_, pos_, "");
       return;
     }
@@ -564,23 +567,24 @@ class StreamingParser final : public ToolCallParser {
   }
 
   void CompleteSectionCall() {
-    Json args = Json::parse(std::string_view(buf_).substr(json_start_, json_end_ - json_start_),
-                            nullptr, /*allow_exceptions=*/false);
-    if (args.is_discarded()) {
+    auto args = ParseBoundedJson<Json>(
+        std::string_view(buf_).substr(json_start_, json_end_ - json_start_), "tool call arguments");
+    if (!args.ok()) {
       EmitError("malformed JSON arguments", unit_start_, pos_, name_);
       return;
     }
-    EmitCall(name_, std::move(args), id_);
+    EmitCall(name_, *std::move(args), id_);
   }
 
   void EmitCall(const std::string& name, Json args, const std::string& id) {
     if (args.is_string()) {  // arguments given as a JSON-encoded string
-      Json parsed = Json::parse(args.get<std::string>(), nullptr, false);
-      if (parsed.is_discarded() || !parsed.is_object()) {
+      // The string's own nesting is not the scanner's: bound it here too.
+      auto parsed = ParseBoundedJson<Json>(args.get<std::string>(), "tool call arguments");
+      if (!parsed.ok() || !parsed->is_object()) {
         EmitError("tool call arguments string is not a JSON object", unit_start_, pos_, name);
         return;
       }
-      args = std::move(parsed);
+      args = *std::move(parsed);
     }
     if (!args.is_object()) {
       EmitError("tool call arguments are not a JSON object", unit_start_, pos_, name);

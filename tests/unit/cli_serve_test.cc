@@ -120,6 +120,9 @@ TEST_F(CliServeTest, GenerateNamesTheBadLine) {
   const Result r = RunCli("generate --model " + model_ + " --prompts-jsonl " + prompts_ + " --max-new 2");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(Stderr().find(":2"), std::string::npos) << Stderr();
+  EXPECT_EQ(r.exit_code, 1) << "a bad line is bad input, not a usage error";
+  // Usage errors, with a file that reads.
+  std::ofstream(prompts_) << "[1, 2]\n";
   EXPECT_EQ(RunCli("generate --prompts-jsonl " + prompts_).exit_code, 2);  // no --model
   EXPECT_EQ(RunCli("generate --model " + model_ + " --prompts-jsonl " + prompts_ + " --concurrency 0").exit_code, 2);
 }

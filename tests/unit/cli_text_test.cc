@@ -328,6 +328,22 @@ TEST_F(CliTextTest, ErrorsNameTheFileAndLine) {
             1);
   EXPECT_THAT(ReadFile("err.txt"), testing::HasSubstr("needs \"messages\""));
 
+  // Nested far past the bound: refused with the place named, never a crash
+  // in the copies of a 100,000-deep document. 256 levels still parse.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  WriteFile("bad.jsonl", "[1]\n" + deep + "\n");
+  EXPECT_EQ(Strata("detokenize" + model + " --jsonl '" + Path("bad.jsonl") + "'", "out.txt"), 1);
+  EXPECT_THAT(ReadFile("err.txt"),
+              testing::HasSubstr(Path("bad.jsonl") + ":2: JSON nested deeper than 256 levels"));
+  WriteFile("conv.json", "{\"messages\": [], \"x\": " + deep + "}");
+  EXPECT_EQ(Strata("template" + model + " --conversation '" + Path("conv.json") + "'", "out.txt"),
+            1);
+  EXPECT_THAT(ReadFile("err.txt"),
+              testing::HasSubstr(Path("conv.json") + ": JSON nested deeper than 256 levels"));
+  WriteFile("ok.json", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"x\": " + std::string(254, '[') + std::string(254, ']') + "}");
+  EXPECT_EQ(Strata("template" + model + " --conversation '" + Path("ok.json") + "'", "out.txt"),
+            0) << ReadFile("err.txt");
+
   EXPECT_EQ(Strata("tokenize" + model, "out.txt"), 2) << "missing --jsonl is a usage error";
   EXPECT_THAT(ReadFile("err.txt"), testing::HasSubstr("--jsonl is required"));
   EXPECT_EQ(Strata("tokenize --model '" + Path("nowhere") + "' --jsonl '" + Path("bad.jsonl") + "'",

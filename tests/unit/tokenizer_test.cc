@@ -108,7 +108,7 @@ TEST(TokenizerTest, BadTokenizerJsonErrorsNameFileAndField) {
       TinyJson(R"([])", R"({"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Sideways"})"));
   ExpectError(Tokenizer::FromTokenizerJson(p), p, "behavior");
   ExpectError(Tokenizer::FromTokenizerJson(d.path() + "/missing.json"), "missing.json",
-              "cannot open");
+              "file not found");
 }
 
 TEST(TokenizerTest, BadConfigAndDirectoryErrors) {
@@ -145,6 +145,46 @@ TEST(TokenizerTest, BadTiktokenFileErrorsNameLine) {
   p = d.Write("bad3.tiktoken", "YQ== 0\n");
   ExpectError(Tokenizer::FromTiktoken(p, "\\S+", {}), p, "has no rank");
   ExpectError(Tokenizer::FromTiktoken(ok_path, "(", {}), ok_path, "pattern");
+}
+
+// Inputs the fuzzers found (tests/fuzz/corpus keeps them too): ids that
+// would size a table of billions, or wrap to 32 bits, and flags of the wrong
+// type are errors naming the field, not crashes.
+TEST(TokenizerTest, TokenIdsAndFlagsAreChecked) {
+  TempDir d;
+  std::string p = d.Write("ids1.json", R"({"added_tokens": [{"id": 4294967297, "content": "x"}],
+      "model": {"vocab": {"a": 0}, "merges": []}})");
+  ExpectError(Tokenizer::FromTokenizerJson(p), p, "added_tokens[0]");
+  p = d.Write("ids2.json", R"({"model": {"vocab": {"a": 2147483647}, "merges": []}})");
+  ExpectError(Tokenizer::FromTokenizerJson(p), p, "vocab: token \"a\"");
+  p = d.Write("ids3.json", R"({"model": {"vocab": {"a": 0}, "merges": []},
+      "post_processor": {"type": "RobertaProcessing", "cls": ["a", 0], "sep": ["b", 5]}})");
+  ExpectError(Tokenizer::FromTokenizerJson(p), p, "token id 5 is out of the vocabulary");
+  p = d.Write("flag.json", R"({"added_tokens": [{"id": 1, "content": "x", "special": "yes"}],
+      "model": {"vocab": {"a": 0}, "merges": []}})");
+  ExpectError(Tokenizer::FromTokenizerJson(p), p, "added_tokens[0].special");
+  p = d.Write("dropout.json", R"({"model": {"vocab": {"a": 0}, "merges": [], "dropout": "0.1"}})");
+  ExpectError(Tokenizer::FromTokenizerJson(p), p, "model.dropout");
+
+  std::string ranks;
+  for (int b = 0; b < 256; ++b) {
+    std::string enc;
+    absl::Base64Escape(std::string(1, static_cast<char>(b)), &enc);
+    ranks += absl::StrCat(enc, " ", b, "\n");
+  }
+  p = d.Write("big.tiktoken", ranks + "YWI= 2147483647\n");
+  ExpectError(Tokenizer::FromTiktoken(p, "\\S+", {}), p + ":257", "is outside [0, 16777216)");
+  p = d.Write("dup.tiktoken", ranks + "YWI= 256\nY2Q= 256\n");
+  ExpectError(Tokenizer::FromTiktoken(p, "\\S+", {}), p + ":258", "rank 256");
+  ExpectError(Tokenizer::FromTiktoken(d.Write("ok.tiktoken", ranks), "\\S+", {{"<x>", -1}}),
+              "ok.tiktoken", "id -1 is outside");
+
+  d.Write("tiktoken.model", ranks);
+  d.Write("tokenizer_config.json", R"({"added_tokens_decoder": {"2147483647": {"content": "<x>"}}})");
+  ExpectError(Tokenizer::FromDirectory(d.path()), "tokenizer_config.json", "2147483647");
+  d.Write("tokenizer_config.json", R"({"added_tokens_decoder": {"300": {"content": "<x>", "lstrip": 1}}})");
+  ExpectError(Tokenizer::FromDirectory(d.path()), "added_tokens_decoder[\"300\"].lstrip",
+              "true or false");
 }
 
 TEST(TokenizerTest, KimiStyleTiktokenDirectory) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "absl/strings/numbers.h"
@@ -70,7 +71,12 @@ StatusOr<int64_t> Flags::Int(const std::string& name, int64_t fallback, int64_t 
   if (it == values_.end()) return fallback;
   int64_t v;
   if (!absl::SimpleAtoi(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, ": expected an integer, got '", it->second, "'"));
+    const std::string& text = it->second;
+    const size_t digits = text.find_first_not_of("0123456789", text[0] == '-' || text[0] == '+' ? 1 : 0);
+    if (digits == std::string::npos && text.size() > 1) {  // an integer beyond 64 bits
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", text, " is outside [", min, ", ", max, "]"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("--", name, ": expected an integer, got '", text, "'"));
   }
   if (v < min || v > max) {
     return absl::InvalidArgumentError(
@@ -138,6 +144,30 @@ std::string MessageOf(const api::Error& error) {
     return message.substr(colon + 2);
   }
   return message;
+}
+
+StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: no such file"));
+  }
+  if (std::filesystem::is_directory(status)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a file"));
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  if (ec || !in) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
+  // Sized first: a file too large for memory fails here, at once.
+  std::string text(static_cast<size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  if (in.bad() || static_cast<uintmax_t>(in.gcount()) != size) {
+    return absl::DataLossError(absl::StrCat(path, ": read ", in.gcount(), " of ", size, " bytes"));
+  }
+  return text;
 }
 
 std::string FormatBytes(double bytes) {

@@ -38,11 +38,14 @@ template <typename T>
 using StatusOr = absl::StatusOr<T>;
 
 // Exit codes: 0 success; 1 the work failed (unreadable model, bad file
-// contents, model error); 2 the command line is wrong or asks for something
-// this build cannot do (unknown flag, bad value).
+// contents, model error, out of memory); 2 the command line is wrong or asks
+// for something this build cannot do (unknown flag, bad value); 3 a bug in
+// Strata: an exception no command handled reached main (main.cc prints
+// "strata <command>: internal error: <what>").
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitInternal = 3;
 
 // One subcommand's flags. `--name value` and `--name=value` are accepted;
 // boolean flags take no value. Unknown flags and missing values are errors.
@@ -86,6 +89,12 @@ int ExitCodeFor(const api::Error& error);
 // The library's message without the "strata_<function>: " it starts with:
 // the CLI's messages name the command instead, as they did before the ABI.
 std::string MessageOf(const api::Error& error);
+
+// The whole of a regular file given on the command line: NotFound when it
+// does not exist, InvalidArgument when it is a directory or not a regular file
+// (a FIFO is refused, never waited on), errors naming the path. A failed
+// allocation throws rather than cutting the text short.
+StatusOr<std::string> ReadTextFile(const std::string& path);
 
 // "1.23 MiB"-style size.
 std::string FormatBytes(double bytes);

@@ -27,10 +27,10 @@ StatusOr<std::string> WriteBenchPreset(const std::string& name) {
   const std::string dir = (std::filesystem::path(DefaultDemoDir()).parent_path() / name).string();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
+  if (ec) return FileError(absl::StrCat(dir, ": cannot create directory"), ec);
   std::ofstream f(dir + "/config.json", std::ios::trunc);
   f << KimiLinear48BConfigJson();
-  if (!f) return absl::InternalError(absl::StrCat(dir, "/config.json: write failed"));
+  if (!f) return FileErrorFromErrno(absl::StrCat(dir, "/config.json: write failed"));
   return dir;
 }
 

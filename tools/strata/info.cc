@@ -13,12 +13,14 @@ namespace strata::cli {
 namespace {
 
 constexpr char kHelp[] =
-    "usage: strata info --model DIR [--device cpu|cuda|auto] [--load-format auto|dummy] [--options [STR]]\n"
+    "usage: strata info --model DIR [--device cpu|cuda|auto] [--load-format auto|dummy] [--check-weights]\n"
+    "                   [--options [STR]]\n"
     "       strata info --options [STR]\n"
     "\n"
     "  --model DIR          model directory (config.json + *.safetensors)\n"
     "  --device D           where to load it (default cpu); cuda/auto fall back to the CPU with a notice\n"
     "  --load-format F      auto (default) or dummy: config.json only, random weights\n"
+    "  --check-weights      read every weight and fail, naming the tensor and element, on a NaN or infinity\n"
     "  --options [STR]      list the tuning options (name, type, default, current value with STR over\n"
     "                       STRATA_OPTIONS, rollback value, what it selects); STR also loads the model\n"
     "                       with them (docs/tuning.md)\n";
@@ -38,7 +40,7 @@ int PrintOptionsTable(const std::string& cmd) {
 
 int RunInfo(int argc, char** argv) {
   const std::string cmd = "info";
-  Flags flags(cmd, {"model", "device", "load-format"}, {"help"});
+  Flags flags(cmd, {"model", "device", "load-format"}, {"help", "check-weights"});
   if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
   if (flags.Bool("help")) {
     std::fputs(kHelp, stdout);
@@ -51,14 +53,16 @@ int RunInfo(int argc, char** argv) {
   lo.options = OptionsFlag();
   if (int rc = ParseDevice(cmd, flags.String("device", "cpu"), &lo.device); rc != kExitOk) return rc;
   if (int rc = ParseLoadFormat(cmd, flags.String("load-format", "auto"), &lo.load_format); rc != kExitOk) return rc;
+  lo.check_weights = flags.Bool("check-weights");
   auto model = LoadModel(*dir, lo);
   if (!model.ok()) return Fail(cmd, model.status(), kExitFailure);
   const ModelInfo& info = (*model)->info();
   PrintPlacementNotice(cmd, info.notice);
   PrintTuningNotice(cmd, info.device, info.tuning);
 
-  std::printf("model:          %s%s\n", dir->c_str(),
-              lo.load_format == LoadFormat::kDummy ? " (dummy weights: random)" : "");
+  std::printf("model:          %s%s%s\n", dir->c_str(),
+              lo.load_format == LoadFormat::kDummy ? " (dummy weights: random)" : "",
+              lo.check_weights ? " (every weight finite)" : "");
   std::printf("architecture:   %s\n", info.architecture.c_str());
   std::printf("device:         %s\n", info.device.c_str());
   if (!info.notice.empty()) std::printf("notice:         %s\n", info.notice.c_str());

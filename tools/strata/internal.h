@@ -22,7 +22,8 @@
 // - base/npy.h: .npy token and logit files (logits; `strata generate`'s
 //   --tokens through files.cc).
 // - model/demo_model.h, text/demo_tokenizer.h: writing demo models
-//   (make-demo-model, `strata run --random`, the bench's default model).
+//   (make-demo-model, `strata run --random`, the bench's default model);
+//   base/file_error.h for the errors of writing them (files.cc).
 // All of it is internal interface: it changes without notice, and this code
 // changes with it. Anything a host could want belongs in strata.h instead.
 #ifndef STRATA_TOOLS_STRATA_INTERNAL_H_
@@ -30,6 +31,7 @@
 
 #include <string>
 
+#include "base/file_error.h"
 #include "base/npy.h"
 #include "base/status.h"
 #include "base/thread_pool.h"

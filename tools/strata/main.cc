@@ -2,9 +2,13 @@
 // the C ABI, demo.cc (`run`; chat.cc is its chat mode), generate.cc,
 // serve.cc (`generate --prompts-jsonl`, `bench serve`), tokenize.cc,
 // detokenize.cc, template.cc; on the core (internal.h), bench.cc, info.cc,
-// logits.cc, make_demo_model.cc. cli.h says why the tool has two parts.
+// logits.cc, make_demo_model.cc. cli.h says why the tool has two parts, and
+// what each exit code means.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 
 #include "cli.h"
@@ -33,9 +37,8 @@ void PrintUsage(FILE* out) {
                "strata info --options lists them.\n");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line's dispatch; any exception it lets through is main's.
+int Dispatch(int argc, char** argv) {
   using namespace strata::cli;
   if (argc < 2) {
     PrintUsage(stderr);
@@ -65,4 +68,51 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "strata: unknown command '%s'\n\n", cmd.c_str());
   PrintUsage(stderr);
   return kExitUsage;
+}
+
+// "strata <command>" for messages; static so the terminate handler needs no allocation.
+char g_prefix[96] = "strata";
+
+// An exception that escaped a thread or a noexcept function ends here
+// instead of in abort(): the same message and exit code as main's catch-all.
+[[noreturn]] void OnTerminate() {
+  const char* what = "std::terminate was called";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "%s: error: out of memory\n", g_prefix);
+      std::_Exit(strata::cli::kExitFailure);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "%s: internal error: %s\n", g_prefix, ex.what());
+      std::_Exit(strata::cli::kExitInternal);
+    } catch (...) {
+      what = "unknown exception";
+    }
+  }
+  std::fprintf(stderr, "%s: internal error: %s\n", g_prefix, what);
+  std::_Exit(strata::cli::kExitInternal);
+}
+
+}  // namespace
+
+// No exception leaves main: out of memory is a failure of the command (exit
+// 1), anything else is a bug in Strata (exit 3), both named by the command.
+int main(int argc, char** argv) {
+  using strata::cli::kExitFailure;
+  using strata::cli::kExitInternal;
+  if (argc >= 2) std::snprintf(g_prefix, sizeof(g_prefix), "strata %s", argv[1]);
+  std::set_terminate(OnTerminate);
+  try {
+    return Dispatch(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: error: out of memory while running the command\n", g_prefix);
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: internal error: %s\n", g_prefix, e.what());
+    return kExitInternal;
+  } catch (...) {
+    std::fprintf(stderr, "%s: internal error: unknown exception\n", g_prefix);
+    return kExitInternal;
+  }
 }

@@ -2,13 +2,12 @@
 // conversation file, printed byte for byte (nothing added, no final newline),
 // through strata_tokenizer_render_chat.
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "cli.h"
+#include "jsonl.h"
 
 namespace strata::cli {
 namespace {
@@ -25,18 +24,18 @@ constexpr char kHelp[] =
 // Returns the text as written: the library keeps its key order (templates
 // print tool schemas with `tojson`, in the caller's order).
 StatusOr<std::string> ReadConversation(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const StatusOr<std::string> read = ReadTextFile(path);
+  if (!read.ok()) return read.status();
+  const std::string& text = *read;
   nlohmann::ordered_json j;
   try {
-    j = nlohmann::ordered_json::parse(text);
+    j = ParseJsonWithin<nlohmann::ordered_json>(text);
   } catch (const nlohmann::json::parse_error& e) {
     std::string msg = e.what();
     if (const size_t p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", msg));
+  } catch (const std::length_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
   }
   if (!j.is_object()) {
     return absl::InvalidArgumentError(

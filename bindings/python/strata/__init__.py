@@ -124,7 +124,8 @@ class _ModelParams(ctypes.Structure):
                 ("max_context_tokens", ctypes.c_int64), ("prefill_slice_tokens", ctypes.c_int64),
                 ("gpu_memory_fraction", ctypes.c_double), ("cuda_graphs", ctypes.c_bool),
                 ("batch_invariant", ctypes.c_bool), ("dummy_weights", ctypes.c_bool),
-                ("dummy_seed", ctypes.c_uint64), ("options", ctypes.c_char_p)]
+                ("dummy_seed", ctypes.c_uint64), ("options", ctypes.c_char_p),
+                ("check_weights", ctypes.c_bool)]
 
 
 class _ModelInfo(ctypes.Structure):
@@ -443,14 +444,16 @@ class Model:
     (strict: StrataError STRATA_ERR_UNAVAILABLE instead of a fallback). device_index picks the GPU.
     max_batch, max_sequences, max_context_tokens, prefill_slice_tokens, gpu_memory_fraction, cuda_graphs and
     batch_invariant size the GPU plan; dummy_weights/dummy_seed fill random weights (benchmarks); options is
-    the kernel `key=value,...` string. None keeps the library's default.
+    the kernel `key=value,...` string; check_weights scans every weight at load and fails (StrataError
+    STRATA_ERR_DATA_LOSS, naming the tensor) on a NaN or an infinity. None keeps the library's default.
     on_progress(fraction) is called as loading advances; a true return value cancels the load
     (StrataError STRATA_ERR_CANCELLED), an exception is raised again from here.
     """
 
     def __init__(self, engine, model_dir, device="auto", device_index=None, max_batch=None, max_sequences=None,
                  max_context_tokens=None, prefill_slice_tokens=None, gpu_memory_fraction=None, cuda_graphs=None,
-                 batch_invariant=None, dummy_weights=None, dummy_seed=None, options=None, on_progress=None):
+                 batch_invariant=None, dummy_weights=None, dummy_seed=None, options=None, on_progress=None,
+                 check_weights=None):
         if device not in DEVICES:
             raise ValueError(f"device must be one of {sorted(DEVICES)}, got {device!r}")
         params = _init(_ModelParams)
@@ -458,7 +461,8 @@ class Model:
                            max_sequences=max_sequences, max_context_tokens=max_context_tokens,
                            prefill_slice_tokens=prefill_slice_tokens, gpu_memory_fraction=gpu_memory_fraction,
                            cuda_graphs=cuda_graphs, batch_invariant=batch_invariant, dummy_weights=dummy_weights,
-                           dummy_seed=dummy_seed, options=_text(options)), "load_model")
+                           dummy_seed=dummy_seed, options=_text(options), check_weights=check_weights),
+              "load_model")
         errors = _CallbackError()
         if on_progress is not None:
             params.progress_callback = _ProgressCallback(

@@ -9,6 +9,10 @@
 #include <optional>
 #include <string>
 
+#include "base/input_limits.h"
+#include "model/config_checks.h"
+#include "model/config_sizes.h"
+
 namespace strata {
 namespace {
 
@@ -115,7 +119,8 @@ Status ParseRope(const ConfigReader& c, DeepseekV32Config& k) {
       if (!(p.factor > 0)) return r.FieldError("factor", "must be > 0");
       // transformers: a top-level original_max_position_embeddings replaces
       // the nested one, and max_position_embeddings stands in for both.
-      STRATA_ASSIGN_OR_RETURN(int64_t max_pos, c.GetIntOr("max_position_embeddings", 163840));
+      STRATA_ASSIGN_OR_RETURN(int64_t max_pos,
+                              ReadContextLength(c, "max_position_embeddings", 163840));
       STRATA_ASSIGN_OR_RETURN(
           p.original_max_position,
           r.GetDoubleOr("original_max_position_embeddings", static_cast<double>(max_pos)));
@@ -133,6 +138,9 @@ Status ParseRope(const ConfigReader& c, DeepseekV32Config& k) {
       }
       STRATA_ASSIGN_OR_RETURN(p.beta_fast, DoubleOrIfFalsy(r, "beta_fast", 32.0));
       STRATA_ASSIGN_OR_RETURN(p.beta_slow, DoubleOrIfFalsy(r, "beta_slow", 1.0));
+      // YaRN's correction range takes log(original_max_position / beta).
+      if (!(p.beta_fast > 0)) return r.FieldError("beta_fast", "must be > 0");
+      if (!(p.beta_slow > 0)) return r.FieldError("beta_slow", "must be > 0");
       STRATA_ASSIGN_OR_RETURN(p.mscale, r.GetDoubleOr("mscale", 0.0));
       STRATA_ASSIGN_OR_RETURN(p.mscale_all_dim, r.GetDoubleOr("mscale_all_dim", 0.0));
       STRATA_ASSIGN_OR_RETURN(p.attention_factor, r.GetDoubleOr("attention_factor", 0.0));
@@ -216,6 +224,70 @@ Status ParseQuantization(const ConfigReader& c, DeepseekV32Config& k) {
   return OkStatus();
 }
 
+// What the shapes add up to (weights, decode state), refused before dummy
+// weights or states are sized from them.
+Status CheckSizes(const ConfigReader& c, const DeepseekV32Config& k) {
+  const std::string experts = c.Has("n_routed_experts")    ? "n_routed_experts"
+                              : c.Has("num_local_experts") ? "num_local_experts"
+                                                           : "num_experts";
+  const std::string layers = "num_hidden_layers";
+  const int64_t moe_layers = k.NumMoeLayers(), dense_layers = k.num_layers - moe_layers;
+  const int64_t L = k.num_layers, D = k.hidden_size, Hh = k.num_heads;
+  const int64_t qd = k.qk_nope_dim + k.qk_rope_dim, I = k.moe_intermediate_size;
+
+  ConfigSizeTotal params(c, "parameters", kMaxConfigParameters);
+  params.Add(
+      {{"vocab_size", k.vocab_size}, {"hidden_size", D}, {"", k.tie_word_embeddings ? 1 : 2}});
+  params.Add({{layers, L}, {"q_lora_rank", k.q_lora_rank}, {"hidden_size", D}});
+  params.Add({{layers, L},
+              {"num_attention_heads", Hh},
+              {"qk_nope_head_dim + qk_rope_head_dim", qd},
+              {"q_lora_rank", k.q_lora_rank}});
+  params.Add({{layers, L},
+              {"kv_lora_rank + qk_rope_head_dim", k.kv_lora_rank + k.qk_rope_dim},
+              {"hidden_size", D}});
+  params.Add({{layers, L},
+              {"num_attention_heads", Hh},
+              {"qk_nope_head_dim + v_head_dim", k.qk_nope_dim + k.v_head_dim},
+              {"kv_lora_rank", k.kv_lora_rank}});
+  params.Add(
+      {{layers, L}, {"num_attention_heads", Hh}, {"v_head_dim", k.v_head_dim}, {"hidden_size", D}});
+  params.Add({{layers, L},
+              {"index_n_heads", k.index_heads},
+              {"index_head_dim", k.index_head_dim},
+              {"q_lora_rank", k.q_lora_rank}});
+  params.Add({{layers, L}, {"index_head_dim", k.index_head_dim}, {"hidden_size", D}});
+  params.Add({{layers, dense_layers},
+              {"intermediate_size", k.intermediate_size},
+              {"hidden_size", D},
+              {"", 3}});
+  params.Add({{layers, moe_layers},
+              {experts, k.num_experts},
+              {"moe_intermediate_size", I},
+              {"hidden_size", D},
+              {"", 3}});
+  params.Add({{layers, moe_layers},
+              {"n_shared_experts", k.num_shared_experts},
+              {"moe_intermediate_size", I},
+              {"hidden_size", D},
+              {"", 3}});
+  STRATA_RETURN_IF_ERROR(params.Check());
+
+  // FP8 checkpoints store a scale tensor beside each matrix.
+  ConfigSizeTotal tensors(c, "tensors", kMaxConfigTensors);
+  tensors.Add({{layers, L}, {"", 48}});
+  tensors.Add({{layers, moe_layers}, {experts, k.num_experts}, {"", 6}});
+  STRATA_RETURN_IF_ERROR(tensors.Check());
+
+  // The latent cache and the indexer's keys grow with every token.
+  ConfigSizeTotal per_token(c, "bytes of state per token", kMaxConfigTokenStateBytes);
+  per_token.Add({{layers, L},
+                 {"kv_lora_rank + qk_rope_head_dim + index_head_dim",
+                  k.kv_lora_rank + k.qk_rope_dim + k.index_head_dim},
+                 {"", 4}});
+  return per_token.Check();
+}
+
 }  // namespace
 
 int64_t DsaAttendedTokens(const DeepseekV32Config& config, int64_t context) {
@@ -232,24 +304,17 @@ StatusOr<DeepseekV32Config> ParseDeepseekV32Config(const ConfigReader& c) {
   DeepseekV32Config k;
   STRATA_ASSIGN_OR_RETURN(k.vocab_size, c.GetPositiveInt("vocab_size"));
   STRATA_ASSIGN_OR_RETURN(k.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(k.num_layers, c.GetPositiveInt("num_hidden_layers"));
+  STRATA_ASSIGN_OR_RETURN(k.num_layers,
+                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
   STRATA_ASSIGN_OR_RETURN(k.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-6));
   if (!(k.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
   STRATA_ASSIGN_OR_RETURN(k.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
-  STRATA_ASSIGN_OR_RETURN(k.max_context, c.GetIntOr("max_position_embeddings", 163840));
-  STRATA_ASSIGN_OR_RETURN(int64_t bos, c.GetIntOr("bos_token_id", 0));
-  k.bos_token_id = static_cast<int32_t>(bos);
-  k.eos_token_id = 1;
-  if (c.Has("eos_token_id")) {
-    // transformers allows a list of end tokens; the first is the canonical one.
-    const nlohmann::json& e = c.json().at("eos_token_id");
-    if (e.is_array() && !e.empty() && e[0].is_number_integer()) {
-      k.eos_token_id = e[0].get<int32_t>();
-    } else {
-      STRATA_ASSIGN_OR_RETURN(int64_t eos, c.GetInt("eos_token_id"));
-      k.eos_token_id = static_cast<int32_t>(eos);
-    }
-  }
+  STRATA_ASSIGN_OR_RETURN(k.max_context, ReadContextLength(c, "max_position_embeddings", 163840));
+  // DeepseekV32Config's defaults: bos 0, eos 1.
+  STRATA_ASSIGN_OR_RETURN(SpecialTokenIds ids,
+                          ReadSpecialTokenIds(c, k.vocab_size, {.bos = 0, .eos = 1, .pad = -1}));
+  k.bos_token_id = ids.bos;
+  k.eos_token_id = ids.eos;
   STRATA_ASSIGN_OR_RETURN(std::string act, c.Has("hidden_act") ? c.GetString("hidden_act")
                                                                : StatusOr<std::string>("silu"));
   if (act != "silu") return Unsupported(c, "hidden_act", absl::StrCat("'", act, "' (only silu)"));
@@ -343,6 +408,7 @@ StatusOr<DeepseekV32Config> ParseDeepseekV32Config(const ConfigReader& c) {
     STRATA_ASSIGN_OR_RETURN(k.routed_scaling_factor, c.GetDoubleOr("routed_scaling_factor", 2.5));
   }
   STRATA_RETURN_IF_ERROR(ParseQuantization(c, k));
+  STRATA_RETURN_IF_ERROR(CheckSizes(c, k));
   return k;
 }
 

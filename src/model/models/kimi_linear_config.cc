@@ -7,6 +7,10 @@
 #include <optional>
 #include <set>
 
+#include "base/input_limits.h"
+#include "model/config_checks.h"
+#include "model/config_sizes.h"
+
 namespace strata {
 namespace {
 
@@ -177,6 +181,74 @@ Status ParseMlpKinds(const ConfigReader& c, KimiLinearConfig& k) {
   return OkStatus();
 }
 
+// What the shapes add up to (KimiLinearTensorSpecs' tensors, the decode
+// state), refused before dummy weights or states are sized from them.
+Status CheckSizes(const ConfigReader& c, bool nested_kda, const KimiLinearConfig& k) {
+  const std::string heads = nested_kda ? "linear_attn_config.num_heads" : "linear_num_heads";
+  const std::string dim = nested_kda ? "linear_attn_config.head_dim" : "linear_head_dim";
+  const std::string kernel =
+      nested_kda ? "linear_attn_config.short_conv_kernel_size" : "linear_conv_kernel_dim";
+  const std::string experts = c.Has("num_experts")        ? "num_experts"
+                              : c.Has("n_routed_experts") ? "n_routed_experts"
+                                                          : "num_local_experts";
+  int64_t moe_layers = 0;
+  for (bool m : k.is_moe) moe_layers += m;
+  const int64_t dense_layers = k.num_layers - moe_layers;
+  const int64_t kda = k.NumKdaLayers(), mla = k.NumMlaLayers();
+  const int64_t V = k.vocab_size, D = k.hidden_size, H = k.kda_heads, dk = k.kda_head_dim;
+  const int64_t Hm = k.mla_heads, E = k.num_experts, I = k.moe_intermediate_size;
+  const std::string layers = "num_hidden_layers";
+
+  ConfigSizeTotal params(c, "parameters", kMaxConfigParameters);
+  params.Add({{"vocab_size", V}, {"hidden_size", D}, {"", k.tie_word_embeddings ? 1 : 2}});
+  params.Add({{layers, kda}, {heads, H}, {dim, dk}, {"hidden_size", D}, {"", 4}});
+  params.Add({{layers, kda}, {heads, H}, {dim, dk}, {dim, dk}, {"", 2}});
+  params.Add({{layers, kda}, {heads, H}, {dim, dk}, {kernel, k.conv_kernel}, {"", 3}});
+  params.Add({{layers, mla},
+              {"num_attention_heads", Hm},
+              {"qk_nope_head_dim + qk_rope_head_dim + v_head_dim",
+               k.qk_nope_dim + k.qk_rope_dim + k.v_head_dim},
+              {"hidden_size", D}});
+  params.Add({{layers, mla},
+              {"kv_lora_rank + qk_rope_head_dim", k.kv_lora_rank + k.qk_rope_dim},
+              {"hidden_size", D}});
+  params.Add({{layers, mla},
+              {"num_attention_heads", Hm},
+              {"qk_nope_head_dim + v_head_dim", k.qk_nope_dim + k.v_head_dim},
+              {"kv_lora_rank", k.kv_lora_rank}});
+  params.Add({{layers, dense_layers},
+              {"intermediate_size", k.intermediate_size},
+              {"hidden_size", D},
+              {"", 3}});
+  params.Add({{layers, moe_layers},
+              {experts, E},
+              {"moe_intermediate_size", I},
+              {"hidden_size", D},
+              {"", 3}});
+  params.Add({{layers, moe_layers},
+              {"num_shared_experts", k.num_shared_experts},
+              {"moe_intermediate_size", I},
+              {"hidden_size", D},
+              {"", 3}});
+  STRATA_RETURN_IF_ERROR(params.Check());
+
+  ConfigSizeTotal tensors(c, "tensors", kMaxConfigTensors);
+  tensors.Add({{layers, k.num_layers}, {"", 24}});
+  tensors.Add({{layers, moe_layers}, {experts, E}, {"", 3}});
+  STRATA_RETURN_IF_ERROR(tensors.Check());
+
+  ConfigSizeTotal state(c, "bytes of one sequence's recurrent state", kMaxConfigSequenceStateBytes);
+  state.Add({{layers, kda}, {heads, H}, {dim, dk}, {dim, dk}, {"", 4}});
+  state.Add({{layers, kda}, {heads, H}, {dim, dk}, {kernel, k.conv_kernel}, {"", 12}});
+  STRATA_RETURN_IF_ERROR(state.Check());
+
+  ConfigSizeTotal per_token(c, "bytes of state per token", kMaxConfigTokenStateBytes);
+  per_token.Add({{layers, mla},
+                 {"kv_lora_rank + qk_rope_head_dim", k.kv_lora_rank + k.qk_rope_dim},
+                 {"", 4}});
+  return per_token.Check();
+}
+
 }  // namespace
 
 int64_t KimiLinearConfig::NumMlaLayers() const {
@@ -189,24 +261,16 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
   KimiLinearConfig k;
   STRATA_ASSIGN_OR_RETURN(k.vocab_size, c.GetPositiveInt("vocab_size"));
   STRATA_ASSIGN_OR_RETURN(k.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(k.num_layers, c.GetPositiveInt("num_hidden_layers"));
+  STRATA_ASSIGN_OR_RETURN(k.num_layers,
+                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
   STRATA_ASSIGN_OR_RETURN(k.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-5));
   if (!(k.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
   STRATA_ASSIGN_OR_RETURN(k.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
-  STRATA_ASSIGN_OR_RETURN(int64_t max_len, c.GetIntOr("max_position_embeddings", 0));
-  STRATA_ASSIGN_OR_RETURN(k.max_context, c.GetIntOr("model_max_length", max_len));
-  STRATA_ASSIGN_OR_RETURN(int64_t bos, c.GetIntOr("bos_token_id", -1));
-  k.bos_token_id = static_cast<int32_t>(bos);
-  if (c.Has("eos_token_id")) {
-    // transformers allows a list of end tokens; the first is the canonical one.
-    const nlohmann::json& e = c.json().at("eos_token_id");
-    if (e.is_array() && !e.empty() && e[0].is_number_integer()) {
-      k.eos_token_id = e[0].get<int32_t>();
-    } else {
-      STRATA_ASSIGN_OR_RETURN(int64_t eos, c.GetInt("eos_token_id"));
-      k.eos_token_id = static_cast<int32_t>(eos);
-    }
-  }
+  STRATA_ASSIGN_OR_RETURN(int64_t max_len, ReadContextLength(c, "max_position_embeddings", 0));
+  STRATA_ASSIGN_OR_RETURN(k.max_context, ReadContextLength(c, "model_max_length", max_len));
+  STRATA_ASSIGN_OR_RETURN(SpecialTokenIds ids, ReadSpecialTokenIds(c, k.vocab_size, {}));
+  k.bos_token_id = ids.bos;
+  k.eos_token_id = ids.eos;
 
   // Variants this executor does not implement.
   if (c.Has("q_lora_rank")) {
@@ -231,6 +295,15 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
   STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> groups,
                           AliasedInt(c, {"num_expert_group", "n_group"}));
   STRATA_ASSIGN_OR_RETURN(int64_t topk_group, c.GetIntOr("topk_group", groups.value_or(1)));
+  if (groups && *groups < 1) {
+    return c.FieldError(c.Has("num_expert_group") ? "num_expert_group" : "n_group",
+                        absl::StrCat("must be >= 1, got ", *groups));
+  }
+  if (topk_group < 1)
+    return c.FieldError("topk_group", absl::StrCat("must be >= 1, got ", topk_group));
+  STRATA_RETURN_IF_ERROR(CheckAtMost(c, "topk_group", topk_group,
+                                     c.Has("num_expert_group") ? "num_expert_group" : "n_group",
+                                     groups.value_or(1)));
   if (groups.value_or(1) > 1 && topk_group < *groups) {
     return Unsupported(c, "topk_group", "group-limited routing (topk_group < num_expert_group)");
   }
@@ -277,6 +350,13 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
   // MLA geometry (only needed when a layer uses it).
   if (k.NumMlaLayers() > 0) {
     STRATA_ASSIGN_OR_RETURN(k.mla_heads, c.GetPositiveInt("num_attention_heads"));
+    // MLA expands one latent per head; a key/value head count, where a
+    // config states one, must at least group the heads evenly.
+    if (c.Has("num_key_value_heads")) {
+      STRATA_ASSIGN_OR_RETURN(int64_t kv_heads, c.GetPositiveInt("num_key_value_heads"));
+      STRATA_RETURN_IF_ERROR(
+          CheckDivides(c, "num_key_value_heads", kv_heads, "num_attention_heads", k.mla_heads));
+    }
     STRATA_ASSIGN_OR_RETURN(k.kv_lora_rank, c.GetPositiveInt("kv_lora_rank"));
     STRATA_ASSIGN_OR_RETURN(k.qk_nope_dim, c.GetPositiveInt("qk_nope_head_dim"));
     STRATA_ASSIGN_OR_RETURN(k.qk_rope_dim, c.GetInt("qk_rope_head_dim"));
@@ -328,6 +408,7 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
     k.moe_renormalize = renorm.value_or(true);
     STRATA_ASSIGN_OR_RETURN(k.routed_scaling_factor, c.GetDoubleOr("routed_scaling_factor", 2.446));
   }
+  STRATA_RETURN_IF_ERROR(CheckSizes(c, la.has_value(), k));
   return k;
 }
 

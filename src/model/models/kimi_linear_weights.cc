@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "base/dtype.h"
+#include "base/file_error.h"
 #include "model/config_reader.h"
 #include "model/models/builtin.h"
 #include "model/safetensors_writer.h"
@@ -143,7 +144,7 @@ Status WriteKimiLinearDummyWeights(const KimiLinearConfig& config, const std::st
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
+  if (ec) return FileError(absl::StrCat(dir, ": cannot create directory"), ec);
   SafetensorsWriter w;
   uint64_t index = 0;
   for (const auto& t : specs) {
@@ -190,7 +191,11 @@ Status WriteKimiLinearDummyCheckpoint(const std::string& config_path, const std:
   // Host dummies are for small configs (tests, demos); a 48B-shaped model
   // belongs on the GPU, where its weights are made in place.
   constexpr uint64_t kMaxHostDummyBytes = uint64_t{4} << 30;
-  return WriteKimiLinearDummyWeights(config, dir, seed, kMaxHostDummyBytes);
+  Status s = WriteKimiLinearDummyWeights(config, dir, seed, kMaxHostDummyBytes);
+  if (absl::IsResourceExhausted(s)) {
+    return Status(s.code(), absl::StrCat(config_path, ": ", s.message()));  // whose shapes
+  }
+  return s;
 }
 
 std::string KimiLinear48BConfigJson() {

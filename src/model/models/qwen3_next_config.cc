@@ -8,6 +8,10 @@
 #include <set>
 #include <string>
 
+#include "base/input_limits.h"
+#include "model/config_checks.h"
+#include "model/config_sizes.h"
+
 namespace strata {
 namespace {
 
@@ -159,6 +163,87 @@ Status ParseRope(const ConfigReader& c, Qwen3NextConfig& q) {
   return OkStatus();
 }
 
+// What the shapes add up to (weights, decode state), refused before dummy
+// weights or states are sized from them.
+Status CheckSizes(const ConfigReader& c, const Qwen3NextConfig& q) {
+  const std::string layers = "num_hidden_layers";
+  int64_t moe_layers = 0;
+  for (bool m : q.is_moe) moe_layers += m;
+  const int64_t dense_layers = q.num_layers - moe_layers;
+  const int64_t attn = q.NumAttentionLayers(), lin = q.NumLinearLayers(), D = q.hidden_size;
+  const int64_t Hk = q.linear_key_heads, Hv = q.linear_value_heads;
+  const int64_t dk = q.linear_key_dim, dv = q.linear_value_dim;
+
+  ConfigSizeTotal params(c, "parameters", kMaxConfigParameters);
+  params.Add(
+      {{"vocab_size", q.vocab_size}, {"hidden_size", D}, {"", q.tie_word_embeddings ? 1 : 2}});
+  // Gated attention: q (with its gate) and o, then k and v.
+  params.Add({{layers, attn},
+              {"num_attention_heads", q.num_heads},
+              {"head_dim", q.head_dim},
+              {"hidden_size", D},
+              {"", 3}});
+  params.Add({{layers, attn},
+              {"num_key_value_heads", q.num_kv_heads},
+              {"head_dim", q.head_dim},
+              {"hidden_size", D},
+              {"", 2}});
+  // Gated DeltaNet: in_proj_qkvz, out_proj, in_proj_ba and the convolution.
+  params.Add({{layers, lin},
+              {"linear_num_key_heads", Hk},
+              {"linear_key_head_dim", dk},
+              {"hidden_size", D},
+              {"", 2}});
+  params.Add({{layers, lin},
+              {"linear_num_value_heads", Hv},
+              {"linear_value_head_dim", dv},
+              {"hidden_size", D},
+              {"", 3}});
+  params.Add({{layers, lin}, {"linear_num_value_heads", Hv}, {"hidden_size", D}, {"", 2}});
+  params.Add({{layers, lin},
+              {"linear_num_value_heads", Hv},
+              {"linear_value_head_dim", dv},
+              {"linear_conv_kernel_dim", q.conv_kernel},
+              {"", 3}});
+  params.Add({{layers, dense_layers},
+              {"intermediate_size", q.intermediate_size},
+              {"hidden_size", D},
+              {"", 3}});
+  params.Add({{layers, moe_layers},
+              {"num_experts", q.num_experts},
+              {"moe_intermediate_size", q.moe_intermediate_size},
+              {"hidden_size", D},
+              {"", 3}});
+  params.Add({{layers, moe_layers},
+              {"shared_expert_intermediate_size", q.shared_intermediate_size},
+              {"hidden_size", D},
+              {"", 3}});
+  STRATA_RETURN_IF_ERROR(params.Check());
+
+  ConfigSizeTotal tensors(c, "tensors", kMaxConfigTensors);
+  tensors.Add({{layers, q.num_layers}, {"", 24}});
+  tensors.Add({{layers, moe_layers}, {"num_experts", q.num_experts}, {"", 3}});
+  STRATA_RETURN_IF_ERROR(tensors.Check());
+
+  // The delta-rule state [Hv, dk, dv] and the convolution tail, per layer.
+  ConfigSizeTotal state(c, "bytes of one sequence's recurrent state", kMaxConfigSequenceStateBytes);
+  state.Add({{layers, lin},
+             {"linear_num_value_heads", Hv},
+             {"linear_key_head_dim", dk},
+             {"linear_value_head_dim", dv},
+             {"", 4}});
+  state.Add({{layers, lin},
+             {"conv channels", q.ConvChannels()},
+             {"linear_conv_kernel_dim", q.conv_kernel},
+             {"", 4}});
+  STRATA_RETURN_IF_ERROR(state.Check());
+
+  ConfigSizeTotal per_token(c, "bytes of state per token", kMaxConfigTokenStateBytes);
+  per_token.Add(
+      {{layers, attn}, {"num_key_value_heads", q.num_kv_heads}, {"head_dim", q.head_dim}, {"", 8}});
+  return per_token.Check();
+}
+
 }  // namespace
 
 int64_t Qwen3NextConfig::NumAttentionLayers() const {
@@ -171,23 +256,15 @@ StatusOr<Qwen3NextConfig> ParseQwen3NextConfig(const ConfigReader& c) {
   Qwen3NextConfig q;
   STRATA_ASSIGN_OR_RETURN(q.vocab_size, c.GetPositiveInt("vocab_size"));
   STRATA_ASSIGN_OR_RETURN(q.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(q.num_layers, c.GetPositiveInt("num_hidden_layers"));
+  STRATA_ASSIGN_OR_RETURN(q.num_layers,
+                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
   STRATA_ASSIGN_OR_RETURN(q.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-6));
   if (!(q.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
   STRATA_ASSIGN_OR_RETURN(q.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
-  STRATA_ASSIGN_OR_RETURN(q.max_context, c.GetIntOr("max_position_embeddings", 0));
-  STRATA_ASSIGN_OR_RETURN(int64_t bos, c.GetIntOr("bos_token_id", -1));
-  q.bos_token_id = static_cast<int32_t>(bos);
-  if (c.Has("eos_token_id")) {
-    // transformers allows a list of end tokens; the first is the canonical one.
-    const nlohmann::json& e = c.json().at("eos_token_id");
-    if (e.is_array() && !e.empty() && e[0].is_number_integer()) {
-      q.eos_token_id = e[0].get<int32_t>();
-    } else {
-      STRATA_ASSIGN_OR_RETURN(int64_t eos, c.GetInt("eos_token_id"));
-      q.eos_token_id = static_cast<int32_t>(eos);
-    }
-  }
+  STRATA_ASSIGN_OR_RETURN(q.max_context, ReadContextLength(c, "max_position_embeddings", 0));
+  STRATA_ASSIGN_OR_RETURN(SpecialTokenIds ids, ReadSpecialTokenIds(c, q.vocab_size, {}));
+  q.bos_token_id = ids.bos;
+  q.eos_token_id = ids.eos;
 
   // Variants this executor does not implement.
   STRATA_ASSIGN_OR_RETURN(std::string act, c.Has("hidden_act") ? c.GetString("hidden_act")
@@ -219,11 +296,8 @@ StatusOr<Qwen3NextConfig> ParseQwen3NextConfig(const ConfigReader& c) {
     STRATA_ASSIGN_OR_RETURN(q.num_heads, c.GetPositiveInt("num_attention_heads"));
     STRATA_ASSIGN_OR_RETURN(q.num_kv_heads, c.GetPositiveInt("num_key_value_heads"));
     STRATA_ASSIGN_OR_RETURN(q.head_dim, c.GetPositiveInt("head_dim"));
-    if (q.num_heads % q.num_kv_heads != 0) {
-      return c.FieldError(
-          "num_key_value_heads",
-          absl::StrCat(q.num_kv_heads, " does not divide num_attention_heads (", q.num_heads, ")"));
-    }
+    STRATA_RETURN_IF_ERROR(
+        CheckDivides(c, "num_key_value_heads", q.num_kv_heads, "num_attention_heads", q.num_heads));
     STRATA_RETURN_IF_ERROR(ParseRope(c, q));
   }
 
@@ -245,6 +319,7 @@ StatusOr<Qwen3NextConfig> ParseQwen3NextConfig(const ConfigReader& c) {
     }
     STRATA_ASSIGN_OR_RETURN(q.norm_topk_prob, c.GetBoolOr("norm_topk_prob", true));
   }
+  STRATA_RETURN_IF_ERROR(CheckSizes(c, q));
   return q;
 }
 

@@ -7,6 +7,10 @@
 
 #include <string>
 
+#include "base/input_limits.h"
+#include "model/config_checks.h"
+#include "model/config_sizes.h"
+
 namespace strata {
 namespace {
 
@@ -37,6 +41,92 @@ StatusOr<int64_t> PositiveIntOr(const ConfigReader& c, const std::string& key, i
   return c.GetPositiveInt(key);
 }
 
+// What the shapes add up to (weights, decode state), refused before weights
+// or states are sized from them.
+Status CheckSizes(const ConfigReader& c, const StrataHybridConfig& k) {
+  const std::string layers = "num_hidden_layers";
+  int64_t moe_layers = 0;
+  for (bool m : k.is_moe) moe_layers += m;
+  const int64_t dense_layers = k.num_layers - moe_layers;
+  const int64_t kda = k.NumKdaLayers(), dsa = k.NumDsaLayers(), D = k.hidden_size;
+  const int64_t H = k.kda_heads, dk = k.kda_head_dim, Hm = k.num_heads;
+  const int64_t I = k.moe_intermediate_size;
+
+  ConfigSizeTotal params(c, "parameters", kMaxConfigParameters);
+  params.Add(
+      {{"vocab_size", k.vocab_size}, {"hidden_size", D}, {"", k.tie_word_embeddings ? 1 : 2}});
+  params.Add({{layers, kda},
+              {"linear_num_heads", H},
+              {"linear_head_dim", dk},
+              {"hidden_size", D},
+              {"", 4}});
+  params.Add({{layers, kda},
+              {"linear_num_heads", H},
+              {"linear_head_dim", dk},
+              {"linear_head_dim", dk},
+              {"", 2}});
+  params.Add({{layers, dsa}, {"q_lora_rank", k.q_lora_rank}, {"hidden_size", D}});
+  params.Add({{layers, dsa},
+              {"num_attention_heads", Hm},
+              {"qk_nope_head_dim + qk_rope_head_dim", k.qk_nope_dim + k.qk_rope_dim},
+              {"q_lora_rank", k.q_lora_rank}});
+  params.Add({{layers, dsa},
+              {"kv_lora_rank + qk_rope_head_dim", k.kv_lora_rank + k.qk_rope_dim},
+              {"hidden_size", D}});
+  params.Add({{layers, dsa},
+              {"num_attention_heads", Hm},
+              {"qk_nope_head_dim + v_head_dim", k.qk_nope_dim + k.v_head_dim},
+              {"kv_lora_rank", k.kv_lora_rank}});
+  params.Add({{layers, dsa},
+              {"num_attention_heads", Hm},
+              {"v_head_dim", k.v_head_dim},
+              {"hidden_size", D}});
+  params.Add({{layers, dsa},
+              {"index_n_heads", k.index_heads},
+              {"index_head_dim", k.index_head_dim},
+              {"q_lora_rank", k.q_lora_rank}});
+  params.Add({{layers, dense_layers},
+              {"intermediate_size", k.intermediate_size},
+              {"hidden_size", D},
+              {"", 3}});
+  params.Add({{layers, moe_layers},
+              {"n_routed_experts", k.num_experts},
+              {"moe_intermediate_size", I},
+              {"hidden_size", D},
+              {"", 3}});
+  params.Add({{layers, moe_layers},
+              {"n_shared_experts", k.num_shared_experts},
+              {"moe_intermediate_size", I},
+              {"hidden_size", D},
+              {"", 3}});
+  STRATA_RETURN_IF_ERROR(params.Check());
+
+  ConfigSizeTotal tensors(c, "tensors", kMaxConfigTensors);
+  tensors.Add({{layers, k.num_layers}, {"", 32}});
+  tensors.Add({{layers, moe_layers}, {"n_routed_experts", k.num_experts}, {"", 3}});
+  STRATA_RETURN_IF_ERROR(tensors.Check());
+
+  ConfigSizeTotal state(c, "bytes of one sequence's recurrent state", kMaxConfigSequenceStateBytes);
+  state.Add({{layers, kda},
+             {"linear_num_heads", H},
+             {"linear_head_dim", dk},
+             {"linear_head_dim", dk},
+             {"", 4}});
+  state.Add({{layers, kda},
+             {"linear_num_heads", H},
+             {"linear_head_dim", dk},
+             {"linear_conv_kernel_dim", k.conv_kernel},
+             {"", 12}});
+  STRATA_RETURN_IF_ERROR(state.Check());
+
+  ConfigSizeTotal per_token(c, "bytes of state per token", kMaxConfigTokenStateBytes);
+  per_token.Add({{layers, dsa},
+                 {"kv_lora_rank + qk_rope_head_dim + index_head_dim",
+                  k.kv_lora_rank + k.qk_rope_dim + k.index_head_dim},
+                 {"", 4}});
+  return per_token.Check();
+}
+
 }  // namespace
 
 int64_t StrataHybridConfig::NumDsaLayers() const {
@@ -49,15 +139,15 @@ StatusOr<StrataHybridConfig> ParseStrataHybridConfig(const ConfigReader& c) {
   StrataHybridConfig k;
   STRATA_ASSIGN_OR_RETURN(k.vocab_size, c.GetPositiveInt("vocab_size"));
   STRATA_ASSIGN_OR_RETURN(k.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(k.num_layers, c.GetPositiveInt("num_hidden_layers"));
+  STRATA_ASSIGN_OR_RETURN(k.num_layers,
+                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
   STRATA_ASSIGN_OR_RETURN(k.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-6));
   if (!(k.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
   STRATA_ASSIGN_OR_RETURN(k.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
-  STRATA_ASSIGN_OR_RETURN(k.max_context, c.GetIntOr("max_position_embeddings", 4096));
-  STRATA_ASSIGN_OR_RETURN(int64_t bos, c.GetIntOr("bos_token_id", -1));
-  STRATA_ASSIGN_OR_RETURN(int64_t eos, c.GetIntOr("eos_token_id", -1));
-  k.bos_token_id = static_cast<int32_t>(bos);
-  k.eos_token_id = static_cast<int32_t>(eos);
+  STRATA_ASSIGN_OR_RETURN(k.max_context, ReadContextLength(c, "max_position_embeddings", 4096));
+  STRATA_ASSIGN_OR_RETURN(SpecialTokenIds ids, ReadSpecialTokenIds(c, k.vocab_size, {}));
+  k.bos_token_id = ids.bos;
+  k.eos_token_id = ids.eos;
   STRATA_RETURN_IF_ERROR(KindList(c, "layer_types", k.num_layers, "kda", "dsa", k.is_dsa));
   STRATA_RETURN_IF_ERROR(KindList(c, "mlp_layer_types", k.num_layers, "dense", "moe", k.is_moe));
 
@@ -111,6 +201,7 @@ StatusOr<StrataHybridConfig> ParseStrataHybridConfig(const ConfigReader& c) {
     STRATA_ASSIGN_OR_RETURN(k.norm_topk_prob, c.GetBoolOr("norm_topk_prob", true));
     STRATA_ASSIGN_OR_RETURN(k.routed_scaling_factor, c.GetDoubleOr("routed_scaling_factor", 1.0));
   }
+  STRATA_RETURN_IF_ERROR(CheckSizes(c, k));
   return k;
 }
 

@@ -36,6 +36,7 @@ struct Expr {
   ExprKind kind;
   int line = 0;
   int column = 0;
+  int depth = 1;  // of this node's tree; bounded by the parser
   Value literal;
   std::string name;
   bool negated = false;

@@ -8,10 +8,11 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 
-#include "absl/container/flat_hash_map.h"
 #include "base/status.h"
 #include "text/jinja/ast.h"
+#include "text/jinja/render_state.h"
 #include "text/jinja/value.h"
 
 namespace strata::jinja {
@@ -22,19 +23,27 @@ class Scope {
   explicit Scope(std::shared_ptr<Scope> parent = nullptr) : parent_(std::move(parent)) {}
   const Value* Find(const std::string& name) const;
   void Set(const std::string& name, Value value) { vars_[name] = std::move(value); }
+  // Forgets this scope's variables (not the parent's).
+  void Clear();
 
  private:
   std::shared_ptr<Scope> parent_;
-  absl::flat_hash_map<std::string, Value> vars_;
+  // std::unordered_map, not absl's flat_hash_map: an insertion that fails to
+  // allocate must leave the map intact (the 2022 Abseil marks the slot full
+  // before constructing it, so the destructor frees garbage).
+  std::unordered_map<std::string, Value> vars_;
 };
 
 // Scope holding the globals: range, namespace, dict, raise_exception, strftime_now.
 std::shared_ptr<Scope> MakeGlobalScope();
 
 // Renders `body` with variables looked up in `scope` (usually a child of the
-// global scope holding the render context).
+// global scope holding the render context), within the limits of `options`
+// (render_state.h). Errors are InvalidArgument "<label>:<line>:<column>: ...",
+// or Cancelled when options.cancelled said so.
 StatusOr<std::string> RenderTemplate(const StmtList& body, const std::string& label,
-                                     std::shared_ptr<Scope> scope);
+                                     std::shared_ptr<Scope> scope,
+                                     const RenderOptions& options = {});
 
 }  // namespace strata::jinja
 

@@ -4,18 +4,34 @@
 #include "text/jinja/filters.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "text/jinja/object_model.h"
+#include "text/jinja/render_state.h"
 
 namespace strata::jinja {
 namespace {
 
 Status TypeError(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+Status Overflow() { return TypeError("integer overflow: result does not fit in 64 bits"); }
+
+// Python int(x) of a float: NaN is a ValueError (filters fall back to their
+// default), values outside int64 an overflow (Python's ints are unbounded).
+StatusOr<int64_t> FloatToInt(double d) {
+  if (std::isnan(d)) return TypeError("cannot convert float NaN to integer");
+  // 2^63 is exact as a double; the cast is defined below it.
+  if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) return Overflow();
+  return static_cast<int64_t>(d);
+}
 
 // ---- JSON ----
 
@@ -88,11 +104,52 @@ StatusOr<std::string> JsonKey(const Value& k) {
   }
 }
 
-Status DumpJsonTo(const Value& v, const JsonOptions& o, int depth, std::string* out) {
-  auto newline = [&](int d) {
-    out->push_back('\n');
-    for (int i = 0; i < d; ++i) *out += *o.indent;
-  };
+// Each container level is checked (depth, stack) before recursing, and
+// the output against the string limit as it grows: a small value whose
+// lists share their items can dump exponentially long.
+Status EnterJsonLevel(int depth, const std::string& out) {
+  RenderState* state = RenderState::Current();
+  const int max_depth =
+      state != nullptr ? state->limits().max_value_depth : limits::kMaxTemplateValueDepth;
+  if (depth >= max_depth) {
+    return TypeError(absl::StrCat("value nested deeper than ", max_depth, " levels"));
+  }
+  if (state == nullptr) return OkStatus();
+  if (!state->HasStack()) return TypeError("value nested too deeply for this thread's stack");
+  STRATA_RETURN_IF_ERROR(CheckStringSize(static_cast<int64_t>(out.size())));
+  if (!state->Spend(1)) return state->error();
+  return OkStatus();
+}
+
+// A dict's entries as JSON keys, sorted when asked. Out of line, like the
+// scalars below: DumpJsonTo recurses once per level and carries only what
+// the container loops need.
+__attribute__((noinline)) Status JsonEntries(
+    const DictData& dict, bool sort_keys,
+    std::vector<std::pair<std::string, const Value*>>* entries) {
+  const auto& items = dict.items;
+  for (const auto& [k, val] : items) {
+    if (sort_keys && !k.is_string()) {
+      // Python sorts the original keys: mixed types raise TypeError.
+      for (const auto& [k2, unused] : items) {
+        if (k2.kind() != k.kind() && !(k.is_number() && k2.is_number())) {
+          return TypeError(absl::StrCat("'<' not supported between instances of '", k.TypeName(),
+                                        "' and '", k2.TypeName(), "'"));
+        }
+      }
+    }
+    STRATA_ASSIGN_OR_RETURN(std::string key, JsonKey(k));
+    entries->emplace_back(std::move(key), &val);
+  }
+  if (sort_keys) {
+    std::stable_sort(entries->begin(), entries->end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+  return OkStatus();
+}
+
+__attribute__((noinline)) Status DumpJsonScalar(const Value& v, const JsonOptions& o,
+                                                std::string* out) {
   switch (v.kind()) {
     case Value::Kind::kNone:
       *out += "null";
@@ -109,65 +166,41 @@ Status DumpJsonTo(const Value& v, const JsonOptions& o, int depth, std::string* 
     case Value::Kind::kString:
       AppendJsonString(v.as_string(), o.ensure_ascii, out);
       return OkStatus();
-    case Value::Kind::kList: {
-      if (!v.list().view_name.empty()) {
-        return TypeError(
-            absl::StrCat("Object of type ", v.TypeName(), " is not JSON serializable"));
-      }
-      const auto& items = v.list().items;
-      if (items.empty()) {
-        *out += "[]";
-        return OkStatus();
-      }
-      out->push_back('[');
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (i) *out += o.item_separator;
-        if (o.indent) newline(depth + 1);
-        STRATA_RETURN_IF_ERROR(DumpJsonTo(items[i], o, depth + 1, out));
-      }
-      if (o.indent) newline(depth);
-      out->push_back(']');
-      return OkStatus();
-    }
-    case Value::Kind::kDict: {
-      const auto& items = v.dict().items;
-      if (items.empty()) {
-        *out += "{}";
-        return OkStatus();
-      }
-      std::vector<std::pair<std::string, const Value*>> entries;
-      for (const auto& [k, val] : items) {
-        if (o.sort_keys && !k.is_string()) {
-          // Python sorts the original keys: mixed types raise TypeError.
-          for (const auto& [k2, unused] : items) {
-            if (k2.kind() != k.kind() && !(k.is_number() && k2.is_number())) {
-              return TypeError(absl::StrCat("'<' not supported between instances of '",
-                                            k.TypeName(), "' and '", k2.TypeName(), "'"));
-            }
-          }
-        }
-        STRATA_ASSIGN_OR_RETURN(std::string key, JsonKey(k));
-        entries.emplace_back(std::move(key), &val);
-      }
-      if (o.sort_keys) {
-        std::stable_sort(entries.begin(), entries.end(),
-                         [](const auto& a, const auto& b) { return a.first < b.first; });
-      }
-      out->push_back('{');
-      for (size_t i = 0; i < entries.size(); ++i) {
-        if (i) *out += o.item_separator;
-        if (o.indent) newline(depth + 1);
-        AppendJsonString(entries[i].first, o.ensure_ascii, out);
-        *out += o.key_separator;
-        STRATA_RETURN_IF_ERROR(DumpJsonTo(*entries[i].second, o, depth + 1, out));
-      }
-      if (o.indent) newline(depth);
-      out->push_back('}');
-      return OkStatus();
-    }
     default:
       return TypeError(absl::StrCat("Object of type ", v.TypeName(), " is not JSON serializable"));
   }
+}
+
+Status DumpJsonTo(const Value& v, const JsonOptions& o, int depth, std::string* out) {
+  const bool list = v.is_list() && v.list().view_name.empty();
+  if (!list && !v.is_dict()) return DumpJsonScalar(v, o, out);
+  STRATA_RETURN_IF_ERROR(EnterJsonLevel(depth, *out));
+  const size_t n = list ? v.list().items.size() : v.dict().items.size();
+  if (n == 0) {
+    *out += list ? "[]" : "{}";
+    return OkStatus();
+  }
+  std::vector<std::pair<std::string, const Value*>> entries;
+  if (!list) STRATA_RETURN_IF_ERROR(JsonEntries(v.dict(), o.sort_keys, &entries));
+  auto newline = [&](int d) {
+    out->push_back('\n');
+    for (int i = 0; i < d; ++i) *out += *o.indent;
+  };
+  out->push_back(list ? '[' : '{');
+  for (size_t i = 0; i < n; ++i) {
+    if (i) *out += o.item_separator;
+    if (o.indent) newline(depth + 1);
+    if (!list) {
+      AppendJsonString(entries[i].first, o.ensure_ascii, out);
+      *out += o.key_separator;
+    }
+    STRATA_RETURN_IF_ERROR(
+        DumpJsonTo(list ? v.list().items[i] : *entries[i].second, o, depth + 1, out));
+    STRATA_RETURN_IF_ERROR(CheckStringSize(static_cast<int64_t>(out->size())));
+  }
+  if (o.indent) newline(depth);
+  out->push_back(list ? ']' : '}');
+  return OkStatus();
 }
 
 // ---- helpers ----
@@ -210,8 +243,9 @@ StatusOr<Value> GetAttributePath(const Value& obj, const std::string& path) {
     std::string part =
         path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    STRATA_ASSIGN_OR_RETURN(
-        cur, GetItem(cur, digits ? Value::Int(std::stoll(part)) : Value::String(part)));
+    int64_t index = std::numeric_limits<int64_t>::max();  // past int64: no such item either
+    if (digits) std::from_chars(part.data(), part.data() + part.size(), index);
+    STRATA_ASSIGN_OR_RETURN(cur, GetItem(cur, digits ? Value::Int(index) : Value::String(part)));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
   }
@@ -284,9 +318,13 @@ StatusOr<Value> SelectOrReject(const Value& operand, CallArgs& args, bool select
   return Value::List(std::move(out));
 }
 
-std::string HtmlEscape(const std::string& s) {
+StatusOr<std::string> HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
+    // Up to 5 bytes per byte: checked as it grows.
+    if (out.size() % 4096 == 0) {
+      STRATA_RETURN_IF_ERROR(CheckStringSize(static_cast<int64_t>(out.size() + 5)));
+    }
     switch (c) {
       case '&':
         out += "&amp;";
@@ -338,7 +376,11 @@ StatusOr<Value> PercentFormat(const std::string& fmt, const Value& args_value) {
       out += a.Repr();
     } else if (spec == 'd' || spec == 'i') {
       if (!a.is_number()) return TypeError("%d format: a real number is required");
-      out += std::to_string(a.is_float() ? static_cast<int64_t>(a.as_double()) : a.as_int());
+      int64_t n = a.as_int();
+      if (a.is_float()) {
+        STRATA_ASSIGN_OR_RETURN(n, FloatToInt(a.as_double()));
+      }
+      out += std::to_string(n);
     } else {
       return TypeError(absl::StrCat("unsupported format character '", std::string(1, spec), "'"));
     }
@@ -385,6 +427,7 @@ const std::map<std::string, FilterFn>& Filters() {
            if (indent->is_string()) {
              o.indent = indent->as_string();
            } else if (indent->is_int()) {
+             STRATA_RETURN_IF_ERROR(CheckStringSize(indent->as_int()));
              o.indent = std::string(std::max<int64_t>(0, indent->as_int()), ' ');
            } else {
              return TypeError("indent must be int or str");
@@ -439,10 +482,13 @@ const std::map<std::string, FilterFn>& Filters() {
            if (attribute && !attribute->is_none()) {
              STRATA_ASSIGN_OR_RETURN(item, GetAttributePath(item, attribute->Str()));
            }
+           const std::string text = item.Str();
+           STRATA_RETURN_IF_ERROR(
+               CheckStringSize(static_cast<int64_t>(out.size() + sep.size() + text.size())));
            if (i) out += sep;
-           out += item.Str();
+           out += text;
          }
-         return Value::String(out);
+         return Value::String(std::move(out));
        }},
       {"upper",
        [](const Value& v, CallArgs&) -> StatusOr<Value> {
@@ -475,29 +521,36 @@ const std::map<std::string, FilterFn>& Filters() {
        }},
       {"escape",
        [](const Value& v, CallArgs&) -> StatusOr<Value> {
-         return Value::String(HtmlEscape(v.Str()));
+         STRATA_ASSIGN_OR_RETURN(std::string escaped, HtmlEscape(v.Str()));
+         return Value::String(std::move(escaped));
        }},
       {"int",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
          const Value* d = Arg(a, 0, "default");
          Value fallback = d ? *d : Value::Int(0);
          const Value* base_v = Arg(a, 1, "base");
-         int base = base_v ? static_cast<int>(base_v->as_int()) : 10;
+         const int64_t base = base_v ? base_v->as_int() : 10;
          if (v.is_int() || v.is_bool()) return Value::Int(v.as_int());
-         if (v.is_float()) return Value::Int(static_cast<int64_t>(v.as_double()));
+         auto from_float = [&](double d) -> StatusOr<Value> {
+           auto n = FloatToInt(d);
+           if (!n.ok() && std::isnan(d)) return fallback;  // ValueError: the default
+           STRATA_RETURN_IF_ERROR(n.status());
+           return Value::Int(*n);
+         };
+         if (v.is_float()) return from_float(v.as_double());
          if (v.is_string()) {
-           std::string s = PyStrip(v.as_string(), std::nullopt, true, true);
-           try {
-             size_t used = 0;
-             long long r = std::stoll(s, &used, base);
-             if (used == s.size()) return Value::Int(r);
-           } catch (...) {
+           const std::string s = PyStrip(v.as_string(), std::nullopt, true, true);
+           // strtoll/strtod report range errors in errno rather than throwing.
+           if (!s.empty() && (base == 0 || (base >= 2 && base <= 36))) {
+             char* end = nullptr;
+             errno = 0;
+             const long long r = std::strtoll(s.c_str(), &end, static_cast<int>(base));
+             if (end == s.c_str() + s.size() && errno == 0) return Value::Int(r);
            }
-           try {
-             size_t used = 0;
-             double r = std::stod(s, &used);
-             if (used == s.size()) return Value::Int(static_cast<int64_t>(r));
-           } catch (...) {
+           if (!s.empty()) {
+             char* end = nullptr;
+             const double d = std::strtod(s.c_str(), &end);
+             if (end == s.c_str() + s.size()) return from_float(d);
            }
          }
          return fallback;
@@ -508,20 +561,21 @@ const std::map<std::string, FilterFn>& Filters() {
          Value fallback = d ? *d : Value::Float(0.0);
          if (v.is_number()) return Value::Float(v.as_double());
          if (v.is_string()) {
-           std::string s = PyStrip(v.as_string(), std::nullopt, true, true);
-           try {
-             size_t used = 0;
-             double r = std::stod(s, &used);
-             if (used == s.size()) return Value::Float(r);
-           } catch (...) {
-           }
+           const std::string s = PyStrip(v.as_string(), std::nullopt, true, true);
+           // strtod, as Python: out-of-range values are inf or 0, not errors.
+           char* end = nullptr;
+           const double d = std::strtod(s.c_str(), &end);
+           if (!s.empty() && end == s.c_str() + s.size()) return Value::Float(d);
          }
          return fallback;
        }},
       {"abs",
        [](const Value& v, CallArgs&) -> StatusOr<Value> {
          if (v.is_float()) return Value::Float(std::fabs(v.as_double()));
-         if (v.is_number()) return Value::Int(std::llabs(v.as_int()));
+         if (v.is_number()) {
+           if (v.as_int() == std::numeric_limits<int64_t>::min()) return Overflow();
+           return Value::Int(v.as_int() < 0 ? -v.as_int() : v.as_int());
+         }
          return TypeError(absl::StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
        }},
       {"round",
@@ -598,7 +652,13 @@ const std::map<std::string, FilterFn>& Filters() {
            }
            key = SortKey(key, case_sensitive);
            bool dup = false;
-           for (const auto& s : seen) dup = dup || s.Equals(key);
+           for (const auto& s : seen) {
+             if (s.Equals(key)) {
+               dup = true;
+               break;
+             }
+             if (!SpendSteps(1)) return RenderState::Current()->error();
+           }
            if (!dup) {
              seen.push_back(key);
              out.push_back(item);
@@ -661,7 +721,9 @@ const std::map<std::string, FilterFn>& Filters() {
            if (x.is_float() || total.is_float()) {
              total = Value::Float(total.as_double() + x.as_double());
            } else {
-             total = Value::Int(total.as_int() + x.as_int());
+             int64_t r;
+             if (__builtin_add_overflow(total.as_int(), x.as_int(), &r)) return Overflow();
+             total = Value::Int(r);
            }
          }
          return total;
@@ -672,8 +734,10 @@ const std::map<std::string, FilterFn>& Filters() {
          const Value* repl = Arg(a, 1, "new");
          const Value* count = Arg(a, 2, "count");
          if (!old || !repl) return TypeError("replace() missing required arguments");
-         return Value::String(PyReplace(v.Str(), old->Str(), repl->Str(),
-                                        count && !count->is_none() ? count->as_int() : -1));
+         STRATA_ASSIGN_OR_RETURN(std::string replaced,
+                                 PyReplace(v.Str(), old->Str(), repl->Str(),
+                                           count && !count->is_none() ? count->as_int() : -1));
+         return Value::String(std::move(replaced));
        }},
       {"map",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
@@ -722,6 +786,7 @@ const std::map<std::string, FilterFn>& Filters() {
       {"indent",
        [](const Value& v, CallArgs& a) -> StatusOr<Value> {
          const Value* w = Arg(a, 0, "width");
+         if (w && !w->is_string()) STRATA_RETURN_IF_ERROR(CheckStringSize(w->as_int()));
          std::string indention = !w ? "    "
                                  : w->is_string()
                                      ? w->as_string()
@@ -733,6 +798,13 @@ const std::map<std::string, FilterFn>& Filters() {
          STRATA_ASSIGN_OR_RETURN(Value lines_v, GetAttribute(Value::String(s), "splitlines"));
          STRATA_ASSIGN_OR_RETURN(Value lines_list, lines_v.function().fn(none));
          auto& lines = lines_list.list().items;
+         // Every line gains the indent: checked before building.
+         int64_t grown = 0;
+         if (__builtin_mul_overflow(static_cast<int64_t>(lines.size() + 1),
+                                    static_cast<int64_t>(indention.size()), &grown)) {
+           grown = std::numeric_limits<int64_t>::max() / 2;
+         }
+         STRATA_RETURN_IF_ERROR(CheckStringSize(static_cast<int64_t>(s.size()) + grown));
          std::string rv;
          if (blank) {
            for (size_t i = 0; i < lines.size(); ++i) {
@@ -826,6 +898,8 @@ const std::map<std::string, TestFn>& Tests() {
          STRATA_ASSIGN_OR_RETURN(Value n, NeedArg(a, "divisibleby"));
          if (!n.is_int() || n.as_int() == 0 || !v.is_int())
            return TypeError("divisibleby needs non-zero integers");
+         // INT64_MIN % -1 traps on x86.
+         if (n.as_int() == -1) return true;
          return (v.as_int() % n.as_int()) == 0;
        }},
       {"lower",

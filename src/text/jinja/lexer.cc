@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "text/jinja/value.h"
@@ -96,9 +99,22 @@ class Lexer {
     auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     size_t line_index = static_cast<size_t>(it - line_starts_.begin()) - 1;
     t->line = static_cast<int>(line_index + 1);
-    t->column = static_cast<int>(
-        CodePointLength(src_.substr(line_starts_[line_index], offset - line_starts_[line_index])) +
-        1);
+    // Columns count code points from the line start. Tokens come in order, so
+    // counting goes on from the previous one on the same line: rescanning
+    // from the start would make a template written on one line quadratic.
+    size_t from = line_starts_[line_index];
+    int64_t column = 1;
+    if (last_line_ == line_index && last_offset_ >= from && last_offset_ <= offset) {
+      from = last_offset_;
+      column = last_column_;
+    }
+    for (size_t i = from; i < offset; ++i) {
+      if ((static_cast<unsigned char>(src_[i]) & 0xC0) != 0x80) ++column;
+    }
+    last_line_ = line_index;
+    last_offset_ = offset;
+    last_column_ = column;
+    t->column = static_cast<int>(std::min<int64_t>(column, std::numeric_limits<int>::max()));
   }
 
   void Emit(TokenType type, std::string value, size_t offset) {
@@ -302,7 +318,18 @@ class Lexer {
       for (size_t i = p + 2; i < q; ++i) {
         if (src_[i] != '_') body.push_back(src_[i]);
       }
-      Emit(TokenType::kInteger, std::to_string(std::stoll(body, nullptr, base)), start);
+      int64_t value = 0;
+      const char* end = body.data() + body.size();
+      auto [ptr, ec] = std::from_chars(body.data(), end, value, base);
+      if (ec == std::errc::result_out_of_range) {
+        return ErrorAt(start, absl::StrCat("integer literal ", src_.substr(start, q - start),
+                                           " does not fit in 64 bits"));
+      }
+      if (ec != std::errc() || ptr != end) {
+        return ErrorAt(start,
+                       absl::StrCat("invalid integer literal ", src_.substr(start, q - start)));
+      }
+      Emit(TokenType::kInteger, std::to_string(value), start);
       return q;
     }
     p = digits(p);
@@ -432,6 +459,10 @@ class Lexer {
   const std::string& label_;
   LexerOptions options_;
   std::vector<size_t> line_starts_;
+  // Locate's position of the previous token.
+  mutable size_t last_line_ = 0;
+  mutable size_t last_offset_ = 0;
+  mutable int64_t last_column_ = 1;
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   bool line_starting_ = true;

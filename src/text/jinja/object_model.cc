@@ -2,10 +2,15 @@
 // and list, following CPython and jinja2's Environment.getattr/getitem.
 #include "text/jinja/object_model.h"
 
+#include <string.h>  // memmem
+
 #include <algorithm>
+#include <charconv>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "text/jinja/case_tables.h"
+#include "text/jinja/render_state.h"
 
 namespace strata::jinja {
 namespace {
@@ -50,10 +55,20 @@ StatusOr<std::string> StringArg(const Value& v, const char* what) {
   return v.as_string();
 }
 
+// The render's item limit, checked while a list of pieces grows so that it
+// stops one past the limit (the list's construction then fails) instead of
+// materializing millions of pieces first.
+size_t PieceLimit() {
+  RenderState* state = RenderState::Current();
+  return state != nullptr ? static_cast<size_t>(state->limits().max_items)
+                          : std::numeric_limits<size_t>::max();
+}
+
 // Python str.split / rsplit.
 std::vector<std::string> PySplit(const std::string& s, const std::optional<std::string>& sep,
                                  int64_t maxsplit, bool from_right) {
   std::vector<std::string> out;
+  const size_t limit = PieceLimit();
   if (!sep) {
     // Whitespace split: runs of whitespace, no empty strings.
     std::vector<char32_t> cps = DecodeUtf8(s);
@@ -65,6 +80,7 @@ std::vector<std::string> PySplit(const std::string& s, const std::optional<std::
       size_t start = i;
       while (i < cps.size() && !IsPythonSpace(cps[i])) ++i;
       words.emplace_back(start, i);
+      if (words.size() > limit) break;
     }
     auto slice = [&](size_t a, size_t b) {
       return EncodeUtf8(std::vector<char32_t>(cps.begin() + a, cps.begin() + b));
@@ -86,33 +102,25 @@ std::vector<std::string> PySplit(const std::string& s, const std::optional<std::
     }
     return out;
   }
-  const std::string& d = *sep;
-  if (!from_right) {
-    size_t start = 0;
-    int64_t splits = 0;
-    while (maxsplit < 0 || splits < maxsplit) {
-      size_t p = s.find(d, start);
-      if (p == std::string::npos) break;
-      out.push_back(s.substr(start, p - start));
-      start = p + d.size();
-      ++splits;
-    }
-    out.push_back(s.substr(start));
-    return out;
-  }
-  size_t end = s.size();
+  // rsplit is split of the reversed bytes with the reversed separator: the
+  // same non-overlapping matches, taken from the right.
+  const std::string text = from_right ? std::string(s.rbegin(), s.rend()) : s;
+  const std::string d = from_right ? std::string(sep->rbegin(), sep->rend()) : *sep;
+  size_t start = 0;
   int64_t splits = 0;
-  std::vector<std::string> rev;
-  while (maxsplit < 0 || splits < maxsplit) {
-    if (end < d.size()) break;
-    size_t p = s.rfind(d, end - d.size());
+  while ((maxsplit < 0 || splits < maxsplit) && out.size() <= limit) {
+    size_t p = FindSubstring(text, d, start);
     if (p == std::string::npos) break;
-    rev.push_back(s.substr(p + d.size(), end - p - d.size()));
-    end = p;
+    out.push_back(text.substr(start, p - start));
+    start = p + d.size();
     ++splits;
   }
-  rev.push_back(s.substr(0, end));
-  return std::vector<std::string>(rev.rbegin(), rev.rend());
+  out.push_back(text.substr(start));
+  if (from_right) {
+    std::reverse(out.begin(), out.end());
+    for (std::string& piece : out) std::reverse(piece.begin(), piece.end());
+  }
+  return out;
 }
 
 Value StringList(const std::vector<std::string>& parts) {
@@ -154,8 +162,11 @@ StatusOr<Value> StrFormat(const std::string& fmt, const CallArgs& args) {
           return TypeError("Replacement index out of range");
         v = &args.positional[auto_index++];
       } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
-        size_t k = std::stoul(field);
-        if (k >= args.positional.size()) return TypeError("Replacement index out of range");
+        size_t k = 0;
+        const char* end = field.data() + field.size();
+        if (std::from_chars(field.data(), end, k).ptr != end || k >= args.positional.size()) {
+          return TypeError("Replacement index out of range");
+        }
         v = &args.positional[k];
       } else {
         for (const auto& [name, value] : args.keyword) {
@@ -163,7 +174,10 @@ StatusOr<Value> StrFormat(const std::string& fmt, const CallArgs& args) {
         }
         if (!v) return TypeError("KeyError: '" + field + "'");
       }
-      out += v->Str();
+      // A field may repeat ("{0}{0}{0}"): the result can outgrow its inputs.
+      const std::string text = v->Str();
+      STRATA_RETURN_IF_ERROR(CheckStringSize(static_cast<int64_t>(out.size() + text.size())));
+      out += text;
       i = close;
     } else if (c == '}') {
       if (i + 1 < fmt.size() && fmt[i + 1] == '}') ++i;
@@ -241,7 +255,8 @@ StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, Cal
     STRATA_ASSIGN_OR_RETURN(std::string old, StringArg(args.positional[0], "replace"));
     STRATA_ASSIGN_OR_RETURN(std::string repl, StringArg(args.positional[1], "replace"));
     STRATA_ASSIGN_OR_RETURN(int64_t count, opt_int(2, "count", -1));
-    return Value::String(PyReplace(s, old, repl, count));
+    STRATA_ASSIGN_OR_RETURN(std::string replaced, PyReplace(s, old, repl, count));
+    return Value::String(std::move(replaced));
   }
   if (name == "upper") return Value::String(PyUpper(s));
   if (name == "lower" || name == "casefold") return Value::String(PyLower(s));
@@ -253,10 +268,13 @@ StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, Cal
     if (name == "count") {
       if (sub.empty()) return Value::Int(CodePointLength(s) + 1);
       int64_t n = 0;
-      for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+      for (size_t p = FindSubstring(s, sub); p != std::string::npos;
+           p = FindSubstring(s, sub, p + sub.size())) {
+        ++n;
+      }
       return Value::Int(n);
     }
-    size_t p = name == "rfind" ? s.rfind(sub) : s.find(sub);
+    size_t p = name == "rfind" ? RFindSubstring(s, sub) : FindSubstring(s, sub);
     if (p == std::string::npos) {
       if (name == "index") return TypeError("ValueError: substring not found");
       return Value::Int(-1);
@@ -272,15 +290,18 @@ StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, Cal
         return TypeError(absl::StrCat("sequence item ", i, ": expected str instance, ",
                                       items[i].TypeName(), " found"));
       }
+      STRATA_RETURN_IF_ERROR(CheckStringSize(
+          static_cast<int64_t>(out.size() + s.size() + items[i].as_string().size())));
       if (i) out += s;
       out += items[i].as_string();
     }
-    return Value::String(out);
+    return Value::String(std::move(out));
   }
   if (name == "splitlines") {
     std::vector<std::string> lines;
+    const size_t limit = PieceLimit();
     size_t start = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
+    for (size_t i = 0; i < s.size() && lines.size() <= limit; ++i) {
       if (s[i] == '\n' || s[i] == '\r') {
         lines.push_back(s.substr(start, i - start));
         if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
@@ -331,7 +352,7 @@ StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, Cal
   if (name == "partition" || name == "rpartition") {
     if (args.positional.size() != 1) return TypeError(name + "() takes exactly one argument");
     STRATA_ASSIGN_OR_RETURN(std::string sep, StringArg(args.positional[0], name.c_str()));
-    size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
+    size_t p = name == "partition" ? FindSubstring(s, sep) : RFindSubstring(s, sep);
     std::vector<Value> parts;
     if (p == std::string::npos) {
       if (name == "partition") {
@@ -349,9 +370,18 @@ StatusOr<Value> CallStrMethod(const std::string& s, const std::string& name, Cal
     STRATA_ASSIGN_OR_RETURN(int64_t width, opt_int(0, "width", 0));
     STRATA_ASSIGN_OR_RETURN(auto fill, opt_string(1, "fillchar"));
     std::string f = fill ? *fill : (name == "zfill" ? "0" : " ");
+    if (CodePointLength(f) != 1) {
+      return TypeError("The fill character must be exactly one character long");
+    }
     int64_t len = CodePointLength(s);
     if (width <= len) return Value::String(s);
     int64_t pad = width - len;
+    // Checked before padding: the width is the template's to choose.
+    int64_t pad_bytes = 0;
+    if (__builtin_mul_overflow(pad, static_cast<int64_t>(f.size()), &pad_bytes)) {
+      pad_bytes = std::numeric_limits<int64_t>::max() - static_cast<int64_t>(s.size());
+    }
+    STRATA_RETURN_IF_ERROR(CheckStringSize(static_cast<int64_t>(s.size()) + pad_bytes));
     auto rep = [&](int64_t n) {
       std::string r;
       for (int64_t i = 0; i < n; ++i) r += f;
@@ -476,12 +506,18 @@ StatusOr<Value> GetItem(const Value& obj, const Value& key) {
       break;
     case Value::Kind::kString:
       if (key.is_int() || key.is_bool()) {
-        std::vector<char32_t> cps = DecodeUtf8(obj.as_string());
+        const std::string& s = obj.as_string();
         int64_t i = key.as_int();
-        if (NormalizeIndex(&i, static_cast<int64_t>(cps.size()))) {
-          std::string out;
-          AppendUtf8(cps[i], &out);
-          return Value::String(out);
+        if (NormalizeIndex(&i, CodePointLength(s))) {
+          // Walks to the code point instead of decoding the whole string.
+          size_t at = 0;
+          for (int64_t seen = 0; at < s.size(); ++at) {
+            if ((static_cast<unsigned char>(s[at]) & 0xC0) == 0x80) continue;
+            if (seen++ == i) break;
+          }
+          size_t end = at + 1;
+          while (end < s.size() && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) ++end;
+          return Value::String(s.substr(at, end - at));
         }
         return Value::Undefined(
             absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.Repr()));
@@ -538,10 +574,10 @@ StatusOr<Value> GetSlice(const Value& obj, const Value& start_v, const Value& st
   int64_t start = adjust(start_o, true);
   int64_t stop = adjust(stop_o, false);
   std::vector<int64_t> indices;
-  if (step > 0) {
-    for (int64_t i = start; i < stop; i += step) indices.push_back(i);
-  } else {
-    for (int64_t i = start; i > stop; i += step) indices.push_back(i);
+  // The indices stay within [-1, n], so only the step can overflow them.
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    indices.push_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;
   }
   if (obj.is_string()) {
     std::string out;
@@ -558,13 +594,20 @@ StatusOr<std::vector<Value>> Iterate(const Value& obj) {
     case Value::Kind::kUndefined:
       return std::vector<Value>();
     case Value::Kind::kList:
+      if (!SpendSteps(1 + static_cast<int64_t>(obj.list().items.size()))) {
+        return RenderState::Current()->error();
+      }
       return obj.list().items;
     case Value::Kind::kDict: {
+      if (!SpendSteps(1 + static_cast<int64_t>(obj.dict().items.size()))) {
+        return RenderState::Current()->error();
+      }
       std::vector<Value> keys;
       for (const auto& [k, v] : obj.dict().items) keys.push_back(k);
       return keys;
     }
     case Value::Kind::kString: {
+      STRATA_RETURN_IF_ERROR(CheckItemCount(CodePointLength(obj.as_string())));
       std::vector<Value> chars;
       for (char32_t cp : DecodeUtf8(obj.as_string())) {
         std::string c;
@@ -583,6 +626,7 @@ StatusOr<int64_t> Length(const Value& obj) {
     case Value::Kind::kUndefined:
       return 0;
     case Value::Kind::kString:
+      SpendSteps(1 + static_cast<int64_t>(obj.as_string().size()) / limits::kRenderBytesPerStep);
       return CodePointLength(obj.as_string());
     case Value::Kind::kList:
       return static_cast<int64_t>(obj.list().items.size());
@@ -694,8 +738,12 @@ std::string PyTitle(const std::string& s) {
   return out;
 }
 
-std::string PyReplace(const std::string& s, const std::string& old, const std::string& repl,
-                      int64_t count) {
+StatusOr<std::string> PyReplace(const std::string& s, const std::string& old,
+                                const std::string& repl, int64_t count) {
+  // The result grows by |repl| per match: checked as it grows.
+  auto fits = [](const std::string& out, size_t more) {
+    return CheckStringSize(static_cast<int64_t>(out.size() + more));
+  };
   if (old.empty()) {
     // Python inserts `repl` between every character and at both ends.
     std::vector<char32_t> cps = DecodeUtf8(s);
@@ -703,6 +751,7 @@ std::string PyReplace(const std::string& s, const std::string& old, const std::s
     int64_t done = 0;
     for (size_t i = 0; i <= cps.size(); ++i) {
       if (count < 0 || done < count) {
+        STRATA_RETURN_IF_ERROR(fits(out, repl.size()));
         out += repl;
         ++done;
       }
@@ -714,13 +763,41 @@ std::string PyReplace(const std::string& s, const std::string& old, const std::s
   size_t start = 0;
   int64_t done = 0;
   while (count < 0 || done < count) {
-    size_t p = s.find(old, start);
+    size_t p = FindSubstring(s, old, start);
     if (p == std::string::npos) break;
-    out += s.substr(start, p - start) + repl;
+    STRATA_RETURN_IF_ERROR(fits(out, p - start + repl.size()));
+    out.append(s, start, p - start).append(repl);
     start = p + old.size();
     ++done;
   }
-  return out + s.substr(start);
+  STRATA_RETURN_IF_ERROR(fits(out, s.size() - start));
+  return out.append(s, start, std::string::npos);
+}
+
+size_t FindSubstring(std::string_view haystack, std::string_view needle, size_t from) {
+  if (from > haystack.size()) return std::string::npos;
+  if (needle.empty()) return from;
+  // memmem is linear in glibc and musl (two-way); std::string::find is
+  // O(n * m) on inputs like "aaaa...ab" in "aaaa...a".
+  const void* p =
+      memmem(haystack.data() + from, haystack.size() - from, needle.data(), needle.size());
+  const size_t at = p == nullptr
+                        ? std::string::npos
+                        : static_cast<size_t>(static_cast<const char*>(p) - haystack.data());
+  // The render pays for the bytes scanned (repeated searches for the next
+  // match scan each byte about once).
+  const size_t scanned = (at == std::string::npos ? haystack.size() : at + needle.size()) - from;
+  SpendSteps(1 + static_cast<int64_t>(scanned) / limits::kRenderBytesPerStep);
+  return at;
+}
+
+size_t RFindSubstring(std::string_view haystack, std::string_view needle) {
+  if (needle.size() > haystack.size()) return std::string::npos;
+  // The last match is the first one in the reversed bytes.
+  const std::string rh(haystack.rbegin(), haystack.rend());
+  const std::string rn(needle.rbegin(), needle.rend());
+  const size_t p = FindSubstring(rh, rn);
+  return p == std::string::npos ? p : haystack.size() - p - needle.size();
 }
 
 StatusOr<std::vector<Value>> BindArgs(const std::string& fn, const CallArgs& args,

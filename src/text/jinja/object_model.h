@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -38,8 +39,13 @@ std::string PyUpper(const std::string& s);
 std::string PyLower(const std::string& s);
 std::string PyCapitalize(const std::string& s);
 std::string PyTitle(const std::string& s);
-std::string PyReplace(const std::string& s, const std::string& old, const std::string& repl,
-                      int64_t count);
+// Errors when the result would exceed the render's string limit.
+StatusOr<std::string> PyReplace(const std::string& s, const std::string& old,
+                                const std::string& repl, int64_t count);
+// First / last position of `needle` in `haystack` (from byte `from`), npos if
+// none; linear time, whatever the inputs, and spends the render's steps.
+size_t FindSubstring(std::string_view haystack, std::string_view needle, size_t from = 0);
+size_t RFindSubstring(std::string_view haystack, std::string_view needle);
 
 // Binds positional/keyword arguments to parameter names (Python call rules);
 // missing ones without a default stay Undefined.

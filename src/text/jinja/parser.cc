@@ -1,9 +1,14 @@
 // Recursive-descent parser mirroring jinja2/parser.py.
 #include "text/jinja/parser.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "base/input_limits.h"
+#include "base/stack_guard.h"
 #include "text/jinja/filters.h"
 
 namespace strata::jinja {
@@ -84,6 +89,24 @@ class Parser {
   }
   Status ExpectBlockEnd() { return Expect(TokenType::kBlockEnd, "end of statement block"); }
 
+  // One level of nested parsing (a block, a sub-expression, a prefix
+  // operator) for the scope of the object.
+  struct Nested {
+    explicit Nested(int* n) : n(n) { ++*n; }
+    ~Nested() { --*n; }
+    int* n;
+  };
+  // Checked before recursing: refuses nesting past limits::kMaxTemplateNesting,
+  // or deeper than the calling thread's stack allows.
+  Status CheckNesting(const Token& at) const {
+    if (nesting_ > limits::kMaxTemplateNesting) {
+      return Error(
+          at, absl::StrCat("template nested deeper than ", limits::kMaxTemplateNesting, " levels"));
+    }
+    if (!stack_.HasRoom()) return Error(at, "template nested too deeply for this thread's stack");
+    return OkStatus();
+  }
+
   ExprPtr MakeExpr(ExprKind kind, const Token& at) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -141,6 +164,8 @@ class Parser {
 
   StatusOr<std::unique_ptr<Stmt>> ParseStatement() {
     const Token& t = Next();
+    Nested nested(&nesting_);
+    STRATA_RETURN_IF_ERROR(CheckNesting(t));
     const std::string& n = t.value;
     if (n == "if") return ParseIf(t);
     if (n == "for") return ParseFor(t);
@@ -338,6 +363,25 @@ class Parser {
 
   // ---- Expressions ----
 
+  // Finishes a node: records the depth of its tree and refuses trees deeper
+  // than limits::kMaxTemplateExprDepth. Loops (`a.b.c`, `x | f | g`,
+  // `1 + 2 + 3`) build deep trees without deep parsing, and everything that
+  // walks the tree later (the name check, evaluation, destruction) recurses.
+  StatusOr<ExprPtr> Seal(ExprPtr e) {
+    int deepest = 0;
+    for (const auto& a : e->args) {
+      if (a) deepest = std::max(deepest, a->depth);
+    }
+    for (const auto& kv : e->kwargs) deepest = std::max(deepest, kv.second->depth);
+    e->depth = deepest + 1;
+    if (e->depth > limits::kMaxTemplateExprDepth) {
+      return LocatedError(
+          label_, e->line, e->column,
+          absl::StrCat("expression nested deeper than ", limits::kMaxTemplateExprDepth, " levels"));
+    }
+    return e;
+  }
+
   bool AtTupleEnd(const std::set<std::string>& extra_end) const {
     const Token& t = Peek();
     if (t.type == TokenType::kVariableEnd || t.type == TokenType::kBlockEnd ||
@@ -366,17 +410,19 @@ class Parser {
     if (!is_tuple) return std::move(items[0]);
     auto t = MakeExpr(ExprKind::kTuple, start);
     t->args = std::move(items);
-    return t;
+    return Seal(std::move(t));
   }
 
   StatusOr<ExprPtr> ParseExpression(bool with_condexpr) {
-    if (!with_condexpr) return ParseOr();
     const Token& start = Peek();
-    STRATA_ASSIGN_OR_RETURN(auto expr, ParseOr());
+    Nested nested(&nesting_);
+    STRATA_RETURN_IF_ERROR(CheckNesting(start));
+    if (!with_condexpr) return ParseBinary(kOrLevel);
+    STRATA_ASSIGN_OR_RETURN(auto expr, ParseBinary(kOrLevel));
     while (IsName("if")) {
       Next();
       auto cond = MakeExpr(ExprKind::kCondition, start);
-      STRATA_ASSIGN_OR_RETURN(auto test, ParseOr());
+      STRATA_ASSIGN_OR_RETURN(auto test, ParseBinary(kOrLevel));
       ExprPtr else_expr;
       if (IsName("else")) {
         Next();
@@ -385,96 +431,106 @@ class Parser {
       cond->args.push_back(std::move(test));
       cond->args.push_back(std::move(expr));
       cond->args.push_back(std::move(else_expr));
-      expr = std::move(cond);
+      STRATA_ASSIGN_OR_RETURN(expr, Seal(std::move(cond)));
     }
     return expr;
   }
 
-  StatusOr<ExprPtr> ParseBinaryLeft(StatusOr<ExprPtr> (Parser::*next)(),
-                                    std::initializer_list<const char*> ops, bool names) {
-    STRATA_ASSIGN_OR_RETURN(auto left, (this->*next)());
+  // jinja2's parse_or ... parse_pow, loosest first. `not` (a prefix) and the
+  // comparisons (a chain) sit between `and` and `+`.
+  static constexpr int kOrLevel = 0;
+  static constexpr int kAndLevel = 1;
+  static constexpr int kNotLevel = 2;
+  static constexpr int kCompareLevel = 3;
+  static constexpr int kAddLevel = 4;
+  static constexpr int kConcatLevel = 5;
+  static constexpr int kMulLevel = 6;
+  static constexpr int kPowLevel = 7;
+
+  // The left-associative binary operator at the current token and its level,
+  // or -1.
+  int BinaryOperatorLevel() const {
+    const Token& t = Peek();
+    if (t.type == TokenType::kName) {
+      if (t.value == "or") return kOrLevel;
+      if (t.value == "and") return kAndLevel;
+      return -1;
+    }
+    if (t.type != TokenType::kOperator) return -1;
+    const std::string& v = t.value;
+    if (v == "+" || v == "-") return kAddLevel;
+    if (v == "~") return kConcatLevel;
+    if (v == "*" || v == "/" || v == "//" || v == "%") return kMulLevel;
+    if (v == "**") return kPowLevel;
+    return -1;
+  }
+
+  // The comparison at the current token ("==", ..., "in", "notin"), or "".
+  std::string CompareOperator() const {
+    const Token& t = Peek();
+    if (t.type == TokenType::kOperator && (t.value == "==" || t.value == "!=" || t.value == "<" ||
+                                           t.value == ">" || t.value == "<=" || t.value == ">=")) {
+      return t.value;
+    }
+    if (IsName("in")) return "in";
+    if (IsName("not") && IsName("in", 1)) return "notin";
+    return "";
+  }
+
+  // Operators of level >= min_level, by precedence climbing: one frame per
+  // operand rather than one per level, so nested parentheses cost little stack.
+  StatusOr<ExprPtr> ParseBinary(int min_level) {
+    ExprPtr left;
+    if (min_level <= kNotLevel && IsName("not")) {
+      auto n = MakeExpr(ExprKind::kNot, Next());
+      Nested nested(&nesting_);
+      STRATA_RETURN_IF_ERROR(CheckNesting(Peek()));
+      STRATA_ASSIGN_OR_RETURN(auto operand, ParseBinary(kNotLevel));
+      n->args.push_back(std::move(operand));
+      STRATA_ASSIGN_OR_RETURN(left, Seal(std::move(n)));
+    } else {
+      STRATA_ASSIGN_OR_RETURN(left, ParseUnary(true));
+    }
     while (true) {
-      const char* matched = nullptr;
-      for (const char* op : ops) {
-        if (names ? IsName(op) : IsOp(op)) matched = op;
+      if (min_level <= kCompareLevel && !CompareOperator().empty()) {
+        auto cmp = MakeExpr(ExprKind::kCompare, Peek());
+        cmp->line = left->line;
+        cmp->column = left->column;
+        cmp->args.push_back(std::move(left));
+        for (std::string op = CompareOperator(); !op.empty(); op = CompareOperator()) {
+          Next();
+          if (op == "notin") Next();
+          STRATA_ASSIGN_OR_RETURN(auto operand, ParseBinary(kAddLevel));
+          cmp->ops.push_back(op);
+          cmp->args.push_back(std::move(operand));
+        }
+        STRATA_ASSIGN_OR_RETURN(left, Seal(std::move(cmp)));
+        continue;
       }
-      if (!matched) return left;
+      const int level = BinaryOperatorLevel();
+      if (level < min_level) return left;
       const Token& at = Next();
-      STRATA_ASSIGN_OR_RETURN(auto right, (this->*next)());
+      STRATA_ASSIGN_OR_RETURN(auto right, ParseBinary(level + 1));
       auto b = MakeExpr(ExprKind::kBinary, at);
       b->line = left->line;
       b->column = left->column;
-      b->name = matched;
+      b->name = at.value;
       b->args.push_back(std::move(left));
       b->args.push_back(std::move(right));
-      left = std::move(b);
+      STRATA_ASSIGN_OR_RETURN(left, Seal(std::move(b)));
     }
   }
-
-  StatusOr<ExprPtr> ParseOr() { return ParseBinaryLeft(&Parser::ParseAnd, {"or"}, true); }
-  StatusOr<ExprPtr> ParseAnd() { return ParseBinaryLeft(&Parser::ParseNot, {"and"}, true); }
-
-  StatusOr<ExprPtr> ParseNot() {
-    if (IsName("not")) {
-      auto n = MakeExpr(ExprKind::kNot, Next());
-      STRATA_ASSIGN_OR_RETURN(auto operand, ParseNot());
-      n->args.push_back(std::move(operand));
-      return n;
-    }
-    return ParseCompare();
-  }
-
-  StatusOr<ExprPtr> ParseCompare() {
-    const Token& start = Peek();
-    STRATA_ASSIGN_OR_RETURN(auto first, ParseMath1());
-    auto cmp = MakeExpr(ExprKind::kCompare, start);
-    cmp->args.push_back(std::move(first));
-    while (true) {
-      std::string op;
-      const Token& t = Peek();
-      if (t.type == TokenType::kOperator &&
-          (t.value == "==" || t.value == "!=" || t.value == "<" || t.value == ">" ||
-           t.value == "<=" || t.value == ">=")) {
-        op = t.value;
-        Next();
-      } else if (IsName("in")) {
-        op = "in";
-        Next();
-      } else if (IsName("not") && IsName("in", 1)) {
-        op = "notin";
-        Next();
-        Next();
-      } else {
-        break;
-      }
-      STRATA_ASSIGN_OR_RETURN(auto operand, ParseMath1());
-      cmp->ops.push_back(op);
-      cmp->args.push_back(std::move(operand));
-    }
-    if (cmp->ops.empty()) return std::move(cmp->args[0]);
-    return cmp;
-  }
-
-  StatusOr<ExprPtr> ParseMath1() {
-    return ParseBinaryLeft(&Parser::ParseConcat, {"+", "-"}, false);
-  }
-  StatusOr<ExprPtr> ParseConcat() { return ParseBinaryLeft(&Parser::ParseMath2, {"~"}, false); }
-  StatusOr<ExprPtr> ParseMath2() {
-    return ParseBinaryLeft(&Parser::ParsePow, {"*", "/", "//", "%"}, false);
-  }
-  StatusOr<ExprPtr> ParsePow() {
-    return ParseBinaryLeft(&Parser::ParseUnaryFiltered, {"**"}, false);
-  }
-  StatusOr<ExprPtr> ParseUnaryFiltered() { return ParseUnary(true); }
 
   StatusOr<ExprPtr> ParseUnary(bool with_filter) {
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
       auto n = MakeExpr(IsOp("-") ? ExprKind::kNeg : ExprKind::kPos, Peek());
       Next();
+      Nested nested(&nesting_);
+      STRATA_RETURN_IF_ERROR(CheckNesting(Peek()));
       STRATA_ASSIGN_OR_RETURN(auto operand, ParseUnary(false));
       n->args.push_back(std::move(operand));
-      node = std::move(n);
+      STRATA_ASSIGN_OR_RETURN(node, Seal(std::move(n)));
     } else {
       STRATA_ASSIGN_OR_RETURN(node, ParsePrimary());
     }
@@ -483,6 +539,18 @@ class Parser {
       STRATA_ASSIGN_OR_RETURN(node, ParseFilterExpr(std::move(node)));
     }
     return node;
+  }
+
+  // An integer literal's value; out of int64 is an error (Python's ints are
+  // unbounded, ours are not).
+  StatusOr<int64_t> IntegerLiteral(const Token& t) const {
+    int64_t v = 0;
+    const char* end = t.value.data() + t.value.size();
+    auto [ptr, ec] = std::from_chars(t.value.data(), end, v);
+    if (ec != std::errc() || ptr != end) {
+      return Error(t, absl::StrCat("integer literal ", t.value, " does not fit in 64 bits"));
+    }
+    return v;
   }
 
   StatusOr<ExprPtr> ParsePrimary() {
@@ -513,13 +581,16 @@ class Parser {
       case TokenType::kInteger: {
         Next();
         auto e = MakeExpr(ExprKind::kLiteral, t);
-        e->literal = Value::Int(std::stoll(t.value));
+        STRATA_ASSIGN_OR_RETURN(int64_t v, IntegerLiteral(t));
+        e->literal = Value::Int(v);
         return e;
       }
       case TokenType::kFloat: {
         Next();
         auto e = MakeExpr(ExprKind::kLiteral, t);
-        e->literal = Value::Float(std::stod(t.value));
+        // strtod, not stod: out-of-range literals are inf or 0 as in Python,
+        // not an exception.
+        e->literal = Value::Float(std::strtod(t.value.c_str(), nullptr));
         return e;
       }
       case TokenType::kOperator:
@@ -543,7 +614,7 @@ class Parser {
             e->args.push_back(std::move(item));
           }
           Next();
-          return e;
+          return Seal(std::move(e));
         }
         if (t.value == "{") {
           Next();
@@ -558,7 +629,7 @@ class Parser {
             e->args.push_back(std::move(value));
           }
           Next();
-          return e;
+          return Seal(std::move(e));
         }
         break;
       default:
@@ -576,14 +647,15 @@ class Parser {
           auto e = MakeExpr(ExprKind::kGetattr, dot);
           e->name = t.value;
           e->args.push_back(std::move(node));
-          node = std::move(e);
+          STRATA_ASSIGN_OR_RETURN(node, Seal(std::move(e)));
         } else if (t.type == TokenType::kInteger) {
           auto e = MakeExpr(ExprKind::kGetitem, dot);
           auto index = MakeExpr(ExprKind::kLiteral, t);
-          index->literal = Value::Int(std::stoll(t.value));
+          STRATA_ASSIGN_OR_RETURN(int64_t v, IntegerLiteral(t));
+          index->literal = Value::Int(v);
           e->args.push_back(std::move(node));
           e->args.push_back(std::move(index));
-          node = std::move(e);
+          STRATA_ASSIGN_OR_RETURN(node, Seal(std::move(e)));
         } else {
           return Error(t, "expected name or number");
         }
@@ -618,12 +690,12 @@ class Parser {
       auto e = MakeExpr(ExprKind::kGetitem, open);
       e->args.push_back(std::move(node));
       e->args.push_back(std::move(parts[0]));
-      return e;
+      return Seal(std::move(e));
     }
     auto e = MakeExpr(ExprKind::kSlice, open);
     e->args.push_back(std::move(node));
     for (auto& p : parts) e->args.push_back(std::move(p));
-    return e;
+    return Seal(std::move(e));
   }
 
   // Parses "(args, name=value)" into e->args (after any existing) and e->kwargs.
@@ -656,7 +728,7 @@ class Parser {
     e->column = node->column;
     e->args.push_back(std::move(node));
     STRATA_RETURN_IF_ERROR(ParseArgs(e.get()));
-    return e;
+    return Seal(std::move(e));
   }
 
   StatusOr<ExprPtr> ParseOneFilter(ExprPtr node) {
@@ -671,7 +743,7 @@ class Parser {
     }
     e->args.push_back(std::move(node));
     if (IsOp("(")) STRATA_RETURN_IF_ERROR(ParseArgs(e.get()));
-    return e;
+    return Seal(std::move(e));
   }
 
   StatusOr<ExprPtr> ParseFilterChain(ExprPtr node) {
@@ -725,12 +797,14 @@ class Parser {
       STRATA_ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));
       e->args.push_back(std::move(arg));
     }
-    return e;
+    return Seal(std::move(e));
   }
 
   const std::vector<Token>& tokens_;
   const std::string& label_;
   size_t pos_ = 0;
+  int nesting_ = 0;
+  StackGuard stack_;
 };
 
 // jinja2 rejects unknown filters and tests when compiling, except inside an

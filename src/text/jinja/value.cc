@@ -1,24 +1,143 @@
 // Value semantics mirroring Python: truthiness, ==, <, str() and repr().
 #include "text/jinja/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <new>
+
+#include "base/input_limits.h"
+#include "base/stack_guard.h"
+#include "text/jinja/render_state.h"
 
 namespace strata::jinja {
+namespace {
+
+// ---- Destruction without recursion ----
+// A list nested 100,000 deep (a template builds one in a loop through a
+// namespace) would overflow the stack in its chain of destructors. A
+// container being destroyed hands its nested containers to the outermost
+// one being destroyed on this thread, which frees them one at a time.
+thread_local std::vector<Value>* t_graveyard = nullptr;
+
+bool HasChildren(const Value& v) {
+  return v.is_list() || v.is_dict() || v.is_namespace() || v.is_function();
+}
+
+template <typename MoveChildren>
+void Bury(MoveChildren move_children) {
+  if (t_graveyard != nullptr) {
+    move_children(t_graveyard);
+    return;
+  }
+  std::vector<Value> graveyard;
+  move_children(&graveyard);
+  if (graveyard.empty()) return;
+  t_graveyard = &graveyard;
+  while (!graveyard.empty()) {
+    Value last = std::move(graveyard.back());
+    graveyard.pop_back();
+  }
+  t_graveyard = nullptr;
+}
+
+void BuryOne(Value& v, std::vector<Value>* graveyard) {
+  if (!HasChildren(v)) return;
+  try {
+    graveyard->push_back(std::move(v));
+  } catch (const std::bad_alloc&) {
+    // This runs in destructors: with no memory to grow the graveyard the
+    // value is freed here instead (its own children then try the graveyard
+    // again), recursing only while allocations keep failing.
+    Value doomed = std::move(v);
+  }
+}
+
+// ---- Guards of the recursive operations ----
+// repr, == and < walk nested values. Each element visited is a step of the
+// render; past the depth limit or near the end of the stack the walk stops
+// and the render fails (outside a render only the depth limit applies).
+bool EnterNested(int depth) {
+  RenderState* state = RenderState::Current();
+  const int max_depth =
+      state != nullptr ? state->limits().max_value_depth : limits::kMaxTemplateValueDepth;
+  if (depth > max_depth) {
+    if (state != nullptr) {
+      state->Fail(absl::InvalidArgumentError(
+          absl::StrCat("value nested deeper than ", max_depth, " levels")));
+    }
+    return false;
+  }
+  if (state == nullptr) return true;
+  if (!state->HasStack()) {
+    state->Fail(absl::InvalidArgumentError("value nested too deeply for this thread's stack"));
+    return false;
+  }
+  return state->Spend(1);
+}
+
+// A repr being built stays within the string limit (a small shared value
+// can print exponentially long).
+bool ReprFits(const std::string& out) {
+  RenderState* state = RenderState::Current();
+  if (state == nullptr || static_cast<int64_t>(out.size()) <= state->limits().max_string_bytes) {
+    return true;
+  }
+  state->Fail(absl::InvalidArgumentError(absl::StrCat("string of ", out.size(),
+                                                      " bytes exceeds the limit of ",
+                                                      state->limits().max_string_bytes, " bytes")));
+  return false;
+}
+
+// Why a walk stopped: the render's failure, or outside a render the depth.
+Status StoppedError() {
+  RenderState* state = RenderState::Current();
+  if (state != nullptr && state->failed()) return state->error();
+  return absl::InvalidArgumentError(
+      absl::StrCat("value nested deeper than ", limits::kMaxTemplateValueDepth, " levels"));
+}
+
+// Comparing strings costs their length.
+bool SpendCompare(size_t bytes) {
+  return SpendSteps(1 + static_cast<int64_t>(bytes) / limits::kRenderBytesPerStep);
+}
+
+bool EqualsAt(const Value& a, const Value& b, int depth);
+StatusOr<bool> LessThanAt(const Value& a, const Value& b, int depth);
+void AppendRepr(const Value& v, int depth, std::string* out);
+
+Status FromJsonInto(const nlohmann::ordered_json& j, int depth, const StackGuard& stack,
+                    Value* out);
+
+}  // namespace
+
+ListData::~ListData() {
+  Bury([this](std::vector<Value>* g) {
+    for (Value& v : items) BuryOne(v, g);
+  });
+}
+
+DictData::~DictData() {
+  Bury([this](std::vector<Value>* g) {
+    for (auto& [k, v] : items) {
+      BuryOne(k, g);
+      BuryOne(v, g);
+    }
+  });
+}
 
 const Value* DictData::Find(const Value& key) const {
   for (const auto& [k, v] : items) {
     if (k.Equals(key)) return &v;
+    if (!SpendSteps(1)) return nullptr;
   }
   return nullptr;
 }
 
 Value* DictData::Find(const Value& key) {
-  for (auto& [k, v] : items) {
-    if (k.Equals(key)) return &v;
-  }
-  return nullptr;
+  return const_cast<Value*>(static_cast<const DictData*>(this)->Find(key));
 }
 
 void DictData::Set(Value key, Value value) {
@@ -29,65 +148,144 @@ void DictData::Set(Value key, Value value) {
   items.emplace_back(std::move(key), std::move(value));
 }
 
+namespace {
+
+// The payload of strings and of Undefined's hint.
+struct StringData {
+  std::string text;
+  RenderCharge charge;
+};
+
+}  // namespace
+
+const std::string& Value::Text() const {
+  static const std::string* const kEmpty = new std::string();
+  return obj_ != nullptr && (kind_ == Kind::kString || kind_ == Kind::kUndefined)
+             ? static_cast<const StringData*>(obj_.get())->text
+             : *kEmpty;
+}
+
+Value Value::Undefined(std::string hint) {
+  Value v;
+  if (!hint.empty()) v.obj_ = std::make_shared<StringData>(StringData{std::move(hint), {}});
+  return v;
+}
+
+Value Value::String(std::string s) {
+  Value v(Kind::kString);
+  auto data = std::make_shared<StringData>(StringData{std::move(s), {}});
+  if (RenderState* state = RenderState::Current()) {
+    state->AdmitString(static_cast<int64_t>(data->text.size()), &data->charge);
+  }
+  v.obj_ = std::move(data);
+  return v;
+}
+
 Value Value::List(std::vector<Value> items, bool is_tuple) {
   Value v(Kind::kList);
-  v.list_ = std::make_shared<ListData>();
-  v.list_->items = std::move(items);
-  v.list_->is_tuple = is_tuple;
+  auto list = std::make_shared<ListData>();
+  list->items = std::move(items);
+  list->is_tuple = is_tuple;
+  if (RenderState* state = RenderState::Current()) {
+    state->AdmitItems(static_cast<int64_t>(list->items.size()), sizeof(Value), &list->charge);
+  }
+  v.obj_ = std::move(list);
   return v;
 }
 
 Value Value::Dict(DictData dict) {
   Value v(Kind::kDict);
-  v.dict_ = std::make_shared<DictData>(std::move(dict));
+  auto data = std::make_shared<DictData>(std::move(dict));
+  if (RenderState* state = RenderState::Current()) {
+    state->AdmitItems(static_cast<int64_t>(data->items.size()), 2 * sizeof(Value), &data->charge);
+  }
+  v.obj_ = std::move(data);
   return v;
 }
 
 Value Value::Namespace(DictData attrs) {
   Value v(Kind::kNamespace);
-  v.ns_ = std::make_shared<NamespaceData>();
-  v.ns_->attrs = std::move(attrs);
+  auto ns = std::make_shared<NamespaceData>();
+  ns->attrs = std::move(attrs);
+  // A namespace is the one value a template can change after sharing it
+  // (`{% set ns.self = ns %}`): emptied when the render ends, so that no
+  // cycle through it outlives the render.
+  if (RenderState* state = RenderState::Current()) {
+    state->AtEnd([ns]() { ns->attrs.items.clear(); });
+  }
+  v.obj_ = std::move(ns);
   return v;
 }
 
 Value Value::Function(std::string name, NativeFunction fn) {
   Value v(Kind::kFunction);
-  v.fn_ = std::make_shared<FunctionData>(FunctionData{std::move(name), std::move(fn)});
+  v.obj_ = std::make_shared<FunctionData>(FunctionData{std::move(name), std::move(fn)});
   return v;
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& j) {
+StatusOr<Value> Value::FromJson(const nlohmann::ordered_json& j) {
+  const StackGuard stack;
+  Value v;
+  STRATA_RETURN_IF_ERROR(FromJsonInto(j, 0, stack, &v));
+  return v;
+}
+
+namespace {
+
+// Scalars out of line: the recursion through containers carries only the
+// container's own frame (contexts nest up to kMaxTemplateValueDepth).
+__attribute__((noinline)) Value ScalarFromJson(const nlohmann::ordered_json& j) {
+  using Json = nlohmann::ordered_json;
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return None();
-    case nlohmann::ordered_json::value_t::boolean:
-      return Bool(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-      return Int(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned:
-      return Int(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float:
-      return Float(j.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return String(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
-      std::vector<Value> items;
-      items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e));
-      return List(std::move(items));
-    }
-    case nlohmann::ordered_json::value_t::object: {
-      DictData d;
-      d.items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) {
-        d.items.emplace_back(String(it.key()), FromJson(it.value()));
+    case Json::value_t::boolean:
+      return Value::Bool(j.get<bool>());
+    case Json::value_t::number_integer:
+      return Value::Int(j.get<int64_t>());
+    case Json::value_t::number_unsigned: {
+      // Past int64 the nearest value is a float, not a wrapped negative.
+      const uint64_t u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return Value::Float(static_cast<double>(u));
       }
-      return Dict(std::move(d));
+      return Value::Int(static_cast<int64_t>(u));
     }
+    case Json::value_t::number_float:
+      return Value::Float(j.get<double>());
+    case Json::value_t::string:
+      return Value::String(j.get<std::string>());
     default:
-      return None();
+      return Value::None();
   }
 }
+
+Status FromJsonInto(const nlohmann::ordered_json& j, int depth, const StackGuard& stack,
+                    Value* out) {
+  if (!j.is_structured()) {
+    *out = ScalarFromJson(j);
+    return OkStatus();
+  }
+  if (depth >= limits::kMaxTemplateValueDepth || !stack.HasRoom()) {
+    return absl::InvalidArgumentError(absl::StrCat("template variables nest deeper than ",
+                                                   limits::kMaxTemplateValueDepth, " levels"));
+  }
+  size_t i = 0;
+  if (j.is_array()) {
+    std::vector<Value> items(j.size());
+    for (const auto& e : j) STRATA_RETURN_IF_ERROR(FromJsonInto(e, depth + 1, stack, &items[i++]));
+    *out = Value::List(std::move(items));
+    return OkStatus();
+  }
+  DictData d;
+  d.items.resize(j.size());
+  for (auto it = j.begin(); it != j.end(); ++it, ++i) {
+    d.items[i].first = Value::String(it.key());
+    STRATA_RETURN_IF_ERROR(FromJsonInto(it.value(), depth + 1, stack, &d.items[i].second));
+  }
+  *out = Value::Dict(std::move(d));
+  return OkStatus();
+}
+
+}  // namespace
 
 bool Value::Truthy() const {
   switch (kind_) {
@@ -100,11 +298,11 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return float_ != 0.0;
     case Kind::kString:
-      return !str_.empty();
+      return !as_string().empty();
     case Kind::kList:
-      return !list_->items.empty();
+      return !list().items.empty();
     case Kind::kDict:
-      return !dict_->items.empty();
+      return !dict().items.empty();
     case Kind::kNamespace:
     case Kind::kFunction:
       return true;
@@ -158,6 +356,8 @@ std::string FormatPythonFloat(double d) {
 }
 
 std::vector<char32_t> DecodeUtf8(const std::string& s) {
+  // Every string method decodes: the render pays per byte.
+  SpendSteps(1 + static_cast<int64_t>(s.size()) / limits::kRenderBytesPerStep);
   std::vector<char32_t> out;
   out.reserve(s.size());
   size_t i = 0;
@@ -235,100 +435,160 @@ std::string Value::Str() const {
     case Kind::kUndefined:
       return "";
     case Kind::kString:
-      return str_;
+      return as_string();
     default:
       return Repr();
   }
 }
 
 std::string Value::Repr() const {
-  switch (kind_) {
-    case Kind::kUndefined:
-      return "Undefined";
-    case Kind::kNone:
-      return "None";
-    case Kind::kBool:
-      return int_ ? "True" : "False";
-    case Kind::kInt:
-      return std::to_string(int_);
-    case Kind::kFloat:
-      return FormatPythonFloat(float_);
-    case Kind::kString:
-      return PythonStringRepr(str_);
-    case Kind::kList: {
-      if (!list_->view_name.empty()) {
-        Value plain = List(list_->items);
-        return list_->view_name + "(" + plain.Repr() + ")";
-      }
-      std::string out = list_->is_tuple ? "(" : "[";
-      for (size_t i = 0; i < list_->items.size(); ++i) {
-        if (i) out += ", ";
-        out += list_->items[i].Repr();
-      }
-      if (list_->is_tuple && list_->items.size() == 1) out += ",";
-      out += list_->is_tuple ? ")" : "]";
-      return out;
-    }
-    case Kind::kDict: {
-      std::string out = "{";
-      for (size_t i = 0; i < dict_->items.size(); ++i) {
-        if (i) out += ", ";
-        out += dict_->items[i].first.Repr() + ": " + dict_->items[i].second.Repr();
-      }
-      return out + "}";
-    }
-    case Kind::kNamespace: {
-      std::string out = "<Namespace {";
-      for (size_t i = 0; i < ns_->attrs.items.size(); ++i) {
-        if (i) out += ", ";
-        out += ns_->attrs.items[i].first.Repr() + ": " + ns_->attrs.items[i].second.Repr();
-      }
-      return out + "}>";
-    }
-    case Kind::kFunction:
-      return "<function " + fn_->name + ">";
-  }
-  return "";
+  std::string out;
+  AppendRepr(*this, 0, &out);
+  return out;
 }
 
-bool Value::Equals(const Value& other) const {
-  if (is_number() && other.is_number()) {
-    if (kind_ != Kind::kFloat && other.kind_ != Kind::kFloat) return int_ == other.int_;
-    return as_double() == other.as_double();
+bool Value::Equals(const Value& other) const { return EqualsAt(*this, other, 0); }
+
+namespace {
+
+void AppendRepr(const Value& v, int depth, std::string* out) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      *out += "Undefined";
+      return;
+    case Value::Kind::kNone:
+      *out += "None";
+      return;
+    case Value::Kind::kBool:
+      *out += v.as_bool() ? "True" : "False";
+      return;
+    case Value::Kind::kInt:
+      *out += std::to_string(v.as_int());
+      return;
+    case Value::Kind::kFloat:
+      *out += FormatPythonFloat(v.as_double());
+      return;
+    case Value::Kind::kString:
+      *out += PythonStringRepr(v.as_string());
+      return;
+    case Value::Kind::kFunction:
+      *out += "<function " + v.function().name + ">";
+      return;
+    default:
+      break;
   }
-  if (kind_ != other.kind_) return false;
-  switch (kind_) {
-    case Kind::kUndefined:
-    case Kind::kNone:
+  if (!EnterNested(depth + 1)) {
+    *out += "...";
+    return;
+  }
+  // Elements, separated by ", ", each printed by `item(i)`.
+  auto elements = [&](size_t n, const auto& item) {
+    for (size_t i = 0; i < n; ++i) {
+      if (i) *out += ", ";
+      item(i);
+      if (!ReprFits(*out) || !SpendSteps(1)) return;
+    }
+  };
+  auto pairs = [&](const DictData& d) {
+    elements(d.items.size(), [&](size_t i) {
+      AppendRepr(d.items[i].first, depth + 1, out);
+      *out += ": ";
+      AppendRepr(d.items[i].second, depth + 1, out);
+    });
+  };
+  if (v.is_list()) {
+    const ListData& l = v.list();
+    if (!l.view_name.empty()) *out += l.view_name + "(";
+    const bool tuple = l.is_tuple && l.view_name.empty();
+    *out += tuple ? "(" : "[";
+    elements(l.items.size(), [&](size_t i) { AppendRepr(l.items[i], depth + 1, out); });
+    if (tuple && l.items.size() == 1) *out += ",";
+    *out += tuple ? ")" : "]";
+    if (!l.view_name.empty()) *out += ")";
+  } else if (v.is_dict()) {
+    *out += "{";
+    pairs(v.dict());
+    *out += "}";
+  } else {
+    *out += "<Namespace {";
+    pairs(v.namespace_attrs());
+    *out += "}>";
+  }
+}
+
+bool EqualsAt(const Value& a, const Value& b, int depth) {
+  if (a.is_number() && b.is_number()) {
+    if (!a.is_float() && !b.is_float()) return a.as_int() == b.as_int();
+    return a.as_double() == b.as_double();
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
       return true;
-    case Kind::kString:
-      return str_ == other.str_;
-    case Kind::kList: {
-      if (list_->is_tuple != other.list_->is_tuple) return false;
-      const auto& a = list_->items;
-      const auto& b = other.list_->items;
-      if (a.size() != b.size()) return false;
-      for (size_t i = 0; i < a.size(); ++i) {
-        if (!a[i].Equals(b[i])) return false;
+    case Value::Kind::kString:
+      if (a.as_string().size() != b.as_string().size()) return false;
+      return SpendCompare(a.as_string().size()) && a.as_string() == b.as_string();
+    case Value::Kind::kList: {
+      if (a.list().is_tuple != b.list().is_tuple) return false;
+      const auto& x = a.list().items;
+      const auto& y = b.list().items;
+      if (x.size() != y.size()) return false;
+      if (&x == &y) return true;
+      if (!EnterNested(depth + 1)) return false;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (!EqualsAt(x[i], y[i], depth + 1) || !SpendSteps(1)) return false;
       }
       return true;
     }
-    case Kind::kDict: {
-      if (dict_->items.size() != other.dict_->items.size()) return false;
-      for (const auto& [k, v] : dict_->items) {
-        const Value* o = other.dict_->Find(k);
-        if (!o || !o->Equals(v)) return false;
+    case Value::Kind::kDict: {
+      const auto& x = a.dict().items;
+      if (x.size() != b.dict().items.size()) return false;
+      if (&a.dict() == &b.dict()) return true;
+      if (!EnterNested(depth + 1)) return false;
+      for (const auto& [k, v] : x) {
+        const Value* o = b.dict().Find(k);
+        if (!o || !EqualsAt(*o, v, depth + 1)) return false;
       }
       return true;
     }
-    case Kind::kNamespace:
-      return ns_ == other.ns_;
-    case Kind::kFunction:
-      return fn_ == other.fn_;
+    case Value::Kind::kNamespace:
+      return &a.namespace_attrs() == &b.namespace_attrs();
+    case Value::Kind::kFunction:
+      return &a.function() == &b.function();
     default:
       return false;
   }
 }
+
+StatusOr<bool> LessThanAt(const Value& a, const Value& b, int depth) {
+  if (a.is_number() && b.is_number()) {
+    if (!a.is_float() && !b.is_float()) return a.as_int() < b.as_int();
+    return a.as_double() < b.as_double();
+  }
+  if (a.is_string() && b.is_string()) {
+    // UTF-8 byte order equals code point order.
+    SpendCompare(std::min(a.as_string().size(), b.as_string().size()));
+    return a.as_string() < b.as_string();
+  }
+  if (a.is_list() && b.is_list()) {
+    if (!EnterNested(depth + 1)) return StoppedError();
+    const auto& x = a.list().items;
+    const auto& y = b.list().items;
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (EqualsAt(x[i], y[i], depth + 1)) continue;
+      if (RenderState* state = RenderState::Current(); state != nullptr && state->failed()) {
+        return StoppedError();
+      }
+      return LessThanAt(x[i], y[i], depth + 1);
+    }
+    return x.size() < y.size();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("'<' not supported between instances of '",
+                                                 a.TypeName(), "' and '", b.TypeName(), "'"));
+}
+
+}  // namespace
 
 std::string Value::TypeName() const {
   switch (kind_) {
@@ -345,8 +605,8 @@ std::string Value::TypeName() const {
     case Kind::kString:
       return "str";
     case Kind::kList:
-      if (!list_->view_name.empty()) return list_->view_name;
-      return list_->is_tuple ? "tuple" : "list";
+      if (!list().view_name.empty()) return list().view_name;
+      return list().is_tuple ? "tuple" : "list";
     case Kind::kDict:
       return "dict";
     case Kind::kNamespace:
@@ -357,26 +617,6 @@ std::string Value::TypeName() const {
   return "object";
 }
 
-StatusOr<bool> LessThan(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) {
-    if (!a.is_float() && !b.is_float()) return a.as_int() < b.as_int();
-    return a.as_double() < b.as_double();
-  }
-  if (a.is_string() && b.is_string()) {
-    // UTF-8 byte order equals code point order.
-    return a.as_string() < b.as_string();
-  }
-  if (a.is_list() && b.is_list()) {
-    const auto& x = a.list().items;
-    const auto& y = b.list().items;
-    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (x[i].Equals(y[i])) continue;
-      return LessThan(x[i], y[i]);
-    }
-    return x.size() < y.size();
-  }
-  return absl::InvalidArgumentError(absl::StrCat("'<' not supported between instances of '",
-                                                 a.TypeName(), "' and '", b.TypeName(), "'"));
-}
+StatusOr<bool> LessThan(const Value& a, const Value& b) { return LessThanAt(a, b, 0); }
 
 }  // namespace strata::jinja

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "text/jinja/render_state.h"
 #include "text/unicode.h"
 
 namespace strata::jinja {
@@ -32,14 +33,28 @@ using NativeFunction = std::function<StatusOr<Value>(CallArgs&)>;
 // A dict view (dict.items()/keys()/values()) is a list with view_name set:
 // it iterates like one but prints and type-checks as Python's view does.
 struct ListData {
+  ListData() = default;
+  ListData(const ListData&) = default;
+  ListData(ListData&&) = default;
+  ListData& operator=(const ListData&) = default;
+  ListData& operator=(ListData&&) = default;
+  ~ListData();  // frees nested containers without recursing (see value.cc)
   std::vector<Value> items;
+  RenderCharge charge;  // the memory the render that made it counted
   bool is_tuple = false;
   std::string view_name;  // "dict_items", "dict_keys", "dict_values" or empty
 };
 
 // Python dict: insertion ordered. Lookups are linear; template dicts are small.
 struct DictData {
+  DictData() = default;
+  DictData(const DictData&) = default;
+  DictData(DictData&&) = default;
+  DictData& operator=(const DictData&) = default;
+  DictData& operator=(DictData&&) = default;
+  ~DictData();  // as ~ListData
   std::vector<std::pair<Value, Value>> items;
+  RenderCharge charge;
   const Value* Find(const Value& key) const;
   Value* Find(const Value& key);
   void Set(Value key, Value value);
@@ -70,12 +85,8 @@ class Value {
     kFunction
   };
 
-  Value() = default;  // Undefined.
-  static Value Undefined(std::string hint = "") {
-    Value v;
-    v.str_ = std::move(hint);
-    return v;
-  }
+  Value() : int_(0) {}  // Undefined.
+  static Value Undefined(std::string hint = "");
   static Value None() { return Value(Kind::kNone); }
   static Value Bool(bool b) {
     Value v(Kind::kBool);
@@ -92,17 +103,16 @@ class Value {
     v.float_ = d;
     return v;
   }
-  static Value String(std::string s) {
-    Value v(Kind::kString);
-    v.str_ = std::move(s);
-    return v;
-  }
+  // Strings, lists and dicts made during a render count against its budget
+  // (render_state.h): past a limit the render fails.
+  static Value String(std::string s);
   static Value List(std::vector<Value> items, bool is_tuple = false);
   static Value Dict(DictData dict = {});
   static Value Namespace(DictData attrs = {});
   static Value Function(std::string name, NativeFunction fn);
-  // Converts JSON (objects keep their key order) to a Value.
-  static Value FromJson(const nlohmann::ordered_json& j);
+  // Converts JSON (objects keep their key order) to a Value. InvalidArgument
+  // when it nests deeper than limits::kMaxTemplateValueDepth.
+  static StatusOr<Value> FromJson(const nlohmann::ordered_json& j);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -119,23 +129,26 @@ class Value {
   bool is_namespace() const { return kind_ == Kind::kNamespace; }
   bool is_function() const { return kind_ == Kind::kFunction; }
 
-  bool as_bool() const { return int_ != 0; }
-  int64_t as_int() const { return int_; }
+  bool as_bool() const { return kind_ != Kind::kFloat && int_ != 0; }
+  int64_t as_int() const { return kind_ == Kind::kFloat ? 0 : int_; }
   // Numeric value of bool/int/float.
   double as_double() const { return kind_ == Kind::kFloat ? float_ : static_cast<double>(int_); }
-  const std::string& as_string() const { return str_; }
+  const std::string& as_string() const { return Text(); }
   // For Undefined: the name or description used in "... is undefined" errors.
-  const std::string& undefined_hint() const { return str_; }
-  ListData& list() const { return *list_; }
-  DictData& dict() const { return *dict_; }
-  DictData& namespace_attrs() const { return ns_->attrs; }
-  FunctionData& function() const { return *fn_; }
+  const std::string& undefined_hint() const { return Text(); }
+  ListData& list() const { return *static_cast<ListData*>(obj_.get()); }
+  DictData& dict() const { return *static_cast<DictData*>(obj_.get()); }
+  DictData& namespace_attrs() const { return static_cast<NamespaceData*>(obj_.get())->attrs; }
+  FunctionData& function() const { return *static_cast<FunctionData*>(obj_.get()); }
 
   // Python truthiness.
   bool Truthy() const;
   // Python str(x), as jinja2 prints {{ x }} (Undefined prints empty).
   std::string Str() const;
   // Python repr(x).
+  // Repr, Str and Equals walk nested values: during a render they spend its
+  // budget, and past the value depth limit (or the stack) they stop early,
+  // returning "..." / false, with the failure recorded in the render.
   std::string Repr() const;
   // Python ==.
   bool Equals(const Value& other) const;
@@ -143,16 +156,20 @@ class Value {
   std::string TypeName() const;
 
  private:
-  explicit Value(Kind kind) : kind_(kind) {}
+  explicit Value(Kind kind) : kind_(kind), int_(0) {}
+  const std::string& Text() const;
 
+  // 32 bytes: values are copied everywhere (every lookup returns one) and the
+  // evaluator's stack frames hold several per level of nesting, so the
+  // payload is one shared, immutable object whose type the kind gives:
+  // StringData (string, Undefined's hint), ListData, DictData,
+  // NamespaceData or FunctionData.
   Kind kind_ = Kind::kUndefined;
-  int64_t int_ = 0;
-  double float_ = 0;
-  std::string str_;
-  std::shared_ptr<ListData> list_;
-  std::shared_ptr<DictData> dict_;
-  std::shared_ptr<NamespaceData> ns_;
-  std::shared_ptr<FunctionData> fn_;
+  union {
+    int64_t int_;  // bool, int
+    double float_;
+  };
+  std::shared_ptr<void> obj_;
 };
 
 // Python float repr: shortest round-trip digits, "1.0", "1e+16", "1.5e-05".
