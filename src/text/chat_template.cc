@@ -101,7 +101,8 @@ StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   return ss.str();
 }
 
-using TemplateSources = std::map<std::string, std::pair<std::string, std::string>>;  // name -> (text, label)
+// Template name -> (source text, label for errors).
+using TemplateSources = std::map<std::string, std::pair<std::string, std::string>>;
 
 // The chat_template of tokenizer_config.json: a string, or the list of
 // {name, template} entries.

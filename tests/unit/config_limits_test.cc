@@ -54,8 +54,9 @@ TEST(ConfigLimits, LayerCountIsBounded) {
   for (const char* name : kFixtures) {
     json j = Fixture(name);
     j["num_hidden_layers"] = int64_t{1} << 40;
-    EXPECT_THAT(ParseError(j), HasSubstr("config.json: field 'num_hidden_layers': expected at most " +
-                                         std::to_string(limits::kMaxModelLayers)))
+    EXPECT_THAT(ParseError(j),
+                HasSubstr("config.json: field 'num_hidden_layers': expected at most " +
+                          std::to_string(limits::kMaxModelLayers)))
         << name;
   }
 }
