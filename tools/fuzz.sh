@@ -65,9 +65,13 @@ cp -n "tests/fuzz/corpus/$corpus"/* "$work/corpus/" 2>/dev/null || true
 # slow the search down. -rss_limit_mb guards against code that allocates
 # without bound, which is itself a bug worth reporting; -timeout likewise
 # against inputs that run without bound (a render has a step budget).
+# With FUZZ_JOBS > 1 the workers write fuzz-<n>.log into the current
+# directory, so the run happens in the work directory.
 parallel=()
 if ((fuzz_jobs > 1)); then parallel=(-jobs="$fuzz_jobs" -workers="$fuzz_jobs"); fi
-exec "build-fuzz/tests/fuzz/${target}_fuzzer" "$work/corpus" "${parallel[@]}" \
-  -dict="tests/fuzz/$target.dict" \
+root=$(pwd)
+cd "$work"
+exec "$root/build-fuzz/tests/fuzz/${target}_fuzzer" corpus "${parallel[@]}" \
+  -dict="$root/tests/fuzz/$target.dict" \
   -max_total_time="$secs" -max_len="$(fuzz_max_len_of "$target")" -rss_limit_mb=2048 -timeout=10 \
-  -artifact_prefix="$work/artifacts/" -print_final_stats=1
+  -artifact_prefix=artifacts/ -print_final_stats=1

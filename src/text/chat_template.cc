@@ -98,7 +98,8 @@ class ChatTemplateImpl : public ChatTemplate {
   nlohmann::ordered_json special_tokens_;
 };
 
-using TemplateSources = std::map<std::string, std::pair<std::string, std::string>>;  // name -> (text, label)
+// Template name -> (source text, label for errors).
+using TemplateSources = std::map<std::string, std::pair<std::string, std::string>>;
 
 // The chat_template of tokenizer_config.json: a string, or the list of
 // {name, template} entries.

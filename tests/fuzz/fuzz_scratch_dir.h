@@ -1,7 +1,8 @@
 // A directory of the fuzzing process's own under the system temp dir, for
 // oracles whose code under test reads files (a model directory): created on
-// first use, removed when the process exits, named by pid so that the workers
-// of `-jobs=N` and parallel ctest runs never share one.
+// first use, removed when the process exits normally (a crash leaves it),
+// named by pid so that the workers of `-jobs=N` and parallel ctest runs never
+// share one.
 #ifndef STRATA_TESTS_FUZZ_FUZZ_SCRATCH_DIR_H_
 #define STRATA_TESTS_FUZZ_FUZZ_SCRATCH_DIR_H_
 

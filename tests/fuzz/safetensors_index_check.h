@@ -31,23 +31,22 @@ struct IndexResult {
 };
 
 // The shards the index is opened beside: names that the seeds and the
-// dictionary use, two tensors each.
+// dictionary use, two tensors each. A static object, so that the directory
+// goes when the process exits.
 inline const ScratchDir& IndexModelDir() {
-  static const ScratchDir* dir = [] {
-    auto* d = new ScratchDir("index");
+  static const ScratchDir dir("index");
+  static const bool written = [] {
     SafetensorsWriter s1;
     s1.AddF32("model.embed_tokens.weight", DType::kBF16, {2, 2}, {1, 2, 3, 4});
     s1.AddF32("model.norm.weight", DType::kF32, {2}, {1, 1});
     SafetensorsWriter s2;
     s2.AddF32("lm_head.weight", DType::kF16, {2, 2}, {0, 1, 0, 1});
     s2.AddF32("model.layers.0.mlp.gate.weight", DType::kF32, {1}, {0.5f});
-    if (!s1.WriteFile(d->File("model-00001-of-00002.safetensors")).ok() ||
-        !s2.WriteFile(d->File("model-00002-of-00002.safetensors")).ok()) {
-      std::abort();  // no oracle without its fixture
-    }
-    return d;
+    return s1.WriteFile(dir.File("model-00001-of-00002.safetensors")).ok() &&
+           s2.WriteFile(dir.File("model-00002-of-00002.safetensors")).ok();
   }();
-  return *dir;
+  if (!written) std::abort();  // no oracle without its fixture
+  return dir;
 }
 
 // Whether `name` joined to `dir` stays inside it, lexically.

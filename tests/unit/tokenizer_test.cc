@@ -180,9 +180,11 @@ TEST(TokenizerTest, TokenIdsAndFlagsAreChecked) {
               "ok.tiktoken", "id -1 is outside");
 
   d.Write("tiktoken.model", ranks);
-  d.Write("tokenizer_config.json", R"({"added_tokens_decoder": {"2147483647": {"content": "<x>"}}})");
+  d.Write("tokenizer_config.json",
+          R"({"added_tokens_decoder": {"2147483647": {"content": "<x>"}}})");
   ExpectError(Tokenizer::FromDirectory(d.path()), "tokenizer_config.json", "2147483647");
-  d.Write("tokenizer_config.json", R"({"added_tokens_decoder": {"300": {"content": "<x>", "lstrip": 1}}})");
+  d.Write("tokenizer_config.json",
+          R"({"added_tokens_decoder": {"300": {"content": "<x>", "lstrip": 1}}})");
   ExpectError(Tokenizer::FromDirectory(d.path()), "added_tokens_decoder[\"300\"].lstrip",
               "true or false");
 }
