@@ -1,5 +1,6 @@
 // Status codes, their text, the thread-local last error message, and the
 // graveyard of destroyed handles.
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <new>
@@ -14,12 +15,15 @@ namespace strata::capi {
 namespace {
 
 thread_local std::string t_last_error;
-// Set instead of t_last_error when even the message could not be allocated.
-thread_local const char* t_static_error = nullptr;
+// Used instead of t_last_error when even the message could not be allocated.
+thread_local char t_static_error[160];
+thread_local bool t_use_static_error = false;
 
-void SetStaticLastError(const char* message) noexcept {
+// "<function>: <what>" without allocating.
+void SetStaticLastError(const char* function, const char* what) noexcept {
   t_last_error.clear();
-  t_static_error = message;
+  std::snprintf(t_static_error, sizeof(t_static_error), "%s: %s", function, what);
+  t_use_static_error = true;
 }
 
 struct Graveyard {
@@ -37,7 +41,7 @@ Graveyard& GetGraveyard() {
 
 void SetLastError(std::string message) {
   t_last_error = std::move(message);
-  t_static_error = nullptr;
+  t_use_static_error = false;
 }
 
 strata_status Call::OutOfMemory(absl::string_view detail) const noexcept {
@@ -45,7 +49,7 @@ strata_status Call::OutOfMemory(absl::string_view detail) const noexcept {
     SetLastError(absl::StrCat(function_, ": out of memory while ", doing_,
                               detail.empty() ? "" : " (", detail, detail.empty() ? "" : ")"));
   } catch (...) {
-    SetStaticLastError("out of memory (and no memory left for the message)");
+    SetStaticLastError(function_, "out of memory (no memory left to say more)");
   }
   return STRATA_ERR_OUT_OF_MEMORY;
 }
@@ -54,7 +58,7 @@ strata_status Call::Internal(absl::string_view what) const noexcept {
   try {
     SetLastError(absl::StrCat(function_, ": internal error while ", doing_, ": ", what));
   } catch (...) {
-    SetStaticLastError("internal error (and no memory left for the message)");
+    SetStaticLastError(function_, "internal error (no memory left to say more)");
   }
   return STRATA_ERR_INTERNAL;
 }
@@ -131,8 +135,8 @@ STRATA_API const char* strata_status_string(strata_status status) {
 }
 
 STRATA_API const char* strata_last_error_message(void) {
-  using strata::capi::t_static_error;
-  return t_static_error != nullptr ? t_static_error : strata::capi::t_last_error.c_str();
+  namespace c = strata::capi;
+  return c::t_use_static_error ? c::t_static_error : c::t_last_error.c_str();
 }
 
 }  // extern "C"

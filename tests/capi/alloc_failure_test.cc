@@ -462,8 +462,8 @@ TEST_F(AllocFailureTest, Chat) {
 }
 
 TEST_F(AllocFailureTest, NoMemoryEvenForTheMessage) {
-  // Every allocation fails: the call still returns OUT_OF_MEMORY, with the
-  // library's static message.
+  // Every allocation fails: the call still returns OUT_OF_MEMORY, with a
+  // message built without allocating.
   strata_session* s = nullptr;
   t_count = 0;
   t_fail_at = 0;
@@ -473,7 +473,7 @@ TEST_F(AllocFailureTest, NoMemoryEvenForTheMessage) {
   t_fail_all = false;
   EXPECT_EQ(st, STRATA_ERR_OUT_OF_MEMORY);
   EXPECT_EQ(s, nullptr);
-  EXPECT_STREQ(strata_last_error_message(), "out of memory (and no memory left for the message)");
+  EXPECT_STREQ(strata_last_error_message(), "strata_session_create: out of memory (no memory left to say more)");
   // The next call's message is its own again.
   EXPECT_EQ(strata_session_create(nullptr, nullptr, &s), STRATA_ERR_INVALID_ARGUMENT);
   EXPECT_THAT(LastError(), StartsWith("strata_session_create: model is NULL"));
