@@ -14,7 +14,9 @@
 # need no other file. Work (a copy of each corpus that grows as the workers
 # find inputs, their logs, crash artifacts) goes to FUZZ_WORK_DIR (default
 # FUZZ_BUILD_DIR/fuzz-all-work); the committed corpora are never written.
-# FUZZ_TARGETS (space-separated) picks a subset of tools/fuzz_targets.sh's.
+# FUZZ_TARGETS (space-separated) picks a subset of tools/fuzz_targets.sh's;
+# FUZZ_FLAGS (space-separated) adds libFuzzer flags to every worker, e.g.
+# "-entropic=0" for raw throughput on a long run.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 source "$repo/tools/fuzz_targets.sh"
@@ -31,6 +33,7 @@ build=$(cd "${FUZZ_BUILD_DIR:-$repo/build-fuzz}" 2>/dev/null && pwd) || {
 }
 work=${FUZZ_WORK_DIR:-$build/fuzz-all-work}
 read -r -a targets <<<"${FUZZ_TARGETS:-${STRATA_FUZZ_TARGETS[*]}}"
+read -r -a extra_flags <<<"${FUZZ_FLAGS:-}"
 
 # Sums a libFuzzer statistic over worker logs; "Done N runs" stands in for
 # number_of_executed_units in a log without final stats.
@@ -68,7 +71,8 @@ for target in "${targets[@]}"; do
   (cd "$run" && "$bin" "$dir/corpus" -jobs="$jobs" -workers="$jobs" \
      -dict="$repo/tests/fuzz/$target.dict" -max_total_time="$secs" \
      -max_len="$(fuzz_max_len_of "$target")" -rss_limit_mb=2048 -timeout=10 \
-     -artifact_prefix="$run/artifacts/" -print_final_stats=1 >"$run/main.log" 2>&1) || true
+     -artifact_prefix="$run/artifacts/" -print_final_stats=1 "${extra_flags[@]}" \
+     >"$run/main.log" 2>&1) || true
   shopt -s nullglob
   logs=("$run"/fuzz-*.log)
   ((${#logs[@]})) || logs=("$run/main.log")
