@@ -224,9 +224,7 @@ TEST_F(CliHostileTest, MissingFilesDirectoriesAndFifos) {
   ExpectFails({"generate", "--model", Path("model"), "--tokens", missing}, 1, missing);
   ExpectFails({"generate", "--model", Path("model"), "--tokens", a_dir}, 1, a_dir + ": is a directory");
   ExpectFails({"generate", "--model", Path("model"), "--tokens", fifo}, 1, "not a regular file");
-  // --prompts-jsonl is read before the rest of the command line is checked,
-  // so its errors are usage errors (exit 2) unless the file is missing.
-  ExpectFails({"generate", "--model", Path("model"), "--prompts-jsonl", a_dir}, 2, "is a directory");
+  ExpectFails({"generate", "--model", Path("model"), "--prompts-jsonl", a_dir}, 1, "is a directory");
   ExpectFails({"logits", "--model", Path("model"), "--tokens", a_dir, "--out", Path("o.npy")}, 1,
               "is a directory");
   ExpectFails({"info", "--model", missing}, 1, missing);
@@ -260,7 +258,7 @@ TEST_F(CliHostileTest, FileContentsThatAreNotWhatTheCommandReads) {
   ExpectFails({"template", "--model", Path("model"), "--conversation", Write("ok.json", "{\"messages\": []}")}, 1,
               "");
   ExpectFails({"generate", "--model", Path("model"), "--tokens", Write("t.npy", "not an npy file")}, 1, "t.npy");
-  ExpectFails({"generate", "--model", Path("model"), "--prompts-jsonl", Write("p.jsonl", "[1, -5]\n")}, 2,
+  ExpectFails({"generate", "--model", Path("model"), "--prompts-jsonl", Write("p.jsonl", "[1, -5]\n")}, 1,
               "p.jsonl:1: not a token id: -5");
 }
 

@@ -269,7 +269,8 @@ int RunGenerateBatch(int argc, char** argv) {
     prompts.push_back(std::move(p));
     return absl::OkStatus();
   });
-  if (!read.ok()) return Fail(cmd, read, ExitCodeFor(read));
+  // The file or its contents, not the command line (cli.h's exit codes).
+  if (!read.ok()) return Fail(cmd, read, kExitFailure);
   if (prompts.empty()) return Fail(cmd, absl::StrCat(*path, ": no prompts"), kExitFailure);
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
