@@ -30,7 +30,7 @@
 //    chunk steps per (head, value-tile) CTA. The old tf32 pass (32-column
 //    tiles, 128 CTAs) runs 96 m16n8k8 mma per warp per step from scalar
 //    shared loads, reads U/O_intra from DRAM inside the step and waits on 3
-//    barriers, several µs a step → most of the old 9.6 ms. The default pass
+//    barriers, several µs a step → most of the old pass's time. The default pass
 //    does bf16 m16n8k16 (HMMA.16816) from ldmatrix, with every input of step
 //    c+1 arriving by cp.async during step c and 2 barriers a step. Its limit
 //    is L2 → SM traffic, since each CTA of a head fetches the same 48 KB of
@@ -39,7 +39,7 @@
 //    pass's DRAM floor (1.89e9 B, 0.44 ms). The intra-chunk kernel (16384
 //    CTAs, one per SM at 187 KB shared memory, 16 warps) is latency-bound at
 //    ~8–10 µs a CTA plus its 1.9e9 B of writes: ~1.0–1.3 ms. Predicted
-//    total ~1.6–2 ms (old: 9.6 ms).
+//    total ~1.6–2 ms (what both paths measure: docs/dev/journal/performance.md).
 //    Next steps: bf16 U/O_intra in the workspace (−1.07e9 B), two intra CTAs
 //    per SM (bf16 q̂/k̂/v tiles in shared memory), then overlapping pass p+1's
 //    intra kernel with pass p's state pass (programmatic dependent launch
@@ -1677,10 +1677,10 @@ struct RecV2Layout {
 // are fetched from L2 by each of the dv/kVt CTAs of a head, so 32 columns
 // move 9.1 MB through L2 per chunk step (128 CTAs) and 64 columns 5.2 MB (64
 // CTAs) for twice the mma work per warp. The L2 traffic dominates (a step's
-// mma work is ~0.3 µs at 32 columns), so 64 was expected to win; measured on
-// the H200 (2026-11-30, BM_CudaKdaPrefill*, T=32768) 32 columns take 5.74 ms
-// and 64 columns 6.43 ms (4096: 0.74 vs 0.83 ms): the 128-CTA grid's extra
-// parallelism outweighs the L2 traffic, so the pass runs 32 columns.
+// mma work is ~0.3 µs at 32 columns), so 64 was expected to win; 32 columns
+// measured faster at 4K and 32K tokens (docs/dev/journal/performance.md,
+// Session 5): the 128-CTA grid's extra parallelism outweighs the L2 traffic,
+// so the pass runs 32 columns.
 template <int kVt>
 __global__ void __launch_bounds__(kV2Threads, 1) KdaChunkRecurrenceV2Kernel(const PrefillParams p) {
   using L = RecV2Layout<kVt>;

@@ -16,7 +16,7 @@
 //  * MlaPrefill does 2·H·T·(past + (T+1)/2)·(dn+dr+dv) FLOP and reads q, kv,
 //    k_rope once per query tile: at T = 32K, past = 0 that is 11 TFLOP
 //    -> 16 ms at the bf16 peak. The mma.sync flash-attention-2 kernel
-//    measured ~205 TFLOP/s (30%) on an 8192-token slice over 16K keys; the
+//    stays near a third of the peak (docs/dev/journal/performance.md); the
 //    wgmma kernel (sm_90) issues 64x128x16 tensor ops from shared memory and
 //    overlaps the softmax with the previous tile's P·V, and loads 128-row
 //    query tiles (twice the old 64), which halves the L2->SM traffic per
@@ -606,7 +606,8 @@ __global__ void __launch_bounds__(kDecThreads, 1)
 // columns each. MlaDecodeMergeWideKernel, used when H·B CTAs would leave SMs
 // idle (batch 1): grid (H, B, ceil(r / 128)); each CTA merges 128 latent
 // columns with four independent split streams per column (B = 1, H = 32: 128
-// CTAs instead of 32; 4K context 22.7 -> 19.1 us, 32K 42.9 -> 33.6 us).
+// CTAs instead of 32, so the merge's latency chain is spread over 4× the SMs;
+// timings in docs/dev/journal/performance.md).
 constexpr int kMergeGroups = 4;  // split groups per CTA (128 threads / 32 columns)
 constexpr int kMergeBatch = 17;  // partials per thread loaded at once (65 splits / 4 groups)
 struct MergeParams {
