@@ -1,7 +1,7 @@
 // One channel of the short causal conv + SiLU (model-spec §1.7) at decode:
 // the channel's window (its last K−1 inputs, oldest first, `stride` floats
 // apart) is read, the output formed, and the window shifted by the new input.
-// CausalConvSiluDecode (conv.cu) and KdaDecodeFused (kda.cu) both run it, so
+// CausalConvSiluDecode (conv.cu) and KdaDecodeFused (kda_decode.cu) both run it, so
 // their outputs and windows are the same bits.
 #ifndef STRATA_BACKEND_CUDA_CONV_STEP_CUH_
 #define STRATA_BACKEND_CUDA_CONV_STEP_CUH_

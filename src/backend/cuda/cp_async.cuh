@@ -1,6 +1,6 @@
 // Asynchronous global → shared copies (cp.async, sm_80+), the helpers the
 // GEMV's staged round (gemm.cu), the MoE grouped GEMM (moe.cu) and the MLA
-// kernels (mla.cu) share: 16 bytes per call, bypassing L1 (.cg).
+// kernels (mla_common.cuh) share: 16 bytes per call, bypassing L1 (.cg).
 #ifndef STRATA_BACKEND_CUDA_CP_ASYNC_CUH_
 #define STRATA_BACKEND_CUDA_CP_ASYNC_CUH_
 

@@ -10,7 +10,9 @@
 // Why: a kernel-level trace shows when a kernel's first CTA starts and its
 // last one ends; what a batch-1 decode step loses is inside that span (CTAs
 // that become resident late, loads queued behind a neighbour's weight
-// stream, stragglers). Session 16 found its two gains with these records.
+// stream, stragglers). The shared expert's x staged before the PDL wait and
+// the MLA merge's early partial loads were both found in these records
+// (docs/dev/journal/performance.md).
 #ifndef STRATA_BACKEND_CUDA_CTA_PROBE_CUH_
 #define STRATA_BACKEND_CUDA_CTA_PROBE_CUH_
 

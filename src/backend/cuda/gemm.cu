@@ -56,25 +56,24 @@
 // and every warp keeps a full unrolled step (8 k blocks) of k. The plan is
 // made for m = 1 whatever m is (S must not depend on m).
 //
-// Measured (H200, Nsight Compute, one batch-1 decode step of
-// Kimi-Linear-48B, interleaved k split, before the groups were made
-// contiguous; the loads in flight are the same now):
-//      [2304, 4096]  144 CTAs on 132 SMs   9.6 µs  2.15 TB/s (12 SMs do 2×)
-//      [2048, 2304]  128 CTAs              7.0 µs  1.4 TB/s
-//      [12576, 2304] 197 CTAs             19 µs    3.3 TB/s
-//      [163840, 2304] 1280 CTAs          194 µs    4.17 TB/s
+// The achieved bandwidth grows with the grid: a matrix of ~one wave of CTAs
+// or less (every decode GEMV but the LM head) pays the ramp and tail of its
+// loads on top of its bytes, and a grid a little over one wave (144 CTAs on
+// 132 SMs) leaves some SMs with twice the work; only the LM head's 1280 CTAs
+// come near the copy bandwidth (per-shape profile in
+// docs/dev/journal/performance.md).
 // Each warp loads its first round of weights (kU k blocks of its group) into
 // registers before its PDL wait, i.e. while the previous kernel of the step
-// drains: at batch 1 a GEMV's fixed cost (ramp and tail, ~3 µs in the
-// captured step) is what separates it from its bytes' time. Measured against
-// prefetching the same round into L2 (gemv.preload=0), batch-1 decode
-// of the 48B model at 4K: 2.590 → 2.466 ms per step. A warp with a second
-// round copies it into shared memory before the wait too (cp.async, 64 KB
-// per CTA; GemvParams::stage_round), for one x row: 2.366/2.395 → 2.348/2.370
-// ms (gemv.stage=0 vs default in one device call).
-// A stream-K variant (equal bytes per warp, split tiles reduced by the last
-// arriving warp) measured slower on 9 of 11 decode shapes (the reduction
-// costs more than the balance gains) and was removed.
+// drains: at batch 1 a GEMV's fixed cost (ramp and tail, a few µs in the
+// captured step) is what separates it from its bytes' time, and this hides
+// part of it; prefetching the same round into L2 instead (gemv.preload=0)
+// leaves the register fill after the wait. A warp with a second round copies
+// it into shared memory before the wait too (cp.async, 64 KB per CTA;
+// GemvParams::stage_round), for one x row only (see PlanStreaming). A
+// stream-K split (equal bytes per warp, split tiles reduced by the last
+// arriving warp) lost on most decode shapes: the partials' round trip and
+// the arrival counters cost more than the balance gains. The A/B numbers are
+// in docs/dev/journal/performance.md.
 //
 // Tiled kernel (InvariantGemmKernel, batch-invariant mode, m > 16): the same
 // canonical arithmetic at prefill sizes. A CTA owns 128 W rows × kTileX x
@@ -94,8 +93,8 @@
 // stores its 16 logits into CTA 0's shared memory (DSMEM), and CTA 0 ranks
 // them once a cluster barrier says all have arrived (moe_route.cuh). Against
 // the GEMV then MoE's route kernel this saves a launch, a PDL wait and the
-// reload of the logits: 2.47 + 3.67 → 5.43 µs per MoE layer of a batch-1
-// decode step (H200, kernel trace, session 17).
+// reload of the logits, about a microsecond per MoE layer of a batch-1
+// decode step (kernel trace in docs/dev/journal/performance.md).
 //
 // Shapes the fast kernels cannot take (k or ldw not a multiple of 8, or
 // misaligned pointers) go to a plain warp-per-row kernel with scalar loads,
@@ -427,8 +426,9 @@ __global__ void __launch_bounds__(kGemvThreads, kRoute ? 1 : 2) GemvMmaKernel(co
   STRATA_PROBE_WAITED(p.probe);
   // GemvRoute's CTA 0 lets the next kernel launch once the logits are in
   // (GemvRouteEpilogue): launched here, the MoE's gate|up CTAs would flood
-  // the SMs with their weight loads while this GEMV still needs its x
-  // (measured +85 µs per decode step).
+  // the SMs with their weight loads while this GEMV still needs its x, whose
+  // loads then queue behind theirs (a slower step; see
+  // docs/dev/journal/performance.md).
   if constexpr (!kRoute) PdlLaunchDependents();
   if (!p.preload && has_work) load_w(kb_lo);
 
@@ -1120,9 +1120,10 @@ size_t PlanStreaming(GemvParams& p, const GemvPlan& plan, int64_t m, bool x_f32)
   p.preload = GemvPreload() ? 1 : 0;
   const int unroll = GemvUnrollOf(m > 8 ? 2 : 1, x_f32);
   const int64_t rounds = CeilDiv(CeilDiv(CeilDiv(p.k, 32), p.k_split), unroll);
-  // One bf16 x row only (the kernels' kMayStage): at batch 8 the staged
-  // round measured +0.2% per decode step (7.857/7.858 → 7.873/7.884 ms), at
-  // batch 1 −0.4%.
+  // One bf16 x row only (the kernels' kMayStage): staging pays at batch 1,
+  // where the step waits on each GEMV's latency, and costs a little at batch
+  // 8, where the extra shared memory per CTA only takes room from the loads
+  // in flight (docs/dev/journal/performance.md).
   p.stage_round = p.preload && !x_f32 && m == 1 && rounds >= 2 && GemvStage() ? 1 : 0;
   return p.stage_round ? GemvStageBytes(unroll) : 0;
 }

@@ -53,14 +53,15 @@
 //   one expert = w13 2·1024·2304·2 B (9.44 MB) + w2 2304·1024·2 B (4.72 MB)
 //              = 14.16 MB.
 //   decode, batch 1: 8 experts = 113.2 MB → 26.5 µs at 4.27 TB/s (target
-//     ≥ 70%: ≤ 37.9 µs). Measured inside the captured 48B step (H200, by
-//     skipping each kernel): route ~4 µs, gate|up 23.5 µs (75% of its
-//     bytes' time), down+combine 15.6 µs (57%): ~43 µs, each kernel paying
-//     a ramp and a tail on top of its bytes. The down rows of one SM (37.7
-//     MB / 132 = 286 KB) exceed its register file (256 KB), so a warp needs
-//     at least two dependent rounds of loads; with 8 warps per CTA it took
-//     four. Sixteen warps splitting each row's k range (kSplit = 2) take
-//     two: −3 µs per layer at batch 1, −15 µs at batch 4.
+//     ≥ 70%: ≤ 37.9 µs). Each of the three kernels (route, gate|up,
+//     down+combine) pays a ramp and a tail on top of its bytes, and the
+//     latency-bound route has almost no bytes at all (the per-kernel split
+//     of the captured step is in docs/dev/journal/performance.md). The down
+//     rows of one SM (37.7 MB / 132 = 286 KB) exceed its register file
+//     (256 KB), so a warp needs at least two dependent rounds of loads; with
+//     8 warps per CTA it took four. Sixteen warps splitting each row's k
+//     range (kSplit = 2) take two, which shortens the kernel at batch 1 and
+//     more at batch 4.
 //   decode, batch 8: E·(1-(1-k/E)^8) ≈ 57.4 distinct experts = 813 MB → 190 µs.
 //   decode, batch 64: ≈ 222.5 experts = 3.15 GB → 738 µs.
 //   prefill, n tokens: 2·n·k·3·I·D = n·113.2 MFLOP (n = 2000: 226 GFLOP →
@@ -115,9 +116,9 @@ constexpr int kGemvTokens = 8;     // token rows per pass over a weight tile
 // Output features per CTA of the fused down+combine. 18 at D = 2304 is 128
 // CTAs: one wave at one CTA per SM (18 rows in flight per lane take ~150
 // registers). 8 rows made 288 CTAs at two per SM, i.e. 264 in a first wave and
-// 24 in a second. Measured at n = 1 (Nsight Compute, 26 layers of a decode
-// step): 18.2 → 16.9 µs, 2.08 → 2.24 TB/s; less than the ~11 µs a one-wave
-// grid suggested: each warp still has only 4 dependent rounds of loads.
+// 24 in a second. One wave gains less than the second wave's share suggests
+// (docs/dev/journal/performance.md): each warp still has 4 dependent rounds
+// of loads.
 constexpr int kFusedRows = 18;
 // The folded shared expert's I at most (MoeFoldsSharedExpert): 76 KB of its
 // rows in the down kernel's shared memory.
@@ -892,8 +893,9 @@ __device__ __forceinline__ void StageRowAsync(uint4* dst, const bf16* src, int c
 // the router's input, written before the router ran, so it is complete once
 // the route kernel (which waited for the router) has let this grid start.
 // Read after the wait instead, x queued behind the routed CTAs' weight
-// loads on the same SMs and the shared CTAs held their slots ~5 µs past the
-// route's end (per-CTA timestamps, session 16). Every thread of the CTA
+// loads on the same SMs and the shared CTAs held their slots for microseconds
+// past the route's end (per-CTA timestamps, cta_probe.cuh;
+// docs/dev/journal/performance.md). Every thread of the CTA
 // calls it; has_j says whether its warp has a feature.
 template <int kU>
 __device__ __forceinline__ void SharedGateUpFeature(const MoeParams& p, int j, bool has_j,
@@ -1544,10 +1546,9 @@ void (*GateUpKernelFor(int hidden, bool direct))(MoeParams) {
 // Warps (features) per CTA of the decode gate|up kernels: 4. Their CTAs
 // live for one round of loads each; four smaller CTAs per SM instead of two
 // turn the slots over in smaller pieces through the waves and the tail, and
-// the next kernel's CTAs find room sooner. At 4K, 8 → 4 warps: batch 1
-// 2.233–2.244 → 2.194–2.195 ms (2 warps: 2.193–2.206), batch 8 7.854–7.889
-// → 7.803–7.832 ms, batch 32 20.93 → 20.42 ms (docs/dev/journal/performance.md, session
-// 15). moe.gate_up_warps=2|4|8 picks (the same bits: a feature's products do
+// the next kernel's CTAs find room sooner: 4 warps beat 8 at batch 1, 8 and
+// 32, and 2 warps are no better than 4 (docs/dev/journal/performance.md).
+// moe.gate_up_warps=2|4|8 picks (the same bits: a feature's products do
 // not depend on it).
 int GateUpWarps() {
   constexpr int kWarps[] = {2, 4, 8};  // the entry's choices, in order
@@ -1659,11 +1660,10 @@ Status LaunchGemmPath(const MoeParams& p, bool vec4_y, int fp8_chunk, cudaStream
 
 // The CUTLASS grouped GEMM for this call? MoeArgs::gemm_impl, else
 // moe.gemm=cutlass|mma|auto, and auto from moe.cutlass_min_rows rows (n·k)
-// on, default 4096. Measured on the H200 (2026-11-30, BM_CudaMoeLayer vs
-// BM_CudaMoeLayerMma, Kimi-Linear-48B shapes): CUTLASS wins from n = 2048
-// tokens (16384 rows: 1.16 vs 2.15 ms) up (8192: 2.49 vs 5.53 ms; 32768:
-// 8.22 vs 20.5 ms); between 4096 and 16384 rows the crossover is not
-// measured yet, so 4096 stays the threshold there.
+// on, default 4096. CUTLASS's TMA + wgmma GEMM wins by about 2× from n =
+// 2048 tokens (16384 rows) up, as the compute-bound regime predicts (Session
+// 5 in docs/dev/journal/performance.md); between 4096 and 16384 rows the
+// crossover has not been measured, so 4096 stays the threshold there.
 bool UseSm90(MoeGemmImpl impl, int64_t rows) {
   if (impl == MoeGemmImpl::kCutlass) return true;
   if (impl == MoeGemmImpl::kMma) return false;

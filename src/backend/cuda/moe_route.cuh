@@ -62,9 +62,9 @@ __device__ __forceinline__ void WriteSigmoidPicks(int my_pick, float s, int top_
 
 // One token routed by the whole CTA: sigmoid scores without a group limit,
 // the case of a batch-1 decode step. RouteToken's top_k rounds of warp-wide
-// arg-max form one serial chain of ~2,000 dependent instructions (7 µs per
-// route kernel on the H200, BM_CudaMoeRoute/1, 20k cycles for 2.3k
-// instructions under Nsight Compute). Here warp w ranks its 32 experts among
+// arg-max form one serial chain of ~2,000 dependent instructions, so one
+// warp's latency sets the kernel's time (profile in
+// docs/dev/journal/performance.md). Here warp w ranks its 32 experts among
 // themselves, its best min(k, 32) become candidates, and one pass of each
 // candidate over the candidate list gives its rank, i.e. its pick slot.
 // (score desc, index asc) is a total order and the global top k are all

@@ -28,11 +28,11 @@
 //
 // Cost model (V = 163840, fp32 logits = 655 KB per row). One CTA per row is a
 // single SM, so each pass is bounded by the SM's L2 bandwidth (~150-200 GB/s
-// for one SM), not HBM: ~3.5-4.5 µs per pass over a row. The first pass (the
-// greedy pick, max and finite count) measured 15 µs per decode step inside
-// the captured step (kernel trace, session 10), so with a workspace it runs
-// beforehand in SampleScanKernel: kScanChunks CTAs per row, merged by the
-// row's CTA in a total order (the same result).
+// for one SM), not HBM: ~3.5-4.5 µs per pass over a row. Inside the captured
+// step the first pass (the greedy pick, max and finite count) took several
+// times that (kernel trace in docs/dev/journal/performance.md), so with a
+// workspace it runs beforehand in SampleScanKernel: kScanChunks CTAs per
+// row, merged by the row's CTA in a total order (the same result).
 //   greedy: 1 pass               ≈ 4 µs
 //   temperature only: 3 passes   ≈ 12 µs
 //   top-k + top-p: ~9-10 passes  ≈ 40 µs
@@ -340,8 +340,8 @@ __device__ __forceinline__ ScanPartial MergeScanCta(ScanPartial a, ScanPartial* 
 }
 
 // Pass 1 spread over kScanChunks CTAs per row (grid: chunk × row): one CTA
-// reading a 163840-entry row was ~15 µs at the end of every decode step,
-// bounded by one SM's loads in flight; here each of 64 CTAs of 256 threads
+// reading a 163840-entry row is bounded by one SM's loads in flight, at the
+// end of every decode step; here each of 64 CTAs of 256 threads
 // reads 1/64 of the row (2,560 logits at V = 163840).
 __global__ void __launch_bounds__(kScanThreads) SampleScanKernel(SampleParams p) {
   __shared__ ScanPartial warps[kScanThreads / 32];

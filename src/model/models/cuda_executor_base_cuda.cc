@@ -580,8 +580,8 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
 
   // A step whose sampled tokens land in pinned memory is over for the host
   // once they have landed: the kernels that write them end the step, so
-  // polling them returns ~4 µs before the graph's completion reaches the
-  // stream (docs/dev/journal/performance.md, session 18). Anything the host enqueues
+  // polling them returns a few µs before the graph's completion reaches the
+  // stream (docs/dev/journal/performance.md). Anything the host enqueues
   // next is ordered behind the step on the stream anyway.
   const bool poll =
       sample && io_in_kernels && logits == nullptr && out_tokens != nullptr && StepPoll(tuning_);

@@ -34,7 +34,7 @@
 // and, above one row, the shared expert beside routing and the routed
 // experts. At one row the folded shared expert has no stream of its own:
 // 7 forks per step instead of 33, which the kernels around them had paid
-// for (docs/dev/journal/performance.md, session 15).
+// for (docs/dev/journal/performance.md).
 //
 // Cost at the production shapes (Kimi-Linear-48B-A3B, H200: 4.27 TB/s copy,
 // ~686 TFLOP/s bf16; the numbers come from the cost model in
@@ -106,10 +106,11 @@ Status KimiLinearCudaModel::TryFusedKdaDecode(const Layer& L, int64_t n, float* 
   const Geometry& g = g_;
   const KdaLayer& k = L.kda;
   // Small-batch decode: conv, gate products, token step and output norm in
-  // one kernel (KdaDecodeFused) where the shape allows. Measured on the H200
-  // against the chain with its side branches: −0.12 ms per step at batch 1,
-  // −0.04 ms at 2, even at 4 and +0.1 ms at 8 (each row's CTAs re-read the
-  // gate weights and the step has no branch left to overlap). Batch-invariant
+  // one kernel (KdaDecodeFused) where the shape allows. Against the chain
+  // with its side branches it wins at batch 1 and 2, breaks even at 4 and
+  // loses at 8 (each row's CTAs re-read the gate weights and the step has no
+  // branch left to overlap; docs/dev/journal/performance.md), hence
+  // kFusedKdaMaxBatch. Batch-invariant
   // mode keeps KdaChain, whose rounding the prefill's recurrent form
   // reproduces.
   *done = false;
@@ -418,7 +419,7 @@ Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, cons
   // post-attention norm does so only when the MoE call folds the shared
   // expert in: otherwise an early router pulls the route and the routed
   // gate|up ahead of the shared expert's SiLU on the side stream, which then
-  // waits for a slot behind 1,024 CTAs (docs/dev/journal/performance.md, sessions 13–15).
+  // waits for a slot behind 1,024 CTAs (docs/dev/journal/performance.md).
   const bool input_early = NormEarlyTrigger();
   for (const Layer& L : w_.layers) {
     if (!(first && v.start_fused)) {  // else the step's first kernel formed xn
