@@ -348,7 +348,7 @@ static void test_lifecycle(void) {
 }
 
 int main(int argc, char **argv) {
-  g_model_dir = argc > 1 ? argv[1] : STRATA_BINARY_DIR "/testdata/demo_kimi";
+  g_model_dir = test_model_dir(argc, argv);
   test_init_sizes();
   test_layout_queries();
   if (strata_engine_create(NULL, &g_engine) != STRATA_OK) {

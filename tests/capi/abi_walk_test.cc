@@ -36,6 +36,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gtest_util.h"
 #include "strata/strata.h"
 
 namespace {
@@ -44,9 +45,13 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const fs::path kDemoDir = fs::path(STRATA_BINARY_DIR) / "testdata" / "demo_kimi";
-const fs::path kBareDir = fs::path(STRATA_BINARY_DIR) / "testdata" / "demo_kimi_no_tokenizer";
-const fs::path kNoTemplateDir = fs::path(STRATA_BINARY_DIR) / "testdata" / "demo_kimi_no_template";
+using strata_capi_test::LastError;
+using strata_capi_test::ReadFile;
+using strata_capi_test::WriteFile;
+
+const fs::path kDemoDir = strata_capi_test::DemoDir();
+const fs::path kBareDir = strata_capi_test::DemoDir("_no_tokenizer");
+const fs::path kNoTemplateDir = strata_capi_test::DemoDir("_no_template");
 const fs::path kScratch = fs::path(STRATA_BINARY_DIR) / "testdata" / "abi_walk";
 
 constexpr uint32_t kHugeStructSize = std::numeric_limits<uint32_t>::max();
@@ -78,8 +83,6 @@ std::map<std::string, int>& CaseCounts() {
   static auto* counts = new std::map<std::string, int>;
   return *counts;
 }
-
-std::string LastError() { return strata_last_error_message(); }
 
 // One hostile call: `fn` must return `want` and leave a message that starts
 // with "fn: " and contains `needle` (the argument, field or file it names).
@@ -125,15 +128,6 @@ std::unique_ptr<char[]> Unterminated(const std::string& text) {
   std::memcpy(p.get(), text.data(), text.size());
   return p;
 }
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteFile(const fs::path& p, const std::string& data) { std::ofstream(p, std::ios::binary) << data; }
 
 // A copy of the demo model directory (files linked) with `file` replaced by
 // `contents`, or by a directory when `as_directory`.

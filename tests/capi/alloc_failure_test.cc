@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "gtest_util.h"
 #include "strata/strata.h"
 
 namespace {
@@ -112,9 +113,9 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const fs::path kDemoDir = fs::path(STRATA_BINARY_DIR) / "testdata" / "demo_kimi";
+using strata_capi_test::LastError;
 
-std::string LastError() { return strata_last_error_message(); }
+const fs::path kDemoDir = strata_capi_test::DemoDir();
 
 // Finds the code of InUnsafeCode in libstrata's symbol table (`nm -C -S`),
 // relocated to where the library is loaded.

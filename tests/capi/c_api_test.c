@@ -15,9 +15,6 @@
 #include "strata/strata.h"
 #include "test_util.h"
 
-
-#define MAX_TOKENS 512
-
 static const char *g_model_dir = NULL;
 static strata_engine *g_engine = NULL;
 static strata_model *g_model = NULL;
@@ -26,21 +23,6 @@ static const int32_t kPrompt[] = {1, 17, 42, 99, 7};
 #define PROMPT_LEN (sizeof(kPrompt) / sizeof(kPrompt[0]))
 
 /* ---- helpers ------------------------------------------------------------ */
-
-typedef struct collected {
-  int32_t tokens[MAX_TOKENS];
-  size_t count;
-  size_t stop_after; /* return nonzero from the callback after this many tokens; 0: never */
-  int numbering_errors; /* events whose num_generated_tokens was not the running count */
-} collected;
-
-static int collect_token(strata_request *request, int32_t token, void *user_data) {
-  collected *c = (collected *)user_data;
-  (void)request;
-  if (c->count < MAX_TOKENS) c->tokens[c->count] = token;
-  c->count++;
-  return c->stop_after != 0 && c->count >= c->stop_after;
-}
 
 static strata_session *new_session(int64_t max_context) {
   strata_session_params sp;
@@ -51,12 +33,9 @@ static strata_session *new_session(int64_t max_context) {
   return s;
 }
 
-static strata_request_params greedy_params(int32_t max_tokens, collected *c) {
-  strata_request_params p;
-  strata_request_params_init(&p);
-  p.max_tokens = max_tokens;
-  p.stop_at_eos = false; /* random weights: keep the length predictable */
-  p.token_callback = collect_token;
+static strata_request_params greedy_params(int32_t max_tokens, test_tokens *c) {
+  strata_request_params p = test_greedy_params(max_tokens);
+  p.token_callback = test_collect_token;
   p.user_data = c;
   return p;
 }
@@ -71,7 +50,7 @@ static strata_status generate_fresh(const strata_request_params *p, strata_finis
   return st;
 }
 
-static int same_tokens(const collected *a, const collected *b) {
+static int same_tokens(const test_tokens *a, const test_tokens *b) {
   return a->count == b->count && memcmp(a->tokens, b->tokens, a->count * sizeof(int32_t)) == 0;
 }
 
@@ -277,7 +256,7 @@ static size_t argmax(const float *v, size_t n) {
 }
 
 static void test_greedy_generate(void) {
-  collected a, b;
+  test_tokens a, b;
   strata_request_params p;
   strata_finish_reason reason = STRATA_FINISH_NONE;
   strata_session *s1, *s2;
@@ -357,7 +336,7 @@ static void test_greedy_generate(void) {
 }
 
 static void test_seeded_sampling(void) {
-  collected a, b, c;
+  test_tokens a, b, c;
   strata_request_params p;
   memset(&a, 0, sizeof a);
   memset(&b, 0, sizeof b);
@@ -396,7 +375,7 @@ static void test_seeded_sampling(void) {
 }
 
 static void test_stop_rules(void) {
-  collected ref, c;
+  test_tokens ref, c;
   strata_request_params p;
   strata_finish_reason reason;
   strata_session *s;
@@ -484,7 +463,7 @@ static void test_stop_rules(void) {
 }
 
 /* Polls until the FINISHED event of `r`, collecting its tokens into `c`. */
-static strata_event drain(strata_request *r, collected *c) {
+static strata_event drain(strata_request *r, test_tokens *c) {
   strata_event ev;
   for (;;) {
     memset(&ev, 0, sizeof ev);
@@ -492,7 +471,7 @@ static strata_event drain(strata_request *r, collected *c) {
     if (strata_engine_poll_event(g_engine, &ev, -1) != STRATA_OK) break;
     if (ev.request != r) continue;
     if (ev.type == STRATA_EVENT_FINISHED) break;
-    if (c->count < MAX_TOKENS) c->tokens[c->count] = ev.token;
+    if (c->count < TEST_MAX_TOKENS) c->tokens[c->count] = ev.token;
     c->count++;
     if (ev.num_generated_tokens != c->count) c->numbering_errors++;
   }
@@ -500,7 +479,7 @@ static strata_event drain(strata_request *r, collected *c) {
 }
 
 static void test_submit_poll(void) {
-  collected ref_a, ref_b, a, b;
+  test_tokens ref_a, ref_b, a, b;
   strata_request_params p;
   strata_session *s1 = new_session(0), *s2 = new_session(0);
   strata_request *r1 = NULL, *r2 = NULL, *busy = NULL;
@@ -538,11 +517,11 @@ static void test_submit_poll(void) {
     ev.struct_size = sizeof ev;
     CHECK_STATUS(strata_engine_poll_event(g_engine, &ev, -1), STRATA_OK);
     if (ev.request == r1 || ev.request == r2) {
-      collected *c = ev.request == r1 ? &a : &b;
+      test_tokens *c = ev.request == r1 ? &a : &b;
       int *done = ev.request == r1 ? &done1 : &done2;
       CHECK(!*done); /* nothing after FINISHED */
       if (ev.type == STRATA_EVENT_TOKEN) {
-        if (c->count < MAX_TOKENS) c->tokens[c->count] = ev.token;
+        if (c->count < TEST_MAX_TOKENS) c->tokens[c->count] = ev.token;
         c->count++;
         CHECK(ev.num_generated_tokens == c->count);
         CHECK(ev.status == STRATA_OK && ev.finish_reason == STRATA_FINISH_NONE);
@@ -635,7 +614,7 @@ static void test_cancel(void) {
   strata_request *r = NULL;
   strata_request_params p;
   strata_event ev;
-  collected c;
+  test_tokens c;
   canceller can;
   pthread_t t;
   strata_finish_reason reason = STRATA_FINISH_NONE;
@@ -773,7 +752,7 @@ static void test_misuse(void) {
   REQUIRE(m2 != NULL);
   {
     strata_session *orphan = NULL;
-    collected c;
+    test_tokens c;
     strata_request_params gp;
     memset(&c, 0, sizeof c);
     gp = greedy_params(3, &c);
@@ -800,7 +779,7 @@ static void test_teardown(void) {
 }
 
 int main(int argc, char **argv) {
-  g_model_dir = argc > 1 ? argv[1] : STRATA_BINARY_DIR "/testdata/demo_kimi";
+  g_model_dir = test_model_dir(argc, argv);
   printf("model directory: %s\n", g_model_dir);
   test_version();
   test_engine_params();

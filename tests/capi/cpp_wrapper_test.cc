@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gtest_util.h"
 #include "strata/strata.hpp"
 
 namespace {
@@ -20,7 +21,7 @@ using strata::api::ModelParams;
 using strata::api::RequestParams;
 using strata::api::Session;
 
-const std::string kModelDir = STRATA_BINARY_DIR "/testdata/demo_kimi";
+const std::string kModelDir = strata_capi_test::DemoDir().string();
 const std::vector<int32_t> kPrompt = {1, 17, 42, 99, 7};
 
 ModelParams OnCpu() { return ModelParams().Device(STRATA_DEVICE_CPU); }

@@ -17,12 +17,16 @@
 #include <sstream>
 #include <string>
 
+#include "gtest_util.h"
 #include "strata/strata.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using strata_capi_test::LastError;
+using strata_capi_test::ReadFile;
+using strata_capi_test::WriteFile;
 
 const fs::path kData = fs::path(STRATA_TEST_DATA_DIR);
 
@@ -45,23 +49,10 @@ std::string KimiConfig(const std::string& layers, const std::string& head_dim) {
 })";
 }
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteFile(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
-}
-
-std::string LastError() { return strata_last_error_message(); }
-
 // What strata_last_error_message() says after a failed strata_model_load.
 std::string LoadError(const std::string& message) { return "strata_model_load: " + message; }
 
-class HostileConfigTest : public ::testing::Test {
+class HostileConfigTest : public strata_capi_test::EngineTest {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -69,14 +60,10 @@ class HostileConfigTest : public ::testing::Test {
         fs::path(STRATA_BINARY_DIR) / "testdata" / (std::string("hostile_config_") + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    strata_engine_params ep;
-    strata_engine_params_init(&ep);
-    ep.num_threads = 1;
-    ASSERT_EQ(strata_engine_create(&ep, &engine_), STRATA_OK) << LastError();
+    EngineTest::SetUp();
   }
   void TearDown() override {
-    if (model_ != nullptr) strata_model_destroy(model_);
-    if (engine_ != nullptr) strata_engine_destroy(engine_);
+    EngineTest::TearDown();
     fs::remove_all(dir_);
   }
 
@@ -94,8 +81,6 @@ class HostileConfigTest : public ::testing::Test {
   std::string ConfigPath() const { return (dir_ / "config.json").string(); }
 
   fs::path dir_;
-  strata_engine* engine_ = nullptr;
-  strata_model* model_ = nullptr;
 };
 
 constexpr const char* kHuge[] = {"2147483648", "1099511627776", "4611686018427387904"};

@@ -17,27 +17,23 @@
 #include <string>
 
 #include "../unit/small_stack.h"
+#include "gtest_util.h"
 #include "strata/strata.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using strata_capi_test::LastError;
+using strata_capi_test::ReadFile;
 
-const fs::path kDemoDir = fs::path(STRATA_BINARY_DIR) / "testdata" / "demo_kimi";
+const fs::path kDemoDir = strata_capi_test::DemoDir();
 
 std::string Repeat(const std::string& s, int n) {
   std::string out;
   out.reserve(s.size() * n);
   for (int i = 0; i < n; ++i) out += s;
   return out;
-}
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // JSON string literal of `s` (the templates below have no control
@@ -80,34 +76,11 @@ fs::path ModelWithTemplate(const std::string& name, const std::string& chat_temp
   return dir;
 }
 
-std::string LastError() { return strata_last_error_message(); }
-
-class HostileInputTest : public ::testing::Test {
+class HostileInputTest : public strata_capi_test::EngineTest {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::exists(kDemoDir / "config.json")) << "fixture missing: " << kDemoDir;
-    strata_engine_params ep;
-    strata_engine_params_init(&ep);
-    ep.num_threads = 1;
-    ASSERT_EQ(strata_engine_create(&ep, &engine_), STRATA_OK) << LastError();
-  }
-  void TearDown() override {
-    if (session_ != nullptr) strata_session_destroy(session_);
-    if (model_ != nullptr) strata_model_destroy(model_);
-    if (engine_ != nullptr) strata_engine_destroy(engine_);
-  }
-
-  // Loads `dir` and opens a session on it; false (with a test failure) if not.
-  bool Open(const fs::path& dir) {
-    if (strata_model_load(engine_, dir.c_str(), nullptr, &model_) != STRATA_OK) {
-      ADD_FAILURE() << LastError();
-      return false;
-    }
-    if (strata_session_create(model_, nullptr, &session_) != STRATA_OK) {
-      ADD_FAILURE() << LastError();
-      return false;
-    }
-    return true;
+    EngineTest::SetUp();
   }
 
   // Runs `body` on a 256 KB stack; the test fails if the thread did not run.
@@ -115,9 +88,6 @@ class HostileInputTest : public ::testing::Test {
     ASSERT_TRUE(strata::testing::RunOnSmallStack(body));
   }
 
-  strata_engine* engine_ = nullptr;
-  strata_model* model_ = nullptr;
-  strata_session* session_ = nullptr;
 };
 
 TEST_F(HostileInputTest, DeepTemplateFailsTokenizerOpenAndModelLoadCleanly) {

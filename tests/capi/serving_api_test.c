@@ -13,7 +13,6 @@
 #include "strata/strata.h"
 #include "test_util.h"
 
-
 #define GEN 8
 #define NPROMPTS 5
 
@@ -28,14 +27,6 @@ static void on_metrics(const strata_metrics *m, void *user_data) {
   pthread_mutex_lock(&g_metrics_mu);
   if (m != NULL && m->struct_size == sizeof(strata_metrics)) g_metrics_calls++;
   pthread_mutex_unlock(&g_metrics_mu);
-}
-
-static strata_request_params greedy(int32_t max_tokens) {
-  strata_request_params p;
-  strata_request_params_init(&p);
-  p.max_tokens = max_tokens;
-  p.stop_at_eos = 0;
-  return p;
 }
 
 /* Polls until `r` finishes, storing its tokens. */
@@ -127,7 +118,7 @@ static void test_batched_equals_alone(void) {
   size_t len, n[NPROMPTS], count;
   strata_session *s[NPROMPTS];
   strata_request *r[NPROMPTS];
-  strata_request_params gp = greedy(GEN);
+  strata_request_params gp = test_greedy_params(GEN);
   int i;
   for (i = 0; i < NPROMPTS; ++i) {
     strata_session *one = NULL;
@@ -184,7 +175,7 @@ static void test_fork_mark_rollback(void) {
   size_t len, n1, n2, n3, before, tokens;
   strata_session *s = NULL, *f = NULL, *dead = NULL;
   strata_request *r = NULL;
-  strata_request_params gp = greedy(GEN);
+  strata_request_params gp = test_greedy_params(GEN);
   uint64_t mark = 0;
   prompt_of(3, prompt, &len);
   CHECK_STATUS(strata_session_create(g_model, NULL, &s), STRATA_OK);
@@ -268,7 +259,7 @@ static void test_deadline_and_context_limit(void) {
   size_t len, n;
   strata_session *s = NULL;
   strata_request *r = NULL;
-  strata_request_params gp = greedy(0); /* until the context is full */
+  strata_request_params gp = test_greedy_params(0); /* until the context is full */
   strata_finish_reason reason = STRATA_FINISH_NONE;
   prompt_of(1, prompt, &len);
   CHECK_STATUS(strata_session_create(g_model, NULL, &s), STRATA_OK);
@@ -282,7 +273,7 @@ static void test_deadline_and_context_limit(void) {
   CHECK_STATUS(strata_request_destroy(r), STRATA_OK);
   r = NULL;
   /* A deadline far shorter than 4000 tokens of decoding. */
-  gp = greedy(4000);
+  gp = test_greedy_params(4000);
   gp.deadline_ms = 1;
   CHECK_STATUS(strata_session_reset(s), STRATA_OK);
   CHECK_STATUS(strata_session_submit(s, prompt, len, &gp, &r), STRATA_OK);
@@ -362,7 +353,7 @@ static void test_teardown(void) {
 }
 
 int main(int argc, char **argv) {
-  g_model_dir = argc > 1 ? argv[1] : STRATA_BINARY_DIR "/testdata/demo_kimi";
+  g_model_dir = test_model_dir(argc, argv);
   test_params();
   test_setup();
   if (g_engine != NULL && g_model != NULL) {

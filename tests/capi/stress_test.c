@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "strata/strata.h"
+#include "test_util.h"
 
 #define THREADS 8
 #define SESSIONS_PER_THREAD 8
@@ -30,22 +31,9 @@ static int32_t g_ref_out[REFS][REF_GEN];
 static int g_stop_poller = 0; /* guarded by g_mu */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_passed = 0, g_failed = 0;
 /* The stress runs on the CPU wherever it runs (its budget is sized by the CPU state accounting). */
 static strata_model_params g_model_params;
 static long g_cancelled = 0, g_forks = 0, g_rollbacks = 0, g_checked = 0;
-
-static void record(int ok, const char *what, int line) {
-  pthread_mutex_lock(&g_mu);
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    fprintf(stderr, "stress_test.c:%d: %s\n  last error: %s\n", line, what, strata_last_error_message());
-  }
-  pthread_mutex_unlock(&g_mu);
-}
-#define CHECK(cond) record((cond) != 0, #cond, __LINE__)
 
 /* xorshift: each thread its own stream. */
 static uint32_t next_rand(uint32_t *s) {
@@ -68,40 +56,19 @@ static int stop_cb(strata_request *r, int32_t token, void *ud) {
   return ++s->count >= s->limit;
 }
 
-typedef struct collect {
-  int32_t tokens[REF_GEN];
-  int count;
-} collect;
-
-static int collect_cb(strata_request *r, int32_t token, void *ud) {
-  collect *c = (collect *)ud;
-  (void)r;
-  if (c->count < REF_GEN) c->tokens[c->count] = token;
-  c->count++;
-  return 0;
-}
-
-static strata_request_params greedy(int32_t max_tokens) {
-  strata_request_params p;
-  strata_request_params_init(&p);
-  p.max_tokens = max_tokens;
-  p.stop_at_eos = 0;
-  return p;
-}
-
 /* Generates reference prompt k on a fresh session and compares. */
 static void check_reference(int k) {
   strata_session *s = NULL;
-  strata_request_params p = greedy(REF_GEN);
-  collect c;
+  strata_request_params p = test_greedy_params(REF_GEN);
+  test_tokens c;
   strata_finish_reason reason = STRATA_FINISH_NONE;
   memset(&c, 0, sizeof c);
-  p.token_callback = collect_cb;
+  p.token_callback = test_collect_token;
   p.user_data = &c;
   CHECK(strata_session_create(g_model, NULL, &s) == STRATA_OK);
   if (s == NULL) return;
   CHECK(strata_session_generate(s, g_ref_prompt[k], g_ref_len[k], &p, &reason) == STRATA_OK);
-  CHECK(c.count == REF_GEN && memcmp(c.tokens, g_ref_out[k], sizeof c.tokens) == 0);
+  CHECK(c.count == REF_GEN && memcmp(c.tokens, g_ref_out[k], sizeof g_ref_out[k]) == 0);
   CHECK(strata_session_destroy(s) == STRATA_OK);
   pthread_mutex_lock(&g_mu);
   ++g_checked;
@@ -146,7 +113,7 @@ static void *worker(void *arg) {
       int32_t prompt[MAX_PROMPT];
       size_t len = 1 + next_rand(&seed) % (MAX_PROMPT - 1), k;
       size_t have = 0;
-      strata_request_params p = greedy((int32_t)(1 + next_rand(&seed) % 16));
+      strata_request_params p = test_greedy_params((int32_t)(1 + next_rand(&seed) % 16));
       strata_status st;
       reqs[i] = NULL;
       if (sessions[i] == NULL) continue;
@@ -203,7 +170,7 @@ static void *worker(void *arg) {
       if (what == 0) {
         strata_session *f = NULL;
         stop_after sa;
-        strata_request_params p = greedy(12);
+        strata_request_params p = test_greedy_params(12);
         sa.count = 0;
         sa.limit = 1 + (int)(next_rand(&seed) % 8);
         p.token_callback = stop_cb;
@@ -247,7 +214,7 @@ int main(int argc, char **argv) {
   strata_model_info info;
   int k;
   size_t t;
-  g_model_dir = argc > 1 ? argv[1] : STRATA_BINARY_DIR "/testdata/demo_kimi";
+  g_model_dir = test_model_dir(argc, argv);
   if (argc > 2) g_rounds = atoi(argv[2]);
   strata_model_params_init(&g_model_params);
   g_model_params.device = STRATA_DEVICE_CPU;
@@ -263,17 +230,17 @@ int main(int argc, char **argv) {
   }
   for (k = 0; k < REFS; ++k) {
     strata_session *s = NULL;
-    strata_request_params p = greedy(REF_GEN);
-    collect c;
+    strata_request_params p = test_greedy_params(REF_GEN);
+    test_tokens c;
     memset(&c, 0, sizeof c);
-    p.token_callback = collect_cb;
+    p.token_callback = test_collect_token;
     p.user_data = &c;
     g_ref_len[k] = (size_t)(5 + 13 * k);
     for (t = 0; t < g_ref_len[k]; ++t) g_ref_prompt[k][t] = (int32_t)((t * 37 + (size_t)k * 11 + 3) % 500);
     CHECK(strata_session_create(g_model, NULL, &s) == STRATA_OK);
     CHECK(strata_session_generate(s, g_ref_prompt[k], g_ref_len[k], &p, NULL) == STRATA_OK);
     CHECK(c.count == REF_GEN);
-    memcpy(g_ref_out[k], c.tokens, sizeof c.tokens);
+    memcpy(g_ref_out[k], c.tokens, sizeof g_ref_out[k]);
     CHECK(strata_session_destroy(s) == STRATA_OK);
   }
   memset(&info, 0, sizeof info);
@@ -322,6 +289,5 @@ int main(int argc, char **argv) {
          g_rollbacks, g_checked);
   CHECK(strata_model_destroy(g_model) == STRATA_OK);
   CHECK(strata_engine_destroy(g_engine) == STRATA_OK);
-  printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 && g_passed > 0 ? 0 : 1;
+  return test_report();
 }

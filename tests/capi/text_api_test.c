@@ -438,7 +438,7 @@ static void test_chat(void) {
 }
 
 int main(int argc, char **argv) {
-  snprintf(g_model_dir, sizeof(g_model_dir), "%s", argc > 1 ? argv[1] : STRATA_BINARY_DIR "/testdata/demo_kimi");
+  snprintf(g_model_dir, sizeof(g_model_dir), "%s", test_model_dir(argc, argv));
   snprintf(g_bare_dir, sizeof(g_bare_dir), "%s_no_tokenizer", g_model_dir);
   snprintf(g_no_template_dir, sizeof(g_no_template_dir), "%s_no_template", g_model_dir);
   printf("model directory: %s\n", g_model_dir);

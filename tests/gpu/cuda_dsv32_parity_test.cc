@@ -52,35 +52,28 @@
 // Σ min(index_topk, causal keys) exactly.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "base/npy.h"
+#include "harness/parity.h"
 #include "model/model.h"
 #include "model/models/deepseek_v32_cuda.h"
-#include "parity_harness.h"
 
 namespace strata {
 namespace {
 
-namespace fs = std::filesystem;
 using parity::Compare;
 using parity::Comparison;
 using parity::Describe;
 using parity::Median;
 using parity::ReadMeta;
-using parity::RunSplit;
 using parity::ScratchDir;
 
 constexpr double kTolerance = 1e-2;      // where bf16 itself is accurate (recorded floor)
@@ -105,50 +98,35 @@ std::vector<std::string> FixtureNames() { return parity::FixtureNames("dsv32_");
 std::vector<std::string> Bf16MarginFixtureNames() {
   std::vector<std::string> names;
   for (const std::string& n : FixtureNames()) {
-    if (HasBf16Margins(ReadMeta(std::string(STRATA_TEST_DATA_DIR) + "/" + n))) names.push_back(n);
+    if (HasBf16Margins(ReadMeta(parity::FixtureDir(n)))) names.push_back(n);
   }
   return names;
 }
 
-struct Fixture : parity::NpyFixture {
-  int64_t generate_prompt_len = 0;
+struct Fixture : parity::Fixture {
   std::vector<double> gaps;
   int64_t index_topk = 0;
   int64_t layers = 0;
-  double median_bound = kMedianTolerance;
-  double l2_bound = kL2Tolerance;
+  parity::Bounds bounds{kL2Tolerance, kMedianTolerance};
   bool bf16_margins = false;
 };
 
-Fixture LoadFixture(const std::string& name) {
-  Fixture f;
-  parity::LoadNpyFixture(name, /*with_generate=*/true, f);
-  const nlohmann::json j = ReadMeta(f.dir);
-  EXPECT_FALSE(j.is_discarded()) << f.dir << "/meta.json";
-  if (j.is_discarded()) return f;
-  f.bf16_margins = HasBf16Margins(j);
-  f.generate_prompt_len = j["generate"]["prompt_len"].get<int64_t>();
-  for (const auto& g : j["generate"]["top1_top2_gaps"]) f.gaps.push_back(g.get<double>());
-  f.index_topk = j["spec"]["index_topk"].get<int64_t>();
-  f.layers = j["spec"]["layers"].get<int64_t>();
-  EXPECT_TRUE(!f.bf16_margins || j.contains("bf16_floor_l2_rel")) << name << " has no bf16 floor";
+void LoadFixture(const std::string& name, Fixture* f) {
+  parity::LoadFixture(name, f);
+  const nlohmann::json& j = f->meta;
+  if (j.is_discarded()) return;
+  f->bf16_margins = HasBf16Margins(j);
+  for (const auto& g : j["generate"]["top1_top2_gaps"]) f->gaps.push_back(g.get<double>());
+  f->index_topk = j["spec"]["index_topk"].get<int64_t>();
+  f->layers = j["spec"]["layers"].get<int64_t>();
+  EXPECT_TRUE(!f->bf16_margins || j.contains("bf16_floor_l2_rel")) << name << " has no bf16 floor";
   if (j.contains("bf16_floor_l2_rel") && j["bf16_floor_l2_rel"].is_number()) {
-    f.l2_bound = f.median_bound =
+    f->bounds.l2 = f->bounds.median =
         std::max(kTolerance, kFloorFactor * j["bf16_floor_l2_rel"].get<double>());
   }
-  return f;
-}
-
-std::string Bound(const Fixture& f) {
   std::ostringstream s;
-  s << " [bounds: median " << f.median_bound << ", L2 " << f.l2_bound << "]";
-  return s.str();
-}
-
-// Against transformers: the median and overall bounds of the file comment.
-void ExpectNearReference(const Comparison& c, const Fixture& f, const std::string& what) {
-  EXPECT_LE(c.median, f.median_bound) << what << ": " << Describe(c) << Bound(f);
-  EXPECT_LE(c.rel, f.l2_bound) << what << ": " << Describe(c) << Bound(f);
+  s << " [bounds: median " << f->bounds.median << ", L2 " << f->bounds.l2 << "]";
+  f->bounds.note = s.str();
 }
 
 LoadOptions CudaOptions() {
@@ -169,21 +147,27 @@ DeepseekV32CudaStats StatsOf(const Model& m) {
 
 parity::GraphCounts GraphCountsOf(const Model& m) {
   const DeepseekV32CudaStats s = StatsOf(m);
-  return {s.graph_captures, s.graph_launches, s.eager_steps, s.graph_error};
+  return {s.graph_captures, s.graph_launches, s.eager_steps, s.graph_error,
+          s.prefill_slice_tokens};
 }
 
-class CudaDsv32Parity : public ::testing::TestWithParam<std::string> {
+class CudaDsv32Parity : public parity::GpuParityTest<Fixture> {
  protected:
-  void SetUp() override {
-    fixture_ = LoadFixture(GetParam());
-    ASSERT_FALSE(fixture_.prompt.empty());
-    model_ = LoadCuda(fixture_.dir);
-    ASSERT_NE(model_, nullptr);
-    ASSERT_EQ(model_->info().vocab_size, fixture_.vocab);
+  CudaDsv32Parity() {
+    tag_ = "[cuda-dsv32]";
+    gpu_.options = CudaOptions();
+    gpu_.graph_counts = GraphCountsOf;
+    // Decode crosses index_topk: dense then sparse steps, a graph shape each.
+    gpu_.graph_min_captures = 2;
+    gpu_.graph_warmups = 4;
+    gpu_.same_device_tolerance = kGraphTolerance;
+    gpu_.misuse_benchmark_fill = true;
   }
-  int64_t T() const { return static_cast<int64_t>(fixture_.prompt.size()); }
-  Fixture fixture_;
-  std::unique_ptr<Model> model_;
+  void ReadFixture(const std::string& name, Fixture* f) override {
+    LoadFixture(name, f);
+    bounds_ = f->bounds;
+    gpu_.sample_len_b = f->index_topk + 9;  // the second sequence decodes sparsely
+  }
 };
 
 // The bounds can tell a run that ignores the indexer: the CPU executor with
@@ -191,85 +175,18 @@ class CudaDsv32Parity : public ::testing::TestWithParam<std::string> {
 // the median position by more than kDenseFactor × the median bound.
 TEST_P(CudaDsv32Parity, FixtureSelectionMattersMoreThanTheBound) {
   ASSERT_LT(fixture_.index_topk, T());
-  ScratchDir dir("strata_cuda_dsv32_dense_" + GetParam());
-  std::error_code ec;
-  fs::create_symlink(fs::absolute(fixture_.dir + "/model.safetensors"),
-                     dir.str() + "/model.safetensors", ec);
-  ASSERT_FALSE(ec) << ec.message();
-  {
-    std::ifstream in(fixture_.dir + "/config.json");
-    nlohmann::json cfg = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    ASSERT_FALSE(cfg.is_discarded());
-    cfg["index_topk"] = T() + 1;
-    std::ofstream out(dir.str() + "/config.json");
-    out << cfg.dump(2);
-  }
-  auto dense = LoadModel(dir.str());
-  ASSERT_TRUE(dense.ok()) << dense.status();
-  const Comparison c = Compare(RunSplit(**dense, fixture_.prompt, T()), fixture_.logits, fixture_.vocab);
-  std::printf("[cuda-dsv32] %s dense attention (CPU) vs reference: %s; median bound %.3g\n",
-              GetParam().c_str(), Describe(c).c_str(), fixture_.median_bound);
-  EXPECT_GT(c.median, kDenseFactor * fixture_.median_bound)
+  Comparison c;
+  ASSERT_NO_FATAL_FAILURE(CompareDenseAttention(T() + 1, &c));
+  EXPECT_GT(c.median, kDenseFactor * bounds_.median)
       << "attending densely moves this fixture's median position by only " << c.median;
 }
 
-TEST_P(CudaDsv32Parity, FullPrefillLogitsMatchTransformers) {
-  const std::vector<float> ours = RunSplit(*model_, fixture_.prompt, T());
-  const Comparison c = Compare(ours, fixture_.logits, fixture_.vocab);
-  std::printf("[cuda-dsv32] %s full prefill T=%lld (index_topk %lld) on %s: %s%s\n",
-              GetParam().c_str(), static_cast<long long>(T()),
-              static_cast<long long>(fixture_.index_topk), model_->info().device.c_str(),
-              Describe(c).c_str(), Bound(fixture_).c_str());
-  ExpectNearReference(c, fixture_, "full prefill");
-}
-
-TEST_P(CudaDsv32Parity, PrefillThenDecodeSplitsMatchTransformers) {
-  std::set<int64_t> splits;
-  for (int64_t n : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, T() - 1}) {
-    if (n >= 1 && n < T()) splits.insert(n);
-  }
-  for (int64_t n : splits) {
-    const std::vector<float> ours = RunSplit(*model_, fixture_.prompt, n);
-    const Comparison c = Compare(ours, fixture_.logits, fixture_.vocab);
-    std::printf("[cuda-dsv32] %s prefill %lld + %lld decode steps: %s%s\n", GetParam().c_str(),
-                static_cast<long long>(n), static_cast<long long>(T() - n), Describe(c).c_str(),
-                Bound(fixture_).c_str());
-    ExpectNearReference(c, fixture_, "prefill " + std::to_string(n) + " + decode");
-  }
-}
+STRATA_PARITY_PREFILL_CASES(CudaDsv32Parity, Transformers)
 
 TEST_P(CudaDsv32Parity, ChunkedContinuationsAndShortSlicesMatchTransformers) {
-  const int64_t vocab = fixture_.vocab;
-  for (const std::vector<int64_t>& pieces :
-       {std::vector<int64_t>{50, 70}, std::vector<int64_t>{1, 64, 3}, std::vector<int64_t>{33, 33, 33}}) {
-    auto state = model_->NewState(T());
-    ASSERT_TRUE(state.ok()) << state.status();
-    std::vector<float> ours(static_cast<size_t>(T() * vocab));
-    int64_t pos = 0;
-    std::string desc;
-    for (size_t i = 0; pos < T(); ++i) {
-      const int64_t n = i < pieces.size() ? std::min(pieces[i], T() - pos) : T() - pos;
-      desc += (desc.empty() ? "" : "+") + std::to_string(n);
-      const Status s = model_->Forward(std::span(fixture_.prompt.data() + pos, static_cast<size_t>(n)),
-                                       **state, ours.data() + pos * vocab, /*all_logits=*/true);
-      ASSERT_TRUE(s.ok()) << s;
-      pos += n;
-    }
-    const Comparison c = Compare(ours, fixture_.logits, vocab);
-    std::printf("[cuda-dsv32] %s forward pieces %s: %s%s\n", GetParam().c_str(), desc.c_str(),
-                Describe(c).c_str(), Bound(fixture_).c_str());
-    ExpectNearReference(c, fixture_, "pieces " + desc);
-  }
-  LoadOptions o = CudaOptions();
-  o.prefill_slice_tokens = 48;  // slices straddle index_topk and the 64-token blocks
-  std::unique_ptr<Model> sliced = LoadCuda(fixture_.dir, o);
-  ASSERT_NE(sliced, nullptr);
-  EXPECT_EQ(StatsOf(*sliced).prefill_slice_tokens, 48);
-  const std::vector<float> ours = RunSplit(*sliced, fixture_.prompt, T());
-  const Comparison c = Compare(ours, fixture_.logits, vocab);
-  std::printf("[cuda-dsv32] %s prefill in 48-token slices: %s%s\n", GetParam().c_str(),
-              Describe(c).c_str(), Bound(fixture_).c_str());
-  ExpectNearReference(c, fixture_, "48-token slices");
+  ExpectPiecesWithin({{50, 70}, {1, 64, 3}, {33, 33, 33}}, bounds_);
+  // 48: slices straddle index_topk and the 64-token blocks.
+  ExpectShortSlicesWithin(48, "48-token slices");
 }
 
 // The indexer really runs, on the rows it must: a prefill of T > index_topk
@@ -312,7 +229,6 @@ TEST_P(CudaDsv32Parity, SparsePathIsTakenWithTheExpectedSelectionCounts) {
 }
 
 TEST_P(CudaDsv32Parity, DecodeBatchOfThreeEqualsEachRunAlone) {
-  const int64_t vocab = fixture_.vocab;
   const int64_t T0 = T();
   const int64_t K = fixture_.index_topk;
   ASSERT_GE(T0, 80);
@@ -321,90 +237,31 @@ TEST_P(CudaDsv32Parity, DecodeBatchOfThreeEqualsEachRunAlone) {
   const int64_t short_len = std::max<int64_t>(2, K - 8);
   const std::vector<std::pair<int64_t, int64_t>> spans = {
       {0, short_len}, {5, std::min<int64_t>(70, T0 - 12)}, {10, std::min<int64_t>(66, T0 - 16)}};
-  auto cpu_loaded = LoadModel(fixture_.dir);
-  ASSERT_TRUE(cpu_loaded.ok()) << cpu_loaded.status();
-  const Model& cpu = **cpu_loaded;
-  std::vector<std::unique_ptr<SequenceState>> batched, alone, reference;
-  for (const auto& [begin, len] : spans) {
-    const std::span<const int32_t> p(fixture_.prompt.data() + begin, static_cast<size_t>(len));
-    for (auto* group : {&batched, &alone}) {
-      auto st = model_->NewState(T0 + 8);
-      ASSERT_TRUE(st.ok()) << st.status();
-      ASSERT_TRUE(model_->Forward(p, **st, nullptr, false).ok());
-      group->push_back(std::move(*st));
-    }
-    auto st = cpu.NewState(T0 + 8);
-    ASSERT_TRUE(st.ok());
-    ASSERT_TRUE(cpu.Forward(p, **st, nullptr, false).ok());
-    reference.push_back(std::move(*st));
-  }
-  std::vector<SequenceState*> states;
-  for (auto& s : batched) states.push_back(s.get());
-  const DeepseekV32CudaStats before = StatsOf(*model_);
+  DeepseekV32CudaStats before;
   double worst_batch = 0, worst_cpu = 0;
   std::vector<double> vs_cpu;
-  for (int step = 0; step < 6; ++step) {
-    std::vector<int32_t> tokens;
-    for (size_t i = 0; i < spans.size(); ++i) {
-      tokens.push_back(fixture_.prompt[static_cast<size_t>(spans[i].first + spans[i].second + step) %
-                                       fixture_.prompt.size()]);
-    }
-    std::vector<float> got(static_cast<size_t>(3 * vocab));
-    const Status s = model_->DecodeBatch(tokens, states, got.data());
-    ASSERT_TRUE(s.ok()) << s;
-    for (size_t i = 0; i < 3; ++i) {
-      std::vector<float> one(static_cast<size_t>(vocab)), ref(static_cast<size_t>(vocab));
-      ASSERT_TRUE(model_->Forward(std::span(&tokens[i], 1), *alone[i], one.data(), false).ok());
-      ASSERT_TRUE(cpu.Forward(std::span(&tokens[i], 1), *reference[i], ref.data(), false).ok());
-      const Comparison cb = Compare(got.data() + static_cast<int64_t>(i) * vocab, one.data(), 1, vocab);
-      const Comparison cc = Compare(got.data() + static_cast<int64_t>(i) * vocab, ref.data(), 1, vocab);
-      worst_batch = std::max(worst_batch, cb.rel);
-      worst_cpu = std::max(worst_cpu, cc.rel);
-      vs_cpu.push_back(cc.rel);
-      EXPECT_LE(cb.rel, i == 0 ? kMixedPathTolerance : kBatchTolerance)
-          << "step " << step << " row " << i << ": " << Describe(cb);
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(parity::DecodeBatchAgainstAloneAndCpu(
+      *model_, fixture_.dir, fixture_.prompt, spans, /*steps=*/6,
+      [&] { before = StatsOf(*model_); },
+      [&](const parity::BatchRow& r) {
+        worst_batch = std::max(worst_batch, r.vs_alone.rel);
+        worst_cpu = std::max(worst_cpu, r.vs_cpu.rel);
+        vs_cpu.push_back(r.vs_cpu.rel);
+        EXPECT_LE(r.vs_alone.rel, r.row == 0 ? kMixedPathTolerance : kBatchTolerance)
+            << "step " << r.step << " row " << r.row << ": " << Describe(r.vs_alone);
+      }));
   const DeepseekV32CudaStats after = StatsOf(*model_);
   // 6 batched steps are sparse; the short sequence's 6 steps alone are dense.
   EXPECT_GE(after.sparse_decode_steps - before.sparse_decode_steps, 6);
   EXPECT_GE(after.dense_decode_steps - before.dense_decode_steps, 6);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(batched[i]->num_tokens(), alone[i]->num_tokens());
   // Against the CPU, single positions carry whole flips: the median over the
   // 18 rows is bounded, as the prompt's positions are.
   const double median_cpu = Median(vs_cpu);
-  EXPECT_LE(median_cpu, fixture_.median_bound) << "batched rows vs the CPU executor" << Bound(fixture_);
+  EXPECT_LE(median_cpu, bounds_.median)
+      << "batched rows vs the CPU executor" << bounds_.note;
   std::printf("[cuda-dsv32] %s DecodeBatch(3) x 6 steps: worst rel vs single-sequence %.3g; vs CPU "
               "median %.3g, worst %.3g%s\n",
-              GetParam().c_str(), worst_batch, median_cpu, worst_cpu, Bound(fixture_).c_str());
-}
-
-TEST_P(CudaDsv32Parity, GraphReplayEqualsEagerSteps) {
-  LoadOptions eager_opts = CudaOptions();
-  eager_opts.cuda_graphs = false;
-  std::unique_ptr<Model> eager = LoadCuda(fixture_.dir, eager_opts);
-  ASSERT_NE(eager, nullptr);
-  // Decode crosses index_topk: dense then sparse steps, a graph shape each.
-  parity::ExpectGraphReplayEqualsEager(*model_, *eager, fixture_.prompt, std::min<int64_t>(10, T() - 1),
-                                       kGraphTolerance, /*min_captures=*/2, /*warmups=*/4, GraphCountsOf,
-                                       "[cuda-dsv32] " + GetParam());
-}
-
-TEST_P(CudaDsv32Parity, CloneContinuesIdenticallyAndResetStartsOver) {
-  const int64_t n = std::min<int64_t>(70, T() - 4);  // more than one cache block, past index_topk
-  const std::vector<float> fresh =
-      parity::ExpectCloneContinuesAndResetStartsOver(*model_, fixture_.prompt, n, kGraphTolerance);
-  const Comparison c = Compare(fresh, fixture_.logits, fixture_.vocab);
-  ExpectNearReference(c, fixture_, "after Reset");
-}
-
-TEST_P(CudaDsv32Parity, GpuGreedySamplingIsTheArgmax) {
-  parity::ExpectGpuGreedySamplingIsTheArgmax(*model_, fixture_.prompt, 3, fixture_.index_topk + 9);
-}
-
-TEST_P(CudaDsv32Parity, MisuseIsRejectedBeforeAnyWork) {
-  parity::ExpectMisuseIsRejectedBeforeAnyWork(*model_, fixture_.dir, /*sample_rows=*/false,
-                                              /*benchmark_fill=*/true);
+              GetParam().c_str(), worst_batch, median_cpu, worst_cpu, bounds_.note.c_str());
 }
 
 // FP8 checkpoints (config.json's quantization_config) keep the matrices of
@@ -449,8 +306,11 @@ TEST_P(CudaDsv32Parity, EffectiveAttendedTokensIsTheContextCappedAtIndexTopk) {
   EXPECT_EQ(model_->EffectiveAttendedTokens(**st, 1), fixture_.index_topk);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaDsv32Parity, ::testing::ValuesIn(FixtureNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+// Graph replay, Clone/Reset (more than one cache block, past index_topk),
+// device greedy sampling, misuse.
+STRATA_PARITY_GPU_CASES(CudaDsv32Parity)
+
+STRATA_PARITY_INSTANTIATE(CudaDsv32Parity, FixtureNames());
 
 // Only on the fixtures whose margins were built for bf16 (greedy top-2 gaps
 // >= 0.1, every indexer and routing choice far from its boundary): there the
@@ -461,32 +321,20 @@ TEST_P(CudaDsv32Bf16MarginParity, GreedyContinuationEqualsTransformersOnEverySte
   ASSERT_TRUE(fixture_.bf16_margins);
   const int64_t g = fixture_.generate_prompt_len;
   ASSERT_GT(g, fixture_.index_topk);  // every decode step is sparse
-  ASSERT_GT(static_cast<int64_t>(fixture_.generate.size()), g);
-  const int64_t vocab = fixture_.vocab;
-  const int64_t cap = static_cast<int64_t>(fixture_.generate.size()) + 1;
-  auto st = model_->NewState(cap);
-  ASSERT_TRUE(st.ok()) << st.status();
-  std::vector<float> logits(static_cast<size_t>(vocab));
-  ASSERT_TRUE(model_->Forward(std::span(fixture_.generate.data(), static_cast<size_t>(g)), **st, logits.data(),
-                              false)
-                  .ok());
   // A greedy loop: each step feeds the GPU's own token, as generation does.
   std::vector<int32_t> ours;
-  for (size_t i = static_cast<size_t>(g); i < fixture_.generate.size(); ++i) {
-    const int32_t tok =
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    const size_t k = i - static_cast<size_t>(g);
+  ASSERT_NO_FATAL_FAILURE(
+      parity::GreedyTokens(*model_, fixture_.generate, g, parity::Feed::kOwn, &ours));
+  for (size_t k = 0; k < ours.size(); ++k) {
     std::printf("[cuda-dsv32] %s greedy step %zu: gpu %d, reference %d (reference top-2 gap %.3f)\n",
-                GetParam().c_str(), k, tok, fixture_.generate[i], k < fixture_.gaps.size() ? fixture_.gaps[k] : 0.0);
-    ours.push_back(tok);
-    ASSERT_TRUE(model_->Forward(std::span(&tok, 1), **st, logits.data(), false).ok());
+                GetParam().c_str(), k, ours[k], fixture_.generate[static_cast<size_t>(g) + k],
+                k < fixture_.gaps.size() ? fixture_.gaps[k] : 0.0);
   }
   const std::vector<int32_t> want(fixture_.generate.begin() + g, fixture_.generate.end());
   EXPECT_EQ(ours, want);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaDsv32Bf16MarginParity, ::testing::ValuesIn(Bf16MarginFixtureNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+STRATA_PARITY_INSTANTIATE(CudaDsv32Bf16MarginParity, Bf16MarginFixtureNames());
 
 TEST(CudaDsv32Fixtures, AtLeastThreeFixturesArePresent) {
   EXPECT_GE(FixtureNames().size(), 3u) << "no dsv32_* fixtures under " << STRATA_TEST_DATA_DIR;
@@ -503,7 +351,7 @@ TEST(CudaDsv32Fixtures, TwoFixturesHaveMarginsBuiltForBf16) {
 // groups) stay FP8 on the device: 24 + 4. weights_proj and the router are
 // bf16 in the checkpoint; kv_b is uploaded bf16.
 TEST(CudaDsv32Fixtures, Dsv32bRunsItsPlainGemmsAndExpertsOnFp8Weights) {
-  auto m = LoadCuda(std::string(STRATA_TEST_DATA_DIR) + "/dsv32_b");
+  auto m = LoadCuda(parity::FixtureDir("dsv32_b"));
   ASSERT_NE(m, nullptr);
   const DeepseekV32CudaStats s = StatsOf(*m);
   EXPECT_EQ(s.fp8_matrices, 28);
@@ -512,38 +360,29 @@ TEST(CudaDsv32Fixtures, Dsv32bRunsItsPlainGemmsAndExpertsOnFp8Weights) {
 
 // --- dummy weights ------------------------------------------------------------
 
-
 TEST(CudaDsv32Dummy, DummyWeightsOnTheGpuAreDeterministicPerSeedAndDecodeAtAFilledContext) {
-  ScratchDir dir("strata_cuda_dsv32_dummy");
-  fs::copy_file(std::string(STRATA_TEST_DATA_DIR) + "/dsv32_a/config.json", dir.str() + "/config.json");
-  std::vector<std::vector<float>> runs;
   std::vector<int32_t> tokens;
   for (int32_t i = 0; i < 60; ++i) tokens.push_back((i * 37 + 5) % 320);  // past index_topk (32)
-  for (uint64_t seed : {3u, 3u, 4u}) {
-    LoadOptions o = CudaOptions();
-    o.load_format = LoadFormat::kDummy;
-    o.dummy_seed = seed;
-    std::unique_ptr<Model> m = LoadCuda(dir.str(), o);
-    ASSERT_NE(m, nullptr);
-    runs.push_back(RunSplit(*m, tokens, 40));
-    for (float v : runs.back()) ASSERT_TRUE(std::isfinite(v));
-    if (runs.size() == 1) {
-      // Benchmark fill: a 700-token context in both caches, then batched sparse decode.
-      std::vector<std::unique_ptr<SequenceState>> owned;
-      std::vector<SequenceState*> states;
-      for (int b = 0; b < 3; ++b) {
-        auto st = m->NewState(720);
-        ASSERT_TRUE(st.ok()) << st.status();
-        ASSERT_TRUE(m->FillContextForBenchmark(**st, 700, static_cast<uint64_t>(b + 1)).ok());
-        states.push_back(st->get());
-        owned.push_back(std::move(*st));
-      }
-      std::vector<float> logits(static_cast<size_t>(3 * 320));
-      ASSERT_TRUE(m->DecodeBatch(std::vector<int32_t>{1, 2, 3}, states, logits.data()).ok());
-      for (float v : logits) ASSERT_TRUE(std::isfinite(v));
-      for (SequenceState* s : states) EXPECT_EQ(s->num_tokens(), 701);
+  // On the first model, a benchmark fill: a 700-token context in both
+  // caches, then batched sparse decode.
+  const auto filled_decode = [](const Model& m) {
+    std::vector<std::unique_ptr<SequenceState>> owned;
+    std::vector<SequenceState*> states;
+    for (int b = 0; b < 3; ++b) {
+      auto st = m.NewState(720);
+      ASSERT_TRUE(st.ok()) << st.status();
+      ASSERT_TRUE(m.FillContextForBenchmark(**st, 700, static_cast<uint64_t>(b + 1)).ok());
+      states.push_back(st->get());
+      owned.push_back(std::move(*st));
     }
-  }
+    std::vector<float> logits(static_cast<size_t>(3 * 320));
+    ASSERT_TRUE(m.DecodeBatch(std::vector<int32_t>{1, 2, 3}, states, logits.data()).ok());
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+    for (SequenceState* s : states) EXPECT_EQ(s->num_tokens(), 701);
+  };
+  std::vector<std::vector<float>> runs;
+  ASSERT_NO_FATAL_FAILURE(parity::RunDummySeeds(parity::FixtureDir("dsv32_a"), CudaOptions(),
+                                                tokens, 40, filled_decode, &runs));
   EXPECT_LE(Compare(runs[0], runs[1], 320).rel, kGraphTolerance);
   EXPECT_GT(Compare(runs[0], runs[2], 320).rel, 1e-2);
 }
@@ -575,17 +414,9 @@ std::string DeepseekV32TwoLayerConfigJson() {
 
 TEST(CudaDsv32Dummy, PublishedShapesPrefillAndSparseBatchedDecodeSelectTheExpectedRows) {
   ScratchDir dir("strata_cuda_dsv32_published");
-  {
-    std::ofstream f(dir.str() + "/config.json");
-    f << DeepseekV32TwoLayerConfigJson();
-  }
-  LoadOptions o;
-  o.device = Device::kCuda;
-  o.load_format = LoadFormat::kDummy;
-  o.max_batch = 4;
-  o.max_sequences = 6;
-  o.max_context_tokens = 8192;
-  std::unique_ptr<Model> m = LoadCuda(dir.str(), o);
+  std::unique_ptr<Model> m = parity::LoadDummyOnCuda(dir.str(), DeepseekV32TwoLayerConfigJson(),
+                                                     /*max_batch=*/4, /*max_sequences=*/6,
+                                                     /*max_context_tokens=*/8192);
   ASSERT_NE(m, nullptr);
   const int64_t V = m->info().vocab_size, K = 2048, L = 2;
   const DeepseekV32CudaStats s0 = StatsOf(*m);
@@ -624,33 +455,10 @@ TEST(CudaDsv32Dummy, PublishedShapesPrefillAndSparseBatchedDecodeSelectTheExpect
   EXPECT_EQ(s1.dense_prefill_layers - s0.dense_prefill_layers, L * dense_slices);
 
   // Four sequences at a filled 4K context, batched sparse decode steps.
-  std::vector<std::unique_ptr<SequenceState>> owned;
-  std::vector<SequenceState*> states;
-  for (int b = 0; b < 4; ++b) {
-    auto st = m->NewState(4096 + 8);
-    ASSERT_TRUE(st.ok()) << st.status();
-    ASSERT_TRUE(m->FillContextForBenchmark(**st, 4096, static_cast<uint64_t>(b + 1)).ok());
-    states.push_back(st->get());
-    owned.push_back(std::move(*st));
-  }
-  std::vector<int32_t> tokens = {1, 2, 3, 4}, next(4);
-  const std::vector<DecodeSampling> greedy(4);
-  for (int step = 0; step < 3; ++step) {
-    s = m->DecodeBatchSample(tokens, states, greedy, next.data());
-    ASSERT_TRUE(s.ok()) << s;
-    for (int32_t t : next) {
-      ASSERT_GE(t, 0);
-      ASSERT_LT(t, V);
-    }
-    tokens = next;
-  }
-  s = m->DecodeBatch(tokens, states, logits.data());
-  ASSERT_TRUE(s.ok()) << s;
-  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  ASSERT_NO_FATAL_FAILURE(parity::ExpectFilledContextBatchDecodes(*m, 4, 4096, 3, nullptr));
   const DeepseekV32CudaStats s2 = StatsOf(*m);
   EXPECT_EQ(s2.sparse_decode_steps - s1.sparse_decode_steps, 4);
   EXPECT_EQ(s2.selected_rows - s1.selected_rows, static_cast<uint64_t>(4 * 4 * L * K));
-  for (SequenceState* st : states) EXPECT_EQ(st->num_tokens(), 4096 + 4);
 }
 
 }  // namespace

@@ -13,15 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "harness/parity.h"
 #include "model/model.h"
-#include "parity_harness.h"
 
 namespace strata {
 namespace {
 
 using parity::FixtureDir;
-using parity::LoadNpyFixture;
-using parity::NpyFixture;
+using parity::LoadFixture;
+using parity::Fixture;
 
 constexpr int kDecodeSteps = 6;
 
@@ -85,8 +85,8 @@ size_t CountDiffering(const std::vector<float>& a, const std::vector<float>& b) 
 class ExecutorInvariance : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExecutorInvariance, PromptCutsGiveIdenticalLogits) {
-  NpyFixture f;
-  LoadNpyFixture(GetParam(), /*with_generate=*/false, f);
+  Fixture f;
+  LoadFixture(GetParam(), &f);
   ASSERT_GT(f.prompt.size(), 130u) << "the fixture prompt must be longer than the cuts";
   auto m = LoadInvariant(f.dir);
   ASSERT_NE(m, nullptr);
@@ -103,8 +103,8 @@ TEST_P(ExecutorInvariance, PromptCutsGiveIdenticalLogits) {
 }
 
 TEST_P(ExecutorInvariance, DecodeRowIsTheSameAloneOrBatched) {
-  NpyFixture f;
-  LoadNpyFixture(GetParam(), /*with_generate=*/false, f);
+  Fixture f;
+  LoadFixture(GetParam(), &f);
   auto m = LoadInvariant(f.dir);
   ASSERT_NE(m, nullptr);
   const int64_t vocab = m->info().vocab_size;

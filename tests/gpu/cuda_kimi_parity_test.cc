@@ -25,36 +25,30 @@
 // batched decode at a filled 4K context, all finite.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <set>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "base/npy.h"
+#include "harness/parity.h"
 #include "model/model.h"
 #include "model/models/kimi_linear_cuda.h"
 #include "model/models/kimi_linear_weights.h"
-#include "parity_harness.h"
 
 namespace strata {
 namespace {
 
-namespace fs = std::filesystem;
 using parity::Compare;
-using parity::Comparison;
 using parity::CudaOptions;
 using parity::Describe;
-using parity::RunSplit;
 using parity::ScratchDir;
 
 constexpr double kTolerance = 1e-2;        // vs transformers fp32 (bf16 activations), the bar
@@ -72,8 +66,7 @@ constexpr double kGreedyMargin = 0.1;
 
 std::vector<std::string> FixtureNames() { return parity::FixtureNames("kimi_"); }
 
-struct Fixture : parity::NpyFixture {
-  int64_t generate_prompt_len = 0;
+struct Fixture : parity::Fixture {
   std::vector<double> gaps;  // reference top-1/top-2 gap per generated token
   double floor = -1;         // transformers bf16 on the GPU vs logits.npy (L2 relative); -1: not recorded
   // GPU vs transformers fp32 bound: max(kTolerance, kFloorFactor × floor), and
@@ -84,248 +77,123 @@ struct Fixture : parity::NpyFixture {
   // max(kTolerance, kFloorFactor × meta.json bf16_floor.bf16.worst_row_rel).
   double row_floor = -1;
   double row_tolerance = kTolerance;
+
+  parity::Bounds bounds() const {
+    std::ostringstream s;
+    s << " [bf16 floor " << floor << ", bound " << tolerance << "]";
+    return {tolerance, std::numeric_limits<double>::infinity(), s.str()};
+  }
 };
 
-std::string FloorNote(const Fixture& f) {
-  std::ostringstream s;
-  s << " [bf16 floor " << f.floor << ", bound " << f.tolerance << "]";
-  return s.str();
-}
-
-Fixture LoadFixture(const std::string& name) {
-  Fixture f;
-  parity::LoadNpyFixture(name, /*with_generate=*/true, f);
-  const nlohmann::json j = parity::ReadMeta(f.dir);
-  EXPECT_FALSE(j.is_discarded()) << f.dir << "/meta.json";
-  if (!j.is_discarded()) {
-    f.generate_prompt_len = j["generate"]["prompt_len"].get<int64_t>();
-    for (const auto& g : j["generate"]["top1_top2_gaps"]) f.gaps.push_back(g.get<double>());
-    EXPECT_TRUE(j.contains("bf16_floor_l2_rel") && j["bf16_floor_l2_rel"].is_number())
-        << f.dir << "/meta.json has no bf16_floor_l2_rel (tools/reference/make_kimi_fixtures.py --floor-only)";
-    if (j.contains("bf16_floor_l2_rel") && j["bf16_floor_l2_rel"].is_number()) {
-      f.floor = j["bf16_floor_l2_rel"].get<double>();
-      EXPECT_GT(f.floor, 0.0) << f.dir;
-      f.tolerance = f.floor <= kBf16FixtureFloor ? kTolerance : std::max(kTolerance, kFloorFactor * f.floor);
-    }
-    const nlohmann::json* row = nullptr;
-    if (j.contains("bf16_floor") && j["bf16_floor"].contains("bf16") &&
-        j["bf16_floor"]["bf16"].contains("worst_row_rel")) {
-      row = &j["bf16_floor"]["bf16"]["worst_row_rel"];
-    }
-    EXPECT_TRUE(row != nullptr && row->is_number()) << f.dir << "/meta.json has no bf16_floor.bf16.worst_row_rel";
-    if (row != nullptr && row->is_number()) {
-      f.row_floor = row->get<double>();
-      f.row_tolerance = std::max(kTolerance, kFloorFactor * f.row_floor);
-    }
+void LoadFixture(const std::string& name, Fixture* f) {
+  parity::LoadFixture(name, f);
+  const nlohmann::json& j = f->meta;
+  if (j.is_discarded()) return;
+  for (const auto& g : j["generate"]["top1_top2_gaps"]) f->gaps.push_back(g.get<double>());
+  EXPECT_TRUE(j.contains("bf16_floor_l2_rel") && j["bf16_floor_l2_rel"].is_number())
+      << f->dir
+      << "/meta.json has no bf16_floor_l2_rel (tools/reference/make_kimi_fixtures.py --floor-only)";
+  if (j.contains("bf16_floor_l2_rel") && j["bf16_floor_l2_rel"].is_number()) {
+    f->floor = j["bf16_floor_l2_rel"].get<double>();
+    EXPECT_GT(f->floor, 0.0) << f->dir;
+    f->tolerance =
+        f->floor <= kBf16FixtureFloor ? kTolerance : std::max(kTolerance, kFloorFactor * f->floor);
   }
-  return f;
-}
-
-std::unique_ptr<Model> LoadCuda(const std::string& dir, const LoadOptions& o = CudaOptions()) {
-  return parity::LoadCuda(dir, o);
+  const nlohmann::json* row = nullptr;
+  if (j.contains("bf16_floor") && j["bf16_floor"].contains("bf16") &&
+      j["bf16_floor"]["bf16"].contains("worst_row_rel")) {
+    row = &j["bf16_floor"]["bf16"]["worst_row_rel"];
+  }
+  EXPECT_TRUE(row != nullptr && row->is_number())
+      << f->dir << "/meta.json has no bf16_floor.bf16.worst_row_rel";
+  if (row != nullptr && row->is_number()) {
+    f->row_floor = row->get<double>();
+    f->row_tolerance = std::max(kTolerance, kFloorFactor * f->row_floor);
+  }
 }
 
 parity::GraphCounts GraphCountsOf(const Model& m) {
   auto s = GetKimiCudaStats(m);
   EXPECT_TRUE(s.ok()) << s.status();
   if (!s.ok()) return {};
-  return {s->graph_captures, s->graph_launches, s->eager_steps, s->graph_error};
+  return {s->graph_captures, s->graph_launches, s->eager_steps, s->graph_error,
+          s->prefill_slice_tokens};
 }
 
-class CudaKimiParity : public ::testing::TestWithParam<std::string> {
+class CudaKimiParity : public parity::GpuParityTest<Fixture> {
  protected:
-  void SetUp() override {
-    fixture_ = LoadFixture(GetParam());
-    ASSERT_FALSE(fixture_.prompt.empty());
-    model_ = LoadCuda(fixture_.dir);
-    ASSERT_NE(model_, nullptr);
-    ASSERT_EQ(model_->info().vocab_size, fixture_.vocab);
+  CudaKimiParity() {
+    tag_ = "[cuda-parity]";
+    gpu_.graph_counts = GraphCountsOf;
+    gpu_.same_device_tolerance = kGraphTolerance;
+    gpu_.misuse_sample_rows = gpu_.misuse_benchmark_fill = true;
   }
-  int64_t T() const { return static_cast<int64_t>(fixture_.prompt.size()); }
-  Fixture fixture_;
-  std::unique_ptr<Model> model_;
+  void ReadFixture(const std::string& name, Fixture* f) override {
+    LoadFixture(name, f);
+    bounds_ = f->bounds();
+  }
 };
 
-TEST_P(CudaKimiParity, FullPrefillLogitsMatchTransformers) {
-  const std::vector<float> ours = RunSplit(*model_, fixture_.prompt, T());
-  const Comparison c = Compare(ours, fixture_.logits, fixture_.vocab);
-  std::printf("[cuda-parity] %s full prefill T=%lld on %s: %s%s\n", GetParam().c_str(),
-              static_cast<long long>(T()), model_->info().device.c_str(), Describe(c).c_str(),
-              FloorNote(fixture_).c_str());
-  EXPECT_LE(c.rel, fixture_.tolerance) << Describe(c) << FloorNote(fixture_);
-}
-
-TEST_P(CudaKimiParity, PrefillThenDecodeSplitsMatchTransformers) {
-  std::set<int64_t> splits;
-  for (int64_t n : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, T() - 1}) {
-    if (n >= 1 && n < T()) splits.insert(n);
-  }
-  for (int64_t n : splits) {
-    const std::vector<float> ours = RunSplit(*model_, fixture_.prompt, n);
-    const Comparison c = Compare(ours, fixture_.logits, fixture_.vocab);
-    std::printf("[cuda-parity] %s prefill %lld + %lld decode steps: %s%s\n", GetParam().c_str(),
-                static_cast<long long>(n), static_cast<long long>(T() - n), Describe(c).c_str(),
-                FloorNote(fixture_).c_str());
-    EXPECT_LE(c.rel, fixture_.tolerance) << "prefill " << n << ": " << Describe(c) << FloorNote(fixture_);
-  }
-}
+STRATA_PARITY_PREFILL_CASES(CudaKimiParity, Transformers)
 
 TEST_P(CudaKimiParity, ChunkedContinuationsMatchTransformers) {
-  const int64_t vocab = fixture_.vocab;
-  for (const std::vector<int64_t>& pieces :
-       {std::vector<int64_t>{50, 70}, std::vector<int64_t>{1, 64, 3}, std::vector<int64_t>{33, 33, 33}}) {
-    auto state = model_->NewState(T());
-    ASSERT_TRUE(state.ok()) << state.status();
-    std::vector<float> ours(static_cast<size_t>(T() * vocab));
-    int64_t pos = 0;
-    std::string desc;
-    for (size_t i = 0; pos < T(); ++i) {
-      const int64_t n = i < pieces.size() ? std::min(pieces[i], T() - pos) : T() - pos;
-      desc += (desc.empty() ? "" : "+") + std::to_string(n);
-      const Status s = model_->Forward(std::span(fixture_.prompt.data() + pos, static_cast<size_t>(n)), **state,
-                                       ours.data() + pos * vocab, /*all_logits=*/true);
-      ASSERT_TRUE(s.ok()) << s;
-      pos += n;
-    }
-    const Comparison c = Compare(ours, fixture_.logits, vocab);
-    std::printf("[cuda-parity] %s forward pieces %s: %s%s\n", GetParam().c_str(), desc.c_str(), Describe(c).c_str(),
-                FloorNote(fixture_).c_str());
-    EXPECT_LE(c.rel, fixture_.tolerance) << "pieces " << desc << ": " << Describe(c) << FloorNote(fixture_);
-  }
+  ExpectPiecesWithin({{50, 70}, {1, 64, 3}, {33, 33, 33}}, bounds_);
 }
 
 TEST_P(CudaKimiParity, ShortPrefillSlicesMatchTransformers) {
-  LoadOptions o = CudaOptions();
-  o.prefill_slice_tokens = 48;  // not a multiple of the KDA chunk or the cache block
-  std::unique_ptr<Model> sliced = LoadCuda(fixture_.dir, o);
-  ASSERT_NE(sliced, nullptr);
-  auto stats = GetKimiCudaStats(*sliced);
-  ASSERT_TRUE(stats.ok()) << stats.status();
-  EXPECT_EQ(stats->prefill_slice_tokens, 48);
-  const std::vector<float> ours = RunSplit(*sliced, fixture_.prompt, T());
-  const Comparison c = Compare(ours, fixture_.logits, fixture_.vocab);
-  std::printf("[cuda-parity] %s prefill in 48-token slices: %s%s\n", GetParam().c_str(), Describe(c).c_str(),
-              FloorNote(fixture_).c_str());
-  EXPECT_LE(c.rel, fixture_.tolerance) << Describe(c) << FloorNote(fixture_);
+  // 48: not a multiple of the KDA chunk or the cache block.
+  ExpectShortSlicesWithin(48, "prefill in 48-token slices");
 }
 
 TEST_P(CudaKimiParity, GreedyContinuationMatchesWhereMarginsAllow) {
   const int64_t g = fixture_.generate_prompt_len;
-  ASSERT_GT(g, 0);
-  ASSERT_GT(static_cast<int64_t>(fixture_.generate.size()), g);
-  const int64_t vocab = fixture_.vocab;
-  auto state = model_->NewState(static_cast<int64_t>(fixture_.generate.size()) + 1);
-  ASSERT_TRUE(state.ok()) << state.status();
-  std::vector<float> logits(static_cast<size_t>(vocab));
-  ASSERT_TRUE(model_->Forward(std::span(fixture_.generate.data(), static_cast<size_t>(g)), **state, logits.data(),
-                              false)
-                  .ok());
+  std::vector<int32_t> ours;
+  ASSERT_NO_FATAL_FAILURE(
+      parity::GreedyTokens(*model_, fixture_.generate, g, parity::Feed::kReference, &ours));
   int checked = 0;
-  for (size_t i = static_cast<size_t>(g); i < fixture_.generate.size(); ++i) {
-    const int32_t ours = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    const int32_t want = fixture_.generate[i];
-    const size_t k = i - static_cast<size_t>(g);
+  for (size_t k = 0; k < ours.size(); ++k) {
+    const int32_t want = fixture_.generate[static_cast<size_t>(g) + k];
     const double gap = k < fixture_.gaps.size() ? fixture_.gaps[k] : 0.0;
     std::printf("[cuda-parity] %s greedy step %zu: ours %d, reference %d (reference margin %.3f)%s\n",
-                GetParam().c_str(), k, ours, want, gap, ours == want ? "" : " MISMATCH");
+                GetParam().c_str(), k, ours[k], want, gap, ours[k] == want ? "" : " MISMATCH");
     if (gap > kGreedyMargin) {
       ++checked;
-      EXPECT_EQ(ours, want) << "step " << k << " (reference margin " << gap << ")";
+      EXPECT_EQ(ours[k], want) << "step " << k << " (reference margin " << gap << ")";
     }
-    // Feed the reference token so one early mismatch does not hide later ones.
-    ASSERT_TRUE(model_->Forward(std::span(&want, 1), **state, logits.data(), false).ok());
   }
   std::printf("[cuda-parity] %s greedy: %d of %zu steps had margins > %.2f and were checked\n", GetParam().c_str(),
-              checked, fixture_.generate.size() - static_cast<size_t>(g), kGreedyMargin);
+              checked, ours.size(), kGreedyMargin);
 }
 
 // Three different sequences decoded together give what each gives alone, and
 // (within the fixture's bound, as against transformers) what the CPU reference gives.
 TEST_P(CudaKimiParity, DecodeBatchOfThreeEqualsEachRunAlone) {
-  const int64_t vocab = fixture_.vocab;
-  const int64_t T0 = T();
-  ASSERT_GE(T0, 40);
+  ASSERT_GE(T(), 40);
   // Prompts of different lengths and contents (and cache-block counts).
   const std::vector<std::pair<int64_t, int64_t>> spans = {
-      {0, 20}, {5, std::min<int64_t>(70, T0 - 12)}, {10, std::min<int64_t>(66, T0 - 16)}};
-  auto cpu_loaded = LoadModel(fixture_.dir);
-  ASSERT_TRUE(cpu_loaded.ok()) << cpu_loaded.status();
-  const Model& cpu = **cpu_loaded;
-  std::vector<std::unique_ptr<SequenceState>> batched, alone, reference;
-  for (const auto& [begin, len] : spans) {
-    const std::span<const int32_t> p(fixture_.prompt.data() + begin, static_cast<size_t>(len));
-    for (auto* group : {&batched, &alone}) {
-      auto st = model_->NewState(T0 + 8);
-      ASSERT_TRUE(st.ok()) << st.status();
-      ASSERT_TRUE(model_->Forward(p, **st, nullptr, false).ok());
-      group->push_back(std::move(*st));
-    }
-    auto st = cpu.NewState(T0 + 8);
-    ASSERT_TRUE(st.ok());
-    ASSERT_TRUE(cpu.Forward(p, **st, nullptr, false).ok());
-    reference.push_back(std::move(*st));
-  }
-  std::vector<SequenceState*> states;
-  for (auto& s : batched) states.push_back(s.get());
+      {0, 20}, {5, std::min<int64_t>(70, T() - 12)}, {10, std::min<int64_t>(66, T() - 16)}};
   double worst_batch = 0, worst_cpu = 0;
-  for (int step = 0; step < 6; ++step) {
-    std::vector<int32_t> tokens;
-    for (size_t i = 0; i < spans.size(); ++i) {
-      tokens.push_back(fixture_.prompt[static_cast<size_t>(spans[i].first + spans[i].second + step) %
-                                       fixture_.prompt.size()]);
-    }
-    std::vector<float> got(static_cast<size_t>(3 * vocab));
-    const Status s = model_->DecodeBatch(tokens, states, got.data());
-    ASSERT_TRUE(s.ok()) << s;
-    for (size_t i = 0; i < 3; ++i) {
-      std::vector<float> one(static_cast<size_t>(vocab)), ref(static_cast<size_t>(vocab));
-      ASSERT_TRUE(model_->Forward(std::span(&tokens[i], 1), *alone[i], one.data(), false).ok());
-      ASSERT_TRUE(cpu.Forward(std::span(&tokens[i], 1), *reference[i], ref.data(), false).ok());
-      const Comparison cb = Compare(got.data() + static_cast<int64_t>(i) * vocab, one.data(), 1, vocab);
-      const Comparison cc = Compare(got.data() + static_cast<int64_t>(i) * vocab, ref.data(), 1, vocab);
-      worst_batch = std::max(worst_batch, cb.rel);
-      worst_cpu = std::max(worst_cpu, cc.rel);
-      EXPECT_LE(cb.rel, kBatchTolerance) << "step " << step << " row " << i << ": " << Describe(cb);
-      EXPECT_LE(cc.rel, fixture_.row_tolerance)
-          << "step " << step << " row " << i << " vs CPU: " << Describe(cc) << " [bf16 worst row "
-          << fixture_.row_floor << ", bound " << fixture_.row_tolerance << "]";
-    }
-  }
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(batched[i]->num_tokens(), alone[i]->num_tokens());
+  ASSERT_NO_FATAL_FAILURE(parity::DecodeBatchAgainstAloneAndCpu(
+      *model_, fixture_.dir, fixture_.prompt, spans, /*steps=*/6, nullptr,
+      [&](const parity::BatchRow& r) {
+        worst_batch = std::max(worst_batch, r.vs_alone.rel);
+        worst_cpu = std::max(worst_cpu, r.vs_cpu.rel);
+        EXPECT_LE(r.vs_alone.rel, kBatchTolerance)
+            << "step " << r.step << " row " << r.row << ": " << Describe(r.vs_alone);
+        EXPECT_LE(r.vs_cpu.rel, fixture_.row_tolerance)
+            << "step " << r.step << " row " << r.row << " vs CPU: " << Describe(r.vs_cpu)
+            << " [bf16 worst row " << fixture_.row_floor << ", bound " << fixture_.row_tolerance
+            << "]";
+      }));
   std::printf("[cuda-parity] %s DecodeBatch(3) x 6 steps: worst rel vs single-sequence %.3g, vs CPU %.3g"
               " [bf16 worst row %.3g, bound %.3g]\n",
               GetParam().c_str(), worst_batch, worst_cpu, fixture_.row_floor, fixture_.row_tolerance);
 }
 
-TEST_P(CudaKimiParity, GraphReplayEqualsEagerSteps) {
-  LoadOptions eager_opts = CudaOptions();
-  eager_opts.cuda_graphs = false;
-  std::unique_ptr<Model> eager = LoadCuda(fixture_.dir, eager_opts);
-  ASSERT_NE(eager, nullptr);
-  parity::ExpectGraphReplayEqualsEager(*model_, *eager, fixture_.prompt, std::min<int64_t>(10, T() - 1),
-                                       kGraphTolerance, /*min_captures=*/1, /*warmups=*/2, GraphCountsOf,
-                                       "[cuda-parity] " + GetParam());
-}
+// Graph replay, Clone/Reset, device greedy sampling, misuse.
+STRATA_PARITY_GPU_CASES(CudaKimiParity)
 
-TEST_P(CudaKimiParity, CloneContinuesIdenticallyAndResetStartsOver) {
-  const int64_t n = std::min<int64_t>(70, T() - 4);  // more than one cache block
-  const std::vector<float> fresh =
-      parity::ExpectCloneContinuesAndResetStartsOver(*model_, fixture_.prompt, n, kGraphTolerance);
-  const Comparison c = Compare(fresh, fixture_.logits, fixture_.vocab);
-  EXPECT_LE(c.rel, fixture_.tolerance) << "after Reset: " << Describe(c) << FloorNote(fixture_);
-}
-
-TEST_P(CudaKimiParity, GpuGreedySamplingIsTheArgmax) {
-  parity::ExpectGpuGreedySamplingIsTheArgmax(*model_, fixture_.prompt, 3, 17);
-}
-
-TEST_P(CudaKimiParity, MisuseIsRejectedBeforeAnyWork) {
-  parity::ExpectMisuseIsRejectedBeforeAnyWork(*model_, fixture_.dir, /*sample_rows=*/true,
-                                              /*benchmark_fill=*/true);
-}
-
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaKimiParity, ::testing::ValuesIn(FixtureNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+STRATA_PARITY_INSTANTIATE(CudaKimiParity, FixtureNames());
 
 TEST(CudaKimiFixtures, AtLeastThreeFixturesArePresent) {
   EXPECT_GE(FixtureNames().size(), 3u) << "no kimi_* fixtures under " << STRATA_TEST_DATA_DIR;
@@ -335,7 +203,8 @@ TEST(CudaKimiFixtures, AtLeastThreeFixturesArePresent) {
 TEST(CudaKimiFixtures, AtLeastTwoFixturesHaveALowBf16Floor) {
   int low = 0;
   for (const std::string& name : FixtureNames()) {
-    const Fixture f = LoadFixture(name);
+    Fixture f;
+    LoadFixture(name, &f);
     std::printf("[cuda-parity] %s: bf16 floor %.4g, bound %.4g\n", name.c_str(), f.floor, f.tolerance);
     if (f.floor > 0 && f.floor <= kBf16FixtureFloor) ++low;
   }
@@ -345,37 +214,20 @@ TEST(CudaKimiFixtures, AtLeastTwoFixturesHaveALowBf16Floor) {
 // --- dummy weights and memory planning --------------------------------------
 
 TEST(CudaKimiDummy, SmallDummyModelOnTheGpuIsDeterministicPerSeed) {
-  ScratchDir dir("strata_cuda_dummy_small");
-  fs::copy_file(std::string(STRATA_TEST_DATA_DIR) + "/kimi_b/config.json", dir.str() + "/config.json");
   std::vector<std::vector<float>> runs;
-  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
-  for (uint64_t seed : {3u, 3u, 4u}) {
-    LoadOptions o = CudaOptions();
-    o.load_format = LoadFormat::kDummy;
-    o.dummy_seed = seed;
-    std::unique_ptr<Model> m = LoadCuda(dir.str(), o);
-    ASSERT_NE(m, nullptr);
-    runs.push_back(RunSplit(*m, tokens, 6));
-    for (float v : runs.back()) ASSERT_TRUE(std::isfinite(v));
-  }
+  ASSERT_NO_FATAL_FAILURE(parity::RunDummySeeds(parity::FixtureDir("kimi_b"), CudaOptions(),
+                                                {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 6, nullptr,
+                                                &runs));
   EXPECT_LE(Compare(runs[0], runs[1], 512).rel, kGraphTolerance);
   EXPECT_GT(Compare(runs[0], runs[2], 512).rel, 1e-2);
 }
 
 TEST(CudaKimiDummy, Kimi48BShapesPrefillAndBatchedDecodeAtFilledContext) {
   ScratchDir dir("strata_cuda_dummy_48b");
-  {
-    std::ofstream f(dir.str() + "/config.json");
-    f << KimiLinear48BConfigJson();
-  }
-  LoadOptions o;
-  o.device = Device::kCuda;
-  o.load_format = LoadFormat::kDummy;
-  o.max_batch = 8;
-  o.max_sequences = 9;
-  o.max_context_tokens = 8192;
   const auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<Model> m = LoadCuda(dir.str(), o);
+  std::unique_ptr<Model> m = parity::LoadDummyOnCuda(dir.str(), KimiLinear48BConfigJson(),
+                                                     /*max_batch=*/8, /*max_sequences=*/9,
+                                                     /*max_context_tokens=*/8192);
   ASSERT_NE(m, nullptr);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto stats = GetKimiCudaStats(*m);
@@ -401,45 +253,13 @@ TEST(CudaKimiDummy, Kimi48BShapesPrefillAndBatchedDecodeAtFilledContext) {
   for (int64_t i = 0; i < V; ++i) ASSERT_TRUE(std::isfinite(logits[static_cast<size_t>(i)])) << i;
 
   // Eight sequences at a filled 4K context, a few batched steps.
-  std::vector<std::unique_ptr<SequenceState>> owned;
-  std::vector<SequenceState*> states;
-  for (int b = 0; b < 8; ++b) {
-    auto st = m->NewState(4096 + 16);
-    ASSERT_TRUE(st.ok()) << st.status();
-    s = m->FillContextForBenchmark(**st, 4096, static_cast<uint64_t>(b + 1));
-    ASSERT_TRUE(s.ok()) << s;
-    EXPECT_EQ((*st)->num_tokens(), 4096);
-    states.push_back(st->get());
-    owned.push_back(std::move(*st));
-  }
-  std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8}, next(8);
-  const std::vector<DecodeSampling> greedy(8);
-  for (int step = 0; step < 4; ++step) {
-    t1 = std::chrono::steady_clock::now();
-    s = m->DecodeBatchSample(tokens, states, greedy, next.data());
-    ASSERT_TRUE(s.ok()) << s;
-    std::printf("[cuda-48b] batch 8 @4K decode step %d: %.2f ms\n", step,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() * 1e3);
-    for (int32_t t : next) {
-      ASSERT_GE(t, 0);
-      ASSERT_LT(t, V);
-    }
-    tokens = next;
-  }
-  s = m->DecodeBatch(tokens, states, logits.data());
-  ASSERT_TRUE(s.ok()) << s;
-  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
-  for (SequenceState* st : states) EXPECT_EQ(st->num_tokens(), 4096 + 5);
+  parity::ExpectFilledContextBatchDecodes(*m, 8, 4096, 4, [](int step, double ms) {
+    std::printf("[cuda-48b] batch 8 @4K decode step %d: %.2f ms\n", step, ms);
+  });
 }
 
 TEST(CudaKimiFallback, TooLittleDeviceMemoryFallsBackToTheCpuWithANotice) {
-  LoadOptions o = CudaOptions();
-  o.gpu_memory_fraction = 1e-9;  // nothing fits
-  auto m = LoadModel(std::string(STRATA_TEST_DATA_DIR) + "/kimi_a", o);
-  ASSERT_TRUE(m.ok()) << m.status();
-  std::printf("[cuda-fallback] notice: %s\n", (*m)->info().notice.c_str());
-  EXPECT_EQ((*m)->info().device, "cpu");
-  EXPECT_NE((*m)->info().notice.find("free"), std::string::npos) << (*m)->info().notice;
+  parity::ExpectTooLittleDeviceMemoryFallsBackToTheCpu(parity::FixtureDir("kimi_a"));
 }
 
 }  // namespace

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "harness/parity.h"
 #include "model/model.h"
 #include "model/models/cuda_executor_base.h"
-#include "parity_harness.h"
 
 namespace strata {
 namespace {
@@ -39,7 +39,7 @@ constexpr int64_t kBlock = 64;
 class CudaStateOffload : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    parity::LoadNpyFixture(GetParam(), /*with_generate=*/false, fixture_);
+    parity::LoadFixture(GetParam(), &fixture_);
     ASSERT_GE(fixture_.prompt.size(), 140u);
     model_ = parity::LoadCuda(fixture_.dir, parity::CudaOptions());
     ASSERT_NE(model_, nullptr);
@@ -116,7 +116,7 @@ class CudaStateOffload : public ::testing::TestWithParam<std::string> {
                           << " vs " << b[first] << ")";
   }
 
-  parity::NpyFixture fixture_;
+  parity::Fixture fixture_;
   std::unique_ptr<Model> model_;
   const CudaExecutorBase* exec_ = nullptr;
   int64_t vocab_ = 0;

@@ -40,9 +40,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/tuning.h"
+#include "harness/parity.h"
 #include "model/model.h"
 #include "model/models/kimi_linear_weights.h"
-#include "parity_harness.h"
 
 namespace strata {
 namespace {
@@ -115,8 +115,8 @@ class ModelSource {
  public:
   explicit ModelSource(const ModelCase& c) : scratch_("strata_cuda_tuning") {
     if (c.name != kDummyKimi) {
-      parity::NpyFixture f;
-      parity::LoadNpyFixture(c.name, /*with_generate=*/false, f);
+      parity::Fixture f;
+      parity::LoadFixture(c.name, &f);
       dir_ = f.dir;
       prompt_ = f.prompt;
       return;
