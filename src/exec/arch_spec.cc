@@ -1,0 +1,40 @@
+// Names derived from an architecture description.
+#include "exec/arch_spec.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::exec {
+
+std::string LayerKind(const LayerSpec& layer) {
+  const char* mixer = "attention";
+  if (std::holds_alternative<KdaSpec>(layer.mixer)) mixer = "kda";
+  if (std::holds_alternative<GdnSpec>(layer.mixer)) mixer = "gdn";
+  if (const auto* mla = std::get_if<MlaSpec>(&layer.mixer)) mixer = mla->indexer ? "dsa" : "mla";
+  return absl::StrCat(mixer, std::holds_alternative<MoeSpec>(layer.ffn) ? "+moe" : "+dense");
+}
+
+MoeSpec SigmoidMoeSpec(int64_t experts, int64_t top_k, int64_t intermediate, int64_t num_shared,
+                       bool renormalize, double routed_scaling) {
+  return {.experts = experts,
+          .top_k = top_k,
+          .intermediate = intermediate,
+          .shared_intermediate = intermediate * num_shared,
+          .score_bias = true,
+          .renormalize = renormalize,
+          .routed_scaling = static_cast<float>(routed_scaling)};
+}
+
+LayerSpec LayerAt(int64_t i, const std::string& mixer_dir, MixerSpec mixer,
+                  const std::string& ffn_dir, FfnSpec ffn) {
+  LayerSpec l;
+  l.prefix = LayerPrefix(i);
+  l.mixer_prefix = l.prefix + mixer_dir;
+  l.mixer = std::move(mixer);
+  l.ffn_prefix = l.prefix + ffn_dir;
+  l.ffn = std::move(ffn);
+  return l;
+}
+
+std::string LayerPrefix(int64_t layer) { return absl::StrCat("model.layers.", layer, "."); }
+
+}  // namespace strata::exec
