@@ -13,15 +13,21 @@ std::string LayerKind(const LayerSpec& layer) {
   return absl::StrCat(mixer, std::holds_alternative<MoeSpec>(layer.ffn) ? "+moe" : "+dense");
 }
 
-MoeSpec SigmoidMoeSpec(int64_t experts, int64_t top_k, int64_t intermediate, int64_t num_shared,
-                       bool renormalize, double routed_scaling) {
+MoeSpec RoutedMoeSpec(int64_t experts, int64_t top_k, int64_t intermediate,
+                      int64_t shared_intermediate, bool renormalize) {
   return {.experts = experts,
           .top_k = top_k,
           .intermediate = intermediate,
-          .shared_intermediate = intermediate * num_shared,
-          .score_bias = true,
-          .renormalize = renormalize,
-          .routed_scaling = static_cast<float>(routed_scaling)};
+          .shared_intermediate = shared_intermediate,
+          .renormalize = renormalize};
+}
+
+MoeSpec SigmoidMoeSpec(int64_t experts, int64_t top_k, int64_t intermediate, int64_t num_shared,
+                       bool renormalize, double routed_scaling) {
+  MoeSpec moe = RoutedMoeSpec(experts, top_k, intermediate, intermediate * num_shared, renormalize);
+  moe.score_bias = true;
+  moe.routed_scaling = static_cast<float>(routed_scaling);
+  return moe;
 }
 
 LayerSpec LayerAt(int64_t i, const std::string& mixer_dir, MixerSpec mixer,

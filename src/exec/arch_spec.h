@@ -48,15 +48,15 @@ struct IndexerSpec {
 
 // Multi-head latent attention (model-spec §2.4, §3.3); DSA when `indexer` is set.
 struct MlaSpec {
-  int64_t heads = 0;         // H
-  int64_t q_lora_rank = 0;   // 0: q_proj from the hidden state; else q_a -> RMSNorm -> q_b
-  int64_t kv_lora_rank = 0;  // r
-  int64_t nope_dim = 0;      // dn
-  int64_t rope_dim = 0;      // dr
-  int64_t v_dim = 0;         // dv
-  float softmax_scale = 0;   // 0: (dn + dr)^-1/2
-  bool rotary = false;       // false: NoPE (Kimi), the rope part is not rotated
-  cpu::RopeParams rope = {};  // with `rotary`: rope.dim == rope_dim, interleaved pairs
+  int64_t heads = 0;              // H
+  int64_t q_lora_rank = 0;        // 0: q_proj from the hidden state; else q_a -> RMSNorm -> q_b
+  int64_t kv_lora_rank = 0;       // r
+  int64_t nope_dim = 0;           // dn
+  int64_t rope_dim = 0;           // dr
+  int64_t v_dim = 0;              // dv
+  float softmax_scale = 0;        // 0: (dn + dr)^-1/2
+  bool rotary = false;            // false: NoPE (Kimi), the rope part is not rotated
+  cpu::RopeParams rope = {};      // with `rotary`: rope.dim == rope_dim, interleaved pairs
   float latent_norm_eps = 1e-6f;  // q_a_layernorm, kv_a_layernorm
   std::optional<IndexerSpec> indexer = std::nullopt;
 };
@@ -101,7 +101,7 @@ struct LayerSpec {
   std::string prefix;        // e.g. "model.layers.3."; input_layernorm / post_attention_layernorm
   std::string mixer_prefix;  // full prefix of the mixer's tensors, e.g. "model.layers.3.self_attn."
   MixerSpec mixer;
-  std::string ffn_prefix;    // full prefix of the FFN's tensors, e.g. "model.layers.3.mlp."
+  std::string ffn_prefix;  // full prefix of the FFN's tensors, e.g. "model.layers.3.mlp."
   FfnSpec ffn;
 };
 
@@ -115,30 +115,33 @@ struct ArchSpec {
   bool tie_word_embeddings = false;
   // FP8 e4m3 matrices are dequantised with this scale block (DeepSeek);
   // unset: they are rejected like any other unsupported dtype.
-  std::optional<Fp8BlockSize> fp8_block;
+  std::optional<Fp8BlockSize> fp8_block = std::nullopt;
   int64_t max_context = 0;
   int32_t bos_token_id = -1;
   int32_t eos_token_id = -1;
-  std::vector<LayerSpec> layers;
+  std::vector<LayerSpec> layers = {};
 };
 
 // An ArchSpec with the fields every parsed config names alike filled in.
 template <typename Config>
 ArchSpec SpecOf(std::string architecture, const Config& c) {
-  ArchSpec a;
-  a.architecture = std::move(architecture);
-  a.vocab_size = c.vocab_size;
-  a.hidden_size = c.hidden_size;
-  a.norm_eps = static_cast<float>(c.rms_norm_eps);
-  a.tie_word_embeddings = c.tie_word_embeddings;
-  a.max_context = c.max_context;
-  a.bos_token_id = c.bos_token_id;
-  a.eos_token_id = c.eos_token_id;
-  return a;
+  return {.architecture = std::move(architecture),
+          .vocab_size = c.vocab_size,
+          .hidden_size = c.hidden_size,
+          .norm_eps = static_cast<float>(c.rms_norm_eps),
+          .tie_word_embeddings = c.tie_word_embeddings,
+          .max_context = c.max_context,
+          .bos_token_id = c.bos_token_id,
+          .eos_token_id = c.eos_token_id};
 }
 
-// The sigmoid-routed MoE of Kimi and DeepSeek: selection bias, `num_shared`
-// shared experts of the routed width fused into one.
+// Routed experts picking `top_k` of `experts` (sigmoid scores unless the
+// caller selects softmax), with shared experts of `shared_intermediate` in all.
+MoeSpec RoutedMoeSpec(int64_t experts, int64_t top_k, int64_t intermediate,
+                      int64_t shared_intermediate, bool renormalize);
+
+// The sigmoid-routed MoE of Kimi and DeepSeek: a selection bias, scaled
+// routed weights, `num_shared` shared experts of the routed width fused.
 MoeSpec SigmoidMoeSpec(int64_t experts, int64_t top_k, int64_t intermediate, int64_t num_shared,
                        bool renormalize, double routed_scaling);
 

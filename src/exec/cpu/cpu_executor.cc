@@ -13,6 +13,7 @@
 #include "exec/cpu/cpu_layer.h"
 #include "exec/cpu/cpu_state.h"
 #include "exec/cpu/weight_binder.h"
+#include "model/forward_checks.h"
 #include "model/weight_store.h"
 
 namespace strata::exec {
@@ -78,8 +79,8 @@ Status CpuExecutor::Bind(const LoadOptions& options) {
     STRATA_ASSIGN_OR_RETURN(dl.input_norm, wb.NormWeight(ls.prefix + "input_layernorm.weight", D));
     STRATA_ASSIGN_OR_RETURN(dl.post_norm,
                             wb.NormWeight(ls.prefix + "post_attention_layernorm.weight", D));
-    STRATA_ASSIGN_OR_RETURN(dl.mixer, MakeCpuMixer(ls.mixer, ls.mixer_prefix, D, wb));
-    STRATA_ASSIGN_OR_RETURN(dl.ffn, MakeCpuFfn(ls.ffn, ls.ffn_prefix, D, wb));
+    STRATA_ASSIGN_OR_RETURN(dl.mixer, MakeCpuLayer(ls.mixer, {ls.mixer_prefix, D, &wb}));
+    STRATA_ASSIGN_OR_RETURN(dl.ffn, MakeCpuLayer(ls.ffn, {ls.ffn_prefix, D, &wb}));
     const std::vector<StateRegion> regions = dl.mixer->StateRegions();
     dl.first_region = layout_.size();
     dl.num_regions = regions.size();
@@ -131,11 +132,11 @@ StatusOr<std::unique_ptr<SequenceState>> CpuExecutor::NewState(int64_t max_token
       std::make_unique<CpuSequenceState>(this, &layout_, max_tokens));
 }
 
-int64_t CpuExecutor::EffectiveAttendedTokens(const SequenceState& state,
-                                             int64_t new_tokens) const {
+int64_t CpuExecutor::EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const {
   const int64_t context = state.num_tokens() + new_tokens;
   int64_t attended = 0;
-  for (const DecoderLayer& l : layers_) attended = std::max(attended, l.mixer->AttendedTokens(context));
+  for (const DecoderLayer& l : layers_)
+    attended = std::max(attended, l.mixer->AttendedTokens(context));
   // Only linear mixers: nothing grows with the context; report it as dense.
   return attended > 0 ? attended : context;
 }
@@ -160,8 +161,8 @@ Status CpuExecutor::ForwardSlice(const int32_t* tokens, int64_t T, CpuSequenceSt
   const size_t own = plan.used();
   size_t modules = 0;
   for (const DecoderLayer& l : layers_) {
-    modules = std::max({modules, l.mixer->ScratchBytes(T, past, threads),
-                        l.ffn->ScratchBytes(T, past, threads)});
+    modules = std::max(
+        {modules, l.mixer->ScratchBytes(T, past, threads), l.ffn->ScratchBytes(T, past, threads)});
   }
   uint8_t* base = static_cast<uint8_t*>(st.Scratch(own + modules));
   ScratchArena arena(base, own);
@@ -209,21 +210,9 @@ Status CpuExecutor::Forward(std::span<const int32_t> tokens, SequenceState& stat
     return absl::InvalidArgumentError(
         "Forward: the state was not created by this model's NewState");
   }
+  STRATA_RETURN_IF_ERROR(
+      CheckForwardTokens(tokens, spec_.vocab_size, st->num_tokens(), st->max_tokens()));
   const int64_t T = static_cast<int64_t>(tokens.size());
-  if (T == 0) return absl::InvalidArgumentError("Forward: no tokens");
-  for (int64_t i = 0; i < T; ++i) {
-    const int32_t id = tokens[static_cast<size_t>(i)];
-    if (id < 0 || id >= spec_.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Forward: token id ", id, " at position ", i,
-                       " is outside the vocabulary [0, ", spec_.vocab_size, ")"));
-    }
-  }
-  if (st->num_tokens() + T > st->max_tokens()) {
-    return absl::OutOfRangeError(absl::StrCat("Forward: ", T, " tokens on top of ",
-                                              st->num_tokens(), " exceed the state's capacity of ",
-                                              st->max_tokens()));
-  }
   const int64_t V = spec_.vocab_size;
   for (int64_t begin = 0; begin < T; begin += kMaxSliceTokens) {
     const int64_t n = std::min(kMaxSliceTokens, T - begin);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
@@ -61,38 +62,56 @@ class CpuLayer {
   virtual int64_t AttendedTokens(int64_t context) const { return 0; }
 };
 
-// Implements ScratchBytes with the module's own `Carve(ScratchArena&, T,
+// The base of every module: keeps its description and the model width, and
+// implements ScratchBytes with the module's own `Carve(ScratchArena&, T,
 // past, threads)`, the function its Run carves with.
-template <typename Self>
-class CarvingLayer : public CpuLayer {
+template <typename Self, typename Spec>
+class CpuLayerOf : public CpuLayer {
  public:
+  CpuLayerOf(const Spec& spec, int64_t hidden) : s_(spec), hidden_(hidden) {}
   size_t ScratchBytes(int64_t num_tokens, int64_t past, int num_threads) const final {
     ScratchArena plan;
     static_cast<const Self*>(this)->Carve(plan, num_tokens, past, num_threads);
     return plan.used();
   }
+
+ protected:
+  Spec s_;
+  int64_t hidden_;  // D
 };
 
-// The module for a mixer or FFN description, its weights bound under
-// `prefix` (the full tensor-name prefix). `hidden` is the model width D.
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuMixer(const MixerSpec& spec, const std::string& prefix,
-                                                 int64_t hidden, WeightBinder& weights);
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuFfn(const FfnSpec& spec, const std::string& prefix,
-                                               int64_t hidden, WeightBinder& weights);
+// What a module binds its weights with: the full tensor-name prefix of its
+// tensors, the model width D and the binder.
+struct LayerBind {
+  std::string prefix;
+  int64_t hidden = 0;
+  WeightBinder* weights = nullptr;
+};
 
-// One factory per module kind (their own files).
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuKdaLayer(const KdaSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights);
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuGdnLayer(const GdnSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights);
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuMlaLayer(const MlaSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights);
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuGqaLayer(const GqaSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights);
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuMlpLayer(const MlpSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights);
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuMoeLayer(const MoeSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights);
+using LayerOrError = StatusOr<std::unique_ptr<CpuLayer>>;
+
+// One per module kind, in its own file (kda_layer.cc, ...).
+LayerOrError MakeCpuLayer(const KdaSpec& spec, const LayerBind& bind);
+LayerOrError MakeCpuLayer(const GdnSpec& spec, const LayerBind& bind);
+LayerOrError MakeCpuLayer(const MlaSpec& spec, const LayerBind& bind);
+LayerOrError MakeCpuLayer(const GqaSpec& spec, const LayerBind& bind);
+LayerOrError MakeCpuLayer(const MlpSpec& spec, const LayerBind& bind);
+LayerOrError MakeCpuLayer(const MoeSpec& spec, const LayerBind& bind);
+
+// The module for a mixer or FFN description (MixerSpec, FfnSpec).
+template <typename... Specs>
+LayerOrError MakeCpuLayer(const std::variant<Specs...>& spec, const LayerBind& bind) {
+  return std::visit([&](const auto& s) { return MakeCpuLayer(s, bind); }, spec);
+}
+
+// Module type `L`, built as L(spec, hidden) and bound with L::Bind(prefix,
+// weights).
+template <typename L, typename Spec>
+LayerOrError BindLayer(const Spec& spec, const LayerBind& bind) {
+  auto layer = std::make_unique<L>(spec, bind.hidden);
+  STRATA_RETURN_IF_ERROR(layer->Bind(bind.prefix, *bind.weights));
+  return LayerOrError(std::move(layer));
+}
 
 }  // namespace strata::exec
 

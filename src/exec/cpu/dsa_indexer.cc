@@ -24,8 +24,7 @@ Status DsaIndexer::Bind(const std::string& x, int64_t D, int64_t q_rank, int64_t
   return OkStatus();
 }
 
-DsaIndexer::Buffers DsaIndexer::Carve(ScratchArena& a, int64_t T, int64_t past,
-                                      int threads) const {
+DsaIndexer::Buffers DsaIndexer::Carve(ScratchArena& a, int64_t T, int64_t past, int threads) const {
   Buffers b{};
   if (!Sparse(past, T)) return b;
   b.q = a.Take<float>(static_cast<size_t>(T * s_.heads * s_.head_dim));
@@ -46,11 +45,12 @@ void DsaIndexer::AppendKeys(const LayerRun& run, const float* x, int64_t T, cons
 }
 
 cpu::MlaSelection DsaIndexer::Select(const LayerRun& run, const Buffers& b, const float* x,
-                                     const float* cq, int64_t T, const float* cos,
-                                     const float* sin, const float* keys) const {
+                                     const float* cq, int64_t T, const float* cos, const float* sin,
+                                     const float* keys) const {
   const int64_t HI = s_.heads, dI = s_.head_dim;
   Linear(run, cq, T, q_, b.q);
-  cpu::ApplyRope(cpu::RopeLayout::kHalfSplit, b.q, T, HI, HI * dI, dI, 0, half_, cos, sin, run.pool);
+  cpu::ApplyRope(cpu::RopeLayout::kHalfSplit, b.q, T, HI, HI * dI, dI, 0, half_, cos, sin,
+                 run.pool);
   Linear(run, x, T, weights_, b.weights);
   const float head_scale = 1.f / std::sqrt(static_cast<float>(HI));
   for (int64_t i = 0; i < T * HI; ++i) b.weights[i] *= head_scale;

@@ -47,16 +47,15 @@ class DsaIndexer {
   // The top_k rows per query, scored from the query latent `cq` [T, q_rank];
   // only when Sparse(past, T).
   cpu::MlaSelection Select(const LayerRun& run, const Buffers& b, const float* x, const float* cq,
-                           int64_t T, const float* cos, const float* sin,
-                           const float* keys) const;
+                           int64_t T, const float* cos, const float* sin, const float* keys) const;
 
  private:
   IndexerSpec s_;
   int64_t half_ = 0;
-  cpu::WeightMatrix q_;                    // wq_b [HI·dI, qr]
-  cpu::WeightMatrix k_;                    // wk [dI, D]
+  cpu::WeightMatrix q_;                     // wq_b [HI·dI, qr]
+  cpu::WeightMatrix k_;                     // wk [dI, D]
   std::vector<float> k_norm_w_, k_norm_b_;  // [dI]
-  cpu::WeightMatrix weights_;              // weights_proj [HI, D]
+  cpu::WeightMatrix weights_;               // weights_proj [HI, D]
 };
 
 }  // namespace strata::exec

@@ -17,18 +17,15 @@
 namespace strata::exec {
 namespace {
 
-using cpu::WeightMatrix;
-
-class GdnLayer final : public CarvingLayer<GdnLayer> {
+class GdnLayer final : public CpuLayerOf<GdnLayer, GdnSpec> {
  public:
-  explicit GdnLayer(const GdnSpec& spec) : s_(spec) {}
-  Status Bind(const std::string& a, int64_t D, WeightBinder& wb);
-
+  using CpuLayerOf::CpuLayerOf;
+  Status Bind(const std::string& a, WeightBinder& wb);
+  Status Run(const LayerRun& run, const float* x, int64_t T, float* out) const override;
   std::vector<StateRegion> StateRegions() const override {
     return {{s_.value_heads * s_.key_dim * s_.value_dim, false},
             {(s_.conv_kernel - 1) * Channels(), false}};
   }
-  Status Run(const LayerRun& run, const float* x, int64_t T, float* out) const override;
 
   struct Buffers {
     float *proj, *mixed, *conv, *z, *q, *k, *o, *small;
@@ -56,27 +53,32 @@ class GdnLayer final : public CarvingLayer<GdnLayer> {
   int64_t ValueWidth() const { return s_.value_heads * s_.value_dim; }
   int64_t Channels() const { return 2 * KeyWidth() + ValueWidth(); }
 
-  GdnSpec s_;
-  WeightMatrix qkvz_;             // [2·Hk·dk + 2·Hv·dv, D], grouped per key head
-  WeightMatrix ba_;               // [2·Hv, D], grouped per key head
+  cpu::WeightMatrix qkvz_;        // [2·Hk·dk + 2·Hv·dv, D], grouped per key head
+  cpu::WeightMatrix ba_;          // [2·Hv, D], grouped per key head
   std::vector<float> conv_;       // [Hk·dk·2 + Hv·dv, K] over q ‖ k ‖ v
   std::vector<float> neg_exp_a_;  // [Hv]: −exp(A_log)
   std::vector<float> dt_bias_;    // [Hv]
   std::vector<float> norm_;       // [dv] gated RMSNorm weight (plain, not 1 + w)
-  WeightMatrix out_;              // [D, Hv·dv]
+  cpu::WeightMatrix out_;         // [D, Hv·dv]
 };
 
-Status GdnLayer::Bind(const std::string& a, int64_t D, WeightBinder& wb) {
+}  // namespace
+
+LayerOrError MakeCpuLayer(const GdnSpec& spec, const LayerBind& bind) {
+  return BindLayer<GdnLayer>(spec, bind);
+}
+
+Status GdnLayer::Bind(const std::string& a, WeightBinder& wb) {
   const int64_t Hv = s_.value_heads;
-  STRATA_ASSIGN_OR_RETURN(qkvz_,
-                          wb.Matrix(a + "in_proj_qkvz.weight", 2 * KeyWidth() + 2 * ValueWidth(), D));
-  STRATA_ASSIGN_OR_RETURN(ba_, wb.Matrix(a + "in_proj_ba.weight", 2 * Hv, D));
+  STRATA_ASSIGN_OR_RETURN(
+      qkvz_, wb.Matrix(a + "in_proj_qkvz.weight", 2 * KeyWidth() + 2 * ValueWidth(), hidden_));
+  STRATA_ASSIGN_OR_RETURN(ba_, wb.Matrix(a + "in_proj_ba.weight", 2 * Hv, hidden_));
   STRATA_ASSIGN_OR_RETURN(conv_, wb.Vector(a + "conv1d.weight", {Channels(), 1, s_.conv_kernel}));
   STRATA_ASSIGN_OR_RETURN(std::vector<float> a_log, wb.Vector(a + "A_log", {Hv}));
   for (float v : a_log) neg_exp_a_.push_back(-std::exp(v));
   STRATA_ASSIGN_OR_RETURN(dt_bias_, wb.Vector(a + "dt_bias", {Hv}));
   STRATA_ASSIGN_OR_RETURN(norm_, wb.Vector(a + "norm.weight", {s_.value_dim}));
-  STRATA_ASSIGN_OR_RETURN(out_, wb.Matrix(a + "out_proj.weight", D, ValueWidth()));
+  STRATA_ASSIGN_OR_RETURN(out_, wb.Matrix(a + "out_proj.weight", hidden_, ValueWidth()));
   return OkStatus();
 }
 
@@ -139,26 +141,16 @@ Status GdnLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
     }
   });
 
-  STRATA_RETURN_IF_ERROR(DeltaRule(
-      run,
-      {.num_tokens = T, .num_heads = Hv, .key_dim = dk, .value_dim = dv, .q = b.q, .k = b.k,
-       .v = b.mixed, .g = gate, .beta = beta, .state = run.state[0].data(), .out = b.o,
-       .g_per_head = true},
-      b.workspace, b.workspace_bytes));
+  // KdaArgs in field order: T, Hv, dk, dv, q, k, v, g, β, state, out, scale
+  // (default), one decay per head.
+  const cpu::KdaArgs args{T,   Hv,  dk,  dv, b.q, b.k, b.mixed, gate, beta, run.state[0].data(),
+                          b.o, 0.f, true};
+  STRATA_RETURN_IF_ERROR(DeltaRule(run, args, b.workspace, b.workspace_bytes));
 
   // y_h = RMSNorm(o_h)·w ⊙ silu(z_h) per value head, then out_proj.
   cpu::GatedRmsNormSilu(b.o, b.z, T * Hv, dv, norm_.data(), s_.norm_eps, b.o, pool);
   Linear(run, b.o, T, out_, out);
   return OkStatus();
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuGdnLayer(const GdnSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights) {
-  auto layer = std::make_unique<GdnLayer>(spec);
-  STRATA_RETURN_IF_ERROR(layer->Bind(prefix, hidden, weights));
-  return std::unique_ptr<CpuLayer>(std::move(layer));
 }
 
 }  // namespace strata::exec

@@ -17,17 +17,14 @@
 namespace strata::exec {
 namespace {
 
-using cpu::WeightMatrix;
-
-class GqaLayer final : public CarvingLayer<GqaLayer> {
+class GqaLayer final : public CpuLayerOf<GqaLayer, GqaSpec> {
  public:
-  explicit GqaLayer(const GqaSpec& spec) : s_(spec) {}
-  Status Bind(const std::string& a, int64_t D, WeightBinder& wb);
-
+  using CpuLayerOf::CpuLayerOf;
+  int64_t AttendedTokens(int64_t context) const override { return context; }
+  Status Bind(const std::string& a, WeightBinder& wb);
   std::vector<StateRegion> StateRegions() const override {
     return {{RowFloats(), true}, {RowFloats(), true}};
   }
-  int64_t AttendedTokens(int64_t context) const override { return context; }
   Status Run(const LayerRun& run, const float* x, int64_t T, float* out) const override;
 
   struct Buffers {
@@ -46,20 +43,25 @@ class GqaLayer final : public CarvingLayer<GqaLayer> {
  private:
   int64_t RowFloats() const { return s_.kv_heads * s_.head_dim; }
 
-  GqaSpec s_;
   std::vector<float> inv_freq_;         // [rotary_dim / 2]
-  WeightMatrix q_;                      // [H·2·hd, D]: per head [query (hd) | gate (hd)]
-  WeightMatrix k_, v_;                  // [Hkv·hd, D]
-  WeightMatrix o_;                      // [D, H·hd]
+  cpu::WeightMatrix q_;                 // [H·2·hd, D]: per head [query (hd) | gate (hd)]
+  cpu::WeightMatrix k_, v_;             // [Hkv·hd, D]
+  cpu::WeightMatrix o_;                 // [D, H·hd]
   std::vector<float> q_norm_, k_norm_;  // [hd]
 };
 
-Status GqaLayer::Bind(const std::string& a, int64_t D, WeightBinder& wb) {
+}  // namespace
+
+LayerOrError MakeCpuLayer(const GqaSpec& spec, const LayerBind& bind) {
+  return BindLayer<GqaLayer>(spec, bind);
+}
+
+Status GqaLayer::Bind(const std::string& a, WeightBinder& wb) {
   const int64_t H = s_.heads, hd = s_.head_dim;
-  STRATA_ASSIGN_OR_RETURN(q_, wb.Matrix(a + "q_proj.weight", H * 2 * hd, D));
-  STRATA_ASSIGN_OR_RETURN(k_, wb.Matrix(a + "k_proj.weight", RowFloats(), D));
-  STRATA_ASSIGN_OR_RETURN(v_, wb.Matrix(a + "v_proj.weight", RowFloats(), D));
-  STRATA_ASSIGN_OR_RETURN(o_, wb.Matrix(a + "o_proj.weight", D, H * hd));
+  STRATA_ASSIGN_OR_RETURN(q_, wb.Matrix(a + "q_proj.weight", H * 2 * hd, hidden_));
+  STRATA_ASSIGN_OR_RETURN(k_, wb.Matrix(a + "k_proj.weight", RowFloats(), hidden_));
+  STRATA_ASSIGN_OR_RETURN(v_, wb.Matrix(a + "v_proj.weight", RowFloats(), hidden_));
+  STRATA_ASSIGN_OR_RETURN(o_, wb.Matrix(a + "o_proj.weight", hidden_, H * hd));
   STRATA_ASSIGN_OR_RETURN(q_norm_, wb.NormWeight(a + "q_norm.weight", hd));
   STRATA_ASSIGN_OR_RETURN(k_norm_, wb.NormWeight(a + "k_norm.weight", hd));
   inv_freq_ = cpu::RopeInverseFrequencies(s_.rotary_dim, s_.rope_theta);
@@ -94,15 +96,6 @@ Status GqaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   });
   Linear(run, b.o, T, o_, out);
   return OkStatus();
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuGqaLayer(const GqaSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights) {
-  auto layer = std::make_unique<GqaLayer>(spec);
-  STRATA_RETURN_IF_ERROR(layer->Bind(prefix, hidden, weights));
-  return std::unique_ptr<CpuLayer>(std::move(layer));
 }
 
 }  // namespace strata::exec

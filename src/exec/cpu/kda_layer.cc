@@ -18,16 +18,13 @@
 namespace strata::exec {
 namespace {
 
-using cpu::WeightMatrix;
-
-class KdaLayer final : public CarvingLayer<KdaLayer> {
+class KdaLayer final : public CpuLayerOf<KdaLayer, KdaSpec> {
  public:
-  explicit KdaLayer(const KdaSpec& spec) : s_(spec) {}
-  Status Bind(const std::string& a, int64_t D, WeightBinder& wb);
-
+  using CpuLayerOf::CpuLayerOf;
   std::vector<StateRegion> StateRegions() const override {
     return {{Heads() * s_.head_dim * s_.head_dim, false}, {3 * WindowFloats(), false}};
   }
+  Status Bind(const std::string& a, WeightBinder& wb);
   Status Run(const LayerRun& run, const float* x, int64_t T, float* out) const override;
 
   struct Buffers {
@@ -45,7 +42,8 @@ class KdaLayer final : public CarvingLayer<KdaLayer> {
     b.g = a.Take<float>(tc);
     b.o = a.Take<float>(tc);
     b.small = a.Take<float>(static_cast<size_t>(T * (s_.head_dim + s_.heads)));  // f_a / g_a, β
-    b.workspace_bytes = cpu::KdaChunkedWorkspaceBytes(T, s_.heads, s_.head_dim, s_.head_dim, threads);
+    b.workspace_bytes =
+        cpu::KdaChunkedWorkspaceBytes(T, s_.heads, s_.head_dim, s_.head_dim, threads);
     b.workspace = a.TakeBytes(b.workspace_bytes);
     return b;
   }
@@ -55,38 +53,43 @@ class KdaLayer final : public CarvingLayer<KdaLayer> {
   int64_t Channels() const { return s_.heads * s_.head_dim; }
   int64_t WindowFloats() const { return (s_.conv_kernel - 1) * Channels(); }
 
-  KdaSpec s_;
-  WeightMatrix q_, k_, v_;                    // [H·dk, D]
-  WeightMatrix f_a_, f_b_;                    // [dk, D], [H·dk, dk]
-  WeightMatrix b_;                            // [H, D]
-  WeightMatrix g_a_, g_b_;                    // [dk, D], [H·dk, dk]
-  WeightMatrix o_;                            // [D, H·dk]
+  cpu::WeightMatrix q_, k_, v_;                  // [H·dk, D]
+  cpu::WeightMatrix f_a_, f_b_;                  // [dk, D], [H·dk, dk]
+  cpu::WeightMatrix b_;                          // [H, D]
+  cpu::WeightMatrix g_a_, g_b_;                  // [dk, D], [H·dk, dk]
+  cpu::WeightMatrix o_;                          // [D, H·dk]
   std::vector<float> q_conv_, k_conv_, v_conv_;  // [C, K]
   std::vector<float> neg_exp_a_;                 // [H]: −exp(A_log)
   std::vector<float> dt_bias_;                   // [H·dk]
   std::vector<float> o_norm_;                    // [dk]
 };
 
-Status KdaLayer::Bind(const std::string& a, int64_t D, WeightBinder& wb) {
+}  // namespace
+
+LayerOrError MakeCpuLayer(const KdaSpec& spec, const LayerBind& bind) {
+  return BindLayer<KdaLayer>(spec, bind);
+}
+
+Status KdaLayer::Bind(const std::string& a, WeightBinder& wb) {
   const int64_t H = s_.heads, dk = s_.head_dim, C = Channels(), K = s_.conv_kernel;
-  STRATA_ASSIGN_OR_RETURN(q_, wb.Matrix(a + "q_proj.weight", C, D));
-  STRATA_ASSIGN_OR_RETURN(k_, wb.Matrix(a + "k_proj.weight", C, D));
-  STRATA_ASSIGN_OR_RETURN(v_, wb.Matrix(a + "v_proj.weight", C, D));
+  STRATA_ASSIGN_OR_RETURN(q_, wb.Matrix(a + "q_proj.weight", C, hidden_));
+  STRATA_ASSIGN_OR_RETURN(k_, wb.Matrix(a + "k_proj.weight", C, hidden_));
+  STRATA_ASSIGN_OR_RETURN(v_, wb.Matrix(a + "v_proj.weight", C, hidden_));
   STRATA_ASSIGN_OR_RETURN(q_conv_, wb.Vector(a + "q_conv1d.weight", {C, 1, K}));
   STRATA_ASSIGN_OR_RETURN(k_conv_, wb.Vector(a + "k_conv1d.weight", {C, 1, K}));
   STRATA_ASSIGN_OR_RETURN(v_conv_, wb.Vector(a + "v_conv1d.weight", {C, 1, K}));
-  STRATA_ASSIGN_OR_RETURN(f_a_, wb.Matrix(a + "f_a_proj.weight", dk, D));
+  STRATA_ASSIGN_OR_RETURN(f_a_, wb.Matrix(a + "f_a_proj.weight", dk, hidden_));
   STRATA_ASSIGN_OR_RETURN(f_b_, wb.Matrix(a + "f_b_proj.weight", C, dk));
-  STRATA_ASSIGN_OR_RETURN(b_, wb.Matrix(a + "b_proj.weight", H, D));
+  STRATA_ASSIGN_OR_RETURN(b_, wb.Matrix(a + "b_proj.weight", H, hidden_));
   // Exports differ in the unit dims of A_log and dt_bias.
   STRATA_ASSIGN_OR_RETURN(std::vector<float> a_log,
                           wb.VectorOfShapes(a + "A_log", {{1, 1, H, 1}, {H}, {H, 1}}));
   for (float v : a_log) neg_exp_a_.push_back(-std::exp(v));
   STRATA_ASSIGN_OR_RETURN(dt_bias_, wb.VectorOfShapes(a + "dt_bias", {{C}, {H, dk}}));
-  STRATA_ASSIGN_OR_RETURN(g_a_, wb.Matrix(a + "g_a_proj.weight", dk, D));
+  STRATA_ASSIGN_OR_RETURN(g_a_, wb.Matrix(a + "g_a_proj.weight", dk, hidden_));
   STRATA_ASSIGN_OR_RETURN(g_b_, wb.Matrix(a + "g_b_proj.weight", C, dk));
   STRATA_ASSIGN_OR_RETURN(o_norm_, wb.Vector(a + "o_norm.weight", {dk}));
-  STRATA_ASSIGN_OR_RETURN(o_, wb.Matrix(a + "o_proj.weight", D, C));
+  STRATA_ASSIGN_OR_RETURN(o_, wb.Matrix(a + "o_proj.weight", hidden_, C));
   return OkStatus();
 }
 
@@ -122,11 +125,9 @@ Status KdaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   Linear(run, x, T, b_, beta);
   for (int64_t i = 0; i < T * H; ++i) beta[i] = Sigmoid(beta[i]);
 
-  STRATA_RETURN_IF_ERROR(DeltaRule(run,
-                                   {.num_tokens = T, .num_heads = H, .key_dim = dk, .value_dim = dk,
-                                    .q = b.q, .k = b.k, .v = b.v, .g = b.g, .beta = beta,
-                                    .state = run.state[0].data(), .out = b.o},
-                                   b.workspace, b.workspace_bytes));
+  // KdaArgs in field order: T, H, dk, dv, q, k, v, g, β, state, out.
+  const cpu::KdaArgs args{T, H, dk, dk, b.q, b.k, b.v, b.g, beta, run.state[0].data(), b.o};
+  STRATA_RETURN_IF_ERROR(DeltaRule(run, args, b.workspace, b.workspace_bytes));
 
   // Output gate, gated RMSNorm per head, then o_proj.
   Linear(run, x, T, g_a_, b.small);
@@ -134,15 +135,6 @@ Status KdaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   cpu::GatedRmsNormSigmoid(b.o, b.raw, T * H, dk, o_norm_.data(), s_.norm_eps, b.o, pool);
   Linear(run, b.o, T, o_, out);
   return OkStatus();
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuKdaLayer(const KdaSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights) {
-  auto layer = std::make_unique<KdaLayer>(spec);
-  STRATA_RETURN_IF_ERROR(layer->Bind(prefix, hidden, weights));
-  return std::unique_ptr<CpuLayer>(std::move(layer));
 }
 
 }  // namespace strata::exec

@@ -21,16 +21,14 @@
 namespace strata::exec {
 namespace {
 
-using cpu::WeightMatrix;
-
-class MlaLayer final : public CarvingLayer<MlaLayer> {
+class MlaLayer final : public CpuLayerOf<MlaLayer, MlaSpec> {
  public:
-  explicit MlaLayer(const MlaSpec& spec) : s_(spec) {
+  MlaLayer(const MlaSpec& spec, int64_t hidden) : CpuLayerOf(spec, hidden) {
     dims_ = {spec.heads, spec.nope_dim, spec.rope_dim, spec.v_dim, spec.kv_lora_rank};
     dims_.softmax_scale = spec.softmax_scale;
     if (spec.indexer) indexer_.emplace(*spec.indexer);
   }
-  Status Bind(const std::string& a, int64_t D, WeightBinder& wb);
+  Status Bind(const std::string& a, WeightBinder& wb);
 
   std::vector<StateRegion> StateRegions() const override {
     std::vector<StateRegion> r = {{dims_.cache_dim(), true}};
@@ -61,41 +59,47 @@ class MlaLayer final : public CarvingLayer<MlaLayer> {
   }
 
  private:
-  MlaSpec s_;
   cpu::MlaDims dims_;
   std::optional<DsaIndexer> indexer_;
-  std::vector<float> inv_freq_;      // [dr/2] with `rotary`
+  std::vector<float> inv_freq_;  // [dr/2] with `rotary`
   float rope_attention_factor_ = 1.f;
-  WeightMatrix q_;                   // without q_lora_rank: [H·(dn+dr), D]
-  WeightMatrix q_a_;                 // [qr, D]
-  std::vector<float> q_a_norm_;      // [qr]
-  WeightMatrix q_b_;                 // [H·(dn+dr), qr]
-  WeightMatrix kv_a_;                // [r+dr, D]
-  std::vector<float> kv_norm_;       // [r]
-  WeightMatrix kv_b_;                // [H·(dn+dv), r]
-  WeightMatrix o_;                   // [D, H·dv]
+  cpu::WeightMatrix q_;          // without q_lora_rank: [H·(dn+dr), D]
+  cpu::WeightMatrix q_a_;        // [qr, D]
+  std::vector<float> q_a_norm_;  // [qr]
+  cpu::WeightMatrix q_b_;        // [H·(dn+dr), qr]
+  cpu::WeightMatrix kv_a_;       // [r+dr, D]
+  std::vector<float> kv_norm_;   // [r]
+  cpu::WeightMatrix kv_b_;       // [H·(dn+dv), r]
+  cpu::WeightMatrix o_;          // [D, H·dv]
 };
 
-Status MlaLayer::Bind(const std::string& a, int64_t D, WeightBinder& wb) {
+}  // namespace
+
+LayerOrError MakeCpuLayer(const MlaSpec& spec, const LayerBind& bind) {
+  return BindLayer<MlaLayer>(spec, bind);
+}
+
+Status MlaLayer::Bind(const std::string& a, WeightBinder& wb) {
   const int64_t H = s_.heads, qr = s_.q_lora_rank, qrows = H * dims_.q_dim();
   if (qr == 0) {
-    STRATA_ASSIGN_OR_RETURN(q_, wb.Matrix(a + "q_proj.weight", qrows, D));
+    STRATA_ASSIGN_OR_RETURN(q_, wb.Matrix(a + "q_proj.weight", qrows, hidden_));
   } else {
-    STRATA_ASSIGN_OR_RETURN(q_a_, wb.Matrix(a + "q_a_proj.weight", qr, D));
+    STRATA_ASSIGN_OR_RETURN(q_a_, wb.Matrix(a + "q_a_proj.weight", qr, hidden_));
     STRATA_ASSIGN_OR_RETURN(q_a_norm_, wb.Vector(a + "q_a_layernorm.weight", {qr}));
     STRATA_ASSIGN_OR_RETURN(q_b_, wb.Matrix(a + "q_b_proj.weight", qrows, qr));
   }
-  STRATA_ASSIGN_OR_RETURN(kv_a_, wb.Matrix(a + "kv_a_proj_with_mqa.weight", dims_.cache_dim(), D));
+  STRATA_ASSIGN_OR_RETURN(kv_a_,
+                          wb.Matrix(a + "kv_a_proj_with_mqa.weight", dims_.cache_dim(), hidden_));
   STRATA_ASSIGN_OR_RETURN(kv_norm_, wb.Vector(a + "kv_a_layernorm.weight", {dims_.kv_rank}));
   STRATA_ASSIGN_OR_RETURN(
       kv_b_, wb.Matrix(a + "kv_b_proj.weight", H * dims_.kv_b_rows_per_head(), dims_.kv_rank));
-  STRATA_ASSIGN_OR_RETURN(o_, wb.Matrix(a + "o_proj.weight", D, H * dims_.v_dim));
+  STRATA_ASSIGN_OR_RETURN(o_, wb.Matrix(a + "o_proj.weight", hidden_, H * dims_.v_dim));
   if (s_.rotary) {
     inv_freq_ = cpu::RopeInvFreq(s_.rope);
     rope_attention_factor_ = static_cast<float>(cpu::RopeAttentionFactor(s_.rope));
   }
   if (indexer_) {
-    STRATA_RETURN_IF_ERROR(indexer_->Bind(a + "indexer.", D, qr, s_.rope_dim / 2, wb));
+    STRATA_RETURN_IF_ERROR(indexer_->Bind(a + "indexer.", hidden_, qr, s_.rope_dim / 2, wb));
   }
   return OkStatus();
 }
@@ -129,13 +133,13 @@ Status MlaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   Linear(run, x, T, kv_a_, rows);
   cpu::ParallelRange(pool, T, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
-      cpu::RmsNorm(rows + t * cd, 1, md.kv_rank, kv_norm_.data(), s_.latent_norm_eps,
-                   rows + t * cd, nullptr);
+      cpu::RmsNorm(rows + t * cd, 1, md.kv_rank, kv_norm_.data(), s_.latent_norm_eps, rows + t * cd,
+                   nullptr);
     }
   });
   if (s_.rotary) {
-    cpu::ApplyRope(cpu::RopeLayout::kInterleaved, rows, T, 1, cd, 0, md.kv_rank, half, b.cos,
-                   b.sin, pool);
+    cpu::ApplyRope(cpu::RopeLayout::kInterleaved, rows, T, 1, cd, 0, md.kv_rank, half, b.cos, b.sin,
+                   pool);
   }
 
   cpu::MlaSelection selection;
@@ -159,15 +163,6 @@ Status MlaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   }
   Linear(run, b.o, T, o_, out);
   return OkStatus();
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuMlaLayer(const MlaSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights) {
-  auto layer = std::make_unique<MlaLayer>(spec);
-  STRATA_RETURN_IF_ERROR(layer->Bind(prefix, hidden, weights));
-  return std::unique_ptr<CpuLayer>(std::move(layer));
 }
 
 }  // namespace strata::exec

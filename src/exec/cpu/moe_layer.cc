@@ -11,9 +11,9 @@
 namespace strata::exec {
 namespace {
 
-class MoeLayer final : public CarvingLayer<MoeLayer> {
+class MoeLayer final : public CpuLayerOf<MoeLayer, MoeSpec> {
  public:
-  MoeLayer(const MoeSpec& spec, int64_t hidden) : s_(spec), hidden_(hidden) {}
+  using CpuLayerOf::CpuLayerOf;
   Status Bind(const std::string& m, WeightBinder& wb);
   void* Carve(ScratchArena& a, int64_t T, int64_t /*past*/, int threads) const {
     return a.TakeBytes(cpu::MoeScratchBytes(T, hidden_, w_, threads));
@@ -24,11 +24,15 @@ class MoeLayer final : public CarvingLayer<MoeLayer> {
   }
 
  private:
-  MoeSpec s_;
-  int64_t hidden_;
   cpu::MoeWeights w_;
   std::vector<float> score_bias_;  // [E]
 };
+
+}  // namespace
+
+LayerOrError MakeCpuLayer(const MoeSpec& spec, const LayerBind& bind) {
+  return BindLayer<MoeLayer>(spec, bind);
+}
 
 Status MoeLayer::Bind(const std::string& m, WeightBinder& wb) {
   const int64_t E = s_.experts, D = hidden_;
@@ -58,15 +62,6 @@ Status MoeLayer::Bind(const std::string& m, WeightBinder& wb) {
   w_.num_groups = s_.groups;
   w_.topk_groups = s_.topk_groups;
   return OkStatus();
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<CpuLayer>> MakeCpuMoeLayer(const MoeSpec& spec, const std::string& prefix,
-                                                    int64_t hidden, WeightBinder& weights) {
-  auto layer = std::make_unique<MoeLayer>(spec, hidden);
-  STRATA_RETURN_IF_ERROR(layer->Bind(prefix, weights));
-  return std::unique_ptr<CpuLayer>(std::move(layer));
 }
 
 }  // namespace strata::exec

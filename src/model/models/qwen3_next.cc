@@ -13,19 +13,17 @@ namespace {
 exec::ArchSpec DescribeQwen3Next(const Qwen3NextConfig& c, const WeightStore&) {
   exec::ArchSpec a = exec::SpecOf("qwen3_next", c);
   a.zero_centred_norms = true;
+  // In field order: Hk, Hv, dk, dv, K, eps; H, Hkv, hd, rotary dim, θ, eps.
   const exec::GdnSpec gdn{c.linear_key_heads, c.linear_value_heads, c.linear_key_dim,
                           c.linear_value_dim, c.conv_kernel,        a.norm_eps};
   const exec::GqaSpec gqa{c.num_heads,  c.num_kv_heads, c.head_dim,
                           c.rotary_dim, c.rope_theta,   a.norm_eps};
-  exec::MoeSpec moe;
+  exec::MoeSpec moe =
+      exec::RoutedMoeSpec(c.num_experts, c.experts_per_token, c.moe_intermediate_size,
+                          c.shared_intermediate_size, c.norm_topk_prob);
   moe.softmax_routing = true;
-  moe.experts = c.num_experts;
-  moe.top_k = c.experts_per_token;
-  moe.intermediate = c.moe_intermediate_size;
-  moe.shared_intermediate = c.shared_intermediate_size;
   moe.shared_gate = true;
   moe.shared_prefix = "shared_expert.";
-  moe.renormalize = c.norm_topk_prob;
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const size_t l = static_cast<size_t>(i);
     const exec::FfnSpec ffn =

@@ -39,9 +39,9 @@ exec::ArchSpec DescribeStrataHybrid(const StrataHybridConfig& c, const WeightSto
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Model>> CreateStrataHybridModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options) {
+StatusOr<std::unique_ptr<Model>> CreateStrataHybridModel(std::shared_ptr<const WeightStore> weights,
+                                                         const std::string& config_path,
+                                                         const LoadOptions& options) {
   return exec::LoadCpuModel<StrataHybridConfig>(std::move(weights), config_path, options,
                                                 ParseStrataHybridConfig, DescribeStrataHybrid);
 }
