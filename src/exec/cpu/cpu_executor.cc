@@ -135,8 +135,9 @@ StatusOr<std::unique_ptr<SequenceState>> CpuExecutor::NewState(int64_t max_token
 int64_t CpuExecutor::EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const {
   const int64_t context = state.num_tokens() + new_tokens;
   int64_t attended = 0;
-  for (const DecoderLayer& l : layers_)
+  for (const DecoderLayer& l : layers_) {
     attended = std::max(attended, l.mixer->AttendedTokens(context));
+  }
   // Only linear mixers: nothing grows with the context; report it as dense.
   return attended > 0 ? attended : context;
 }
