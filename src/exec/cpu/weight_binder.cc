@@ -1,0 +1,55 @@
+// Checkpoint tensors as CPU weight views.
+#include "exec/cpu/weight_binder.h"
+
+#include "absl/strings/str_cat.h"
+#include "model/weight_store.h"
+
+namespace strata::exec {
+
+StatusOr<cpu::WeightMatrix> WeightBinder::Matrix(const std::string& name, int64_t rows,
+                                                 int64_t cols) {
+  STRATA_ASSIGN_OR_RETURN(TensorView v, store_.Get(name));
+  cols_.insert(cols);
+  if (fp8_ && v.dtype == DType::kF8E4M3) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> w,
+                            LoadFp8BlockScaled(store_, name, rows, cols, *fp8_));
+    owned_->push_back(std::move(w));
+    return cpu::WeightMatrix{DType::kF32, owned_->back().data(), rows, cols};
+  }
+  STRATA_ASSIGN_OR_RETURN(v, store_.GetFloat(name, {rows, cols}));
+  return cpu::WeightMatrix{v.dtype, v.data, rows, cols};
+}
+
+StatusOr<cpu::SwiGluWeights> WeightBinder::SwiGlu(const std::string& prefix,
+                                                  const std::string& gate, const std::string& up,
+                                                  const std::string& down, int64_t D, int64_t I) {
+  cpu::SwiGluWeights w;
+  STRATA_ASSIGN_OR_RETURN(w.gate, Matrix(absl::StrCat(prefix, gate, ".weight"), I, D));
+  STRATA_ASSIGN_OR_RETURN(w.up, Matrix(absl::StrCat(prefix, up, ".weight"), I, D));
+  STRATA_ASSIGN_OR_RETURN(w.down, Matrix(absl::StrCat(prefix, down, ".weight"), D, I));
+  return w;
+}
+
+StatusOr<std::vector<float>> WeightBinder::Vector(const std::string& name,
+                                                  const std::vector<int64_t>& shape) const {
+  return store_.GetF32Copy(name, shape);
+}
+
+StatusOr<std::vector<float>> WeightBinder::VectorOfShapes(
+    const std::string& name, const std::vector<std::vector<int64_t>>& shapes) const {
+  STRATA_ASSIGN_OR_RETURN(TensorView v, store_.Get(name));
+  for (const auto& s : shapes) {
+    if (v.shape == s) return store_.GetF32Copy(name, s);
+  }
+  return store_.GetF32Copy(name, shapes.front());
+}
+
+StatusOr<std::vector<float>> WeightBinder::NormWeight(const std::string& name, int64_t dim) const {
+  STRATA_ASSIGN_OR_RETURN(std::vector<float> w, store_.GetF32Copy(name, {dim}));
+  if (zero_centred_) {
+    for (float& x : w) x = 1.f + x;
+  }
+  return w;
+}
+
+}  // namespace strata::exec
