@@ -561,222 +561,221 @@ double Engine::EffectiveCost(const Request& r) const {
   return static_cast<double>(fresh) * (layers + static_cast<double>(attention_layers) * attended / 1024.0);
 }
 
-uint64_t Engine::ResidentBytes() const {
-  return active_bytes_.load(std::memory_order_relaxed) + cache_.bytes();
-}
-
-void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestPtr> parked) {
-  // 1. Cancellations, deadlines, round transitions, admission bookkeeping.
-  struct Work {
-    RequestPtr r;
-    Need need;
-    double cost;
-    int64_t chunk = 0;  // prefill tokens approved
-  };
-  using Clock = std::chrono::steady_clock;
-  auto ns_since = [](Clock::time_point t0) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-  };
-  const auto t_begin = Clock::now();
-  iterations_.fetch_add(1, std::memory_order_relaxed);
+void Engine::PrepareRunnable(std::vector<RequestPtr> runnable, const std::vector<RequestPtr>& parked,
+                             std::vector<RequestPtr>* wanting, int64_t* held) {
   // Admission under each model's state pool: admitted (started, resident)
   // requests each hold a state; a new one starts only while the pool has
   // one for it (priority order, then arrival).
-  std::map<const Model*, int64_t> admitted;
-  for (const auto* list : {&runnable, &parked}) {
+  PoolAdmission pools;
+  for (const std::vector<RequestPtr>* list : {&std::as_const(runnable), &parked}) {
     for (const RequestPtr& r : *list) {
-      if (r->started_ && !r->finished() && !r->session_->swapped_) ++admitted[&r->session_->model()];
+      if (r->started_ && !r->finished() && !r->session_->swapped_) pools.CountAdmitted(&r->session_->model());
     }
   }
   std::stable_sort(runnable.begin(), runnable.end(), [](const RequestPtr& a, const RequestPtr& b) {
     return a->params_.priority > b->params_.priority;
   });
-  std::vector<Work> work;
-  int64_t held = 0;  // not admitted for want of a state slot
   for (const RequestPtr& r : runnable) {
     bool keep = false;
     const Model* m = &r->session_->model();
-    const int64_t cap = m->info().max_live_states;
-    const bool may_start = cap <= 0 || admitted[m] < cap;
+    const bool may_start = pools.MayStart(m, m->info().max_live_states);
     const bool was_started = r->started_;
     ForRequest(this, r, "preparing the request", [&] { keep = Prepare(r, may_start); }, &Engine::Fail);
     if (!keep || r->finished()) continue;
-    if (!was_started && r->started_) ++admitted[m];
-    if (!r->started_) ++held;
-    const Need need = NeedOf(*r);
-    if (need != Need::kNone) work.push_back({r, need, EffectiveCost(*r)});
+    if (!was_started && r->started_) pools.Started(m);
+    if (!r->started_) ++*held;
+    if (NeedOf(*r) != Need::kNone) wanting->push_back(r);
   }
-  std::sort(work.begin(), work.end(), [](const Work& a, const Work& b) {
-    if (a.r->params_.priority != b.r->params_.priority) return a.r->params_.priority > b.r->params_.priority;
-    // Decode rows (and ready samples) before prefills; among prefills the
-    // cheaper effective cost first; then arrival.
-    const bool ad = a.need != Need::kPrefill, bd = b.need != Need::kPrefill;
-    if (ad != bd) return ad;
-    if (!ad && a.cost != b.cost) return a.cost < b.cost;
-    return a.r->seq_ < b.r->seq_;
-  });
+}
 
-  // 2. Plan: prefill budget, batch slots and memory, before anything grows.
-  const uint64_t budget = options_.memory_budget_bytes;
-  int64_t avail = budget == 0 ? std::numeric_limits<int64_t>::max()
-                              : static_cast<int64_t>(budget) - static_cast<int64_t>(ResidentBytes());
-  std::vector<const Model*> models;
-  bool decoding = false;
-  for (const Work& w : work) {
-    if (std::find(models.begin(), models.end(), &w.r->session_->model()) == models.end()) {
-      models.push_back(&w.r->session_->model());
-    }
-    decoding = decoding || w.need == Need::kDecode;
-  }
-  int64_t prefill_left = PrefillBudget(models, decoding);
-  int32_t batch_left = options_.max_batch;
-  std::vector<bool> approved(work.size(), false), preempted(work.size(), false);
-  for (size_t i = 0; i < work.size(); ++i) {
-    Work& w = work[i];
-    Session& s = *w.r->session_;
+ScheduleInput Engine::ScheduleSnapshot(const std::vector<RequestPtr>& wanting,
+                                       const std::vector<RequestPtr>& parked) const {
+  ScheduleInput in;
+  in.memory_budget = options_.memory_budget_bytes;
+  in.max_batch = options_.max_batch;
+  in.prefill_chunk_tokens = options_.prefill_chunk_tokens;
+  in.prefill_tokens_while_decoding = options_.prefill_tokens_while_decoding;
+  in.active_bytes = active_bytes_.load(std::memory_order_relaxed);
+  // Without a budget nothing is evicted for room: the entry list is not needed.
+  in.cache.bytes = in.memory_budget == 0 ? cache_.bytes() : cache_.BytesAndEvictable(&in.cache.evictable);
+  for (const RequestPtr& r : wanting) {
+    const Session& s = *r->session_;
     const ModelInfo& info = s.model().info();
-    const int64_t per_token = static_cast<int64_t>(info.state_bytes_per_token);
-    const int64_t tail = static_cast<int64_t>(s.tokens_.size() - s.evaluated_);
-    int64_t grow_tokens = 0;
-    if (w.need == Need::kDecode) {
-      if (batch_left == 0) continue;
-      grow_tokens = 1;
-    } else if (w.need == Need::kPrefill) {
-      if (prefill_left <= 0) continue;
-      w.chunk = std::min<int64_t>(prefill_left, static_cast<int64_t>(w.r->prefill_.size() - w.r->prefill_pos_));
-      grow_tokens = w.chunk + tail;
-    }
-    const int64_t swap_in = s.swapped_ ? static_cast<int64_t>(StateBytes(info, s.num_evaluated())) : 0;
-    auto need_bytes = [&] { return swap_in + grow_tokens * per_token; };
-    if (budget != 0 && need_bytes() > avail) {
-      avail += static_cast<int64_t>(cache_.EvictTo(cache_.bytes() - std::min<uint64_t>(
-                                                       cache_.bytes(), static_cast<uint64_t>(need_bytes() - avail))));
-    }
-    if (budget != 0 && need_bytes() > avail && w.need == Need::kPrefill && per_token > 0) {
-      // A shorter chunk that fits still makes progress.
-      const int64_t fit = (avail - swap_in) / per_token - tail;
-      if (fit >= 1) {
-        w.chunk = std::min(w.chunk, fit);
-        grow_tokens = w.chunk + tail;
-      }
-    }
-    // Preempt parked requests (they cannot run now anyway), then
-    // lower-ranked admitted requests, lowest first.
-    for (const RequestPtr& q : parked) {
-      if (budget == 0 || need_bytes() <= avail) break;
-      Session& v = *q->session_;
-      if (&v == &s || v.swapped_ || !q->started_ || q->params_.priority > w.r->params_.priority) continue;
-      const int64_t held = static_cast<int64_t>(StateBytes(v.model().info(), v.num_evaluated()));
-      if (!v.SwapOut()) continue;  // no host memory for it: stays resident
-      preemptions_.fetch_add(1, std::memory_order_relaxed);
-      avail += held;
-    }
-    for (size_t j = work.size(); budget != 0 && need_bytes() > avail && j-- > i + 1;) {
-      Session& v = *work[j].r->session_;
-      if (approved[j] || preempted[j] || v.swapped_ || !work[j].r->started_ || &v == &s) continue;
-      const int64_t held = static_cast<int64_t>(StateBytes(v.model().info(), v.num_evaluated()));
-      if (!v.SwapOut()) continue;  // no host memory for it: stays resident
-      preempted[j] = true;
-      preemptions_.fetch_add(1, std::memory_order_relaxed);
-      avail += held;
-      Log(LogLevel::kDebug, absl::StrCat("request ", work[j].r->id(), " preempted (", held,
-                                         " bytes moved aside) for request ", w.r->id()));
-    }
-    if (budget != 0 && need_bytes() > avail) continue;  // waits
-    // A preempted state comes back only where the executor's pools have
-    // room (prefix-cache snapshots give theirs back first); else it waits.
-    if (s.swapped_ && !SwapInSession(s)) continue;
-    approved[i] = true;
-    avail -= need_bytes();
-    if (w.need == Need::kDecode) --batch_left;
-    if (w.need == Need::kPrefill) prefill_left -= w.chunk;
-    if (!w.r->scheduled_) {
-      w.r->scheduled_ = true;
-      recorder_.AddQueue(std::chrono::duration<double, std::milli>(Request::Clock::now() - w.r->submitted_).count());
-    }
+    WantingRequest w;
+    w.seq = r->seq_;
+    w.priority = r->params_.priority;
+    const Need need = NeedOf(*r);
+    w.kind = need == Need::kDecode ? StepKind::kDecode : need == Need::kSample ? StepKind::kSample : StepKind::kPrefill;
+    w.cost = EffectiveCost(*r);
+    w.prefill_left = static_cast<int64_t>(r->prefill_.size() - r->prefill_pos_);
+    w.tail = static_cast<int64_t>(s.tokens_.size() - s.evaluated_);
+    w.state_bytes = StateBytes(info, s.num_evaluated());
+    w.bytes_per_token = info.state_bytes_per_token;
+    w.swapped = s.swapped_;
+    w.on_gpu = info.device != "cpu";
+    in.wanting.push_back(w);
   }
-  if (budget != 0 && !work.empty() && std::none_of(approved.begin(), approved.end(), [](bool a) { return a; })) {
-    // Nothing fits. A request whose own state would exceed the whole budget
-    // can never run: it fails. Otherwise it waits for memory held by other
-    // requests (they finish), idle sessions (the host resets or destroys
-    // them) or pinned marks (released).
-    const Work& first = work[0];
-    const Session& s = *first.r->session_;
-    const int64_t grow = first.need == Need::kDecode ? 1
-                         : first.need == Need::kPrefill
-                             ? std::max<int64_t>(1, static_cast<int64_t>(s.tokens_.size() - s.evaluated_))
-                             : 0;
-    // Pinned prefix-cache entries (marks) stay too; everything else in the
-    // cache can go.
-    cache_.EvictTo(0);
-    const uint64_t alone = StateBytes(s.model().info(), s.num_evaluated() + grow) + cache_.bytes();
-    if (alone > budget) {
-      Fail(first.r, absl::ResourceExhaustedError(absl::StrCat("request ", first.r->id(), " needs ", alone,
-                                                              " bytes of state, more than the memory budget of ",
-                                                              budget, " bytes")));
-    } else {
-      Log(LogLevel::kDebug,
-          absl::StrCat("request ", first.r->id(), " waits for memory: ", alone, " bytes with the pinned cache; active ",
-                       active_bytes_.load(), ", cache ", cache_.bytes(), ", budget ", budget, "; ", work.size(),
-                       " wanting work, ", parked.size(), " parked"));
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait_for(lock, std::chrono::milliseconds(5));
-    }
+  for (const RequestPtr& r : parked) {
+    const Session& s = *r->session_;
+    in.parked.push_back({r->params_.priority, r->started_, s.swapped_, StateBytes(s.model().info(), s.num_evaluated())});
   }
+  return in;
+}
 
-  // 3. One batched decode step per model for every approved decode row
-  // (two when some rows sample on the device and others on the host).
+void Engine::ApplyMemoryActions(const std::vector<RequestPtr>& wanting, const std::vector<RequestPtr>& parked,
+                                ScheduleInput* in, SchedulePlan* plan) {
+  for (size_t n = 0; n < plan->actions.size(); ++n) {
+    const MemoryAction a = plan->actions[n];
+    bool done = true;
+    switch (a.kind) {
+      case MemoryAction::Kind::kEvictCache:
+        cache_.EvictTo(a.bytes);
+        break;
+      case MemoryAction::Kind::kSwapOut: {
+        const RequestPtr& v = a.victim_parked ? parked[a.victim] : wanting[a.victim];
+        done = v->session_->SwapOut();  // false: no host memory for it, it stays resident
+        if (!done) break;
+        preemptions_.fetch_add(1, std::memory_order_relaxed);
+        if (!a.victim_parked) {
+          Log(LogLevel::kDebug, absl::StrCat("request ", v->id(), " preempted (", a.bytes,
+                                             " bytes moved aside) for request ", wanting[a.beneficiary]->id()));
+        }
+        break;
+      }
+      case MemoryAction::Kind::kSwapIn:
+        done = SwapInSession(*wanting[a.beneficiary]->session_);
+        break;
+    }
+    if (done && cache_.bytes() == a.cache_bytes_after) continue;
+    // The action did not do what the plan assumed (a swap refused, cache
+    // entries given back for executor room): plan again with the fact. The
+    // actions up to this one stay the same, so applying goes on from here.
+    ActionOutcome& outcome = in->outcomes[n];
+    outcome.done = done;
+    outcome.cache.bytes = cache_.BytesAndEvictable(&outcome.cache.evictable);
+    *plan = PlanIteration(*in);
+  }
+}
+
+void Engine::ResolveStall(const Stall& stall, const RequestPtr& first, size_t wanting, size_t parked) {
+  const uint64_t budget = options_.memory_budget_bytes;
+  if (stall.fails) {
+    Fail(first, absl::ResourceExhaustedError(absl::StrCat("request ", first->id(), " needs ", stall.alone_bytes,
+                                                          " bytes of state, more than the memory budget of ",
+                                                          budget, " bytes")));
+    return;
+  }
+  // It waits for memory held by other requests (they finish), idle sessions
+  // (the host resets or destroys them) or pinned marks (released).
+  Log(LogLevel::kDebug,
+      absl::StrCat("request ", first->id(), " waits for memory: ", stall.alone_bytes,
+                   " bytes with the pinned cache; active ", active_bytes_.load(), ", cache ", cache_.bytes(),
+                   ", budget ", budget, "; ", wanting, " wanting work, ", parked, " parked"));
+  std::unique_lock<std::mutex> lock(mu_);
+  work_cv_.wait_for(lock, std::chrono::milliseconds(5));
+}
+
+void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestPtr> parked) {
+  using Clock = std::chrono::steady_clock;
+  auto ns = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
+  };
+  const auto t_begin = Clock::now();
+  iterations_.fetch_add(1, std::memory_order_relaxed);
+  // 1. Cancellations, deadlines, round transitions, admission.
+  std::vector<RequestPtr> wanting;
+  int64_t held = 0;  // not admitted for want of a state slot
+  PrepareRunnable(std::move(runnable), parked, &wanting, &held);
+
+  // 2. The plan (batch slots, prefill tokens, memory), applied to memory
+  // before anything grows.
+  ScheduleInput input = ScheduleSnapshot(wanting, parked);
+  SchedulePlan plan = PlanIteration(input);
+  ApplyMemoryActions(wanting, parked, &input, &plan);
+  for (const ScheduledStep& step : plan.steps) {
+    Request& r = *wanting[step.request];
+    if (r.scheduled_) continue;
+    r.scheduled_ = true;
+    recorder_.AddQueue(std::chrono::duration<double, std::milli>(Request::Clock::now() - r.submitted_).count());
+  }
+  if (plan.stall) ResolveStall(*plan.stall, wanting[plan.stall->request], wanting.size(), parked.size());
+
+  // 3. One batched decode step per model for the decode rows, then the
+  // prefill chunks; rows whose token or logits are ready join `ready`.
   const auto t_decode = Clock::now();
-  schedule_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t_decode - t_begin).count(),
-                         std::memory_order_relaxed);
+  schedule_ns_.fetch_add(ns(t_begin, t_decode), std::memory_order_relaxed);
   std::vector<DecodeRow> ready;
+  DecodeSteps(wanting, plan.steps, &ready);
+  const auto t_prefill = Clock::now();
+  decode_ns_.fetch_add(ns(t_decode, t_prefill), std::memory_order_relaxed);
+  PrefillSteps(wanting, plan.steps, &ready);
+
+  // 4. Sampling and events for every request whose token or logits are ready.
+  const auto t_emit = Clock::now();
+  prefill_ns_.fetch_add(ns(t_prefill, t_emit), std::memory_order_relaxed);
+  const int64_t sample_before = sample_ns_.load(std::memory_order_relaxed);
+  EmitReady(ready);
+  // Host sampling was timed on its own (sample_ns_); the rest is delivery.
+  emit_ns_.fetch_add(ns(t_emit, Clock::now()) - (sample_ns_.load(std::memory_order_relaxed) - sample_before),
+                     std::memory_order_relaxed);
+  const int64_t running = static_cast<int64_t>(plan.steps.size());
+  running_.store(running, std::memory_order_relaxed);
+  waiting_.store(static_cast<int64_t>(wanting.size()) - running + held, std::memory_order_relaxed);
+  if (wanting.empty() && held > 0) {
+    // Only requests waiting for a state slot, held by parked requests: wait
+    // for a poll, a tool result or a finish instead of spinning.
+    std::unique_lock<std::mutex> lock(mu_);
+    work_cv_.wait_for(lock, std::chrono::milliseconds(5));
+  }
+}
+
+void Engine::DecodeSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
+                         std::vector<DecodeRow>* ready) {
+  // One group per model and token-selection path (two when some rows sample
+  // on the device and others on the host), in schedule order.
   struct Group {
     const Model* model;
     bool on_device;
     std::vector<RequestPtr> rows;
   };
   std::vector<Group> groups;
-  for (size_t i = 0; i < work.size(); ++i) {
-    if (!approved[i] || work[i].need != Need::kDecode) continue;
-    const Model* m = &work[i].r->session_->model();
-    const bool on_device = DeviceSamplable(*m, *work[i].r);
+  for (const ScheduledStep& step : steps) {
+    if (step.kind != StepKind::kDecode) continue;
+    const RequestPtr& r = wanting[step.request];
+    const Model* m = &r->session_->model();
+    const bool on_device = DeviceSamplable(*m, *r);
     auto g = std::find_if(groups.begin(), groups.end(),
                           [&](const Group& x) { return x.model == m && x.on_device == on_device; });
     if (g == groups.end()) {
       groups.push_back({m, on_device, {}});
       g = groups.end() - 1;
     }
-    g->rows.push_back(work[i].r);
+    g->rows.push_back(r);
   }
-  for (const Group& g : groups) DecodeGroup(*g.model, g.rows, g.on_device, &ready);
-  const auto t_prefill = Clock::now();
-  decode_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t_prefill - t_decode).count(),
-                       std::memory_order_relaxed);
+  for (const Group& g : groups) DecodeGroup(*g.model, g.rows, g.on_device, ready);
+}
 
-  // 4. Prefill chunks under the token budget.
-  for (size_t i = 0; i < work.size(); ++i) {
-    if (!approved[i]) continue;
-    const RequestPtr& r = work[i].r;
-    if (work[i].need == Need::kSample) {
-      ready.push_back({r, -1});
+void Engine::PrefillSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
+                          std::vector<DecodeRow>* ready) {
+  for (const ScheduledStep& step : steps) {
+    const RequestPtr& r = wanting[step.request];
+    if (step.kind == StepKind::kSample) {
+      ready->push_back({r, -1});
       continue;
     }
-    if (work[i].need != Need::kPrefill) continue;
+    if (step.kind != StepKind::kPrefill) continue;
     ForRequest(this, r, "prefilling the prompt", [&] {
-      StatusOr<int64_t> used = PrefillChunk(*r, work[i].chunk);
+      StatusOr<int64_t> used = PrefillChunk(*r, step.chunk);
       if (!used.ok()) {
         Fail(r, used.status());
         return;
       }
-      if (NeedOf(*r) == Need::kSample) ready.push_back({r, -1});
+      if (NeedOf(*r) == Need::kSample) ready->push_back({r, -1});
     }, &Engine::Fail);
   }
+}
 
-  // 5. Sampling and events for every request whose token or logits are ready.
-  const auto t_emit = Clock::now();
-  prefill_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t_emit - t_prefill).count(),
-                        std::memory_order_relaxed);
-  const int64_t sample_before = sample_ns_.load(std::memory_order_relaxed);
+void Engine::EmitReady(const std::vector<DecodeRow>& ready) {
   for (const DecodeRow& d : ready) {
     const RequestPtr& r = d.r;
     if (r->finished()) continue;
@@ -788,31 +787,6 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
       }
     }, &Engine::Fail);
   }
-  // Host sampling was timed on its own (sample_ns_); the rest is delivery.
-  emit_ns_.fetch_add(ns_since(t_emit) - (sample_ns_.load(std::memory_order_relaxed) - sample_before),
-                     std::memory_order_relaxed);
-  int64_t running = 0;
-  for (size_t i = 0; i < work.size(); ++i) running += approved[i] ? 1 : 0;
-  running_.store(running, std::memory_order_relaxed);
-  waiting_.store(static_cast<int64_t>(work.size()) - running + held, std::memory_order_relaxed);
-  if (work.empty() && held > 0) {
-    // Only requests waiting for a state slot, held by parked requests: wait
-    // for a poll, a tool result or a finish instead of spinning.
-    std::unique_lock<std::mutex> lock(mu_);
-    work_cv_.wait_for(lock, std::chrono::milliseconds(5));
-  }
-}
-
-int64_t Engine::PrefillBudget(const std::vector<const Model*>& models, bool decoding) const {
-  const bool gpu = std::any_of(models.begin(), models.end(), [](const Model* m) { return m->info().device != "cpu"; });
-  const int64_t chunk = options_.prefill_chunk_tokens > 0 ? options_.prefill_chunk_tokens
-                        : gpu                              ? kGpuPrefillChunk
-                                                           : kCpuPrefillChunk;
-  if (!decoding) return chunk;
-  const int64_t while_decoding = options_.prefill_tokens_while_decoding > 0 ? options_.prefill_tokens_while_decoding
-                                 : gpu                                       ? kGpuPrefillWhileDecoding
-                                                                             : chunk;
-  return std::min(chunk, while_decoding);
 }
 
 bool Engine::DeviceSamplable(const Model& model, const Request& r) const {

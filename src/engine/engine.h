@@ -33,18 +33,13 @@
 #include "engine/metrics.h"
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
+#include "engine/scheduler.h"
 #include "engine/session.h"
 
 namespace strata {
 
 enum class LogLevel : int32_t { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 using LogFn = std::function<void(LogLevel, std::string_view)>;
-
-// Automatic prefill budgets (EngineOptions::prefill_chunk_tokens and
-// prefill_tokens_while_decoding at 0).
-inline constexpr int64_t kCpuPrefillChunk = 512;
-inline constexpr int64_t kGpuPrefillChunk = 8192;
-inline constexpr int64_t kGpuPrefillWhileDecoding = 2048;
 
 struct EngineOptions {
   int num_threads = 0;  // compute threads; 0: one per core
@@ -201,10 +196,36 @@ class Engine {
 
   explicit Engine(const EngineOptions& options);
   void SchedulerLoop();
-  // One scheduler iteration over `runnable` (no lock held). `parked`:
-  // admitted requests not runnable now (backpressure, waiting for tool
-  // results), whose states may still be preempted.
+  // A token or logits ready for sampling; token >= 0 was sampled on the device.
+  struct DecodeRow {
+    RequestPtr r;
+    int32_t token = -1;  // sampled on the device; -1: sample from the session's logits
+  };
+  // One scheduler iteration over `runnable` (no lock held): prepare, plan
+  // (PlanIteration), apply the plan's memory actions, run its steps, emit.
+  // `parked`: admitted requests not runnable now (backpressure, waiting for
+  // tool results), whose states may still be preempted.
   void RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestPtr> parked);
+  // Prepares every runnable request in priority order under the state-pool
+  // admission; those that then want work go to `wanting`, those still
+  // waiting for a state slot count in `held`.
+  void PrepareRunnable(std::vector<RequestPtr> runnable, const std::vector<RequestPtr>& parked,
+                       std::vector<RequestPtr>* wanting, int64_t* held);
+  // The scheduler's view of the iteration (indices follow the two lists).
+  ScheduleInput ScheduleSnapshot(const std::vector<RequestPtr>& wanting,
+                                 const std::vector<RequestPtr>& parked) const;
+  // Applies `plan`'s memory actions in order; where one does not do what the
+  // plan assumed, records the fact in `input` and replaces `plan`.
+  void ApplyMemoryActions(const std::vector<RequestPtr>& wanting, const std::vector<RequestPtr>& parked,
+                          ScheduleInput* input, SchedulePlan* plan);
+  // Nothing fit the budget: fails the request that never can, or waits a little.
+  void ResolveStall(const Stall& stall, const RequestPtr& first, size_t wanting, size_t parked);
+  void DecodeSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
+                   std::vector<DecodeRow>* ready);
+  void PrefillSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
+                    std::vector<DecodeRow>* ready);
+  // Samples (where needed), emits events and applies the stop rules.
+  void EmitReady(const std::vector<DecodeRow>& ready);
   // Cancellation, deadlines, chat round transitions and admission of a
   // request; false when it finished.
   // `may_start`: false while the model's state pool
@@ -224,9 +245,6 @@ class Engine {
   // Scheduling order (higher first): priority, then running before waiting,
   // then lower effective cost, then arrival.
   double EffectiveCost(const Request& r) const;
-  uint64_t ResidentBytes() const;
-  // The prefill token budget of this iteration (options or automatic).
-  int64_t PrefillBudget(const std::vector<const Model*>& models, bool decoding) const;
   // Snapshot points of a prefill ending at `target_len` after `evaluated`.
   std::vector<int64_t> SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len) const;
   // Puts a snapshot of `s` in the prefix cache when the model's state pool
@@ -237,10 +255,6 @@ class Engine {
   bool SwapInSession(Session& s);
   // Token selection for one decode group on the device (DecodeBatchSample)
   // or from host logits; rows that got a token or logits join `ready`.
-  struct DecodeRow {
-    RequestPtr r;
-    int32_t token = -1;  // sampled on the device; -1: sample from the session's logits
-  };
   void DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows, bool on_device,
                    std::vector<DecodeRow>* ready);
   // Whether r's token selection is expressible as a DecodeSampling row on
