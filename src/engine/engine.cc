@@ -214,16 +214,13 @@ StatusOr<std::shared_ptr<Request>> Engine::Submit(Session& session, std::span<co
                                             params.max_tokens, cap));
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return absl::FailedPreconditionError("the engine is shutting down");
-  // exchange: two threads racing to submit on one session cannot both win.
-  if (session.busy_.exchange(true, std::memory_order_acq_rel)) {
+  if (!session.TryMarkBusy()) {
     return absl::FailedPreconditionError("the session is running a request");
   }
   submitted_.fetch_add(1, std::memory_order_relaxed);
   auto request = std::make_shared<Request>(next_id_++, &session, std::vector<int32_t>(prompt.begin(), prompt.end()),
                                            std::move(params), tag, private_events);
-  session.active_ = request.get();
-  session.counted_active_ = true;  // its state now counts against the memory budget
-  session.UpdateAccounting();
+  session.BeginRequest(request.get());  // its state now counts against the memory budget
   queue_.push_back(request);
   work_cv_.notify_one();
   return request;
@@ -265,15 +262,13 @@ StatusOr<std::shared_ptr<Request>> Engine::SubmitChat(Session& session, Generati
                                             session.max_context_tokens()));
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return absl::FailedPreconditionError("the engine is shutting down");
-  if (session.busy_.exchange(true, std::memory_order_acq_rel)) {
+  if (!session.TryMarkBusy()) {
     return absl::FailedPreconditionError("the session is running a request");
   }
   submitted_.fetch_add(1, std::memory_order_relaxed);
   auto request = std::make_shared<Request>(next_id_++, &session, std::move(prompt), std::move(params), tag,
                                            private_events, std::move(turn));
-  session.active_ = request.get();
-  session.counted_active_ = true;  // its state now counts against the memory budget
-  session.UpdateAccounting();
+  session.BeginRequest(request.get());  // its state now counts against the memory budget
   queue_.push_back(request);
   work_cv_.notify_one();
   return request;
@@ -292,9 +287,9 @@ Status Engine::SubmitToolResult(Request& request, const std::string& call_id,
 }
 
 bool Engine::Eligible(const Request& r) const {
-  if (stop_ || r.detached_ || r.cancel_reason() != FinishReason::kNone) return true;
-  if (r.chat_ != nullptr && r.chat_->wait_state() == ChatTurn::Wait::kBlocked) return false;
-  return r.pending_events_ < options_.max_pending_token_events;
+  if (stop_ || r.delivery().detached || r.cancel_reason() != FinishReason::kNone) return true;
+  if (r.chat() != nullptr && r.chat()->wait_state() == ChatTurn::Wait::kBlocked) return false;
+  return r.delivery().pending_events < options_.max_pending_token_events;
 }
 
 void Engine::SchedulerLoop() {
@@ -345,7 +340,7 @@ void Engine::MaybeReportMetrics() {
 void Engine::Fail(const RequestPtr& r, Status status) {
   Log(LogLevel::kWarning, absl::StrCat("request ", r->id(), " failed: ", status.message()));
   if (r->finished()) return;
-  if (r->chat_ != nullptr) {
+  if (r->chat() != nullptr) {
     FinishChat(r, FinishReason::kError, std::move(status));
   } else {
     Finish(r, FinishReason::kError, std::move(status));
@@ -369,7 +364,8 @@ static void ForRequest(Engine* e, const std::shared_ptr<Request>& r, const char*
 
 bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
   Request& r = *rp;
-  const bool chat = r.chat_ != nullptr;
+  RequestRunner& run = r.runner();
+  const bool chat = r.chat() != nullptr;
   auto end = [&](FinishReason reason, Status st) {
     if (chat) {
       FinishChat(rp, reason, std::move(st));
@@ -388,19 +384,18 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
     deadline_misses_.fetch_add(1, std::memory_order_relaxed);
     return end(FinishReason::kDeadline,
                absl::DeadlineExceededError(absl::StrCat("request ", r.id(), " missed its deadline of ",
-                                                        r.params_.deadline_ms, " ms")));
+                                                        r.params().deadline_ms, " ms")));
   }
-  Session& s = *r.session_;
-  if (!r.started_ && !may_start) return true;  // waits for a state slot (NeedOf: kNone)
+  Session& s = r.session();
+  if (!run.started() && !may_start) return true;  // waits for a state slot (NeedOf: kNone)
   if (!chat) {
-    if (!r.started_) {
-      r.started_ = true;
-      r.history_ = r.prompt_;
-      BeginPrefill(r, r.prompt_);
+    if (!run.started()) {
+      run.StartPrompt(r.prompt());
+      BeginPrefill(r);
     }
     return true;
   }
-  ChatTurn& c = *r.chat_;
+  ChatTurn& c = *r.chat();
   auto start_round = [&](std::vector<int32_t> prompt) -> Status {
     STRATA_ASSIGN_OR_RETURN(Alignment a, s.AlignTo(prompt));
     Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": conversation of ", prompt.size(), " tokens, ",
@@ -409,16 +404,14 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
                                            ? "diverged; from the checkpoint, evaluating "
                                            : "diverged; from scratch, evaluating ",
                                        a.suffix.size(), " new tokens"));
-    r.started_ = true;
-    r.in_round_prefill_ = true;
-    r.round_prompt_ = std::move(prompt);
-    BeginPrefill(r, std::move(a.suffix));
+    run.StartRound(std::move(prompt), std::move(a.suffix));
+    BeginPrefill(r);
     return OkStatus();
   };
   Status st;
-  if (!r.started_) {
-    st = start_round(r.prompt_);
-  } else if (!r.in_round_prefill_) {
+  if (!run.started()) {
+    st = start_round(r.prompt());
+  } else if (run.state() == RequestRunner::State::kAwaitingTools) {
     switch (c.wait_state()) {
       case ChatTurn::Wait::kNone: break;
       case ChatTurn::Wait::kBlocked: break;  // not eligible unless cancelled
@@ -443,39 +436,34 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
   return true;
 }
 
-void Engine::BeginPrefill(Request& r, std::vector<int32_t> tokens) {
-  Session& s = *r.session_;
-  r.prefill_ = std::move(tokens);
-  r.prefill_pos_ = 0;
-  r.snapshots_.clear();
-  r.next_snapshot_ = 0;
-  const size_t before = s.tokens_.size();
-  const size_t target_len = before + r.prefill_.size();
-  if (cache_.enabled() && target_len > s.evaluated_) {
-    std::vector<int32_t> target = s.tokens_;
-    target.insert(target.end(), r.prefill_.begin(), r.prefill_.end());
-    prefix_lookup_tokens_.fetch_add(static_cast<int64_t>(target_len - s.evaluated_), std::memory_order_relaxed);
-    // Only a prefix covering the whole history (pending token included) can
-    // replace the session's state.
-    const int64_t min_len = static_cast<int64_t>(std::max(s.evaluated_, before == 0 ? 0 : before - 1));
-    std::shared_ptr<const StateSnapshot> hit =
-        cache_.Lookup(&s.model(), s.max_context_tokens(), target, min_len);
-    const size_t evaluated_before = s.evaluated_;
-    // A restore the executor has no room for is a miss.
-    if (hit != nullptr && hit->tokens.size() >= before && s.Restore(*hit)) {
-      prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - evaluated_before),
-                                   std::memory_order_relaxed);
-      r.prefill_pos_ = hit->tokens.size() - before;
-      Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": prefix cache hit of ", hit->tokens.size(),
-                                         " tokens; evaluating ", target_len - hit->tokens.size()));
-    }
-    // Snapshots for later requests that share a prefix: at the last block
-    // boundary of the prompt, and at the boundaries B, 2B, 4B, 8B... below
-    // it, so a shared prefix of any length is found with at least half of
-    // it restored. (On the CPU a snapshot is a full copy of the state, so
-    // not every block; a paged GPU cache would share every block.)
-    r.snapshots_ = SnapshotPoints(s.model(), static_cast<int64_t>(s.evaluated_), static_cast<int64_t>(target_len));
+void Engine::BeginPrefill(Request& r) {
+  Session& s = r.session();
+  RequestRunner& run = r.runner();
+  const std::vector<int32_t>& history = s.tokens();
+  const size_t before = history.size();
+  const size_t evaluated = static_cast<size_t>(s.num_evaluated());
+  const size_t target_len = before + run.prefill().size();
+  if (!cache_.enabled() || target_len <= evaluated) return;
+  std::vector<int32_t> target = history;
+  target.insert(target.end(), run.prefill().begin(), run.prefill().end());
+  prefix_lookup_tokens_.fetch_add(static_cast<int64_t>(target_len - evaluated), std::memory_order_relaxed);
+  // Only a prefix covering the whole history (pending token included) can
+  // replace the session's state.
+  const int64_t min_len = static_cast<int64_t>(std::max(evaluated, before == 0 ? 0 : before - 1));
+  std::shared_ptr<const StateSnapshot> hit = cache_.Lookup(&s.model(), s.max_context_tokens(), target, min_len);
+  // A restore the executor has no room for is a miss.
+  if (hit != nullptr && hit->tokens.size() >= before && s.Restore(*hit)) {
+    prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - evaluated), std::memory_order_relaxed);
+    run.Fed(hit->tokens.size() - before);
+    Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": prefix cache hit of ", hit->tokens.size(),
+                                       " tokens; evaluating ", target_len - hit->tokens.size()));
   }
+  // Snapshots for later requests that share a prefix: at the last block
+  // boundary of the prompt, and at the boundaries B, 2B, 4B, 8B... below
+  // it, so a shared prefix of any length is found with at least half of
+  // it restored. (On the CPU a snapshot is a full copy of the state, so
+  // not every block; a paged GPU cache would share every block.)
+  run.SetSnapshotPoints(SnapshotPoints(s.model(), s.num_evaluated(), static_cast<int64_t>(target_len)));
 }
 
 std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len) const {
@@ -495,58 +483,53 @@ std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluate
 }
 
 StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens) {
-  Session& s = *r.session_;
-  const size_t tail = s.tokens_.size() - s.evaluated_;
-  size_t n = std::min(r.prefill_.size() - r.prefill_pos_, static_cast<size_t>(std::max<int64_t>(0, max_tokens)));
-  while (r.next_snapshot_ < r.snapshots_.size() &&
-         r.snapshots_[r.next_snapshot_] <= static_cast<int64_t>(s.evaluated_)) {
-    ++r.next_snapshot_;
+  Session& s = r.session();
+  RequestRunner& run = r.runner();
+  const int64_t tail = s.num_pending();
+  size_t n = std::min(run.prefill_left(), static_cast<size_t>(std::max<int64_t>(0, max_tokens)));
+  const int64_t snapshot_at = run.NextSnapshotAfter(s.num_evaluated());
+  if (snapshot_at > 0 && s.num_tokens() < snapshot_at) {
+    n = std::min(n, static_cast<size_t>(snapshot_at - s.num_tokens()));
   }
-  const int64_t snapshot_at = r.next_snapshot_ < r.snapshots_.size() ? r.snapshots_[r.next_snapshot_] : -1;
-  if (snapshot_at > 0 && static_cast<int64_t>(s.tokens_.size()) < snapshot_at) {
-    n = std::min(n, static_cast<size_t>(snapshot_at - static_cast<int64_t>(s.tokens_.size())));
-  }
-  STRATA_RETURN_IF_ERROR(s.Evaluate(std::span<const int32_t>(r.prefill_).subspan(r.prefill_pos_, n)));
-  r.prefill_pos_ += n;
-  prefill_tokens_.fetch_add(static_cast<int64_t>(n + tail), std::memory_order_relaxed);
-  if (snapshot_at > 0 && static_cast<int64_t>(s.evaluated_) == snapshot_at &&
-      !cache_.Contains(&s.model(), s.max_context_tokens(), std::span<const int32_t>(s.tokens_))) {
+  STRATA_RETURN_IF_ERROR(s.Evaluate(run.NextTokens(n)));
+  run.Fed(n);
+  prefill_tokens_.fetch_add(static_cast<int64_t>(n) + tail, std::memory_order_relaxed);
+  if (snapshot_at > 0 && s.num_evaluated() == snapshot_at &&
+      !cache_.Contains(&s.model(), s.max_context_tokens(), s.tokens())) {
     CacheSnapshot(s);
   }
-  if (r.prefill_pos_ == r.prefill_.size() && r.in_round_prefill_) {
+  if (run.chat_round() && run.prefill_left() == 0) {
     // A chat round's prompt is in: its start is a turn boundary (the
     // checkpoint AlignTo rewinds to, and a prefix-cache entry).
-    r.in_round_prefill_ = false;
-    if (r.first_round_) s.TakeCheckpoint();
-    r.first_round_ = false;
-    if (cache_.enabled() && !cache_.Contains(&s.model(), s.max_context_tokens(), std::span<const int32_t>(s.tokens_))) {
-      CacheSnapshot(s);
-    }
-    r.history_ = std::move(r.round_prompt_);
-    r.round_prompt_.clear();
-    r.chat_->BeginMessage();
+    if (run.EndRound()) s.TakeCheckpoint();
+    if (cache_.enabled() && !cache_.Contains(&s.model(), s.max_context_tokens(), s.tokens())) CacheSnapshot(s);
+    r.chat()->BeginMessage();
   }
-  return static_cast<int64_t>(n + tail);
+  return static_cast<int64_t>(n) + tail;
 }
 
 Engine::Need Engine::NeedOf(const Request& r) const {
-  if (r.finished() || !r.started_) return Need::kNone;
-  if (r.chat_ != nullptr && !r.in_round_prefill_ && r.chat_->wait_state() != ChatTurn::Wait::kNone) {
-    return Need::kNone;
+  switch (r.runner().state()) {
+    case RequestRunner::State::kQueued:
+    case RequestRunner::State::kAwaitingTools:
+    case RequestRunner::State::kFinished:
+      return Need::kNone;
+    case RequestRunner::State::kPrefilling:
+      // A chat round's prefill also ends there (even with nothing new to feed).
+      return Need::kPrefill;
+    case RequestRunner::State::kGenerating:
+      break;
   }
-  const Session& s = *r.session_;
-  // A chat round's prefill also ends there (even with nothing new to feed).
-  if (r.prefill_pos_ < r.prefill_.size() || r.in_round_prefill_) return Need::kPrefill;
-  const size_t tail = s.tokens_.size() - s.evaluated_;
+  const Session& s = r.session();
+  const int64_t tail = s.num_pending();
   if (tail == 0) return Need::kSample;
-  if (tail == 1 && s.evaluated_ > 0) return Need::kDecode;
+  if (tail == 1 && s.num_evaluated() > 0) return Need::kDecode;
   return Need::kPrefill;
 }
 
 double Engine::EffectiveCost(const Request& r) const {
-  const Session& s = *r.session_;
-  const int64_t tail = static_cast<int64_t>(s.tokens_.size() - s.evaluated_);
-  const int64_t fresh = std::max<int64_t>(1, static_cast<int64_t>(r.prefill_.size() - r.prefill_pos_) + tail);
+  const Session& s = r.session();
+  const int64_t fresh = std::max<int64_t>(1, static_cast<int64_t>(r.runner().prefill_left()) + s.num_pending());
   const ModelInfo& info = s.model().info();
   int64_t attention_layers = 0;
   for (const std::string& kind : info.layer_kinds) {
@@ -555,7 +538,7 @@ double Engine::EffectiveCost(const Request& r) const {
   }
   const double layers = std::max<int32_t>(1, info.num_layers);
   const double attended =
-      s.state_ == nullptr ? 0.0 : static_cast<double>(s.model().EffectiveAttendedTokens(*s.state_, fresh));
+      s.state() == nullptr ? 0.0 : static_cast<double>(s.model().EffectiveAttendedTokens(*s.state(), fresh));
   // Per new token: one unit per layer, plus attention layers' reads of
   // `attended` earlier rows (a row costs about 1/1024 of a layer's matmuls).
   return static_cast<double>(fresh) * (layers + static_cast<double>(attention_layers) * attended / 1024.0);
@@ -569,21 +552,21 @@ void Engine::PrepareRunnable(std::vector<RequestPtr> runnable, const std::vector
   PoolAdmission pools;
   for (const std::vector<RequestPtr>* list : {&std::as_const(runnable), &parked}) {
     for (const RequestPtr& r : *list) {
-      if (r->started_ && !r->finished() && !r->session_->swapped_) pools.CountAdmitted(&r->session_->model());
+      if (r->runner().started() && !r->finished() && !r->session().swapped()) pools.CountAdmitted(&r->session().model());
     }
   }
   std::stable_sort(runnable.begin(), runnable.end(), [](const RequestPtr& a, const RequestPtr& b) {
-    return a->params_.priority > b->params_.priority;
+    return a->params().priority > b->params().priority;
   });
   for (const RequestPtr& r : runnable) {
     bool keep = false;
-    const Model* m = &r->session_->model();
+    const Model* m = &r->session().model();
     const bool may_start = pools.MayStart(m, m->info().max_live_states);
-    const bool was_started = r->started_;
+    const bool was_started = r->runner().started();
     ForRequest(this, r, "preparing the request", [&] { keep = Prepare(r, may_start); }, &Engine::Fail);
     if (!keep || r->finished()) continue;
-    if (!was_started && r->started_) pools.Started(m);
-    if (!r->started_) ++*held;
+    if (!was_started && r->runner().started()) pools.Started(m);
+    if (!r->runner().started()) ++*held;
     if (NeedOf(*r) != Need::kNone) wanting->push_back(r);
   }
 }
@@ -599,25 +582,26 @@ ScheduleInput Engine::ScheduleSnapshot(const std::vector<RequestPtr>& wanting,
   // Without a budget nothing is evicted for room: the entry list is not needed.
   in.cache.bytes = in.memory_budget == 0 ? cache_.bytes() : cache_.BytesAndEvictable(&in.cache.evictable);
   for (const RequestPtr& r : wanting) {
-    const Session& s = *r->session_;
+    const Session& s = r->session();
     const ModelInfo& info = s.model().info();
     WantingRequest w;
-    w.seq = r->seq_;
-    w.priority = r->params_.priority;
+    w.seq = r->id();
+    w.priority = r->params().priority;
     const Need need = NeedOf(*r);
     w.kind = need == Need::kDecode ? StepKind::kDecode : need == Need::kSample ? StepKind::kSample : StepKind::kPrefill;
     w.cost = EffectiveCost(*r);
-    w.prefill_left = static_cast<int64_t>(r->prefill_.size() - r->prefill_pos_);
-    w.tail = static_cast<int64_t>(s.tokens_.size() - s.evaluated_);
+    w.prefill_left = static_cast<int64_t>(r->runner().prefill_left());
+    w.tail = s.num_pending();
     w.state_bytes = StateBytes(info, s.num_evaluated());
     w.bytes_per_token = info.state_bytes_per_token;
-    w.swapped = s.swapped_;
+    w.swapped = s.swapped();
     w.on_gpu = info.device != "cpu";
     in.wanting.push_back(w);
   }
   for (const RequestPtr& r : parked) {
-    const Session& s = *r->session_;
-    in.parked.push_back({r->params_.priority, r->started_, s.swapped_, StateBytes(s.model().info(), s.num_evaluated())});
+    const Session& s = r->session();
+    in.parked.push_back({r->params().priority, r->runner().started(), s.swapped(),
+                         StateBytes(s.model().info(), s.num_evaluated())});
   }
   return in;
 }
@@ -633,7 +617,7 @@ void Engine::ApplyMemoryActions(const std::vector<RequestPtr>& wanting, const st
         break;
       case MemoryAction::Kind::kSwapOut: {
         const RequestPtr& v = a.victim_parked ? parked[a.victim] : wanting[a.victim];
-        done = v->session_->SwapOut();  // false: no host memory for it, it stays resident
+        done = v->session().SwapOut();  // false: no host memory for it, it stays resident
         if (!done) break;
         preemptions_.fetch_add(1, std::memory_order_relaxed);
         if (!a.victim_parked) {
@@ -643,7 +627,7 @@ void Engine::ApplyMemoryActions(const std::vector<RequestPtr>& wanting, const st
         break;
       }
       case MemoryAction::Kind::kSwapIn:
-        done = SwapInSession(*wanting[a.beneficiary]->session_);
+        done = SwapInSession(wanting[a.beneficiary]->session());
         break;
     }
     if (done && cache_.bytes() == a.cache_bytes_after) continue;
@@ -694,9 +678,8 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
   ApplyMemoryActions(wanting, parked, &input, &plan);
   for (const ScheduledStep& step : plan.steps) {
     Request& r = *wanting[step.request];
-    if (r.scheduled_) continue;
-    r.scheduled_ = true;
-    recorder_.AddQueue(std::chrono::duration<double, std::milli>(Request::Clock::now() - r.submitted_).count());
+    if (!r.runner().FirstScheduled()) continue;
+    recorder_.AddQueue(std::chrono::duration<double, std::milli>(Request::Clock::now() - r.submitted_at()).count());
   }
   if (plan.stall) ResolveStall(*plan.stall, wanting[plan.stall->request], wanting.size(), parked.size());
 
@@ -742,7 +725,7 @@ void Engine::DecodeSteps(const std::vector<RequestPtr>& wanting, const std::vect
   for (const ScheduledStep& step : steps) {
     if (step.kind != StepKind::kDecode) continue;
     const RequestPtr& r = wanting[step.request];
-    const Model* m = &r->session_->model();
+    const Model* m = &r->session().model();
     const bool on_device = DeviceSamplable(*m, *r);
     auto g = std::find_if(groups.begin(), groups.end(),
                           [&](const Group& x) { return x.model == m && x.on_device == on_device; });
@@ -780,7 +763,7 @@ void Engine::EmitReady(const std::vector<DecodeRow>& ready) {
     const RequestPtr& r = d.r;
     if (r->finished()) continue;
     ForRequest(this, r, "sampling and delivering a token", [&] {
-      if (r->chat_ != nullptr) {
+      if (r->chat() != nullptr) {
         SampleAndEmitChat(r, d.token);
       } else {
         SampleAndEmit(r, d.token);
@@ -791,7 +774,7 @@ void Engine::EmitReady(const std::vector<DecodeRow>& ready) {
 
 bool Engine::DeviceSamplable(const Model& model, const Request& r) const {
   if (!options_.device_sampling || !model.info().device_sampling) return false;
-  const SamplingParams& p = r.params_.sampling;
+  const SamplingParams& p = r.params().sampling;
   return p.min_p == 0.0f && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
          p.frequency_penalty == 0.0f;
 }
@@ -803,9 +786,9 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
   std::vector<int32_t> tokens(batch);
   std::vector<SequenceState*> states(batch);
   for (size_t b = 0; b < batch; ++b) {
-    Session& s = *rows[b]->session_;
-    tokens[b] = s.tokens_.back();
-    states[b] = s.state_.get();
+    Session& s = rows[b]->session();
+    tokens[b] = s.tokens().back();
+    states[b] = s.mutable_state();
   }
   Status st;
   std::vector<float> logits;
@@ -814,8 +797,8 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
     if (on_device) {
       std::vector<DecodeSampling> sampling(batch);
       for (size_t b = 0; b < batch; ++b) {
-        const SamplingParams& p = rows[b]->params_.sampling;
-        sampling[b] = DecodeSampling{p.temperature, p.top_k, p.top_p, p.seed, rows[b]->sample_step_};
+        const SamplingParams& p = rows[b]->params().sampling;
+        sampling[b] = DecodeSampling{p.temperature, p.top_k, p.top_p, p.seed, rows[b]->runner().sample_step()};
       }
       sampled.assign(batch, -1);
       st = model.DecodeBatchSample(tokens, states, sampling, sampled.data());
@@ -836,15 +819,10 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
   // A row whose state consumed its token: its logits row (host path) or
   // token (device path) is the step's result for it.
   auto take = [&](size_t b) {
-    Session& s = *rows[b]->session_;
-    if (on_device) {
-      s.logits_.clear();  // never left the device; the sampled token follows at once
-    } else {
-      s.logits_.assign(logits.begin() + static_cast<std::ptrdiff_t>(b * vocab),
-                       logits.begin() + static_cast<std::ptrdiff_t>((b + 1) * vocab));
-    }
-    s.evaluated_ = s.tokens_.size();
-    s.UpdateAccounting();
+    // On the device path the logits never left the device; the sampled
+    // token follows at once.
+    rows[b]->session().CommitDecodeStep(on_device ? std::span<const float>()
+                                                  : std::span<const float>(logits).subspan(b * vocab, vocab));
     ready->push_back({rows[b], on_device ? sampled[b] : -1});
   };
   if (st.ok()) {
@@ -867,24 +845,24 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
   bool blamed = false;
   for (size_t b = 0; b < batch; ++b) {
     const RequestPtr& r = rows[b];
-    Session& s = *r->session_;
-    if (s.state_->num_tokens() == static_cast<int64_t>(s.tokens_.size())) {
+    Session& s = r->session();
+    if (s.state_caught_up()) {
       if (!on_device && !logits.empty()) {
         take(b);
       } else {
-        s.failed_ = true;
+        s.MarkFailed();
         Fail(r, st);
       }
       continue;
     }
     if (!blamed && !argument) {
       blamed = true;
-      s.failed_ = true;
+      s.MarkFailed();
       Fail(r, st);
       continue;
     }
     ForRequest(this, r, "evaluating the step's token alone", [&] {
-      Status one = r->session_->Evaluate({});
+      Status one = r->session().Evaluate({});
       if (one.ok()) {
         ready->push_back({r, -1});
       } else {
@@ -895,14 +873,13 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
 }
 
 void Engine::NoteToken(Request& r) {
-  const auto now = Request::Clock::now();
-  if (!r.has_token_time_) {
-    recorder_.AddTtft(std::chrono::duration<double, std::milli>(now - r.submitted_).count());
-    r.has_token_time_ = true;
+  bool first = false;
+  const double ms = r.runner().TokenInterval(Request::Clock::now(), r.submitted_at(), &first);
+  if (first) {
+    recorder_.AddTtft(ms);
   } else {
-    recorder_.AddTpot(std::chrono::duration<double, std::milli>(now - r.last_token_at_).count());
+    recorder_.AddTpot(ms);
   }
-  r.last_token_at_ = now;
   generated_tokens_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -925,16 +902,17 @@ static int32_t HostSample(Sampler& sampler, std::span<const float> logits, std::
 
 void Engine::SampleAndEmit(const RequestPtr& rp, int32_t device_token) {
   Request& r = *rp;
-  Session& s = *r.session_;
-  const int32_t token = device_token >= 0 ? device_token : HostSample(r.sampler_, s.logits_, r.history_, &sample_ns_);
-  ++r.sample_step_;
+  Session& s = r.session();
+  RequestRunner& run = r.runner();
+  const int32_t token =
+      device_token >= 0 ? device_token : HostSample(run.sampler(), s.kept_logits(), run.history(), &sample_ns_);
   // The token joins the history now and is evaluated by the next step (or lazily
   // by the session), so a request that ends here costs no extra forward.
   s.PushPending(token);
-  r.history_.push_back(token);
+  run.Selected(token);
   NoteToken(r);
 
-  const GenerationParams& p = r.params_;
+  const GenerationParams& p = r.params();
   const int32_t eos = s.model().info().eos_token_id;
   if (p.stop_at_eos && eos >= 0 && token == eos) {
     Finish(rp, FinishReason::kEos, OkStatus(), token);
@@ -955,27 +933,22 @@ void Engine::SampleAndEmit(const RequestPtr& rp, int32_t device_token) {
   }
 }
 
-void Engine::RecordToken(Request& r, int32_t token) {
-  std::lock_guard<std::mutex> lock(r.mu_);
-  r.generated_.push_back(token);
-}
-
 void Engine::PushEvents(const std::shared_ptr<Request>& r, std::vector<Event> events) {
   if (events.empty()) return;
   const int64_t n = r->num_generated();
   std::lock_guard<std::mutex> lock(mu_);
-  if (r->detached_) return;
+  if (r->delivery().detached) return;
   for (Event& ev : events) {
     ev.request = r;
     ev.num_generated = n;
-    ++r->pending_events_;
+    ++r->delivery().pending_events;
     events_.push_back(std::move(ev));
   }
   event_cv_.notify_all();
 }
 
 void Engine::FinishChat(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token) {
-  ChatTurn& c = *r->chat_;
+  ChatTurn& c = *r->chat();
   if (c.in_message()) PushEvents(r, c.EndMessage());
   // Results that did arrive join the conversation; unanswered calls stay open
   // in it for the host to answer with tool messages.
@@ -985,15 +958,16 @@ void Engine::FinishChat(const std::shared_ptr<Request>& r, FinishReason reason, 
 
 void Engine::SampleAndEmitChat(const RequestPtr& rp, int32_t device_token) {
   Request& r = *rp;
-  ChatTurn& c = *r.chat_;
-  Session& s = *r.session_;
-  const int32_t token = device_token >= 0 ? device_token : HostSample(r.sampler_, s.logits_, r.history_, &sample_ns_);
-  ++r.sample_step_;
+  ChatTurn& c = *r.chat();
+  Session& s = r.session();
+  RequestRunner& run = r.runner();
+  const int32_t token =
+      device_token >= 0 ? device_token : HostSample(run.sampler(), s.kept_logits(), run.history(), &sample_ns_);
   s.PushPending(token);
-  r.history_.push_back(token);
-  RecordToken(r, token);
+  run.Selected(token);
+  r.AppendGenerated(token);
   NoteToken(r);
-  const GenerationParams& p = r.params_;
+  const GenerationParams& p = r.params();
   const int32_t eos = s.model().info().eos_token_id;
   const bool is_eos = p.stop_at_eos && eos >= 0 && token == eos;
   if (is_eos || std::find(p.stop_tokens.begin(), p.stop_tokens.end(), token) != p.stop_tokens.end()) {
@@ -1004,7 +978,9 @@ void Engine::SampleAndEmitChat(const RequestPtr& rp, int32_t device_token) {
     }
     if (c.rounds() >= c.options().max_tool_rounds) {
       FinishChat(rp, FinishReason::kToolCalls, OkStatus(), token);
+      return;
     }
+    run.AwaitTools();
     return;  // waits for the results (Eligible), then starts the next round
   }
   bool stopped = false;
@@ -1028,15 +1004,10 @@ void Engine::SampleAndEmitChat(const RequestPtr& rp, int32_t device_token) {
 }
 
 void Engine::PushToken(const std::shared_ptr<Request>& r, int32_t token) {
-  int64_t n;
-  {
-    std::lock_guard<std::mutex> lock(r->mu_);
-    r->generated_.push_back(token);
-    n = static_cast<int64_t>(r->generated_.size());
-  }
+  const int64_t n = r->AppendGenerated(token);
   std::lock_guard<std::mutex> lock(mu_);
-  if (r->detached_) return;
-  ++r->pending_events_;
+  if (r->delivery().detached) return;
+  ++r->delivery().pending_events;
   Event ev;
   ev.type = EventType::kToken;
   ev.request = r;
@@ -1049,11 +1020,8 @@ void Engine::PushToken(const std::shared_ptr<Request>& r, int32_t token) {
 void Engine::Finish(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token) {
   // A preempted request's state comes back into the accounting with its
   // session, which leaves the budget (idle sessions are the host's).
-  r->session_->swapped_ = false;
-  r->session_->counted_active_ = false;
-  r->session_->UpdateAccounting();
-  r->prefill_.clear();
-  r->prefill_pos_ = 0;
+  r->session().LeaveBudget();
+  r->runner().Finish();
   finished_.fetch_add(1, std::memory_order_relaxed);
   const int64_t n = r->num_generated();
   std::lock_guard<std::mutex> lock(mu_);
@@ -1064,11 +1032,9 @@ void Engine::Finish(const std::shared_ptr<Request>& r, FinishReason reason, Stat
   // FINISHED event. The session goes idle first: a host that polls the
   // request's status (strata_request_get_status) and then forks or submits on
   // the session must find it idle (the stress test caught the other order).
-  Session& s = *r->session_;
-  s.active_ = nullptr;
-  s.busy_.store(false, std::memory_order_release);
+  r->session().EndRequest();
   r->SetOutcome(reason, status);
-  if (!r->detached_) {
+  if (!r->delivery().detached) {
     Event ev;
     ev.type = EventType::kFinished;
     ev.request = r;
@@ -1085,11 +1051,11 @@ void Engine::Finish(const std::shared_ptr<Request>& r, FinishReason reason, Stat
 bool Engine::TakeEvent(const Request* only, Event* out) {
   for (auto it = events_.begin(); it != events_.end(); ++it) {
     Request* r = it->request.get();
-    if (only != nullptr ? r != only : r->private_events_) continue;
+    if (only != nullptr ? r != only : r->private_events()) continue;
     *out = std::move(*it);
     events_.erase(it);
-    if (out->type != EventType::kFinished && r->pending_events_ > 0) {
-      --r->pending_events_;
+    if (out->type != EventType::kFinished && r->delivery().pending_events > 0) {
+      --r->delivery().pending_events;
       work_cv_.notify_one();
     }
     return true;
@@ -1151,13 +1117,13 @@ Status Engine::RunChatToCompletion(Request& request, const std::function<bool(co
     if (ev.type != EventType::kToolCall) continue;
     // Tools are not changed while a request runs, so reading them here, beside
     // the scheduler thread, is safe.
-    const ToolSpec* tool = request.session_->conversation()->FindTool(ev.tool_name);
+    const ToolSpec* tool = request.session().conversation()->FindTool(ev.tool_name);
     if (tool == nullptr || !tool->handler) {
       (void)SubmitToolResult(request, ev.call_id, std::nullopt);
       continue;
     }
     const int32_t rc = tool->handler(request, ev);
-    if (!request.chat_->HasResult(ev.call_id)) {
+    if (!request.chat()->HasResult(ev.call_id)) {
       (void)SubmitToolResult(request, ev.call_id,
                              rc == 0 ? std::string()
                                      : nlohmann::json({{"error", absl::StrCat("tool '", ev.tool_name,
@@ -1192,8 +1158,7 @@ Status Engine::CheckWorstCaseFits(const Session& session, int64_t prompt_tokens,
 void Engine::Detach(Request& request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    request.detached_ = true;
-    request.pending_events_ = 0;
+    request.delivery() = Request::Delivery{/*detached=*/true, /*pending_events=*/0};
     events_.erase(std::remove_if(events_.begin(), events_.end(),
                                  [&](const Event& e) { return e.request.get() == &request; }),
                   events_.end());
@@ -1211,9 +1176,9 @@ void Engine::Detach(Request& request) {
 
 void Engine::CancelAndWait(Session& session) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (session.active_ != nullptr) session.active_->Cancel();
+  if (Request* active = session.active_request(); active != nullptr) active->Cancel();
   work_cv_.notify_one();
-  idle_cv_.wait(lock, [&] { return session.active_ == nullptr; });
+  idle_cv_.wait(lock, [&] { return session.active_request() == nullptr; });
 }
 
 }  // namespace strata

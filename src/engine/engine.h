@@ -233,9 +233,9 @@ class Engine {
   // not started yet then waits.
   bool Prepare(const RequestPtr& r, bool may_start = true);
   Need NeedOf(const Request& r) const;
-  // Starts (or continues a chat request with) a prefill of `tokens` after
-  // the session's history, restoring the longest cached prefix first.
-  void BeginPrefill(Request& r, std::vector<int32_t> tokens);
+  // The runner has started a feed after the session's history: restores the
+  // longest cached prefix first and plans the feed's snapshot points.
+  void BeginPrefill(Request& r);
   // Evaluates up to `max_tokens` of r's prefill; returns the tokens used.
   StatusOr<int64_t> PrefillChunk(Request& r, int64_t max_tokens);
   // Logits are ready: samples, emits events, applies the stop rules.
@@ -266,7 +266,6 @@ class Engine {
   void NoteToken(Request& r);
   void PushToken(const std::shared_ptr<Request>& r, int32_t token);
   // Chat requests: event delivery.
-  void RecordToken(Request& r, int32_t token);
   void PushEvents(const std::shared_ptr<Request>& r, std::vector<Event> events);
   // Ends a chat request: closes an open message, appends answered tool results.
   void FinishChat(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token = -1);
