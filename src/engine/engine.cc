@@ -13,6 +13,8 @@
 #include <system_error>
 #include <utility>
 
+#include "engine/stop_rules.h"
+
 namespace strata {
 namespace {
 
@@ -212,18 +214,8 @@ StatusOr<std::shared_ptr<Request>> Engine::Submit(Session& session, std::span<co
   }
   STRATA_RETURN_IF_ERROR(CheckWorstCaseFits(session, session.num_tokens() + static_cast<int64_t>(prompt.size()),
                                             params.max_tokens, cap));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stop_) return absl::FailedPreconditionError("the engine is shutting down");
-  if (!session.TryMarkBusy()) {
-    return absl::FailedPreconditionError("the session is running a request");
-  }
-  submitted_.fetch_add(1, std::memory_order_relaxed);
-  auto request = std::make_shared<Request>(next_id_++, &session, std::vector<int32_t>(prompt.begin(), prompt.end()),
-                                           std::move(params), tag, private_events);
-  session.BeginRequest(request.get());  // its state now counts against the memory budget
-  queue_.push_back(request);
-  work_cv_.notify_one();
-  return request;
+  return Enqueue(session, std::vector<int32_t>(prompt.begin(), prompt.end()), std::move(params), tag,
+                 private_events, nullptr);
 }
 
 StatusOr<std::shared_ptr<Request>> Engine::SubmitChat(Session& session, GenerationParams params,
@@ -260,14 +252,19 @@ StatusOr<std::shared_ptr<Request>> Engine::SubmitChat(Session& session, Generati
   }
   STRATA_RETURN_IF_ERROR(CheckWorstCaseFits(session, static_cast<int64_t>(prompt.size()), params.max_tokens,
                                             session.max_context_tokens()));
+  return Enqueue(session, std::move(prompt), std::move(params), tag, private_events, std::move(turn));
+}
+
+StatusOr<std::shared_ptr<Request>> Engine::Enqueue(Session& session, std::vector<int32_t> prompt,
+                                                   GenerationParams params, void* tag, bool private_events,
+                                                   std::unique_ptr<ChatTurn> chat) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return absl::FailedPreconditionError("the engine is shutting down");
-  if (!session.TryMarkBusy()) {
-    return absl::FailedPreconditionError("the session is running a request");
-  }
+  // Two threads racing to submit on one session cannot both win.
+  if (!session.TryMarkBusy()) return absl::FailedPreconditionError("the session is running a request");
   submitted_.fetch_add(1, std::memory_order_relaxed);
   auto request = std::make_shared<Request>(next_id_++, &session, std::move(prompt), std::move(params), tag,
-                                           private_events, std::move(turn));
+                                           private_events, std::move(chat));
   session.BeginRequest(request.get());  // its state now counts against the memory budget
   queue_.push_back(request);
   work_cv_.notify_one();
@@ -340,11 +337,7 @@ void Engine::MaybeReportMetrics() {
 void Engine::Fail(const RequestPtr& r, Status status) {
   Log(LogLevel::kWarning, absl::StrCat("request ", r->id(), " failed: ", status.message()));
   if (r->finished()) return;
-  if (r->chat() != nullptr) {
-    FinishChat(r, FinishReason::kError, std::move(status));
-  } else {
-    Finish(r, FinishReason::kError, std::move(status));
-  }
+  Finish(r, FinishReason::kError, std::move(status));
 }
 
 // Runs `body` for one request; an exception (the standard library may throw
@@ -367,11 +360,7 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
   RequestRunner& run = r.runner();
   const bool chat = r.chat() != nullptr;
   auto end = [&](FinishReason reason, Status st) {
-    if (chat) {
-      FinishChat(rp, reason, std::move(st));
-    } else {
-      Finish(rp, reason, std::move(st));
-    }
+    Finish(rp, reason, std::move(st));
     return false;
   };
   auto end_cancelled = [&](FinishReason cancel) {
@@ -762,13 +751,7 @@ void Engine::EmitReady(const std::vector<DecodeRow>& ready) {
   for (const DecodeRow& d : ready) {
     const RequestPtr& r = d.r;
     if (r->finished()) continue;
-    ForRequest(this, r, "sampling and delivering a token", [&] {
-      if (r->chat() != nullptr) {
-        SampleAndEmitChat(r, d.token);
-      } else {
-        SampleAndEmit(r, d.token);
-      }
-    }, &Engine::Fail);
+    ForRequest(this, r, "sampling and delivering a token", [&] { SampleAndEmit(r, d.token); }, &Engine::Fail);
   }
 }
 
@@ -883,12 +866,6 @@ void Engine::NoteToken(Request& r) {
   generated_tokens_.fetch_add(1, std::memory_order_relaxed);
 }
 
-// The request's context cap: its own limit, else the session's.
-static int64_t ContextCap(const Request& r, const Session& s) {
-  const int64_t own = r.params().max_context_tokens;
-  return own > 0 ? std::min(own, s.max_context_tokens()) : s.max_context_tokens();
-}
-
 // Host sampling from the session's logits, timed as the sampling phase.
 static int32_t HostSample(Sampler& sampler, std::span<const float> logits, std::span<const int32_t> history,
                           std::atomic<int64_t>* ns) {
@@ -910,27 +887,56 @@ void Engine::SampleAndEmit(const RequestPtr& rp, int32_t device_token) {
   // by the session), so a request that ends here costs no extra forward.
   s.PushPending(token);
   run.Selected(token);
+  // A chat request counts every generated token, end tokens included (its
+  // text never shows them); a token request counts the delivered ones.
+  if (r.chat() != nullptr) r.AppendGenerated(token);
   NoteToken(r);
-
   const GenerationParams& p = r.params();
-  const int32_t eos = s.model().info().eos_token_id;
-  if (p.stop_at_eos && eos >= 0 && token == eos) {
-    Finish(rp, FinishReason::kEos, OkStatus(), token);
+  if (const FinishReason end = EndTokenReason(p, s.model().info().eos_token_id, token); end != FinishReason::kNone) {
+    EndMessage(rp, end, token);
     return;
   }
-  if (std::find(p.stop_tokens.begin(), p.stop_tokens.end(), token) != p.stop_tokens.end()) {
-    Finish(rp, FinishReason::kStopToken, OkStatus(), token);
+  if (!Deliver(rp, token)) return;
+  const FinishReason limit = LimitReason(p, r.num_generated(), s.num_tokens(), ContextCap(p, s.max_context_tokens()));
+  if (limit != FinishReason::kNone) Finish(rp, limit, OkStatus());
+}
+
+void Engine::EndMessage(const RequestPtr& r, FinishReason reason, int32_t token) {
+  ChatTurn* c = r->chat();
+  if (c == nullptr) {
+    Finish(r, reason, OkStatus(), token);
     return;
   }
-  PushToken(rp, token);
-  if (p.max_tokens > 0 && r.num_generated() >= p.max_tokens) {
-    Finish(rp, FinishReason::kMaxTokens, OkStatus());
-    return;
+  PushEvents(r, c->EndMessage());
+  if (c->wait_state() == ChatTurn::Wait::kNone) {
+    Finish(r, reason, OkStatus(), token);
+  } else if (c->rounds() >= c->options().max_tool_rounds) {
+    Finish(r, FinishReason::kToolCalls, OkStatus(), token);
+  } else {
+    r->runner().AwaitTools();  // until the results are in (Eligible), then the next round
   }
-  if (s.num_tokens() >= ContextCap(r, s)) {
-    Finish(rp, FinishReason::kContextFull, OkStatus());
-    return;
+}
+
+bool Engine::Deliver(const RequestPtr& r, int32_t token) {
+  ChatTurn* c = r->chat();
+  if (c == nullptr) {
+    r->AppendGenerated(token);
+    Event ev;
+    ev.type = EventType::kToken;
+    ev.token = token;
+    PushEvents(r, {std::move(ev)});
+    return true;
   }
+  bool stopped = false;
+  auto events = c->Push(token, &stopped);
+  if (!events.ok()) {
+    Finish(r, FinishReason::kError, events.status());
+    return false;
+  }
+  PushEvents(r, *std::move(events));
+  if (!stopped) return true;
+  Finish(r, FinishReason::kStopString, OkStatus());
+  return false;
 }
 
 void Engine::PushEvents(const std::shared_ptr<Request>& r, std::vector<Event> events) {
@@ -947,77 +953,13 @@ void Engine::PushEvents(const std::shared_ptr<Request>& r, std::vector<Event> ev
   event_cv_.notify_all();
 }
 
-void Engine::FinishChat(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token) {
-  ChatTurn& c = *r->chat();
-  if (c.in_message()) PushEvents(r, c.EndMessage());
-  // Results that did arrive join the conversation; unanswered calls stay open
-  // in it for the host to answer with tool messages.
-  if (c.wait_state() != ChatTurn::Wait::kNone) c.AppendResults();
-  Finish(r, reason, std::move(status), token);
-}
-
-void Engine::SampleAndEmitChat(const RequestPtr& rp, int32_t device_token) {
-  Request& r = *rp;
-  ChatTurn& c = *r.chat();
-  Session& s = r.session();
-  RequestRunner& run = r.runner();
-  const int32_t token =
-      device_token >= 0 ? device_token : HostSample(run.sampler(), s.kept_logits(), run.history(), &sample_ns_);
-  s.PushPending(token);
-  run.Selected(token);
-  r.AppendGenerated(token);
-  NoteToken(r);
-  const GenerationParams& p = r.params();
-  const int32_t eos = s.model().info().eos_token_id;
-  const bool is_eos = p.stop_at_eos && eos >= 0 && token == eos;
-  if (is_eos || std::find(p.stop_tokens.begin(), p.stop_tokens.end(), token) != p.stop_tokens.end()) {
-    PushEvents(rp, c.EndMessage());
-    if (c.wait_state() == ChatTurn::Wait::kNone) {
-      FinishChat(rp, is_eos ? FinishReason::kEos : FinishReason::kStopToken, OkStatus(), token);
-      return;
-    }
-    if (c.rounds() >= c.options().max_tool_rounds) {
-      FinishChat(rp, FinishReason::kToolCalls, OkStatus(), token);
-      return;
-    }
-    run.AwaitTools();
-    return;  // waits for the results (Eligible), then starts the next round
-  }
-  bool stopped = false;
-  auto events = c.Push(token, &stopped);
-  if (!events.ok()) {
-    FinishChat(rp, FinishReason::kError, events.status());
-    return;
-  }
-  PushEvents(rp, *std::move(events));
-  if (stopped) {
-    FinishChat(rp, FinishReason::kStopString, OkStatus());
-    return;
-  }
-  if (p.max_tokens > 0 && r.num_generated() >= p.max_tokens) {
-    FinishChat(rp, FinishReason::kMaxTokens, OkStatus());
-    return;
-  }
-  if (s.num_tokens() >= ContextCap(r, s)) {
-    FinishChat(rp, FinishReason::kContextFull, OkStatus());
-  }
-}
-
-void Engine::PushToken(const std::shared_ptr<Request>& r, int32_t token) {
-  const int64_t n = r->AppendGenerated(token);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (r->delivery().detached) return;
-  ++r->delivery().pending_events;
-  Event ev;
-  ev.type = EventType::kToken;
-  ev.request = r;
-  ev.token = token;
-  ev.num_generated = n;
-  events_.push_back(std::move(ev));
-  event_cv_.notify_all();
-}
-
 void Engine::Finish(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token) {
+  if (ChatTurn* c = r->chat(); c != nullptr) {
+    if (c->in_message()) PushEvents(r, c->EndMessage());
+    // Results that did arrive join the conversation; unanswered calls stay
+    // open in it for the host to answer with tool messages.
+    if (c->wait_state() != ChatTurn::Wait::kNone) c->AppendResults();
+  }
   // A preempted request's state comes back into the accounting with its
   // session, which leaves the budget (idle sessions are the host's).
   r->session().LeaveBudget();
@@ -1081,25 +1023,16 @@ bool Engine::PollEventFor(const Request& request, Event* out, int64_t timeout_ms
 
 Status Engine::RunToCompletion(Request& request, const std::function<bool(int32_t)>& on_token,
                                FinishReason* reason) {
-  bool stopped = false;
-  Event ev;
-  for (;;) {
-    PollEventFor(request, &ev, -1);
-    if (ev.type == EventType::kToken) {
-      // Tokens the scheduler produced after the callback said stop are not shown to it.
-      if (!stopped && on_token && !on_token(ev.token)) {
-        stopped = true;
-        Cancel(request, FinishReason::kCallback);
-      }
-      continue;
-    }
-    if (reason != nullptr) *reason = ev.finish_reason;
-    return ev.status;
-  }
+  return RunEvents(request, [&](const Event& ev) { return !on_token || on_token(ev.token); }, reason);
 }
 
 Status Engine::RunChatToCompletion(Request& request, const std::function<bool(const Event&)>& on_event,
                                    FinishReason* reason) {
+  return RunEvents(request, on_event, reason);
+}
+
+Status Engine::RunEvents(Request& request, const std::function<bool(const Event&)>& on_event,
+                         FinishReason* reason) {
   bool stopped = false;
   Event ev;
   for (;;) {
@@ -1108,29 +1041,32 @@ Status Engine::RunChatToCompletion(Request& request, const std::function<bool(co
       if (reason != nullptr) *reason = ev.finish_reason;
       return ev.status;
     }
+    // Events the scheduler produced after the callback said stop are not shown to it.
     if (stopped) continue;
     if (on_event && !on_event(ev)) {
       stopped = true;
       Cancel(request, FinishReason::kCallback);
       continue;
     }
-    if (ev.type != EventType::kToolCall) continue;
-    // Tools are not changed while a request runs, so reading them here, beside
-    // the scheduler thread, is safe.
-    const ToolSpec* tool = request.session().conversation()->FindTool(ev.tool_name);
-    if (tool == nullptr || !tool->handler) {
-      (void)SubmitToolResult(request, ev.call_id, std::nullopt);
-      continue;
-    }
-    const int32_t rc = tool->handler(request, ev);
-    if (!request.chat()->HasResult(ev.call_id)) {
-      (void)SubmitToolResult(request, ev.call_id,
-                             rc == 0 ? std::string()
-                                     : nlohmann::json({{"error", absl::StrCat("tool '", ev.tool_name,
-                                                                               "' failed with code ", rc)}})
-                                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    }
+    if (ev.type == EventType::kToolCall) AnswerToolCall(request, ev);
   }
+}
+
+void Engine::AnswerToolCall(Request& request, const Event& ev) {
+  // Tools are not changed while a request runs, so reading them here, beside
+  // the scheduler thread, is safe.
+  const ToolSpec* tool = request.session().conversation()->FindTool(ev.tool_name);
+  if (tool == nullptr || !tool->handler) {
+    (void)SubmitToolResult(request, ev.call_id, std::nullopt);
+    return;
+  }
+  const int32_t rc = tool->handler(request, ev);
+  if (request.chat()->HasResult(ev.call_id)) return;
+  (void)SubmitToolResult(request, ev.call_id,
+                         rc == 0 ? std::string()
+                                 : nlohmann::json({{"error", absl::StrCat("tool '", ev.tool_name,
+                                                                           "' failed with code ", rc)}})
+                                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 void Engine::Cancel(Request& request, FinishReason reason) {

@@ -195,6 +195,14 @@ class Engine {
   enum class Need { kNone, kPrefill, kDecode, kSample };
 
   explicit Engine(const EngineOptions& options);
+  // Claims the idle `session` and queues a validated request on it.
+  StatusOr<std::shared_ptr<Request>> Enqueue(Session& session, std::vector<int32_t> prompt, GenerationParams params,
+                                             void* tag, bool private_events, std::unique_ptr<ChatTurn> chat);
+  // The blocking loop of RunToCompletion and RunChatToCompletion: hands
+  // every non-final event to `on_event` and answers tool calls.
+  Status RunEvents(Request& request, const std::function<bool(const Event&)>& on_event, FinishReason* reason);
+  // Runs the tool of a kToolCall event on this thread and answers the call.
+  void AnswerToolCall(Request& request, const Event& ev);
   void SchedulerLoop();
   // A token or logits ready for sampling; token >= 0 was sampled on the device.
   struct DecodeRow {
@@ -238,10 +246,17 @@ class Engine {
   void BeginPrefill(Request& r);
   // Evaluates up to `max_tokens` of r's prefill; returns the tokens used.
   StatusOr<int64_t> PrefillChunk(Request& r, int64_t max_tokens);
-  // Logits are ready: samples, emits events, applies the stop rules.
+  // Logits are ready: selects the token, applies the stop rules
+  // (stop_rules.h) and emits events, for token and chat requests alike.
   // `token` >= 0: already selected on the device (no logits to sample).
   void SampleAndEmit(const RequestPtr& r, int32_t token = -1);
-  void SampleAndEmitChat(const RequestPtr& r, int32_t token = -1);
+  // An end token (`reason` kEos or kStopToken) closes the message: the
+  // request finishes, or a chat message with tool calls waits for results.
+  void EndMessage(const RequestPtr& r, FinishReason reason, int32_t token);
+  // Delivers a non-end token: a kToken event, or a chat message's text and
+  // tool-call events. False when that finished the request (a stop string,
+  // a detokenizer error).
+  bool Deliver(const RequestPtr& r, int32_t token);
   // Scheduling order (higher first): priority, then running before waiting,
   // then lower effective cost, then arrival.
   double EffectiveCost(const Request& r) const;
@@ -264,11 +279,10 @@ class Engine {
   void Fail(const RequestPtr& r, Status status);
   void MaybeReportMetrics();
   void NoteToken(Request& r);
-  void PushToken(const std::shared_ptr<Request>& r, int32_t token);
-  // Chat requests: event delivery.
+  // Queues `events` of `r` (non-final) unless its owner let go.
   void PushEvents(const std::shared_ptr<Request>& r, std::vector<Event> events);
-  // Ends a chat request: closes an open message, appends answered tool results.
-  void FinishChat(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token = -1);
+  // Ends a request: a chat request's open message is closed and its
+  // answered tool results appended; then the outcome and kFinished.
   void Finish(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token = -1);
   bool PollImpl(const Request* only, Event* out, int64_t timeout_ms);
   bool TakeEvent(const Request* only, Event* out);  // requires mu_

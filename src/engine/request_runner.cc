@@ -7,23 +7,22 @@ namespace strata {
 
 void RequestRunner::StartPrompt(std::vector<int32_t> prompt) {
   history_ = prompt;
-  prefill_ = std::move(prompt);
-  prefill_pos_ = 0;
-  chat_round_ = false;
-  snapshots_.clear();
-  next_snapshot_ = 0;
-  state_ = State::kPrefilling;
+  BeginFeed(std::move(prompt), /*chat_round=*/false);
   EndPromptIfFed();
 }
 
 void RequestRunner::StartRound(std::vector<int32_t> rendering, std::vector<int32_t> suffix) {
   round_rendering_ = std::move(rendering);
-  prefill_ = std::move(suffix);
+  // A round ends at EndRound even with nothing new to feed.
+  BeginFeed(std::move(suffix), /*chat_round=*/true);
+}
+
+void RequestRunner::BeginFeed(std::vector<int32_t> tokens, bool chat_round) {
+  prefill_ = std::move(tokens);
   prefill_pos_ = 0;
-  chat_round_ = true;
+  chat_round_ = chat_round;
   snapshots_.clear();
   next_snapshot_ = 0;
-  // A round ends at EndRound even with nothing new to feed.
   state_ = State::kPrefilling;
 }
 

@@ -92,6 +92,7 @@ class RequestRunner {
   double TokenInterval(Clock::time_point now, Clock::time_point submitted, bool* first);
 
  private:
+  void BeginFeed(std::vector<int32_t> tokens, bool chat_round);
   void EndPromptIfFed();
 
   State state_ = State::kQueued;
