@@ -284,6 +284,10 @@ Status Engine::SubmitToolResult(Request& request, const std::string& call_id,
 }
 
 bool Engine::Eligible(const Request& r) const {
+  // A round being rendered is the render worker's until its rendering is
+  // in, even when cancelled: finishing it meanwhile would touch the
+  // conversation the render reads.
+  if (r.runner().state() == RequestRunner::State::kRendering) return r.rendered_round().has_value();
   if (stop_ || r.delivery().detached || r.cancel_reason() != FinishReason::kNone) return true;
   if (r.chat() != nullptr && r.chat()->wait_state() == ChatTurn::Wait::kBlocked) return false;
   return r.delivery().pending_events < options_.max_pending_token_events;
@@ -405,24 +409,51 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
       case ChatTurn::Wait::kNone: break;
       case ChatTurn::Wait::kBlocked: break;  // not eligible unless cancelled
       case ChatTurn::Wait::kDeclined: return end(FinishReason::kToolCalls, OkStatus());
-      case ChatTurn::Wait::kReady: {
+      case ChatTurn::Wait::kReady:
         c.AppendResults();
-        // The render of a later round runs here, on the scheduler thread: a
-        // cancel stops it from inside.
-        auto prompt = c.Prompt([&r] { return r.cancel_reason() != FinishReason::kNone; });
-        if (const FinishReason cancel = r.cancel_reason(); !prompt.ok() && cancel != FinishReason::kNone) {
-          return end_cancelled(cancel);
-        }
-        st = prompt.ok() ? start_round(*std::move(prompt)) : prompt.status();
+        RenderNextRound(rp);
         break;
-      }
     }
+  } else if (run.state() == RequestRunner::State::kRendering) {
+    // Eligible only once the rendering is in (a cancel that stopped it was
+    // answered above).
+    StatusOr<std::vector<int32_t>> prompt = TakeRendering(r);
+    st = prompt.ok() ? start_round(*std::move(prompt)) : prompt.status();
   }
   if (!st.ok()) {
     Log(LogLevel::kWarning, absl::StrCat("request ", r.id(), " failed: ", st.message()));
     return end(FinishReason::kError, std::move(st));
   }
   return true;
+}
+
+void Engine::RenderNextRound(const RequestPtr& r) {
+  renderer_.Post([this, r] {
+    // A cancel stops the render from inside.
+    StatusOr<std::vector<int32_t>> prompt = absl::UnknownError("not rendered");
+    try {
+      prompt = r->chat()->Prompt([&r] { return r->cancel_reason() != FinishReason::kNone; });
+    } catch (const std::bad_alloc&) {
+      prompt = absl::ResourceExhaustedError("out of memory while preparing the request");
+    } catch (const std::exception& ex) {
+      prompt = absl::InternalError(absl::StrCat("internal error while preparing the request: ", ex.what()));
+    }
+    // Under the engine's mutex, so the scheduler cannot miss the wake-up
+    // between checking Eligible and waiting.
+    std::lock_guard<std::mutex> lock(mu_);
+    r->rendered_round() = std::move(prompt);
+    work_cv_.notify_one();
+  });
+  // After Post: a job that could not be queued leaves the request waiting
+  // for nothing, and it fails instead (ForRequest).
+  r->runner().BeginRender();
+}
+
+StatusOr<std::vector<int32_t>> Engine::TakeRendering(Request& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<std::vector<int32_t>> prompt = *std::move(r.rendered_round());
+  r.rendered_round().reset();
+  return prompt;
 }
 
 void Engine::BeginPrefill(Request& r) {
@@ -501,6 +532,7 @@ Engine::Need Engine::NeedOf(const Request& r) const {
   switch (r.runner().state()) {
     case RequestRunner::State::kQueued:
     case RequestRunner::State::kAwaitingTools:
+    case RequestRunner::State::kRendering:
     case RequestRunner::State::kFinished:
       return Need::kNone;
     case RequestRunner::State::kPrefilling:

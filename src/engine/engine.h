@@ -35,6 +35,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/session.h"
+#include "engine/worker_thread.h"
 
 namespace strata {
 
@@ -241,6 +242,10 @@ class Engine {
   // not started yet then waits.
   bool Prepare(const RequestPtr& r, bool may_start = true);
   Need NeedOf(const Request& r) const;
+  // Renders a chat request's next round on the render worker (its tool
+  // results are appended); Eligible once the rendering is in.
+  void RenderNextRound(const RequestPtr& r);
+  StatusOr<std::vector<int32_t>> TakeRendering(Request& r);
   // The runner has started a feed after the session's history: restores the
   // longest cached prefix first and plans the feed's snapshot points.
   void BeginPrefill(Request& r);
@@ -316,6 +321,7 @@ class Engine {
   std::mutex sessions_mu_;
   std::map<const Model*, int64_t> sessions_per_model_;  // guarded by sessions_mu_
   std::chrono::steady_clock::time_point next_report_{};  // scheduler thread
+  WorkerThread renderer_;  // chat rounds' renders; joined after the scheduler
   std::thread scheduler_;
 };
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "base/status.h"
@@ -107,6 +108,10 @@ class Request {
   };
   Delivery& delivery() { return delivery_; }
   const Delivery& delivery() const { return delivery_; }
+  // Chat: the next round's rendering, made off the scheduler thread, once
+  // it is in; guarded by the engine's mutex.
+  std::optional<StatusOr<std::vector<int32_t>>>& rendered_round() { return rendered_round_; }
+  const std::optional<StatusOr<std::vector<int32_t>>>& rendered_round() const { return rendered_round_; }
   // Adds a generated token; returns how many there are now.
   int64_t AppendGenerated(int32_t token);
   // Records the outcome (once, on the scheduler thread).
@@ -124,6 +129,7 @@ class Request {
   const Clock::time_point submitted_ = Clock::now();
   RequestRunner runner_;
   Delivery delivery_;
+  std::optional<StatusOr<std::vector<int32_t>>> rendered_round_;
 
   mutable std::mutex mu_;
   bool finished_ = false;                     // guarded by mu_

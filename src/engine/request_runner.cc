@@ -38,6 +38,8 @@ bool RequestRunner::EndRound() {
 
 void RequestRunner::AwaitTools() { state_ = State::kAwaitingTools; }
 
+void RequestRunner::BeginRender() { state_ = State::kRendering; }
+
 void RequestRunner::Finish() {
   prefill_.clear();
   prefill_pos_ = 0;
@@ -51,7 +53,8 @@ void RequestRunner::Fed(size_t n) {
 }
 
 void RequestRunner::EndPromptIfFed() {
-  if (state_ == State::kPrefilling && !chat_round_ && prefill_left() == 0) state_ = State::kGenerating;
+  if (state_ == State::kPrefilling && !chat_round_ && prefill_left() == 0)
+    state_ = State::kGenerating;
 }
 
 void RequestRunner::SetSnapshotPoints(std::vector<int64_t> points) {
@@ -60,7 +63,8 @@ void RequestRunner::SetSnapshotPoints(std::vector<int64_t> points) {
 }
 
 int64_t RequestRunner::NextSnapshotAfter(int64_t evaluated) {
-  while (next_snapshot_ < snapshots_.size() && snapshots_[next_snapshot_] <= evaluated) ++next_snapshot_;
+  while (next_snapshot_ < snapshots_.size() && snapshots_[next_snapshot_] <= evaluated)
+    ++next_snapshot_;
   return next_snapshot_ < snapshots_.size() ? snapshots_[next_snapshot_] : -1;
 }
 
@@ -75,7 +79,8 @@ bool RequestRunner::FirstScheduled() {
   return true;
 }
 
-double RequestRunner::TokenInterval(Clock::time_point now, Clock::time_point submitted, bool* first) {
+double RequestRunner::TokenInterval(Clock::time_point now, Clock::time_point submitted,
+                                    bool* first) {
   *first = !has_token_time_;
   const Clock::time_point from = has_token_time_ ? last_token_at_ : submitted;
   has_token_time_ = true;

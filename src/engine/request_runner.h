@@ -7,7 +7,9 @@
 //
 //   kQueued --StartPrompt/StartRound--> kPrefilling --(prompt in)--> kGenerating
 //                                            ^                         |
-//                                            +------ StartRound -- kAwaitingTools
+//                                       StartRound                AwaitTools
+//                                            |                         v
+//                                        kRendering <--BeginRender-- kAwaitingTools
 //   any state --Finish--> kFinished
 //
 // A token request's prefill ends as soon as its prompt is fed; a chat
@@ -32,6 +34,7 @@ class RequestRunner {
     kPrefilling,     // feeding a prompt, or a chat round's rendering
     kGenerating,     // selecting tokens
     kAwaitingTools,  // chat: the message ended with tool calls; waits for results
+    kRendering,      // chat: results appended; the next round renders off this thread
     kFinished,
   };
   using Clock = std::chrono::steady_clock;
@@ -48,8 +51,8 @@ class RequestRunner {
   // kQueued -> kPrefilling (kGenerating at once when `prompt` is empty): a
   // token request feeds its prompt, which also opens its penalty window.
   void StartPrompt(std::vector<int32_t> prompt);
-  // kQueued or kAwaitingTools -> kPrefilling: a chat round feeds `suffix`,
-  // the part of `rendering` (the whole conversation) the history lacks.
+  // kQueued or kRendering -> kPrefilling: a chat round feeds `suffix`, the
+  // part of `rendering` (the whole conversation) the history lacks.
   void StartRound(std::vector<int32_t> rendering, std::vector<int32_t> suffix);
   // kPrefilling -> kGenerating for a chat round whose suffix is in: the
   // rendering becomes the penalty window. Returns whether this was the
@@ -57,6 +60,8 @@ class RequestRunner {
   bool EndRound();
   // kGenerating -> kAwaitingTools.
   void AwaitTools();
+  // kAwaitingTools -> kRendering.
+  void BeginRender();
   // Any -> kFinished; drops what was left to feed.
   void Finish();
 
@@ -98,8 +103,8 @@ class RequestRunner {
   State state_ = State::kQueued;
   std::vector<int32_t> prefill_;
   size_t prefill_pos_ = 0;
-  bool chat_round_ = false;              // the feed is a chat round's
-  bool first_round_ = true;              // chat: the next round is the request's first
+  bool chat_round_ = false;               // the feed is a chat round's
+  bool first_round_ = true;               // chat: the next round is the request's first
   std::vector<int32_t> round_rendering_;  // chat: that round's whole rendering
   std::vector<int64_t> snapshots_;
   size_t next_snapshot_ = 0;

@@ -20,7 +20,8 @@ class Planner {
         preempted_(in.wanting.size(), false) {
     for (size_t i = 0; i < in.wanting.size(); ++i) wanting_swapped_[i] = in.wanting[i].swapped;
     for (size_t i = 0; i < in.parked.size(); ++i) parked_swapped_[i] = in.parked[i].swapped;
-    avail_ = limited() ? static_cast<int64_t>(in.memory_budget) - static_cast<int64_t>(in.active_bytes + in.cache.bytes)
+    avail_ = limited() ? static_cast<int64_t>(in.memory_budget) -
+                             static_cast<int64_t>(in.active_bytes + in.cache.bytes)
                        : std::numeric_limits<int64_t>::max();
   }
 
@@ -47,7 +48,8 @@ class Planner {
         freed += cache_.evictable[dropped];
         cache_.bytes -= cache_.evictable[dropped++];
       }
-      cache_.evictable.erase(cache_.evictable.begin(), cache_.evictable.begin() + static_cast<std::ptrdiff_t>(dropped));
+      cache_.evictable.erase(cache_.evictable.begin(),
+                             cache_.evictable.begin() + static_cast<std::ptrdiff_t>(dropped));
     }
     Record(a);
     avail_ += static_cast<int64_t>(freed);
@@ -119,12 +121,13 @@ std::vector<size_t> ScheduleOrder(const std::vector<WantingRequest>& wanting) {
 
 }  // namespace
 
-int64_t PrefillTokenBudget(int64_t chunk_tokens, int64_t while_decoding_tokens, bool gpu, bool decoding) {
+int64_t PrefillTokenBudget(int64_t chunk_tokens, int64_t while_decoding_tokens, bool gpu,
+                           bool decoding) {
   const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : gpu ? kGpuPrefillChunk : kCpuPrefillChunk;
   if (!decoding) return chunk;
   const int64_t while_decoding = while_decoding_tokens > 0 ? while_decoding_tokens
-                                 : gpu                    ? kGpuPrefillWhileDecoding
-                                                          : chunk;
+                                 : gpu                     ? kGpuPrefillWhileDecoding
+                                                           : chunk;
   return std::min(chunk, while_decoding);
 }
 
@@ -137,7 +140,8 @@ SchedulePlan PlanIteration(const ScheduleInput& in) {
     gpu = gpu || w.on_gpu;
     decoding = decoding || w.kind == StepKind::kDecode;
   }
-  int64_t prefill_left = PrefillTokenBudget(in.prefill_chunk_tokens, in.prefill_tokens_while_decoding, gpu, decoding);
+  int64_t prefill_left =
+      PrefillTokenBudget(in.prefill_chunk_tokens, in.prefill_tokens_while_decoding, gpu, decoding);
   int32_t batch_left = in.max_batch;
   const std::vector<size_t>& order = plan.order;
   for (size_t pos = 0; pos < order.size(); ++pos) {
@@ -198,7 +202,8 @@ SchedulePlan PlanIteration(const ScheduleInput& in) {
     p.EvictTo(0, order[0]);
     Stall stall;
     stall.request = order[0];
-    stall.alone_bytes = first.state_bytes + first.bytes_per_token * static_cast<uint64_t>(grow) + p.cache_bytes();
+    stall.alone_bytes =
+        first.state_bytes + first.bytes_per_token * static_cast<uint64_t>(grow) + p.cache_bytes();
     stall.fails = stall.alone_bytes > in.memory_budget;
     plan.stall = stall;
   }

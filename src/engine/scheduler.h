@@ -32,10 +32,10 @@ enum class StepKind {
 
 // A runnable, admitted request that wants work this iteration.
 struct WantingRequest {
-  uint64_t seq = 0;       // arrival order (unique)
-  int32_t priority = 0;   // higher first, preempted last
+  uint64_t seq = 0;      // arrival order (unique)
+  int32_t priority = 0;  // higher first, preempted last
   StepKind kind = StepKind::kPrefill;
-  double cost = 0.0;      // effective cost: cheaper prefills first
+  double cost = 0.0;             // effective cost: cheaper prefills first
   int64_t prefill_left = 0;      // prompt tokens still to feed
   int64_t tail = 0;              // history tokens its state has not consumed
   uint64_t state_bytes = 0;      // bytes of its state now (what a swap moves)
@@ -72,7 +72,7 @@ struct MemoryAction {
   uint64_t bytes = 0;
   bool victim_parked = false;  // kSwapOut: `victim` indexes parked, else wanting
   size_t victim = 0;
-  size_t beneficiary = 0;  // index into wanting of the request it makes room for
+  size_t beneficiary = 0;          // index into wanting of the request it makes room for
   uint64_t cache_bytes_after = 0;  // predicted cache size once applied
 };
 
@@ -92,10 +92,10 @@ struct ScheduleInput {
   uint64_t memory_budget = 0;  // bytes; 0: unlimited
   uint64_t active_bytes = 0;   // resident state of the sessions running requests
   CacheView cache;
-  int32_t max_batch = 1;                        // decode rows per iteration, >= 1
-  int64_t prefill_chunk_tokens = 0;             // 0: automatic by device
-  int64_t prefill_tokens_while_decoding = 0;    // 0: automatic by device
-  std::map<size_t, ActionOutcome> outcomes;     // by action number
+  int32_t max_batch = 1;                      // decode rows per iteration, >= 1
+  int64_t prefill_chunk_tokens = 0;           // 0: automatic by device
+  int64_t prefill_tokens_while_decoding = 0;  // 0: automatic by device
+  std::map<size_t, ActionOutcome> outcomes;   // by action number
 };
 
 // An approved step: `request` indexes wanting.
@@ -115,9 +115,9 @@ struct Stall {
 };
 
 struct SchedulePlan {
-  std::vector<size_t> order;           // wanting, in schedule order
-  std::vector<MemoryAction> actions;   // in application order
-  std::vector<ScheduledStep> steps;    // approved, in schedule order
+  std::vector<size_t> order;          // wanting, in schedule order
+  std::vector<MemoryAction> actions;  // in application order
+  std::vector<ScheduledStep> steps;   // approved, in schedule order
   std::optional<Stall> stall;
 };
 
@@ -129,7 +129,8 @@ inline constexpr int64_t kGpuPrefillWhileDecoding = 2048;
 
 // Prompt tokens all prefills together may feed this iteration: the chunk,
 // or, when a decode step runs too, the stall decoding requests accept.
-int64_t PrefillTokenBudget(int64_t chunk_tokens, int64_t while_decoding_tokens, bool gpu, bool decoding);
+int64_t PrefillTokenBudget(int64_t chunk_tokens, int64_t while_decoding_tokens, bool gpu,
+                           bool decoding);
 
 // The rules, in order:
 //  1. Order: priority (higher first); then decode rows and ready samples

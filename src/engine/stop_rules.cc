@@ -7,7 +7,8 @@ namespace strata {
 
 FinishReason EndTokenReason(const GenerationParams& params, int32_t eos_token, int32_t token) {
   if (params.stop_at_eos && eos_token >= 0 && token == eos_token) return FinishReason::kEos;
-  if (std::find(params.stop_tokens.begin(), params.stop_tokens.end(), token) != params.stop_tokens.end()) {
+  if (std::find(params.stop_tokens.begin(), params.stop_tokens.end(), token) !=
+      params.stop_tokens.end()) {
     return FinishReason::kStopToken;
   }
   return FinishReason::kNone;
@@ -18,8 +19,8 @@ int64_t ContextCap(const GenerationParams& params, int64_t session_context_token
   return own > 0 ? std::min(own, session_context_tokens) : session_context_tokens;
 }
 
-FinishReason LimitReason(const GenerationParams& params, int64_t num_generated, int64_t history_tokens,
-                         int64_t context_cap) {
+FinishReason LimitReason(const GenerationParams& params, int64_t num_generated,
+                         int64_t history_tokens, int64_t context_cap) {
   if (params.max_tokens > 0 && num_generated >= params.max_tokens) return FinishReason::kMaxTokens;
   if (history_tokens >= context_cap) return FinishReason::kContextFull;
   return FinishReason::kNone;

@@ -23,8 +23,8 @@ int64_t ContextCap(const GenerationParams& params, int64_t session_context_token
 // After a delivered token: kMaxTokens once max_tokens (> 0) tokens are
 // generated, else kContextFull once the history reaches `context_cap`, else
 // kNone.
-FinishReason LimitReason(const GenerationParams& params, int64_t num_generated, int64_t history_tokens,
-                         int64_t context_cap);
+FinishReason LimitReason(const GenerationParams& params, int64_t num_generated,
+                         int64_t history_tokens, int64_t context_cap);
 
 }  // namespace strata
 

@@ -1,11 +1,11 @@
 // The per-request state machine on its own: the transitions of a token
 // request and of a chat request's rounds, the feed and its snapshot points,
 // token selection state and the metrics bookkeeping.
-#include <vector>
+#include "engine/request_runner.h"
 
 #include <gtest/gtest.h>
 
-#include "engine/request_runner.h"
+#include <vector>
 
 namespace strata {
 namespace {
@@ -20,7 +20,8 @@ TEST(RequestRunner, ATokenRequestGeneratesOnceItsPromptIsFed) {
   EXPECT_EQ(run.state(), State::kPrefilling);
   EXPECT_TRUE(run.started());
   EXPECT_EQ(run.history(), (std::vector<int32_t>{5, 6, 7, 8, 9}));
-  EXPECT_EQ(std::vector<int32_t>(run.NextTokens(2).begin(), run.NextTokens(2).end()), (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(std::vector<int32_t>(run.NextTokens(2).begin(), run.NextTokens(2).end()),
+            (std::vector<int32_t>{5, 6}));
   run.Fed(2);
   EXPECT_EQ(run.prefill_left(), 3u);
   EXPECT_EQ(run.NextTokens(3)[0], 7);
@@ -51,6 +52,8 @@ TEST(RequestRunner, AChatRoundEndsOnlyAtEndRoundAndTheFirstIsMarked) {
   EXPECT_EQ(run.history(), (std::vector<int32_t>{1, 2, 3, 4}));
   run.AwaitTools();
   EXPECT_EQ(run.state(), State::kAwaitingTools);
+  run.BeginRender();
+  EXPECT_EQ(run.state(), State::kRendering);
   // The next round, with nothing new to feed, still passes through kPrefilling.
   run.StartRound({1, 2, 3, 4, 5}, {});
   EXPECT_EQ(run.state(), State::kPrefilling);

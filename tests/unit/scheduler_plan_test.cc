@@ -3,10 +3,10 @@
 // prompts, decode batch slots, and the memory budget (cache eviction, shorter
 // chunks, preemption order, swap-ins, refused swaps, stalls), plus admission
 // under a fixed state pool.
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/scheduler.h"
 
@@ -73,8 +73,12 @@ using Kind = MemoryAction::Kind;
 using StepList = std::vector<std::pair<size_t, int64_t>>;
 
 TEST(SchedulerOrder, PriorityThenDecodeBeforePrefillThenCostThenArrival) {
-  std::vector<WantingRequest> w = {Prefill(1, 300), Prefill(2, 20), Decode(3), Prefill(4, 20),
-                                   Decode(5, /*priority=*/1), Prefill(6, 5, /*priority=*/1)};
+  std::vector<WantingRequest> w = {Prefill(1, 300),
+                                   Prefill(2, 20),
+                                   Decode(3),
+                                   Prefill(4, 20),
+                                   Decode(5, /*priority=*/1),
+                                   Prefill(6, 5, /*priority=*/1)};
   const SchedulePlan plan = PlanIteration(Input(w));
   EXPECT_EQ(plan.order, (std::vector<size_t>{4, 5, 2, 1, 3, 0}));
 }
@@ -106,7 +110,7 @@ TEST(SchedulerBudget, AutomaticPrefillBudgetFollowsDeviceAndDecoding) {
   EXPECT_EQ(PrefillTokenBudget(0, 0, false, true), kCpuPrefillChunk);
   EXPECT_EQ(PrefillTokenBudget(0, 0, true, false), kGpuPrefillChunk);
   EXPECT_EQ(PrefillTokenBudget(0, 0, true, true), kGpuPrefillWhileDecoding);
-  EXPECT_EQ(PrefillTokenBudget(300, 0, true, true), 300);   // capped by the chunk
+  EXPECT_EQ(PrefillTokenBudget(300, 0, true, true), 300);  // capped by the chunk
   EXPECT_EQ(PrefillTokenBudget(300, 40, false, true), 40);
   EXPECT_EQ(PrefillTokenBudget(300, 40, false, false), 300);
   // A decode row in the iteration bounds the prefill beside it.
@@ -158,7 +162,8 @@ TEST(SchedulerChunking, AShortPromptOvertakesALongOneAndBothFinish) {
 
 TEST(SchedulerFairness, EqualRequestsAreServedInArrivalOrder) {
   // Three identical prompts and a budget for one and a half of them.
-  const SchedulePlan plan = PlanIteration(Input({Prefill(3, 40), Prefill(1, 40), Prefill(2, 40)}, 60));
+  const SchedulePlan plan =
+      PlanIteration(Input({Prefill(3, 40), Prefill(1, 40), Prefill(2, 40)}, 60));
   EXPECT_EQ(Steps(plan), (StepList{{1, 40}, {2, 20}}));
 }
 
@@ -214,7 +219,8 @@ TEST(SchedulerMemory, APrefillShrinksToWhatFitsBeforePreemptingAnyone) {
 
 TEST(SchedulerMemory, PreemptionTakesParkedStatesOfNoHigherPriorityFirst) {
   // No byte is free. The priority-3 row needs 110 bytes.
-  ScheduleInput in = Input({WithState(Decode(2, 1), 4), WithState(Decode(1, 3), 10), WithState(Decode(3, 0), 4)});
+  ScheduleInput in =
+      Input({WithState(Decode(2, 1), 4), WithState(Decode(1, 3), 10), WithState(Decode(3, 0), 4)});
   in.wanting[1].bytes_per_token = 110;
   in.memory_budget = 1000;
   in.active_bytes = 1000;
@@ -241,7 +247,8 @@ TEST(SchedulerMemory, WantingVictimsArePreemptedFromTheTailAndComeBackWhenRoomAl
   // Three decode rows of 10 bytes, 15 bytes free: the first fits, the
   // second preempts the third (its 140 bytes), and the third, now swapped,
   // cannot come back this iteration.
-  ScheduleInput in = Input({WithState(Decode(1), 3), WithState(Decode(2), 3), WithState(Decode(3), 4)});
+  ScheduleInput in =
+      Input({WithState(Decode(1), 3), WithState(Decode(2), 3), WithState(Decode(3), 4)});
   in.memory_budget = 1000;
   in.active_bytes = 985;
   in.wanting[1].bytes_per_token = 20;

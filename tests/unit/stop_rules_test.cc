@@ -1,8 +1,8 @@
 // The stop rules shared by token and chat requests: end tokens (EOS before
 // stop tokens) and the limits (max_tokens before the context cap).
-#include <gtest/gtest.h>
-
 #include "engine/stop_rules.h"
+
+#include <gtest/gtest.h>
 
 namespace strata {
 namespace {
