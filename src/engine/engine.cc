@@ -13,6 +13,8 @@
 #include <system_error>
 #include <utility>
 
+#include "engine/stop_rules.h"
+
 namespace strata {
 namespace {
 
@@ -212,21 +214,8 @@ StatusOr<std::shared_ptr<Request>> Engine::Submit(Session& session, std::span<co
   }
   STRATA_RETURN_IF_ERROR(CheckWorstCaseFits(session, session.num_tokens() + static_cast<int64_t>(prompt.size()),
                                             params.max_tokens, cap));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stop_) return absl::FailedPreconditionError("the engine is shutting down");
-  // exchange: two threads racing to submit on one session cannot both win.
-  if (session.busy_.exchange(true, std::memory_order_acq_rel)) {
-    return absl::FailedPreconditionError("the session is running a request");
-  }
-  submitted_.fetch_add(1, std::memory_order_relaxed);
-  auto request = std::make_shared<Request>(next_id_++, &session, std::vector<int32_t>(prompt.begin(), prompt.end()),
-                                           std::move(params), tag, private_events);
-  session.active_ = request.get();
-  session.counted_active_ = true;  // its state now counts against the memory budget
-  session.UpdateAccounting();
-  queue_.push_back(request);
-  work_cv_.notify_one();
-  return request;
+  return Enqueue(session, std::vector<int32_t>(prompt.begin(), prompt.end()), std::move(params), tag,
+                 private_events, nullptr);
 }
 
 StatusOr<std::shared_ptr<Request>> Engine::SubmitChat(Session& session, GenerationParams params,
@@ -263,17 +252,20 @@ StatusOr<std::shared_ptr<Request>> Engine::SubmitChat(Session& session, Generati
   }
   STRATA_RETURN_IF_ERROR(CheckWorstCaseFits(session, static_cast<int64_t>(prompt.size()), params.max_tokens,
                                             session.max_context_tokens()));
+  return Enqueue(session, std::move(prompt), std::move(params), tag, private_events, std::move(turn));
+}
+
+StatusOr<std::shared_ptr<Request>> Engine::Enqueue(Session& session, std::vector<int32_t> prompt,
+                                                   GenerationParams params, void* tag, bool private_events,
+                                                   std::unique_ptr<ChatTurn> chat) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return absl::FailedPreconditionError("the engine is shutting down");
-  if (session.busy_.exchange(true, std::memory_order_acq_rel)) {
-    return absl::FailedPreconditionError("the session is running a request");
-  }
+  // Two threads racing to submit on one session cannot both win.
+  if (!session.TryMarkBusy()) return absl::FailedPreconditionError("the session is running a request");
   submitted_.fetch_add(1, std::memory_order_relaxed);
   auto request = std::make_shared<Request>(next_id_++, &session, std::move(prompt), std::move(params), tag,
-                                           private_events, std::move(turn));
-  session.active_ = request.get();
-  session.counted_active_ = true;  // its state now counts against the memory budget
-  session.UpdateAccounting();
+                                           private_events, std::move(chat));
+  session.BeginRequest(request.get());  // its state now counts against the memory budget
   queue_.push_back(request);
   work_cv_.notify_one();
   return request;
@@ -292,9 +284,13 @@ Status Engine::SubmitToolResult(Request& request, const std::string& call_id,
 }
 
 bool Engine::Eligible(const Request& r) const {
-  if (stop_ || r.detached_ || r.cancel_reason() != FinishReason::kNone) return true;
-  if (r.chat_ != nullptr && r.chat_->wait_state() == ChatTurn::Wait::kBlocked) return false;
-  return r.pending_events_ < options_.max_pending_token_events;
+  // A round being rendered is the render worker's until its rendering is
+  // in, even when cancelled: finishing it meanwhile would touch the
+  // conversation the render reads.
+  if (r.runner().state() == RequestRunner::State::kRendering) return r.rendered_round().has_value();
+  if (stop_ || r.delivery().detached || r.cancel_reason() != FinishReason::kNone) return true;
+  if (r.chat() != nullptr && r.chat()->wait_state() == ChatTurn::Wait::kBlocked) return false;
+  return r.delivery().pending_events < options_.max_pending_token_events;
 }
 
 void Engine::SchedulerLoop() {
@@ -345,11 +341,7 @@ void Engine::MaybeReportMetrics() {
 void Engine::Fail(const RequestPtr& r, Status status) {
   Log(LogLevel::kWarning, absl::StrCat("request ", r->id(), " failed: ", status.message()));
   if (r->finished()) return;
-  if (r->chat_ != nullptr) {
-    FinishChat(r, FinishReason::kError, std::move(status));
-  } else {
-    Finish(r, FinishReason::kError, std::move(status));
-  }
+  Finish(r, FinishReason::kError, std::move(status));
 }
 
 // Runs `body` for one request; an exception (the standard library may throw
@@ -369,13 +361,10 @@ static void ForRequest(Engine* e, const std::shared_ptr<Request>& r, const char*
 
 bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
   Request& r = *rp;
-  const bool chat = r.chat_ != nullptr;
+  RequestRunner& run = r.runner();
+  const bool chat = r.chat() != nullptr;
   auto end = [&](FinishReason reason, Status st) {
-    if (chat) {
-      FinishChat(rp, reason, std::move(st));
-    } else {
-      Finish(rp, reason, std::move(st));
-    }
+    Finish(rp, reason, std::move(st));
     return false;
   };
   auto end_cancelled = [&](FinishReason cancel) {
@@ -388,19 +377,18 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
     deadline_misses_.fetch_add(1, std::memory_order_relaxed);
     return end(FinishReason::kDeadline,
                absl::DeadlineExceededError(absl::StrCat("request ", r.id(), " missed its deadline of ",
-                                                        r.params_.deadline_ms, " ms")));
+                                                        r.params().deadline_ms, " ms")));
   }
-  Session& s = *r.session_;
-  if (!r.started_ && !may_start) return true;  // waits for a state slot (NeedOf: kNone)
+  Session& s = r.session();
+  if (!run.started() && !may_start) return true;  // waits for a state slot (NeedOf: kNone)
   if (!chat) {
-    if (!r.started_) {
-      r.started_ = true;
-      r.history_ = r.prompt_;
-      BeginPrefill(r, r.prompt_);
+    if (!run.started()) {
+      run.StartPrompt(r.prompt());
+      BeginPrefill(r);
     }
     return true;
   }
-  ChatTurn& c = *r.chat_;
+  ChatTurn& c = *r.chat();
   auto start_round = [&](std::vector<int32_t> prompt) -> Status {
     STRATA_ASSIGN_OR_RETURN(Alignment a, s.AlignTo(prompt));
     Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": conversation of ", prompt.size(), " tokens, ",
@@ -409,32 +397,28 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
                                            ? "diverged; from the checkpoint, evaluating "
                                            : "diverged; from scratch, evaluating ",
                                        a.suffix.size(), " new tokens"));
-    r.started_ = true;
-    r.in_round_prefill_ = true;
-    r.round_prompt_ = std::move(prompt);
-    BeginPrefill(r, std::move(a.suffix));
+    run.StartRound(std::move(prompt), std::move(a.suffix));
+    BeginPrefill(r);
     return OkStatus();
   };
   Status st;
-  if (!r.started_) {
-    st = start_round(r.prompt_);
-  } else if (!r.in_round_prefill_) {
+  if (!run.started()) {
+    st = start_round(r.prompt());
+  } else if (run.state() == RequestRunner::State::kAwaitingTools) {
     switch (c.wait_state()) {
       case ChatTurn::Wait::kNone: break;
       case ChatTurn::Wait::kBlocked: break;  // not eligible unless cancelled
       case ChatTurn::Wait::kDeclined: return end(FinishReason::kToolCalls, OkStatus());
-      case ChatTurn::Wait::kReady: {
+      case ChatTurn::Wait::kReady:
         c.AppendResults();
-        // The render of a later round runs here, on the scheduler thread: a
-        // cancel stops it from inside.
-        auto prompt = c.Prompt([&r] { return r.cancel_reason() != FinishReason::kNone; });
-        if (const FinishReason cancel = r.cancel_reason(); !prompt.ok() && cancel != FinishReason::kNone) {
-          return end_cancelled(cancel);
-        }
-        st = prompt.ok() ? start_round(*std::move(prompt)) : prompt.status();
+        RenderNextRound(rp);
         break;
-      }
     }
+  } else if (run.state() == RequestRunner::State::kRendering) {
+    // Eligible only once the rendering is in (a cancel that stopped it was
+    // answered above).
+    StatusOr<std::vector<int32_t>> prompt = TakeRendering(r);
+    st = prompt.ok() ? start_round(*std::move(prompt)) : prompt.status();
   }
   if (!st.ok()) {
     Log(LogLevel::kWarning, absl::StrCat("request ", r.id(), " failed: ", st.message()));
@@ -443,39 +427,63 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
   return true;
 }
 
-void Engine::BeginPrefill(Request& r, std::vector<int32_t> tokens) {
-  Session& s = *r.session_;
-  r.prefill_ = std::move(tokens);
-  r.prefill_pos_ = 0;
-  r.snapshots_.clear();
-  r.next_snapshot_ = 0;
-  const size_t before = s.tokens_.size();
-  const size_t target_len = before + r.prefill_.size();
-  if (cache_.enabled() && target_len > s.evaluated_) {
-    std::vector<int32_t> target = s.tokens_;
-    target.insert(target.end(), r.prefill_.begin(), r.prefill_.end());
-    prefix_lookup_tokens_.fetch_add(static_cast<int64_t>(target_len - s.evaluated_), std::memory_order_relaxed);
-    // Only a prefix covering the whole history (pending token included) can
-    // replace the session's state.
-    const int64_t min_len = static_cast<int64_t>(std::max(s.evaluated_, before == 0 ? 0 : before - 1));
-    std::shared_ptr<const StateSnapshot> hit =
-        cache_.Lookup(&s.model(), s.max_context_tokens(), target, min_len);
-    const size_t evaluated_before = s.evaluated_;
-    // A restore the executor has no room for is a miss.
-    if (hit != nullptr && hit->tokens.size() >= before && s.Restore(*hit)) {
-      prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - evaluated_before),
-                                   std::memory_order_relaxed);
-      r.prefill_pos_ = hit->tokens.size() - before;
-      Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": prefix cache hit of ", hit->tokens.size(),
-                                         " tokens; evaluating ", target_len - hit->tokens.size()));
+void Engine::RenderNextRound(const RequestPtr& r) {
+  renderer_.Post([this, r] {
+    // A cancel stops the render from inside.
+    StatusOr<std::vector<int32_t>> prompt = absl::UnknownError("not rendered");
+    try {
+      prompt = r->chat()->Prompt([&r] { return r->cancel_reason() != FinishReason::kNone; });
+    } catch (const std::bad_alloc&) {
+      prompt = absl::ResourceExhaustedError("out of memory while preparing the request");
+    } catch (const std::exception& ex) {
+      prompt = absl::InternalError(absl::StrCat("internal error while preparing the request: ", ex.what()));
     }
-    // Snapshots for later requests that share a prefix: at the last block
-    // boundary of the prompt, and at the boundaries B, 2B, 4B, 8B... below
-    // it, so a shared prefix of any length is found with at least half of
-    // it restored. (On the CPU a snapshot is a full copy of the state, so
-    // not every block; a paged GPU cache would share every block.)
-    r.snapshots_ = SnapshotPoints(s.model(), static_cast<int64_t>(s.evaluated_), static_cast<int64_t>(target_len));
+    // Under the engine's mutex, so the scheduler cannot miss the wake-up
+    // between checking Eligible and waiting.
+    std::lock_guard<std::mutex> lock(mu_);
+    r->rendered_round() = std::move(prompt);
+    work_cv_.notify_one();
+  });
+  // After Post: a job that could not be queued leaves the request waiting
+  // for nothing, and it fails instead (ForRequest).
+  r->runner().BeginRender();
+}
+
+StatusOr<std::vector<int32_t>> Engine::TakeRendering(Request& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<std::vector<int32_t>> prompt = *std::move(r.rendered_round());
+  r.rendered_round().reset();
+  return prompt;
+}
+
+void Engine::BeginPrefill(Request& r) {
+  Session& s = r.session();
+  RequestRunner& run = r.runner();
+  const std::vector<int32_t>& history = s.tokens();
+  const size_t before = history.size();
+  const size_t evaluated = static_cast<size_t>(s.num_evaluated());
+  const size_t target_len = before + run.prefill().size();
+  if (!cache_.enabled() || target_len <= evaluated) return;
+  std::vector<int32_t> target = history;
+  target.insert(target.end(), run.prefill().begin(), run.prefill().end());
+  prefix_lookup_tokens_.fetch_add(static_cast<int64_t>(target_len - evaluated), std::memory_order_relaxed);
+  // Only a prefix covering the whole history (pending token included) can
+  // replace the session's state.
+  const int64_t min_len = static_cast<int64_t>(std::max(evaluated, before == 0 ? 0 : before - 1));
+  std::shared_ptr<const StateSnapshot> hit = cache_.Lookup(&s.model(), s.max_context_tokens(), target, min_len);
+  // A restore the executor has no room for is a miss.
+  if (hit != nullptr && hit->tokens.size() >= before && s.Restore(*hit)) {
+    prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - evaluated), std::memory_order_relaxed);
+    run.Fed(hit->tokens.size() - before);
+    Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": prefix cache hit of ", hit->tokens.size(),
+                                       " tokens; evaluating ", target_len - hit->tokens.size()));
   }
+  // Snapshots for later requests that share a prefix: at the last block
+  // boundary of the prompt, and at the boundaries B, 2B, 4B, 8B... below
+  // it, so a shared prefix of any length is found with at least half of
+  // it restored. (On the CPU a snapshot is a full copy of the state, so
+  // not every block; a paged GPU cache would share every block.)
+  run.SetSnapshotPoints(SnapshotPoints(s.model(), s.num_evaluated(), static_cast<int64_t>(target_len)));
 }
 
 std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len) const {
@@ -495,58 +503,54 @@ std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluate
 }
 
 StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens) {
-  Session& s = *r.session_;
-  const size_t tail = s.tokens_.size() - s.evaluated_;
-  size_t n = std::min(r.prefill_.size() - r.prefill_pos_, static_cast<size_t>(std::max<int64_t>(0, max_tokens)));
-  while (r.next_snapshot_ < r.snapshots_.size() &&
-         r.snapshots_[r.next_snapshot_] <= static_cast<int64_t>(s.evaluated_)) {
-    ++r.next_snapshot_;
+  Session& s = r.session();
+  RequestRunner& run = r.runner();
+  const int64_t tail = s.num_pending();
+  size_t n = std::min(run.prefill_left(), static_cast<size_t>(std::max<int64_t>(0, max_tokens)));
+  const int64_t snapshot_at = run.NextSnapshotAfter(s.num_evaluated());
+  if (snapshot_at > 0 && s.num_tokens() < snapshot_at) {
+    n = std::min(n, static_cast<size_t>(snapshot_at - s.num_tokens()));
   }
-  const int64_t snapshot_at = r.next_snapshot_ < r.snapshots_.size() ? r.snapshots_[r.next_snapshot_] : -1;
-  if (snapshot_at > 0 && static_cast<int64_t>(s.tokens_.size()) < snapshot_at) {
-    n = std::min(n, static_cast<size_t>(snapshot_at - static_cast<int64_t>(s.tokens_.size())));
-  }
-  STRATA_RETURN_IF_ERROR(s.Evaluate(std::span<const int32_t>(r.prefill_).subspan(r.prefill_pos_, n)));
-  r.prefill_pos_ += n;
-  prefill_tokens_.fetch_add(static_cast<int64_t>(n + tail), std::memory_order_relaxed);
-  if (snapshot_at > 0 && static_cast<int64_t>(s.evaluated_) == snapshot_at &&
-      !cache_.Contains(&s.model(), s.max_context_tokens(), std::span<const int32_t>(s.tokens_))) {
+  STRATA_RETURN_IF_ERROR(s.Evaluate(run.NextTokens(n)));
+  run.Fed(n);
+  prefill_tokens_.fetch_add(static_cast<int64_t>(n) + tail, std::memory_order_relaxed);
+  if (snapshot_at > 0 && s.num_evaluated() == snapshot_at &&
+      !cache_.Contains(&s.model(), s.max_context_tokens(), s.tokens())) {
     CacheSnapshot(s);
   }
-  if (r.prefill_pos_ == r.prefill_.size() && r.in_round_prefill_) {
+  if (run.chat_round() && run.prefill_left() == 0) {
     // A chat round's prompt is in: its start is a turn boundary (the
     // checkpoint AlignTo rewinds to, and a prefix-cache entry).
-    r.in_round_prefill_ = false;
-    if (r.first_round_) s.TakeCheckpoint();
-    r.first_round_ = false;
-    if (cache_.enabled() && !cache_.Contains(&s.model(), s.max_context_tokens(), std::span<const int32_t>(s.tokens_))) {
-      CacheSnapshot(s);
-    }
-    r.history_ = std::move(r.round_prompt_);
-    r.round_prompt_.clear();
-    r.chat_->BeginMessage();
+    if (run.EndRound()) s.TakeCheckpoint();
+    if (cache_.enabled() && !cache_.Contains(&s.model(), s.max_context_tokens(), s.tokens())) CacheSnapshot(s);
+    r.chat()->BeginMessage();
   }
-  return static_cast<int64_t>(n + tail);
+  return static_cast<int64_t>(n) + tail;
 }
 
 Engine::Need Engine::NeedOf(const Request& r) const {
-  if (r.finished() || !r.started_) return Need::kNone;
-  if (r.chat_ != nullptr && !r.in_round_prefill_ && r.chat_->wait_state() != ChatTurn::Wait::kNone) {
-    return Need::kNone;
+  switch (r.runner().state()) {
+    case RequestRunner::State::kQueued:
+    case RequestRunner::State::kAwaitingTools:
+    case RequestRunner::State::kRendering:
+    case RequestRunner::State::kFinished:
+      return Need::kNone;
+    case RequestRunner::State::kPrefilling:
+      // A chat round's prefill also ends there (even with nothing new to feed).
+      return Need::kPrefill;
+    case RequestRunner::State::kGenerating:
+      break;
   }
-  const Session& s = *r.session_;
-  // A chat round's prefill also ends there (even with nothing new to feed).
-  if (r.prefill_pos_ < r.prefill_.size() || r.in_round_prefill_) return Need::kPrefill;
-  const size_t tail = s.tokens_.size() - s.evaluated_;
+  const Session& s = r.session();
+  const int64_t tail = s.num_pending();
   if (tail == 0) return Need::kSample;
-  if (tail == 1 && s.evaluated_ > 0) return Need::kDecode;
+  if (tail == 1 && s.num_evaluated() > 0) return Need::kDecode;
   return Need::kPrefill;
 }
 
 double Engine::EffectiveCost(const Request& r) const {
-  const Session& s = *r.session_;
-  const int64_t tail = static_cast<int64_t>(s.tokens_.size() - s.evaluated_);
-  const int64_t fresh = std::max<int64_t>(1, static_cast<int64_t>(r.prefill_.size() - r.prefill_pos_) + tail);
+  const Session& s = r.session();
+  const int64_t fresh = std::max<int64_t>(1, static_cast<int64_t>(r.runner().prefill_left()) + s.num_pending());
   const ModelInfo& info = s.model().info();
   int64_t attention_layers = 0;
   for (const std::string& kind : info.layer_kinds) {
@@ -555,247 +559,173 @@ double Engine::EffectiveCost(const Request& r) const {
   }
   const double layers = std::max<int32_t>(1, info.num_layers);
   const double attended =
-      s.state_ == nullptr ? 0.0 : static_cast<double>(s.model().EffectiveAttendedTokens(*s.state_, fresh));
+      s.state() == nullptr ? 0.0 : static_cast<double>(s.model().EffectiveAttendedTokens(*s.state(), fresh));
   // Per new token: one unit per layer, plus attention layers' reads of
   // `attended` earlier rows (a row costs about 1/1024 of a layer's matmuls).
   return static_cast<double>(fresh) * (layers + static_cast<double>(attention_layers) * attended / 1024.0);
 }
 
-uint64_t Engine::ResidentBytes() const {
-  return active_bytes_.load(std::memory_order_relaxed) + cache_.bytes();
-}
-
-void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestPtr> parked) {
-  // 1. Cancellations, deadlines, round transitions, admission bookkeeping.
-  struct Work {
-    RequestPtr r;
-    Need need;
-    double cost;
-    int64_t chunk = 0;  // prefill tokens approved
-  };
-  using Clock = std::chrono::steady_clock;
-  auto ns_since = [](Clock::time_point t0) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-  };
-  const auto t_begin = Clock::now();
-  iterations_.fetch_add(1, std::memory_order_relaxed);
+void Engine::PrepareRunnable(std::vector<RequestPtr> runnable, const std::vector<RequestPtr>& parked,
+                             std::vector<RequestPtr>* wanting, int64_t* held) {
   // Admission under each model's state pool: admitted (started, resident)
   // requests each hold a state; a new one starts only while the pool has
   // one for it (priority order, then arrival).
-  std::map<const Model*, int64_t> admitted;
-  for (const auto* list : {&runnable, &parked}) {
+  PoolAdmission pools;
+  for (const std::vector<RequestPtr>* list : {&std::as_const(runnable), &parked}) {
     for (const RequestPtr& r : *list) {
-      if (r->started_ && !r->finished() && !r->session_->swapped_) ++admitted[&r->session_->model()];
+      if (r->runner().started() && !r->finished() && !r->session().swapped()) pools.CountAdmitted(&r->session().model());
     }
   }
   std::stable_sort(runnable.begin(), runnable.end(), [](const RequestPtr& a, const RequestPtr& b) {
-    return a->params_.priority > b->params_.priority;
+    return a->params().priority > b->params().priority;
   });
-  std::vector<Work> work;
-  int64_t held = 0;  // not admitted for want of a state slot
   for (const RequestPtr& r : runnable) {
     bool keep = false;
-    const Model* m = &r->session_->model();
-    const int64_t cap = m->info().max_live_states;
-    const bool may_start = cap <= 0 || admitted[m] < cap;
-    const bool was_started = r->started_;
+    const Model* m = &r->session().model();
+    const bool may_start = pools.MayStart(m, m->info().max_live_states);
+    const bool was_started = r->runner().started();
     ForRequest(this, r, "preparing the request", [&] { keep = Prepare(r, may_start); }, &Engine::Fail);
     if (!keep || r->finished()) continue;
-    if (!was_started && r->started_) ++admitted[m];
-    if (!r->started_) ++held;
-    const Need need = NeedOf(*r);
-    if (need != Need::kNone) work.push_back({r, need, EffectiveCost(*r)});
+    if (!was_started && r->runner().started()) pools.Started(m);
+    if (!r->runner().started()) ++*held;
+    if (NeedOf(*r) != Need::kNone) wanting->push_back(r);
   }
-  std::sort(work.begin(), work.end(), [](const Work& a, const Work& b) {
-    if (a.r->params_.priority != b.r->params_.priority) return a.r->params_.priority > b.r->params_.priority;
-    // Decode rows (and ready samples) before prefills; among prefills the
-    // cheaper effective cost first; then arrival.
-    const bool ad = a.need != Need::kPrefill, bd = b.need != Need::kPrefill;
-    if (ad != bd) return ad;
-    if (!ad && a.cost != b.cost) return a.cost < b.cost;
-    return a.r->seq_ < b.r->seq_;
-  });
+}
 
-  // 2. Plan: prefill budget, batch slots and memory, before anything grows.
-  const uint64_t budget = options_.memory_budget_bytes;
-  int64_t avail = budget == 0 ? std::numeric_limits<int64_t>::max()
-                              : static_cast<int64_t>(budget) - static_cast<int64_t>(ResidentBytes());
-  std::vector<const Model*> models;
-  bool decoding = false;
-  for (const Work& w : work) {
-    if (std::find(models.begin(), models.end(), &w.r->session_->model()) == models.end()) {
-      models.push_back(&w.r->session_->model());
-    }
-    decoding = decoding || w.need == Need::kDecode;
-  }
-  int64_t prefill_left = PrefillBudget(models, decoding);
-  int32_t batch_left = options_.max_batch;
-  std::vector<bool> approved(work.size(), false), preempted(work.size(), false);
-  for (size_t i = 0; i < work.size(); ++i) {
-    Work& w = work[i];
-    Session& s = *w.r->session_;
+ScheduleInput Engine::ScheduleSnapshot(const std::vector<RequestPtr>& wanting,
+                                       const std::vector<RequestPtr>& parked) const {
+  ScheduleInput in;
+  in.memory_budget = options_.memory_budget_bytes;
+  in.max_batch = options_.max_batch;
+  in.prefill_chunk_tokens = options_.prefill_chunk_tokens;
+  in.prefill_tokens_while_decoding = options_.prefill_tokens_while_decoding;
+  in.active_bytes = active_bytes_.load(std::memory_order_relaxed);
+  // Without a budget nothing is evicted for room: the entry list is not needed.
+  in.cache.bytes = in.memory_budget == 0 ? cache_.bytes() : cache_.BytesAndEvictable(&in.cache.evictable);
+  for (const RequestPtr& r : wanting) {
+    const Session& s = r->session();
     const ModelInfo& info = s.model().info();
-    const int64_t per_token = static_cast<int64_t>(info.state_bytes_per_token);
-    const int64_t tail = static_cast<int64_t>(s.tokens_.size() - s.evaluated_);
-    int64_t grow_tokens = 0;
-    if (w.need == Need::kDecode) {
-      if (batch_left == 0) continue;
-      grow_tokens = 1;
-    } else if (w.need == Need::kPrefill) {
-      if (prefill_left <= 0) continue;
-      w.chunk = std::min<int64_t>(prefill_left, static_cast<int64_t>(w.r->prefill_.size() - w.r->prefill_pos_));
-      grow_tokens = w.chunk + tail;
-    }
-    const int64_t swap_in = s.swapped_ ? static_cast<int64_t>(StateBytes(info, s.num_evaluated())) : 0;
-    auto need_bytes = [&] { return swap_in + grow_tokens * per_token; };
-    if (budget != 0 && need_bytes() > avail) {
-      avail += static_cast<int64_t>(cache_.EvictTo(cache_.bytes() - std::min<uint64_t>(
-                                                       cache_.bytes(), static_cast<uint64_t>(need_bytes() - avail))));
-    }
-    if (budget != 0 && need_bytes() > avail && w.need == Need::kPrefill && per_token > 0) {
-      // A shorter chunk that fits still makes progress.
-      const int64_t fit = (avail - swap_in) / per_token - tail;
-      if (fit >= 1) {
-        w.chunk = std::min(w.chunk, fit);
-        grow_tokens = w.chunk + tail;
-      }
-    }
-    // Preempt parked requests (they cannot run now anyway), then
-    // lower-ranked admitted requests, lowest first.
-    for (const RequestPtr& q : parked) {
-      if (budget == 0 || need_bytes() <= avail) break;
-      Session& v = *q->session_;
-      if (&v == &s || v.swapped_ || !q->started_ || q->params_.priority > w.r->params_.priority) continue;
-      const int64_t held = static_cast<int64_t>(StateBytes(v.model().info(), v.num_evaluated()));
-      if (!v.SwapOut()) continue;  // no host memory for it: stays resident
-      preemptions_.fetch_add(1, std::memory_order_relaxed);
-      avail += held;
-    }
-    for (size_t j = work.size(); budget != 0 && need_bytes() > avail && j-- > i + 1;) {
-      Session& v = *work[j].r->session_;
-      if (approved[j] || preempted[j] || v.swapped_ || !work[j].r->started_ || &v == &s) continue;
-      const int64_t held = static_cast<int64_t>(StateBytes(v.model().info(), v.num_evaluated()));
-      if (!v.SwapOut()) continue;  // no host memory for it: stays resident
-      preempted[j] = true;
-      preemptions_.fetch_add(1, std::memory_order_relaxed);
-      avail += held;
-      Log(LogLevel::kDebug, absl::StrCat("request ", work[j].r->id(), " preempted (", held,
-                                         " bytes moved aside) for request ", w.r->id()));
-    }
-    if (budget != 0 && need_bytes() > avail) continue;  // waits
-    // A preempted state comes back only where the executor's pools have
-    // room (prefix-cache snapshots give theirs back first); else it waits.
-    if (s.swapped_ && !SwapInSession(s)) continue;
-    approved[i] = true;
-    avail -= need_bytes();
-    if (w.need == Need::kDecode) --batch_left;
-    if (w.need == Need::kPrefill) prefill_left -= w.chunk;
-    if (!w.r->scheduled_) {
-      w.r->scheduled_ = true;
-      recorder_.AddQueue(std::chrono::duration<double, std::milli>(Request::Clock::now() - w.r->submitted_).count());
-    }
+    WantingRequest w;
+    w.seq = r->id();
+    w.priority = r->params().priority;
+    const Need need = NeedOf(*r);
+    w.kind = need == Need::kDecode ? StepKind::kDecode : need == Need::kSample ? StepKind::kSample : StepKind::kPrefill;
+    w.cost = EffectiveCost(*r);
+    w.prefill_left = static_cast<int64_t>(r->runner().prefill_left());
+    w.tail = s.num_pending();
+    w.state_bytes = StateBytes(info, s.num_evaluated());
+    w.bytes_per_token = info.state_bytes_per_token;
+    w.swapped = s.swapped();
+    w.on_gpu = info.device != "cpu";
+    in.wanting.push_back(w);
   }
-  if (budget != 0 && !work.empty() && std::none_of(approved.begin(), approved.end(), [](bool a) { return a; })) {
-    // Nothing fits. A request whose own state would exceed the whole budget
-    // can never run: it fails. Otherwise it waits for memory held by other
-    // requests (they finish), idle sessions (the host resets or destroys
-    // them) or pinned marks (released).
-    const Work& first = work[0];
-    const Session& s = *first.r->session_;
-    const int64_t grow = first.need == Need::kDecode ? 1
-                         : first.need == Need::kPrefill
-                             ? std::max<int64_t>(1, static_cast<int64_t>(s.tokens_.size() - s.evaluated_))
-                             : 0;
-    // Pinned prefix-cache entries (marks) stay too; everything else in the
-    // cache can go.
-    cache_.EvictTo(0);
-    const uint64_t alone = StateBytes(s.model().info(), s.num_evaluated() + grow) + cache_.bytes();
-    if (alone > budget) {
-      Fail(first.r, absl::ResourceExhaustedError(absl::StrCat("request ", first.r->id(), " needs ", alone,
-                                                              " bytes of state, more than the memory budget of ",
-                                                              budget, " bytes")));
-    } else {
-      Log(LogLevel::kDebug,
-          absl::StrCat("request ", first.r->id(), " waits for memory: ", alone, " bytes with the pinned cache; active ",
-                       active_bytes_.load(), ", cache ", cache_.bytes(), ", budget ", budget, "; ", work.size(),
-                       " wanting work, ", parked.size(), " parked"));
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait_for(lock, std::chrono::milliseconds(5));
-    }
+  for (const RequestPtr& r : parked) {
+    const Session& s = r->session();
+    in.parked.push_back({r->params().priority, r->runner().started(), s.swapped(),
+                         StateBytes(s.model().info(), s.num_evaluated())});
   }
+  return in;
+}
 
-  // 3. One batched decode step per model for every approved decode row
-  // (two when some rows sample on the device and others on the host).
-  const auto t_decode = Clock::now();
-  schedule_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t_decode - t_begin).count(),
-                         std::memory_order_relaxed);
-  std::vector<DecodeRow> ready;
-  struct Group {
-    const Model* model;
-    bool on_device;
-    std::vector<RequestPtr> rows;
+void Engine::ApplyMemoryActions(const std::vector<RequestPtr>& wanting, const std::vector<RequestPtr>& parked,
+                                ScheduleInput* in, SchedulePlan* plan) {
+  for (size_t n = 0; n < plan->actions.size(); ++n) {
+    const MemoryAction a = plan->actions[n];
+    bool done = true;
+    switch (a.kind) {
+      case MemoryAction::Kind::kEvictCache:
+        cache_.EvictTo(a.bytes);
+        break;
+      case MemoryAction::Kind::kSwapOut: {
+        const RequestPtr& v = a.victim_parked ? parked[a.victim] : wanting[a.victim];
+        done = v->session().SwapOut();  // false: no host memory for it, it stays resident
+        if (!done) break;
+        preemptions_.fetch_add(1, std::memory_order_relaxed);
+        if (!a.victim_parked) {
+          Log(LogLevel::kDebug, absl::StrCat("request ", v->id(), " preempted (", a.bytes,
+                                             " bytes moved aside) for request ", wanting[a.beneficiary]->id()));
+        }
+        break;
+      }
+      case MemoryAction::Kind::kSwapIn:
+        done = SwapInSession(wanting[a.beneficiary]->session());
+        break;
+    }
+    if (done && cache_.bytes() == a.cache_bytes_after) continue;
+    // The action did not do what the plan assumed (a swap refused, cache
+    // entries given back for executor room): plan again with the fact. The
+    // actions up to this one stay the same, so applying goes on from here.
+    ActionOutcome& outcome = in->outcomes[n];
+    outcome.done = done;
+    outcome.cache.bytes = cache_.BytesAndEvictable(&outcome.cache.evictable);
+    *plan = PlanIteration(*in);
+  }
+}
+
+void Engine::ResolveStall(const Stall& stall, const RequestPtr& first, size_t wanting, size_t parked) {
+  const uint64_t budget = options_.memory_budget_bytes;
+  if (stall.fails) {
+    Fail(first, absl::ResourceExhaustedError(absl::StrCat("request ", first->id(), " needs ", stall.alone_bytes,
+                                                          " bytes of state, more than the memory budget of ",
+                                                          budget, " bytes")));
+    return;
+  }
+  // It waits for memory held by other requests (they finish), idle sessions
+  // (the host resets or destroys them) or pinned marks (released).
+  Log(LogLevel::kDebug,
+      absl::StrCat("request ", first->id(), " waits for memory: ", stall.alone_bytes,
+                   " bytes with the pinned cache; active ", active_bytes_.load(), ", cache ", cache_.bytes(),
+                   ", budget ", budget, "; ", wanting, " wanting work, ", parked, " parked"));
+  std::unique_lock<std::mutex> lock(mu_);
+  work_cv_.wait_for(lock, std::chrono::milliseconds(5));
+}
+
+void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestPtr> parked) {
+  using Clock = std::chrono::steady_clock;
+  auto ns = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
   };
-  std::vector<Group> groups;
-  for (size_t i = 0; i < work.size(); ++i) {
-    if (!approved[i] || work[i].need != Need::kDecode) continue;
-    const Model* m = &work[i].r->session_->model();
-    const bool on_device = DeviceSamplable(*m, *work[i].r);
-    auto g = std::find_if(groups.begin(), groups.end(),
-                          [&](const Group& x) { return x.model == m && x.on_device == on_device; });
-    if (g == groups.end()) {
-      groups.push_back({m, on_device, {}});
-      g = groups.end() - 1;
-    }
-    g->rows.push_back(work[i].r);
+  const auto t_begin = Clock::now();
+  iterations_.fetch_add(1, std::memory_order_relaxed);
+  // 1. Cancellations, deadlines, round transitions, admission.
+  std::vector<RequestPtr> wanting;
+  int64_t held = 0;  // not admitted for want of a state slot
+  PrepareRunnable(std::move(runnable), parked, &wanting, &held);
+
+  // 2. The plan (batch slots, prefill tokens, memory), applied to memory
+  // before anything grows.
+  ScheduleInput input = ScheduleSnapshot(wanting, parked);
+  SchedulePlan plan = PlanIteration(input);
+  ApplyMemoryActions(wanting, parked, &input, &plan);
+  for (const ScheduledStep& step : plan.steps) {
+    Request& r = *wanting[step.request];
+    if (!r.runner().FirstScheduled()) continue;
+    recorder_.AddQueue(std::chrono::duration<double, std::milli>(Request::Clock::now() - r.submitted_at()).count());
   }
-  for (const Group& g : groups) DecodeGroup(*g.model, g.rows, g.on_device, &ready);
+  if (plan.stall) ResolveStall(*plan.stall, wanting[plan.stall->request], wanting.size(), parked.size());
+
+  // 3. One batched decode step per model for the decode rows, then the
+  // prefill chunks; rows whose token or logits are ready join `ready`.
+  const auto t_decode = Clock::now();
+  schedule_ns_.fetch_add(ns(t_begin, t_decode), std::memory_order_relaxed);
+  std::vector<DecodeRow> ready;
+  DecodeSteps(wanting, plan.steps, &ready);
   const auto t_prefill = Clock::now();
-  decode_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t_prefill - t_decode).count(),
-                       std::memory_order_relaxed);
+  decode_ns_.fetch_add(ns(t_decode, t_prefill), std::memory_order_relaxed);
+  PrefillSteps(wanting, plan.steps, &ready);
 
-  // 4. Prefill chunks under the token budget.
-  for (size_t i = 0; i < work.size(); ++i) {
-    if (!approved[i]) continue;
-    const RequestPtr& r = work[i].r;
-    if (work[i].need == Need::kSample) {
-      ready.push_back({r, -1});
-      continue;
-    }
-    if (work[i].need != Need::kPrefill) continue;
-    ForRequest(this, r, "prefilling the prompt", [&] {
-      StatusOr<int64_t> used = PrefillChunk(*r, work[i].chunk);
-      if (!used.ok()) {
-        Fail(r, used.status());
-        return;
-      }
-      if (NeedOf(*r) == Need::kSample) ready.push_back({r, -1});
-    }, &Engine::Fail);
-  }
-
-  // 5. Sampling and events for every request whose token or logits are ready.
+  // 4. Sampling and events for every request whose token or logits are ready.
   const auto t_emit = Clock::now();
-  prefill_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t_emit - t_prefill).count(),
-                        std::memory_order_relaxed);
+  prefill_ns_.fetch_add(ns(t_prefill, t_emit), std::memory_order_relaxed);
   const int64_t sample_before = sample_ns_.load(std::memory_order_relaxed);
-  for (const DecodeRow& d : ready) {
-    const RequestPtr& r = d.r;
-    if (r->finished()) continue;
-    ForRequest(this, r, "sampling and delivering a token", [&] {
-      if (r->chat_ != nullptr) {
-        SampleAndEmitChat(r, d.token);
-      } else {
-        SampleAndEmit(r, d.token);
-      }
-    }, &Engine::Fail);
-  }
+  EmitReady(ready);
   // Host sampling was timed on its own (sample_ns_); the rest is delivery.
-  emit_ns_.fetch_add(ns_since(t_emit) - (sample_ns_.load(std::memory_order_relaxed) - sample_before),
+  emit_ns_.fetch_add(ns(t_emit, Clock::now()) - (sample_ns_.load(std::memory_order_relaxed) - sample_before),
                      std::memory_order_relaxed);
-  int64_t running = 0;
-  for (size_t i = 0; i < work.size(); ++i) running += approved[i] ? 1 : 0;
+  const int64_t running = static_cast<int64_t>(plan.steps.size());
   running_.store(running, std::memory_order_relaxed);
-  waiting_.store(static_cast<int64_t>(work.size()) - running + held, std::memory_order_relaxed);
-  if (work.empty() && held > 0) {
+  waiting_.store(static_cast<int64_t>(wanting.size()) - running + held, std::memory_order_relaxed);
+  if (wanting.empty() && held > 0) {
     // Only requests waiting for a state slot, held by parked requests: wait
     // for a poll, a tool result or a finish instead of spinning.
     std::unique_lock<std::mutex> lock(mu_);
@@ -803,21 +733,63 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
   }
 }
 
-int64_t Engine::PrefillBudget(const std::vector<const Model*>& models, bool decoding) const {
-  const bool gpu = std::any_of(models.begin(), models.end(), [](const Model* m) { return m->info().device != "cpu"; });
-  const int64_t chunk = options_.prefill_chunk_tokens > 0 ? options_.prefill_chunk_tokens
-                        : gpu                              ? kGpuPrefillChunk
-                                                           : kCpuPrefillChunk;
-  if (!decoding) return chunk;
-  const int64_t while_decoding = options_.prefill_tokens_while_decoding > 0 ? options_.prefill_tokens_while_decoding
-                                 : gpu                                       ? kGpuPrefillWhileDecoding
-                                                                             : chunk;
-  return std::min(chunk, while_decoding);
+void Engine::DecodeSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
+                         std::vector<DecodeRow>* ready) {
+  // One group per model and token-selection path (two when some rows sample
+  // on the device and others on the host), in schedule order.
+  struct Group {
+    const Model* model;
+    bool on_device;
+    std::vector<RequestPtr> rows;
+  };
+  std::vector<Group> groups;
+  for (const ScheduledStep& step : steps) {
+    if (step.kind != StepKind::kDecode) continue;
+    const RequestPtr& r = wanting[step.request];
+    const Model* m = &r->session().model();
+    const bool on_device = DeviceSamplable(*m, *r);
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const Group& x) { return x.model == m && x.on_device == on_device; });
+    if (g == groups.end()) {
+      groups.push_back({m, on_device, {}});
+      g = groups.end() - 1;
+    }
+    g->rows.push_back(r);
+  }
+  for (const Group& g : groups) DecodeGroup(*g.model, g.rows, g.on_device, ready);
+}
+
+void Engine::PrefillSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
+                          std::vector<DecodeRow>* ready) {
+  for (const ScheduledStep& step : steps) {
+    const RequestPtr& r = wanting[step.request];
+    if (step.kind == StepKind::kSample) {
+      ready->push_back({r, -1});
+      continue;
+    }
+    if (step.kind != StepKind::kPrefill) continue;
+    ForRequest(this, r, "prefilling the prompt", [&] {
+      StatusOr<int64_t> used = PrefillChunk(*r, step.chunk);
+      if (!used.ok()) {
+        Fail(r, used.status());
+        return;
+      }
+      if (NeedOf(*r) == Need::kSample) ready->push_back({r, -1});
+    }, &Engine::Fail);
+  }
+}
+
+void Engine::EmitReady(const std::vector<DecodeRow>& ready) {
+  for (const DecodeRow& d : ready) {
+    const RequestPtr& r = d.r;
+    if (r->finished()) continue;
+    ForRequest(this, r, "sampling and delivering a token", [&] { SampleAndEmit(r, d.token); }, &Engine::Fail);
+  }
 }
 
 bool Engine::DeviceSamplable(const Model& model, const Request& r) const {
   if (!options_.device_sampling || !model.info().device_sampling) return false;
-  const SamplingParams& p = r.params_.sampling;
+  const SamplingParams& p = r.params().sampling;
   return p.min_p == 0.0f && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
          p.frequency_penalty == 0.0f;
 }
@@ -829,9 +801,9 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
   std::vector<int32_t> tokens(batch);
   std::vector<SequenceState*> states(batch);
   for (size_t b = 0; b < batch; ++b) {
-    Session& s = *rows[b]->session_;
-    tokens[b] = s.tokens_.back();
-    states[b] = s.state_.get();
+    Session& s = rows[b]->session();
+    tokens[b] = s.tokens().back();
+    states[b] = s.mutable_state();
   }
   Status st;
   std::vector<float> logits;
@@ -840,8 +812,8 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
     if (on_device) {
       std::vector<DecodeSampling> sampling(batch);
       for (size_t b = 0; b < batch; ++b) {
-        const SamplingParams& p = rows[b]->params_.sampling;
-        sampling[b] = DecodeSampling{p.temperature, p.top_k, p.top_p, p.seed, rows[b]->sample_step_};
+        const SamplingParams& p = rows[b]->params().sampling;
+        sampling[b] = DecodeSampling{p.temperature, p.top_k, p.top_p, p.seed, rows[b]->runner().sample_step()};
       }
       sampled.assign(batch, -1);
       st = model.DecodeBatchSample(tokens, states, sampling, sampled.data());
@@ -862,15 +834,10 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
   // A row whose state consumed its token: its logits row (host path) or
   // token (device path) is the step's result for it.
   auto take = [&](size_t b) {
-    Session& s = *rows[b]->session_;
-    if (on_device) {
-      s.logits_.clear();  // never left the device; the sampled token follows at once
-    } else {
-      s.logits_.assign(logits.begin() + static_cast<std::ptrdiff_t>(b * vocab),
-                       logits.begin() + static_cast<std::ptrdiff_t>((b + 1) * vocab));
-    }
-    s.evaluated_ = s.tokens_.size();
-    s.UpdateAccounting();
+    // On the device path the logits never left the device; the sampled
+    // token follows at once.
+    rows[b]->session().CommitDecodeStep(on_device ? std::span<const float>()
+                                                  : std::span<const float>(logits).subspan(b * vocab, vocab));
     ready->push_back({rows[b], on_device ? sampled[b] : -1});
   };
   if (st.ok()) {
@@ -893,24 +860,24 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
   bool blamed = false;
   for (size_t b = 0; b < batch; ++b) {
     const RequestPtr& r = rows[b];
-    Session& s = *r->session_;
-    if (s.state_->num_tokens() == static_cast<int64_t>(s.tokens_.size())) {
+    Session& s = r->session();
+    if (s.state_caught_up()) {
       if (!on_device && !logits.empty()) {
         take(b);
       } else {
-        s.failed_ = true;
+        s.MarkFailed();
         Fail(r, st);
       }
       continue;
     }
     if (!blamed && !argument) {
       blamed = true;
-      s.failed_ = true;
+      s.MarkFailed();
       Fail(r, st);
       continue;
     }
     ForRequest(this, r, "evaluating the step's token alone", [&] {
-      Status one = r->session_->Evaluate({});
+      Status one = r->session().Evaluate({});
       if (one.ok()) {
         ready->push_back({r, -1});
       } else {
@@ -921,21 +888,14 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
 }
 
 void Engine::NoteToken(Request& r) {
-  const auto now = Request::Clock::now();
-  if (!r.has_token_time_) {
-    recorder_.AddTtft(std::chrono::duration<double, std::milli>(now - r.submitted_).count());
-    r.has_token_time_ = true;
+  bool first = false;
+  const double ms = r.runner().TokenInterval(Request::Clock::now(), r.submitted_at(), &first);
+  if (first) {
+    recorder_.AddTtft(ms);
   } else {
-    recorder_.AddTpot(std::chrono::duration<double, std::milli>(now - r.last_token_at_).count());
+    recorder_.AddTpot(ms);
   }
-  r.last_token_at_ = now;
   generated_tokens_.fetch_add(1, std::memory_order_relaxed);
-}
-
-// The request's context cap: its own limit, else the session's.
-static int64_t ContextCap(const Request& r, const Session& s) {
-  const int64_t own = r.params().max_context_tokens;
-  return own > 0 ? std::min(own, s.max_context_tokens()) : s.max_context_tokens();
 }
 
 // Host sampling from the session's logits, timed as the sampling phase.
@@ -951,135 +911,91 @@ static int32_t HostSample(Sampler& sampler, std::span<const float> logits, std::
 
 void Engine::SampleAndEmit(const RequestPtr& rp, int32_t device_token) {
   Request& r = *rp;
-  Session& s = *r.session_;
-  const int32_t token = device_token >= 0 ? device_token : HostSample(r.sampler_, s.logits_, r.history_, &sample_ns_);
-  ++r.sample_step_;
+  Session& s = r.session();
+  RequestRunner& run = r.runner();
+  const int32_t token =
+      device_token >= 0 ? device_token : HostSample(run.sampler(), s.kept_logits(), run.history(), &sample_ns_);
   // The token joins the history now and is evaluated by the next step (or lazily
   // by the session), so a request that ends here costs no extra forward.
   s.PushPending(token);
-  r.history_.push_back(token);
+  run.Selected(token);
+  // A chat request counts every generated token, end tokens included (its
+  // text never shows them); a token request counts the delivered ones.
+  if (r.chat() != nullptr) r.AppendGenerated(token);
   NoteToken(r);
+  const GenerationParams& p = r.params();
+  if (const FinishReason end = EndTokenReason(p, s.model().info().eos_token_id, token); end != FinishReason::kNone) {
+    EndMessage(rp, end, token);
+    return;
+  }
+  if (!Deliver(rp, token)) return;
+  const FinishReason limit = LimitReason(p, r.num_generated(), s.num_tokens(), ContextCap(p, s.max_context_tokens()));
+  if (limit != FinishReason::kNone) Finish(rp, limit, OkStatus());
+}
 
-  const GenerationParams& p = r.params_;
-  const int32_t eos = s.model().info().eos_token_id;
-  if (p.stop_at_eos && eos >= 0 && token == eos) {
-    Finish(rp, FinishReason::kEos, OkStatus(), token);
+void Engine::EndMessage(const RequestPtr& r, FinishReason reason, int32_t token) {
+  ChatTurn* c = r->chat();
+  if (c == nullptr) {
+    Finish(r, reason, OkStatus(), token);
     return;
   }
-  if (std::find(p.stop_tokens.begin(), p.stop_tokens.end(), token) != p.stop_tokens.end()) {
-    Finish(rp, FinishReason::kStopToken, OkStatus(), token);
-    return;
-  }
-  PushToken(rp, token);
-  if (p.max_tokens > 0 && r.num_generated() >= p.max_tokens) {
-    Finish(rp, FinishReason::kMaxTokens, OkStatus());
-    return;
-  }
-  if (s.num_tokens() >= ContextCap(r, s)) {
-    Finish(rp, FinishReason::kContextFull, OkStatus());
-    return;
+  PushEvents(r, c->EndMessage());
+  if (c->wait_state() == ChatTurn::Wait::kNone) {
+    Finish(r, reason, OkStatus(), token);
+  } else if (c->rounds() >= c->options().max_tool_rounds) {
+    Finish(r, FinishReason::kToolCalls, OkStatus(), token);
+  } else {
+    r->runner().AwaitTools();  // until the results are in (Eligible), then the next round
   }
 }
 
-void Engine::RecordToken(Request& r, int32_t token) {
-  std::lock_guard<std::mutex> lock(r.mu_);
-  r.generated_.push_back(token);
+bool Engine::Deliver(const RequestPtr& r, int32_t token) {
+  ChatTurn* c = r->chat();
+  if (c == nullptr) {
+    r->AppendGenerated(token);
+    Event ev;
+    ev.type = EventType::kToken;
+    ev.token = token;
+    PushEvents(r, {std::move(ev)});
+    return true;
+  }
+  bool stopped = false;
+  auto events = c->Push(token, &stopped);
+  if (!events.ok()) {
+    Finish(r, FinishReason::kError, events.status());
+    return false;
+  }
+  PushEvents(r, *std::move(events));
+  if (!stopped) return true;
+  Finish(r, FinishReason::kStopString, OkStatus());
+  return false;
 }
 
 void Engine::PushEvents(const std::shared_ptr<Request>& r, std::vector<Event> events) {
   if (events.empty()) return;
   const int64_t n = r->num_generated();
   std::lock_guard<std::mutex> lock(mu_);
-  if (r->detached_) return;
+  if (r->delivery().detached) return;
   for (Event& ev : events) {
     ev.request = r;
     ev.num_generated = n;
-    ++r->pending_events_;
+    ++r->delivery().pending_events;
     events_.push_back(std::move(ev));
   }
   event_cv_.notify_all();
 }
 
-void Engine::FinishChat(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token) {
-  ChatTurn& c = *r->chat_;
-  if (c.in_message()) PushEvents(r, c.EndMessage());
-  // Results that did arrive join the conversation; unanswered calls stay open
-  // in it for the host to answer with tool messages.
-  if (c.wait_state() != ChatTurn::Wait::kNone) c.AppendResults();
-  Finish(r, reason, std::move(status), token);
-}
-
-void Engine::SampleAndEmitChat(const RequestPtr& rp, int32_t device_token) {
-  Request& r = *rp;
-  ChatTurn& c = *r.chat_;
-  Session& s = *r.session_;
-  const int32_t token = device_token >= 0 ? device_token : HostSample(r.sampler_, s.logits_, r.history_, &sample_ns_);
-  ++r.sample_step_;
-  s.PushPending(token);
-  r.history_.push_back(token);
-  RecordToken(r, token);
-  NoteToken(r);
-  const GenerationParams& p = r.params_;
-  const int32_t eos = s.model().info().eos_token_id;
-  const bool is_eos = p.stop_at_eos && eos >= 0 && token == eos;
-  if (is_eos || std::find(p.stop_tokens.begin(), p.stop_tokens.end(), token) != p.stop_tokens.end()) {
-    PushEvents(rp, c.EndMessage());
-    if (c.wait_state() == ChatTurn::Wait::kNone) {
-      FinishChat(rp, is_eos ? FinishReason::kEos : FinishReason::kStopToken, OkStatus(), token);
-      return;
-    }
-    if (c.rounds() >= c.options().max_tool_rounds) {
-      FinishChat(rp, FinishReason::kToolCalls, OkStatus(), token);
-    }
-    return;  // waits for the results (Eligible), then starts the next round
-  }
-  bool stopped = false;
-  auto events = c.Push(token, &stopped);
-  if (!events.ok()) {
-    FinishChat(rp, FinishReason::kError, events.status());
-    return;
-  }
-  PushEvents(rp, *std::move(events));
-  if (stopped) {
-    FinishChat(rp, FinishReason::kStopString, OkStatus());
-    return;
-  }
-  if (p.max_tokens > 0 && r.num_generated() >= p.max_tokens) {
-    FinishChat(rp, FinishReason::kMaxTokens, OkStatus());
-    return;
-  }
-  if (s.num_tokens() >= ContextCap(r, s)) {
-    FinishChat(rp, FinishReason::kContextFull, OkStatus());
-  }
-}
-
-void Engine::PushToken(const std::shared_ptr<Request>& r, int32_t token) {
-  int64_t n;
-  {
-    std::lock_guard<std::mutex> lock(r->mu_);
-    r->generated_.push_back(token);
-    n = static_cast<int64_t>(r->generated_.size());
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (r->detached_) return;
-  ++r->pending_events_;
-  Event ev;
-  ev.type = EventType::kToken;
-  ev.request = r;
-  ev.token = token;
-  ev.num_generated = n;
-  events_.push_back(std::move(ev));
-  event_cv_.notify_all();
-}
-
 void Engine::Finish(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token) {
+  if (ChatTurn* c = r->chat(); c != nullptr) {
+    if (c->in_message()) PushEvents(r, c->EndMessage());
+    // Results that did arrive join the conversation; unanswered calls stay
+    // open in it for the host to answer with tool messages.
+    if (c->wait_state() != ChatTurn::Wait::kNone) c->AppendResults();
+  }
   // A preempted request's state comes back into the accounting with its
   // session, which leaves the budget (idle sessions are the host's).
-  r->session_->swapped_ = false;
-  r->session_->counted_active_ = false;
-  r->session_->UpdateAccounting();
-  r->prefill_.clear();
-  r->prefill_pos_ = 0;
+  r->session().LeaveBudget();
+  r->runner().Finish();
   finished_.fetch_add(1, std::memory_order_relaxed);
   const int64_t n = r->num_generated();
   std::lock_guard<std::mutex> lock(mu_);
@@ -1090,11 +1006,9 @@ void Engine::Finish(const std::shared_ptr<Request>& r, FinishReason reason, Stat
   // FINISHED event. The session goes idle first: a host that polls the
   // request's status (strata_request_get_status) and then forks or submits on
   // the session must find it idle (the stress test caught the other order).
-  Session& s = *r->session_;
-  s.active_ = nullptr;
-  s.busy_.store(false, std::memory_order_release);
+  r->session().EndRequest();
   r->SetOutcome(reason, status);
-  if (!r->detached_) {
+  if (!r->delivery().detached) {
     Event ev;
     ev.type = EventType::kFinished;
     ev.request = r;
@@ -1111,11 +1025,11 @@ void Engine::Finish(const std::shared_ptr<Request>& r, FinishReason reason, Stat
 bool Engine::TakeEvent(const Request* only, Event* out) {
   for (auto it = events_.begin(); it != events_.end(); ++it) {
     Request* r = it->request.get();
-    if (only != nullptr ? r != only : r->private_events_) continue;
+    if (only != nullptr ? r != only : r->private_events()) continue;
     *out = std::move(*it);
     events_.erase(it);
-    if (out->type != EventType::kFinished && r->pending_events_ > 0) {
-      --r->pending_events_;
+    if (out->type != EventType::kFinished && r->delivery().pending_events > 0) {
+      --r->delivery().pending_events;
       work_cv_.notify_one();
     }
     return true;
@@ -1141,25 +1055,16 @@ bool Engine::PollEventFor(const Request& request, Event* out, int64_t timeout_ms
 
 Status Engine::RunToCompletion(Request& request, const std::function<bool(int32_t)>& on_token,
                                FinishReason* reason) {
-  bool stopped = false;
-  Event ev;
-  for (;;) {
-    PollEventFor(request, &ev, -1);
-    if (ev.type == EventType::kToken) {
-      // Tokens the scheduler produced after the callback said stop are not shown to it.
-      if (!stopped && on_token && !on_token(ev.token)) {
-        stopped = true;
-        Cancel(request, FinishReason::kCallback);
-      }
-      continue;
-    }
-    if (reason != nullptr) *reason = ev.finish_reason;
-    return ev.status;
-  }
+  return RunEvents(request, [&](const Event& ev) { return !on_token || on_token(ev.token); }, reason);
 }
 
 Status Engine::RunChatToCompletion(Request& request, const std::function<bool(const Event&)>& on_event,
                                    FinishReason* reason) {
+  return RunEvents(request, on_event, reason);
+}
+
+Status Engine::RunEvents(Request& request, const std::function<bool(const Event&)>& on_event,
+                         FinishReason* reason) {
   bool stopped = false;
   Event ev;
   for (;;) {
@@ -1168,29 +1073,32 @@ Status Engine::RunChatToCompletion(Request& request, const std::function<bool(co
       if (reason != nullptr) *reason = ev.finish_reason;
       return ev.status;
     }
+    // Events the scheduler produced after the callback said stop are not shown to it.
     if (stopped) continue;
     if (on_event && !on_event(ev)) {
       stopped = true;
       Cancel(request, FinishReason::kCallback);
       continue;
     }
-    if (ev.type != EventType::kToolCall) continue;
-    // Tools are not changed while a request runs, so reading them here, beside
-    // the scheduler thread, is safe.
-    const ToolSpec* tool = request.session_->conversation()->FindTool(ev.tool_name);
-    if (tool == nullptr || !tool->handler) {
-      (void)SubmitToolResult(request, ev.call_id, std::nullopt);
-      continue;
-    }
-    const int32_t rc = tool->handler(request, ev);
-    if (!request.chat_->HasResult(ev.call_id)) {
-      (void)SubmitToolResult(request, ev.call_id,
-                             rc == 0 ? std::string()
-                                     : nlohmann::json({{"error", absl::StrCat("tool '", ev.tool_name,
-                                                                               "' failed with code ", rc)}})
-                                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    }
+    if (ev.type == EventType::kToolCall) AnswerToolCall(request, ev);
   }
+}
+
+void Engine::AnswerToolCall(Request& request, const Event& ev) {
+  // Tools are not changed while a request runs, so reading them here, beside
+  // the scheduler thread, is safe.
+  const ToolSpec* tool = request.session().conversation()->FindTool(ev.tool_name);
+  if (tool == nullptr || !tool->handler) {
+    (void)SubmitToolResult(request, ev.call_id, std::nullopt);
+    return;
+  }
+  const int32_t rc = tool->handler(request, ev);
+  if (request.chat()->HasResult(ev.call_id)) return;
+  (void)SubmitToolResult(request, ev.call_id,
+                         rc == 0 ? std::string()
+                                 : nlohmann::json({{"error", absl::StrCat("tool '", ev.tool_name,
+                                                                           "' failed with code ", rc)}})
+                                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 void Engine::Cancel(Request& request, FinishReason reason) {
@@ -1218,8 +1126,7 @@ Status Engine::CheckWorstCaseFits(const Session& session, int64_t prompt_tokens,
 void Engine::Detach(Request& request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    request.detached_ = true;
-    request.pending_events_ = 0;
+    request.delivery() = Request::Delivery{/*detached=*/true, /*pending_events=*/0};
     events_.erase(std::remove_if(events_.begin(), events_.end(),
                                  [&](const Event& e) { return e.request.get() == &request; }),
                   events_.end());
@@ -1237,9 +1144,9 @@ void Engine::Detach(Request& request) {
 
 void Engine::CancelAndWait(Session& session) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (session.active_ != nullptr) session.active_->Cancel();
+  if (Request* active = session.active_request(); active != nullptr) active->Cancel();
   work_cv_.notify_one();
-  idle_cv_.wait(lock, [&] { return session.active_ == nullptr; });
+  idle_cv_.wait(lock, [&] { return session.active_request() == nullptr; });
 }
 
 }  // namespace strata

@@ -33,18 +33,14 @@
 #include "engine/metrics.h"
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
+#include "engine/scheduler.h"
 #include "engine/session.h"
+#include "engine/worker_thread.h"
 
 namespace strata {
 
 enum class LogLevel : int32_t { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 using LogFn = std::function<void(LogLevel, std::string_view)>;
-
-// Automatic prefill budgets (EngineOptions::prefill_chunk_tokens and
-// prefill_tokens_while_decoding at 0).
-inline constexpr int64_t kCpuPrefillChunk = 512;
-inline constexpr int64_t kGpuPrefillChunk = 8192;
-inline constexpr int64_t kGpuPrefillWhileDecoding = 2048;
 
 struct EngineOptions {
   int num_threads = 0;  // compute threads; 0: one per core
@@ -200,11 +196,45 @@ class Engine {
   enum class Need { kNone, kPrefill, kDecode, kSample };
 
   explicit Engine(const EngineOptions& options);
+  // Claims the idle `session` and queues a validated request on it.
+  StatusOr<std::shared_ptr<Request>> Enqueue(Session& session, std::vector<int32_t> prompt, GenerationParams params,
+                                             void* tag, bool private_events, std::unique_ptr<ChatTurn> chat);
+  // The blocking loop of RunToCompletion and RunChatToCompletion: hands
+  // every non-final event to `on_event` and answers tool calls.
+  Status RunEvents(Request& request, const std::function<bool(const Event&)>& on_event, FinishReason* reason);
+  // Runs the tool of a kToolCall event on this thread and answers the call.
+  void AnswerToolCall(Request& request, const Event& ev);
   void SchedulerLoop();
-  // One scheduler iteration over `runnable` (no lock held). `parked`:
-  // admitted requests not runnable now (backpressure, waiting for tool
-  // results), whose states may still be preempted.
+  // A token or logits ready for sampling; token >= 0 was sampled on the device.
+  struct DecodeRow {
+    RequestPtr r;
+    int32_t token = -1;  // sampled on the device; -1: sample from the session's logits
+  };
+  // One scheduler iteration over `runnable` (no lock held): prepare, plan
+  // (PlanIteration), apply the plan's memory actions, run its steps, emit.
+  // `parked`: admitted requests not runnable now (backpressure, waiting for
+  // tool results), whose states may still be preempted.
   void RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestPtr> parked);
+  // Prepares every runnable request in priority order under the state-pool
+  // admission; those that then want work go to `wanting`, those still
+  // waiting for a state slot count in `held`.
+  void PrepareRunnable(std::vector<RequestPtr> runnable, const std::vector<RequestPtr>& parked,
+                       std::vector<RequestPtr>* wanting, int64_t* held);
+  // The scheduler's view of the iteration (indices follow the two lists).
+  ScheduleInput ScheduleSnapshot(const std::vector<RequestPtr>& wanting,
+                                 const std::vector<RequestPtr>& parked) const;
+  // Applies `plan`'s memory actions in order; where one does not do what the
+  // plan assumed, records the fact in `input` and replaces `plan`.
+  void ApplyMemoryActions(const std::vector<RequestPtr>& wanting, const std::vector<RequestPtr>& parked,
+                          ScheduleInput* input, SchedulePlan* plan);
+  // Nothing fit the budget: fails the request that never can, or waits a little.
+  void ResolveStall(const Stall& stall, const RequestPtr& first, size_t wanting, size_t parked);
+  void DecodeSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
+                   std::vector<DecodeRow>* ready);
+  void PrefillSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
+                    std::vector<DecodeRow>* ready);
+  // Samples (where needed), emits events and applies the stop rules.
+  void EmitReady(const std::vector<DecodeRow>& ready);
   // Cancellation, deadlines, chat round transitions and admission of a
   // request; false when it finished.
   // `may_start`: false while the model's state pool
@@ -212,21 +242,29 @@ class Engine {
   // not started yet then waits.
   bool Prepare(const RequestPtr& r, bool may_start = true);
   Need NeedOf(const Request& r) const;
-  // Starts (or continues a chat request with) a prefill of `tokens` after
-  // the session's history, restoring the longest cached prefix first.
-  void BeginPrefill(Request& r, std::vector<int32_t> tokens);
+  // Renders a chat request's next round on the render worker (its tool
+  // results are appended); Eligible once the rendering is in.
+  void RenderNextRound(const RequestPtr& r);
+  StatusOr<std::vector<int32_t>> TakeRendering(Request& r);
+  // The runner has started a feed after the session's history: restores the
+  // longest cached prefix first and plans the feed's snapshot points.
+  void BeginPrefill(Request& r);
   // Evaluates up to `max_tokens` of r's prefill; returns the tokens used.
   StatusOr<int64_t> PrefillChunk(Request& r, int64_t max_tokens);
-  // Logits are ready: samples, emits events, applies the stop rules.
+  // Logits are ready: selects the token, applies the stop rules
+  // (stop_rules.h) and emits events, for token and chat requests alike.
   // `token` >= 0: already selected on the device (no logits to sample).
   void SampleAndEmit(const RequestPtr& r, int32_t token = -1);
-  void SampleAndEmitChat(const RequestPtr& r, int32_t token = -1);
+  // An end token (`reason` kEos or kStopToken) closes the message: the
+  // request finishes, or a chat message with tool calls waits for results.
+  void EndMessage(const RequestPtr& r, FinishReason reason, int32_t token);
+  // Delivers a non-end token: a kToken event, or a chat message's text and
+  // tool-call events. False when that finished the request (a stop string,
+  // a detokenizer error).
+  bool Deliver(const RequestPtr& r, int32_t token);
   // Scheduling order (higher first): priority, then running before waiting,
   // then lower effective cost, then arrival.
   double EffectiveCost(const Request& r) const;
-  uint64_t ResidentBytes() const;
-  // The prefill token budget of this iteration (options or automatic).
-  int64_t PrefillBudget(const std::vector<const Model*>& models, bool decoding) const;
   // Snapshot points of a prefill ending at `target_len` after `evaluated`.
   std::vector<int64_t> SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len) const;
   // Puts a snapshot of `s` in the prefix cache when the model's state pool
@@ -237,10 +275,6 @@ class Engine {
   bool SwapInSession(Session& s);
   // Token selection for one decode group on the device (DecodeBatchSample)
   // or from host logits; rows that got a token or logits join `ready`.
-  struct DecodeRow {
-    RequestPtr r;
-    int32_t token = -1;  // sampled on the device; -1: sample from the session's logits
-  };
   void DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows, bool on_device,
                    std::vector<DecodeRow>* ready);
   // Whether r's token selection is expressible as a DecodeSampling row on
@@ -250,12 +284,10 @@ class Engine {
   void Fail(const RequestPtr& r, Status status);
   void MaybeReportMetrics();
   void NoteToken(Request& r);
-  void PushToken(const std::shared_ptr<Request>& r, int32_t token);
-  // Chat requests: event delivery.
-  void RecordToken(Request& r, int32_t token);
+  // Queues `events` of `r` (non-final) unless its owner let go.
   void PushEvents(const std::shared_ptr<Request>& r, std::vector<Event> events);
-  // Ends a chat request: closes an open message, appends answered tool results.
-  void FinishChat(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token = -1);
+  // Ends a request: a chat request's open message is closed and its
+  // answered tool results appended; then the outcome and kFinished.
   void Finish(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token = -1);
   bool PollImpl(const Request* only, Event* out, int64_t timeout_ms);
   bool TakeEvent(const Request* only, Event* out);  // requires mu_
@@ -289,6 +321,7 @@ class Engine {
   std::mutex sessions_mu_;
   std::map<const Model*, int64_t> sessions_per_model_;  // guarded by sessions_mu_
   std::chrono::steady_clock::time_point next_report_{};  // scheduler thread
+  WorkerThread renderer_;  // chat rounds' renders; joined after the scheduler
   std::thread scheduler_;
 };
 

@@ -165,6 +165,15 @@ uint64_t PrefixCache::bytes() const {
   return bytes_;
 }
 
+uint64_t PrefixCache::BytesAndEvictable(std::vector<uint64_t>* evictable) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  evictable->clear();
+  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+    if (it->snap.use_count() == 1) evictable->push_back(it->snap->bytes);
+  }
+  return bytes_;
+}
+
 int64_t PrefixCache::entries() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(lru_.size());

@@ -76,6 +76,9 @@ class PrefixCache {
 
   uint64_t bytes() const;
   int64_t entries() const;
+  // bytes(), and in `evictable` the bytes of each unpinned entry in the order
+  // EvictTo drops them, read together so the two agree.
+  uint64_t BytesAndEvictable(std::vector<uint64_t>* evictable) const;
 
  private:
   struct Entry {

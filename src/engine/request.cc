@@ -33,8 +33,7 @@ Request::Request(uint64_t id, Session* session, std::vector<int32_t> prompt, Gen
       tag_(tag),
       private_events_(private_events),
       chat_(std::move(chat)),
-      seq_(id),
-      sampler_(params_.sampling) {}
+      runner_(params_.sampling) {}
 
 Request::~Request() = default;
 
@@ -66,6 +65,12 @@ int64_t Request::num_generated() const {
 std::vector<int32_t> Request::generated_tokens() const {
   std::lock_guard<std::mutex> lock(mu_);
   return generated_;
+}
+
+int64_t Request::AppendGenerated(int32_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  generated_.push_back(token);
+  return static_cast<int64_t>(generated_.size());
 }
 
 void Request::SetOutcome(FinishReason reason, Status status) {

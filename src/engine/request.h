@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "base/status.h"
+#include "engine/request_runner.h"
 #include "engine/sampler.h"
 
 namespace strata {
@@ -52,7 +54,8 @@ struct GenerationParams {
 };
 
 // Thread-safety: Cancel() and the outcome getters are safe from any thread.
-// Everything else belongs to the engine's scheduler thread.
+// The runner belongs to the engine's scheduler thread, the delivery record
+// to the engine's mutex.
 class Request {
  public:
   // `chat` is null for token-level requests; for chat requests `prompt` is
@@ -84,54 +87,49 @@ class Request {
   int64_t num_generated() const;
   std::vector<int32_t> generated_tokens() const;
 
- private:
-  friend class Engine;
+  // The submitter's prompt (chat: the first round's rendering).
+  const std::vector<int32_t>& prompt() const { return prompt_; }
+  // The session it runs on; valid while the request is unfinished.
+  Session& session() const { return *session_; }
+  using Clock = RequestRunner::Clock;
+  Clock::time_point submitted_at() const { return submitted_; }
+  bool deadline_missed() const {
+    return params_.deadline_ms > 0 && Clock::now() - submitted_ >= std::chrono::milliseconds(params_.deadline_ms);
+  }
 
-  // Called by the engine once, on the scheduler thread.
+  // Engine side ----------------------------------------------------------------
+  // The scheduler thread's state machine of this request.
+  RequestRunner& runner() { return runner_; }
+  const RequestRunner& runner() const { return runner_; }
+  // Event delivery bookkeeping; guarded by the engine's mutex.
+  struct Delivery {
+    bool detached = false;      // the owner let go: its events are dropped
+    size_t pending_events = 0;  // non-final events queued and not yet polled
+  };
+  Delivery& delivery() { return delivery_; }
+  const Delivery& delivery() const { return delivery_; }
+  // Chat: the next round's rendering, made off the scheduler thread, once
+  // it is in; guarded by the engine's mutex.
+  std::optional<StatusOr<std::vector<int32_t>>>& rendered_round() { return rendered_round_; }
+  const std::optional<StatusOr<std::vector<int32_t>>>& rendered_round() const { return rendered_round_; }
+  // Adds a generated token; returns how many there are now.
+  int64_t AppendGenerated(int32_t token);
+  // Records the outcome (once, on the scheduler thread).
   void SetOutcome(FinishReason reason, Status status);
 
+ private:
   const uint64_t id_;
-  Session* const session_;  // valid while the request is unfinished
+  Session* const session_;
   const std::vector<int32_t> prompt_;
   const GenerationParams params_;
   void* const tag_;
   const bool private_events_;
   const std::unique_ptr<ChatTurn> chat_;
   std::atomic<FinishReason> cancel_reason_{FinishReason::kNone};
-
-  using Clock = std::chrono::steady_clock;
-
-  // Scheduler-thread state.
-  bool started_ = false;          // admitted: prefill began (chat: the first round's)
-  // Tokens still to evaluate before the next sample (the prompt, or a chat
-  // round's suffix), fed in chunks under the per-iteration budget.
-  std::vector<int32_t> prefill_;
-  size_t prefill_pos_ = 0;
-  bool in_round_prefill_ = false;   // chat: a round's prefill is running
-  bool first_round_ = true;         // chat: the next round is the request's first
-  std::vector<int32_t> round_prompt_;  // chat: that round's whole rendering
-  // History lengths where the prefill snapshots its state for the prefix
-  // cache (ascending), and the next one to reach.
-  std::vector<int64_t> snapshots_;
-  size_t next_snapshot_ = 0;
-  bool scheduled_ = false;          // queue time recorded
-  // Tokens sampled so far: the Philox step of device sampling, so a
-  // request's draws do not depend on what it is batched with.
-  uint64_t sample_step_ = 0;
-  const uint64_t seq_;              // arrival order
   const Clock::time_point submitted_ = Clock::now();
-  Clock::time_point last_token_at_{};
-  bool has_token_time_ = false;
-  std::vector<int32_t> history_;  // prompt + sampled tokens: the penalties' window
-  Sampler sampler_;
-  bool deadline_missed() const {
-    return params_.deadline_ms > 0 &&
-           Clock::now() - submitted_ >= std::chrono::milliseconds(params_.deadline_ms);
-  }
-
-  // Engine-mutex state (Engine::mu_).
-  bool detached_ = false;       // owner let go: drop its events
-  size_t pending_events_ = 0;   // TOKEN events queued and not yet polled
+  RequestRunner runner_;
+  Delivery delivery_;
+  std::optional<StatusOr<std::vector<int32_t>>> rendered_round_;
 
   mutable std::mutex mu_;
   bool finished_ = false;                     // guarded by mu_

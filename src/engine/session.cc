@@ -71,6 +71,29 @@ void Session::UpdateAccounting() {
   accounted_active_ = act;
 }
 
+void Session::BeginRequest(Request* request) {
+  active_ = request;
+  counted_active_ = true;
+  UpdateAccounting();
+}
+
+void Session::LeaveBudget() {
+  swapped_ = false;
+  counted_active_ = false;
+  UpdateAccounting();
+}
+
+void Session::EndRequest() {
+  active_ = nullptr;
+  busy_.store(false, std::memory_order_release);
+}
+
+void Session::CommitDecodeStep(std::span<const float> logits) {
+  logits_.assign(logits.begin(), logits.end());
+  evaluated_ = tokens_.size();
+  UpdateAccounting();
+}
+
 bool Session::SwapOut() {
   if (swapped_) return true;
   // On a GPU executor the state's cache blocks and recurrent slot go to host

@@ -109,10 +109,39 @@ class Session {
   // Preempted by the scheduler: its state is outside the memory budget.
   bool swapped() const { return swapped_; }
 
- private:
-  friend class Engine;
-  Session(Engine* engine, std::shared_ptr<const Model> model, std::unique_ptr<SequenceState> state,
-          int64_t max_context, std::shared_ptr<const TextModel> text);
+  // Engine side -------------------------------------------------------------
+  // Called by the engine: Submit* on the submitting thread, the rest on the
+  // scheduler thread while a request runs on the session (busy()).
+
+  // Claims the session for a request; false when one already runs. Two
+  // threads racing to submit cannot both win.
+  bool TryMarkBusy() { return !busy_.exchange(true, std::memory_order_acq_rel); }
+  // `request` runs on the claimed session: its state now counts against the
+  // engine's memory budget.
+  void BeginRequest(Request* request);
+  // The request ended: a preempted state comes back into the accounting and
+  // the session leaves the budget (idle sessions are the host's).
+  void LeaveBudget();
+  // The session is idle again (under the engine's mutex, after LeaveBudget).
+  void EndRequest();
+  // The running request; guarded by the engine's mutex.
+  Request* active_request() const { return active_; }
+
+  // History tokens the state has not consumed (0 or the pending sampled token).
+  int64_t num_pending() const { return static_cast<int64_t>(tokens_.size() - evaluated_); }
+  // Logits after the last evaluated token; empty after a step whose token
+  // was selected on the device.
+  const std::vector<float>& kept_logits() const { return logits_; }
+  const SequenceState* state() const { return state_.get(); }
+  SequenceState* mutable_state() { return state_.get(); }
+  // Whether the state has consumed the whole history (after a decode step
+  // ran this session's row).
+  bool state_caught_up() const { return state_->num_tokens() == static_cast<int64_t>(tokens_.size()); }
+  // A batched decode step consumed the pending token: `logits` is its row
+  // (empty: selected on the device, no logits kept).
+  void CommitDecodeStep(std::span<const float> logits);
+  // A model error left the state unknown: the session needs a Reset.
+  void MarkFailed() { failed_ = true; }
 
   // FailedPrecondition when busy or failed.
   Status CheckIdle() const;
@@ -128,8 +157,6 @@ class Session {
   // Continues from `snap`, whose tokens must extend the evaluated history.
   // False (nothing changed) when the executor has no room for the copy.
   bool Restore(const StateSnapshot& snap);
-  // Keeps the engine's memory counters equal to this session's state bytes.
-  void UpdateAccounting();
   // The scheduler moves a preempted session's state out of the memory budget
   // and back. On the CPU both tiers are host memory, so only the accounting
   // moves; a GPU executor copies the state's device memory (cache blocks,
@@ -158,6 +185,13 @@ class Session {
   // turn's generation starts (templates such as Qwen3 re-render earlier
   // assistant turns without their reasoning, so later turns diverge here).
   void TakeCheckpoint();
+
+ private:
+  Session(Engine* engine, std::shared_ptr<const Model> model, std::unique_ptr<SequenceState> state,
+          int64_t max_context, std::shared_ptr<const TextModel> text);
+
+  // Keeps the engine's memory counters equal to this session's state bytes.
+  void UpdateAccounting();
 
   Engine* const engine_;
   const std::shared_ptr<const Model> model_;
