@@ -20,67 +20,20 @@
 #include "backend/cpu/conv.h"
 #include "backend/cuda/conv.h"
 #include "base/dtype.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes, size_t offset_bytes = 0) : offset_(offset_bytes) {
-    EXPECT_EQ(cudaMalloc(&base_, bytes + offset_bytes + 16), cudaSuccess);
-  }
-  ~DevBuf() { cudaFree(base_); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T = void>
-  T* get() const {
-    return reinterpret_cast<T*>(static_cast<char*>(base_) + offset_);
-  }
-
- private:
-  void* base_ = nullptr;
-  size_t offset_;
-};
-
-std::vector<float> Random(size_t n, std::mt19937_64& rng, float lo, float hi) {
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& f : v) f = u(rng);
-  return v;
-}
-template <typename T>
-void Up(void* dst, const std::vector<T>& v) {
-  ASSERT_EQ(cudaMemcpy(dst, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-}
-template <typename T>
-std::vector<T> Down(const void* src, size_t n) {
-  std::vector<T> v(n);
-  EXPECT_EQ(cudaMemcpy(v.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return v;
-}
-
-struct Errors {
-  double max_abs = 0, l2_rel = 0;
-};
-Errors Compare(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  Errors e;
-  bool finite = true;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    finite = finite && std::isfinite(got[i]);
-    const double d = static_cast<double>(got[i]) - ref[i];
-    e.max_abs = std::max(e.max_abs, std::fabs(d));
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  e.l2_rel = finite ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
-  return e;
-}
+using op_test::Compare;
+using op_test::DevBuf;
+using op_test::Download;
+using op_test::Errors;
+using op_test::Uniform;
+using op_test::Upload;
 
 std::vector<float> Bf16Out(const void* dev, size_t n) {
-  std::vector<uint16_t> b = Down<uint16_t>(dev, n);
+  std::vector<uint16_t> b = Download<uint16_t>(dev, n);
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = Bf16ToF32(b[i]);
   return f;
@@ -93,7 +46,7 @@ struct Input {
 };
 Input MakeX(ActType t, int64_t tokens, int64_t channels, int64_t ldx, std::mt19937_64& rng) {
   Input in;
-  std::vector<float> raw = Random(static_cast<size_t>(tokens * ldx), rng, -2.f, 2.f);
+  std::vector<float> raw = Uniform(static_cast<size_t>(tokens * ldx), rng, -2.f, 2.f);
   in.packed.resize(static_cast<size_t>(tokens * channels));
   in.bytes.resize(raw.size() * ActBytes(t));
   for (size_t i = 0; i < raw.size(); ++i) {
@@ -117,13 +70,13 @@ void CheckPrefill(int64_t T, int64_t C, int64_t K, int64_t ldx, ActType xt, uint
                                   << " x=" << (xt == ActType::kBf16 ? "bf16" : "f32"));
   std::mt19937_64 rng(seed);
   const Input x = MakeX(xt, T, C, ldx, rng);
-  std::vector<float> w = Random(static_cast<size_t>(C * K), rng, -1.f, 1.f);
-  std::vector<float> window = Random(static_cast<size_t>((K - 1) * C), rng, -2.f, 2.f);
+  std::vector<float> w = Uniform(static_cast<size_t>(C * K), rng, -1.f, 1.f);
+  std::vector<float> window = Uniform(static_cast<size_t>((K - 1) * C), rng, -2.f, 2.f);
   DevBuf xd(std::max<size_t>(x.bytes.size(), 1)), wd(w.size() * 4),
       wind(std::max<size_t>(window.size(), 1) * 4), od(static_cast<size_t>(T * C) * 2);
-  Up(xd.get(), x.bytes);
-  Up(wd.get(), w);
-  Up(wind.get(), window);
+  Upload(xd.get(), x.bytes);
+  Upload(wd.get(), w);
+  Upload(wind.get(), window);
   const Status st = CausalConvSiluPrefill(xd.get(), xt, ldx, T, C, wd.get<float>(), K,
                                           wind.get<float>(), od.get<bf16>(), nullptr);
   ASSERT_TRUE(st.ok()) << st;
@@ -139,7 +92,7 @@ void CheckPrefill(int64_t T, int64_t C, int64_t K, int64_t ldx, ActType xt, uint
               e.l2_rel);
   EXPECT_LE(e.l2_rel, 1e-2);
   // The window is a copy of inputs: exact.
-  std::vector<float> got_window = Down<float>(wind.get(), window.size());
+  std::vector<float> got_window = Download<float>(wind.get(), window.size());
   EXPECT_EQ(got_window, ref_window) << "window after prefill";
 }
 
@@ -174,14 +127,14 @@ TEST(CudaConv, ChunkedPrefillAndDecodeContinueExactly) {
   const int64_t C = 384, K = 4, T1 = 2, T2 = 70, steps = 5;
   const int64_t T = T1 + T2 + steps;
   const Input x = MakeX(ActType::kBf16, T, C, C, rng);
-  std::vector<float> w = Random(static_cast<size_t>(C * K), rng, -1.f, 1.f);
-  std::vector<float> window = Random(static_cast<size_t>((K - 1) * C), rng, -2.f, 2.f);
+  std::vector<float> w = Uniform(static_cast<size_t>(C * K), rng, -1.f, 1.f);
+  std::vector<float> window = Uniform(static_cast<size_t>((K - 1) * C), rng, -2.f, 2.f);
   DevBuf xd(x.bytes.size()), wd(w.size() * 4), wind(window.size() * 4),
       od(static_cast<size_t>(T * C) * 2), slots(4);
-  Up(xd.get(), x.bytes);
-  Up(wd.get(), w);
-  Up(wind.get(), window);
-  Up(slots.get(), std::vector<int32_t>{0});
+  Upload(xd.get(), x.bytes);
+  Upload(wd.get(), w);
+  Upload(wind.get(), window);
+  Upload(slots.get(), std::vector<int32_t>{0});
   const bf16* xb = xd.get<bf16>();
   bf16* ob = od.get<bf16>();
   ASSERT_TRUE(CausalConvSiluPrefill(xb, ActType::kBf16, C, T1, C, wd.get<float>(), K,
@@ -205,7 +158,7 @@ TEST(CudaConv, ChunkedPrefillAndDecodeContinueExactly) {
               static_cast<long long>(T1), static_cast<long long>(T2), static_cast<long long>(steps),
               e.max_abs, e.l2_rel);
   EXPECT_LE(e.l2_rel, 1e-2);
-  EXPECT_EQ(Down<float>(wind.get(), window.size()), ref_window);
+  EXPECT_EQ(Download<float>(wind.get(), window.size()), ref_window);
 }
 
 TEST(CudaConv, DecodeOverWindowPoolWithSlots) {
@@ -219,15 +172,15 @@ TEST(CudaConv, DecodeOverWindowPoolWithSlots) {
     const int64_t B = 6, pool_slots = 9, ldx = C + 8, W = K - 1;
     const std::vector<int32_t> slots = {7, 2, -1, 0, 5, 8};  // -1: padding row
     const Input x = MakeX(xt, B, C, ldx, rng);
-    std::vector<float> w = Random(static_cast<size_t>(C * K), rng, -1.f, 1.f);
+    std::vector<float> w = Uniform(static_cast<size_t>(C * K), rng, -1.f, 1.f);
     std::vector<float> pool =
-        Random(static_cast<size_t>(std::max<int64_t>(pool_slots * W * C, 1)), rng, -2.f, 2.f);
+        Uniform(static_cast<size_t>(std::max<int64_t>(pool_slots * W * C, 1)), rng, -2.f, 2.f);
     DevBuf xd(x.bytes.size()), wd(w.size() * 4), pd(pool.size() * 4), sd(slots.size() * 4),
         od(static_cast<size_t>(B * C) * 2);
-    Up(xd.get(), x.bytes);
-    Up(wd.get(), w);
-    Up(pd.get(), pool);
-    Up(sd.get(), slots);
+    Upload(xd.get(), x.bytes);
+    Upload(wd.get(), w);
+    Upload(pd.get(), pool);
+    Upload(sd.get(), slots);
     const Status st =
         CausalConvSiluDecode(xd.get(), xt, ldx, B, C, wd.get<float>(), K, pd.get<float>(),
                              sd.get<int32_t>(), od.get<bf16>(), nullptr);
@@ -245,7 +198,7 @@ TEST(CudaConv, DecodeOverWindowPoolWithSlots) {
                 static_cast<long long>(B), static_cast<long long>(C), static_cast<long long>(K),
                 e.max_abs, e.l2_rel);
     EXPECT_LE(e.l2_rel, 1e-2);
-    EXPECT_EQ(Down<float>(pd.get(), pool.size()), ref_pool) << "window pool after decode";
+    EXPECT_EQ(Download<float>(pd.get(), pool.size()), ref_pool) << "window pool after decode";
   }
 }
 

@@ -21,52 +21,14 @@
 #include "backend/cuda/indexer.h"
 #include "backend/cuda/mla.h"
 #include "base/thread_pool.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(std::max<size_t>(n, 1)) {
-    if (cudaMalloc(&ptr_, n_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  bool Upload(const std::vector<T>& host) {
-    return ptr_ != nullptr && host.size() <= n_ &&
-           cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) ==
-               cudaSuccess;
-  }
-  std::vector<T> Download(size_t n) const {
-    std::vector<T> host(n);
-    if (cudaMemcpy(host.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) {
-      host.clear();
-    }
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* ptr_ = nullptr;
-};
-
-float RoundBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
-std::vector<float> RandomBf16(size_t n, float amp, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-amp, amp);
-  std::vector<float> v(n);
-  for (float& x : v) x = RoundBf16(u(rng));
-  return v;
-}
-
-std::vector<bf16> ToBf16(const std::vector<float>& x) {
-  std::vector<bf16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16_rn(x[i]);
-  return out;
-}
+using op_test::DeviceArray;
+using op_test::RoundedUniform;
+using op_test::ToBf16;
 
 TEST(CudaDsaPipeline, IndexerSelectionFeedsSparseMlaOverSharedBlockTable) {
   constexpr int64_t kIdxH = 64, kIdxD = 128, kTopK = 512;
@@ -91,8 +53,8 @@ TEST(CudaDsaPipeline, IndexerSelectionFeedsSparseMlaOverSharedBlockTable) {
 
   std::vector<std::vector<float>> latents, keys;
   for (int64_t b = 0; b < B; ++b) {
-    latents.push_back(RandomBf16(lens[b] * cd, 1.f, rng));
-    keys.push_back(RandomBf16(lens[b] * kIdxD, 1.f, rng));
+    latents.push_back(RoundedUniform(lens[b] * cd, 1.f, rng));
+    keys.push_back(RoundedUniform(lens[b] * kIdxD, 1.f, rng));
   }
   DeviceArray<bf16> mla_pool(num_blocks * 64 * cd), idx_pool(num_blocks * 64 * kIdxD);
   DeviceArray<int32_t> d_table(table.size());
@@ -115,13 +77,13 @@ TEST(CudaDsaPipeline, IndexerSelectionFeedsSparseMlaOverSharedBlockTable) {
   }
 
   // Queries: indexer q and weights, and q̃ for the absorbed attention.
-  std::vector<float> iq = RandomBf16(B * kIdxH * kIdxD, 1.f, rng);
+  std::vector<float> iq = RoundedUniform(B * kIdxH * kIdxD, 1.f, rng);
   std::vector<float> iw(B * kIdxH);
   std::normal_distribution<float> normal(0.f, 0.125f);
   for (float& x : iw) x = normal(rng);
   const float scale = 1.f / std::sqrt(192.f);
   const float q_amp = 2.f / (std::sqrt(cd / 9.f) * scale);
-  std::vector<float> q_abs = RandomBf16(B * H * cd, q_amp, rng);
+  std::vector<float> q_abs = RoundedUniform(B * H * cd, q_amp, rng);
   std::vector<int32_t> lens32(lens.begin(), lens.end());
   DeviceArray<bf16> d_iq(iq.size()), d_q(q_abs.size());
   DeviceArray<float> d_iw(iw.size()), d_out(B * H * r);

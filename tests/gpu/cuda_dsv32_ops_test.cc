@@ -25,6 +25,7 @@ namespace {
 
 using op_test::DevBuf;
 using op_test::Download;
+using op_test::ToBf16Bits;
 using op_test::Upload;
 
 float HashUniform(uint64_t seed, uint64_t i, float lo, float hi) {
@@ -40,11 +41,6 @@ std::vector<float> Bf16Values(size_t n, uint64_t seed) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = Bf16ToF32(F32ToBf16(HashUniform(seed, i, -2.f, 2.f)));
   return v;
-}
-std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = F32ToBf16(v[i]);
-  return out;
 }
 
 // A YaRN schedule like DeepSeek-V3.2's (factor 40, mscale 1) at dr = 64.
@@ -84,7 +80,7 @@ void CheckRope(bool interleaved, bool device_positions) {
                    cos.data() + row, sin.data() + row, nullptr);
   }
   DevBuf dx(2 * x.size()), dcos(4 * cos.size()), dsin(4 * sin.size()), dpos(4 * pos.size());
-  Upload(dx, ToBf16(x));
+  Upload(dx, ToBf16Bits(x));
   Upload(dcos, cos);
   Upload(dsin, sin);
   Upload(dpos, pos);
@@ -160,7 +156,7 @@ TEST(CudaDsv32Ops, LayerNormRowsMatchesCpuInPlaceWithStride) {
     cpu::LayerNorm(in.data(), 1, dim, w.data(), b.data(), 1e-6f, want.data() + r * ld, nullptr);
   }
   DevBuf dx(2 * x.size()), dw(4 * w.size()), db(4 * b.size());
-  Upload(dx, ToBf16(x));
+  Upload(dx, ToBf16Bits(x));
   Upload(dw, w);
   Upload(db, b);
   ASSERT_TRUE(LayerNormRows(dx.get(), ld, dx.get(), ld, ActType::kBf16, n, dim, dw.get<float>(),

@@ -23,51 +23,16 @@
 
 #include "backend/cuda/elementwise.h"
 #include "base/dtype.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes, size_t offset_bytes = 0) : offset_(offset_bytes) {
-    EXPECT_EQ(cudaMalloc(&base_, bytes + offset_bytes + 16), cudaSuccess);
-  }
-  ~DevBuf() { cudaFree(base_); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T = void>
-  T* get() const {
-    return reinterpret_cast<T*>(static_cast<char*>(base_) + offset_);
-  }
-
- private:
-  void* base_ = nullptr;
-  size_t offset_;
-};
-
-std::vector<float> Random(size_t n, std::mt19937_64& rng, float lo, float hi) {
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& f : v) f = u(rng);
-  return v;
-}
-std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
-  std::vector<uint16_t> b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) b[i] = F32ToBf16(v[i]);
-  return b;
-}
-template <typename T>
-void Up(void* dst, const std::vector<T>& v) {
-  ASSERT_EQ(cudaMemcpy(dst, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-}
-template <typename T>
-std::vector<T> Down(const void* src, size_t n) {
-  std::vector<T> v(n);
-  EXPECT_EQ(cudaMemcpy(v.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return v;
-}
+using op_test::DevBuf;
+using op_test::Download;
+using op_test::ToBf16Bits;
+using op_test::Uniform;
+using op_test::Upload;
 
 void ExpectInvalid(const Status& st, const char* field) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << field << ": " << st;
@@ -79,7 +44,8 @@ TEST(CudaElementwise, EmbeddingGatherIsExact) {
   for (int64_t dim : {64, 72, 37, 2304}) {
     for (size_t h_off : {size_t{0}, size_t{4}}) {
       const int64_t vocab = 1000, n = 37;
-      std::vector<uint16_t> embed = ToBf16(Random(static_cast<size_t>(vocab * dim), rng, -1, 1));
+      std::vector<uint16_t> embed =
+          ToBf16Bits(Uniform(static_cast<size_t>(vocab * dim), rng, -1, 1));
       std::vector<int32_t> tokens(n);
       std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
       for (auto& t : tokens) t = pick(rng);
@@ -87,13 +53,13 @@ TEST(CudaElementwise, EmbeddingGatherIsExact) {
       tokens[1] = static_cast<int32_t>(vocab - 1);
       DevBuf ed(embed.size() * 2), td(tokens.size() * 4),
           hd(static_cast<size_t>(n * dim) * 4, h_off);
-      Up(ed.get(), embed);
-      Up(td.get(), tokens);
+      Upload(ed.get(), embed);
+      Upload(td.get(), tokens);
       const Status st =
           EmbeddingGather(ed.get<bf16>(), dim, td.get<int32_t>(), n, hd.get<float>(), nullptr);
       ASSERT_TRUE(st.ok()) << st;
       CUDA_OK(cudaDeviceSynchronize());
-      std::vector<float> h = Down<float>(hd.get(), static_cast<size_t>(n * dim));
+      std::vector<float> h = Download<float>(hd.get(), static_cast<size_t>(n * dim));
       for (int64_t i = 0; i < n; ++i)
         for (int64_t c = 0; c < dim; ++c)
           ASSERT_EQ(h[i * dim + c], Bf16ToF32(embed[tokens[i] * dim + c]))
@@ -113,19 +79,19 @@ TEST(CudaElementwise, SiluMulMatchesCpuFormula) {
        {Shape{1, 24}, Shape{3, 37}, Shape{5, 1024}, Shape{7, 9216}, Shape{300, 1024}}) {
     for (ActType t : {ActType::kBf16, ActType::kF32}) {
       const size_t count = static_cast<size_t>(s.n * 2 * s.inter);
-      std::vector<float> gu = Random(count, rng, -6, 6);
+      std::vector<float> gu = Uniform(count, rng, -6, 6);
       DevBuf gd(count * 4), od(static_cast<size_t>(s.n * s.inter) * 2);
       if (t == ActType::kBf16) {
-        std::vector<uint16_t> b = ToBf16(gu);
+        std::vector<uint16_t> b = ToBf16Bits(gu);
         for (size_t i = 0; i < count; ++i) gu[i] = Bf16ToF32(b[i]);
-        Up(gd.get(), b);
+        Upload(gd.get(), b);
       } else {
-        Up(gd.get(), gu);
+        Upload(gd.get(), gu);
       }
       const Status st = SiluMul(gd.get(), t, s.n, s.inter, od.get<bf16>(), nullptr);
       ASSERT_TRUE(st.ok()) << st;
       CUDA_OK(cudaDeviceSynchronize());
-      std::vector<uint16_t> out = Down<uint16_t>(od.get(), static_cast<size_t>(s.n * s.inter));
+      std::vector<uint16_t> out = Download<uint16_t>(od.get(), static_cast<size_t>(s.n * s.inter));
       double num = 0, den = 0, max_abs = 0;
       for (int64_t r = 0; r < s.n; ++r) {
         for (int64_t c = 0; c < s.inter; ++c) {
@@ -151,29 +117,29 @@ TEST(CudaElementwise, AddIntoAndCastsAreExact) {
   for (int64_t count : {1, 3, 4, 5, 1023, 2304, 2304 * 37 + 3, 1 << 20}) {
     for (size_t off : {size_t{0}, size_t{4}}) {  // 4 bytes: scalar path for fp32 sources
       const size_t n = static_cast<size_t>(count);
-      std::vector<float> dst0 = Random(n, rng, -5, 5);
-      std::vector<float> srcf = Random(n, rng, -5, 5);
-      std::vector<uint16_t> srcb = ToBf16(Random(n, rng, -5, 5));
+      std::vector<float> dst0 = Uniform(n, rng, -5, 5);
+      std::vector<float> srcf = Uniform(n, rng, -5, 5);
+      std::vector<uint16_t> srcb = ToBf16Bits(Uniform(n, rng, -5, 5));
       DevBuf dd(n * 4, off), sf(n * 4, off), sb(n * 2, off / 2), cb(n * 2, off / 2);
       // AddInto fp32 source.
-      Up(dd.get(), dst0);
-      Up(sf.get(), srcf);
+      Upload(dd.get(), dst0);
+      Upload(sf.get(), srcf);
       ASSERT_TRUE(AddInto(dd.get<float>(), sf.get(), ActType::kF32, count, nullptr).ok());
-      std::vector<float> got = Down<float>(dd.get(), n);
+      std::vector<float> got = Download<float>(dd.get(), n);
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], dst0[i] + srcf[i]) << "f32 add, i=" << i;
       // AddInto bf16 source.
-      Up(dd.get(), dst0);
-      Up(sb.get(), srcb);
+      Upload(dd.get(), dst0);
+      Upload(sb.get(), srcb);
       ASSERT_TRUE(AddInto(dd.get<float>(), sb.get(), ActType::kBf16, count, nullptr).ok());
-      got = Down<float>(dd.get(), n);
+      got = Download<float>(dd.get(), n);
       for (size_t i = 0; i < n; ++i)
         ASSERT_EQ(got[i], dst0[i] + Bf16ToF32(srcb[i])) << "bf16 add, i=" << i;
       // Casts.
       ASSERT_TRUE(CastF32ToBf16(sf.get<float>(), cb.get<bf16>(), count, nullptr).ok());
-      std::vector<uint16_t> cast = Down<uint16_t>(cb.get(), n);
+      std::vector<uint16_t> cast = Download<uint16_t>(cb.get(), n);
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(cast[i], F32ToBf16(srcf[i])) << "to bf16, i=" << i;
       ASSERT_TRUE(CastBf16ToF32(sb.get<bf16>(), dd.get<float>(), count, nullptr).ok());
-      got = Down<float>(dd.get(), n);
+      got = Download<float>(dd.get(), n);
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], Bf16ToF32(srcb[i])) << "to f32, i=" << i;
       CUDA_OK(cudaDeviceSynchronize());
     }
@@ -198,8 +164,9 @@ TEST(CudaElementwise, FillRandomIsDeterministicUniformAndDocumented) {
   ASSERT_TRUE(FillRandomBf16(b.get<bf16>(), count, 42, scale, nullptr).ok());  // scalar path
   ASSERT_TRUE(FillRandomBf16(c.get<bf16>(), count, 43, scale, nullptr).ok());
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<uint16_t> va = Down<uint16_t>(a.get(), count), vb = Down<uint16_t>(b.get(), count),
-                        vc = Down<uint16_t>(c.get(), count);
+  std::vector<uint16_t> va = Download<uint16_t>(a.get(), count),
+                        vb = Download<uint16_t>(b.get(), count),
+                        vc = Download<uint16_t>(c.get(), count);
   EXPECT_EQ(va, vb) << "same seed, different alignment";
   size_t same = 0;
   double sum = 0, sum2 = 0;
@@ -228,7 +195,7 @@ TEST(CudaElementwise, FillRandomIsDeterministicUniformAndDocumented) {
   ASSERT_TRUE(FillRandomF32(f.get<float>(), count, 7, -1.f, 3.f, nullptr).ok());
   ASSERT_TRUE(FillRandomF32(g.get<float>(), count, 7, -1.f, 3.f, nullptr).ok());
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> vf = Down<float>(f.get(), count), vg = Down<float>(g.get(), count);
+  std::vector<float> vf = Download<float>(f.get(), count), vg = Download<float>(g.get(), count);
   EXPECT_EQ(vf, vg);
   double fsum = 0;
   for (int64_t i = 0; i < count; ++i) {

@@ -29,72 +29,25 @@
 #include "backend/cpu/kda.h"
 #include "backend/cuda/kda.h"
 #include "base/thread_pool.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
+using op_test::DeviceArray;
+using op_test::ExpectSameBits;
+using op_test::RoundBf16;
+using op_test::ToBf16;
+using op_test::ToFloat;
+
 constexpr double kTolerance = 1e-2;  // bf16 activations (L2-relative)
 
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(std::max<size_t>(n, 1)) {
-    if (cudaMalloc(&ptr_, n_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  bool Upload(const std::vector<T>& host) {
-    return ptr_ != nullptr && host.size() <= n_ &&
-           cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) ==
-               cudaSuccess;
-  }
-  std::vector<T> Download(size_t n) const {
-    std::vector<T> host(n);
-    if (cudaMemcpy(host.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) {
-      host.clear();
-    }
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* ptr_ = nullptr;
-};
-
-float RoundBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
-std::vector<bf16> ToBf16(const std::vector<float>& x) {
-  std::vector<bf16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16_rn(x[i]);
-  return out;
-}
-
-std::vector<float> ToFloat(const std::vector<bf16>& x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
-  return out;
-}
-
+// Also: the reference is not all zeros (a GDN output that is 0 everywhere
+// would match a kernel that writes nothing).
 void ExpectClose(const std::string& label, const std::vector<float>& got,
                  const std::vector<float>& want, double tolerance) {
-  ASSERT_EQ(got.size(), want.size()) << label;
-  double num = 0, den = 0, max_abs = 0;
-  bool finite = true;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) finite = false;
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-    max_abs = std::max(max_abs, std::abs(d));
-  }
-  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  std::printf("[gdn] %-56s rel_l2 %.3e  max_abs %.3e (tol %.0e)\n", label.c_str(), rel, max_abs,
-              tolerance);
-  EXPECT_TRUE(finite) << label << ": non-finite output";
-  EXPECT_GT(den, 0.0) << label << ": reference is all zeros";
-  EXPECT_LE(rel, tolerance) << label;
+  op_test::ExpectCloseL2("[gdn]", label, got, want, tolerance);
+  EXPECT_TRUE(op_test::Compare(got, want).ref_nonzero) << label << ": reference is all zeros";
 }
 
 struct GdnDims {
@@ -528,23 +481,6 @@ std::string RecurrentName(const ::testing::TestParamInfo<RecurrentCase>& info) {
 void PrintTo(const RecurrentCase& c, std::ostream* os) { *os << RecurrentName({c, 0}); }
 
 constexpr int64_t kRecurrentLengths[] = {1, 7, 64, 97, 203, 300};
-
-void ExpectSameBits(const std::string& label, const std::vector<float>& got,
-                    const std::vector<float>& want) {
-  ASSERT_EQ(got.size(), want.size()) << label;
-  ASSERT_FALSE(want.empty()) << label;
-  if (std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0) return;
-  size_t diffs = 0, first = want.size();
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      if (first == want.size()) first = i;
-      ++diffs;
-    }
-  }
-  ADD_FAILURE() << label << ": " << diffs << " of " << want.size()
-                << " elements differ in their bits; first at " << first << ": " << got[first]
-                << " vs " << want[first];
-}
 
 // Recurrent prefill from `state0`, one call per [cuts[i], cuts[i+1]); out
 // [T, Hv, dv] then the final state.

@@ -23,25 +23,12 @@
 
 #include "backend/cuda/gemm.h"
 #include "base/dtype.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes) {
-    EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16)), cudaSuccess);
-  }
-  ~DevBuf() { cudaFree(p_); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  char* get() const { return static_cast<char*>(p_); }
-
- private:
-  void* p_ = nullptr;
-};
+using op_test::DevBuf;
 
 // bf16 bits of magnitude in [0.1, 1] with a random sign: never zero.
 std::vector<uint16_t> NonZeroBf16(size_t n, std::mt19937_64& rng) {
@@ -130,23 +117,24 @@ void CheckRowsInvariant(BlasContext& ctx, cudaStream_t stream, const Case& c, ui
     }
   }
   DevBuf wd(w.size() * 2), xd(x.size() * 2 + c.x_offset), y0d(y0.size()), yd(y0.size());
-  char* xbase = xd.get() + c.x_offset;
-  CUDA_OK(cudaMemcpy(wd.get(), w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+  char* xbase = xd.get<char>() + c.x_offset;
+  CUDA_OK(cudaMemcpy(wd.get<char>(), w.data(), w.size() * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(xbase, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(y0d.get(), y0.data(), y0.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(y0d.get<char>(), y0.data(), y0.size(), cudaMemcpyHostToDevice));
 
   // y rows [row0, row0 + m) of every product, from y0, after one call.
   auto run = [&](int64_t row0, int64_t m, std::vector<uint8_t>* out) {
-    CUDA_OK(cudaMemcpyAsync(yd.get(), y0d.get(), y0.size(), cudaMemcpyDeviceToDevice, stream));
+    CUDA_OK(cudaMemcpyAsync(yd.get<char>(), y0d.get<char>(), y0.size(), cudaMemcpyDeviceToDevice,
+                            stream));
     GemmArgs a;
     a.m = m;
     a.n = c.n;
     a.k = c.k;
     a.x = xbase + row0 * ldx * 2;
     a.ldx = c.ldx;
-    a.w = reinterpret_cast<const bf16*>(wd.get());
+    a.w = reinterpret_cast<const bf16*>(wd.get<char>());
     a.ldw = c.ldw;
-    a.y = yd.get() + row0 * ldy * yb;
+    a.y = yd.get<char>() + row0 * ldy * yb;
     a.y_type = c.y_type;
     a.ldy = c.ldy;
     a.alpha = c.alpha;
@@ -165,7 +153,8 @@ void CheckRowsInvariant(BlasContext& ctx, cudaStream_t stream, const Case& c, ui
     }
     ASSERT_TRUE(st.ok()) << "m=" << m << ": " << st;
     out->resize(y0.size());
-    CUDA_OK(cudaMemcpyAsync(out->data(), yd.get(), out->size(), cudaMemcpyDeviceToHost, stream));
+    CUDA_OK(
+        cudaMemcpyAsync(out->data(), yd.get<char>(), out->size(), cudaMemcpyDeviceToHost, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
   };
 
@@ -321,9 +310,9 @@ TEST_F(CudaGemmInvariantTest, TransposedWeightIsRejected) {
   b.g.m = 4;
   b.g.n = 8;
   b.g.k = 16;
-  b.g.x = x.get();
-  b.g.w = reinterpret_cast<const bf16*>(w.get());
-  b.g.y = y.get();
+  b.g.x = x.get<char>();
+  b.g.w = reinterpret_cast<const bf16*>(w.get<char>());
+  b.g.y = y.get<char>();
   b.count = 2;
   b.stride_x = 64;
   b.stride_w = 128;
@@ -354,19 +343,19 @@ TEST_F(CudaGemmInvariantTest, OffByDefaultAndSwitchesBack) {
   const std::vector<uint16_t> w = NonZeroBf16(static_cast<size_t>(n * k), rng);
   const std::vector<uint16_t> x = NonZeroBf16(static_cast<size_t>(m * k), rng);
   DevBuf wd(w.size() * 2), xd(x.size() * 2), yd(static_cast<size_t>(m * n) * 4);
-  CUDA_OK(cudaMemcpy(wd.get(), w.data(), w.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(xd.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(wd.get<char>(), w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(xd.get<char>(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
   GemmArgs a;
   a.m = m;
   a.n = n;
   a.k = k;
-  a.x = xd.get();
-  a.w = reinterpret_cast<const bf16*>(wd.get());
-  a.y = yd.get();
+  a.x = xd.get<char>();
+  a.w = reinterpret_cast<const bf16*>(wd.get<char>());
+  a.y = yd.get<char>();
   a.y_type = ActType::kF32;
   ASSERT_TRUE(Gemm(**fresh, a, stream_).ok());
   std::vector<float> y(static_cast<size_t>(m * n));
-  CUDA_OK(cudaMemcpyAsync(y.data(), yd.get(), y.size() * 4, cudaMemcpyDeviceToHost, stream_));
+  CUDA_OK(cudaMemcpyAsync(y.data(), yd.get<char>(), y.size() * 4, cudaMemcpyDeviceToHost, stream_));
   CUDA_OK(cudaStreamSynchronize(stream_));
   double num = 0, den = 0;
   for (int64_t r = 0; r < m; r += 37) {

@@ -38,52 +38,14 @@
 #include "backend/cuda/moe.h"
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-// Device memory that frees itself; `offset_bytes` shifts the handed-out
-// pointer to test misaligned operands.
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes, size_t offset_bytes = 0) : offset_(offset_bytes) {
-    EXPECT_EQ(cudaMalloc(&base_, bytes + offset_bytes + 16), cudaSuccess);
-  }
-  ~DevBuf() { cudaFree(base_); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T = void>
-  T* get() const {
-    return reinterpret_cast<T*>(static_cast<char*>(base_) + offset_);
-  }
-
- private:
-  void* base_ = nullptr;
-  size_t offset_;
-};
-
-struct Errors {
-  double max_abs = 0, max_rel = 0, l2_rel = 0;
-};
-
-Errors Compare(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0, den = 0, max_ref = 0;
-  Errors e;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - ref[i];
-    if (!std::isfinite(got[i])) e.max_abs = std::numeric_limits<double>::infinity();
-    e.max_abs = std::max(e.max_abs, std::fabs(d));
-    max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  e.max_rel = e.max_abs / std::max(max_ref, 1e-30);
-  e.l2_rel = std::sqrt(num / std::max(den, 1e-30));
-  if (!std::isfinite(e.max_abs)) e.l2_rel = e.max_abs;
-  return e;
-}
+using op_test::Compare;
+using op_test::DevBuf;
+using op_test::Errors;
 
 std::vector<uint16_t> RandomBf16(size_t n, std::mt19937_64& rng, float scale = 1.f) {
   std::uniform_real_distribution<float> u(-scale, scale);

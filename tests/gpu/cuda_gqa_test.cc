@@ -23,27 +23,15 @@
 #include "backend/cpu/rope.h"
 #include "backend/cuda/gqa.h"
 #include "base/dtype.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
+using op_test::DevBuf;
+using op_test::ToBf16Bits;
+
 float R(float x) { return Bf16ToF32(F32ToBf16(x)); }
-
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  template <typename T>
-  T* get() const {
-    return static_cast<T*>(p);
-  }
-};
-
-std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
-  std::vector<uint16_t> o(v.size());
-  for (size_t i = 0; i < v.size(); ++i) o[i] = F32ToBf16(v[i]);
-  return o;
-}
 
 struct Case {
   int64_t H, Hkv, hd, rot;
@@ -155,24 +143,26 @@ TEST_P(GqaTest, PrefillContinuationAndDecodeBatchMatchReference) {
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
   // Rows 0..2: the sequences (decode); prefill uses a sequence's row directly.
-  Dev table(sizeof(int32_t) * 3 * max_blocks);
-  ASSERT_EQ(cudaMemcpy(table.p, perm.data(), sizeof(int32_t) * perm.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
+  DevBuf table(sizeof(int32_t) * 3 * max_blocks);
+  ASSERT_EQ(
+      cudaMemcpy(table.get(), perm.data(), sizeof(int32_t) * perm.size(), cudaMemcpyHostToDevice),
+      cudaSuccess);
   const size_t cache_elems = static_cast<size_t>(blocks * 64 * kvw);
-  Dev kc(2 * cache_elems), vc(2 * cache_elems);
-  Dev dqn(4 * hd), dkn(4 * hd), dinv(4 * std::max<int64_t>(1, c.rot / 2));
-  ASSERT_EQ(cudaMemcpy(dqn.p, qn.data(), 4 * hd, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dkn.p, kn.data(), 4 * hd, cudaMemcpyHostToDevice), cudaSuccess);
+  DevBuf kc(2 * cache_elems), vc(2 * cache_elems);
+  DevBuf dqn(4 * hd), dkn(4 * hd), dinv(4 * std::max<int64_t>(1, c.rot / 2));
+  ASSERT_EQ(cudaMemcpy(dqn.get(), qn.data(), 4 * hd, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dkn.get(), kn.data(), 4 * hd, cudaMemcpyHostToDevice), cudaSuccess);
   if (c.rot > 0) {
-    ASSERT_EQ(cudaMemcpy(dinv.p, inv.data(), 4 * inv.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dinv.get(), inv.data(), 4 * inv.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
   }
   const int64_t max_rows = 130;
-  Dev proj(2 * max_rows * width), out(2 * max_rows * qw), pos_dev(4 * 3);
+  DevBuf proj(2 * max_rows * width), out(2 * max_rows * qw), pos_dev(4 * 3);
 
   auto run = [&](int64_t n, GqaCacheArgs cache, std::vector<float>& rows) {
     for (auto& x : rows) x = R(u(rng) * 2.f);
-    std::vector<uint16_t> b = ToBf16(rows);
-    ASSERT_EQ(cudaMemcpy(proj.p, b.data(), 2 * b.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<uint16_t> b = ToBf16Bits(rows);
+    ASSERT_EQ(cudaMemcpy(proj.get(), b.data(), 2 * b.size(), cudaMemcpyHostToDevice), cudaSuccess);
     GqaAppendArgs ap;
     ap.shape = {c.H, c.Hkv, hd, c.rot};
     ap.num_tokens = n;
@@ -217,7 +207,8 @@ TEST_P(GqaTest, PrefillContinuationAndDecodeBatchMatchReference) {
         want.insert(want.end(), o.begin(), o.end());
       }
       std::vector<uint16_t> got(static_cast<size_t>(n * qw));
-      ASSERT_EQ(cudaMemcpy(got.data(), out.p, 2 * got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got.data(), out.get(), 2 * got.size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
       ExpectClose(want, got, "prefill");
       len[s] += n;
     }
@@ -225,7 +216,7 @@ TEST_P(GqaTest, PrefillContinuationAndDecodeBatchMatchReference) {
   // One decode step of all three (lengths 130, 137, 1 before it).
   std::vector<int32_t> pos = {static_cast<int32_t>(len[0]), static_cast<int32_t>(len[1]),
                               static_cast<int32_t>(len[2])};
-  ASSERT_EQ(cudaMemcpy(pos_dev.p, pos.data(), 12, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(pos_dev.get(), pos.data(), 12, cudaMemcpyHostToDevice), cudaSuccess);
   GqaCacheArgs cache;
   cache.k_cache = kc.get<bf16>();
   cache.v_cache = vc.get<bf16>();
@@ -241,7 +232,7 @@ TEST_P(GqaTest, PrefillContinuationAndDecodeBatchMatchReference) {
     want.insert(want.end(), o.begin(), o.end());
   }
   std::vector<uint16_t> got(static_cast<size_t>(3 * qw));
-  ASSERT_EQ(cudaMemcpy(got.data(), out.p, 2 * got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), out.get(), 2 * got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   ExpectClose(want, got, "decode");
 }
 

@@ -33,45 +33,14 @@
 #include "absl/strings/str_cat.h"
 #include "backend/cpu/indexer.h"
 #include "base/thread_pool.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(std::max<size_t>(n, 1)) {
-    if (cudaMalloc(&ptr_, n_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  bool Upload(const std::vector<T>& host) {
-    return ptr_ != nullptr && host.size() <= n_ &&
-           cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) ==
-               cudaSuccess;
-  }
-  std::vector<T> Download(size_t n) const {
-    std::vector<T> host(n);
-    if (cudaMemcpy(host.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) {
-      host.clear();
-    }
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* ptr_ = nullptr;
-};
-
-float RoundBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
-std::vector<bf16> ToBf16(const std::vector<float>& x) {
-  std::vector<bf16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16_rn(x[i]);
-  return out;
-}
+using op_test::DeviceArray;
+using op_test::RoundBf16;
+using op_test::ToBf16;
 
 struct Shape {
   int64_t heads, dim, top_k;

@@ -30,58 +30,21 @@
 #include "backend/cpu/kda.h"
 #include "base/thread_pool.h"
 #include "base/tuning.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
+
+using op_test::DeviceArray;
+using op_test::ExpectSameBits;
+using op_test::RoundBf16;
+using op_test::ToBf16;
+using op_test::ToFloat;
 
 constexpr double kBf16Tolerance = 1e-2;  // bf16 activations (L2-relative)
 constexpr double kF32Tolerance = 1e-4;   // fp32 decode path (L2-relative)
 
 #define ASSERT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-// Device memory released on scope exit.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(std::max<size_t>(n, 1)) {
-    if (cudaMalloc(&ptr_, n_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return ptr_; }
-  bool Upload(const std::vector<T>& host) {
-    return ptr_ != nullptr && host.size() <= n_ &&
-           cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) ==
-               cudaSuccess;
-  }
-  std::vector<T> Download(size_t n) const {
-    std::vector<T> host(n);
-    if (cudaMemcpy(host.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) {
-      host.clear();
-    }
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* ptr_ = nullptr;
-};
-
-float RoundBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
-std::vector<bf16> ToBf16(const std::vector<float>& x) {
-  std::vector<bf16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16_rn(x[i]);
-  return out;
-}
-
-std::vector<float> ToFloat(const std::vector<bf16>& x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
-  return out;
-}
 
 struct Dims {
   int64_t heads;
@@ -172,36 +135,9 @@ std::vector<float> RandomState(size_t n, std::mt19937& rng) {
 // ---------------------------------------------------------------------------
 // Errors.
 
-struct ErrorStats {
-  double rel_l2 = 0;
-  double max_abs = 0;
-  double ref_max = 0;
-  bool finite = true;
-};
-
-ErrorStats Compare(const std::vector<float>& got, const std::vector<float>& want) {
-  ErrorStats s;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) s.finite = false;
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-    s.max_abs = std::max(s.max_abs, std::abs(d));
-    s.ref_max = std::max(s.ref_max, std::abs(static_cast<double>(want[i])));
-  }
-  s.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  return s;
-}
-
 void ExpectClose(const std::string& label, const std::vector<float>& got,
                  const std::vector<float>& want, double tolerance) {
-  ASSERT_EQ(got.size(), want.size()) << label;
-  const ErrorStats s = Compare(got, want);
-  std::printf("[kda] %-58s rel_l2 %.3e  max_abs %.3e  (max|ref| %.3e, tol %.0e)\n", label.c_str(),
-              s.rel_l2, s.max_abs, s.ref_max, tolerance);
-  EXPECT_TRUE(s.finite) << label << ": non-finite output";
-  EXPECT_LE(s.rel_l2, tolerance) << label;
+  op_test::ExpectCloseL2("[kda]", label, got, want, tolerance);
 }
 
 // ---------------------------------------------------------------------------
@@ -834,24 +770,6 @@ std::string InvariantName(const ::testing::TestParamInfo<InvariantCase>& info) {
 void PrintTo(const InvariantCase& c, std::ostream* os) { *os << InvariantName({c, 0}); }
 
 constexpr int64_t kInvariantLengths[] = {1, 7, 64, 97, 203, 300};
-
-// Bitwise equality, reporting how many elements differ and the first one.
-void ExpectSameBits(const std::string& label, const std::vector<float>& got,
-                    const std::vector<float>& want) {
-  ASSERT_EQ(got.size(), want.size()) << label;
-  ASSERT_FALSE(want.empty()) << label;
-  if (std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0) return;
-  size_t diffs = 0, first = want.size();
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      if (first == want.size()) first = i;
-      ++diffs;
-    }
-  }
-  ADD_FAILURE() << label << ": " << diffs << " of " << want.size()
-                << " elements differ in their bits; first at " << first << ": " << got[first]
-                << " vs " << want[first];
-}
 
 struct PrefillResult {
   std::vector<float> out;    // [T, H, dv]

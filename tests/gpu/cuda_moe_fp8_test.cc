@@ -29,34 +29,13 @@
 #include "backend/cuda/moe.h"
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes) {
-    EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 256)), cudaSuccess);
-  }
-  ~DevBuf() {
-    if (p_ != nullptr) cudaFree(p_);
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(p_);
-  }
-
- private:
-  void* p_ = nullptr;
-};
-
-template <typename T>
-void Upload(const DevBuf& d, const std::vector<T>& h) {
-  ASSERT_EQ(cudaMemcpy(d.get(), h.data(), sizeof(T) * h.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
-}
+using op_test::DevBuf;
+using op_test::Upload;
 
 ThreadPool* Pool() {
   static ThreadPool* pool = new ThreadPool(0);

@@ -22,62 +22,20 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/norm.h"
 #include "base/dtype.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes, size_t offset_bytes = 0) : offset_(offset_bytes) {
-    EXPECT_EQ(cudaMalloc(&base_, bytes + offset_bytes + 16), cudaSuccess);
-  }
-  ~DevBuf() { cudaFree(base_); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T = void>
-  T* get() const {
-    return reinterpret_cast<T*>(static_cast<char*>(base_) + offset_);
-  }
-
- private:
-  void* base_ = nullptr;
-  size_t offset_;
-};
-
-struct Errors {
-  double max_abs = 0, max_rel = 0, l2_rel = 0;
-};
-
-Errors Compare(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0, den = 0, max_ref = 0;
-  Errors e;
-  bool finite = true;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    finite = finite && std::isfinite(got[i]);
-    const double d = static_cast<double>(got[i]) - ref[i];
-    e.max_abs = std::max(e.max_abs, std::fabs(d));
-    max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  e.max_rel = e.max_abs / std::max(max_ref, 1e-30);
-  e.l2_rel = finite ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
-  return e;
-}
+using op_test::Compare;
+using op_test::DevBuf;
+using op_test::Errors;
+using op_test::Uniform;
 
 void Report(const std::string& what, const Errors& e, double tol) {
   std::printf("[norm] %-70s max_abs=%.3e max_rel=%.3e l2_rel=%.3e (tol %.0e)\n", what.c_str(),
               e.max_abs, e.max_rel, e.l2_rel, tol);
   EXPECT_LE(e.l2_rel, tol) << what;
-}
-
-std::vector<float> Random(size_t n, std::mt19937_64& rng, float lo, float hi) {
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& f : v) f = u(rng);
-  return v;
 }
 
 // Values as stored in `t` (bf16: rounded) and their bytes for upload.
@@ -126,9 +84,9 @@ TEST(CudaNorm, AddRmsNormMatchesCpu) {
         std::mt19937_64 rng(seed++);
         const ActType dt = delta_kind == 2 ? ActType::kF32 : ActType::kBf16;
         const size_t count = static_cast<size_t>(s.n * s.dim);
-        std::vector<float> h = Random(count, rng, -3.f, 3.f);
-        std::vector<float> delta = RoundTo(dt, Random(count, rng, -2.f, 2.f));
-        std::vector<float> w = Random(static_cast<size_t>(s.dim), rng, 0.5f, 1.5f);
+        std::vector<float> h = Uniform(count, rng, -3.f, 3.f);
+        std::vector<float> delta = RoundTo(dt, Uniform(count, rng, -2.f, 2.f));
+        std::vector<float> w = Uniform(static_cast<size_t>(s.dim), rng, 0.5f, 1.5f);
         DevBuf hd(count * 4, s.h_offset), dd(count * 4), wd(w.size() * 4), od(count * 2);
         CUDA_OK(cudaMemcpy(hd.get(), h.data(), count * 4, cudaMemcpyHostToDevice));
         Upload(dt, delta, dd.get());
@@ -171,9 +129,9 @@ TEST(CudaNorm, EarlyTriggerGivesTheNextKernelTheSameInputs) {
   std::mt19937_64 rng(91);
   constexpr int64_t kN = 3, kDim = 2304, kChain = 40;
   const size_t count = kN * kDim;
-  const std::vector<float> h0 = Random(count, rng, -3.f, 3.f);
-  const std::vector<float> delta = Random(count, rng, -0.5f, 0.5f);
-  const std::vector<float> w = Random(kDim, rng, 0.5f, 1.5f);
+  const std::vector<float> h0 = Uniform(count, rng, -3.f, 3.f);
+  const std::vector<float> delta = Uniform(count, rng, -0.5f, 0.5f);
+  const std::vector<float> w = Uniform(kDim, rng, 0.5f, 1.5f);
   DevBuf hd(count * 4), dd(count * 4), wd(kDim * 4), od(count * 2);
   CUDA_OK(cudaMemcpy(dd.get(), delta.data(), count * 4, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(wd.get(), w.data(), kDim * 4, cudaMemcpyHostToDevice));
@@ -210,10 +168,11 @@ TEST(CudaNorm, RmsNormRowsStridedAndInPlace) {
       for (bool in_place : {false, true}) {
         std::mt19937_64 rng(seed++);
         const int64_t ldy = in_place ? s.ldx : s.ldy;
-        std::vector<float> x = RoundTo(t, Random(static_cast<size_t>(s.n * s.ldx), rng, -2.f, 2.f));
+        std::vector<float> x =
+            RoundTo(t, Uniform(static_cast<size_t>(s.n * s.ldx), rng, -2.f, 2.f));
         std::vector<float> y0 =
-            RoundTo(t, Random(static_cast<size_t>(s.n * ldy), rng, -9.f, 9.f));  // padding marker
-        std::vector<float> w = Random(static_cast<size_t>(s.dim), rng, 0.5f, 1.5f);
+            RoundTo(t, Uniform(static_cast<size_t>(s.n * ldy), rng, -9.f, 9.f));  // padding marker
+        std::vector<float> w = Uniform(static_cast<size_t>(s.dim), rng, 0.5f, 1.5f);
         const size_t esize = ActBytes(t);
         DevBuf xd(x.size() * esize), yd(y0.size() * esize), wd(w.size() * 4);
         Upload(t, x, xd.get());
@@ -262,9 +221,9 @@ TEST(CudaNorm, GatedRmsNormSigmoidMatchesCpu) {
       for (ActType gt : {ActType::kF32, ActType::kBf16}) {
         std::mt19937_64 rng(seed++);
         const size_t count = static_cast<size_t>(s.rows * s.dim);
-        std::vector<float> o = RoundTo(ot, Random(count, rng, -2.f, 2.f));
-        std::vector<float> g = RoundTo(gt, Random(count, rng, -4.f, 4.f));
-        std::vector<float> w = Random(static_cast<size_t>(s.dim), rng, 0.5f, 1.5f);
+        std::vector<float> o = RoundTo(ot, Uniform(count, rng, -2.f, 2.f));
+        std::vector<float> g = RoundTo(gt, Uniform(count, rng, -4.f, 4.f));
+        std::vector<float> w = Uniform(static_cast<size_t>(s.dim), rng, 0.5f, 1.5f);
         DevBuf od(count * 4), gd(count * 4), wd(w.size() * 4), yd(count * 2);
         Upload(ot, o, od.get());
         Upload(gt, g, gd.get());
@@ -315,8 +274,8 @@ TEST(CudaNorm, EmbedRmsNormStartGivesTheThreeKernelsBits) {
     CUDA_OK(cudaMallocHost(&host, sizeof(uint32_t) * static_cast<size_t>(n0 + n1)));
     for (int64_t i = 0; i < n0 + n1; ++i) host[i] = static_cast<uint32_t>(rng());
     for (int64_t b = 0; b < n; ++b) host[b] = static_cast<uint32_t>(rng() % kVocab);
-    const std::vector<float> embed = Random(static_cast<size_t>(kVocab * D), rng, -2.f, 2.f);
-    const std::vector<float> w = Random(static_cast<size_t>(D), rng, 0.5f, 1.5f);
+    const std::vector<float> embed = Uniform(static_cast<size_t>(kVocab * D), rng, -2.f, 2.f);
+    const std::vector<float> w = Uniform(static_cast<size_t>(D), rng, 0.5f, 1.5f);
     DevBuf d_embed(sizeof(uint16_t) * embed.size()), d_w(sizeof(float) * w.size());
     Upload(ActType::kBf16, embed, d_embed.get());
     Upload(ActType::kF32, w, d_w.get());

@@ -28,28 +28,12 @@
 
 #include "backend/cuda/sampling.h"
 #include "engine/sampler.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes) {
-    EXPECT_EQ(cudaMalloc(&p_, std::max<size_t>(bytes, 16) + 16), cudaSuccess);
-  }
-  ~DevBuf() { cudaFree(p_); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T = void>
-  T* get(size_t offset_bytes = 0) const {
-    return reinterpret_cast<T*>(static_cast<char*>(p_) + offset_bytes);
-  }
-
- private:
-  void* p_ = nullptr;
-};
+using op_test::DevBuf;
 
 float HashUniform(uint64_t seed, uint64_t i) {  // [-1, 1)
   uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;

@@ -29,52 +29,15 @@
 #include "backend/cpu/attention.h"
 #include "backend/cuda/mla.h"
 #include "base/thread_pool.h"
+#include "op_test_util.h"
 
 namespace strata::cuda {
 namespace {
 
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(std::max<size_t>(n, 1)) {
-    if (cudaMalloc(&ptr_, n_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  bool Upload(const std::vector<T>& host) {
-    return ptr_ != nullptr && host.size() <= n_ &&
-           cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) ==
-               cudaSuccess;
-  }
-  std::vector<T> Download(size_t n) const {
-    std::vector<T> host(n);
-    if (cudaMemcpy(host.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) {
-      host.clear();
-    }
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* ptr_ = nullptr;
-};
-
-float RoundBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
-std::vector<float> RandomBf16(size_t n, float amp, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-amp, amp);
-  std::vector<float> v(n);
-  for (float& x : v) x = RoundBf16(u(rng));
-  return v;
-}
-
-std::vector<bf16> ToBf16(const std::vector<float>& x) {
-  std::vector<bf16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16_rn(x[i]);
-  return out;
-}
+using op_test::DeviceArray;
+using op_test::RoundBf16;
+using op_test::RoundedUniform;
+using op_test::ToBf16;
 
 double RelL2(const std::vector<double>& got, const std::vector<double>& ref, bool* finite) {
   double num = 0, den = 0;
@@ -159,7 +122,7 @@ struct Problem {
     std::shuffle(ids.begin(), ids.end(), rng);
     table.assign(ids.begin(), ids.begin() + nseq * max_blocks);
     for (int64_t b = 0; b < nseq; ++b) {
-      seq_rows.push_back(RandomBf16(lens[b] * cd, 1.f, rng));
+      seq_rows.push_back(RoundedUniform(lens[b] * cd, 1.f, rng));
       for (int64_t p = 0; p < lens[b]; ++p) {
         const int64_t blk = table[b * max_blocks + p / 64];
         for (int64_t i = 0; i < cd; ++i) {
@@ -183,10 +146,10 @@ struct Problem {
     }
     // Score std ≈ 2 (as cuda_mla_test): q̃ = W_UKᵀ q_nope made in fp64, bf16.
     const float w_amp = 1.f / std::sqrt(static_cast<float>(dn));
-    kv_b = RandomBf16(H * (dn + dv) * r, w_amp, rng);
+    kv_b = RoundedUniform(H * (dn + dv) * r, w_amp, rng);
     const float q_amp =
         2.f / (std::sqrt(cd / 9.f) * ScaleOf(s)) / (w_amp * std::sqrt(dn / 3.f));
-    q_full = RandomBf16(nq * H * (dn + dr), q_amp, rng);
+    q_full = RoundedUniform(nq * H * (dn + dr), q_amp, rng);
     q_abs.resize(nq * H * cd);
     for (int64_t t = 0; t < nq; ++t) {
       for (int64_t h = 0; h < H; ++h) {
