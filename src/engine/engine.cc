@@ -344,19 +344,26 @@ void Engine::Fail(const RequestPtr& r, Status status) {
   Finish(r, FinishReason::kError, std::move(status));
 }
 
-// Runs `body` for one request; an exception (the standard library may throw
-// bad_alloc) becomes that request's error, never the scheduler's. `doing`
-// says what an allocation failure interrupted.
+// Runs `body` and turns an exception (the standard library may throw
+// bad_alloc) into a Status; `doing` says what it interrupted.
 template <class F>
-static void ForRequest(Engine* e, const std::shared_ptr<Request>& r, const char* doing, F&& body,
-                       void (Engine::*fail)(const std::shared_ptr<Request>&, Status)) {
+static Status Guarded(const char* doing, F&& body) {
   try {
     body();
   } catch (const std::bad_alloc&) {
-    (e->*fail)(r, absl::ResourceExhaustedError(absl::StrCat("out of memory while ", doing)));
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory while ", doing));
   } catch (const std::exception& ex) {
-    (e->*fail)(r, absl::InternalError(absl::StrCat("internal error while ", doing, ": ", ex.what())));
+    return absl::InternalError(absl::StrCat("internal error while ", doing, ": ", ex.what()));
   }
+  return absl::OkStatus();
+}
+
+// Runs `body` for one request; an exception becomes that request's error,
+// never the scheduler's.
+template <class F>
+static void ForRequest(Engine* e, const std::shared_ptr<Request>& r, const char* doing, F&& body,
+                       void (Engine::*fail)(const std::shared_ptr<Request>&, Status)) {
+  if (Status s = Guarded(doing, body); !s.ok()) (e->*fail)(r, std::move(s));
 }
 
 bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
@@ -431,12 +438,11 @@ void Engine::RenderNextRound(const RequestPtr& r) {
   renderer_.Post([this, r] {
     // A cancel stops the render from inside.
     StatusOr<std::vector<int32_t>> prompt = absl::UnknownError("not rendered");
-    try {
-      prompt = r->chat()->Prompt([&r] { return r->cancel_reason() != FinishReason::kNone; });
-    } catch (const std::bad_alloc&) {
-      prompt = absl::ResourceExhaustedError("out of memory while preparing the request");
-    } catch (const std::exception& ex) {
-      prompt = absl::InternalError(absl::StrCat("internal error while preparing the request: ", ex.what()));
+    if (Status s = Guarded("preparing the request", [&] {
+          prompt = r->chat()->Prompt([&r] { return r->cancel_reason() != FinishReason::kNone; });
+        });
+        !s.ok()) {
+      prompt = std::move(s);
     }
     // Under the engine's mutex, so the scheduler cannot miss the wake-up
     // between checking Eligible and waiting.
