@@ -489,6 +489,8 @@ class StreamingParser final : public ToolCallParser {
           std::all_of(name.begin() + colon + 1, name.end(), IsDigit)) {
         name = name.substr(0, colon);
       }
+      // "functions.:0" or ":0" names nothing: a call must name its tool.
+      if (name.empty()) return StartRecover("bad tool name");
       name_ = std::string(name);
       fence_ = false;
       scanner_.Reset();

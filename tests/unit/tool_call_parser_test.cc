@@ -494,6 +494,22 @@ TEST(ToolCallParserTest, KimiRecoveryUnknownToolAndUnterminated) {
   EXPECT_THAT(ev[1].text, testing::HasSubstr("unterminated tool-call section"));
 }
 
+// A Kimi header whose id names no tool ("functions.:0", ":0") is an error
+// event, and the calls after it still parse (found by tool_call_fuzzer).
+TEST(ToolCallParserTest, KimiHeaderWithoutANameIsAnError) {
+  for (const char* header : {":0", "functions.:0", "functions.:17", "functions."}) {
+    const std::string text =
+        std::string("<|tool_calls_section_begin|><|tool_call_begin|>") + header +
+        "<|tool_call_argument_begin|>{\"x\": 1}<|tool_call_end|><|tool_call_begin|>functions.b:1"
+        "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>";
+    const auto ev = RunWhole(ToolCallFamily::kKimiK2, text);
+    ASSERT_EQ(ev.size(), 2u) << header << ": " << testing::PrintToString(ev);
+    EXPECT_EQ(ev[0].kind, Kind::kError) << header;
+    EXPECT_THAT(ev[0].text, testing::HasSubstr("bad tool name")) << header;
+    EXPECT_EQ(ev[1], Call("functions.b:1", "b", "{}")) << header;
+  }
+}
+
 TEST(ToolCallParserTest, EveryChunkingGivesTheWholeTextEvents) {
   std::vector<Sample> all = HermesSamples();
   for (auto& s : DeepSeekSamples()) all.push_back(s);
