@@ -3,9 +3,11 @@
 // the prefill slice loop, the batched decode driver (per-step inputs into
 // fixed device buffers, incremental block-table upload, one CUDA graph per
 // step shape), clone / reset / host offload of states. An executor derives from
-// it, fills Frame, StateLayout and the runtime members at load, and supplies
-// only its layer math (EnqueueLayers) and how a decode step's shape is chosen
-// (DecodeVariant).
+// it, fills Frame, StateLayout, the layer stack (stack_, ffn_) and the runtime
+// members at load, and supplies only its mixers (EnqueueMixer) and how a
+// decode step's shape is chosen (DecodeVariant); the stack of norms, mixers
+// and feed-forward blocks with its decode tunings is this class's
+// (EnqueueLayers), the same for every architecture.
 //
 // Locking: mu_ serialises everything that uses the stream, the scratch and the
 // pinned mirrors (one forward pass at a time; see Turn); the PagedStateBook
@@ -34,6 +36,8 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/sampling.h"
 #include "base/tuning.h"
+#include "exec/cuda/cuda_ops.h"
+#include "exec/cuda/ffn_cuda.h"
 #include "model/model.h"
 #include "model/models/cuda_paged_state.h"
 #include "model/models/paged_state_book.h"
@@ -103,16 +107,15 @@ class CudaExecutorBase : public Model {
     bool start_fused = false;
   };
 
-  // An architecture whose decode step begins with h = embed[token] and then
-  // xn = RMSNorm(h) · norm (Frame::h, Frame::xn, Frame::eps) may name the two
-  // weights here; EnqueueDecode then forms both in the step's first kernel
-  // together with the input upload (cuda::EmbedRmsNormStart) and passes
-  // StepVariant::start_fused. Null (the default): EnqueueLayers does its own.
+  // A decode step begins with h = embed[token] and xn = RMSNorm(h) · the
+  // first layer's input norm; EnqueueDecode forms both in the step's first
+  // kernel together with the input upload (cuda::EmbedRmsNormStart) and
+  // passes StepVariant::start_fused, unless step.start_fused=0.
   struct DecodeStart {
     const bf16* embed = nullptr;  // [V, D]
     const float* norm = nullptr;  // [D]
   };
-  virtual DecodeStart FusedDecodeStart() const { return {}; }
+  DecodeStart FusedDecodeStart() const;
 
   // Sizes and device buffers of the plan that the shared passes use. The
   // executor fills it at load (the pointers are into its scratch/weights).
@@ -120,6 +123,7 @@ class CudaExecutorBase : public Model {
     int64_t max_batch = 0, max_blocks = 0, max_ctx = 0, slice = 0, logits_chunk_rows = 0;
     int64_t D = 0, V = 0;
     float eps = 0.f;
+    const bf16* embed = nullptr;  // [V, D]
     const float* final_norm = nullptr;
     const bf16* lm_head = nullptr;   // [V, D]
     int32_t* tokens = nullptr;       // [rows] prefill token ids
@@ -134,15 +138,30 @@ class CudaExecutorBase : public Model {
     size_t sample_ws_bytes = 0;
   };
 
+  // --- the layer stack ---------------------------------------------------
+  // Per layer: h += pending, xn = RMSNorm(h); the mixer adds into h;
+  // xn = RMSNorm(h); the feed-forward block (ffn_) adds into h and leaves the
+  // routed sum pending. The norms before a weight-streaming product may let
+  // it launch early (NormEarlyTrigger; the post-attention one only where
+  // CudaFfn::PostNormMayTriggerEarly, norm.post_early).
+  struct StackLayer {
+    const float* input_norm = nullptr;  // [D]
+    const float* post_norm = nullptr;   // [D]
+    FfnWeights ffn;
+  };
+  // Enqueues the embedding (unless v.start_fused) and every layer for n rows
+  // (enqueue only, graph-safe). Prefill: `prefill_state` is the sequence and
+  // `past` its length before the slice, `v` is {}. Decode: `prefill_state`
+  // is null, the rows come from Frame::step and `v` is DecodeVariant's.
+  // `pending` receives the routed-expert output still to be added to h (or
+  // null).
+  Status EnqueueLayers(int64_t n, const int32_t* tokens, const CudaSequenceState* prefill_state,
+                       int64_t past, const StepVariant& v, const float** pending) const;
   // --- the executor's own math --------------------------------------------
-  // Enqueues embedding and every layer for n rows (enqueue only, graph-safe).
-  // Prefill: `prefill_state` is the sequence and `past` its length before the
-  // slice, `v` is {}. Decode: `prefill_state` is null, the rows come from
-  // Frame::step and `v` is DecodeVariant's. `pending` receives the routed-
-  // expert output still to be added to h (or null).
-  virtual Status EnqueueLayers(int64_t n, const int32_t* tokens,
-                               const CudaSequenceState* prefill_state, int64_t past,
-                               const StepVariant& v, const float** pending) const = 0;
+  // Layer `layer`'s mixer: reads xn, adds its output into h (arguments as
+  // for EnqueueLayers).
+  virtual Status EnqueueMixer(size_t layer, int64_t n, const CudaSequenceState* prefill_state,
+                              int64_t past, const StepVariant& v) const = 0;
   // The variant of a decode step whose longest sequence has max_len tokens
   // (after the step). Called once per step, under mu_.
   virtual StepVariant DecodeVariant(int64_t max_len) const = 0;
@@ -154,27 +173,22 @@ class CudaExecutorBase : public Model {
   }
 
   // --- shared pieces the executors use ---------------------------------------
-  // y = x·wᵀ (bf16 weights [n, k]) through cuBLASLt.
+  // y = x·wᵀ (weights [n, k], bf16 or FP8) on stream_, or on `stream`
+  // (stream_ or side_): CudaOps::Mm.
   Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
             int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta,
             float alpha = 1.f) const;
-  // The same on `stream` (stream_ or side_).
+  Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const Mat& w, int64_t n,
+            int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta,
+            float alpha = 1.f) const;
   Status MmOn(cudaStream_t stream, const void* x, cuda::ActType x_type, int64_t ldx, int64_t m,
               const bf16* w, int64_t n, int64_t k, void* y, cuda::ActType y_type, int64_t ldy,
               float beta, float alpha = 1.f) const;
 
-  // Branches inside a decode step. A batch-1 step is a chain of ~450 short
-  // kernels, many of them latency-bound (a recurrent step, routing, a 1 MB
-  // GEMV) while DRAM idles; work that does not depend on them can run beside
-  // them on side_. Fork: side_ waits for everything enqueued on stream_ so
-  // far; Join: stream_ waits for everything enqueued on side_ so far (a
-  // captured graph keeps both as edges). Branching(n) is true for decode
-  // steps of n ≤ cuda::kGemvMaxRows rows (unless step.branches=0):
-  // side_ then only runs Gemm calls of that size, i.e. the workspace-free
-  // streaming kernel, so cuBLASLt never runs on two streams at once (its
-  // calls share the BlasContext's workspace). Each kernel computes what it
-  // did on one stream, so results, and the batch-invariant guarantees, are
-  // the same either way.
+  // What the layer modules enqueue through (cuda_ops.h): the streams, the
+  // cuBLASLt context, the tuning and the FP8 tile, as they are now.
+  CudaOps Ops() const;
+  // Ops()'s, on this executor's streams (see CudaOps::Branching).
   bool Branching(int64_t n) const;
   Status Fork() const;
   Status Join() const;
@@ -204,6 +218,7 @@ class CudaExecutorBase : public Model {
     f.D = g.D;
     f.V = g.V;
     f.eps = g.eps;
+    f.embed = w.embed;
     f.final_norm = w.final_norm;
     f.lm_head = w.lm_head;
     f.tokens = s.tokens;
@@ -216,6 +231,34 @@ class CudaExecutorBase : public Model {
     f.logits = s.logits;
     f.sample_ws = s.sample_ws;
     f.sample_ws_bytes = p.sample_ws;
+  }
+  // Fills stack_ and ffn_ from an executor's layers (input_norm, post_norm,
+  // is_moe and an FfnWeights `ffn` each) and scratch (xn, h, delta, gu, act,
+  // router_logits, moe_ws); `shared` and `shared_gate` only for a gated
+  // shared expert.
+  template <typename Weights, typename Scratch>
+  void BindStack(const Weights& w, const Scratch& s, const FfnDims& dims, size_t moe_ws_bytes,
+                 bool batch_invariant, float* shared = nullptr, float* shared_gate = nullptr) {
+    stack_.clear();
+    for (const auto& layer : w.layers) {
+      StackLayer& L = stack_.emplace_back();
+      L.input_norm = layer.input_norm;
+      L.post_norm = layer.post_norm;
+      L.ffn = layer.ffn;
+      L.ffn.is_moe = layer.is_moe;
+    }
+    FfnBuffers b;
+    b.xn = s.xn;
+    b.h = s.h;
+    b.delta = s.delta;
+    b.gu = s.gu;
+    b.act = s.act;
+    b.router_logits = s.router_logits;
+    b.shared = shared;
+    b.shared_gate = shared_gate;
+    b.moe_ws = s.moe_ws;
+    b.moe_ws_bytes = moe_ws_bytes;
+    ffn_ = CudaFfn(dims, b, batch_invariant);
   }
   // After load, once frame_, layout_, stream_ and the pools exist: the
   // pinned mirrors (plus `extra_pinned` bytes returned in *extra, e.g. the
@@ -255,6 +298,12 @@ class CudaExecutorBase : public Model {
   cudaEvent_t fork_ev_ = nullptr;
   cudaEvent_t join_ev_ = nullptr;
   std::unique_ptr<cuda::BlasContext> blas_;
+  // Executors with FP8 weights: the prefill products' dequantisation tile.
+  bf16* fp8_tile_ = nullptr;
+  int64_t fp8_tile_elems_ = 0;
+  // The layer stack (EnqueueLayers), set at load.
+  std::vector<StackLayer> stack_;
+  CudaFfn ffn_;
   void* weight_mem_ = nullptr;
   void* runtime_mem_ = nullptr;
   std::shared_ptr<PagedStateBook> book_;

@@ -113,21 +113,22 @@ CudaExecutorBase::Turn::Turn(const CudaExecutorBase& model)
 
 // step.branches=0 keeps a decode step on one stream (results are identical
 // either way).
-bool CudaExecutorBase::Branching(int64_t n) const {
-  return tuning_.On(tuning::Key::kStepBranches) && side_ != nullptr && n <= cuda::kGemvMaxRows;
+CudaOps CudaExecutorBase::Ops() const {
+  CudaOps o;
+  o.stream = stream_;
+  o.side = side_;
+  o.fork_ev = fork_ev_;
+  o.join_ev = join_ev_;
+  o.blas = blas_.get();
+  o.tuning = &tuning_;
+  o.fp8_tile = fp8_tile_;
+  o.fp8_tile_elems = fp8_tile_elems_;
+  return o;
 }
 
-Status CudaExecutorBase::Fork() const {
-  STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_ev_, stream_));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_, fork_ev_, 0));
-  return OkStatus();
-}
-
-Status CudaExecutorBase::Join() const {
-  STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(join_ev_, side_));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, join_ev_, 0));
-  return OkStatus();
-}
+bool CudaExecutorBase::Branching(int64_t n) const { return Ops().Branching(n); }
+Status CudaExecutorBase::Fork() const { return Ops().Fork(); }
+Status CudaExecutorBase::Join() const { return Ops().Join(); }
 
 PoolUsage CudaExecutorBase::Usage() const {
   PoolUsage u;
@@ -174,27 +175,19 @@ Status CudaExecutorBase::Sync(const char* what) const {
 Status CudaExecutorBase::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m, const bf16* w,
                             int64_t n, int64_t k, void* y, ActType y_type, int64_t ldy, float beta,
                             float alpha) const {
-  return MmOn(stream_, x, x_type, ldx, m, w, n, k, y, y_type, ldy, beta, alpha);
+  return Ops().Mm(stream_, x, x_type, ldx, m, w, n, k, y, y_type, ldy, beta, alpha);
+}
+
+Status CudaExecutorBase::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m, const Mat& w,
+                            int64_t n, int64_t k, void* y, ActType y_type, int64_t ldy, float beta,
+                            float alpha) const {
+  return Ops().Mm(stream_, x, x_type, ldx, m, w, n, k, y, y_type, ldy, beta, alpha);
 }
 
 Status CudaExecutorBase::MmOn(cudaStream_t stream, const void* x, cuda::ActType x_type, int64_t ldx,
                               int64_t m, const bf16* w, int64_t n, int64_t k, void* y,
                               cuda::ActType y_type, int64_t ldy, float beta, float alpha) const {
-  cuda::GemmArgs a;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.x = x;
-  a.x_type = x_type;
-  a.ldx = ldx;
-  a.w = w;
-  a.ldw = k;
-  a.y = y;
-  a.y_type = y_type;
-  a.ldy = ldy;
-  a.alpha = alpha;
-  a.beta = beta;
-  return cuda::Gemm(*blas_, a, stream);
+  return Ops().Mm(stream, x, x_type, ldx, m, w, n, k, y, y_type, ldy, beta, alpha);
 }
 
 Status CudaExecutorBase::CheckState(SequenceState* s, CudaSequenceState** out,
@@ -377,6 +370,45 @@ Status CudaExecutorBase::UploadPrefillTable(const CudaSequenceState& st, int64_t
 
 // ----------------------------------------------------------------------------
 // Decode steps and graphs
+
+// ----------------------------------------------------------------------------
+// The layer stack
+
+CudaExecutorBase::DecodeStart CudaExecutorBase::FusedDecodeStart() const {
+  if (stack_.empty() || frame_.embed == nullptr) return {};
+  return DecodeStart{frame_.embed, stack_.front().input_norm};
+}
+
+Status CudaExecutorBase::EnqueueLayers(int64_t n, const int32_t* tokens,
+                                       const CudaSequenceState* ps, int64_t past,
+                                       const StepVariant& v, const float** pending) const {
+  const Frame& f = frame_;
+  const CudaOps ops = Ops();
+  const bool decode = ps == nullptr;
+  if (!v.start_fused) {
+    STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(f.embed, f.D, tokens, n, f.h, stream_));
+  }
+  // The input norm lets the mixer's first product launch before its wait
+  // (its CTAs load weights while the previous layer's last kernel drains).
+  const bool input_early = NormEarlyTrigger();
+  const bool post_may = input_early && tuning_.On(tuning::Key::kNormPostEarly);
+  const float* pend = nullptr;
+  for (size_t l = 0; l < stack_.size(); ++l) {
+    const StackLayer& L = stack_[l];
+    if (!(l == 0 && v.start_fused)) {  // else the step's first kernel formed xn
+      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pend, ActType::kF32, n, f.D, L.input_norm, f.eps,
+                                              f.xn, stream_, input_early));
+    }
+    STRATA_RETURN_IF_ERROR(EnqueueMixer(l, n, ps, past, v));
+    const cuda::MoeArgs moe = L.ffn.is_moe ? ffn_.MoeCall(ops, L.ffn, n, decode) : cuda::MoeArgs{};
+    const bool post_early = post_may && CudaFfn::PostNormMayTriggerEarly(moe);
+    STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, nullptr, ActType::kF32, n, f.D, L.post_norm, f.eps,
+                                            f.xn, stream_, post_early));
+    STRATA_RETURN_IF_ERROR(ffn_.Enqueue(ops, L.ffn, moe, n, decode, &pend));
+  }
+  *pending = pend;
+  return OkStatus();
+}
 
 Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const {
   const Frame& f = frame_;

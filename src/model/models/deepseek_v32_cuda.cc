@@ -50,37 +50,6 @@ using cuda::ActType;
 // ----------------------------------------------------------------------------
 // Small helpers and the decode step shape
 
-Status DeepseekV32CudaModel::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m,
-                                const Mat& w, int64_t n, int64_t k, void* y, ActType y_type,
-                                int64_t ldy, float beta, float alpha) const {
-  if (!w.is_fp8()) {
-    return Mm(x, x_type, ldx, m, static_cast<const bf16*>(w.bf), n, k, y, y_type, ldy, beta, alpha);
-  }
-  if (x_type != ActType::kBf16) {
-    return absl::InternalError("deepseek_v32 CUDA: FP8 weights take bf16 activations only");
-  }
-  cuda::Fp8GemmArgs a;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.x = static_cast<const bf16*>(x);
-  a.ldx = ldx;
-  a.w.w = w.fp8;
-  a.w.ldw = k;
-  a.w.scale = w.scale;
-  a.w.ld_scale = CeilDiv(k, w.block_cols);
-  a.w.block_rows = kFp8ScaleRows;
-  a.w.block_cols = w.block_cols;
-  a.y = y;
-  a.y_type = y_type;
-  a.ldy = ldy;
-  a.alpha = alpha;
-  a.beta = beta;
-  a.tile = s_.fp8_tile;
-  a.tile_elems = plan_.fp8_tile;
-  return cuda::Fp8Gemm(*blas_, a, stream_);
-}
-
 Status DeepseekV32CudaModel::Rope(bool interleaved, bf16* x, int64_t n, int64_t heads,
                                   int64_t token_stride, int64_t head_stride, int64_t offset,
                                   int64_t pos0, bool decode) const {
@@ -309,67 +278,10 @@ Status DeepseekV32CudaModel::Attention(const Layer& L, int64_t l, int64_t n, int
             g.D, 1.f);
 }
 
-Status DeepseekV32CudaModel::Ffn(const Layer& L, int64_t n, const float** pending) const {
-  const Geometry& g = g_;
-  const FfnLayer& f = L.ffn;
-  auto swiglu = [&](int64_t inter) -> Status {
-    STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, f.gate_up, 2 * inter, g.D, s_.gu,
-                              ActType::kBf16, 2 * inter, 0.f));
-    STRATA_RETURN_IF_ERROR(cuda::SiluMul(s_.gu, ActType::kBf16, n, inter, s_.act, stream_));
-    return Mm(s_.act, ActType::kBf16, inter, n, f.down, g.D, inter, s_.h, ActType::kF32, g.D, 1.f);
-  };
-  if (!L.is_moe) return swiglu(g.I_dense);
-  STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, f.router, g.E, g.D, s_.router_logits,
-                            ActType::kF32, g.E, 0.f));
-  cuda::MoeArgs a;
-  a.shape = MoeShapeOf(g);
-  a.num_tokens = n;
-  a.x = s_.xn;
-  a.router_logits = s_.router_logits;
-  a.score_bias = f.score_bias;
-  if (f.w13.is_fp8()) {
-    a.shape.fp8_experts = true;
-    a.fp8.w13 = f.w13.fp8;
-    a.fp8.w13_scale = f.w13.scale;
-    a.fp8.w2 = f.w2.fp8;
-    a.fp8.w2_scale = f.w2.scale;
-    a.fp8.block_rows = kFp8ScaleRows;
-    a.fp8.block_cols = f.w13.block_cols;
-  } else {
-    a.w13 = f.w13.bf;
-    a.w2 = f.w2.bf;
-  }
-  a.y = s_.delta;
-  a.batch_invariant = invariant_;
-  STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
-  if (g.Is > 0) STRATA_RETURN_IF_ERROR(swiglu(g.Is));
-  // The routed sum joins the residual in the next AddRmsNorm.
-  *pending = s_.delta;
-  return OkStatus();
+Status DeepseekV32CudaModel::EnqueueMixer(size_t layer, int64_t n, const DsaCudaState* ps,
+                                          int64_t past, const StepVariant& v) const {
+  return Attention(w_.layers[layer], static_cast<int64_t>(layer), n, past, v.bound, v.sparse);
 }
-
-Status DeepseekV32CudaModel::EnqueueLayers(int64_t n, const int32_t* tokens,
-                                           const DsaCudaState* prefill_state, int64_t past,
-                                           const StepVariant& v, const float** pending) const {
-  const Geometry& g = g_;
-  STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, g.D, tokens, n, s_.h, stream_));
-  const float* pend = nullptr;
-  for (int64_t l = 0; l < g.L; ++l) {
-    const Layer& L = w_.layers[static_cast<size_t>(l)];
-    STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, g.D, L.input_norm, g.eps,
-                                            s_.xn, stream_));
-    pend = nullptr;
-    STRATA_RETURN_IF_ERROR(Attention(L, l, n, past, v.bound, v.sparse));
-    STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, nullptr, ActType::kF32, n, g.D, L.post_norm,
-                                            g.eps, s_.xn, stream_));
-    STRATA_RETURN_IF_ERROR(Ffn(L, n, &pend));
-  }
-  *pending = pend;
-  return OkStatus();
-}
-
-// ----------------------------------------------------------------------------
-// Model interface (the rest is CudaExecutorBase's)
 
 int64_t DeepseekV32CudaModel::EffectiveAttendedTokens(const SequenceState& state,
                                                       int64_t new_tokens) const {

@@ -135,20 +135,10 @@ struct Plan : cuda_exec::SequencePlan {
   int64_t fp8_tile = 0;    // bf16 elements of the prefill dequantisation tile
 };
 
-// Rows of weight that share one row of a Mat's device scale grid.
-constexpr int64_t kFp8ScaleRows = 8;
+using cuda_exec::kFp8ScaleRows;
+using cuda_exec::Mat;
 // Cap on the prefill dequantisation tile (bf16 elements, 64 MiB).
 constexpr int64_t kFp8TileMaxElems = int64_t{1} << 25;
-
-// A weight matrix [rows, cols] the plain GEMMs read: bf16, or FP8 e4m3 codes
-// with fp32 scales [ceil(rows / kFp8ScaleRows), ceil(cols / block_cols)].
-struct Mat {
-  bf16* bf = nullptr;
-  uint8_t* fp8 = nullptr;
-  float* scale = nullptr;
-  int64_t block_cols = 0;
-  bool is_fp8() const { return fp8 != nullptr; }
-};
 
 struct AttnLayer {
   Mat a;                       // [n_a, D]: q_a, kv_a, wk
@@ -167,14 +157,7 @@ struct AttnLayer {
   Mat iw;                      // indexer weights_proj [HI, D]
 };
 
-struct FfnLayer {
-  Mat gate_up;              // dense MLP or shared experts: [2I, D]
-  Mat down;                 // [D, I]
-  Mat router;               // [E, D]
-  float* score_bias = nullptr;
-  Mat w13;                  // routed experts [E·2I, D] (per expert gate rows, then up)
-  Mat w2;                   // [E·D, I]
-};
+using FfnLayer = cuda_exec::FfnWeights;
 
 struct Layer {
   bool is_moe = false;
@@ -283,20 +266,14 @@ class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
   Status SelfCheck();
 
   // --- deepseek_v32_cuda.cc ---
-  using CudaExecutorBase::Mm;
-  // The same on a Mat: FP8 ones through cuda::Fp8Gemm (bf16 x only).
-  Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const Mat& w, int64_t n,
-            int64_t k, void* y, cuda::ActType y_type, int64_t ldy, float beta,
-            float alpha = 1.f) const;
   Status Rope(bool interleaved, bf16* x, int64_t n, int64_t heads, int64_t token_stride,
               int64_t head_stride, int64_t offset, int64_t pos0, bool decode) const;
   // Decode when v.bound > 0 (prefill passes StepVariant{}).
-  Status EnqueueLayers(int64_t n, const int32_t* tokens, const DsaCudaState* prefill_state,
-                       int64_t past, const StepVariant& v, const float** pending) const override;
+  Status EnqueueMixer(size_t layer, int64_t n, const DsaCudaState* prefill_state, int64_t past,
+                      const StepVariant& v) const override;
   StepVariant DecodeVariant(int64_t max_len) const override;
   Status Attention(const Layer& L, int64_t l, int64_t n, int64_t past, int64_t bound,
                    bool sparse_decode) const;
-  Status Ffn(const Layer& L, int64_t n, const float** pending) const;
 
   DeepseekV32Config cfg_;
   Geometry g_;

@@ -444,6 +444,10 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
 
   // What the shared host side (cuda_executor_base.h) works with.
   BindFrame(g, p, w_, s_, kLogitsChunkRows);
+  fp8_tile_ = s_.fp8_tile;
+  fp8_tile_elems_ = p.fp8_tile;
+  BindStack(w_, s_, cuda_exec::FfnDims{g.D, g.I_dense, g.Is, 0, MoeShapeOf(g)}, p.moe_ws,
+            invariant_);
   // No per-slot state (slots only count live sequences); two caches per
   // layer addressed by one block table: the MLA latent rows and the indexer keys.
   layout_.block_regions = {

@@ -75,11 +75,6 @@ KimiLinearCudaModel::StepVariant KimiLinearCudaModel::DecodeVariant(int64_t max_
   return StepVariant{std::min(b, plan_.max_ctx), false};
 }
 
-KimiLinearCudaModel::DecodeStart KimiLinearCudaModel::FusedDecodeStart() const {
-  if (w_.layers.empty()) return {};
-  return DecodeStart{w_.embed, w_.layers.front().input_norm};
-}
-
 // ----------------------------------------------------------------------------
 // Enqueue-only passes (graph-safe: fixed pointers, host values only as shapes)
 
@@ -340,111 +335,10 @@ Status KimiLinearCudaModel::MlaMixer(const Layer& L, int64_t n, const CudaState*
             g.D, 1.f);
 }
 
-Status KimiLinearCudaModel::Ffn(const Layer& L, int64_t n, bool decode, const cuda::MoeArgs& moe,
-                                const float** pending) const {
-  const Geometry& g = g_;
-  const FfnLayer& f = L.ffn;
-  auto swiglu = [&](int64_t inter, cudaStream_t st) -> Status {
-    STRATA_RETURN_IF_ERROR(MmOn(st, s_.xn, ActType::kBf16, g.D, n, f.gate_up, 2 * inter, g.D, s_.gu,
-                                ActType::kBf16, 2 * inter, 0.f));
-    STRATA_RETURN_IF_ERROR(cuda::SiluMul(s_.gu, ActType::kBf16, n, inter, s_.act, st));
-    return MmOn(st, s_.act, ActType::kBf16, inter, n, f.down, g.D, inter, s_.h, ActType::kF32, g.D,
-                1.f);
-  };
-  if (!L.is_moe) return swiglu(g.I_dense, stream_);
-  const bool folded = moe.shared_w13 != nullptr;
-  // Decode branches: the shared expert (it adds into h; the routed experts go
-  // to `pending`) streams its weights on side_ while routing is latency-bound
-  // (when the MoE call does not fold it in).
-  const bool branch = !folded && decode && g.Is > 0 && Branching(n);
-  if (branch) {
-    STRATA_RETURN_IF_ERROR(Fork());
-    STRATA_RETURN_IF_ERROR(swiglu(g.Is, side_));
-  }
-  // MoeForward runs the router (MoeArgs::router_w): at batch 1 it routes
-  // inside the router's kernel.
-  STRATA_RETURN_IF_ERROR(cuda::MoeForward(moe, s_.moe_ws, plan_.moe_ws, stream_));
-  if (branch) {
-    STRATA_RETURN_IF_ERROR(Join());
-  } else if (g.Is > 0 && !folded) {
-    STRATA_RETURN_IF_ERROR(swiglu(g.Is, stream_));
-  }
-  // The routed sum joins the residual in the next AddRmsNorm (one pass less),
-  // or, with the shared expert folded in, in the MoE call itself: nothing
-  // else touches h during that call, and the next norm then reads one array.
-  *pending = moe.accumulate ? nullptr : s_.delta;
-  return OkStatus();
-}
-
-cuda::MoeArgs KimiLinearCudaModel::MoeArgsFor(const Layer& L, int64_t n, bool decode) const {
-  const Geometry& g = g_;
-  const FfnLayer& f = L.ffn;
-  cuda::MoeArgs a;
-  a.shape = MoeShapeOf(g);
-  a.num_tokens = n;
-  a.x = s_.xn;
-  a.router_logits = s_.router_logits;
-  a.score_bias = f.score_bias;
-  a.w13 = f.w13;
-  a.w2 = f.w2;
-  a.y = s_.delta;
-  a.batch_invariant = invariant_;
-  a.router_w = f.router;
-  a.blas = blas_.get();
-  if (decode && g.Is == g.I) {
-    a.shared_w13 = f.gate_up;
-    a.shared_w2 = f.down;
-    if (!cuda::MoeFoldsSharedExpert(a)) a.shared_w13 = a.shared_w2 = nullptr;
-  }
-  // The folded call adds its sum into h itself (MoeArgs::accumulate);
-  // moe.into_h=0 leaves it to the next norm.
-  if (a.shared_w13 != nullptr && tuning_.On(tuning::Key::kMoeIntoH)) {
-    a.y = s_.h;
-    a.accumulate = true;
-  }
-  return a;
-}
-
-Status KimiLinearCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, const CudaState* ps,
-                                          int64_t past, const StepVariant& v,
-                                          const float** pending) const {
-  const Geometry& g = g_;
-  if (!v.start_fused) {
-    STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, g.D, tokens, n, s_.h, stream_));
-  }
-  const float* pend = nullptr;
-  bool first = true;
-  // The input norm lets in_proj / q_proj launch before its wait (their CTAs
-  // load weights while the previous MoE's down kernel drains). The
-  // post-attention norm does so only when the MoE call folds the shared
-  // expert in: otherwise an early router pulls the route and the routed
-  // gate|up ahead of the shared expert's SiLU on the side stream, which then
-  // waits for a slot behind 1,024 CTAs (docs/dev/journal/performance.md).
-  const bool input_early = NormEarlyTrigger();
-  for (const Layer& L : w_.layers) {
-    if (!(first && v.start_fused)) {  // else the step's first kernel formed xn
-      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, g.D, L.input_norm,
-                                              g.eps, s_.xn, stream_, input_early));
-    }
-    first = false;
-    pend = nullptr;
-    if (L.is_mla) {
-      STRATA_RETURN_IF_ERROR(MlaMixer(L, n, ps, past, v.bound));
-    } else {
-      STRATA_RETURN_IF_ERROR(KdaMixer(L, n, ps));
-    }
-    const cuda::MoeArgs moe = L.is_moe ? MoeArgsFor(L, n, ps == nullptr) : cuda::MoeArgs{};
-    // With the shared expert folded into the MoE kernels there is no SiLU on
-    // a side stream to starve, so the router may launch early as well
-    // (norm.post_early=0 keeps it behind the wait).
-    const bool post_early =
-        input_early && tuning_.On(tuning::Key::kNormPostEarly) && moe.shared_w13 != nullptr;
-    STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, nullptr, ActType::kF32, n, g.D, L.post_norm,
-                                            g.eps, s_.xn, stream_, post_early));
-    STRATA_RETURN_IF_ERROR(Ffn(L, n, ps == nullptr, moe, &pend));
-  }
-  *pending = pend;
-  return OkStatus();
+Status KimiLinearCudaModel::EnqueueMixer(size_t layer, int64_t n, const CudaState* ps, int64_t past,
+                                         const StepVariant& v) const {
+  const Layer& L = w_.layers[layer];
+  return L.is_mla ? MlaMixer(L, n, ps, past, v.bound) : KdaMixer(L, n, ps);
 }
 
 // ----------------------------------------------------------------------------

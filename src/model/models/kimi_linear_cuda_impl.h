@@ -143,14 +143,7 @@ struct MlaLayer {
   bf16* uk_t = nullptr;
 };
 
-struct FfnLayer {
-  bf16* gate_up = nullptr;  // dense MLP or shared expert: [2I, D]
-  bf16* down = nullptr;     // [D, I]
-  bf16* router = nullptr;   // [E, D]
-  float* score_bias = nullptr;  // [E]
-  bf16* w13 = nullptr;      // [E, 2I, D]
-  bf16* w2 = nullptr;       // [E, D, I]
-};
+using FfnLayer = cuda_exec::FfnWeights;
 
 struct Layer {
   bool is_mla = false, is_moe = false;
@@ -243,13 +236,11 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
 
   // --- kimi_linear_cuda.cc ---
   // Enqueue-only building blocks (no host synchronisation; graph-safe).
-  Status EnqueueLayers(int64_t n, const int32_t* tokens, const CudaState* prefill_state,
-                       int64_t past, const StepVariant& v, const float** pending) const override;
+  Status EnqueueMixer(size_t layer, int64_t n, const CudaState* prefill_state, int64_t past,
+                      const StepVariant& v) const override;
   // Decode graphs are keyed by the MlaDecode length bound: the next power of
   // two ≥ the longest sequence, at least kMinMlaBucket (0 without MLA layers).
   StepVariant DecodeVariant(int64_t max_len) const override;
-  // The embedding table and the first layer's input norm.
-  DecodeStart FusedDecodeStart() const override;
   // Random KDA states and conv windows.
   Status FillSlotForBenchmark(const CudaState& st,
                               const std::function<uint64_t()>& next) const override;
@@ -260,14 +251,6 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
                   float* states, const int32_t* slots) const;
   Status MlaMixer(const Layer& L, int64_t n, const CudaState* prefill_state, int64_t past,
                   int64_t mla_bound) const;
-  // decode: the rows are a decode step's (Branching may apply). moe: the MoE
-  // call of an MoE layer (MoeArgsFor), unused for a dense one.
-  Status Ffn(const Layer& L, int64_t n, bool decode, const cuda::MoeArgs& moe,
-             const float** pending) const;
-  // The MoE call of layer L for n rows; at decode the shared expert is folded
-  // in when cuda::MoeFoldsSharedExpert allows (a batch-1 step).
-  cuda::MoeArgs MoeArgsFor(const Layer& L, int64_t n, bool decode) const;
-
   KimiLinearConfig cfg_;
   Geometry g_;
   // LoadOptions::batch_invariant: every kernel takes its invariant variant.

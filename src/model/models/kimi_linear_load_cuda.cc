@@ -93,16 +93,16 @@ void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_
       L.kda.o_norm = c.Take<float>(g.dk);
     }
     if (!L.is_moe) {
-      L.ffn.gate_up = c.Take<bf16>(2 * g.I_dense * g.D);
-      L.ffn.down = c.Take<bf16>(g.D * g.I_dense);
+      L.ffn.gate_up.bf = c.Take<bf16>(2 * g.I_dense * g.D);
+      L.ffn.down.bf = c.Take<bf16>(g.D * g.I_dense);
     } else {
-      L.ffn.router = c.Take<bf16>(g.E * g.D);
+      L.ffn.router.bf = c.Take<bf16>(g.E * g.D);
       L.ffn.score_bias = c.Take<float>(g.E);
-      L.ffn.w13 = c.Take<bf16>(g.E * 2 * g.I * g.D);
-      L.ffn.w2 = c.Take<bf16>(g.E * g.D * g.I);
+      L.ffn.w13.bf = c.Take<bf16>(g.E * 2 * g.I * g.D);
+      L.ffn.w2.bf = c.Take<bf16>(g.E * g.D * g.I);
       if (g.Is > 0) {
-        L.ffn.gate_up = c.Take<bf16>(2 * g.Is * g.D);
-        L.ffn.down = c.Take<bf16>(g.D * g.Is);
+        L.ffn.gate_up.bf = c.Take<bf16>(2 * g.Is * g.D);
+        L.ffn.down.bf = c.Take<bf16>(g.D * g.Is);
       }
     }
   }
@@ -263,6 +263,8 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
 
   // What the shared host side (cuda_executor_base.h) works with.
   BindFrame(g, p, w_, s_, kLogitsChunkRows);
+  BindStack(w_, s_, cuda_exec::FfnDims{g.D, g.I_dense, g.Is, 0, MoeShapeOf(g)}, p.moe_ws,
+            invariant_);
   layout_.slot_regions = {
       {reinterpret_cast<char*>(pools_.kda_state), g.num_kda, pools_.slots,
        sizeof(float) * static_cast<size_t>(g.kda_state)},
@@ -382,30 +384,31 @@ Status KimiLinearCudaModel::UploadWeights(const WeightStore& ws, const LoadOptio
     if (!L.is_moe) {
       const std::string d = KimiDenseMlpPrefix(ws, i);
       const int64_t I = g.I_dense;
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, d + "gate_proj.weight", {I, D}, f.gate_up));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, d + "up_proj.weight", {I, D}, f.gate_up + I * D));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, d + "down_proj.weight", {D, I}, f.down));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, d + "gate_proj.weight", {I, D}, f.gate_up.bf));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, d + "up_proj.weight", {I, D}, f.gate_up.bf + I * D));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, d + "down_proj.weight", {D, I}, f.down.bf));
     } else {
       const std::string m = p + "block_sparse_moe.";
       const int64_t E = g.E, I = g.I;
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "gate.weight", {E, D}, f.router));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "gate.weight", {E, D}, f.router.bf));
       STRATA_ASSIGN_OR_RETURN(std::vector<float> bias,
                               ws.GetF32Copy(m + "gate.e_score_correction_bias", {E}));
       STRATA_RETURN_IF_ERROR(up.Floats(bias, f.score_bias));
       for (int64_t e = 0; e < E; ++e) {
         const std::string x = absl::StrCat(m, "experts.", e, ".");
-        bf16* w13 = f.w13 + e * 2 * I * D;
+        bf16* w13 = f.w13.bf + e * 2 * I * D;
         STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "w1.weight", {I, D}, w13));
         STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "w3.weight", {I, D}, w13 + I * D));
-        STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "w2.weight", {D, I}, f.w2 + e * D * I));
+        STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "w2.weight", {D, I}, f.w2.bf + e * D * I));
       }
       if (g.Is > 0) {
         const int64_t Is = g.Is;
         STRATA_RETURN_IF_ERROR(
-            up.Matrix(ws, m + "shared_experts.gate_proj.weight", {Is, D}, f.gate_up));
+            up.Matrix(ws, m + "shared_experts.gate_proj.weight", {Is, D}, f.gate_up.bf));
         STRATA_RETURN_IF_ERROR(
-            up.Matrix(ws, m + "shared_experts.up_proj.weight", {Is, D}, f.gate_up + Is * D));
-        STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "shared_experts.down_proj.weight", {D, Is}, f.down));
+            up.Matrix(ws, m + "shared_experts.up_proj.weight", {Is, D}, f.gate_up.bf + Is * D));
+        STRATA_RETURN_IF_ERROR(
+            up.Matrix(ws, m + "shared_experts.down_proj.weight", {D, Is}, f.down.bf));
       }
     }
     if (options.progress) {
@@ -461,16 +464,16 @@ Status KimiLinearCudaModel::MakeDummyWeights(uint64_t seed) {
     }
     const FfnLayer& f = L.ffn;
     if (!L.is_moe) {
-      STRATA_RETURN_IF_ERROR(mat(f.gate_up, 2 * g.I_dense * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.down, g.D * g.I_dense));
+      STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.I_dense * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.I_dense));
     } else {
-      STRATA_RETURN_IF_ERROR(mat(f.router, g.E * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.router.bf, g.E * g.D));
       STRATA_RETURN_IF_ERROR(f32(f.score_bias, g.E, -0.01f, 0.01f));
-      STRATA_RETURN_IF_ERROR(mat(f.w13, g.E * 2 * g.I * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.w2, g.E * g.D * g.I));
+      STRATA_RETURN_IF_ERROR(mat(f.w13.bf, g.E * 2 * g.I * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.w2.bf, g.E * g.D * g.I));
       if (g.Is > 0) {
-        STRATA_RETURN_IF_ERROR(mat(f.gate_up, 2 * g.Is * g.D));
-        STRATA_RETURN_IF_ERROR(mat(f.down, g.D * g.Is));
+        STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.Is * g.D));
+        STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.Is));
       }
     }
   }

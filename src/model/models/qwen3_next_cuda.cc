@@ -152,66 +152,11 @@ Status Qwen3NextCudaModel::AttnMixer(const Layer& L, int64_t n, const CudaState*
   return Mm(s_.y, ActType::kBf16, qw, n, m.o, g.D, qw, s_.h, ActType::kF32, g.D, 1.f);
 }
 
-Status Qwen3NextCudaModel::Ffn(const Layer& L, int64_t n, const float** pending) const {
-  const Geometry& g = g_;
-  const FfnLayer& f = L.ffn;
-  auto swiglu = [&](int64_t inter, float* y, float beta) -> Status {
-    STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, f.gate_up, 2 * inter, g.D, s_.gu,
-                              ActType::kBf16, 2 * inter, 0.f));
-    STRATA_RETURN_IF_ERROR(cuda::SiluMul(s_.gu, ActType::kBf16, n, inter, s_.act, stream_));
-    return Mm(s_.act, ActType::kBf16, inter, n, f.down, g.D, inter, y, ActType::kF32, g.D, beta);
-  };
-  if (!L.is_moe) return swiglu(g.I_dense, s_.h, 1.f);
-  STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, f.router, g.E, g.D, s_.router_logits,
-                            ActType::kF32, g.E, 0.f));
-  cuda::MoeArgs a;
-  a.shape = MoeShapeOf(g);
-  a.num_tokens = n;
-  a.x = s_.xn;
-  a.router_logits = s_.router_logits;
-  a.score_bias = nullptr;
-  a.w13 = f.w13;
-  a.w2 = f.w2;
-  a.y = s_.delta;
-  a.batch_invariant = invariant_;
-  STRATA_RETURN_IF_ERROR(cuda::MoeForward(a, s_.moe_ws, plan_.moe_ws, stream_));
-  // Shared expert, scaled per token by sigmoid(xn·w_sg) (column 0 of the
-  // padded 8-row gate product).
-  STRATA_RETURN_IF_ERROR(swiglu(g.Is, s_.shared, 0.f));
-  STRATA_RETURN_IF_ERROR(Mm(s_.xn, ActType::kBf16, g.D, n, f.shared_gate, kSharedGateRows, g.D,
-                            s_.sgate, ActType::kF32, kSharedGateRows, 0.f));
-  STRATA_RETURN_IF_ERROR(
-      cuda::AddSigmoidScaledRows(s_.h, s_.shared, s_.sgate, kSharedGateRows, n, g.D, stream_));
-  // The routed sum joins the residual in the next AddRmsNorm (one pass less).
-  *pending = s_.delta;
-  return OkStatus();
+Status Qwen3NextCudaModel::EnqueueMixer(size_t layer, int64_t n, const CudaState* ps, int64_t past,
+                                        const StepVariant& v) const {
+  const Layer& L = w_.layers[layer];
+  return L.is_attn ? AttnMixer(L, n, ps, past) : GdnMixer(L, n, ps);
 }
-
-Status Qwen3NextCudaModel::EnqueueLayers(int64_t n, const int32_t* tokens, const CudaState* ps,
-                                         int64_t past, const StepVariant& v,
-                                         const float** pending) const {
-  const Geometry& g = g_;
-  STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, g.D, tokens, n, s_.h, stream_));
-  const float* pend = nullptr;
-  for (const Layer& L : w_.layers) {
-    STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, g.D, L.input_norm, g.eps,
-                                            s_.xn, stream_));
-    pend = nullptr;
-    if (L.is_attn) {
-      STRATA_RETURN_IF_ERROR(AttnMixer(L, n, ps, past));
-    } else {
-      STRATA_RETURN_IF_ERROR(GdnMixer(L, n, ps));
-    }
-    STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, nullptr, ActType::kF32, n, g.D, L.post_norm,
-                                            g.eps, s_.xn, stream_));
-    STRATA_RETURN_IF_ERROR(Ffn(L, n, &pend));
-  }
-  *pending = pend;
-  return OkStatus();
-}
-
-// ----------------------------------------------------------------------------
-// Model interface (the rest is CudaExecutorBase's)
 
 Qwen3NextCudaStats Qwen3NextCudaModel::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -125,14 +125,7 @@ struct AttnLayer {
   float* k_norm = nullptr;  // [hd]
 };
 
-struct FfnLayer {
-  bf16* gate_up = nullptr;  // dense MLP or shared expert: [2I, D]
-  bf16* down = nullptr;     // [D, I]
-  bf16* router = nullptr;   // [E, D]
-  bf16* shared_gate = nullptr;  // [8, D], row 0 real
-  bf16* w13 = nullptr;      // [E, 2I, D]
-  bf16* w2 = nullptr;       // [E, D, I]
-};
+using FfnLayer = cuda_exec::FfnWeights;
 
 struct Layer {
   bool is_attn = false, is_moe = false;
@@ -218,12 +211,11 @@ class Qwen3NextCudaModel final : public cuda_exec::CudaExecutorBase {
   Status SelfCheck();
 
   // --- qwen3_next_cuda.cc ---
-  Status EnqueueLayers(int64_t n, const int32_t* tokens, const CudaState* prefill_state,
-                       int64_t past, const StepVariant& v, const float** pending) const override;
+  Status EnqueueMixer(size_t layer, int64_t n, const CudaState* prefill_state, int64_t past,
+                      const StepVariant& v) const override;
   StepVariant DecodeVariant(int64_t max_len) const override { return StepVariant{}; }
   Status GdnMixer(const Layer& L, int64_t n, const CudaState* prefill_state) const;
   Status AttnMixer(const Layer& L, int64_t n, const CudaState* prefill_state, int64_t past) const;
-  Status Ffn(const Layer& L, int64_t n, const float** pending) const;
 
   Qwen3NextConfig cfg_;
   Geometry g_;

@@ -90,14 +90,14 @@ void CarveWeights(const Geometry& g, const Qwen3NextConfig& cfg, bool separate_l
       L.gdn.norm = c.Take<float>(g.dv);
     }
     if (!L.is_moe) {
-      L.ffn.gate_up = c.Take<bf16>(2 * g.I_dense * g.D);
-      L.ffn.down = c.Take<bf16>(g.D * g.I_dense);
+      L.ffn.gate_up.bf = c.Take<bf16>(2 * g.I_dense * g.D);
+      L.ffn.down.bf = c.Take<bf16>(g.D * g.I_dense);
     } else {
-      L.ffn.router = c.Take<bf16>(g.E * g.D);
-      L.ffn.w13 = c.Take<bf16>(g.E * 2 * g.I * g.D);
-      L.ffn.w2 = c.Take<bf16>(g.E * g.D * g.I);
-      L.ffn.gate_up = c.Take<bf16>(2 * g.Is * g.D);
-      L.ffn.down = c.Take<bf16>(g.D * g.Is);
+      L.ffn.router.bf = c.Take<bf16>(g.E * g.D);
+      L.ffn.w13.bf = c.Take<bf16>(g.E * 2 * g.I * g.D);
+      L.ffn.w2.bf = c.Take<bf16>(g.E * g.D * g.I);
+      L.ffn.gate_up.bf = c.Take<bf16>(2 * g.Is * g.D);
+      L.ffn.down.bf = c.Take<bf16>(g.D * g.Is);
       L.ffn.shared_gate = c.Take<bf16>(kSharedGateRows * g.D);
     }
   }
@@ -248,6 +248,8 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
 
   // What the shared host side (cuda_executor_base.h) works with.
   BindFrame(g, p, w_, s_, kLogitsChunkRows);
+  BindStack(w_, s_, cuda_exec::FfnDims{g.D, g.I_dense, g.Is, kSharedGateRows, MoeShapeOf(g)},
+            p.moe_ws, invariant_, s_.shared, s_.sgate);
   layout_.slot_regions = {
       {reinterpret_cast<char*>(pools_.state), g.num_gdn, pools_.slots,
        sizeof(float) * static_cast<size_t>(g.state)},
@@ -396,23 +398,23 @@ Status Qwen3NextCudaModel::UploadWeights(const WeightStore& ws, const LoadOption
     const std::string m = p + "mlp.";
     if (!L.is_moe) {
       const int64_t I = g.I_dense;
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "gate_proj.weight", {I, D}, f.gate_up));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "up_proj.weight", {I, D}, f.gate_up + I * D));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "down_proj.weight", {D, I}, f.down));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "gate_proj.weight", {I, D}, f.gate_up.bf));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "up_proj.weight", {I, D}, f.gate_up.bf + I * D));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "down_proj.weight", {D, I}, f.down.bf));
     } else {
       const int64_t E = g.E, I = g.I, Is = g.Is;
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "gate.weight", {E, D}, f.router));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "gate.weight", {E, D}, f.router.bf));
       for (int64_t e = 0; e < E; ++e) {
         const std::string x = absl::StrCat(m, "experts.", e, ".");
-        bf16* w13 = f.w13 + e * 2 * I * D;
+        bf16* w13 = f.w13.bf + e * 2 * I * D;
         STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "gate_proj.weight", {I, D}, w13));
         STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "up_proj.weight", {I, D}, w13 + I * D));
-        STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "down_proj.weight", {D, I}, f.w2 + e * D * I));
+        STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "down_proj.weight", {D, I}, f.w2.bf + e * D * I));
       }
       const std::string sh = m + "shared_expert.";
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, sh + "gate_proj.weight", {Is, D}, f.gate_up));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, sh + "up_proj.weight", {Is, D}, f.gate_up + Is * D));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, sh + "down_proj.weight", {D, Is}, f.down));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, sh + "gate_proj.weight", {Is, D}, f.gate_up.bf));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, sh + "up_proj.weight", {Is, D}, f.gate_up.bf + Is * D));
+      STRATA_RETURN_IF_ERROR(up.Matrix(ws, sh + "down_proj.weight", {D, Is}, f.down.bf));
       // Rows 1..7 of the padded gate stay zero (the allocation was cleared).
       STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "shared_expert_gate.weight", {1, D}, f.shared_gate));
     }
@@ -466,14 +468,14 @@ Status Qwen3NextCudaModel::MakeDummyWeights(uint64_t seed) {
     }
     const FfnLayer& f = L.ffn;
     if (!L.is_moe) {
-      STRATA_RETURN_IF_ERROR(mat(f.gate_up, 2 * g.I_dense * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.down, g.D * g.I_dense));
+      STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.I_dense * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.I_dense));
     } else {
-      STRATA_RETURN_IF_ERROR(mat(f.router, g.E * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.w13, g.E * 2 * g.I * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.w2, g.E * g.D * g.I));
-      STRATA_RETURN_IF_ERROR(mat(f.gate_up, 2 * g.Is * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.down, g.D * g.Is));
+      STRATA_RETURN_IF_ERROR(mat(f.router.bf, g.E * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.w13.bf, g.E * 2 * g.I * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.w2.bf, g.E * g.D * g.I));
+      STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.Is * g.D));
+      STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.Is));
       STRATA_RETURN_IF_ERROR(mat(f.shared_gate, g.D));  // row 0; the padding stays zero
     }
   }
