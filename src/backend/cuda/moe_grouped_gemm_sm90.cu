@@ -8,7 +8,7 @@
 //                persistent scheduler walks past them.
 //   2. gate|up   h13[rows, 2I] = xs · w13[e]ᵀ  (bf16 out)
 //   3. SwiGLU    h[rows, I] = silu(h13[:, :I]) ⊙ h13[:, I:]   (SiluMul)
-//   4. down      yrows[rows, D] = h · w2[e]ᵀ   (fp32 out, for moe.cu's combine)
+//   4. down      yrows[rows, D] = h · w2[e]ᵀ   (fp32 out, for moe_decode.cu's combine)
 // Both GEMMs: A row-major (K contiguous), B = the weight matrix as stored
 // ([N, K], K contiguous: CUTLASS's column-major B), D row-major; cooperative
 // kernel (two consumer warpgroups on a 128×256 tile, one TMA producer),

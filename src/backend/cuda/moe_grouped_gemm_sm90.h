@@ -1,7 +1,8 @@
 // The MoE prefill's expert products on Hopper through CUTLASS 3.x's
 // ptr-array grouped GEMM (TMA + wgmma, warp-specialised cooperative kernel,
-// persistent over the tiles of all experts). moe.cu plans the rows (expert
-// offsets, the row → token permutation) and runs the combine; this file owns
+// persistent over the tiles of all experts). moe_route.cu plans the rows
+// (expert offsets, the row → token permutation) and moe_decode.cu's combine
+// sums them; this file owns
 // everything between: x gathered into expert-sorted rows, gate|up, SwiGLU,
 // down. Every group's shape and pointers are written on the device from the
 // plan's offsets, so there is no host loop over experts and no host sync.
