@@ -31,17 +31,11 @@ struct Mat {
   float* scale = nullptr;
   int64_t block_cols = 0;
   bool is_fp8() const { return fp8 != nullptr; }
-  static Mat Bf16(bf16* w) {
-    Mat m;
-    m.bf = w;
-    return m;
-  }
 };
 
 struct CudaOps {
   cudaStream_t stream = nullptr;
-  // Null before the runtime exists (load) and with step.branches=0 resolved
-  // at load; see Branching.
+  // Null until the executor's runtime exists (InitRuntime); see Branching.
   cudaStream_t side = nullptr;
   cudaEvent_t fork_ev = nullptr;
   cudaEvent_t join_ev = nullptr;
