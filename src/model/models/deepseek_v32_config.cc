@@ -11,63 +11,11 @@
 
 #include "base/input_limits.h"
 #include "model/config_checks.h"
+#include "model/config_fields.h"
 #include "model/config_sizes.h"
 
 namespace strata {
 namespace {
-
-Status Unsupported(const ConfigReader& c, const std::string& key, const std::string& what) {
-  return absl::UnimplementedError(c.FieldError(key, what).message());
-}
-
-// The value of the first present key among aliases; an error naming both keys
-// when two present spellings disagree.
-StatusOr<std::optional<int64_t>> AliasedInt(const ConfigReader& c,
-                                            std::initializer_list<const char*> keys) {
-  std::optional<int64_t> value;
-  std::string first;
-  for (const char* key : keys) {
-    if (!c.Has(key)) continue;
-    STRATA_ASSIGN_OR_RETURN(int64_t v, c.GetInt(key));
-    if (!value) {
-      value = v;
-      first = key;
-    } else if (*value != v) {
-      return c.FieldError(key, absl::StrCat("contradicts '", first, "' (", v, " vs ", *value,
-                                            "); they are aliases"));
-    }
-  }
-  return value;
-}
-
-StatusOr<int64_t> RequiredAliasedInt(const ConfigReader& c,
-                                     std::initializer_list<const char*> keys) {
-  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> v, AliasedInt(c, keys));
-  const char* key = *keys.begin();
-  if (!v) {
-    std::string names;
-    for (const char* k : keys) absl::StrAppend(&names, names.empty() ? "" : " / ", k);
-    return c.FieldError(key, absl::StrCat("required but missing (also accepted: ", names, ")"));
-  }
-  if (*v < 1) return c.FieldError(key, absl::StrCat("expected a positive integer, got ", *v));
-  return *v;
-}
-
-StatusOr<std::vector<std::string>> StringList(const ConfigReader& c, const std::string& key,
-                                              int64_t expected_len) {
-  const nlohmann::json& v = c.json().at(key);
-  if (!v.is_array()) return c.FieldError(key, "expected a list of strings");
-  std::vector<std::string> out;
-  for (const auto& e : v) {
-    if (!e.is_string()) return c.FieldError(key, "expected a list of strings");
-    out.push_back(e.get<std::string>());
-  }
-  if (static_cast<int64_t>(out.size()) != expected_len) {
-    return c.FieldError(
-        key, absl::StrCat("has ", out.size(), " entries but num_hidden_layers is ", expected_len));
-  }
-  return out;
-}
 
 // Python's `d.get(key) or fallback`: absent, null or zero give the fallback.
 StatusOr<double> DoubleOrIfFalsy(const ConfigReader& c, const std::string& key, double fallback) {
@@ -108,8 +56,9 @@ Status ParseRope(const ConfigReader& c, DeepseekV32Config& k) {
     STRATA_ASSIGN_OR_RETURN(p.theta, r.GetDoubleOr("rope_theta", top_theta));
     STRATA_ASSIGN_OR_RETURN(double partial, r.GetDoubleOr("partial_rotary_factor", 1.0));
     if (partial != 1.0) {
-      return Unsupported(r, "partial_rotary_factor", "must be 1 (DeepSeek rotates all of "
-                                                     "qk_rope_head_dim)");
+      return UnsupportedField(r, "partial_rotary_factor",
+                              "must be 1 (DeepSeek rotates all of "
+                              "qk_rope_head_dim)");
     }
     if (type == "default") {
       p.type = cpu::RopeType::kDefault;
@@ -146,8 +95,8 @@ Status ParseRope(const ConfigReader& c, DeepseekV32Config& k) {
       STRATA_ASSIGN_OR_RETURN(p.attention_factor, r.GetDoubleOr("attention_factor", 0.0));
       STRATA_ASSIGN_OR_RETURN(p.truncate, r.GetBoolOr("truncate", true));
     } else {
-      return Unsupported(r, r.Has("rope_type") ? "rope_type" : "type",
-                         absl::StrCat("'", type, "' (supported: default, yarn)"));
+      return UnsupportedField(r, r.Has("rope_type") ? "rope_type" : "type",
+                              absl::StrCat("'", type, "' (supported: default, yarn)"));
     }
   }
   if (!(p.theta > 1.0)) return c.FieldError("rope_theta", "must be > 1");
@@ -164,35 +113,16 @@ Status ParseRope(const ConfigReader& c, DeepseekV32Config& k) {
 
 Status ParseMlpKinds(const ConfigReader& c, DeepseekV32Config& k) {
   const int64_t L = k.num_layers;
-  STRATA_ASSIGN_OR_RETURN(int64_t first_dense, c.GetIntOr("first_k_dense_replace", 3));
-  if (first_dense < 0) return c.FieldError("first_k_dense_replace", "must be >= 0");
-  std::vector<bool> by_count;
-  for (int64_t i = 0; i < L; ++i) by_count.push_back(i >= first_dense);
-  if (c.Has("mlp_layer_types")) {
-    STRATA_ASSIGN_OR_RETURN(std::vector<std::string> types, StringList(c, "mlp_layer_types", L));
-    k.is_moe.clear();
-    for (size_t i = 0; i < types.size(); ++i) {
-      if (types[i] != "dense" && types[i] != "sparse") {
-        return c.FieldError(
-            absl::StrCat("mlp_layer_types[", i, "]"),
-            absl::StrCat("unknown MLP type '", types[i], "' (expected dense or sparse)"));
-      }
-      k.is_moe.push_back(types[i] == "sparse");
-    }
-    // No contradiction check against first_k_dense_replace: it is a
-    // DeepseekV32Config field that save_pretrained always writes (3 unless
-    // set) and that only derives mlp_layer_types when the list is absent.
-  } else {
-    k.is_moe = by_count;
-  }
-  STRATA_ASSIGN_OR_RETURN(int64_t freq, c.GetIntOr("moe_layer_freq", 1));
-  if (freq != 1) return Unsupported(c, "moe_layer_freq", "only 1 is supported");
+  // No contradiction check against first_k_dense_replace: it is a
+  // DeepseekV32Config field that save_pretrained always writes (3 unless
+  // set) and that only derives mlp_layer_types when the list is absent.
+  STRATA_ASSIGN_OR_RETURN(k.is_moe, ReadMoeLayers(c, L, 3, /*list_must_match_count=*/false));
   if (c.Has("layer_types")) {
-    STRATA_ASSIGN_OR_RETURN(std::vector<std::string> types, StringList(c, "layer_types", L));
+    STRATA_ASSIGN_OR_RETURN(std::vector<std::string> types, PerLayerStrings(c, "layer_types", L));
     for (size_t i = 0; i < types.size(); ++i) {
       if (types[i] != "deepseek_sparse_attention") {
-        return Unsupported(c, absl::StrCat("layer_types[", i, "]"),
-                           absl::StrCat("'", types[i], "' (only deepseek_sparse_attention)"));
+        return UnsupportedField(c, absl::StrCat("layer_types[", i, "]"),
+                                absl::StrCat("'", types[i], "' (only deepseek_sparse_attention)"));
       }
     }
   }
@@ -204,11 +134,11 @@ Status ParseQuantization(const ConfigReader& c, DeepseekV32Config& k) {
   STRATA_ASSIGN_OR_RETURN(ConfigReader q, c.GetObject("quantization_config"));
   STRATA_ASSIGN_OR_RETURN(std::string method, q.GetString("quant_method"));
   if (method != "fp8") {
-    return Unsupported(q, "quant_method", absl::StrCat("'", method, "' (only fp8)"));
+    return UnsupportedField(q, "quant_method", absl::StrCat("'", method, "' (only fp8)"));
   }
   if (q.Has("fmt")) {
     STRATA_ASSIGN_OR_RETURN(std::string fmt, q.GetString("fmt"));
-    if (fmt != "e4m3") return Unsupported(q, "fmt", absl::StrCat("'", fmt, "' (only e4m3)"));
+    if (fmt != "e4m3") return UnsupportedField(q, "fmt", absl::StrCat("'", fmt, "' (only e4m3)"));
   }
   if (q.Has("weight_block_size")) {
     STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> block, q.GetIntList("weight_block_size"));
@@ -302,34 +232,26 @@ int64_t DeepseekV32Config::NumMoeLayers() const {
 
 StatusOr<DeepseekV32Config> ParseDeepseekV32Config(const ConfigReader& c) {
   DeepseekV32Config k;
-  STRATA_ASSIGN_OR_RETURN(k.vocab_size, c.GetPositiveInt("vocab_size"));
-  STRATA_ASSIGN_OR_RETURN(k.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(k.num_layers,
-                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
-  STRATA_ASSIGN_OR_RETURN(k.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-6));
-  if (!(k.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
-  STRATA_ASSIGN_OR_RETURN(k.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
-  STRATA_ASSIGN_OR_RETURN(k.max_context, ReadContextLength(c, "max_position_embeddings", 163840));
   // DeepseekV32Config's defaults: bos 0, eos 1.
-  STRATA_ASSIGN_OR_RETURN(SpecialTokenIds ids,
-                          ReadSpecialTokenIds(c, k.vocab_size, {.bos = 0, .eos = 1, .pad = -1}));
-  k.bos_token_id = ids.bos;
-  k.eos_token_id = ids.eos;
+  STRATA_RETURN_IF_ERROR(ReadDecoderConfig(
+      c, {.max_position_embeddings = 163840, .token_ids = {.bos = 0, .eos = 1, .pad = -1}}, k));
   STRATA_ASSIGN_OR_RETURN(std::string act, c.Has("hidden_act") ? c.GetString("hidden_act")
                                                                : StatusOr<std::string>("silu"));
-  if (act != "silu") return Unsupported(c, "hidden_act", absl::StrCat("'", act, "' (only silu)"));
+  if (act != "silu")
+    return UnsupportedField(c, "hidden_act", absl::StrCat("'", act, "' (only silu)"));
   STRATA_ASSIGN_OR_RETURN(bool attention_bias, c.GetBoolOr("attention_bias", false));
-  if (attention_bias) return Unsupported(c, "attention_bias", "must be false");
+  if (attention_bias) return UnsupportedField(c, "attention_bias", "must be false");
   STRATA_ASSIGN_OR_RETURN(bool mlp_bias, c.GetBoolOr("mlp_bias", false));
-  if (mlp_bias) return Unsupported(c, "mlp_bias", "must be false");
+  if (mlp_bias) return UnsupportedField(c, "mlp_bias", "must be false");
   if (c.Has("scoring_func")) {
     STRATA_ASSIGN_OR_RETURN(std::string f, c.GetString("scoring_func"));
-    if (f != "sigmoid") return Unsupported(c, "scoring_func", absl::StrCat("'", f, "' (only sigmoid)"));
+    if (f != "sigmoid")
+      return UnsupportedField(c, "scoring_func", absl::StrCat("'", f, "' (only sigmoid)"));
   }
   if (c.Has("topk_method")) {
     STRATA_ASSIGN_OR_RETURN(std::string m, c.GetString("topk_method"));
     if (m != "noaux_tc") {
-      return Unsupported(c, "topk_method", absl::StrCat("'", m, "' (only noaux_tc)"));
+      return UnsupportedField(c, "topk_method", absl::StrCat("'", m, "' (only noaux_tc)"));
     }
   }
 
@@ -337,13 +259,13 @@ StatusOr<DeepseekV32Config> ParseDeepseekV32Config(const ConfigReader& c) {
   STRATA_ASSIGN_OR_RETURN(k.num_heads, c.GetPositiveInt("num_attention_heads"));
   STRATA_ASSIGN_OR_RETURN(int64_t kv_heads, c.GetIntOr("num_key_value_heads", k.num_heads));
   if (kv_heads != k.num_heads) {
-    return Unsupported(c, "num_key_value_heads",
-                       absl::StrCat(kv_heads, " differs from num_attention_heads (", k.num_heads,
-                                    "); MLA expands one latent per head"));
+    return UnsupportedField(c, "num_key_value_heads",
+                            absl::StrCat(kv_heads, " differs from num_attention_heads (",
+                                         k.num_heads, "); MLA expands one latent per head"));
   }
   if (!c.Has("q_lora_rank")) {
-    return Unsupported(c, "q_lora_rank",
-                       "required: the lightning indexer reads the low-rank query latent");
+    return UnsupportedField(c, "q_lora_rank",
+                            "required: the lightning indexer reads the low-rank query latent");
   }
   STRATA_ASSIGN_OR_RETURN(k.q_lora_rank, c.GetPositiveInt("q_lora_rank"));
   STRATA_ASSIGN_OR_RETURN(k.kv_lora_rank, c.GetPositiveInt("kv_lora_rank"));
@@ -377,10 +299,11 @@ StatusOr<DeepseekV32Config> ParseDeepseekV32Config(const ConfigReader& c) {
   }
   if (k.NumMoeLayers() > 0) {
     STRATA_ASSIGN_OR_RETURN(k.moe_intermediate_size, c.GetPositiveInt("moe_intermediate_size"));
-    STRATA_ASSIGN_OR_RETURN(k.num_experts,
-                            RequiredAliasedInt(c, {"n_routed_experts", "num_local_experts",
-                                                   "num_experts"}));
-    STRATA_ASSIGN_OR_RETURN(k.experts_per_token, RequiredAliasedInt(c, {"num_experts_per_tok"}));
+    STRATA_ASSIGN_OR_RETURN(
+        k.num_experts,
+        RequiredAliasedPositiveInt(c, {"n_routed_experts", "num_local_experts", "num_experts"}));
+    STRATA_ASSIGN_OR_RETURN(k.experts_per_token,
+                            RequiredAliasedPositiveInt(c, {"num_experts_per_tok"}));
     STRATA_ASSIGN_OR_RETURN(k.num_shared_experts, c.GetIntOr("n_shared_experts", 1));
     if (k.num_shared_experts < 0) return c.FieldError("n_shared_experts", "must be >= 0");
     STRATA_ASSIGN_OR_RETURN(k.n_group, c.GetIntOr("n_group", 8));

@@ -12,21 +12,13 @@
 
 #include "backend/cpu/rope_yarn.h"
 #include "base/status.h"
+#include "model/config_fields.h"
 #include "model/config_reader.h"
 #include "model/fp8_weights.h"
 
 namespace strata {
 
-struct DeepseekV32Config {
-  int64_t vocab_size = 0;
-  int64_t hidden_size = 0;  // D
-  int64_t num_layers = 0;
-  double rms_norm_eps = 1e-6;
-  bool tie_word_embeddings = false;
-  int64_t max_context = 0;
-  int32_t bos_token_id = -1;
-  int32_t eos_token_id = -1;
-
+struct DeepseekV32Config : DecoderConfig {
   // MLA with a low-rank query (q_a_proj -> q_a_layernorm -> q_b_proj).
   int64_t num_heads = 0;     // H
   int64_t q_lora_rank = 0;   // qr

@@ -9,84 +9,11 @@
 
 #include "base/input_limits.h"
 #include "model/config_checks.h"
+#include "model/config_fields.h"
 #include "model/config_sizes.h"
 
 namespace strata {
 namespace {
-
-std::string Quoted(const std::string& key) { return absl::StrCat("'", key, "'"); }
-
-// The value of the first present key among aliases; an error naming both keys
-// when two present spellings disagree.
-StatusOr<std::optional<int64_t>> AliasedInt(const ConfigReader& c,
-                                            std::initializer_list<const char*> keys) {
-  std::optional<int64_t> value;
-  std::string first;
-  for (const char* key : keys) {
-    if (!c.Has(key)) continue;
-    STRATA_ASSIGN_OR_RETURN(int64_t v, c.GetInt(key));
-    if (!value) {
-      value = v;
-      first = key;
-    } else if (*value != v) {
-      return c.FieldError(key, absl::StrCat("contradicts ", Quoted(first), " (", v, " vs ", *value,
-                                            "); they are aliases"));
-    }
-  }
-  return value;
-}
-
-StatusOr<std::optional<bool>> AliasedBool(const ConfigReader& c,
-                                          std::initializer_list<const char*> keys) {
-  std::optional<bool> value;
-  std::string first;
-  for (const char* key : keys) {
-    if (!c.Has(key)) continue;
-    STRATA_ASSIGN_OR_RETURN(bool v, c.GetBoolOr(key, false));
-    if (!value) {
-      value = v;
-      first = key;
-    } else if (*value != v) {
-      return c.FieldError(key, absl::StrCat("contradicts ", Quoted(first), "; they are aliases"));
-    }
-  }
-  return value;
-}
-
-StatusOr<int64_t> RequiredAliasedInt(const ConfigReader& c, std::initializer_list<const char*> keys,
-                                     int64_t min_value) {
-  STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> v, AliasedInt(c, keys));
-  const char* key = *keys.begin();
-  if (!v) {
-    std::string names;
-    for (const char* k : keys) absl::StrAppend(&names, names.empty() ? "" : " / ", k);
-    return c.FieldError(key, absl::StrCat("required but missing (also accepted: ", names, ")"));
-  }
-  if (*v < min_value) {
-    return c.FieldError(key, absl::StrCat("expected an integer >= ", min_value, ", got ", *v));
-  }
-  return *v;
-}
-
-StatusOr<std::vector<std::string>> StringList(const ConfigReader& c, const std::string& key,
-                                              int64_t expected_len) {
-  const nlohmann::json& v = c.json().at(key);
-  if (!v.is_array()) return c.FieldError(key, "expected a list of strings");
-  std::vector<std::string> out;
-  for (const auto& e : v) {
-    if (!e.is_string()) return c.FieldError(key, "expected a list of strings");
-    out.push_back(e.get<std::string>());
-  }
-  if (static_cast<int64_t>(out.size()) != expected_len) {
-    return c.FieldError(
-        key, absl::StrCat("has ", out.size(), " entries but num_hidden_layers is ", expected_len));
-  }
-  return out;
-}
-
-Status Unsupported(const ConfigReader& c, const std::string& key, const std::string& what) {
-  return absl::UnimplementedError(c.FieldError(key, what).message());
-}
 
 // Fills k.is_mla from linear_attn_config's 1-based lists and/or layer_types.
 Status ParseLayerKinds(const ConfigReader& c, const ConfigReader* la, KimiLinearConfig& k) {
@@ -125,7 +52,7 @@ Status ParseLayerKinds(const ConfigReader& c, const ConfigReader* la, KimiLinear
   }
   std::optional<std::vector<bool>> from_types;
   if (c.Has("layer_types")) {
-    STRATA_ASSIGN_OR_RETURN(std::vector<std::string> types, StringList(c, "layer_types", L));
+    STRATA_ASSIGN_OR_RETURN(std::vector<std::string> types, PerLayerStrings(c, "layer_types", L));
     from_types.emplace();
     for (size_t i = 0; i < types.size(); ++i) {
       if (types[i] != "full_attention" && types[i] != "linear_attention") {
@@ -154,30 +81,8 @@ Status ParseLayerKinds(const ConfigReader& c, const ConfigReader* la, KimiLinear
 }
 
 Status ParseMlpKinds(const ConfigReader& c, KimiLinearConfig& k) {
-  const int64_t L = k.num_layers;
-  STRATA_ASSIGN_OR_RETURN(int64_t first_dense, c.GetIntOr("first_k_dense_replace", 1));
-  if (first_dense < 0) return c.FieldError("first_k_dense_replace", "must be >= 0");
-  std::vector<bool> by_count;
-  for (int64_t i = 0; i < L; ++i) by_count.push_back(i >= first_dense);
-  if (c.Has("mlp_layer_types")) {
-    STRATA_ASSIGN_OR_RETURN(std::vector<std::string> types, StringList(c, "mlp_layer_types", L));
-    k.is_moe.clear();
-    for (size_t i = 0; i < types.size(); ++i) {
-      if (types[i] != "dense" && types[i] != "sparse") {
-        return c.FieldError(
-            absl::StrCat("mlp_layer_types[", i, "]"),
-            absl::StrCat("unknown MLP type '", types[i], "' (expected dense or sparse)"));
-      }
-      k.is_moe.push_back(types[i] == "sparse");
-    }
-    if (c.Has("first_k_dense_replace") && k.is_moe != by_count) {
-      return c.FieldError("mlp_layer_types", "contradicts first_k_dense_replace");
-    }
-  } else {
-    k.is_moe = by_count;
-  }
-  STRATA_ASSIGN_OR_RETURN(int64_t freq, c.GetIntOr("moe_layer_freq", 1));
-  if (freq != 1) return Unsupported(c, "moe_layer_freq", "only 1 is supported");
+  STRATA_ASSIGN_OR_RETURN(k.is_moe,
+                          ReadMoeLayers(c, k.num_layers, 1, /*list_must_match_count=*/true));
   return OkStatus();
 }
 
@@ -259,39 +164,34 @@ int64_t KimiLinearConfig::NumMlaLayers() const {
 
 StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
   KimiLinearConfig k;
-  STRATA_ASSIGN_OR_RETURN(k.vocab_size, c.GetPositiveInt("vocab_size"));
-  STRATA_ASSIGN_OR_RETURN(k.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(k.num_layers,
-                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
-  STRATA_ASSIGN_OR_RETURN(k.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-5));
-  if (!(k.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
-  STRATA_ASSIGN_OR_RETURN(k.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
-  STRATA_ASSIGN_OR_RETURN(int64_t max_len, ReadContextLength(c, "max_position_embeddings", 0));
-  STRATA_ASSIGN_OR_RETURN(k.max_context, ReadContextLength(c, "model_max_length", max_len));
-  STRATA_ASSIGN_OR_RETURN(SpecialTokenIds ids, ReadSpecialTokenIds(c, k.vocab_size, {}));
-  k.bos_token_id = ids.bos;
-  k.eos_token_id = ids.eos;
+  STRATA_RETURN_IF_ERROR(ReadDecoderConfig(c, {.rms_norm_eps = 1e-5}, k));
+  STRATA_ASSIGN_OR_RETURN(k.max_context, ReadContextLength(c, "model_max_length", k.max_context));
 
   // Variants this executor does not implement.
   if (c.Has("q_lora_rank")) {
-    return Unsupported(c, "q_lora_rank", "must be null: low-rank MLA queries are not supported");
+    return UnsupportedField(c, "q_lora_rank",
+                            "must be null: low-rank MLA queries are not supported");
   }
   STRATA_ASSIGN_OR_RETURN(std::string act, c.Has("hidden_act") ? c.GetString("hidden_act")
                                                                : StatusOr<std::string>("silu"));
-  if (act != "silu") return Unsupported(c, "hidden_act", absl::StrCat("'", act, "' (only silu)"));
+  if (act != "silu")
+    return UnsupportedField(c, "hidden_act", absl::StrCat("'", act, "' (only silu)"));
   if (c.Has("moe_router_activation_func")) {
     STRATA_ASSIGN_OR_RETURN(std::string f, c.GetString("moe_router_activation_func"));
     if (f != "sigmoid") {
-      return Unsupported(c, "moe_router_activation_func", absl::StrCat("'", f, "' (only sigmoid)"));
+      return UnsupportedField(c, "moe_router_activation_func",
+                              absl::StrCat("'", f, "' (only sigmoid)"));
     }
   }
   // transformers adds biases to q/kv_a_proj and o_proj of the MLA layers.
   STRATA_ASSIGN_OR_RETURN(bool attention_bias, c.GetBoolOr("attention_bias", false));
-  if (attention_bias) return Unsupported(c, "attention_bias", "must be false (no MLA biases)");
+  if (attention_bias) return UnsupportedField(c, "attention_bias", "must be false (no MLA biases)");
   STRATA_ASSIGN_OR_RETURN(bool out_gate, c.GetBoolOr("mla_use_output_gate", false));
-  if (out_gate) return Unsupported(c, "mla_use_output_gate", "must be false (Kimi K3 variant)");
+  if (out_gate)
+    return UnsupportedField(c, "mla_use_output_gate", "must be false (Kimi K3 variant)");
   STRATA_ASSIGN_OR_RETURN(int64_t attn_res, c.GetIntOr("attn_res_block_size", 0));
-  if (attn_res != 0) return Unsupported(c, "attn_res_block_size", "must be 0 (Kimi K3 variant)");
+  if (attn_res != 0)
+    return UnsupportedField(c, "attn_res_block_size", "must be 0 (Kimi K3 variant)");
   STRATA_ASSIGN_OR_RETURN(std::optional<int64_t> groups,
                           AliasedInt(c, {"num_expert_group", "n_group"}));
   STRATA_ASSIGN_OR_RETURN(int64_t topk_group, c.GetIntOr("topk_group", groups.value_or(1)));
@@ -305,7 +205,8 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
                                      c.Has("num_expert_group") ? "num_expert_group" : "n_group",
                                      groups.value_or(1)));
   if (groups.value_or(1) > 1 && topk_group < *groups) {
-    return Unsupported(c, "topk_group", "group-limited routing (topk_group < num_expert_group)");
+    return UnsupportedField(c, "topk_group",
+                            "group-limited routing (topk_group < num_expert_group)");
   }
 
   // KDA geometry.
@@ -335,10 +236,10 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
                           "contradicts linear_attn_config.short_conv_kernel_size");
     }
   } else {
-    STRATA_ASSIGN_OR_RETURN(k.kda_heads,
-                            RequiredAliasedInt(c, {"linear_num_heads", "linear_num_key_heads"}, 1));
-    STRATA_ASSIGN_OR_RETURN(k.kda_head_dim,
-                            RequiredAliasedInt(c, {"linear_head_dim", "linear_key_head_dim"}, 1));
+    STRATA_ASSIGN_OR_RETURN(
+        k.kda_heads, RequiredAliasedPositiveInt(c, {"linear_num_heads", "linear_num_key_heads"}));
+    STRATA_ASSIGN_OR_RETURN(
+        k.kda_head_dim, RequiredAliasedPositiveInt(c, {"linear_head_dim", "linear_key_head_dim"}));
     k.conv_kernel = top_k.value_or(4);
   }
   if (k.conv_kernel < 1) {
@@ -368,9 +269,9 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
     // when the key is false, a different model that Strata does not run.
     STRATA_ASSIGN_OR_RETURN(bool nope, c.GetBoolOr("mla_use_nope", true));
     if (!nope) {
-      return Unsupported(c, "mla_use_nope",
-                         "must be true or absent: only NoPE MLA (Kimi Linear, as transformers "
-                         "runs it) is supported");
+      return UnsupportedField(c, "mla_use_nope",
+                              "must be true or absent: only NoPE MLA (Kimi Linear, as transformers "
+                              "runs it) is supported");
     }
   }
 
@@ -388,10 +289,10 @@ StatusOr<KimiLinearConfig> ParseKimiLinearConfig(const ConfigReader& c) {
     STRATA_ASSIGN_OR_RETURN(k.moe_intermediate_size, c.GetPositiveInt("moe_intermediate_size"));
     STRATA_ASSIGN_OR_RETURN(
         k.num_experts,
-        RequiredAliasedInt(c, {"num_experts", "n_routed_experts", "num_local_experts"}, 1));
+        RequiredAliasedPositiveInt(c, {"num_experts", "n_routed_experts", "num_local_experts"}));
     STRATA_ASSIGN_OR_RETURN(
         k.experts_per_token,
-        RequiredAliasedInt(c, {"num_experts_per_token", "num_experts_per_tok"}, 1));
+        RequiredAliasedPositiveInt(c, {"num_experts_per_token", "num_experts_per_tok"}));
     if (k.experts_per_token > k.num_experts) {
       return c.FieldError(
           c.Has("num_experts_per_token") ? "num_experts_per_token" : "num_experts_per_tok",

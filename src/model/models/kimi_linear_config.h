@@ -11,20 +11,12 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/config_fields.h"
 #include "model/config_reader.h"
 
 namespace strata {
 
-struct KimiLinearConfig {
-  int64_t vocab_size = 0;
-  int64_t hidden_size = 0;  // D
-  int64_t num_layers = 0;
-  double rms_norm_eps = 1e-5;
-  bool tie_word_embeddings = false;
-  int64_t max_context = 0;
-  int32_t bos_token_id = -1;
-  int32_t eos_token_id = -1;
-
+struct KimiLinearConfig : DecoderConfig {
   // Per layer (0-based): MLA (full attention) or KDA; MoE or dense MLP.
   std::vector<bool> is_mla;
   std::vector<bool> is_moe;

@@ -10,14 +10,11 @@
 
 #include "base/input_limits.h"
 #include "model/config_checks.h"
+#include "model/config_fields.h"
 #include "model/config_sizes.h"
 
 namespace strata {
 namespace {
-
-Status Unsupported(const ConfigReader& c, const std::string& key, const std::string& what) {
-  return absl::UnimplementedError(c.FieldError(key, what).message());
-}
 
 StatusOr<int64_t> AtLeast(const ConfigReader& c, const std::string& key, int64_t fallback,
                           int64_t min_value) {
@@ -110,7 +107,7 @@ Status ParseRope(const ConfigReader& c, Qwen3NextConfig& q) {
       STRATA_ASSIGN_OR_RETURN(obj, obj.GetObject("full_attention"));
     }
     if (rp) {
-      return Unsupported(c, key, "both rope_parameters and rope_scaling are set");
+      return UnsupportedField(c, key, "both rope_parameters and rope_scaling are set");
     }
     rp = std::move(obj);
   }
@@ -119,8 +116,8 @@ Status ParseRope(const ConfigReader& c, Qwen3NextConfig& q) {
     if (rp->Has(type_key)) {
       STRATA_ASSIGN_OR_RETURN(std::string type, rp->GetString(type_key));
       if (type != "default") {
-        return Unsupported(*rp, type_key,
-                           absl::StrCat("'", type, "' (only the default RoPE is supported)"));
+        return UnsupportedField(*rp, type_key,
+                                absl::StrCat("'", type, "' (only the default RoPE is supported)"));
       }
     }
   }
@@ -254,24 +251,15 @@ int64_t Qwen3NextConfig::NumAttentionLayers() const {
 
 StatusOr<Qwen3NextConfig> ParseQwen3NextConfig(const ConfigReader& c) {
   Qwen3NextConfig q;
-  STRATA_ASSIGN_OR_RETURN(q.vocab_size, c.GetPositiveInt("vocab_size"));
-  STRATA_ASSIGN_OR_RETURN(q.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(q.num_layers,
-                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
-  STRATA_ASSIGN_OR_RETURN(q.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-6));
-  if (!(q.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
-  STRATA_ASSIGN_OR_RETURN(q.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
-  STRATA_ASSIGN_OR_RETURN(q.max_context, ReadContextLength(c, "max_position_embeddings", 0));
-  STRATA_ASSIGN_OR_RETURN(SpecialTokenIds ids, ReadSpecialTokenIds(c, q.vocab_size, {}));
-  q.bos_token_id = ids.bos;
-  q.eos_token_id = ids.eos;
+  STRATA_RETURN_IF_ERROR(ReadDecoderConfig(c, {.rms_norm_eps = 1e-6}, q));
 
   // Variants this executor does not implement.
   STRATA_ASSIGN_OR_RETURN(std::string act, c.Has("hidden_act") ? c.GetString("hidden_act")
                                                                : StatusOr<std::string>("silu"));
-  if (act != "silu") return Unsupported(c, "hidden_act", absl::StrCat("'", act, "' (only silu)"));
+  if (act != "silu")
+    return UnsupportedField(c, "hidden_act", absl::StrCat("'", act, "' (only silu)"));
   STRATA_ASSIGN_OR_RETURN(bool bias, c.GetBoolOr("attention_bias", false));
-  if (bias) return Unsupported(c, "attention_bias", "must be false (no attention biases)");
+  if (bias) return UnsupportedField(c, "attention_bias", "must be false (no attention biases)");
 
   STRATA_RETURN_IF_ERROR(ParseLayerKinds(c, q));
   STRATA_RETURN_IF_ERROR(ParseMlpKinds(c, q));

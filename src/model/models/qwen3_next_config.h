@@ -10,20 +10,12 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/config_fields.h"
 #include "model/config_reader.h"
 
 namespace strata {
 
-struct Qwen3NextConfig {
-  int64_t vocab_size = 0;
-  int64_t hidden_size = 0;  // D
-  int64_t num_layers = 0;
-  double rms_norm_eps = 1e-6;  // every norm: decoder, final, q/k, GDN gated norm
-  bool tie_word_embeddings = false;
-  int64_t max_context = 0;  // 0: not stated
-  int32_t bos_token_id = -1;
-  int32_t eos_token_id = -1;
-
+struct Qwen3NextConfig : DecoderConfig {
   // Per layer (0-based): gated full attention or Gated DeltaNet; MoE or dense.
   std::vector<bool> is_attention;
   std::vector<bool> is_moe;

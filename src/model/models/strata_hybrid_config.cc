@@ -137,17 +137,7 @@ int64_t StrataHybridConfig::NumDsaLayers() const {
 
 StatusOr<StrataHybridConfig> ParseStrataHybridConfig(const ConfigReader& c) {
   StrataHybridConfig k;
-  STRATA_ASSIGN_OR_RETURN(k.vocab_size, c.GetPositiveInt("vocab_size"));
-  STRATA_ASSIGN_OR_RETURN(k.hidden_size, c.GetPositiveInt("hidden_size"));
-  STRATA_ASSIGN_OR_RETURN(k.num_layers,
-                          c.GetPositiveInt("num_hidden_layers", limits::kMaxModelLayers));
-  STRATA_ASSIGN_OR_RETURN(k.rms_norm_eps, c.GetDoubleOr("rms_norm_eps", 1e-6));
-  if (!(k.rms_norm_eps > 0)) return c.FieldError("rms_norm_eps", "must be > 0");
-  STRATA_ASSIGN_OR_RETURN(k.tie_word_embeddings, c.GetBoolOr("tie_word_embeddings", false));
-  STRATA_ASSIGN_OR_RETURN(k.max_context, ReadContextLength(c, "max_position_embeddings", 4096));
-  STRATA_ASSIGN_OR_RETURN(SpecialTokenIds ids, ReadSpecialTokenIds(c, k.vocab_size, {}));
-  k.bos_token_id = ids.bos;
-  k.eos_token_id = ids.eos;
+  STRATA_RETURN_IF_ERROR(ReadDecoderConfig(c, {.max_position_embeddings = 4096}, k));
   STRATA_RETURN_IF_ERROR(KindList(c, "layer_types", k.num_layers, "kda", "dsa", k.is_dsa));
   STRATA_RETURN_IF_ERROR(KindList(c, "mlp_layer_types", k.num_layers, "dense", "moe", k.is_moe));
 

@@ -12,20 +12,12 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/config_fields.h"
 #include "model/config_reader.h"
 
 namespace strata {
 
-struct StrataHybridConfig {
-  int64_t vocab_size = 0;
-  int64_t hidden_size = 0;  // D
-  int64_t num_layers = 0;
-  double rms_norm_eps = 1e-6;
-  bool tie_word_embeddings = false;
-  int64_t max_context = 0;
-  int32_t bos_token_id = -1;
-  int32_t eos_token_id = -1;
-
+struct StrataHybridConfig : DecoderConfig {
   // Per layer: DSA (true) or KDA; MoE (true) or dense SwiGLU.
   std::vector<bool> is_dsa;
   std::vector<bool> is_moe;
