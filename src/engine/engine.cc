@@ -13,6 +13,7 @@
 #include <system_error>
 #include <utility>
 
+#include "base/catch_allocation.h"
 #include "engine/stop_rules.h"
 
 namespace strata {
@@ -351,7 +352,7 @@ static Status Guarded(const char* doing, F&& body) {
   try {
     body();
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat("out of memory while ", doing));
+    return OutOfMemoryError(absl::StrCat("out of memory while ", doing));
   } catch (const std::exception& ex) {
     return absl::InternalError(absl::StrCat("internal error while ", doing, ": ", ex.what()));
   }
@@ -833,7 +834,7 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
       st = model.DecodeBatch(tokens, states, logits.data());
     }
   } catch (const std::bad_alloc&) {
-    st = absl::ResourceExhaustedError("out of memory while running the batched decode step");
+    st = OutOfMemoryError("out of memory while running the batched decode step");
   } catch (const std::exception& e) {
     st = absl::InternalError(absl::StrCat("internal error in the batched decode step: ", e.what()));
   }

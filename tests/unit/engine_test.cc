@@ -3,16 +3,19 @@
 // validation, cancellation from another thread, backpressure, failures.
 #include "engine/engine.h"
 
-#include <condition_variable>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
+#include "base/catch_allocation.h"
 
 namespace strata {
 namespace {
@@ -407,6 +410,27 @@ TEST_F(EngineTest, ModelFailureFinishesWithErrorAndNeedsReset) {
   EXPECT_TRUE(s->Reset().ok());
   EXPECT_TRUE(s->Append(std::vector<int32_t>{1}).ok());
   EXPECT_EQ(s->num_tokens(), 1);
+}
+
+// A failed allocation on the scheduler thread is the request's
+// OUT_OF_MEMORY (the payload the C ABI maps), in the prefill (the first
+// model call) and in the decode step after it.
+TEST_F(EngineTest, AllocationFailureInTheModelIsOutOfMemory) {
+  for (int at : {0, 1}) {
+    SCOPED_TRACE(at);
+    const int fail = model_->calls() + at;
+    model_->hook = [fail](int call) {
+      if (call == fail) throw std::bad_alloc();
+    };
+    auto s = NewSession();
+    auto r = *engine_->Submit(*s, std::vector<int32_t>{1}, Greedy(5));
+    Event fin;
+    Drain(*r, &fin);
+    EXPECT_EQ(fin.finish_reason, FinishReason::kError);
+    EXPECT_TRUE(IsOutOfMemory(fin.status)) << fin.status;
+    EXPECT_NE(fin.status.message().find("out of memory while"), absl::string_view::npos);
+  }
+  model_->hook = nullptr;
 }
 
 TEST_F(EngineTest, AppendChecksTokensAndCapacity) {
