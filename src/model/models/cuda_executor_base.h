@@ -89,6 +89,13 @@ class CudaExecutorBase : public Model {
  protected:
   CudaExecutorBase() = default;
 
+  // One 2-token prefill and one decode step on a scratch sequence, run once
+  // at load: every op sees the model's shapes (a kernel that rejects them
+  // says so now, and lazily loaded kernels load before any graph capture).
+  // Unimplemented naming the failure (ResourceExhausted and Unavailable pass
+  // through as they are); Internal when the logits are not finite.
+  Status LoadTimeCheck(int64_t vocab) const;
+
   // Whether a decode step's input norms (each architecture's EnqueueLayers)
   // and its final norm let the next kernel, a weight-streaming GEMV, launch
   // before their PDL wait (AddRmsNorm's early_trigger; norm.early, same

@@ -1,17 +1,18 @@
 // The shared host side of the GPU executors (cuda_executor_base.h). The code
 // is the kimi_linear executor's, from which the deepseek_v32 and qwen3_next
 // executors were copied; it runs the same kernels in the same order.
-#include "model/models/cuda_executor_base.h"
-
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/norm.h"
+#include "model/models/cuda_executor_base.h"
 
 namespace strata {
 namespace cuda_exec {
@@ -373,6 +374,27 @@ Status CudaExecutorBase::UploadPrefillTable(const CudaSequenceState& st, int64_t
 
 // ----------------------------------------------------------------------------
 // The layer stack
+
+Status CudaExecutorBase::LoadTimeCheck(int64_t vocab) const {
+  auto fail = [](const Status& s) {
+    if (absl::IsResourceExhausted(s) || absl::IsUnavailable(s)) return s;
+    return absl::UnimplementedError(
+        absl::StrCat("the CUDA executor failed its load-time check (", s.message(), ")"));
+  };
+  StatusOr<std::unique_ptr<SequenceState>> st = NewState(3);
+  if (!st.ok()) return fail(st.status());
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  const int32_t prompt[2] = {0, static_cast<int32_t>(vocab - 1)};
+  if (Status s = Forward(std::span(prompt, 2), **st, logits.data(), false); !s.ok()) return fail(s);
+  const int32_t next = 1 % static_cast<int32_t>(vocab);
+  if (Status s = Forward(std::span(&next, 1), **st, logits.data(), false); !s.ok()) return fail(s);
+  for (float v : logits) {
+    if (!std::isfinite(v)) {
+      return absl::InternalError("the CUDA executor's load-time check produced non-finite logits");
+    }
+  }
+  return OkStatus();
+}
 
 CudaExecutorBase::DecodeStart CudaExecutorBase::FusedDecodeStart() const {
   if (stack_.empty() || frame_.embed == nullptr) return {};

@@ -639,32 +639,7 @@ Status DeepseekV32CudaModel::BuildTransposedUk() {
 }
 
 Status DeepseekV32CudaModel::SelfCheck() {
-  // One 2-token prefill and one decode step on a scratch sequence: every op
-  // sees the model's shapes once. The selection counter is restored after.
-  auto fail = [](const Status& s) {
-    if (absl::IsResourceExhausted(s) || absl::IsUnavailable(s)) return s;
-    return absl::UnimplementedError(
-        absl::StrCat("the CUDA executor failed its load-time check (", s.message(), ")"));
-  };
-  {
-    StatusOr<std::unique_ptr<SequenceState>> st = NewState(3);
-    if (!st.ok()) return fail(st.status());
-    std::vector<float> logits(static_cast<size_t>(g_.V));
-    const int32_t prompt[2] = {0, static_cast<int32_t>(g_.V - 1)};
-    if (Status s = Forward(std::span(prompt, 2), **st, logits.data(), false); !s.ok()) {
-      return fail(s);
-    }
-    const int32_t next = 1 % static_cast<int32_t>(g_.V);
-    if (Status s = Forward(std::span(&next, 1), **st, logits.data(), false); !s.ok()) {
-      return fail(s);
-    }
-    for (float v : logits) {
-      if (!std::isfinite(v)) {
-        return absl::InternalError(
-            "the CUDA executor's load-time check produced non-finite logits");
-      }
-    }
-  }
+  STRATA_RETURN_IF_ERROR(LoadTimeCheck(g_.V));
   // The check's passes do not count in the statistics.
   sparse_prefill_layers_ = dense_prefill_layers_ = 0;
   sparse_decode_steps_ = dense_decode_steps_ = 0;

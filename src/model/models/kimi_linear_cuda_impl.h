@@ -232,7 +232,6 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
   Status MakeDummyWeights(uint64_t seed);
   // Batch-invariant mode: fills each MLA layer's uk_t from kv_b.
   Status BuildTransposedUk();
-  Status SelfCheck();
 
   // --- kimi_linear_cuda.cc ---
   // Enqueue-only building blocks (no host synchronisation; graph-safe).

@@ -208,7 +208,6 @@ class Qwen3NextCudaModel final : public cuda_exec::CudaExecutorBase {
                const LoadOptions& options);
   Status UploadWeights(const WeightStore& store, const LoadOptions& options);
   Status MakeDummyWeights(uint64_t seed);
-  Status SelfCheck();
 
   // --- qwen3_next_cuda.cc ---
   Status EnqueueMixer(size_t layer, int64_t n, const CudaState* prefill_state, int64_t past,
