@@ -39,6 +39,7 @@
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/ffn_cuda.h"
 #include "model/model.h"
+#include "model/models/cuda_executor_stats.h"
 #include "model/models/cuda_paged_state.h"
 #include "model/models/paged_state_book.h"
 
@@ -73,6 +74,7 @@ class CudaExecutorBase : public Model {
                                  uint64_t seed) const override;
 
   PoolUsage Usage() const;
+  CudaExecutorStats ExecutorStats() const;
 
   // For CudaSequenceState (take mu_ themselves).
   // Clone shares the source's full blocks and copies its partial tail block
@@ -315,6 +317,7 @@ class CudaExecutorBase : public Model {
   void* runtime_mem_ = nullptr;
   std::shared_ptr<PagedStateBook> book_;
   mutable std::mutex mu_;  // one forward pass at a time: scratch and stream are shared
+  size_t weight_bytes_ = 0, scratch_bytes_ = 0, state_pool_bytes_ = 0, kv_pool_bytes_ = 0;
   mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0;
   mutable std::string graph_error_;
 

@@ -375,6 +375,27 @@ Status CudaExecutorBase::UploadPrefillTable(const CudaSequenceState& st, int64_t
 // ----------------------------------------------------------------------------
 // The layer stack
 
+CudaExecutorStats CudaExecutorBase::ExecutorStats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CudaExecutorStats s;
+  s.weight_bytes = weight_bytes_;
+  s.scratch_bytes = scratch_bytes_;
+  s.state_pool_bytes = state_pool_bytes_;
+  s.kv_pool_bytes = kv_pool_bytes_;
+  s.slots_total = book_->total_slots();
+  s.kv_blocks_total = book_->total_blocks();
+  s.slots_free = book_->FreeSlots();
+  s.kv_blocks_free = book_->FreeBlocks();
+  s.max_batch = frame_.max_batch;
+  s.max_context_tokens = frame_.max_ctx;
+  s.prefill_slice_tokens = frame_.slice;
+  s.graph_captures = graph_captures_;
+  s.graph_launches = graph_launches_;
+  s.eager_steps = eager_steps_;
+  s.graph_error = graph_error_;
+  return s;
+}
+
 Status CudaExecutorBase::LoadTimeCheck(int64_t vocab) const {
   auto fail = [](const Status& s) {
     if (absl::IsResourceExhausted(s) || absl::IsUnavailable(s)) return s;

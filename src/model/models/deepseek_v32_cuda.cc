@@ -289,18 +289,11 @@ int64_t DeepseekV32CudaModel::EffectiveAttendedTokens(const SequenceState& state
 }
 
 DeepseekV32CudaStats DeepseekV32CudaModel::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
   DeepseekV32CudaStats s;
-  s.weight_bytes = weight_bytes_;
-  s.scratch_bytes = scratch_bytes_;
-  s.kv_pool_bytes = kv_pool_bytes_;
+  static_cast<CudaExecutorStats&>(s) = ExecutorStats();
+  std::lock_guard<std::mutex> lock(mu_);
   s.fp8_weight_bytes = fp8_.bytes;
   s.fp8_matrices = fp8_.matrices;
-  s.kv_blocks_total = pools_.blocks;
-  s.kv_blocks_free = book_->FreeBlocks();
-  s.max_batch = plan_.max_batch;
-  s.max_context_tokens = plan_.max_ctx;
-  s.prefill_slice_tokens = plan_.slice;
   s.index_topk = g_.K;
   s.sparse_prefill_layers = sparse_prefill_layers_;
   s.dense_prefill_layers = dense_prefill_layers_;
@@ -314,10 +307,6 @@ DeepseekV32CudaStats DeepseekV32CudaModel::Stats() const {
   } else {
     cudaGetLastError();
   }
-  s.graph_captures = graph_captures_;
-  s.graph_launches = graph_launches_;
-  s.eager_steps = eager_steps_;
-  s.graph_error = graph_error_;
   return s;
 }
 

@@ -10,22 +10,16 @@
 
 #include "base/status.h"
 #include "model/model.h"
+#include "model/models/cuda_executor_stats.h"
 
 namespace strata {
 
-struct DeepseekV32CudaStats {
-  uint64_t weight_bytes = 0;
-  uint64_t scratch_bytes = 0;
-  uint64_t kv_pool_bytes = 0;  // MLA latent rows + indexer keys, all blocks
+struct DeepseekV32CudaStats : CudaExecutorStats {
   // Matrices kept FP8 e4m3 on the device (codes + expanded scales; part of
   // weight_bytes), a layer's stacked routed experts counting as two (w13,
   // w2); 0 for bf16 checkpoints and dummy weights.
   uint64_t fp8_weight_bytes = 0;
   int64_t fp8_matrices = 0;
-  int64_t kv_blocks_total = 0, kv_blocks_free = 0;
-  int64_t max_batch = 0;
-  int64_t max_context_tokens = 0;
-  int64_t prefill_slice_tokens = 0;
   int64_t index_topk = 0;
   // Attention paths taken: a prefill slice counts once per layer; a decode
   // step once (all its layers take the same path).
@@ -35,10 +29,6 @@ struct DeepseekV32CudaStats {
   // selected (the kernels' selected_total): min(index_topk, causal keys) per
   // query row.
   uint64_t selected_rows = 0;
-  int64_t graph_captures = 0;
-  int64_t graph_launches = 0;
-  int64_t eager_steps = 0;
-  std::string graph_error;
 };
 
 // NotFound unless `model` came from CreateDeepseekV32CudaModel.

@@ -284,7 +284,6 @@ class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
   Plan plan_;
   ModelInfo info_;
 
-  size_t weight_bytes_ = 0, scratch_bytes_ = 0, kv_pool_bytes_ = 0;
   Fp8Footprint fp8_;
   Weights w_;
   Scratch s_;

@@ -359,26 +359,5 @@ Status KimiLinearCudaModel::FillSlotForBenchmark(const CudaState& st,
   return OkStatus();
 }
 
-KimiCudaStats KimiLinearCudaModel::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  KimiCudaStats s;
-  s.weight_bytes = weight_bytes_;
-  s.scratch_bytes = scratch_bytes_;
-  s.state_pool_bytes = state_pool_bytes_;
-  s.kv_pool_bytes = kv_pool_bytes_;
-  s.slots_total = pools_.slots;
-  s.kv_blocks_total = pools_.blocks;
-  s.slots_free = book_->FreeSlots();
-  s.kv_blocks_free = book_->FreeBlocks();
-  s.max_batch = plan_.max_batch;
-  s.max_context_tokens = plan_.max_ctx;
-  s.prefill_slice_tokens = plan_.slice;
-  s.graph_captures = graph_captures_;
-  s.graph_launches = graph_launches_;
-  s.eager_steps = eager_steps_;
-  s.graph_error = graph_error_;
-  return s;
-}
-
 }  // namespace kimi_cuda
 }  // namespace strata

@@ -220,8 +220,6 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
 
   const ModelInfo& info() const override { return info_; }
 
-  KimiCudaStats Stats() const;
-
  private:
   KimiLinearCudaModel() = default;
 
@@ -257,7 +255,6 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
   Plan plan_;
   ModelInfo info_;
 
-  size_t weight_bytes_ = 0, scratch_bytes_ = 0, state_pool_bytes_ = 0, kv_pool_bytes_ = 0;
   Weights w_;
   Scratch s_;
   Pools pools_;

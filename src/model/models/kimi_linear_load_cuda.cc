@@ -504,7 +504,7 @@ StatusOr<std::unique_ptr<Model>> CreateKimiLinearCudaModel(
 StatusOr<KimiCudaStats> GetKimiCudaStats(const Model& model) {
   const auto* m = dynamic_cast<const kimi_cuda::KimiLinearCudaModel*>(&model);
   if (m == nullptr) return absl::NotFoundError("not a kimi_linear CUDA model");
-  return m->Stats();
+  return m->ExecutorStats();
 }
 
 }  // namespace strata

@@ -9,24 +9,11 @@
 
 #include "base/status.h"
 #include "model/model.h"
+#include "model/models/cuda_executor_stats.h"
 
 namespace strata {
 
-struct Qwen3NextCudaStats {
-  uint64_t weight_bytes = 0;
-  uint64_t scratch_bytes = 0;
-  uint64_t state_pool_bytes = 0;  // GDN states + conv windows, all slots
-  uint64_t kv_pool_bytes = 0;     // paged K/V of the full-attention layers, all blocks
-  int64_t slots_total = 0, slots_free = 0;
-  int64_t kv_blocks_total = 0, kv_blocks_free = 0;
-  int64_t max_batch = 0;
-  int64_t max_context_tokens = 0;
-  int64_t prefill_slice_tokens = 0;
-  int64_t graph_captures = 0;
-  int64_t graph_launches = 0;
-  int64_t eager_steps = 0;
-  std::string graph_error;
-};
+using Qwen3NextCudaStats = CudaExecutorStats;
 
 // NotFound unless `model` came from CreateQwen3NextCudaModel.
 StatusOr<Qwen3NextCudaStats> GetQwen3NextCudaStats(const Model& model);

@@ -198,8 +198,6 @@ class Qwen3NextCudaModel final : public cuda_exec::CudaExecutorBase {
 
   const ModelInfo& info() const override { return info_; }
 
-  Qwen3NextCudaStats Stats() const;
-
  private:
   Qwen3NextCudaModel() = default;
 
@@ -225,7 +223,6 @@ class Qwen3NextCudaModel final : public cuda_exec::CudaExecutorBase {
   Plan plan_;
   ModelInfo info_;
 
-  size_t weight_bytes_ = 0, scratch_bytes_ = 0, state_pool_bytes_ = 0, kv_pool_bytes_ = 0;
   Weights w_;
   Scratch s_;
   Pools pools_;

@@ -497,7 +497,7 @@ StatusOr<std::unique_ptr<Model>> CreateQwen3NextCudaModel(
 StatusOr<Qwen3NextCudaStats> GetQwen3NextCudaStats(const Model& model) {
   const auto* m = dynamic_cast<const qwen3next_cuda::Qwen3NextCudaModel*>(&model);
   if (m == nullptr) return absl::NotFoundError("not a qwen3_next CUDA model");
-  return m->Stats();
+  return m->ExecutorStats();
 }
 
 }  // namespace strata
