@@ -72,13 +72,6 @@ Engine::Engine(const EngineOptions& options)
       pool_(options.num_threads),
       cache_(options.prefix_cache_bytes, options.prefix_block_tokens) {}
 
-void Engine::AdjustStateBytes(int64_t attention, int64_t recurrent, int64_t swapped, int64_t active) {
-  active_bytes_.fetch_add(static_cast<uint64_t>(active), std::memory_order_relaxed);
-  attention_bytes_.fetch_add(static_cast<uint64_t>(attention), std::memory_order_relaxed);
-  recurrent_bytes_.fetch_add(static_cast<uint64_t>(recurrent), std::memory_order_relaxed);
-  swapped_bytes_.fetch_add(static_cast<uint64_t>(swapped), std::memory_order_relaxed);
-}
-
 void Engine::CountSession(const Model* model, int delta) {
   std::lock_guard<std::mutex> lock(sessions_mu_);
   int64_t& n = sessions_per_model_[model];
@@ -151,11 +144,12 @@ EngineMetrics Engine::Metrics() const {
   m.decode_steps = decode_steps_.load(std::memory_order_relaxed);
   m.decode_rows = decode_rows_.load(std::memory_order_relaxed);
   m.memory_budget_bytes = options_.memory_budget_bytes;
-  m.state_attention_bytes = attention_bytes_.load(std::memory_order_relaxed);
-  m.state_recurrent_bytes = recurrent_bytes_.load(std::memory_order_relaxed);
-  m.state_resident_bytes = m.state_attention_bytes + m.state_recurrent_bytes;
-  m.state_swapped_bytes = swapped_bytes_.load(std::memory_order_relaxed);
-  m.state_active_bytes = active_bytes_.load(std::memory_order_relaxed);
+  const MemoryTotals totals = ledger_.Totals();
+  m.state_attention_bytes = totals.attention;
+  m.state_recurrent_bytes = totals.recurrent;
+  m.state_resident_bytes = totals.resident();
+  m.state_swapped_bytes = totals.swapped;
+  m.state_active_bytes = totals.active;
   m.prefix_cache_bytes = cache_.bytes();
   m.prefix_cache_entries = cache_.entries();
   m.prefix_cache_slot_evictions = cache_slot_evictions_.load(std::memory_order_relaxed);
@@ -606,7 +600,7 @@ ScheduleInput Engine::ScheduleSnapshot(const std::vector<RequestPtr>& wanting,
   in.max_batch = options_.max_batch;
   in.prefill_chunk_tokens = options_.prefill_chunk_tokens;
   in.prefill_tokens_while_decoding = options_.prefill_tokens_while_decoding;
-  in.active_bytes = active_bytes_.load(std::memory_order_relaxed);
+  in.active_bytes = ledger_.active();
   // Without a budget nothing is evicted for room: the entry list is not needed.
   in.cache.bytes = in.memory_budget == 0 ? cache_.bytes() : cache_.BytesAndEvictable(&in.cache.evictable);
   for (const RequestPtr& r : wanting) {
@@ -679,10 +673,10 @@ void Engine::ResolveStall(const Stall& stall, const RequestPtr& first, size_t wa
   }
   // It waits for memory held by other requests (they finish), idle sessions
   // (the host resets or destroys them) or pinned marks (released).
-  Log(LogLevel::kDebug,
-      absl::StrCat("request ", first->id(), " waits for memory: ", stall.alone_bytes,
-                   " bytes with the pinned cache; active ", active_bytes_.load(), ", cache ", cache_.bytes(),
-                   ", budget ", budget, "; ", wanting, " wanting work, ", parked, " parked"));
+  Log(LogLevel::kDebug, absl::StrCat("request ", first->id(), " waits for memory: ",
+                                     stall.alone_bytes, " bytes with the pinned cache; active ",
+                                     ledger_.active(), ", cache ", cache_.bytes(), ", budget ",
+                                     budget, "; ", wanting, " wanting work, ", parked, " parked"));
   std::unique_lock<std::mutex> lock(mu_);
   work_cv_.wait_for(lock, std::chrono::milliseconds(5));
 }

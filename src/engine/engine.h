@@ -20,8 +20,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <span>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -36,6 +36,7 @@
 #include "engine/scheduler.h"
 #include "engine/session.h"
 #include "engine/worker_thread.h"
+#include "memory/memory_ledger.h"
 
 namespace strata {
 
@@ -175,8 +176,8 @@ class Engine {
   EngineMetrics Metrics() const;
   PrefixCache& prefix_cache() { return cache_; }
   const EngineOptions& options() const { return options_; }
-  // Sessions report their state bytes here (deltas; see Session::UpdateAccounting).
-  void AdjustStateBytes(int64_t attention, int64_t recurrent, int64_t swapped, int64_t active);
+  // The byte counters of sequence state; each session holds an account in it.
+  MemoryLedger& ledger() { return ledger_; }
   // Sessions report their creation (+1) and destruction (-1) per model, so
   // the prefix cache leaves a model with a fixed state pool
   // (ModelInfo::max_live_states) room for them.
@@ -308,8 +309,7 @@ class Engine {
 
   PrefixCache cache_;
   MetricsRecorder recorder_;
-  std::atomic<uint64_t> attention_bytes_{0}, recurrent_bytes_{0}, swapped_bytes_{0};
-  std::atomic<uint64_t> active_bytes_{0};  // resident state of sessions running a request (budgeted)
+  MemoryLedger ledger_;  // active: resident state of sessions running a request (budgeted)
   std::atomic<int64_t> submitted_{0}, finished_{0}, preemptions_{0}, deadline_misses_{0};
   std::atomic<int64_t> prefix_lookup_tokens_{0}, prefix_hit_tokens_{0}, prefill_tokens_{0};
   std::atomic<int64_t> generated_tokens_{0}, decode_steps_{0}, decode_rows_{0};

@@ -23,10 +23,6 @@ uint64_t HashTokens(uint64_t seed, std::span<const int32_t> tokens) {
 
 }  // namespace
 
-uint64_t StateBytes(const ModelInfo& info, int64_t tokens) {
-  return info.state_bytes_per_sequence + info.state_bytes_per_token * static_cast<uint64_t>(std::max<int64_t>(0, tokens));
-}
-
 PrefixCache::PrefixCache(uint64_t capacity_bytes, int32_t block_tokens)
     : capacity_(capacity_bytes), block_tokens_(std::max(1, block_tokens)) {}
 

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memory/state_bytes.h"
 #include "model/model.h"
 
 namespace strata {
@@ -36,9 +37,6 @@ struct StateSnapshot {
   std::vector<float> logits;          // [vocab] after the last token
   uint64_t bytes = 0;                 // the model's accounting of this state
 };
-
-// Bytes of a state of `tokens` tokens by the model's accounting.
-uint64_t StateBytes(const ModelInfo& info, int64_t tokens);
 
 // Thread-safety: every method is thread-safe.
 class PrefixCache {

@@ -34,9 +34,14 @@ StatusOr<std::unique_ptr<Session>> Session::Create(Engine* engine, std::shared_p
       new Session(engine, std::move(model), std::move(state), max_context, options.text));
 }
 
-Session::Session(Engine* engine, std::shared_ptr<const Model> model, std::unique_ptr<SequenceState> state,
-                 int64_t max_context, std::shared_ptr<const TextModel> text)
-    : engine_(engine), model_(std::move(model)), state_(std::move(state)), max_context_(max_context) {
+Session::Session(Engine* engine, std::shared_ptr<const Model> model,
+                 std::unique_ptr<SequenceState> state, int64_t max_context,
+                 std::shared_ptr<const TextModel> text)
+    : engine_(engine),
+      account_(&engine->ledger()),
+      model_(std::move(model)),
+      state_(std::move(state)),
+      max_context_(max_context) {
   if (text != nullptr) conversation_ = std::make_unique<Conversation>(std::move(text));
   engine_->CountSession(model_.get(), +1);
   UpdateAccounting();
@@ -55,20 +60,9 @@ Session::~Session() {
 }
 
 void Session::UpdateAccounting() {
-  const ModelInfo& info = model_->info();
-  const uint64_t attention = state_ == nullptr ? 0 : info.state_bytes_per_token * evaluated_;
-  const uint64_t recurrent = state_ == nullptr ? 0 : info.state_bytes_per_sequence;
-  uint64_t att = swapped_ ? 0 : attention, rec = swapped_ ? 0 : recurrent;
-  uint64_t swp = swapped_ ? attention + recurrent : 0;
-  uint64_t act = counted_active_ ? att + rec : 0;
-  engine_->AdjustStateBytes(static_cast<int64_t>(att) - static_cast<int64_t>(accounted_attention_),
-                            static_cast<int64_t>(rec) - static_cast<int64_t>(accounted_recurrent_),
-                            static_cast<int64_t>(swp) - static_cast<int64_t>(accounted_swapped_),
-                            static_cast<int64_t>(act) - static_cast<int64_t>(accounted_active_));
-  accounted_attention_ = att;
-  accounted_recurrent_ = rec;
-  accounted_swapped_ = swp;
-  accounted_active_ = act;
+  const StateUse use =
+      state_ == nullptr ? StateUse{} : StateUseOf(model_->info(), static_cast<int64_t>(evaluated_));
+  account_.Set(use, swapped_ ? Residence::kSwapped : Residence::kResident, counted_active_);
 }
 
 void Session::BeginRequest(Request* request) {

@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "engine/conversation.h"
 #include "engine/prefix_cache.h"
+#include "memory/memory_ledger.h"
 #include "model/model.h"
 #include "text/text_model.h"
 
@@ -190,10 +191,11 @@ class Session {
   Session(Engine* engine, std::shared_ptr<const Model> model, std::unique_ptr<SequenceState> state,
           int64_t max_context, std::shared_ptr<const TextModel> text);
 
-  // Keeps the engine's memory counters equal to this session's state bytes.
+  // Keeps the session's share of the engine's ledger equal to its state.
   void UpdateAccounting();
 
   Engine* const engine_;
+  LedgerAccount account_;  // this session's bytes in the engine's ledger
   const std::shared_ptr<const Model> model_;
   std::unique_ptr<SequenceState> state_;
   const int64_t max_context_;
@@ -216,10 +218,6 @@ class Session {
   // engine while a request runs on the session (idle sessions' states are
   // the host's to reset or destroy, and reported apart).
   bool counted_active_ = false;
-  uint64_t accounted_attention_ = 0;  // bytes this session added to the engine's counters
-  uint64_t accounted_recurrent_ = 0;
-  uint64_t accounted_swapped_ = 0;
-  uint64_t accounted_active_ = 0;
   std::atomic<bool> busy_{false};  // a request is running; set and cleared by the engine
   Request* active_ = nullptr;      // that request; guarded by the engine's mutex
 };

@@ -2,7 +2,7 @@
 // slots, blocks taken all-or-none, and the reference counts behind the
 // copy-on-write prefix blocks of Clone (a shared block is free again only
 // when its last holder releases it). Plain C++: no device needed.
-#include "model/models/paged_state_book.h"
+#include "memory/paged_state_book.h"
 
 #include <gtest/gtest.h>
 

@@ -38,10 +38,10 @@
 #include "base/tuning.h"
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/ffn_cuda.h"
+#include "memory/paged_state_book.h"
 #include "model/model.h"
 #include "model/models/cuda_executor_stats.h"
 #include "model/models/cuda_paged_state.h"
-#include "model/models/paged_state_book.h"
 
 namespace strata {
 namespace cuda_exec {

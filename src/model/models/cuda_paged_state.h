@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "memory/paged_state_book.h"
 #include "model/model.h"
-#include "model/models/paged_state_book.h"
 
 namespace strata {
 namespace cuda_exec {

@@ -8,8 +8,8 @@
 // Shared by the executor and its states: a state gives its slot and blocks
 // back when destroyed, which may be after the model, hence shared ownership.
 // Thread-safe: states of one model may be destroyed on any thread.
-#ifndef STRATA_MODEL_MODELS_PAGED_STATE_BOOK_H_
-#define STRATA_MODEL_MODELS_PAGED_STATE_BOOK_H_
+#ifndef STRATA_MEMORY_PAGED_STATE_BOOK_H_
+#define STRATA_MEMORY_PAGED_STATE_BOOK_H_
 
 #include <cstdint>
 #include <mutex>
@@ -58,4 +58,4 @@ class PagedStateBook {
 
 }  // namespace strata
 
-#endif  // STRATA_MODEL_MODELS_PAGED_STATE_BOOK_H_
+#endif  // STRATA_MEMORY_PAGED_STATE_BOOK_H_

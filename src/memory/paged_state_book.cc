@@ -1,4 +1,4 @@
-#include "model/models/paged_state_book.h"
+#include "memory/paged_state_book.h"
 
 #include <cassert>
 
