@@ -31,12 +31,12 @@
 #include "engine/chat_turn.h"
 #include "engine/event.h"
 #include "engine/metrics.h"
-#include "engine/prefix_cache.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/session.h"
 #include "engine/worker_thread.h"
 #include "memory/memory_ledger.h"
+#include "memory/prefix_cache.h"
 
 namespace strata {
 

@@ -14,8 +14,8 @@
 
 #include "base/status.h"
 #include "engine/conversation.h"
-#include "engine/prefix_cache.h"
 #include "memory/memory_ledger.h"
+#include "memory/prefix_cache.h"
 #include "model/model.h"
 #include "text/text_model.h"
 
