@@ -673,10 +673,10 @@ void Engine::ResolveStall(const Stall& stall, const RequestPtr& first, size_t wa
   }
   // It waits for memory held by other requests (they finish), idle sessions
   // (the host resets or destroys them) or pinned marks (released).
-  Log(LogLevel::kDebug, absl::StrCat("request ", first->id(), " waits for memory: ",
-                                     stall.alone_bytes, " bytes with the pinned cache; active ",
-                                     ledger_.active(), ", cache ", cache_.bytes(), ", budget ",
-                                     budget, "; ", wanting, " wanting work, ", parked, " parked"));
+  Log(LogLevel::kDebug,
+      absl::StrCat("request ", first->id(), " waits for memory: ", stall.alone_bytes,
+                   " bytes with the pinned cache; active ", ledger_.active(), ", cache ", cache_.bytes(),
+                   ", budget ", budget, "; ", wanting, " wanting work, ", parked, " parked"));
   std::unique_lock<std::mutex> lock(mu_);
   work_cv_.wait_for(lock, std::chrono::milliseconds(5));
 }

@@ -10,13 +10,15 @@ Status HostTier::Put(std::string_view key, std::span<const uint8_t> bytes) {
                                                      " bytes exceeds its capacity of ", capacity_,
                                                      " bytes"));
   }
-  // Copied before the lock: a large region does not stall readers.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (TouchLocked(key) != lru_.end()) return OkStatus();
+  }
+  // Copied outside the lock: a large region does not stall readers. Another
+  // writer may store the key meanwhile; the check below keeps its object.
   Object object{std::string(key), std::vector<uint8_t>(bytes.begin(), bytes.end())};
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = by_key_.find(key); it != by_key_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return OkStatus();
-  }
+  if (TouchLocked(key) != lru_.end()) return OkStatus();
   while (bytes_ + object.bytes.size() > capacity_) EraseLocked(std::prev(lru_.end()));
   bytes_ += object.bytes.size();
   lru_.push_front(std::move(object));
@@ -26,10 +28,9 @@ Status HostTier::Put(std::string_view key, std::span<const uint8_t> bytes) {
 
 Status HostTier::Get(std::string_view key, std::vector<uint8_t>* out) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = by_key_.find(key);
-  if (it == by_key_.end()) return absl::NotFoundError("host tier: no such object");
-  lru_.splice(lru_.begin(), lru_, it->second);
-  out->assign(it->second->bytes.begin(), it->second->bytes.end());
+  const List::iterator it = TouchLocked(key);
+  if (it == lru_.end()) return absl::NotFoundError("host tier: no such object");
+  out->assign(it->bytes.begin(), it->bytes.end());
   return OkStatus();
 }
 
@@ -51,6 +52,13 @@ uint64_t HostTier::bytes() const {
 int64_t HostTier::objects() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(lru_.size());
+}
+
+HostTier::List::iterator HostTier::TouchLocked(std::string_view key) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return lru_.end();
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second;
 }
 
 void HostTier::EraseLocked(List::iterator it) {

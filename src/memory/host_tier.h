@@ -36,6 +36,8 @@ class HostTier final : public Tier {
   };
   using List = std::list<Object>;  // front: most recently used
 
+  // The object `key` made the most recently used, or lru_.end(); requires mu_.
+  List::iterator TouchLocked(std::string_view key);
   void EraseLocked(List::iterator it);  // requires mu_
 
   const uint64_t capacity_;

@@ -29,8 +29,7 @@ PrefixCache::PrefixCache(uint64_t capacity_bytes, int32_t block_tokens)
 // The key of a prefix chains one hash per full block (each block's hash
 // depends on every block before it), then the partial tail and the length:
 // a GPU block table can reuse the per-block chain as its block identities.
-uint64_t PrefixCache::Key(const Model* model, int64_t max_context,
-                          std::span<const int32_t> tokens) const {
+uint64_t PrefixCache::Key(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const {
   uint64_t h = Mix(reinterpret_cast<uintptr_t>(model) ^ Mix(static_cast<uint64_t>(max_context)));
   const size_t b = static_cast<size_t>(block_tokens_);
   size_t i = 0;
@@ -40,8 +39,7 @@ uint64_t PrefixCache::Key(const Model* model, int64_t max_context,
 }
 
 std::shared_ptr<const StateSnapshot> PrefixCache::Lookup(const Model* model, int64_t max_context,
-                                                         std::span<const int32_t> tokens,
-                                                         int64_t min_tokens) {
+                                                         std::span<const int32_t> tokens, int64_t min_tokens) {
   if (!enabled()) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [len, n] : lengths_) {  // longest first
@@ -64,8 +62,7 @@ std::shared_ptr<const StateSnapshot> PrefixCache::Lookup(const Model* model, int
   return nullptr;
 }
 
-bool PrefixCache::Contains(const Model* model, int64_t max_context,
-                           std::span<const int32_t> tokens) const {
+bool PrefixCache::Contains(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const {
   if (!enabled()) return false;
   std::lock_guard<std::mutex> lock(mu_);
   auto [lo, hi] = by_key_.equal_range(Key(model, max_context, tokens));

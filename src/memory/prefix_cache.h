@@ -31,11 +31,11 @@ namespace strata {
 // forks.
 struct StateSnapshot {
   const Model* model = nullptr;
-  int64_t max_context = 0;      // capacity of the state (sessions only restore their own size)
-  std::vector<int32_t> tokens;  // the exact prefix the state has consumed
+  int64_t max_context = 0;            // capacity of the state (sessions only restore their own size)
+  std::vector<int32_t> tokens;        // the exact prefix the state has consumed
   std::unique_ptr<SequenceState> state;
-  std::vector<float> logits;  // [vocab] after the last token
-  uint64_t bytes = 0;         // the model's accounting of this state
+  std::vector<float> logits;          // [vocab] after the last token
+  uint64_t bytes = 0;                 // the model's accounting of this state
 };
 
 // Thread-safety: every method is thread-safe.
@@ -92,11 +92,10 @@ class PrefixCache {
   const uint64_t capacity_;
   const int32_t block_tokens_;
   mutable std::mutex mu_;
-  List lru_;                                                  // guarded by mu_
+  List lru_;                                              // guarded by mu_
   std::unordered_multimap<uint64_t, List::iterator> by_key_;  // guarded by mu_
-  std::map<int64_t, int64_t, std::greater<int64_t>>
-      lengths_;         // prefix length -> entries; guarded by mu_
-  uint64_t bytes_ = 0;  // guarded by mu_
+  std::map<int64_t, int64_t, std::greater<int64_t>> lengths_;  // prefix length -> entries; guarded by mu_
+  uint64_t bytes_ = 0;                                    // guarded by mu_
 };
 
 }  // namespace strata
