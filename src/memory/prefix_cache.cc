@@ -4,20 +4,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/splitmix64.h"
+
 namespace strata {
 namespace {
 
-// splitmix64 finaliser: a cheap, well-mixed 64-bit hash step.
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 uint64_t HashTokens(uint64_t seed, std::span<const int32_t> tokens) {
   uint64_t h = seed;
-  for (int32_t t : tokens) h = Mix(h ^ static_cast<uint32_t>(t));
+  for (int32_t t : tokens) h = SplitMix64(h ^ static_cast<uint32_t>(t));
   return h;
 }
 
@@ -30,12 +24,14 @@ PrefixCache::PrefixCache(uint64_t capacity_bytes, int32_t block_tokens)
 // depends on every block before it), then the partial tail and the length:
 // a GPU block table can reuse the per-block chain as its block identities.
 uint64_t PrefixCache::Key(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const {
-  uint64_t h = Mix(reinterpret_cast<uintptr_t>(model) ^ Mix(static_cast<uint64_t>(max_context)));
+  uint64_t h = SplitMix64(reinterpret_cast<uintptr_t>(model) ^
+                          SplitMix64(static_cast<uint64_t>(max_context)));
   const size_t b = static_cast<size_t>(block_tokens_);
   size_t i = 0;
-  for (; i + b <= tokens.size(); i += b) h = Mix(h ^ HashTokens(0x5EED, tokens.subspan(i, b)));
-  h = Mix(h ^ HashTokens(0x7A11, tokens.subspan(i)));
-  return Mix(h ^ static_cast<uint64_t>(tokens.size()));
+  for (; i + b <= tokens.size(); i += b)
+    h = SplitMix64(h ^ HashTokens(0x5EED, tokens.subspan(i, b)));
+  h = SplitMix64(h ^ HashTokens(0x7A11, tokens.subspan(i)));
+  return SplitMix64(h ^ static_cast<uint64_t>(tokens.size()));
 }
 
 std::shared_ptr<const StateSnapshot> PrefixCache::Lookup(const Model* model, int64_t max_context,

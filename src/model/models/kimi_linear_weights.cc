@@ -7,6 +7,7 @@
 
 #include "base/dtype.h"
 #include "base/file_error.h"
+#include "base/splitmix64.h"
 #include "model/config_reader.h"
 #include "model/models/builtin.h"
 #include "model/safetensors_writer.h"
@@ -14,15 +15,6 @@
 
 namespace strata {
 namespace {
-
-// SplitMix64: a counter-based stream, so dummy weights depend only on
-// (seed, tensor index, element) and not on the order they are made in.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, 1).
 float Unit(uint64_t h) { return static_cast<float>(h >> 40) * (1.0f / 16777216.0f); }
@@ -148,10 +140,12 @@ Status WriteKimiLinearDummyWeights(const KimiLinearConfig& config, const std::st
   SafetensorsWriter w;
   uint64_t index = 0;
   for (const auto& t : specs) {
-    const uint64_t base = Mix(seed ^ Mix(++index));
+    // A counter-based stream: each value depends only on (seed, tensor
+    // index, element), not on the order the tensors are made in.
+    const uint64_t base = SplitMix64(seed ^ SplitMix64(++index));
     const size_t n = static_cast<size_t>(t.NumElements());
     auto uniform = [&](size_t i, float lo, float hi) {
-      return lo + (hi - lo) * Unit(Mix(base + static_cast<uint64_t>(i)));
+      return lo + (hi - lo) * Unit(SplitMix64(base + static_cast<uint64_t>(i)));
     };
     if (t.kind == KimiTensorKind::kMatrix || t.kind == KimiTensorKind::kEmbedding) {
       std::vector<uint8_t> raw(n * 2);
