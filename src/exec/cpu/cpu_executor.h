@@ -32,10 +32,10 @@ template <typename Config>
 StatusOr<std::unique_ptr<Model>> LoadCpuModel(
     std::shared_ptr<const WeightStore> weights, const std::string& config_path,
     const LoadOptions& options, StatusOr<Config> (*parse)(const ConfigReader&),
-    ArchSpec (*describe)(const Config&, const WeightStore&)) {
+    ArchSpec (*describe)(const Config&, const WeightStore*)) {
   STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(config_path));
   STRATA_ASSIGN_OR_RETURN(Config config, parse(reader));
-  ArchSpec spec = describe(config, *weights);
+  ArchSpec spec = describe(config, weights.get());
   return CreateCpuExecutor(std::move(spec), std::move(weights), options);
 }
 

@@ -24,7 +24,10 @@
 #include <cstdint>
 
 #include "backend/cuda/moe.h"
+#include "exec/arch_spec.h"
 #include "exec/cuda/cuda_ops.h"
+#include "exec/cuda/dummy_fill.h"
+#include "exec/cuda/tensor_sink.h"
 
 namespace strata {
 namespace cuda_exec {
@@ -42,6 +45,17 @@ struct FfnWeights {
   // [shared_gate_rows, D] with only row 0 real (rows padded for the GEMV).
   bf16* shared_gate = nullptr;
 };
+
+// `layer`'s feed-forward weights (carved as `w` points) from the checkpoint
+// names its LayerSpec gives: a dense MLP's gate, up and down; a router, its
+// selection bias, the experts' stacked gate|up and down, the shared expert
+// and its gate.
+Status UploadFfnWeights(const exec::LayerSpec& layer, int64_t D, const FfnWeights& w,
+                        const TensorSink& sink);
+// Random bf16 weights for the same tensors (the bias in ±0.01), drawn from
+// `fill` in a fixed order; `w` holds bf16 matrices only.
+Status FillDummyFfnWeights(const exec::LayerSpec& layer, int64_t D, const FfnWeights& w,
+                           DummyFill& fill);
 
 struct FfnDims {
   int64_t D = 0;

@@ -36,11 +36,13 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/sampling.h"
 #include "base/tuning.h"
+#include "exec/arch_spec.h"
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/ffn_cuda.h"
 #include "memory/paged_state_book.h"
 #include "model/model.h"
 #include "model/models/cuda_executor_stats.h"
+#include "model/models/cuda_load_helpers.h"
 #include "model/models/cuda_paged_state.h"
 
 namespace strata {
@@ -57,6 +59,8 @@ struct PoolUsage {
 class CudaExecutorBase : public Model {
  public:
   ~CudaExecutorBase() override;
+
+  const ModelInfo& info() const override { return info_; }
 
   StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
   Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
@@ -269,6 +273,46 @@ class CudaExecutorBase : public Model {
     b.moe_ws_bytes = moe_ws_bytes;
     ffn_ = CudaFfn(dims, b, batch_invariant);
   }
+  // --- loading (cuda_executor_load_cuda.cc) -----------------------------------
+  // First in a load after ResolveTuning (whose Scope the load holds): makes
+  // the visible device LoadOptions::device_index current (an sm_90 part, or
+  // Unavailable) and plans `p` from the options, the checkpoint's context
+  // and the executor's default prefill slice, with the sampling workspace
+  // for a vocabulary of `vocab`. Returns the device's name.
+  StatusOr<std::string> BeginLoad(const LoadOptions& options, int64_t vocab,
+                                  int64_t config_max_context, int64_t default_slice,
+                                  SequencePlan& p);
+  // One array of a state pool before allocation: `layers` sub-arrays of one
+  // unit of `unit_bytes` per slot (or per block).
+  struct PoolArray {
+    int64_t layers = 0;
+    size_t unit_bytes = 0;
+  };
+  // What an executor allocates: its weight arena and scratch, laid out by
+  // its carve functions (run once on a null Carver to size them, then on the
+  // allocation), and its state pools.
+  struct MemoryPlan {
+    std::function<void(Carver&)> carve_weights, carve_scratch;
+    std::vector<PoolArray> slot_arrays, block_arrays;
+  };
+  // Creates stream_ and blas_ first, so that the free memory planned with is
+  // what is really left; gives the block pool what remains of
+  // `memory_fraction` of it after the weights, the scratch and p.max_sequences
+  // slots (at most what p's sequences can use, none without block arrays);
+  // allocates weight_mem_ and runtime_mem_ (the scratch at its start, then
+  // each slot array, then each block array), both zeroed before this
+  // returns, so that the padding rows of fused matrices read zero; carves
+  // them; describes the arrays in layout_ (units: slots, then blocks) and
+  // returns the number of blocks. ResourceExhausted saying what does not fit.
+  StatusOr<int64_t> AllocateMemory(const std::string& device_name, const SequencePlan& p,
+                                   double memory_fraction, const MemoryPlan& plan);
+  // info_ for `spec` on `device_name` once the memory exists: the layer
+  // kinds, the stored parameters (of `weights`; 0 for dummy weights), the
+  // state bytes from layout_, p's context (states cannot exceed it) and p's
+  // sequences as the limit of live states (the slot pool).
+  void DescribeModel(const exec::ArchSpec& spec, const std::string& device_name,
+                     const WeightStore* weights, const SequencePlan& p);
+
   // After load, once frame_, layout_, stream_ and the pools exist: the
   // pinned mirrors (plus `extra_pinned` bytes returned in *extra, e.g. the
   // weight-upload staging), the slot/block book and the block-table owners.
@@ -290,6 +334,7 @@ class CudaExecutorBase : public Model {
   };
 
   // --- state of the runtime (set at load) ------------------------------------
+  ModelInfo info_;
   tuning::Config tuning_;
   Frame frame_;
   StateLayout layout_;

@@ -22,8 +22,6 @@ using cuda::ActType;
 
 namespace {
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Carves 256-byte aligned host pieces (as the device Carver).
 template <typename T>
 T* TakeAligned(char*& at, int64_t count) {

@@ -18,6 +18,7 @@
 #include "backend/cuda/gemm.h"
 #include "base/dtype.h"
 #include "base/status.h"
+#include "exec/cuda/tensor_sink.h"
 #include "model/model.h"
 #include "model/weight_store.h"
 
@@ -61,6 +62,7 @@ struct SequencePlan {
   int64_t slice = 0;       // prefill slice (tokens)
   int64_t rows = 0;        // max(slice, max_batch): rows of the activation buffers
   int64_t max_blocks = 0;  // blocks per sequence = ceil(max_ctx / 64)
+  size_t sample_ws = 0;    // the sampling workspace of the largest batch
 };
 // From LoadOptions (0: the defaults above, `default_slice`) and the
 // checkpoint's context (`config_max_context`, 0: unknown); InvalidArgument for
@@ -91,7 +93,11 @@ class Uploader {
     buf_[0] = staging;
     buf_[1] = staging + half_;
   }
+  // Waits for the copies still in flight (an upload that stopped early
+  // included): none may read the staging after this.
   ~Uploader() {
+    cudaStreamSynchronize(stream_);
+    cudaGetLastError();
     for (cudaEvent_t& e : done_) {
       if (e != nullptr) cudaEventDestroy(e);
     }
@@ -150,6 +156,21 @@ class Uploader {
     return OkStatus();
   }
 
+  // This uploader as the sink of `ws`'s tensors (bf16 matrices only).
+  TensorSink Sink(const WeightStore& ws) {
+    TensorSink sink;
+    sink.matrix = [this, &ws](const std::string& name, int64_t rows, int64_t cols, const Mat& dst,
+                              int64_t row0) -> Status {
+      if (dst.bf == nullptr) return absl::InternalError(name + ": no bf16 destination at upload");
+      return Matrix(ws, name, {rows, cols}, dst.bf + row0 * cols);
+    };
+    sink.vector = [this, &ws](const std::string& name, int64_t n, float* dst) -> Status {
+      STRATA_ASSIGN_OR_RETURN(std::vector<float> v, ws.GetF32Copy(name, {n}));
+      return Floats(v, dst);
+    };
+    return sink;
+  }
+
   Status Finish() {
     STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return OkStatus();
@@ -176,6 +197,10 @@ class Uploader {
   bool used_[2] = {false, false};
   int cur_ = 1;
 };
+
+// Layer i of n is on the device: LoadOptions::progress moves from 0.05 to
+// 0.95 over the layers; Cancelled naming ws.dir() when the callback says stop.
+Status LayerLoaded(const LoadOptions& options, const WeightStore& ws, int64_t i, int64_t n);
 
 // MLA layers in batch-invariant mode: for each (kv_b, uk_t) pair fills
 // uk_t [heads, r, dn] with W_UK,hᵀ, W_UK,h being kv_b's rows

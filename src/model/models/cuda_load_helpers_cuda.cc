@@ -71,6 +71,13 @@ Status DeviceAlloc(const std::string& device_name, void** ptr, size_t bytes, con
   return OkStatus();
 }
 
+Status LayerLoaded(const LoadOptions& options, const WeightStore& ws, int64_t i, int64_t n) {
+  if (!options.progress) return OkStatus();
+  const float frac = 0.05f + 0.9f * static_cast<float>(i + 1) / static_cast<float>(n);
+  if (options.progress(frac)) return OkStatus();
+  return absl::CancelledError(absl::StrCat(ws.dir(), ": load cancelled by the progress callback"));
+}
+
 Status TransposeUkPerHead(cuda::BlasContext& blas,
                           const std::vector<std::pair<const bf16*, bf16*>>& layers,
                           int64_t heads, int64_t dn, int64_t dv, int64_t r,

@@ -21,14 +21,14 @@
 //     DeepSeek's code does too.
 #include "exec/arch_spec.h"
 #include "exec/cpu/cpu_executor.h"
+#include "model/models/arch_descriptions.h"
 #include "model/models/builtin.h"
 #include "model/models/deepseek_v32_config.h"
 #include "model/models/deepseek_v32_layers.h"
 
 namespace strata {
-namespace {
 
-exec::ArchSpec DescribeDeepseekV32(const DeepseekV32Config& c, const WeightStore&) {
+exec::ArchSpec DescribeDeepseekV32(const DeepseekV32Config& c, const WeightStore*) {
   exec::ArchSpec a = exec::SpecOf("deepseek_v32", c);
   // Every FP8 tensor is dequantised, whether or not quantization_config says
   // so (the block defaults to 128×128).
@@ -45,8 +45,6 @@ exec::ArchSpec DescribeDeepseekV32(const DeepseekV32Config& c, const WeightStore
   }
   return a;
 }
-
-}  // namespace
 
 StatusOr<std::unique_ptr<Model>> CreateDeepseekV32Model(std::shared_ptr<const WeightStore> weights,
                                                         const std::string& config_path,

@@ -131,7 +131,7 @@ inline cuda::MoeShape MoeShapeOf(const Geometry& g) {
 
 struct Plan : cuda_exec::SequencePlan {
   int64_t dense_ctx = 0;   // min(max_ctx, K): longest context attended densely
-  size_t mla_ws = 0, index_ws = 0, moe_ws = 0, sample_ws = 0;
+  size_t mla_ws = 0, index_ws = 0, moe_ws = 0;
   int64_t fp8_tile = 0;    // bf16 elements of the prefill dequantisation tile
 };
 
@@ -246,8 +246,6 @@ class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
       const LoadOptions& options);
   ~DeepseekV32CudaModel() override = default;
 
-  const ModelInfo& info() const override { return info_; }
-
   // As the CPU adapter: min(context, index_topk) (DsaAttendedTokens).
   int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const override;
 
@@ -259,8 +257,9 @@ class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
   // --- deepseek_v32_load_cuda.cc ---
   Status Setup(std::shared_ptr<const WeightStore> weights, const DeepseekV32Config& config,
                const LoadOptions& options);
-  Status UploadWeights(const WeightStore& store, const LoadOptions& options);
-  Status MakeDummyWeights(uint64_t seed);
+  Status UploadWeights(const exec::ArchSpec& spec, const WeightStore& store,
+                       const LoadOptions& options);
+  Status MakeDummyWeights(const exec::ArchSpec& spec, uint64_t seed);
   // Batch-invariant mode: fills each layer's uk_t from kv_b.
   Status BuildTransposedUk();
   Status SelfCheck();
@@ -282,7 +281,6 @@ class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
   // query's path does not depend on how long the call or the batch is.
   bool invariant_ = false;
   Plan plan_;
-  ModelInfo info_;
 
   Fp8Footprint fp8_;
   Weights w_;

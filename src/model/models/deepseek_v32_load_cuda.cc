@@ -22,6 +22,7 @@
 #include "base/dtype.h"
 #include "model/config_reader.h"
 #include "model/fp8_weights.h"
+#include "model/models/arch_descriptions.h"
 #include "model/models/builtin.h"
 #include "model/models/deepseek_v32_cuda_impl.h"
 #include "model/weight_store.h"
@@ -281,8 +282,6 @@ Status UploadFp8(const WeightStore& ws, const std::string& name, int64_t rows, i
   return OkStatus();
 }
 
-constexpr float kDummyScale = 0.02f;
-
 }  // namespace
 
 StatusOr<std::unique_ptr<DeepseekV32CudaModel>> DeepseekV32CudaModel::Create(
@@ -313,15 +312,9 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
         absl::StrCat("n_group ", g.n_group, " exceeds the CUDA router's 32 groups"));
   }
 
-  // --- the device -----------------------------------------------------------
-  STRATA_ASSIGN_OR_RETURN(const cuda_exec::DeviceChoice dev, cuda_exec::SelectHopperDevice(options.device_index));
-  device_ = dev.index;
-  const std::string& dev_name = dev.name;
-
-  // --- the plan -------------------------------------------------------------
   Plan& p = plan_;
-  STRATA_RETURN_IF_ERROR(
-      cuda_exec::PlanSequences(options, config.max_context, kPrefillSliceTokens, p));
+  STRATA_ASSIGN_OR_RETURN(const std::string dev_name,
+                          BeginLoad(options, g.V, config.max_context, kPrefillSliceTokens, p));
   p.dense_ctx = std::min(p.max_ctx, g.K);
   const cuda::MlaShape mshape = MlaShapeOf(g);
   const cuda::IndexerShape ishape = IndexerShapeOf(g);
@@ -343,9 +336,6 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
                       cuda::MlaSparsePrefillWorkspaceBytes(mshape, p.slice, g.K, invariant_));
   p.index_ws = std::max(p.index_ws, cuda::IndexerPrefillWorkspaceBytes(
                                         ishape, p.slice, std::max<int64_t>(0, p.max_ctx - p.slice)));
-  for (int64_t b = 1; b <= p.max_batch; ++b) {
-    p.sample_ws = std::max(p.sample_ws, cuda::SampleWorkspaceBytes(b, g.V));
-  }
 
   const bool separate_lm_head =
       !config.tie_word_embeddings || (weights != nullptr && weights->Has("lm_head.weight"));
@@ -356,7 +346,7 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
       return t.ok() && t->dtype == DType::kF8E4M3;
     };
   }
-  Carver weight_size(nullptr);
+  Carver weight_size(nullptr);  // for the FP8 footprint
   CarveWeights(g, config, separate_lm_head, invariant_, is_fp8, weight_size, w_, &fp8_);
   if (invariant_ && fp8_.max_elems > 0) {
     // cuda::Fp8Gemm streams small row counts through its own FP8 GEMV and
@@ -378,55 +368,21 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   // keeps it small next to the weights (the largest published FP8 matrix,
   // o_proj [7168, 16384], then takes 4 chunks).
   p.fp8_tile = std::min(fp8_.max_elems, kFp8TileMaxElems);
-  Carver scratch_size(nullptr);
-  CarveScratch(g, p, scratch_size, s_);
-  weight_bytes_ = weight_size.size();
-  scratch_bytes_ = scratch_size.size();
-  const size_t block_bytes = static_cast<size_t>(g.L * kBlockTokens * (g.cd + g.dI)) * 2;
-
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  STRATA_ASSIGN_OR_RETURN(blas_, cuda::BlasContext::Create());
-  size_t free_bytes = 0, total_bytes = 0;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const double budget = options.gpu_memory_fraction * static_cast<double>(free_bytes);
-  const double fixed = static_cast<double>(weight_bytes_ + scratch_bytes_);
-  const double one_sequence = static_cast<double>(block_bytes * static_cast<size_t>(p.max_blocks));
-  if (fixed + one_sequence > budget) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        dev_name, " has ", GiB(static_cast<double>(free_bytes)), " free (",
-        static_cast<int>(100 * options.gpu_memory_fraction), "% usable) and the model needs ",
-        GiB(fixed + one_sequence), ": weights ", GiB(static_cast<double>(weight_bytes_)),
-        ", scratch ", GiB(static_cast<double>(scratch_bytes_)), " and the cache of one ",
-        p.max_ctx, "-token sequence"));
-  }
-  int64_t blocks = static_cast<int64_t>((budget - fixed) / static_cast<double>(block_bytes));
-  blocks = std::min(blocks, p.max_sequences * p.max_blocks);
-  blocks = std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max());
+  MemoryPlan memory;
+  memory.carve_weights = [&](Carver& c) {
+    CarveWeights(g, config, separate_lm_head, invariant_, is_fp8, c, w_, nullptr);
+  };
+  memory.carve_scratch = [&](Carver& c) { CarveScratch(g, p, c, s_); };
+  // No per-slot state (slots only count live sequences); two caches per
+  // layer addressed by one block table: the MLA latent rows and the indexer keys.
+  memory.block_arrays = {{g.L, sizeof(bf16) * static_cast<size_t>(kBlockTokens * g.cd)},
+                         {g.L, sizeof(bf16) * static_cast<size_t>(kBlockTokens * g.dI)}};
+  STRATA_ASSIGN_OR_RETURN(const int64_t blocks,
+                          AllocateMemory(dev_name, p, options.gpu_memory_fraction, memory));
   pools_.slots = p.max_sequences;
   pools_.blocks = blocks;
-  kv_pool_bytes_ = block_bytes * static_cast<size_t>(blocks);
-
-  // --- allocation -------------------------------------------------------------
-  auto alloc = [&](void** ptr, size_t bytes, const char* what) {
-    return cuda_exec::DeviceAlloc(dev_name, ptr, bytes, what);
-  };
-  STRATA_RETURN_IF_ERROR(alloc(&weight_mem_, weight_bytes_, "weights"));
-  {
-    Carver c(static_cast<char*>(weight_mem_));
-    CarveWeights(g, config, separate_lm_head, invariant_, is_fp8, c, w_, nullptr);
-  }
-  Carver runtime_size(nullptr);
-  runtime_size.Take<char>(static_cast<int64_t>(scratch_bytes_));
-  runtime_size.Take<bf16>(g.L * blocks * kBlockTokens * g.cd);
-  runtime_size.Take<bf16>(g.L * blocks * kBlockTokens * g.dI);
-  STRATA_RETURN_IF_ERROR(alloc(&runtime_mem_, runtime_size.size(), "scratch and caches"));
-  {
-    Carver c(static_cast<char*>(runtime_mem_));
-    CarveScratch(g, p, c, s_);
-    pools_.kv = c.Take<bf16>(g.L * blocks * kBlockTokens * g.cd);
-    pools_.ik = c.Take<bf16>(g.L * blocks * kBlockTokens * g.dI);
-  }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(runtime_mem_, 0, runtime_size.size(), stream_));
+  pools_.kv = reinterpret_cast<bf16*>(layout_.block_regions[0].base);
+  pools_.ik = reinterpret_cast<bf16*>(layout_.block_regions[1].base);
 
   // Rotary tables: the CPU's, for every position of the plan.
   {
@@ -448,56 +404,29 @@ Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   fp8_tile_elems_ = p.fp8_tile;
   BindStack(w_, s_, cuda_exec::FfnDims{g.D, g.I_dense, g.Is, 0, MoeShapeOf(g)}, p.moe_ws,
             invariant_);
-  // No per-slot state (slots only count live sequences); two caches per
-  // layer addressed by one block table: the MLA latent rows and the indexer keys.
-  layout_.block_regions = {
-      {reinterpret_cast<char*>(pools_.kv), g.L, pools_.blocks,
-       sizeof(bf16) * static_cast<size_t>(kBlockTokens * g.cd)},
-      {reinterpret_cast<char*>(pools_.ik), g.L, pools_.blocks,
-       sizeof(bf16) * static_cast<size_t>(kBlockTokens * g.dI)}};
   benchmark_fill_ = true;
   // Pinned host memory: step inputs, block-table mirror, results.
   STRATA_RETURN_IF_ERROR(InitRuntime(pools_.slots, pools_.blocks, options.cuda_graphs,
                                      0, nullptr));
 
   // --- weights ---------------------------------------------------------------
+  const exec::ArchSpec spec = DescribeDeepseekV32(config, weights.get());
   if (weights == nullptr) {
-    STRATA_RETURN_IF_ERROR(MakeDummyWeights(options.dummy_seed));
+    STRATA_RETURN_IF_ERROR(MakeDummyWeights(spec, options.dummy_seed));
   } else {
-    STRATA_RETURN_IF_ERROR(UploadWeights(*weights, options));
+    STRATA_RETURN_IF_ERROR(UploadWeights(spec, *weights, options));
   }
   if (invariant_) {
     STRATA_RETURN_IF_ERROR(BuildTransposedUk());
     // From here on (the load-time check included) every GEMM is invariant.
     blas_->set_batch_invariant(true);
   }
-
-  // --- info --------------------------------------------------------------------
-  ModelInfo& info = info_;
-  info.architecture = "deepseek_v32";
-  info.device = dev_name;
-  info.tuning = tuning_.ToString();
-  info.num_layers = static_cast<int32_t>(config.num_layers);
-  for (int64_t i = 0; i < config.num_layers; ++i) {
-    info.layer_kinds.push_back(config.is_moe[static_cast<size_t>(i)] ? "dsa+moe" : "dsa+dense");
-  }
-  if (weights != nullptr) info.num_parameters = weights->TotalElements();
-  info.parameter_bytes = weight_bytes_;
-  info.vocab_size = static_cast<int32_t>(config.vocab_size);
-  info.hidden_size = static_cast<int32_t>(config.hidden_size);
-  info.max_context = p.max_ctx;
-  info.state_bytes_per_token = static_cast<uint64_t>(g.L * (g.cd + g.dI)) * sizeof(bf16);
-  info.state_bytes_per_sequence = 0;
-  // NewState and Clone draw from the slot pool; sampling runs on the device.
-  info.max_live_states = pools_.slots;
-  info.device_sampling = true;
-  info.bos_token_id = config.bos_token_id;
-  info.eos_token_id = config.eos_token_id;
-
+  DescribeModel(spec, dev_name, weights.get(), p);
   return SelfCheck();
 }
 
-Status DeepseekV32CudaModel::UploadWeights(const WeightStore& ws, const LoadOptions& options) {
+Status DeepseekV32CudaModel::UploadWeights(const exec::ArchSpec& spec, const WeightStore& ws,
+                                           const LoadOptions& options) {
   const Geometry& g = g_;
   const Fp8BlockSize block = cfg_.fp8_block;
   const int64_t D = g.D, V = g.V;
@@ -521,16 +450,14 @@ Status DeepseekV32CudaModel::UploadWeights(const WeightStore& ws, const LoadOpti
     if (dst.is_fp8()) return UploadFp8(ws, name, rows, cols, block, dst, row0);
     return matrix(name, rows, cols, dst.bf + row0 * cols);
   };
-  // Padding rows of the fused matrices stay zero (codes and scales).
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(weight_mem_, 0, weight_bytes_, stream_));
-  STRATA_RETURN_IF_ERROR(Sync("weight memset"));
   STRATA_RETURN_IF_ERROR(matrix("model.embed_tokens.weight", V, D, w_.embed));
   if (w_.lm_head != w_.embed) STRATA_RETURN_IF_ERROR(matrix("lm_head.weight", V, D, w_.lm_head));
   STRATA_RETURN_IF_ERROR(vec("model.norm.weight", D, w_.final_norm));
   for (int64_t i = 0; i < g.L; ++i) {
     const Layer& L = w_.layers[static_cast<size_t>(i)];
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    const std::string a = p + "self_attn.";
+    const exec::LayerSpec& layer = spec.layers[static_cast<size_t>(i)];
+    const std::string& p = layer.prefix;
+    const std::string& a = layer.mixer_prefix;
     const std::string x = a + "indexer.";
     STRATA_RETURN_IF_ERROR(vec(p + "input_layernorm.weight", D, L.input_norm));
     STRATA_RETURN_IF_ERROR(vec(p + "post_attention_layernorm.weight", D, L.post_norm));
@@ -548,85 +475,40 @@ Status DeepseekV32CudaModel::UploadWeights(const WeightStore& ws, const LoadOpti
     STRATA_RETURN_IF_ERROR(put(x + "wq_b.weight", g.HI * g.dI, g.qr, w.iq, 0));
     STRATA_RETURN_IF_ERROR(put(x + "weights_proj.weight", g.HI, D, w.iw, 0));
 
-    const std::string m = p + "mlp.";
-    const FfnLayer& f = L.ffn;
-    if (!L.is_moe) {
-      const int64_t I = g.I_dense;
-      STRATA_RETURN_IF_ERROR(put(m + "gate_proj.weight", I, D, f.gate_up, 0));
-      STRATA_RETURN_IF_ERROR(put(m + "up_proj.weight", I, D, f.gate_up, I));
-      STRATA_RETURN_IF_ERROR(put(m + "down_proj.weight", D, I, f.down, 0));
-    } else {
-      const int64_t E = g.E, I = g.I;
-      STRATA_RETURN_IF_ERROR(put(m + "gate.weight", E, D, f.router, 0));
-      STRATA_RETURN_IF_ERROR(vec(m + "gate.e_score_correction_bias", E, f.score_bias));
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string xe = absl::StrCat(m, "experts.", e, ".");
-        STRATA_RETURN_IF_ERROR(put(xe + "gate_proj.weight", I, D, f.w13, e * 2 * I));
-        STRATA_RETURN_IF_ERROR(put(xe + "up_proj.weight", I, D, f.w13, e * 2 * I + I));
-        STRATA_RETURN_IF_ERROR(put(xe + "down_proj.weight", D, I, f.w2, e * D));
-      }
-      if (g.Is > 0) {
-        const int64_t Is = g.Is;
-        STRATA_RETURN_IF_ERROR(put(m + "shared_experts.gate_proj.weight", Is, D, f.gate_up, 0));
-        STRATA_RETURN_IF_ERROR(put(m + "shared_experts.up_proj.weight", Is, D, f.gate_up, Is));
-        STRATA_RETURN_IF_ERROR(put(m + "shared_experts.down_proj.weight", D, Is, f.down, 0));
-      }
-    }
-    if (options.progress) {
-      const float frac = 0.05f + 0.9f * static_cast<float>(i + 1) / static_cast<float>(g.L);
-      if (!options.progress(frac)) {
-        return absl::CancelledError(
-            absl::StrCat(ws.dir(), ": load cancelled by the progress callback"));
-      }
-    }
+    cuda_exec::TensorSink sink;
+    sink.matrix = put;
+    sink.vector = vec;
+    STRATA_RETURN_IF_ERROR(UploadFfnWeights(layer, D, L.ffn, sink));
+    STRATA_RETURN_IF_ERROR(cuda_exec::LayerLoaded(options, ws, i, g.L));
   }
   return OkStatus();
 }
 
-Status DeepseekV32CudaModel::MakeDummyWeights(uint64_t seed) {
+Status DeepseekV32CudaModel::MakeDummyWeights(const exec::ArchSpec& spec, uint64_t seed) {
   const Geometry& g = g_;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(weight_mem_, 0, weight_bytes_, stream_));
-  uint64_t counter = 0;
-  auto next = [&] { return seed * 0x9e3779b97f4a7c15ull + (++counter) * 0xbf58476d1ce4e5b9ull; };
-  auto mat = [&](bf16* p, int64_t n) {
-    return cuda::FillRandomBf16(p, n, next(), kDummyScale, stream_);
-  };
-  auto f32 = [&](float* p, int64_t n, float lo, float hi) {
-    return cuda::FillRandomF32(p, n, next(), lo, hi, stream_);
-  };
+  cuda_exec::DummyFill fill(seed, stream_);
+  auto mat = [&](bf16* p, int64_t n) { return fill.Matrix(p, n); };
   STRATA_RETURN_IF_ERROR(mat(w_.embed, g.V * g.D));
   if (w_.lm_head != w_.embed) STRATA_RETURN_IF_ERROR(mat(w_.lm_head, g.V * g.D));
-  STRATA_RETURN_IF_ERROR(f32(w_.final_norm, g.D, 1.f, 1.f));
-  for (const Layer& L : w_.layers) {
-    STRATA_RETURN_IF_ERROR(f32(L.input_norm, g.D, 1.f, 1.f));
-    STRATA_RETURN_IF_ERROR(f32(L.post_norm, g.D, 1.f, 1.f));
+  STRATA_RETURN_IF_ERROR(fill.Ones(w_.final_norm, g.D));
+  for (size_t i = 0; i < w_.layers.size(); ++i) {
+    const Layer& L = w_.layers[i];
+    STRATA_RETURN_IF_ERROR(fill.Ones(L.input_norm, g.D));
+    STRATA_RETURN_IF_ERROR(fill.Ones(L.post_norm, g.D));
     const AttnLayer& a = L.attn;
     STRATA_RETURN_IF_ERROR(mat(a.a.bf, g.qr * g.D));
     STRATA_RETURN_IF_ERROR(mat(a.a.bf + g.off_kv * g.D, g.cd * g.D));
     STRATA_RETURN_IF_ERROR(mat(a.a.bf + g.off_ik * g.D, g.dI * g.D));
-    STRATA_RETURN_IF_ERROR(f32(a.q_a_norm, g.qr, 1.f, 1.f));
-    STRATA_RETURN_IF_ERROR(f32(a.kv_norm, g.r, 1.f, 1.f));
-    STRATA_RETURN_IF_ERROR(f32(a.ik_norm_w, g.dI, 1.f, 1.f));
-    STRATA_RETURN_IF_ERROR(f32(a.ik_norm_b, g.dI, 0.f, 0.f));
+    STRATA_RETURN_IF_ERROR(fill.Ones(a.q_a_norm, g.qr));
+    STRATA_RETURN_IF_ERROR(fill.Ones(a.kv_norm, g.r));
+    STRATA_RETURN_IF_ERROR(fill.Ones(a.ik_norm_w, g.dI));
+    STRATA_RETURN_IF_ERROR(fill.Uniform(a.ik_norm_b, g.dI, 0.f, 0.f));
     STRATA_RETURN_IF_ERROR(mat(a.q_b.bf, g.H * g.qd * g.qr));
     STRATA_RETURN_IF_ERROR(mat(a.kv_b, g.H * (g.dn + g.dv) * g.r));
     STRATA_RETURN_IF_ERROR(mat(a.o.bf, g.D * g.H * g.dv));
     STRATA_RETURN_IF_ERROR(mat(a.iq.bf, g.HI * g.dI * g.qr));
     STRATA_RETURN_IF_ERROR(mat(a.iw.bf, g.HI * g.D));
-    const FfnLayer& f = L.ffn;
-    if (!L.is_moe) {
-      STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.I_dense * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.I_dense));
-    } else {
-      STRATA_RETURN_IF_ERROR(mat(f.router.bf, g.E * g.D));
-      STRATA_RETURN_IF_ERROR(f32(f.score_bias, g.E, -0.01f, 0.01f));
-      STRATA_RETURN_IF_ERROR(mat(f.w13.bf, g.E * 2 * g.I * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.w2.bf, g.E * g.D * g.I));
-      if (g.Is > 0) {
-        STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.Is * g.D));
-        STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.Is));
-      }
-    }
+    STRATA_RETURN_IF_ERROR(FillDummyFfnWeights(spec.layers[i], g.D, L.ffn, fill));
   }
   return Sync("dummy weights");
 }

@@ -4,16 +4,14 @@
 // names (experts w1 / w3 / w2; the MoE under `block_sparse_moe.`).
 #include "exec/arch_spec.h"
 #include "exec/cpu/cpu_executor.h"
+#include "model/models/arch_descriptions.h"
 #include "model/models/builtin.h"
 #include "model/models/kimi_linear_config.h"
 #include "model/models/kimi_linear_weights.h"
 
 namespace strata {
-namespace {
 
-// The dense MLP's prefix depends on the export (KimiDenseMlpPrefix), so the
-// description reads the checkpoint's names.
-exec::ArchSpec DescribeKimiLinear(const KimiLinearConfig& c, const WeightStore& ws) {
+exec::ArchSpec DescribeKimiLinear(const KimiLinearConfig& c, const WeightStore* ws) {
   exec::ArchSpec a = exec::SpecOf("kimi_linear", c);
   const exec::KdaSpec kda{c.kda_heads, c.kda_head_dim, c.conv_kernel, a.norm_eps};
   const exec::MlaSpec mla{.heads = c.mla_heads,
@@ -33,15 +31,15 @@ exec::ArchSpec DescribeKimiLinear(const KimiLinearConfig& c, const WeightStore& 
     if (c.is_moe[l]) {
       a.layers.push_back(exec::LayerAt(i, "self_attn.", mixer, "block_sparse_moe.", moe));
     } else {
-      const std::string dense = KimiDenseMlpPrefix(ws, i).substr(KimiLayerPrefix(i).size());
+      // The dense MLP's prefix depends on the export (KimiDenseMlpPrefix).
+      const std::string dense =
+          ws != nullptr ? KimiDenseMlpPrefix(*ws, i).substr(KimiLayerPrefix(i).size()) : "mlp.";
       a.layers.push_back(
           exec::LayerAt(i, "self_attn.", mixer, dense, exec::MlpSpec{c.intermediate_size}));
     }
   }
   return a;
 }
-
-}  // namespace
 
 StatusOr<std::unique_ptr<Model>> CreateKimiLinearModel(std::shared_ptr<const WeightStore> weights,
                                                        const std::string& config_path,

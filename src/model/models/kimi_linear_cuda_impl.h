@@ -116,7 +116,7 @@ inline cuda::MoeShape MoeShapeOf(const Geometry& g) {
 
 // Sizes fixed at load.
 struct Plan : cuda_exec::SequencePlan {
-  size_t kda_ws = 0, mla_ws = 0, moe_ws = 0, sample_ws = 0;
+  size_t kda_ws = 0, mla_ws = 0, moe_ws = 0;
 };
 
 struct KdaLayer {
@@ -218,16 +218,15 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
       const LoadOptions& options);
   ~KimiLinearCudaModel() override = default;
 
-  const ModelInfo& info() const override { return info_; }
-
  private:
   KimiLinearCudaModel() = default;
 
   // --- kimi_linear_load_cuda.cc ---
   Status Setup(std::shared_ptr<const WeightStore> weights, const KimiLinearConfig& config,
                const LoadOptions& options);
-  Status UploadWeights(const WeightStore& store, const LoadOptions& options);
-  Status MakeDummyWeights(uint64_t seed);
+  Status UploadWeights(const exec::ArchSpec& spec, const WeightStore& store,
+                       const LoadOptions& options);
+  Status MakeDummyWeights(const exec::ArchSpec& spec, uint64_t seed);
   // Batch-invariant mode: fills each MLA layer's uk_t from kv_b.
   Status BuildTransposedUk();
 
@@ -253,7 +252,6 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
   // LoadOptions::batch_invariant: every kernel takes its invariant variant.
   bool invariant_ = false;
   Plan plan_;
-  ModelInfo info_;
 
   Weights w_;
   Scratch s_;

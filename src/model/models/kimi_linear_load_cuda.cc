@@ -14,6 +14,7 @@
 #include "backend/cuda/elementwise.h"
 #include "base/dtype.h"
 #include "model/config_reader.h"
+#include "model/models/arch_descriptions.h"
 #include "model/models/builtin.h"
 #include "model/models/kimi_linear_cuda_impl.h"
 #include "model/models/kimi_linear_weights.h"
@@ -169,15 +170,9 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   prefill_single_tokens_ = invariant_;
   const Geometry& g = g_;
 
-  // --- the device -----------------------------------------------------------
-  STRATA_ASSIGN_OR_RETURN(const cuda_exec::DeviceChoice dev, cuda_exec::SelectHopperDevice(options.device_index));
-  device_ = dev.index;
-  const std::string& dev_name = dev.name;
-
-  // --- the plan -------------------------------------------------------------
   Plan& p = plan_;
-  STRATA_RETURN_IF_ERROR(
-      cuda_exec::PlanSequences(options, config.max_context, kPrefillSliceTokens, p));
+  STRATA_ASSIGN_OR_RETURN(const std::string dev_name,
+                          BeginLoad(options, g.V, config.max_context, kPrefillSliceTokens, p));
   if (g.num_kda > 0) p.kda_ws = cuda::KdaPrefillWorkspaceBytes(KdaShapeOf(g), p.slice);
   if (g.num_mla > 0) {
     // Sized for every (batch, length bound) a decode graph may use.
@@ -191,137 +186,55 @@ Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
     }
   }
   if (g.has_moe) p.moe_ws = cuda::MoeWorkspaceBytes(MoeShapeOf(g), p.rows, invariant_);
-  for (int64_t b = 1; b <= p.max_batch; ++b) {
-    p.sample_ws = std::max(p.sample_ws, cuda::SampleWorkspaceBytes(b, g.V));
-  }
 
   const bool separate_lm_head =
       !config.tie_word_embeddings || (weights != nullptr && weights->Has("lm_head.weight"));
-  Carver weight_size(nullptr);
-  CarveWeights(g, config, separate_lm_head, weight_size, w_);
-  Carver scratch_size(nullptr);
-  CarveScratch(g, p, scratch_size, s_);
-  weight_bytes_ = weight_size.size();
-  scratch_bytes_ = scratch_size.size();
-  const size_t slot_bytes = static_cast<size_t>(g.num_kda * (g.kda_state + g.window)) * 4;
-  const size_t block_bytes = static_cast<size_t>(g.num_mla * kBlockTokens * g.cd) * 2;
-
-  // The stream and cuBLASLt (its workspace) first, so the free memory we plan
-  // with is what is really left.
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  STRATA_ASSIGN_OR_RETURN(blas_, cuda::BlasContext::Create());
-  size_t free_bytes = 0, total_bytes = 0;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const double budget = options.gpu_memory_fraction * static_cast<double>(free_bytes);
-  const double fixed = static_cast<double>(weight_bytes_ + scratch_bytes_) +
-                       static_cast<double>(slot_bytes) * static_cast<double>(p.max_sequences);
-  const double one_sequence = static_cast<double>(block_bytes * static_cast<size_t>(p.max_blocks));
-  if (fixed + one_sequence > budget) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        dev_name, " has ", GiB(static_cast<double>(free_bytes)), " free (",
-        static_cast<int>(100 * options.gpu_memory_fraction), "% usable) and the model needs ",
-        GiB(fixed + one_sequence), ": weights ", GiB(static_cast<double>(weight_bytes_)),
-        ", scratch ", GiB(static_cast<double>(scratch_bytes_)), ", ", p.max_sequences,
-        " sequence slots and the cache of one ", p.max_ctx, "-token sequence"));
-  }
-  int64_t blocks = 0;
-  if (g.num_mla > 0) {
-    blocks = static_cast<int64_t>((budget - fixed) / static_cast<double>(block_bytes));
-    blocks = std::min(blocks, p.max_sequences * p.max_blocks);
-    // Block ids are int32 in the block tables.
-    blocks = std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max());
-  }
+  MemoryPlan memory;
+  memory.carve_weights = [&](Carver& c) { CarveWeights(g, config, separate_lm_head, c, w_); };
+  memory.carve_scratch = [&](Carver& c) { CarveScratch(g, p, c, s_); };
+  memory.slot_arrays = {{g.num_kda, sizeof(float) * static_cast<size_t>(g.kda_state)},
+                        {g.num_kda, sizeof(float) * static_cast<size_t>(g.window)}};
+  memory.block_arrays = {{g.num_mla, sizeof(bf16) * static_cast<size_t>(kBlockTokens * g.cd)}};
+  STRATA_ASSIGN_OR_RETURN(const int64_t blocks,
+                          AllocateMemory(dev_name, p, options.gpu_memory_fraction, memory));
   pools_.slots = p.max_sequences;
   pools_.blocks = blocks;
-  state_pool_bytes_ = slot_bytes * static_cast<size_t>(p.max_sequences);
-  kv_pool_bytes_ = block_bytes * static_cast<size_t>(blocks);
-
-  // --- allocation -------------------------------------------------------------
-  auto alloc = [&](void** ptr, size_t bytes, const char* what) {
-    return cuda_exec::DeviceAlloc(dev_name, ptr, bytes, what);
-  };
-  STRATA_RETURN_IF_ERROR(alloc(&weight_mem_, weight_bytes_, "weights"));
-  {
-    Carver c(static_cast<char*>(weight_mem_));
-    CarveWeights(g, config, separate_lm_head, c, w_);
-  }
-  // Scratch, then the slot pools, then the cache, in one allocation.
-  Carver runtime_size(nullptr);
-  runtime_size.Take<char>(static_cast<int64_t>(scratch_bytes_));
-  runtime_size.Take<float>(g.num_kda * p.max_sequences * g.kda_state);
-  runtime_size.Take<float>(g.num_kda * p.max_sequences * g.window);
-  runtime_size.Take<bf16>(g.num_mla * blocks * kBlockTokens * g.cd);
-  STRATA_RETURN_IF_ERROR(alloc(&runtime_mem_, runtime_size.size(), "scratch and caches"));
-  {
-    Carver c(static_cast<char*>(runtime_mem_));
-    CarveScratch(g, p, c, s_);
-    pools_.kda_state = c.Take<float>(g.num_kda * p.max_sequences * g.kda_state);
-    pools_.conv_window = c.Take<float>(g.num_kda * p.max_sequences * g.window);
-    pools_.kv = c.Take<bf16>(g.num_mla * blocks * kBlockTokens * g.cd);
-  }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(runtime_mem_, 0, runtime_size.size(), stream_));
+  pools_.kda_state = reinterpret_cast<float*>(layout_.slot_regions[0].base);
+  pools_.conv_window = reinterpret_cast<float*>(layout_.slot_regions[1].base);
+  pools_.kv = reinterpret_cast<bf16*>(layout_.block_regions[0].base);
 
   // What the shared host side (cuda_executor_base.h) works with.
   BindFrame(g, p, w_, s_, kLogitsChunkRows);
   BindStack(w_, s_, cuda_exec::FfnDims{g.D, g.I_dense, g.Is, 0, MoeShapeOf(g)}, p.moe_ws,
             invariant_);
-  layout_.slot_regions = {
-      {reinterpret_cast<char*>(pools_.kda_state), g.num_kda, pools_.slots,
-       sizeof(float) * static_cast<size_t>(g.kda_state)},
-      {reinterpret_cast<char*>(pools_.conv_window), g.num_kda, pools_.slots,
-       sizeof(float) * static_cast<size_t>(g.window)}};
-  layout_.block_regions = {{reinterpret_cast<char*>(pools_.kv), g.num_mla, pools_.blocks,
-                            sizeof(bf16) * static_cast<size_t>(kBlockTokens * g.cd)}};
   benchmark_fill_ = true;
   // Pinned host memory: step inputs, block-table mirror, results, staging.
   STRATA_RETURN_IF_ERROR(InitRuntime(pools_.slots, pools_.blocks, options.cuda_graphs,
                                      cuda_exec::kStagingBytes, &h_staging_));
 
   // --- weights ---------------------------------------------------------------
+  const exec::ArchSpec spec = DescribeKimiLinear(config, weights.get());
   if (weights == nullptr) {
-    STRATA_RETURN_IF_ERROR(MakeDummyWeights(options.dummy_seed));
+    STRATA_RETURN_IF_ERROR(MakeDummyWeights(spec, options.dummy_seed));
   } else {
-    STRATA_RETURN_IF_ERROR(UploadWeights(*weights, options));
+    STRATA_RETURN_IF_ERROR(UploadWeights(spec, *weights, options));
   }
   STRATA_RETURN_IF_ERROR(BuildTransposedUk());
   if (invariant_) {
     // From here on (the load-time check included) every GEMM is invariant.
     blas_->set_batch_invariant(true);
   }
-
-  // --- info --------------------------------------------------------------------
-  ModelInfo& info = info_;
-  info.architecture = "kimi_linear";
-  info.device = dev_name;
-  info.tuning = tuning_.ToString();
-  info.num_layers = static_cast<int32_t>(config.num_layers);
-  for (int64_t i = 0; i < config.num_layers; ++i) {
-    info.layer_kinds.push_back(
-        absl::StrCat(config.is_mla[static_cast<size_t>(i)] ? "mla" : "kda", "+",
-                     config.is_moe[static_cast<size_t>(i)] ? "moe" : "dense"));
+  DescribeModel(spec, dev_name, weights.get(), p);
+  if (weights == nullptr) {
+    for (const KimiTensorSpec& t : KimiLinearTensorSpecs(config)) {
+      info_.num_parameters += t.NumElements();
+    }
   }
-  if (weights != nullptr) {
-    info.num_parameters = weights->TotalElements();
-  } else {
-    for (const KimiTensorSpec& t : KimiLinearTensorSpecs(config)) info.num_parameters += t.NumElements();
-  }
-  info.parameter_bytes = weight_bytes_;
-  info.vocab_size = static_cast<int32_t>(config.vocab_size);
-  info.hidden_size = static_cast<int32_t>(config.hidden_size);
-  // The planned context, not the architecture's: states cannot exceed it.
-  info.max_context = p.max_ctx;
-  info.state_bytes_per_token = static_cast<uint64_t>(g.num_mla * g.cd) * sizeof(bf16);
-  info.state_bytes_per_sequence = slot_bytes;
-  // NewState and Clone draw from the slot pool; sampling runs on the device.
-  info.max_live_states = pools_.slots;
-  info.device_sampling = true;
-  info.bos_token_id = config.bos_token_id;
-  info.eos_token_id = config.eos_token_id;
-
   return LoadTimeCheck(g_.V);
 }
 
-Status KimiLinearCudaModel::UploadWeights(const WeightStore& ws, const LoadOptions& options) {
+Status KimiLinearCudaModel::UploadWeights(const exec::ArchSpec& spec, const WeightStore& ws,
+                                          const LoadOptions& options) {
   const Geometry& g = g_;
   Uploader up(stream_, h_staging_, cuda_exec::kStagingBytes);
   STRATA_RETURN_IF_ERROR(up.Init());
@@ -339,8 +252,9 @@ Status KimiLinearCudaModel::UploadWeights(const WeightStore& ws, const LoadOptio
   const int64_t H = g.H, dk = g.dk, C = g.C, K = g.K;
   for (int64_t i = 0; i < g.L; ++i) {
     const Layer& L = w_.layers[static_cast<size_t>(i)];
-    const std::string p = KimiLayerPrefix(i);
-    const std::string a = p + "self_attn.";
+    const exec::LayerSpec& layer = spec.layers[static_cast<size_t>(i)];
+    const std::string& p = layer.prefix;
+    const std::string& a = layer.mixer_prefix;
     STRATA_RETURN_IF_ERROR(norm(p + "input_layernorm.weight", D, L.input_norm));
     STRATA_RETURN_IF_ERROR(norm(p + "post_attention_layernorm.weight", D, L.post_norm));
     if (L.is_mla) {
@@ -380,70 +294,28 @@ Status KimiLinearCudaModel::UploadWeights(const WeightStore& ws, const LoadOptio
       STRATA_RETURN_IF_ERROR(up.Floats(dt, k.dt_bias));
       STRATA_RETURN_IF_ERROR(norm(a + "o_norm.weight", dk, k.o_norm));
     }
-    const FfnLayer& f = L.ffn;
-    if (!L.is_moe) {
-      const std::string d = KimiDenseMlpPrefix(ws, i);
-      const int64_t I = g.I_dense;
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, d + "gate_proj.weight", {I, D}, f.gate_up.bf));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, d + "up_proj.weight", {I, D}, f.gate_up.bf + I * D));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, d + "down_proj.weight", {D, I}, f.down.bf));
-    } else {
-      const std::string m = p + "block_sparse_moe.";
-      const int64_t E = g.E, I = g.I;
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "gate.weight", {E, D}, f.router.bf));
-      STRATA_ASSIGN_OR_RETURN(std::vector<float> bias,
-                              ws.GetF32Copy(m + "gate.e_score_correction_bias", {E}));
-      STRATA_RETURN_IF_ERROR(up.Floats(bias, f.score_bias));
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string x = absl::StrCat(m, "experts.", e, ".");
-        bf16* w13 = f.w13.bf + e * 2 * I * D;
-        STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "w1.weight", {I, D}, w13));
-        STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "w3.weight", {I, D}, w13 + I * D));
-        STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "w2.weight", {D, I}, f.w2.bf + e * D * I));
-      }
-      if (g.Is > 0) {
-        const int64_t Is = g.Is;
-        STRATA_RETURN_IF_ERROR(
-            up.Matrix(ws, m + "shared_experts.gate_proj.weight", {Is, D}, f.gate_up.bf));
-        STRATA_RETURN_IF_ERROR(
-            up.Matrix(ws, m + "shared_experts.up_proj.weight", {Is, D}, f.gate_up.bf + Is * D));
-        STRATA_RETURN_IF_ERROR(
-            up.Matrix(ws, m + "shared_experts.down_proj.weight", {D, Is}, f.down.bf));
-      }
-    }
-    if (options.progress) {
-      const float frac = 0.05f + 0.9f * static_cast<float>(i + 1) / static_cast<float>(g.L);
-      if (!options.progress(frac)) {
-        up.Finish().IgnoreError();
-        return absl::CancelledError(
-            absl::StrCat(ws.dir(), ": load cancelled by the progress callback"));
-      }
-    }
+    STRATA_RETURN_IF_ERROR(UploadFfnWeights(layer, D, L.ffn, up.Sink(ws)));
+    STRATA_RETURN_IF_ERROR(cuda_exec::LayerLoaded(options, ws, i, g.L));
   }
   return up.Finish();
 }
 
-Status KimiLinearCudaModel::MakeDummyWeights(uint64_t seed) {
+Status KimiLinearCudaModel::MakeDummyWeights(const exec::ArchSpec& spec, uint64_t seed) {
   const Geometry& g = g_;
-  // Padding rows of the fused matrices stay zero.
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(weight_mem_, 0, weight_bytes_, stream_));
-  uint64_t counter = 0;
-  auto next = [&] { return seed * 0x9e3779b97f4a7c15ull + (++counter) * 0xbf58476d1ce4e5b9ull; };
-  constexpr float kScale = 0.02f;
-  auto mat = [&](bf16* p, int64_t n) { return cuda::FillRandomBf16(p, n, next(), kScale, stream_); };
-  auto f32 = [&](float* p, int64_t n, float lo, float hi) {
-    return cuda::FillRandomF32(p, n, next(), lo, hi, stream_);
-  };
+  cuda_exec::DummyFill fill(seed, stream_);
+  auto mat = [&](bf16* p, int64_t n) { return fill.Matrix(p, n); };
+  auto f32 = [&](float* p, int64_t n, float lo, float hi) { return fill.Uniform(p, n, lo, hi); };
   STRATA_RETURN_IF_ERROR(mat(w_.embed, g.V * g.D));
   if (w_.lm_head != w_.embed) STRATA_RETURN_IF_ERROR(mat(w_.lm_head, g.V * g.D));
-  STRATA_RETURN_IF_ERROR(f32(w_.final_norm, g.D, 1.f, 1.f));
-  for (const Layer& L : w_.layers) {
-    STRATA_RETURN_IF_ERROR(f32(L.input_norm, g.D, 1.f, 1.f));
-    STRATA_RETURN_IF_ERROR(f32(L.post_norm, g.D, 1.f, 1.f));
+  STRATA_RETURN_IF_ERROR(fill.Ones(w_.final_norm, g.D));
+  for (size_t i = 0; i < w_.layers.size(); ++i) {
+    const Layer& L = w_.layers[i];
+    STRATA_RETURN_IF_ERROR(fill.Ones(L.input_norm, g.D));
+    STRATA_RETURN_IF_ERROR(fill.Ones(L.post_norm, g.D));
     if (L.is_mla) {
       STRATA_RETURN_IF_ERROR(mat(L.mla.q, g.Hm * g.qd * g.D));
       STRATA_RETURN_IF_ERROR(mat(L.mla.kv_a, g.cd * g.D));
-      STRATA_RETURN_IF_ERROR(f32(L.mla.kv_norm, g.r, 1.f, 1.f));
+      STRATA_RETURN_IF_ERROR(fill.Ones(L.mla.kv_norm, g.r));
       STRATA_RETURN_IF_ERROR(mat(L.mla.kv_b, g.Hm * (g.dn + g.dv) * g.r));
       STRATA_RETURN_IF_ERROR(mat(L.mla.o, g.D * g.Hm * g.dv));
     } else {
@@ -460,22 +332,9 @@ Status KimiLinearCudaModel::MakeDummyWeights(uint64_t seed) {
       // with softplus(dt_bias) in about [0.001, 0.1]: decays like a trained KDA.
       STRATA_RETURN_IF_ERROR(f32(k.neg_exp_a, g.H, -16.f, -1.f));
       STRATA_RETURN_IF_ERROR(f32(k.dt_bias, g.C, -6.9f, -2.3f));
-      STRATA_RETURN_IF_ERROR(f32(k.o_norm, g.dk, 1.f, 1.f));
+      STRATA_RETURN_IF_ERROR(fill.Ones(k.o_norm, g.dk));
     }
-    const FfnLayer& f = L.ffn;
-    if (!L.is_moe) {
-      STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.I_dense * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.I_dense));
-    } else {
-      STRATA_RETURN_IF_ERROR(mat(f.router.bf, g.E * g.D));
-      STRATA_RETURN_IF_ERROR(f32(f.score_bias, g.E, -0.01f, 0.01f));
-      STRATA_RETURN_IF_ERROR(mat(f.w13.bf, g.E * 2 * g.I * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.w2.bf, g.E * g.D * g.I));
-      if (g.Is > 0) {
-        STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.Is * g.D));
-        STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.Is));
-      }
-    }
+    STRATA_RETURN_IF_ERROR(FillDummyFfnWeights(spec.layers[i], g.D, L.ffn, fill));
   }
   return Sync("dummy weights");
 }

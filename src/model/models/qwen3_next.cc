@@ -4,13 +4,13 @@
 // RMSNorm stores a zero-centred weight (scale 1 + w).
 #include "exec/arch_spec.h"
 #include "exec/cpu/cpu_executor.h"
+#include "model/models/arch_descriptions.h"
 #include "model/models/builtin.h"
 #include "model/models/qwen3_next_config.h"
 
 namespace strata {
-namespace {
 
-exec::ArchSpec DescribeQwen3Next(const Qwen3NextConfig& c, const WeightStore&) {
+exec::ArchSpec DescribeQwen3Next(const Qwen3NextConfig& c, const WeightStore*) {
   exec::ArchSpec a = exec::SpecOf("qwen3_next", c);
   a.zero_centred_norms = true;
   // In field order: Hk, Hv, dk, dv, K, eps; H, Hkv, hd, rotary dim, θ, eps.
@@ -33,8 +33,6 @@ exec::ArchSpec DescribeQwen3Next(const Qwen3NextConfig& c, const WeightStore&) {
   }
   return a;
 }
-
-}  // namespace
 
 StatusOr<std::unique_ptr<Model>> CreateQwen3NextModel(std::shared_ptr<const WeightStore> weights,
                                                       const std::string& config_path,

@@ -105,7 +105,7 @@ inline cuda::MoeShape MoeShapeOf(const Geometry& g) {
 }
 
 struct Plan : cuda_exec::SequencePlan {
-  size_t kda_ws = 0, moe_ws = 0, sample_ws = 0;
+  size_t kda_ws = 0, moe_ws = 0;
 };
 
 struct GdnLayer {
@@ -196,16 +196,15 @@ class Qwen3NextCudaModel final : public cuda_exec::CudaExecutorBase {
       const LoadOptions& options);
   ~Qwen3NextCudaModel() override = default;
 
-  const ModelInfo& info() const override { return info_; }
-
  private:
   Qwen3NextCudaModel() = default;
 
   // --- qwen3_next_load_cuda.cc ---
   Status Setup(std::shared_ptr<const WeightStore> weights, const Qwen3NextConfig& config,
                const LoadOptions& options);
-  Status UploadWeights(const WeightStore& store, const LoadOptions& options);
-  Status MakeDummyWeights(uint64_t seed);
+  Status UploadWeights(const exec::ArchSpec& spec, const WeightStore& store,
+                       const LoadOptions& options);
+  Status MakeDummyWeights(const exec::ArchSpec& spec, uint64_t seed);
 
   // --- qwen3_next_cuda.cc ---
   Status EnqueueMixer(size_t layer, int64_t n, const CudaState* prefill_state, int64_t past,
@@ -221,7 +220,6 @@ class Qwen3NextCudaModel final : public cuda_exec::CudaExecutorBase {
   // is independent of the call's split and batch in every mode).
   bool invariant_ = false;
   Plan plan_;
-  ModelInfo info_;
 
   Weights w_;
   Scratch s_;

@@ -14,6 +14,7 @@
 #include "backend/cuda/elementwise.h"
 #include "base/dtype.h"
 #include "model/config_reader.h"
+#include "model/models/arch_descriptions.h"
 #include "model/models/builtin.h"
 #include "model/models/qwen3_next_cuda_impl.h"
 #include "model/weight_store.h"
@@ -160,150 +161,56 @@ Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
   prefill_single_tokens_ = invariant_;
   const Geometry& g = g_;
 
-  // --- the device -----------------------------------------------------------
-  STRATA_ASSIGN_OR_RETURN(const cuda_exec::DeviceChoice dev, cuda_exec::SelectHopperDevice(options.device_index));
-  device_ = dev.index;
-  const std::string& dev_name = dev.name;
-
-  // --- the plan -------------------------------------------------------------
   Plan& p = plan_;
-  STRATA_RETURN_IF_ERROR(
-      cuda_exec::PlanSequences(options, config.max_context, kPrefillSliceTokens, p));
+  STRATA_ASSIGN_OR_RETURN(const std::string dev_name,
+                          BeginLoad(options, g.V, config.max_context, kPrefillSliceTokens, p));
   if (g.num_gdn > 0) p.kda_ws = cuda::KdaPrefillWorkspaceBytes(KdaShapeOf(g), p.slice);
   if (g.has_moe) p.moe_ws = cuda::MoeWorkspaceBytes(MoeShapeOf(g), p.rows, invariant_);
-  for (int64_t b = 1; b <= p.max_batch; ++b) {
-    p.sample_ws = std::max(p.sample_ws, cuda::SampleWorkspaceBytes(b, g.V));
-  }
 
   const bool separate_lm_head =
       !config.tie_word_embeddings || (weights != nullptr && weights->Has("lm_head.weight"));
-  Carver weight_size(nullptr);
-  CarveWeights(g, config, separate_lm_head, weight_size, w_);
-  Carver scratch_size(nullptr);
-  CarveScratch(g, p, scratch_size, s_);
-  weight_bytes_ = weight_size.size();
-  scratch_bytes_ = scratch_size.size();
-  const size_t slot_bytes = static_cast<size_t>(g.num_gdn * (g.state + g.window)) * 4;
   pools_.block_elems = kBlockTokens * g.Hkv * g.hd;
-  const size_t block_bytes = static_cast<size_t>(g.num_attn * 2 * pools_.block_elems) * 2;
-
-  // The stream and cuBLASLt (its workspace) first, so the free memory we plan
-  // with is what is really left.
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  STRATA_ASSIGN_OR_RETURN(blas_, cuda::BlasContext::Create());
-  size_t free_bytes = 0, total_bytes = 0;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const double budget = options.gpu_memory_fraction * static_cast<double>(free_bytes);
-  const double fixed = static_cast<double>(weight_bytes_ + scratch_bytes_) +
-                       static_cast<double>(slot_bytes) * static_cast<double>(p.max_sequences);
-  const double one_sequence = static_cast<double>(block_bytes * static_cast<size_t>(p.max_blocks));
-  if (fixed + one_sequence > budget) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        dev_name, " has ", GiB(static_cast<double>(free_bytes)), " free (",
-        static_cast<int>(100 * options.gpu_memory_fraction), "% usable) and the model needs ",
-        GiB(fixed + one_sequence), ": weights ", GiB(static_cast<double>(weight_bytes_)),
-        ", scratch ", GiB(static_cast<double>(scratch_bytes_)), ", ", p.max_sequences,
-        " sequence slots and the cache of one ", p.max_ctx, "-token sequence"));
-  }
-  int64_t blocks = 0;
-  if (g.num_attn > 0) {
-    blocks = static_cast<int64_t>((budget - fixed) / static_cast<double>(block_bytes));
-    blocks = std::min(blocks, p.max_sequences * p.max_blocks);
-    // Block ids are int32 in the block tables.
-    blocks = std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max());
-  }
+  const size_t block_unit = sizeof(bf16) * static_cast<size_t>(pools_.block_elems);
+  // Every layer's K pool, then every layer's V pool.
+  MemoryPlan memory;
+  memory.carve_weights = [&](Carver& c) { CarveWeights(g, config, separate_lm_head, c, w_); };
+  memory.carve_scratch = [&](Carver& c) { CarveScratch(g, p, c, s_); };
+  memory.slot_arrays = {{g.num_gdn, sizeof(float) * static_cast<size_t>(g.state)},
+                        {g.num_gdn, sizeof(float) * static_cast<size_t>(g.window)}};
+  memory.block_arrays = {{g.num_attn, block_unit}, {g.num_attn, block_unit}};
+  STRATA_ASSIGN_OR_RETURN(const int64_t blocks,
+                          AllocateMemory(dev_name, p, options.gpu_memory_fraction, memory));
   pools_.slots = p.max_sequences;
   pools_.blocks = blocks;
-  state_pool_bytes_ = slot_bytes * static_cast<size_t>(p.max_sequences);
-  kv_pool_bytes_ = block_bytes * static_cast<size_t>(blocks);
-
-  // --- allocation -------------------------------------------------------------
-  auto alloc = [&](void** ptr, size_t bytes, const char* what) {
-    return cuda_exec::DeviceAlloc(dev_name, ptr, bytes, what);
-  };
-  STRATA_RETURN_IF_ERROR(alloc(&weight_mem_, weight_bytes_, "weights"));
-  {
-    Carver c(static_cast<char*>(weight_mem_));
-    CarveWeights(g, config, separate_lm_head, c, w_);
-  }
-  // Padding rows (the shared-expert gate's) must read as zero.
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(weight_mem_, 0, weight_bytes_, stream_));
-  // Scratch, then the slot pools, then the cache, in one allocation.
-  Carver runtime_size(nullptr);
-  runtime_size.Take<char>(static_cast<int64_t>(scratch_bytes_));
-  runtime_size.Take<float>(g.num_gdn * p.max_sequences * g.state);
-  runtime_size.Take<float>(g.num_gdn * p.max_sequences * g.window);
-  runtime_size.Take<bf16>(g.num_attn * blocks * pools_.block_elems);
-  runtime_size.Take<bf16>(g.num_attn * blocks * pools_.block_elems);
-  STRATA_RETURN_IF_ERROR(alloc(&runtime_mem_, runtime_size.size(), "scratch and caches"));
-  {
-    Carver c(static_cast<char*>(runtime_mem_));
-    CarveScratch(g, p, c, s_);
-    pools_.state = c.Take<float>(g.num_gdn * p.max_sequences * g.state);
-    pools_.window = c.Take<float>(g.num_gdn * p.max_sequences * g.window);
-    pools_.k = c.Take<bf16>(g.num_attn * blocks * pools_.block_elems);
-    pools_.v = c.Take<bf16>(g.num_attn * blocks * pools_.block_elems);
-  }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(runtime_mem_, 0, runtime_size.size(), stream_));
+  pools_.state = reinterpret_cast<float*>(layout_.slot_regions[0].base);
+  pools_.window = reinterpret_cast<float*>(layout_.slot_regions[1].base);
+  pools_.k = reinterpret_cast<bf16*>(layout_.block_regions[0].base);
+  pools_.v = reinterpret_cast<bf16*>(layout_.block_regions[1].base);
 
   // What the shared host side (cuda_executor_base.h) works with.
   BindFrame(g, p, w_, s_, kLogitsChunkRows);
   BindStack(w_, s_, cuda_exec::FfnDims{g.D, g.I_dense, g.Is, kSharedGateRows, MoeShapeOf(g)},
             p.moe_ws, invariant_, s_.shared, s_.sgate);
-  layout_.slot_regions = {
-      {reinterpret_cast<char*>(pools_.state), g.num_gdn, pools_.slots,
-       sizeof(float) * static_cast<size_t>(g.state)},
-      {reinterpret_cast<char*>(pools_.window), g.num_gdn, pools_.slots,
-       sizeof(float) * static_cast<size_t>(g.window)}};
-  // Every layer's K pool, then every layer's V pool.
-  layout_.block_regions = {
-      {reinterpret_cast<char*>(pools_.k), g.num_attn, pools_.blocks,
-       sizeof(bf16) * static_cast<size_t>(pools_.block_elems)},
-      {reinterpret_cast<char*>(pools_.v), g.num_attn, pools_.blocks,
-       sizeof(bf16) * static_cast<size_t>(pools_.block_elems)}};
   // Pinned host memory: step inputs, block-table mirror, results, staging.
   STRATA_RETURN_IF_ERROR(InitRuntime(pools_.slots, pools_.blocks, options.cuda_graphs,
                                      cuda_exec::kStagingBytes, &h_staging_));
 
   // --- weights ---------------------------------------------------------------
+  const exec::ArchSpec spec = DescribeQwen3Next(config, weights.get());
   if (weights == nullptr) {
-    STRATA_RETURN_IF_ERROR(MakeDummyWeights(options.dummy_seed));
+    STRATA_RETURN_IF_ERROR(MakeDummyWeights(spec, options.dummy_seed));
   } else {
-    STRATA_RETURN_IF_ERROR(UploadWeights(*weights, options));
+    STRATA_RETURN_IF_ERROR(UploadWeights(spec, *weights, options));
   }
   // From here on (the load-time check included) every GEMM is row-invariant.
   // No product here takes a transposed W, which the invariant kernels lack.
   if (invariant_) blas_->set_batch_invariant(true);
-
-  // --- info --------------------------------------------------------------------
-  ModelInfo& info = info_;
-  info.architecture = "qwen3_next";
-  info.device = dev_name;
-  info.tuning = tuning_.ToString();
-  info.num_layers = static_cast<int32_t>(config.num_layers);
-  for (int64_t i = 0; i < config.num_layers; ++i) {
-    info.layer_kinds.push_back(
-        absl::StrCat(config.is_attention[static_cast<size_t>(i)] ? "attention" : "gdn", "+",
-                     config.is_moe[static_cast<size_t>(i)] ? "moe" : "dense"));
-  }
-  info.num_parameters = weights != nullptr ? weights->TotalElements() : 0;
-  info.parameter_bytes = weight_bytes_;
-  info.vocab_size = static_cast<int32_t>(config.vocab_size);
-  info.hidden_size = static_cast<int32_t>(config.hidden_size);
-  // The planned context, not the architecture's: states cannot exceed it.
-  info.max_context = p.max_ctx;
-  info.state_bytes_per_token = static_cast<uint64_t>(g.num_attn * 2 * g.Hkv * g.hd) * sizeof(bf16);
-  info.state_bytes_per_sequence = slot_bytes;
-  // NewState and Clone draw from the slot pool; sampling runs on the device.
-  info.max_live_states = pools_.slots;
-  info.device_sampling = true;
-  info.bos_token_id = config.bos_token_id;
-  info.eos_token_id = config.eos_token_id;
-
+  DescribeModel(spec, dev_name, weights.get(), p);
   return LoadTimeCheck(g_.V);
 }
 
-Status Qwen3NextCudaModel::UploadWeights(const WeightStore& ws, const LoadOptions& options) {
+Status Qwen3NextCudaModel::UploadWeights(const exec::ArchSpec& spec, const WeightStore& ws,
+                                         const LoadOptions& options) {
   const Geometry& g = g_;
   Uploader up(stream_, h_staging_, cuda_exec::kStagingBytes);
   STRATA_RETURN_IF_ERROR(up.Init());
@@ -331,11 +238,12 @@ Status Qwen3NextCudaModel::UploadWeights(const WeightStore& ws, const LoadOption
   const int64_t H = g.H, Hkv = g.Hkv, hd = g.hd;
   for (int64_t i = 0; i < g.L; ++i) {
     const Layer& L = w_.layers[static_cast<size_t>(i)];
-    const std::string p = absl::StrCat("model.layers.", i, ".");
+    const exec::LayerSpec& layer = spec.layers[static_cast<size_t>(i)];
+    const std::string& p = layer.prefix;
+    const std::string& a = layer.mixer_prefix;
     STRATA_RETURN_IF_ERROR(norm(p + "input_layernorm.weight", D, L.input_norm, true));
     STRATA_RETURN_IF_ERROR(norm(p + "post_attention_layernorm.weight", D, L.post_norm, true));
     if (L.is_attn) {
-      const std::string a = p + "self_attn.";
       const AttnLayer& m = L.attn;
       // q_proj rows per head are [query (hd) | gate (hd)]: queries to the
       // first H·hd rows, gates to the next H·hd.
@@ -354,7 +262,6 @@ Status Qwen3NextCudaModel::UploadWeights(const WeightStore& ws, const LoadOption
       STRATA_RETURN_IF_ERROR(norm(a + "q_norm.weight", hd, m.q_norm, true));
       STRATA_RETURN_IF_ERROR(norm(a + "k_norm.weight", hd, m.k_norm, true));
     } else {
-      const std::string a = p + "linear_attn.";
       const GdnLayer& k = L.gdn;
       // De-group in_proj_qkvz (transformers' fix_query_key_value_ordering):
       // key head j's rows are [q_j | k_j | v of value heads ρj..ρj+ρ−1 | z of
@@ -394,68 +301,35 @@ Status Qwen3NextCudaModel::UploadWeights(const WeightStore& ws, const LoadOption
       STRATA_RETURN_IF_ERROR(norm(a + "dt_bias", Hv, k.dt_bias, false));
       STRATA_RETURN_IF_ERROR(norm(a + "norm.weight", dv, k.norm, false));
     }
-    const FfnLayer& f = L.ffn;
-    const std::string m = p + "mlp.";
-    if (!L.is_moe) {
-      const int64_t I = g.I_dense;
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "gate_proj.weight", {I, D}, f.gate_up.bf));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "up_proj.weight", {I, D}, f.gate_up.bf + I * D));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "down_proj.weight", {D, I}, f.down.bf));
-    } else {
-      const int64_t E = g.E, I = g.I, Is = g.Is;
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "gate.weight", {E, D}, f.router.bf));
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string x = absl::StrCat(m, "experts.", e, ".");
-        bf16* w13 = f.w13.bf + e * 2 * I * D;
-        STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "gate_proj.weight", {I, D}, w13));
-        STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "up_proj.weight", {I, D}, w13 + I * D));
-        STRATA_RETURN_IF_ERROR(up.Matrix(ws, x + "down_proj.weight", {D, I}, f.w2.bf + e * D * I));
-      }
-      const std::string sh = m + "shared_expert.";
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, sh + "gate_proj.weight", {Is, D}, f.gate_up.bf));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, sh + "up_proj.weight", {Is, D}, f.gate_up.bf + Is * D));
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, sh + "down_proj.weight", {D, Is}, f.down.bf));
-      // Rows 1..7 of the padded gate stay zero (the allocation was cleared).
-      STRATA_RETURN_IF_ERROR(up.Matrix(ws, m + "shared_expert_gate.weight", {1, D}, f.shared_gate));
-    }
-    if (options.progress) {
-      const float frac = 0.05f + 0.9f * static_cast<float>(i + 1) / static_cast<float>(g.L);
-      if (!options.progress(frac)) {
-        up.Finish().IgnoreError();
-        return absl::CancelledError(
-            absl::StrCat(ws.dir(), ": load cancelled by the progress callback"));
-      }
-    }
+    STRATA_RETURN_IF_ERROR(UploadFfnWeights(layer, D, L.ffn, up.Sink(ws)));
+    STRATA_RETURN_IF_ERROR(cuda_exec::LayerLoaded(options, ws, i, g.L));
   }
   return up.Finish();
 }
 
-Status Qwen3NextCudaModel::MakeDummyWeights(uint64_t seed) {
+Status Qwen3NextCudaModel::MakeDummyWeights(const exec::ArchSpec& spec, uint64_t seed) {
   const Geometry& g = g_;
-  uint64_t counter = 0;
-  auto next = [&] { return seed * 0x9e3779b97f4a7c15ull + (++counter) * 0xbf58476d1ce4e5b9ull; };
-  constexpr float kScale = 0.02f;
-  auto mat = [&](bf16* p, int64_t n) { return cuda::FillRandomBf16(p, n, next(), kScale, stream_); };
-  auto f32 = [&](float* p, int64_t n, float lo, float hi) {
-    return cuda::FillRandomF32(p, n, next(), lo, hi, stream_);
-  };
+  cuda_exec::DummyFill fill(seed, stream_);
+  auto mat = [&](bf16* p, int64_t n) { return fill.Matrix(p, n); };
+  auto f32 = [&](float* p, int64_t n, float lo, float hi) { return fill.Uniform(p, n, lo, hi); };
   STRATA_RETURN_IF_ERROR(mat(w_.embed, g.V * g.D));
   if (w_.lm_head != w_.embed) STRATA_RETURN_IF_ERROR(mat(w_.lm_head, g.V * g.D));
-  STRATA_RETURN_IF_ERROR(f32(w_.final_norm, g.D, 1.f, 1.f));
+  STRATA_RETURN_IF_ERROR(fill.Ones(w_.final_norm, g.D));
   if (g.rot > 0) {
     const std::vector<float> inv = cpu::RopeInverseFrequencies(g.rot, cfg_.rope_theta);
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(w_.inv_freq, inv.data(),
                                                 sizeof(float) * inv.size(),
                                                 cudaMemcpyHostToDevice, stream_));
   }
-  for (const Layer& L : w_.layers) {
-    STRATA_RETURN_IF_ERROR(f32(L.input_norm, g.D, 1.f, 1.f));
-    STRATA_RETURN_IF_ERROR(f32(L.post_norm, g.D, 1.f, 1.f));
+  for (size_t i = 0; i < w_.layers.size(); ++i) {
+    const Layer& L = w_.layers[i];
+    STRATA_RETURN_IF_ERROR(fill.Ones(L.input_norm, g.D));
+    STRATA_RETURN_IF_ERROR(fill.Ones(L.post_norm, g.D));
     if (L.is_attn) {
       STRATA_RETURN_IF_ERROR(mat(L.attn.qkv, g.n_attn * g.D));
       STRATA_RETURN_IF_ERROR(mat(L.attn.o, g.D * g.H * g.hd));
-      STRATA_RETURN_IF_ERROR(f32(L.attn.q_norm, g.hd, 1.f, 1.f));
-      STRATA_RETURN_IF_ERROR(f32(L.attn.k_norm, g.hd, 1.f, 1.f));
+      STRATA_RETURN_IF_ERROR(fill.Ones(L.attn.q_norm, g.hd));
+      STRATA_RETURN_IF_ERROR(fill.Ones(L.attn.k_norm, g.hd));
     } else {
       const GdnLayer& k = L.gdn;
       STRATA_RETURN_IF_ERROR(mat(k.in_proj, g.n_in * g.D));
@@ -464,20 +338,9 @@ Status Qwen3NextCudaModel::MakeDummyWeights(uint64_t seed) {
       STRATA_RETURN_IF_ERROR(f32(k.conv, g.C * g.K, -0.5f, 0.5f));
       STRATA_RETURN_IF_ERROR(f32(k.neg_exp_a, g.Hv, -16.f, -1.f));
       STRATA_RETURN_IF_ERROR(f32(k.dt_bias, g.Hv, -6.9f, -2.3f));
-      STRATA_RETURN_IF_ERROR(f32(k.norm, g.dv, 1.f, 1.f));
+      STRATA_RETURN_IF_ERROR(fill.Ones(k.norm, g.dv));
     }
-    const FfnLayer& f = L.ffn;
-    if (!L.is_moe) {
-      STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.I_dense * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.I_dense));
-    } else {
-      STRATA_RETURN_IF_ERROR(mat(f.router.bf, g.E * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.w13.bf, g.E * 2 * g.I * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.w2.bf, g.E * g.D * g.I));
-      STRATA_RETURN_IF_ERROR(mat(f.gate_up.bf, 2 * g.Is * g.D));
-      STRATA_RETURN_IF_ERROR(mat(f.down.bf, g.D * g.Is));
-      STRATA_RETURN_IF_ERROR(mat(f.shared_gate, g.D));  // row 0; the padding stays zero
-    }
+    STRATA_RETURN_IF_ERROR(FillDummyFfnWeights(spec.layers[i], g.D, L.ffn, fill));
   }
   return Sync("dummy weights");
 }

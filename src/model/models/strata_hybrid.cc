@@ -19,7 +19,7 @@
 namespace strata {
 namespace {
 
-exec::ArchSpec DescribeStrataHybrid(const StrataHybridConfig& c, const WeightStore&) {
+exec::ArchSpec DescribeStrataHybrid(const StrataHybridConfig& c, const WeightStore*) {
   exec::ArchSpec a = exec::SpecOf("strata_hybrid", c);
   const exec::KdaSpec kda{c.kda_heads, c.kda_head_dim, c.conv_kernel, a.norm_eps};
   exec::MlaSpec dsa = DeepseekDsaSpec(c);

@@ -1,0 +1,68 @@
+// The feed-forward module's weights: what it reads from a checkpoint, by the
+// names of its LayerSpec, and the dummy weights of a load without one.
+#include <string>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "exec/cuda/ffn_cuda.h"
+
+namespace strata {
+namespace cuda_exec {
+
+Status UploadFfnWeights(const exec::LayerSpec& layer, int64_t D, const FfnWeights& w,
+                        const TensorSink& sink) {
+  const std::string& p = layer.ffn_prefix;
+  if (const auto* mlp = std::get_if<exec::MlpSpec>(&layer.ffn)) {
+    const int64_t I = mlp->intermediate;
+    STRATA_RETURN_IF_ERROR(sink.matrix(p + "gate_proj.weight", I, D, w.gate_up, 0));
+    STRATA_RETURN_IF_ERROR(sink.matrix(p + "up_proj.weight", I, D, w.gate_up, I));
+    return sink.matrix(p + "down_proj.weight", D, I, w.down, 0);
+  }
+  const auto& moe = std::get<exec::MoeSpec>(layer.ffn);
+  const int64_t E = moe.experts, I = moe.intermediate, Is = moe.shared_intermediate;
+  STRATA_RETURN_IF_ERROR(sink.matrix(p + "gate.weight", E, D, w.router, 0));
+  if (moe.score_bias) {
+    STRATA_RETURN_IF_ERROR(sink.vector(p + "gate.e_score_correction_bias", E, w.score_bias));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = absl::StrCat(p, "experts.", e, ".");
+    STRATA_RETURN_IF_ERROR(sink.matrix(x + moe.expert_gate + ".weight", I, D, w.w13, e * 2 * I));
+    STRATA_RETURN_IF_ERROR(sink.matrix(x + moe.expert_up + ".weight", I, D, w.w13, e * 2 * I + I));
+    STRATA_RETURN_IF_ERROR(sink.matrix(x + moe.expert_down + ".weight", D, I, w.w2, e * D));
+  }
+  if (Is > 0) {
+    const std::string s = p + moe.shared_prefix;
+    STRATA_RETURN_IF_ERROR(sink.matrix(s + "gate_proj.weight", Is, D, w.gate_up, 0));
+    STRATA_RETURN_IF_ERROR(sink.matrix(s + "up_proj.weight", Is, D, w.gate_up, Is));
+    STRATA_RETURN_IF_ERROR(sink.matrix(s + "down_proj.weight", D, Is, w.down, 0));
+  }
+  // Only row 0 of the padded gate is real; the others stay as carved (zero).
+  if (moe.shared_gate) {
+    STRATA_RETURN_IF_ERROR(
+        sink.matrix(p + "shared_expert_gate.weight", 1, D, Mat{.bf = w.shared_gate}, 0));
+  }
+  return OkStatus();
+}
+
+Status FillDummyFfnWeights(const exec::LayerSpec& layer, int64_t D, const FfnWeights& w,
+                           DummyFill& fill) {
+  if (const auto* mlp = std::get_if<exec::MlpSpec>(&layer.ffn)) {
+    STRATA_RETURN_IF_ERROR(fill.Matrix(w.gate_up.bf, 2 * mlp->intermediate * D));
+    return fill.Matrix(w.down.bf, D * mlp->intermediate);
+  }
+  const auto& moe = std::get<exec::MoeSpec>(layer.ffn);
+  const int64_t E = moe.experts, I = moe.intermediate, Is = moe.shared_intermediate;
+  STRATA_RETURN_IF_ERROR(fill.Matrix(w.router.bf, E * D));
+  if (moe.score_bias) STRATA_RETURN_IF_ERROR(fill.Uniform(w.score_bias, E, -0.01f, 0.01f));
+  STRATA_RETURN_IF_ERROR(fill.Matrix(w.w13.bf, E * 2 * I * D));
+  STRATA_RETURN_IF_ERROR(fill.Matrix(w.w2.bf, E * D * I));
+  if (Is > 0) {
+    STRATA_RETURN_IF_ERROR(fill.Matrix(w.gate_up.bf, 2 * Is * D));
+    STRATA_RETURN_IF_ERROR(fill.Matrix(w.down.bf, D * Is));
+  }
+  if (moe.shared_gate) STRATA_RETURN_IF_ERROR(fill.Matrix(w.shared_gate, D));
+  return OkStatus();
+}
+
+}  // namespace cuda_exec
+}  // namespace strata

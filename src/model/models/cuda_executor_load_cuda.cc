@@ -1,0 +1,127 @@
+// The load-time half of CudaExecutorBase: the memory plan and allocation
+// every GPU executor shares, and the ModelInfo it reports.
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "backend/cuda/sampling.h"
+#include "model/models/cuda_executor_base.h"
+#include "model/weight_store.h"
+
+namespace strata {
+namespace cuda_exec {
+
+StatusOr<std::string> CudaExecutorBase::BeginLoad(const LoadOptions& options, int64_t vocab,
+                                                  int64_t config_max_context, int64_t default_slice,
+                                                  SequencePlan& p) {
+  STRATA_ASSIGN_OR_RETURN(const DeviceChoice dev, SelectHopperDevice(options.device_index));
+  device_ = dev.index;
+  STRATA_RETURN_IF_ERROR(PlanSequences(options, config_max_context, default_slice, p));
+  for (int64_t b = 1; b <= p.max_batch; ++b) {
+    p.sample_ws = std::max(p.sample_ws, cuda::SampleWorkspaceBytes(b, vocab));
+  }
+  return dev.name;
+}
+
+StatusOr<int64_t> CudaExecutorBase::AllocateMemory(const std::string& device_name,
+                                                   const SequencePlan& p, double memory_fraction,
+                                                   const MemoryPlan& plan) {
+  Carver weight_size(nullptr), scratch_size(nullptr);
+  plan.carve_weights(weight_size);
+  plan.carve_scratch(scratch_size);
+  weight_bytes_ = weight_size.size();
+  scratch_bytes_ = scratch_size.size();
+  size_t slot_bytes = 0, block_bytes = 0;
+  for (const PoolArray& a : plan.slot_arrays) {
+    slot_bytes += static_cast<size_t>(a.layers) * a.unit_bytes;
+  }
+  for (const PoolArray& a : plan.block_arrays) {
+    block_bytes += static_cast<size_t>(a.layers) * a.unit_bytes;
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  STRATA_ASSIGN_OR_RETURN(blas_, cuda::BlasContext::Create());
+  size_t free_bytes = 0, total_bytes = 0;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const double budget = memory_fraction * static_cast<double>(free_bytes);
+  const double fixed = static_cast<double>(weight_bytes_ + scratch_bytes_) +
+                       static_cast<double>(slot_bytes) * static_cast<double>(p.max_sequences);
+  const double one_sequence = static_cast<double>(block_bytes * static_cast<size_t>(p.max_blocks));
+  if (fixed + one_sequence > budget) {
+    const std::string slots =
+        slot_bytes > 0 ? absl::StrCat(", ", p.max_sequences, " sequence slots") : "";
+    return absl::ResourceExhaustedError(absl::StrCat(
+        device_name, " has ", GiB(static_cast<double>(free_bytes)), " free (",
+        static_cast<int>(100 * memory_fraction), "% usable) and the model needs ",
+        GiB(fixed + one_sequence), ": weights ", GiB(static_cast<double>(weight_bytes_)),
+        ", scratch ", GiB(static_cast<double>(scratch_bytes_)), slots, " and the cache of one ",
+        p.max_ctx, "-token sequence"));
+  }
+  int64_t blocks = 0;
+  if (block_bytes > 0) {
+    blocks = static_cast<int64_t>((budget - fixed) / static_cast<double>(block_bytes));
+    blocks = std::min(blocks, p.max_sequences * p.max_blocks);
+    // Block ids are int32 in the block tables.
+    blocks = std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max());
+  }
+  state_pool_bytes_ = slot_bytes * static_cast<size_t>(p.max_sequences);
+  kv_pool_bytes_ = block_bytes * static_cast<size_t>(blocks);
+
+  STRATA_RETURN_IF_ERROR(DeviceAlloc(device_name, &weight_mem_, weight_bytes_, "weights"));
+  if (weight_bytes_ > 0) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(weight_mem_, 0, weight_bytes_, stream_));
+  }
+  Carver weights(static_cast<char*>(weight_mem_));
+  plan.carve_weights(weights);
+  auto carve = [&](Carver& c) {
+    plan.carve_scratch(c);
+    layout_.slot_regions.clear();
+    layout_.block_regions.clear();
+    for (const PoolArray& a : plan.slot_arrays) {
+      char* base = c.Take<char>(a.layers * p.max_sequences * static_cast<int64_t>(a.unit_bytes));
+      layout_.slot_regions.push_back({base, a.layers, p.max_sequences, a.unit_bytes});
+    }
+    for (const PoolArray& a : plan.block_arrays) {
+      char* base = c.Take<char>(a.layers * blocks * static_cast<int64_t>(a.unit_bytes));
+      layout_.block_regions.push_back({base, a.layers, blocks, a.unit_bytes});
+    }
+  };
+  Carver runtime_size(nullptr);
+  carve(runtime_size);
+  STRATA_RETURN_IF_ERROR(
+      DeviceAlloc(device_name, &runtime_mem_, runtime_size.size(), "scratch and caches"));
+  Carver runtime(static_cast<char*>(runtime_mem_));
+  carve(runtime);
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(runtime_mem_, 0, runtime_size.size(), stream_));
+  // Loaders may copy on the legacy stream next (cudaMemcpy), which does not
+  // wait for stream_.
+  STRATA_RETURN_IF_ERROR(Sync("clearing the weights and caches"));
+  return blocks;
+}
+
+void CudaExecutorBase::DescribeModel(const exec::ArchSpec& spec, const std::string& device_name,
+                                     const WeightStore* weights, const SequencePlan& p) {
+  ModelInfo& info = info_;
+  info.architecture = spec.architecture;
+  info.device = device_name;
+  info.tuning = tuning_.ToString();
+  info.num_layers = static_cast<int32_t>(spec.layers.size());
+  info.layer_kinds.clear();
+  for (const exec::LayerSpec& layer : spec.layers) {
+    info.layer_kinds.push_back(exec::LayerKind(layer));
+  }
+  info.num_parameters = weights != nullptr ? weights->TotalElements() : 0;
+  info.parameter_bytes = weight_bytes_;
+  info.vocab_size = static_cast<int32_t>(spec.vocab_size);
+  info.hidden_size = static_cast<int32_t>(spec.hidden_size);
+  info.max_context = p.max_ctx;
+  info.state_bytes_per_token = layout_.BlockBytes() / kBlockTokens;
+  info.state_bytes_per_sequence = layout_.SlotBytes();
+  // NewState and Clone draw from the slot pool; sampling runs on the device.
+  info.max_live_states = p.max_sequences;
+  info.device_sampling = true;
+  info.bos_token_id = spec.bos_token_id;
+  info.eos_token_id = spec.eos_token_id;
+}
+
+}  // namespace cuda_exec
+}  // namespace strata
