@@ -13,7 +13,7 @@
 // pinned mirrors (one forward pass at a time; see Turn); the PagedStateBook
 // has its own lock because states are destroyed without the model's.
 //
-// Tuning: the executor resolves its tuning::Config at load (ResolveTuning)
+// Tuning: the executor resolves its tuning::Config at load (ReadOptions)
 // and reads its own switches from tuning_; the backend's host functions read
 // tuning::Current(), which every Turn (and the load) sets to tuning_, so a
 // decode graph is captured with this model's choices.
@@ -40,6 +40,7 @@
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/ffn_cuda.h"
 #include "memory/paged_state_book.h"
+#include "model/config_reader.h"
 #include "model/model.h"
 #include "model/models/cuda_executor_stats.h"
 #include "model/models/cuda_load_helpers.h"
@@ -274,7 +275,7 @@ class CudaExecutorBase : public Model {
     ffn_ = CudaFfn(dims, b, batch_invariant);
   }
   // --- loading (cuda_executor_load_cuda.cc) -----------------------------------
-  // First in a load after ResolveTuning (whose Scope the load holds): makes
+  // First in a load after ReadOptions (whose tuning Scope the load holds): makes
   // the visible device LoadOptions::device_index current (an sm_90 part, or
   // Unavailable) and plans `p` from the options, the checkpoint's context
   // and the executor's default prefill slice, with the sampling workspace
@@ -318,9 +319,10 @@ class CudaExecutorBase : public Model {
   // weight-upload staging), the slot/block book and the block-table owners.
   Status InitRuntime(int64_t slots, int64_t blocks, bool cuda_graphs, size_t extra_pinned,
                      char** extra);
-  // First in a load: tuning_ from LoadOptions::options over STRATA_OPTIONS.
-  // The load then holds a tuning::Scope on tuning_ for its own launches.
-  Status ResolveTuning(const LoadOptions& options);
+  // First in a load: tuning_ from LoadOptions::options over STRATA_OPTIONS,
+  // and batch_invariant (invariant_, prefill_single_tokens_). The load then
+  // holds a tuning::Scope on tuning_ for its own launches.
+  Status ReadOptions(const LoadOptions& options);
 
   // Held by every call that uses the stream: mu_, the model's device as the
   // thread's current one, and tuning_ as the thread's tuning::Current().
@@ -335,6 +337,9 @@ class CudaExecutorBase : public Model {
 
   // --- state of the runtime (set at load) ------------------------------------
   ModelInfo info_;
+  // LoadOptions::batch_invariant: every kernel takes its invariant variant
+  // (each executor's header says what that means for its mixers).
+  bool invariant_ = false;
   tuning::Config tuning_;
   Frame frame_;
   StateLayout layout_;
@@ -342,9 +347,10 @@ class CudaExecutorBase : public Model {
   mutable bool graphs_enabled_ = true;
   bool benchmark_fill_ = false;  // FillContextForBenchmark offered
   // Forward of one token runs the prefill passes instead of a decode step:
-  // set by batch-invariant executors, whose prefill and decode kernels round
-  // differently, so a prompt cut one token before its end (prefill chunk,
-  // prefix-cache block boundary) computes that token as an uncut prompt does.
+  // set with invariant_, since every executor's prefill and decode kernels
+  // round differently (GDN's recurrent or chunked prefill, KDA's, MLA's), so a prompt cut one token
+  // before its end (prefill chunk, prefix-cache block boundary) computes that token as an uncut
+  // prompt does.
   bool prefill_single_tokens_ = false;
   cudaStream_t stream_ = nullptr;
   // Created by InitRuntime; see Fork.
@@ -406,6 +412,20 @@ class CudaExecutorBase : public Model {
   };
   mutable std::map<GraphKey, GraphEntry> graphs_;
 };
+
+// An architecture's GPU factory: parses `config_path` with `parse`, then
+// loads an Executor (default-constructible, with
+// `Status Setup(weights, config, options)`) from `weights` (null: dummy weights).
+template <typename Executor, typename Config>
+StatusOr<std::unique_ptr<Model>> CreateCudaExecutor(
+    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
+    const LoadOptions& options, StatusOr<Config> (*parse)(const ConfigReader&)) {
+  STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(config_path));
+  STRATA_ASSIGN_OR_RETURN(Config config, parse(reader));
+  std::unique_ptr<Executor> executor(new Executor);
+  STRATA_RETURN_IF_ERROR(executor->Setup(std::move(weights), config, options));
+  return std::unique_ptr<Model>(std::move(executor));
+}
 
 }  // namespace cuda_exec
 }  // namespace strata

@@ -101,8 +101,10 @@ Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t blocks, bool cuda_gr
   return OkStatus();
 }
 
-Status CudaExecutorBase::ResolveTuning(const LoadOptions& options) {
+Status CudaExecutorBase::ReadOptions(const LoadOptions& options) {
   STRATA_ASSIGN_OR_RETURN(tuning_, tuning::Resolve(options.options));
+  invariant_ = options.batch_invariant;
+  prefill_single_tokens_ = invariant_;
   return OkStatus();
 }
 

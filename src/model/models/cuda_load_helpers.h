@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/sampling.h"
 #include "base/dtype.h"
 #include "base/status.h"
 #include "exec/cuda/tensor_sink.h"
@@ -64,6 +65,37 @@ struct SequencePlan {
   int64_t max_blocks = 0;  // blocks per sequence = ceil(max_ctx / 64)
   size_t sample_ws = 0;    // the sampling workspace of the largest batch
 };
+// Rows of the device logits buffer: an all-logits prefill goes through it
+// in chunks of this many rows.
+constexpr int64_t kLogitsChunkRows = 64;
+
+// The scratch every executor's step uses alike: the per-step inputs, the
+// residual stream, the logits and sampling (CudaExecutorBase::BindFrame
+// reads them) and the feed-forward blocks' buffers (BindStack). An
+// executor's Scratch derives from it and adds its mixers' buffers.
+struct StepScratch {
+  int32_t* tokens = nullptr;       // [rows] prefill token ids
+  int32_t* step = nullptr;         // [4, max_batch]: tokens | slots | positions | seq_lens
+  int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
+  cuda::GpuSamplingRow* sampling = nullptr;  // [max_batch]
+  int32_t* sampled = nullptr;                // [max_batch]
+  float* h = nullptr;                        // [rows, D] residual stream
+  bf16* xn = nullptr;                        // [rows, D] normed input of a block
+  float* delta = nullptr;          // [rows, D] routed-expert output, added by the next norm
+  float* logits = nullptr;         // [max(max_batch, kLogitsChunkRows), V]
+  void* sample_ws = nullptr;       // [plan.sample_ws bytes]
+  bf16* gu = nullptr;              // [rows, gu_cols] gate | up
+  bf16* act = nullptr;             // [rows, gu_cols / 2]
+  float* router_logits = nullptr;  // [rows, experts]
+  void* moe_ws = nullptr;          // [moe_ws bytes]
+};
+struct SequencePlan;
+// Carves `s` for plan `p`: hidden size D, vocabulary V, gu_cols the widest
+// gate|up of the feed-forward blocks (0: none), `experts` of the MoE layers
+// (0: no MoE layer) and their workspace of `moe_ws` bytes.
+void CarveStepScratch(const SequencePlan& p, int64_t D, int64_t V, int64_t gu_cols, int64_t experts,
+                      size_t moe_ws, Carver& c, StepScratch& s);
+
 // From LoadOptions (0: the defaults above, `default_slice`) and the
 // checkpoint's context (`config_max_context`, 0: unknown); InvalidArgument for
 // a context under 3 tokens or a memory fraction outside (0, 1].

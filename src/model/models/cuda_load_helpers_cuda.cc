@@ -59,6 +59,29 @@ Status PlanSequences(const LoadOptions& options, int64_t config_max_context,
   return OkStatus();
 }
 
+void CarveStepScratch(const SequencePlan& p, int64_t D, int64_t V, int64_t gu_cols, int64_t experts,
+                      size_t moe_ws, Carver& c, StepScratch& s) {
+  const int64_t R = p.rows, B = p.max_batch;
+  s.tokens = c.Take<int32_t>(R);
+  s.step = c.Take<int32_t>(4 * B);
+  s.block_table = c.Take<int32_t>((B + 1) * p.max_blocks);
+  s.sampling = c.Take<cuda::GpuSamplingRow>(B);
+  s.sampled = c.Take<int32_t>(B);
+  s.h = c.Take<float>(R * D);
+  s.xn = c.Take<bf16>(R * D);
+  s.delta = c.Take<float>(R * D);
+  s.logits = c.Take<float>(std::max(B, kLogitsChunkRows) * V);
+  s.sample_ws = c.Take<char>(static_cast<int64_t>(p.sample_ws));
+  if (gu_cols > 0) {
+    s.gu = c.Take<bf16>(R * gu_cols);
+    s.act = c.Take<bf16>(R * gu_cols / 2);
+  }
+  if (experts > 0) {
+    s.router_logits = c.Take<float>(R * experts);
+    s.moe_ws = c.Take<char>(static_cast<int64_t>(moe_ws));
+  }
+}
+
 Status DeviceAlloc(const std::string& device_name, void** ptr, size_t bytes, const char* what) {
   if (bytes == 0) return OkStatus();
   if (cudaError_t e = cudaMalloc(ptr, bytes); e != cudaSuccess) {

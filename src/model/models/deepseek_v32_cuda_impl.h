@@ -72,7 +72,7 @@ using cuda_exec::Pad8;
 // buffers (q̃ [H, r+dr] and the latent output [H, r], ~0.28 MB per token at
 // the published shapes) are what the slice multiplies.
 constexpr int64_t kPrefillSliceTokens = 2048;
-constexpr int64_t kLogitsChunkRows = 64;
+using cuda_exec::kLogitsChunkRows;
 constexpr int64_t kMinMlaBucket = 256;
 // q_a_layernorm / kv_a_layernorm keep DeepseekV32RMSNorm's default epsilon;
 // the indexer's k_norm is a LayerNorm with eps 1e-6 (as deepseek_v32.cc).
@@ -192,18 +192,10 @@ void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate
                   bool batch_invariant, const Fp8Query& is_fp8, Carver& c, Weights& w,
                   Fp8Footprint* fp8);
 
-struct Scratch {
-  int32_t* tokens = nullptr;       // [rows]
-  int32_t* step = nullptr;         // [4, max_batch]: tokens | unused | positions | seq_lens
-  int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
-  cuda::GpuSamplingRow* sampling = nullptr;
-  int32_t* sampled = nullptr;
+struct Scratch : cuda_exec::StepScratch {
   unsigned long long* selected_total = nullptr;  // Σ indexer selections, all layers and steps
   float* rope_cos = nullptr;       // [max_ctx, half]
   float* rope_sin = nullptr;
-  float* h = nullptr;              // [rows, D]
-  bf16* xn = nullptr;              // [rows, D]
-  float* delta = nullptr;          // [rows, D] routed-expert output
   bf16* a = nullptr;               // [rows, n_a]: c_q | kv row | index key
   bf16* q = nullptr;               // [rows, H·qd]
   bf16* iq = nullptr;              // [rows, HI·dI]
@@ -215,14 +207,8 @@ struct Scratch {
   bf16* attn = nullptr;            // [rows, H·dv]
   bf16* lat = nullptr;             // [dense_ctx, cd]
   bf16* kv_exp = nullptr;          // [dense_ctx, H·(dn+dv)]
-  bf16* gu = nullptr;
-  bf16* act = nullptr;
-  float* router_logits = nullptr;  // [rows, E]
-  float* logits = nullptr;         // [max(max_batch, kLogitsChunkRows), V]
   void* mla_ws = nullptr;
   void* index_ws = nullptr;
-  void* moe_ws = nullptr;
-  void* sample_ws = nullptr;
   bf16* fp8_tile = nullptr;        // [plan.fp8_tile]: FP8 weight rows for prefill GEMMs
 };
 void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s);
@@ -241,9 +227,10 @@ using DsaCudaState = cuda_exec::CudaSequenceState;
 // index_topk: indexer + gathered attention for every row): DecodeVariant.
 class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
  public:
-  static StatusOr<std::unique_ptr<DeepseekV32CudaModel>> Create(
-      std::shared_ptr<const WeightStore> weights, const DeepseekV32Config& config,
-      const LoadOptions& options);
+  DeepseekV32CudaModel() = default;
+  // deepseek_v32_load_cuda.cc (through cuda_exec::CreateCudaExecutor).
+  Status Setup(std::shared_ptr<const WeightStore> weights, const DeepseekV32Config& config,
+               const LoadOptions& options);
   ~DeepseekV32CudaModel() override = default;
 
   // As the CPU adapter: min(context, index_topk) (DsaAttendedTokens).
@@ -252,11 +239,7 @@ class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
   DeepseekV32CudaStats Stats() const;
 
  private:
-  DeepseekV32CudaModel() = default;
-
   // --- deepseek_v32_load_cuda.cc ---
-  Status Setup(std::shared_ptr<const WeightStore> weights, const DeepseekV32Config& config,
-               const LoadOptions& options);
   Status UploadWeights(const exec::ArchSpec& spec, const WeightStore& store,
                        const LoadOptions& options);
   Status MakeDummyWeights(const exec::ArchSpec& spec, uint64_t seed);
@@ -276,10 +259,9 @@ class DeepseekV32CudaModel final : public cuda_exec::CudaExecutorBase {
 
   DeepseekV32Config cfg_;
   Geometry g_;
-  // LoadOptions::batch_invariant: invariant GEMMs, MoE and MLA decode, and
+  // invariant_ (LoadOptions::batch_invariant) here: invariant GEMMs, MoE and MLA decode, and
   // every attention on the sparse path (indexer + absorbed attention), so a
   // query's path does not depend on how long the call or the batch is.
-  bool invariant_ = false;
   Plan plan_;
 
   Fp8Footprint fp8_;

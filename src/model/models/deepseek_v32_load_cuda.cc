@@ -166,18 +166,11 @@ void CarveWeights(const Geometry& g, const DeepseekV32Config& cfg, bool separate
 }
 
 void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s) {
-  const int64_t R = p.rows, B = p.max_batch;
-  s.tokens = c.Take<int32_t>(R);
-  s.step = c.Take<int32_t>(4 * B);
-  s.block_table = c.Take<int32_t>((B + 1) * p.max_blocks);
-  s.sampling = c.Take<cuda::GpuSamplingRow>(B);
-  s.sampled = c.Take<int32_t>(B);
+  const int64_t R = p.rows;
+  cuda_exec::CarveStepScratch(p, g.D, g.V, g.gu_cols(), g.has_moe ? g.E : 0, p.moe_ws, c, s);
   s.selected_total = c.Take<unsigned long long>(1);
   s.rope_cos = c.Take<float>(p.max_ctx * g.half);
   s.rope_sin = c.Take<float>(p.max_ctx * g.half);
-  s.h = c.Take<float>(R * g.D);
-  s.xn = c.Take<bf16>(R * g.D);
-  s.delta = c.Take<float>(R * g.D);
   s.a = c.Take<bf16>(R * g.n_a);
   s.q = c.Take<bf16>(R * g.H * g.qd);
   s.iq = c.Take<bf16>(R * g.HI * g.dI);
@@ -189,17 +182,9 @@ void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s) {
   s.attn = c.Take<bf16>(R * g.H * g.dv);
   s.lat = c.Take<bf16>(p.dense_ctx * g.cd);
   s.kv_exp = c.Take<bf16>(p.dense_ctx * g.H * (g.dn + g.dv));
-  if (g.gu_cols() > 0) {
-    s.gu = c.Take<bf16>(R * g.gu_cols());
-    s.act = c.Take<bf16>(R * g.gu_cols() / 2);
-  }
-  if (g.has_moe) s.router_logits = c.Take<float>(R * g.E);
   if (p.fp8_tile > 0) s.fp8_tile = c.Take<bf16>(p.fp8_tile);
-  s.logits = c.Take<float>(std::max(B, kLogitsChunkRows) * g.V);
   s.mla_ws = c.Take<char>(static_cast<int64_t>(p.mla_ws));
   s.index_ws = c.Take<char>(static_cast<int64_t>(p.index_ws));
-  s.moe_ws = c.Take<char>(static_cast<int64_t>(p.moe_ws));
-  s.sample_ws = c.Take<char>(static_cast<int64_t>(p.sample_ws));
 }
 
 namespace {
@@ -284,24 +269,12 @@ Status UploadFp8(const WeightStore& ws, const std::string& name, int64_t rows, i
 
 }  // namespace
 
-StatusOr<std::unique_ptr<DeepseekV32CudaModel>> DeepseekV32CudaModel::Create(
-    std::shared_ptr<const WeightStore> weights, const DeepseekV32Config& config,
-    const LoadOptions& options) {
-  std::unique_ptr<DeepseekV32CudaModel> m(new DeepseekV32CudaModel);
-  STRATA_RETURN_IF_ERROR(m->Setup(std::move(weights), config, options));
-  return m;
-}
-
 Status DeepseekV32CudaModel::Setup(std::shared_ptr<const WeightStore> weights,
                                    const DeepseekV32Config& config, const LoadOptions& options) {
   cfg_ = config;
   g_ = MakeGeometry(config);
-  invariant_ = options.batch_invariant;
-  STRATA_RETURN_IF_ERROR(ResolveTuning(options));
+  STRATA_RETURN_IF_ERROR(ReadOptions(options));
   const tuning::Scope tuned(tuning_);
-  // Prefill and decode kernels round differently: a prompt cut one token
-  // before its end must still compute that token on the prefill kernels.
-  prefill_single_tokens_ = invariant_;
   const Geometry& g = g_;
   if (g.dr < 2 || g.dr % 2 != 0 || g.half > 256) {
     return absl::UnimplementedError(absl::StrCat(
@@ -535,12 +508,8 @@ Status DeepseekV32CudaModel::SelfCheck() {
 StatusOr<std::unique_ptr<Model>> CreateDeepseekV32CudaModel(
     std::shared_ptr<const WeightStore> weights, const std::string& config_path,
     const LoadOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(config_path));
-  STRATA_ASSIGN_OR_RETURN(DeepseekV32Config config, ParseDeepseekV32Config(reader));
-  STRATA_ASSIGN_OR_RETURN(
-      std::unique_ptr<dsv32_cuda::DeepseekV32CudaModel> model,
-      dsv32_cuda::DeepseekV32CudaModel::Create(std::move(weights), config, options));
-  return std::unique_ptr<Model>(std::move(model));
+  return cuda_exec::CreateCudaExecutor<dsv32_cuda::DeepseekV32CudaModel, DeepseekV32Config>(
+      std::move(weights), config_path, options, ParseDeepseekV32Config);
 }
 
 StatusOr<DeepseekV32CudaStats> GetDeepseekV32CudaStats(const Model& model) {

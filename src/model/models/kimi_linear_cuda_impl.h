@@ -48,9 +48,7 @@ using cuda::bf16;
 // Prefill slice: long enough that re-reading the expert weights per slice
 // (~96 GB at the 48B shapes, ~23 ms) stays well below the slice's compute.
 constexpr int64_t kPrefillSliceTokens = 8192;
-// Rows of the device logits buffer (all-logits prefill goes through it in
-// chunks of this many rows).
-constexpr int64_t kLogitsChunkRows = 64;
+using cuda_exec::kLogitsChunkRows;
 // Smallest MlaDecode length bound a graph is captured for (see DecodeVariant).
 constexpr int64_t kMinMlaBucket = 256;
 // Largest decode batch whose KDA mixer takes KdaDecodeFused (kimi_linear_cuda.cc).
@@ -167,15 +165,7 @@ void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_
                   Weights& w);
 
 // Activation buffers and op workspaces.
-struct Scratch {
-  int32_t* tokens = nullptr;       // [rows] prefill token ids
-  int32_t* step = nullptr;         // [4, max_batch]: tokens | slots | positions | seq_lens
-  int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
-  cuda::GpuSamplingRow* sampling = nullptr;  // [max_batch]
-  int32_t* sampled = nullptr;      // [max_batch]
-  float* h = nullptr;              // [rows, D] residual stream
-  bf16* xn = nullptr;              // [rows, D] normed input of a block
-  float* delta = nullptr;          // [rows, D] routed-expert output, added by the next norm
+struct Scratch : cuda_exec::StepScratch {
   bf16* proj = nullptr;            // [rows, n_in]
   bf16* qkv = nullptr;             // [rows, 3C] conv + SiLU output
   float* graw = nullptr;           // [rows, C] f_b output (gate pre-activation)
@@ -189,14 +179,8 @@ struct Scratch {
   bf16* attn = nullptr;            // [rows, Hm·dv]
   bf16* lat = nullptr;             // [max_ctx, cd] gathered latents (prefill)
   bf16* kv_exp = nullptr;          // [max_ctx, Hm·(dn+dv)] expanded keys/values
-  bf16* gu = nullptr;              // [rows, gu_cols]
-  bf16* act = nullptr;             // [rows, gu_cols / 2]
-  float* router_logits = nullptr;  // [rows, E]
-  float* logits = nullptr;         // [max(max_batch, kLogitsChunkRows), V]
   void* kda_ws = nullptr;
   void* mla_ws = nullptr;
-  void* moe_ws = nullptr;
-  void* sample_ws = nullptr;
 };
 void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s);
 
@@ -212,18 +196,14 @@ using CudaState = cuda_exec::CudaSequenceState;
 
 class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
  public:
-  // kimi_linear_load_cuda.cc.
-  static StatusOr<std::unique_ptr<KimiLinearCudaModel>> Create(
-      std::shared_ptr<const WeightStore> weights, const KimiLinearConfig& config,
-      const LoadOptions& options);
+  KimiLinearCudaModel() = default;
+  // kimi_linear_load_cuda.cc (through cuda_exec::CreateCudaExecutor).
+  Status Setup(std::shared_ptr<const WeightStore> weights, const KimiLinearConfig& config,
+               const LoadOptions& options);
   ~KimiLinearCudaModel() override = default;
 
  private:
-  KimiLinearCudaModel() = default;
-
   // --- kimi_linear_load_cuda.cc ---
-  Status Setup(std::shared_ptr<const WeightStore> weights, const KimiLinearConfig& config,
-               const LoadOptions& options);
   Status UploadWeights(const exec::ArchSpec& spec, const WeightStore& store,
                        const LoadOptions& options);
   Status MakeDummyWeights(const exec::ArchSpec& spec, uint64_t seed);
@@ -249,8 +229,6 @@ class KimiLinearCudaModel final : public cuda_exec::CudaExecutorBase {
                   int64_t mla_bound) const;
   KimiLinearConfig cfg_;
   Geometry g_;
-  // LoadOptions::batch_invariant: every kernel takes its invariant variant.
-  bool invariant_ = false;
   Plan plan_;
 
   Weights w_;

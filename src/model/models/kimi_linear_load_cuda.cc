@@ -111,14 +111,7 @@ void CarveWeights(const Geometry& g, const KimiLinearConfig& cfg, bool separate_
 
 void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s) {
   const int64_t R = p.rows, B = p.max_batch;
-  s.tokens = c.Take<int32_t>(R);
-  s.step = c.Take<int32_t>(4 * B);
-  s.block_table = c.Take<int32_t>((B + 1) * p.max_blocks);
-  s.sampling = c.Take<cuda::GpuSamplingRow>(B);
-  s.sampled = c.Take<int32_t>(B);
-  s.h = c.Take<float>(R * g.D);
-  s.xn = c.Take<bf16>(R * g.D);
-  s.delta = c.Take<float>(R * g.D);
+  cuda_exec::CarveStepScratch(p, g.D, g.V, g.gu_cols(), g.has_moe ? g.E : 0, p.moe_ws, c, s);
   if (g.num_kda > 0) {
     s.proj = c.Take<bf16>(R * g.n_in);
     s.qkv = c.Take<bf16>(R * 3 * g.C);
@@ -138,36 +131,16 @@ void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s) {
     s.kv_exp = c.Take<bf16>(p.max_ctx * g.Hm * (g.dn + g.dv));
     s.mla_ws = c.Take<char>(static_cast<int64_t>(p.mla_ws));
   }
-  if (g.gu_cols() > 0) {
-    s.gu = c.Take<bf16>(R * g.gu_cols());
-    s.act = c.Take<bf16>(R * g.gu_cols() / 2);
-  }
-  if (g.has_moe) {
-    s.router_logits = c.Take<float>(R * g.E);
-    s.moe_ws = c.Take<char>(static_cast<int64_t>(p.moe_ws));
-  }
-  s.logits = c.Take<float>(std::max(B, kLogitsChunkRows) * g.V);
-  s.sample_ws = c.Take<char>(static_cast<int64_t>(p.sample_ws));
 }
 
 using cuda_exec::Uploader;
-
-StatusOr<std::unique_ptr<KimiLinearCudaModel>> KimiLinearCudaModel::Create(
-    std::shared_ptr<const WeightStore> weights, const KimiLinearConfig& config,
-    const LoadOptions& options) {
-  std::unique_ptr<KimiLinearCudaModel> m(new KimiLinearCudaModel);
-  STRATA_RETURN_IF_ERROR(m->Setup(std::move(weights), config, options));
-  return m;
-}
 
 Status KimiLinearCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
                                   const KimiLinearConfig& config, const LoadOptions& options) {
   cfg_ = config;
   g_ = MakeGeometry(config);
-  invariant_ = options.batch_invariant;
-  STRATA_RETURN_IF_ERROR(ResolveTuning(options));
+  STRATA_RETURN_IF_ERROR(ReadOptions(options));
   const tuning::Scope tuned(tuning_);
-  prefill_single_tokens_ = invariant_;
   const Geometry& g = g_;
 
   Plan& p = plan_;
@@ -353,11 +326,8 @@ Status KimiLinearCudaModel::BuildTransposedUk() {
 StatusOr<std::unique_ptr<Model>> CreateKimiLinearCudaModel(
     std::shared_ptr<const WeightStore> weights, const std::string& config_path,
     const LoadOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(config_path));
-  STRATA_ASSIGN_OR_RETURN(KimiLinearConfig config, ParseKimiLinearConfig(reader));
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<kimi_cuda::KimiLinearCudaModel> model,
-                          kimi_cuda::KimiLinearCudaModel::Create(std::move(weights), config, options));
-  return std::unique_ptr<Model>(std::move(model));
+  return cuda_exec::CreateCudaExecutor<kimi_cuda::KimiLinearCudaModel, KimiLinearConfig>(
+      std::move(weights), config_path, options, ParseKimiLinearConfig);
 }
 
 StatusOr<KimiCudaStats> GetKimiCudaStats(const Model& model) {

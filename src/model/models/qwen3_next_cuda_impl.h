@@ -53,7 +53,7 @@ using cuda_exec::kBlockTokens;
 using cuda_exec::Pad8;
 
 constexpr int64_t kPrefillSliceTokens = 4096;
-constexpr int64_t kLogitsChunkRows = 64;
+using cuda_exec::kLogitsChunkRows;
 constexpr int64_t kSharedGateRows = 8;
 
 struct Geometry {
@@ -147,15 +147,7 @@ struct Weights {
 void CarveWeights(const Geometry& g, const Qwen3NextConfig& cfg, bool separate_lm_head, Carver& c,
                   Weights& w);
 
-struct Scratch {
-  int32_t* tokens = nullptr;       // [rows]
-  int32_t* step = nullptr;         // [4, max_batch]: tokens | slots | positions | seq_lens
-  int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
-  cuda::GpuSamplingRow* sampling = nullptr;
-  int32_t* sampled = nullptr;
-  float* h = nullptr;       // [rows, D]
-  bf16* xn = nullptr;       // [rows, D]
-  float* delta = nullptr;   // [rows, D] routed-expert output, added by the next norm
+struct Scratch : cuda_exec::StepScratch {
   float* shared = nullptr;  // [rows, D] shared-expert output before its gate
   float* sgate = nullptr;   // [rows, 8] shared-expert gate logits
   bf16* proj = nullptr;     // [rows, C] GDN q|k|v before the conv
@@ -165,13 +157,7 @@ struct Scratch {
   bf16* o = nullptr;        // [rows, vw] GDN output
   bf16* y = nullptr;        // [rows, max(vw, H·hd)] gated-norm / attention output
   bf16* aproj = nullptr;    // [rows, n_attn]
-  bf16* gu = nullptr;
-  bf16* act = nullptr;
-  float* router_logits = nullptr;
-  float* logits = nullptr;
   void* kda_ws = nullptr;
-  void* moe_ws = nullptr;
-  void* sample_ws = nullptr;
 };
 void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s);
 
@@ -191,17 +177,14 @@ using CudaState = cuda_exec::CudaSequenceState;
 // StepVariant is always {}.
 class Qwen3NextCudaModel final : public cuda_exec::CudaExecutorBase {
  public:
-  static StatusOr<std::unique_ptr<Qwen3NextCudaModel>> Create(
-      std::shared_ptr<const WeightStore> weights, const Qwen3NextConfig& config,
-      const LoadOptions& options);
+  Qwen3NextCudaModel() = default;
+  // qwen3_next_load_cuda.cc (through cuda_exec::CreateCudaExecutor).
+  Status Setup(std::shared_ptr<const WeightStore> weights, const Qwen3NextConfig& config,
+               const LoadOptions& options);
   ~Qwen3NextCudaModel() override = default;
 
  private:
-  Qwen3NextCudaModel() = default;
-
   // --- qwen3_next_load_cuda.cc ---
-  Status Setup(std::shared_ptr<const WeightStore> weights, const Qwen3NextConfig& config,
-               const LoadOptions& options);
   Status UploadWeights(const exec::ArchSpec& spec, const WeightStore& store,
                        const LoadOptions& options);
   Status MakeDummyWeights(const exec::ArchSpec& spec, uint64_t seed);
@@ -215,10 +198,9 @@ class Qwen3NextCudaModel final : public cuda_exec::CudaExecutorBase {
 
   Qwen3NextConfig cfg_;
   Geometry g_;
-  // LoadOptions::batch_invariant: invariant GEMMs and MoE, the token-recurrent
+  // invariant_ (LoadOptions::batch_invariant) here: invariant GEMMs and MoE, the token-recurrent
   // GDN prefill. GQA attention needs no variant (gqa.h: every query's result
   // is independent of the call's split and batch in every mode).
-  bool invariant_ = false;
   Plan plan_;
 
   Weights w_;

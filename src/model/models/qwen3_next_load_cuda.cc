@@ -105,15 +105,8 @@ void CarveWeights(const Geometry& g, const Qwen3NextConfig& cfg, bool separate_l
 }
 
 void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s) {
-  const int64_t R = p.rows, B = p.max_batch;
-  s.tokens = c.Take<int32_t>(R);
-  s.step = c.Take<int32_t>(4 * B);
-  s.block_table = c.Take<int32_t>((B + 1) * p.max_blocks);
-  s.sampling = c.Take<cuda::GpuSamplingRow>(B);
-  s.sampled = c.Take<int32_t>(B);
-  s.h = c.Take<float>(R * g.D);
-  s.xn = c.Take<bf16>(R * g.D);
-  s.delta = c.Take<float>(R * g.D);
+  const int64_t R = p.rows;
+  cuda_exec::CarveStepScratch(p, g.D, g.V, g.gu_cols(), g.has_moe ? g.E : 0, p.moe_ws, c, s);
   s.y = c.Take<bf16>(R * std::max(g.vw, g.H * g.hd));
   if (g.num_gdn > 0) {
     s.proj = c.Take<bf16>(R * g.C);
@@ -124,41 +117,20 @@ void CarveScratch(const Geometry& g, const Plan& p, Carver& c, Scratch& s) {
     s.kda_ws = c.Take<char>(static_cast<int64_t>(p.kda_ws));
   }
   if (g.num_attn > 0) s.aproj = c.Take<bf16>(R * g.n_attn);
-  if (g.gu_cols() > 0) {
-    s.gu = c.Take<bf16>(R * g.gu_cols());
-    s.act = c.Take<bf16>(R * g.gu_cols() / 2);
-  }
   if (g.has_moe) {
     s.shared = c.Take<float>(R * g.D);
     s.sgate = c.Take<float>(R * kSharedGateRows);
-    s.router_logits = c.Take<float>(R * g.E);
-    s.moe_ws = c.Take<char>(static_cast<int64_t>(p.moe_ws));
   }
-  s.logits = c.Take<float>(std::max(B, kLogitsChunkRows) * g.V);
-  s.sample_ws = c.Take<char>(static_cast<int64_t>(p.sample_ws));
 }
 
 using cuda_exec::Uploader;
-
-StatusOr<std::unique_ptr<Qwen3NextCudaModel>> Qwen3NextCudaModel::Create(
-    std::shared_ptr<const WeightStore> weights, const Qwen3NextConfig& config,
-    const LoadOptions& options) {
-  std::unique_ptr<Qwen3NextCudaModel> m(new Qwen3NextCudaModel);
-  STRATA_RETURN_IF_ERROR(m->Setup(std::move(weights), config, options));
-  return m;
-}
 
 Status Qwen3NextCudaModel::Setup(std::shared_ptr<const WeightStore> weights,
                                   const Qwen3NextConfig& config, const LoadOptions& options) {
   cfg_ = config;
   g_ = MakeGeometry(config);
-  invariant_ = options.batch_invariant;
-  STRATA_RETURN_IF_ERROR(ResolveTuning(options));
+  STRATA_RETURN_IF_ERROR(ReadOptions(options));
   const tuning::Scope tuned(tuning_);
-  // The GDN prefill (recurrent or chunked) and decode kernels round
-  // differently: a prompt cut one token before its end must still compute
-  // that token on the prefill kernels.
-  prefill_single_tokens_ = invariant_;
   const Geometry& g = g_;
 
   Plan& p = plan_;
@@ -350,11 +322,8 @@ Status Qwen3NextCudaModel::MakeDummyWeights(const exec::ArchSpec& spec, uint64_t
 StatusOr<std::unique_ptr<Model>> CreateQwen3NextCudaModel(
     std::shared_ptr<const WeightStore> weights, const std::string& config_path,
     const LoadOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(config_path));
-  STRATA_ASSIGN_OR_RETURN(Qwen3NextConfig config, ParseQwen3NextConfig(reader));
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<qwen3next_cuda::Qwen3NextCudaModel> model,
-                          qwen3next_cuda::Qwen3NextCudaModel::Create(std::move(weights), config, options));
-  return std::unique_ptr<Model>(std::move(model));
+  return cuda_exec::CreateCudaExecutor<qwen3next_cuda::Qwen3NextCudaModel, Qwen3NextConfig>(
+      std::move(weights), config_path, options, ParseQwen3NextConfig);
 }
 
 StatusOr<Qwen3NextCudaStats> GetQwen3NextCudaStats(const Model& model) {
