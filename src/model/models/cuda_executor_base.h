@@ -348,9 +348,9 @@ class CudaExecutorBase : public Model {
   bool benchmark_fill_ = false;  // FillContextForBenchmark offered
   // Forward of one token runs the prefill passes instead of a decode step:
   // set with invariant_, since every executor's prefill and decode kernels
-  // round differently (GDN's recurrent or chunked prefill, KDA's, MLA's), so a prompt cut one token
-  // before its end (prefill chunk, prefix-cache block boundary) computes that token as an uncut
-  // prompt does.
+  // round differently (GDN's recurrent or chunked prefill, KDA's, MLA's), so
+  // a prompt cut one token before its end (prefill chunk, prefix-cache block
+  // boundary) computes that token as an uncut prompt does.
   bool prefill_single_tokens_ = false;
   cudaStream_t stream_ = nullptr;
   // Created by InitRuntime; see Fork.

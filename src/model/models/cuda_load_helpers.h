@@ -89,7 +89,6 @@ struct StepScratch {
   float* router_logits = nullptr;  // [rows, experts]
   void* moe_ws = nullptr;          // [moe_ws bytes]
 };
-struct SequencePlan;
 // Carves `s` for plan `p`: hidden size D, vocabulary V, gu_cols the widest
 // gate|up of the feed-forward blocks (0: none), `experts` of the MoE layers
 // (0: no MoE layer) and their workspace of `moe_ws` bytes.
