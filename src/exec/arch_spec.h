@@ -24,6 +24,8 @@ struct KdaSpec {
   int64_t head_dim = 0;     // dk = dv, also the rank of the f/g gates
   int64_t conv_kernel = 4;  // K
   float norm_eps = 1e-5f;   // the gated output RMSNorm
+
+  bool operator==(const KdaSpec&) const = default;
 };
 
 // Gated DeltaNet (model-spec §4.3): one decay per value head, a fused
@@ -35,6 +37,8 @@ struct GdnSpec {
   int64_t value_dim = 0;    // dv
   int64_t conv_kernel = 4;  // K
   float norm_eps = 1e-6f;   // the gated output RMSNorm
+
+  bool operator==(const GdnSpec&) const = default;
 };
 
 // DeepSeek Sparse Attention's lightning indexer: scores every cached key and
@@ -44,6 +48,8 @@ struct IndexerSpec {
   int64_t head_dim = 0;
   int64_t top_k = 0;
   float norm_eps = 1e-6f;  // the key LayerNorm
+
+  bool operator==(const IndexerSpec&) const = default;
 };
 
 // Multi-head latent attention (model-spec §2.4, §3.3); DSA when `indexer` is set.
@@ -59,6 +65,8 @@ struct MlaSpec {
   cpu::RopeParams rope = {};      // with `rotary`: rope.dim == rope_dim, interleaved pairs
   float latent_norm_eps = 1e-6f;  // q_a_layernorm, kv_a_layernorm
   std::optional<IndexerSpec> indexer = std::nullopt;
+
+  bool operator==(const MlaSpec&) const = default;
 };
 
 // Gated grouped-query attention (model-spec §4.4): q_proj rows per head are
@@ -70,10 +78,14 @@ struct GqaSpec {
   int64_t rotary_dim = 0;
   double rope_theta = 10000.0;
   float norm_eps = 1e-6f;  // q_norm, k_norm
+
+  bool operator==(const GqaSpec&) const = default;
 };
 
 struct MlpSpec {
   int64_t intermediate = 0;
+
+  bool operator==(const MlpSpec&) const = default;
 };
 
 // Routed experts with optional shared experts (model-spec §2.5, §3.4, §4.5).
@@ -92,6 +104,8 @@ struct MoeSpec {
   // Checkpoint names under the FFN prefix.
   std::string expert_gate = "gate_proj", expert_up = "up_proj", expert_down = "down_proj";
   std::string shared_prefix = "shared_experts.";
+
+  bool operator==(const MoeSpec&) const = default;
 };
 
 using MixerSpec = std::variant<KdaSpec, GdnSpec, MlaSpec, GqaSpec>;

@@ -206,6 +206,15 @@ StatusOr<std::vector<float>> WeightStore::GetF32Copy(std::string_view name,
   return out;
 }
 
+StatusOr<std::vector<float>> WeightStore::GetF32CopyOfShapes(
+    std::string_view name, const std::vector<std::vector<int64_t>>& shapes) const {
+  STRATA_ASSIGN_OR_RETURN(TensorView v, Get(name));
+  for (const auto& s : shapes) {
+    if (v.shape == s) return GetF32Copy(name, s);
+  }
+  return GetF32Copy(name, shapes.front());
+}
+
 std::vector<std::string> WeightStore::Names() const {
   std::vector<std::string> names;
   names.reserve(impl_->tensors.size());

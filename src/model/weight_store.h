@@ -55,6 +55,11 @@ class WeightStore {
   StatusOr<std::vector<float>> GetF32Copy(std::string_view name,
                                           const std::vector<int64_t>& shape) const;
 
+  // GetF32Copy of the first of `shapes` the tensor has (exports differ in
+  // the unit dims of small tensors); the error names the first shape.
+  StatusOr<std::vector<float>> GetF32CopyOfShapes(
+      std::string_view name, const std::vector<std::vector<int64_t>>& shapes) const;
+
   std::vector<std::string> Names() const;  // sorted
   uint64_t TotalBytes() const;             // sum of tensor bytes
   int64_t TotalElements() const;           // sum of element counts

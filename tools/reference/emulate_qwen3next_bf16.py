@@ -3,7 +3,7 @@
 
 A numpy forward of Qwen3-Next (model-spec §4) on a fixture's checkpoint, in
 fp32, optionally rounding to bf16 exactly where the CUDA executor stores bf16
-(qwen3_next_cuda.cc): the uploaded weights, every GEMM input (normed hidden
+(exec/cuda/gdn_mixer_cuda.cc, gqa_mixer_cuda.cc): the uploaded weights, every GEMM input (normed hidden
 states, SwiGLU activations, the GDN gated-norm output, the gated attention
 output), the projections (GDN q|k|v and z, attention q|gate|k|v), the conv
 output, the GDN core output, the normed/rotated q and k and the cached v, and

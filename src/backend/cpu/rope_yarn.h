@@ -35,6 +35,8 @@ struct RopeParams {
   double mscale_all_dim = 0.0;              // 0: absent
   double attention_factor = 0.0;            // 0: absent (derived, see below)
   bool truncate = true;                     // floor/ceil the correction range
+
+  bool operator==(const RopeParams&) const = default;
 };
 
 // YaRN's magnitude correction 0.1·m·ln(s) + 1 (1 for s <= 1).

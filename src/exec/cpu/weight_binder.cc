@@ -37,11 +37,7 @@ StatusOr<std::vector<float>> WeightBinder::Vector(const std::string& name,
 
 StatusOr<std::vector<float>> WeightBinder::VectorOfShapes(
     const std::string& name, const std::vector<std::vector<int64_t>>& shapes) const {
-  STRATA_ASSIGN_OR_RETURN(TensorView v, store_.Get(name));
-  for (const auto& s : shapes) {
-    if (v.shape == s) return store_.GetF32Copy(name, s);
-  }
-  return store_.GetF32Copy(name, shapes.front());
+  return store_.GetF32CopyOfShapes(name, shapes);
 }
 
 StatusOr<std::vector<float>> WeightBinder::NormWeight(const std::string& name, int64_t dim) const {

@@ -20,11 +20,13 @@
 #ifndef STRATA_EXEC_CUDA_FFN_CUDA_H_
 #define STRATA_EXEC_CUDA_FFN_CUDA_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/moe.h"
 #include "exec/arch_spec.h"
+#include "exec/cuda/carver.h"
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/dummy_fill.h"
 #include "exec/cuda/tensor_sink.h"
@@ -46,6 +48,15 @@ struct FfnWeights {
   bf16* shared_gate = nullptr;
 };
 
+// Rows the gate of a gated shared expert is padded to (only row 0 is real),
+// so that its product has an aligned row.
+constexpr int64_t kSharedGateRows = 8;
+
+// `layer`'s feed-forward weights in bf16, carved from `c` in a fixed order
+// (dense: gate|up, down; MoE: router, selection bias, experts' gate|up and
+// down, the shared expert's gate|up and down, its gate).
+void CarveFfnWeights(const exec::LayerSpec& layer, int64_t D, Carver& c, FfnWeights& w);
+
 // `layer`'s feed-forward weights (carved as `w` points) from the checkpoint
 // names its LayerSpec gives: a dense MLP's gate, up and down; a router, its
 // selection bias, the experts' stacked gate|up and down, the shared expert
@@ -64,6 +75,15 @@ struct FfnDims {
   int64_t shared_gate_rows = 0;
   cuda::MoeShape moe;  // of the routed experts (num_experts 0: no MoE layer)
 };
+
+// The routed experts' shape for `moe` at model width D.
+cuda::MoeShape MoeShapeOf(const exec::MoeSpec& moe, int64_t D);
+// The dimensions of `spec`'s feed-forward blocks (the dense width is the
+// widest dense layer's); Unimplemented naming the layer when two MoE layers
+// differ in shape, which one CudaFfn does not run.
+StatusOr<FfnDims> FfnDimsOf(const exec::ArchSpec& spec);
+// Columns of the gate|up scratch: twice the widest dense or shared expert.
+inline int64_t GateUpCols(const FfnDims& d) { return 2 * std::max(d.dense_inter, d.shared_inter); }
 
 // Activations and workspace (the executor's scratch).
 struct FfnBuffers {

@@ -1,5 +1,6 @@
 // The feed-forward module's weights: what it reads from a checkpoint, by the
 // names of its LayerSpec, and the dummy weights of a load without one.
+#include <algorithm>
 #include <string>
 #include <variant>
 
@@ -8,6 +9,70 @@
 
 namespace strata {
 namespace cuda_exec {
+
+void CarveFfnWeights(const exec::LayerSpec& layer, int64_t D, Carver& c, FfnWeights& w) {
+  if (const auto* mlp = std::get_if<exec::MlpSpec>(&layer.ffn)) {
+    w.is_moe = false;
+    w.gate_up.bf = c.Take<bf16>(2 * mlp->intermediate * D);
+    w.down.bf = c.Take<bf16>(D * mlp->intermediate);
+    return;
+  }
+  const auto& moe = std::get<exec::MoeSpec>(layer.ffn);
+  const int64_t E = moe.experts, I = moe.intermediate, Is = moe.shared_intermediate;
+  w.is_moe = true;
+  w.router.bf = c.Take<bf16>(E * D);
+  if (moe.score_bias) w.score_bias = c.Take<float>(E);
+  w.w13.bf = c.Take<bf16>(E * 2 * I * D);
+  w.w2.bf = c.Take<bf16>(E * D * I);
+  if (Is > 0) {
+    w.gate_up.bf = c.Take<bf16>(2 * Is * D);
+    w.down.bf = c.Take<bf16>(D * Is);
+  }
+  if (moe.shared_gate) w.shared_gate = c.Take<bf16>(kSharedGateRows * D);
+}
+
+cuda::MoeShape MoeShapeOf(const exec::MoeSpec& moe, int64_t D) {
+  cuda::MoeShape s;
+  s.num_experts = moe.experts;
+  s.hidden = D;
+  s.inter = moe.intermediate;
+  s.top_k = moe.top_k;
+  s.renormalize = moe.renormalize;
+  s.routed_scaling = moe.routed_scaling;
+  s.num_groups = moe.groups;
+  s.topk_groups = moe.topk_groups;
+  s.softmax = moe.softmax_routing;
+  return s;
+}
+
+StatusOr<FfnDims> FfnDimsOf(const exec::ArchSpec& spec) {
+  FfnDims d;
+  d.D = spec.hidden_size;
+  const exec::MoeSpec* first = nullptr;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const exec::FfnSpec& ffn = spec.layers[i].ffn;
+    if (const auto* mlp = std::get_if<exec::MlpSpec>(&ffn)) {
+      d.dense_inter = std::max(d.dense_inter, mlp->intermediate);
+      continue;
+    }
+    const auto& moe = std::get<exec::MoeSpec>(ffn);
+    if (first == nullptr) {
+      first = &moe;
+      d.moe = MoeShapeOf(moe, d.D);
+      d.shared_inter = moe.shared_intermediate;
+      d.shared_gate_rows = moe.shared_gate ? kSharedGateRows : 0;
+    } else if (moe.experts != first->experts || moe.top_k != first->top_k ||
+               moe.intermediate != first->intermediate ||
+               moe.shared_intermediate != first->shared_intermediate ||
+               moe.shared_gate != first->shared_gate) {
+      return absl::UnimplementedError(
+          absl::StrCat("layer ", i,
+                       "'s experts differ in shape from the first MoE layer's (the GPU "
+                       "executor runs one MoE shape per model)"));
+    }
+  }
+  return d;
+}
 
 Status UploadFfnWeights(const exec::LayerSpec& layer, int64_t D, const FfnWeights& w,
                         const TensorSink& sink) {

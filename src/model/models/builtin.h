@@ -33,7 +33,8 @@ Status WriteKimiLinearDummyCheckpoint(const std::string& config_path, const std:
                                       uint64_t seed);
 
 #if defined(STRATA_HAVE_CUDA)
-// kimi_linear_cuda.cc: the GPU executor. `weights` null means dummy weights
+// kimi_linear.cc: the GPU executor, the layer executor on kimi_linear's
+// layer list. `weights` null means dummy weights
 // made on the device. Unavailable (no driver or device), ResourceExhausted
 // (too little device memory) and Unimplemented (shapes the kernels reject)
 // tell LoadModel to fall back to the CPU; their messages complete the sentence
@@ -48,8 +49,8 @@ StatusOr<std::unique_ptr<Model>> CreateDeepseekV32CudaModel(
     std::shared_ptr<const WeightStore> weights, const std::string& config_path,
     const LoadOptions& options);
 
-// qwen3_next_load_cuda.cc: the GPU executor of qwen3_next (same contract and
-// fallback statuses as CreateKimiLinearCudaModel).
+// qwen3_next.cc: the GPU executor of qwen3_next, the layer executor on its
+// layer list (same contract and fallback statuses as CreateKimiLinearCudaModel).
 StatusOr<std::unique_ptr<Model>> CreateQwen3NextCudaModel(
     std::shared_ptr<const WeightStore> weights, const std::string& config_path,
     const LoadOptions& options);

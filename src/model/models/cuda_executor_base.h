@@ -1,13 +1,14 @@
-// The host side shared by the GPU executors (kimi_linear_cuda, deepseek_v32_cuda,
-// qwen3_next_cuda): states and their slot/block bookkeeping, argument checks,
-// the prefill slice loop, the batched decode driver (per-step inputs into
-// fixed device buffers, incremental block-table upload, one CUDA graph per
-// step shape), clone / reset / host offload of states. An executor derives from
-// it, fills Frame, StateLayout, the layer stack (stack_, ffn_) and the runtime
-// members at load, and supplies only its mixers (EnqueueMixer) and how a
-// decode step's shape is chosen (DecodeVariant); the stack of norms, mixers
-// and feed-forward blocks with its decode tunings is this class's
-// (EnqueueLayers), the same for every architecture.
+// The host side of every GPU executor (the layer executor,
+// exec/cuda/cuda_executor.h, and deepseek_v32_cuda): states and their
+// slot/block bookkeeping, argument checks, the prefill slice loop, the batched
+// decode driver (per-step inputs into fixed device buffers, incremental
+// block-table upload, one CUDA graph per step shape), clone / reset / host
+// offload of states. An executor derives from it, fills Frame, StateLayout,
+// the layer stack (stack_, ffn_) and the runtime members at load, and supplies
+// only its mixers (EnqueueMixer) and how a decode step's shape is chosen
+// (DecodeVariant); the stack of norms, mixers and feed-forward blocks with its
+// decode tunings is this class's (EnqueueLayers), the same for every
+// architecture.
 //
 // Locking: mu_ serialises everything that uses the stream, the scratch and the
 // pinned mirrors (one forward pass at a time; see Turn); the PagedStateBook
@@ -283,12 +284,6 @@ class CudaExecutorBase : public Model {
   StatusOr<std::string> BeginLoad(const LoadOptions& options, int64_t vocab,
                                   int64_t config_max_context, int64_t default_slice,
                                   SequencePlan& p);
-  // One array of a state pool before allocation: `layers` sub-arrays of one
-  // unit of `unit_bytes` per slot (or per block).
-  struct PoolArray {
-    int64_t layers = 0;
-    size_t unit_bytes = 0;
-  };
   // What an executor allocates: its weight arena and scratch, laid out by
   // its carve functions (run once on a null Carver to size them, then on the
   // allocation), and its state pools.

@@ -1,6 +1,6 @@
 // Load-time helpers shared by the GPU executors' *_load_cuda.cc files: the
-// Carver that lays out one allocation, the device check, device allocation
-// with a readable error, and the weight Uploader (pinned double buffering).
+// device check, device allocation with a readable error, and the weight
+// Uploader (pinned double buffering).
 #ifndef STRATA_MODEL_MODELS_CUDA_LOAD_HELPERS_H_
 #define STRATA_MODEL_MODELS_CUDA_LOAD_HELPERS_H_
 
@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "backend/cuda/sampling.h"
 #include "base/dtype.h"
 #include "base/status.h"
+#include "exec/cuda/carver.h"
 #include "exec/cuda/tensor_sink.h"
 #include "model/model.h"
 #include "model/weight_store.h"
@@ -28,43 +30,12 @@ namespace cuda_exec {
 
 using cuda::bf16;
 
-inline int64_t Pad8(int64_t n) { return (n + 7) / 8 * 8; }
-inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // "12.3 GiB".
 std::string GiB(double bytes);
-
-// Carves 256-byte aligned pieces out of one allocation. Run once with a null
-// base to size it, then again on the real allocation with the same calls.
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <typename T>
-  T* Take(int64_t count) {
-    const size_t off = offset_;
-    offset_ += cuda::AlignUp(sizeof(T) * static_cast<size_t>(count > 0 ? count : 0));
-    return base_ ? reinterpret_cast<T*>(base_ + off) : nullptr;
-  }
-  size_t size() const { return offset_; }
-
- private:
-  char* base_;
-  size_t offset_ = 0;
-};
 
 constexpr int64_t kDefaultMaxBatch = 64;
 constexpr int64_t kDefaultMaxContext = 131072;
 
-// The sizes every executor's plan starts from.
-struct SequencePlan {
-  int64_t max_batch = 0;
-  int64_t max_sequences = 0;
-  int64_t max_ctx = 0;     // longest sequence (tokens)
-  int64_t slice = 0;       // prefill slice (tokens)
-  int64_t rows = 0;        // max(slice, max_batch): rows of the activation buffers
-  int64_t max_blocks = 0;  // blocks per sequence = ceil(max_ctx / 64)
-  size_t sample_ws = 0;    // the sampling workspace of the largest batch
-};
 // Rows of the device logits buffer: an all-logits prefill goes through it
 // in chunks of this many rows.
 constexpr int64_t kLogitsChunkRows = 64;
@@ -187,8 +158,9 @@ class Uploader {
     return OkStatus();
   }
 
-  // This uploader as the sink of `ws`'s tensors (bf16 matrices only).
-  TensorSink Sink(const WeightStore& ws) {
+  // This uploader as the sink of `ws`'s tensors (bf16 matrices only), with
+  // norms zero-centred or not as `zero_centred_norms` says.
+  TensorSink Sink(const WeightStore& ws, bool zero_centred_norms = false) {
     TensorSink sink;
     sink.matrix = [this, &ws](const std::string& name, int64_t rows, int64_t cols, const Mat& dst,
                               int64_t row0) -> Status {
@@ -199,6 +171,19 @@ class Uploader {
       STRATA_ASSIGN_OR_RETURN(std::vector<float> v, ws.GetF32Copy(name, {n}));
       return Floats(v, dst);
     };
+    sink.part = [this, &ws](const std::string& name, int64_t rows, int64_t cols, int64_t src_row,
+                            int64_t count, bf16* dst, int64_t row0) -> Status {
+      return Matrix(ws, name, {rows, cols}, dst + row0 * cols, src_row * cols, count * cols);
+    };
+    sink.floats = [this, &ws](
+                      const std::string& name, const std::vector<std::vector<int64_t>>& shapes,
+                      const std::function<void(std::vector<float>&)>& map, float* dst) -> Status {
+      STRATA_ASSIGN_OR_RETURN(std::vector<float> v, ws.GetF32CopyOfShapes(name, shapes));
+      if (map) map(v);
+      return Floats(v, dst);
+    };
+    sink.values = [this](const std::vector<float>& v, float* dst) { return Floats(v, dst); };
+    sink.zero_centred_norms = zero_centred_norms;
     return sink;
   }
 

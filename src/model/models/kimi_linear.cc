@@ -4,6 +4,10 @@
 // names (experts w1 / w3 / w2; the MoE under `block_sparse_moe.`).
 #include "exec/arch_spec.h"
 #include "exec/cpu/cpu_executor.h"
+#if defined(STRATA_HAVE_CUDA)
+#include "exec/cuda/cuda_executor.h"
+#include "model/models/kimi_linear_cuda.h"
+#endif
 #include "model/models/arch_descriptions.h"
 #include "model/models/builtin.h"
 #include "model/models/kimi_linear_config.h"
@@ -47,5 +51,18 @@ StatusOr<std::unique_ptr<Model>> CreateKimiLinearModel(std::shared_ptr<const Wei
   return exec::LoadCpuModel<KimiLinearConfig>(std::move(weights), config_path, options,
                                               ParseKimiLinearConfig, DescribeKimiLinear);
 }
+
+#if defined(STRATA_HAVE_CUDA)
+StatusOr<std::unique_ptr<Model>> CreateKimiLinearCudaModel(
+    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
+    const LoadOptions& options) {
+  return cuda_exec::LoadCudaModel<KimiLinearConfig>(std::move(weights), config_path, options,
+                                                    ParseKimiLinearConfig, DescribeKimiLinear);
+}
+
+StatusOr<KimiCudaStats> GetKimiCudaStats(const Model& model) {
+  return cuda_exec::GetCudaLayerExecutorStats(model, "kimi_linear");
+}
+#endif
 
 }  // namespace strata

@@ -106,21 +106,6 @@ std::string KimiDenseMlpPrefix(const WeightStore& ws, int64_t layer) {
              : p + "block_sparse_moe.";
 }
 
-StatusOr<std::vector<float>> KimiGetSmallF32(const WeightStore& ws, const std::string& name,
-                                             const std::vector<std::vector<int64_t>>& shapes) {
-  STRATA_ASSIGN_OR_RETURN(TensorView v, ws.Get(name));
-  for (const auto& s : shapes) {
-    if (v.shape == s) return ws.GetF32Copy(name, s);
-  }
-  return ws.GetF32Copy(name, shapes.front());  // the error names the canonical shape
-}
-
-std::vector<std::vector<int64_t>> KimiALogShapes(int64_t H) { return {{1, 1, H, 1}, {H}, {H, 1}}; }
-
-std::vector<std::vector<int64_t>> KimiDtBiasShapes(int64_t H, int64_t dk) {
-  return {{H * dk}, {H, dk}};
-}
-
 Status WriteKimiLinearDummyWeights(const KimiLinearConfig& config, const std::string& dir,
                                    uint64_t seed, uint64_t max_bytes) {
   const std::vector<KimiTensorSpec> specs = KimiLinearTensorSpecs(config);

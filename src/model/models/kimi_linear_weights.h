@@ -50,14 +50,6 @@ std::string KimiLayerPrefix(int64_t layer);
 // checkpoint form.
 std::string KimiDenseMlpPrefix(const WeightStore& store, int64_t layer);
 
-// A small tensor that exports store with different unit dims (A_log as
-// [1,1,H,1], [H] or [H,1]; dt_bias as [H·dk] or [H, dk]) as fp32. The error
-// names the first (canonical) shape.
-StatusOr<std::vector<float>> KimiGetSmallF32(const WeightStore& store, const std::string& name,
-                                             const std::vector<std::vector<int64_t>>& shapes);
-std::vector<std::vector<int64_t>> KimiALogShapes(int64_t heads);
-std::vector<std::vector<int64_t>> KimiDtBiasShapes(int64_t heads, int64_t head_dim);
-
 // Dummy weights on the host (the CPU's --load-format dummy): writes
 // `dir`/model.safetensors with random bf16 matrices (uniform ±0.02, as the
 // CUDA dummy weights) and sensible small tensors, for configs whose weights

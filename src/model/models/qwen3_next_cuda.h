@@ -1,6 +1,6 @@
-// Introspection of the qwen3_next CUDA executor (qwen3_next_cuda.cc), for
-// tests and benchmarks: where its memory went and whether decode steps run
-// as CUDA graphs. Only linked in CUDA builds.
+// Introspection of the qwen3_next CUDA executor (the layer executor,
+// exec/cuda/cuda_executor.h), for tests and benchmarks: where its memory went
+// and whether decode steps run as CUDA graphs. Only linked in CUDA builds.
 #ifndef STRATA_MODEL_MODELS_QWEN3_NEXT_CUDA_H_
 #define STRATA_MODEL_MODELS_QWEN3_NEXT_CUDA_H_
 

@@ -1,0 +1,55 @@
+// The GPU executor of a layer list: runs any architecture whose mixers have
+// GPU modules (exec/cuda/cuda_mixer.h) as a Model, with the feed-forward
+// module (ffn_cuda.h) and the shared host side of CudaExecutorBase (states,
+// the decode driver and its graphs, the decode tunings of the layer stack).
+// Weights are bf16 on the device, bound by their checkpoint names. Only
+// linked in CUDA builds.
+#ifndef STRATA_EXEC_CUDA_CUDA_EXECUTOR_H_
+#define STRATA_EXEC_CUDA_CUDA_EXECUTOR_H_
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "exec/arch_spec.h"
+#include "model/config_reader.h"
+#include "model/model.h"
+#include "model/models/cuda_executor_stats.h"
+
+namespace strata {
+class WeightStore;
+}
+
+namespace strata::cuda_exec {
+
+// Loads `spec` from `weights` (null: random weights made on the device,
+// LoadOptions::dummy_seed). Unavailable (no usable device), ResourceExhausted
+// (too little device memory) and Unimplemented (a layer kind or shape the GPU
+// modules do not run) let LoadModel fall back to the CPU; their messages
+// complete the sentence "CUDA requested but ...".
+StatusOr<std::unique_ptr<Model>> CreateCudaLayerExecutor(exec::ArchSpec spec,
+                                                         std::shared_ptr<const WeightStore> weights,
+                                                         const LoadOptions& options);
+
+// The GPU factory of an architecture adapter, as exec::LoadCpuModel is the
+// CPU's: reads `config_path`, parses it with `parse`, describes the layers
+// with `describe` and builds the executor.
+template <typename Config>
+StatusOr<std::unique_ptr<Model>> LoadCudaModel(
+    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
+    const LoadOptions& options, StatusOr<Config> (*parse)(const ConfigReader&),
+    exec::ArchSpec (*describe)(const Config&, const WeightStore*)) {
+  STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(config_path));
+  STRATA_ASSIGN_OR_RETURN(Config config, parse(reader));
+  exec::ArchSpec spec = describe(config, weights.get());
+  return CreateCudaLayerExecutor(std::move(spec), std::move(weights), options);
+}
+
+// The executor's statistics; NotFound unless `model` came from
+// CreateCudaLayerExecutor for `architecture`.
+StatusOr<CudaExecutorStats> GetCudaLayerExecutorStats(const Model& model,
+                                                      const std::string& architecture);
+
+}  // namespace strata::cuda_exec
+
+#endif  // STRATA_EXEC_CUDA_CUDA_EXECUTOR_H_

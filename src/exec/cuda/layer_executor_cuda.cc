@@ -1,0 +1,300 @@
+// The GPU layer-list executor (cuda_executor.h). Per layer (n rows: one
+// prefill slice, or one token of each of B sequences at decode):
+//   xn = RMSNorm(h += pending); the mixer module adds into h;
+//   xn = RMSNorm(h); the feed-forward module adds into h (routed sum pending)
+// then logits = lm_head(RMSNorm(h += pending)): CudaExecutorBase's
+// EnqueueLayers, with EnqueueMixer dispatching to the modules.
+//
+// The layers of one mixer kind with one spec form one module (its members);
+// modules come in the order their first layer appears, and so do their state
+// arrays in the StateLayout.
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backend/cuda/moe.h"
+#include "exec/cuda/cuda_executor.h"
+#include "exec/cuda/cuda_mixer.h"
+#include "model/models/cuda_executor_base.h"
+#include "model/models/cuda_load_helpers.h"
+#include "model/weight_store.h"
+
+namespace strata::cuda_exec {
+namespace {
+
+class LayerExecutor final : public CudaExecutorBase {
+ public:
+  Status Setup(std::shared_ptr<const WeightStore> weights, exec::ArchSpec spec,
+               const LoadOptions& options);
+  const std::string& architecture() const { return spec_.architecture; }
+
+ private:
+  Status EnqueueMixer(size_t layer, int64_t n, const CudaSequenceState* ps, int64_t past,
+                      const StepVariant& v) const override;
+  // Graphs are keyed by the largest length bound of the modules (0 when
+  // none takes one).
+  StepVariant DecodeVariant(int64_t max_len) const override;
+  Status FillSlotForBenchmark(const CudaSequenceState& st,
+                              const std::function<uint64_t()>& next) const override;
+
+  Status BuildMixers();
+  void CarveWeights(Carver& c);
+  void CarveScratch(Carver& c);
+  Status UploadWeights(const WeightStore& ws, const LoadOptions& options);
+  // Random weights; *parameters receives how many elements they hold.
+  Status MakeDummyWeights(uint64_t seed, int64_t* parameters);
+
+  struct Layer {
+    float* input_norm = nullptr;  // [D]
+    float* post_norm = nullptr;   // [D]
+    bool is_moe = false;
+    FfnWeights ffn;
+  };
+  struct Weights {
+    bf16* embed = nullptr;        // [V, D]
+    bf16* lm_head = nullptr;      // [V, D] (the embedding when tied)
+    float* final_norm = nullptr;  // [D]
+    std::vector<Layer> layers;
+  };
+  struct Scratch : StepScratch {
+    float* shared = nullptr;  // [rows, D] a gated shared expert's output before its gate
+    float* sgate = nullptr;   // [rows, kSharedGateRows] its gate's logits
+  };
+  // Where layer l's mixer is: module `mixer`, member `index`.
+  struct Member {
+    size_t mixer = 0, index = 0;
+  };
+
+  exec::ArchSpec spec_;
+  SequencePlan plan_;
+  FfnDims ffn_dims_;
+  size_t moe_ws_ = 0;
+  bool separate_lm_head_ = false;
+  std::vector<std::unique_ptr<CudaMixer>> mixers_;
+  std::vector<Member> members_;
+  Weights w_;
+  Scratch s_;
+  MixerFrame mixer_frame_;
+  char* h_staging_ = nullptr;  // weight upload staging (pinned)
+};
+
+// The module of one mixer kind (an MLA form without one is Unimplemented).
+template <typename Spec>
+StatusOr<std::unique_ptr<CudaMixer>> NewMixer(const Spec& spec, const MixerContext& ctx) {
+  return StatusOr<std::unique_ptr<CudaMixer>>(MakeCudaMixer(spec, ctx));
+}
+
+Status LayerExecutor::BuildMixers() {
+  const MixerContext ctx{spec_.hidden_size, invariant_};
+  std::vector<const exec::MixerSpec*> kinds;  // kinds[m]: module m's spec
+  for (const exec::LayerSpec& layer : spec_.layers) {
+    size_t m = 0;
+    while (m < kinds.size() && !(*kinds[m] == layer.mixer)) ++m;
+    if (m == kinds.size()) {
+      STRATA_ASSIGN_OR_RETURN(
+          std::unique_ptr<CudaMixer> mixer,
+          std::visit([&](const auto& s) { return NewMixer(s, ctx); }, layer.mixer));
+      mixers_.push_back(std::move(mixer));
+      kinds.push_back(&layer.mixer);
+    }
+    members_.push_back({m, mixers_[m]->size()});
+    mixers_[m]->AddMember(layer.mixer_prefix);
+  }
+  return OkStatus();
+}
+
+void LayerExecutor::CarveWeights(Carver& c) {
+  const int64_t D = spec_.hidden_size, V = spec_.vocab_size;
+  w_.embed = c.Take<bf16>(V * D);
+  w_.lm_head = separate_lm_head_ ? c.Take<bf16>(V * D) : w_.embed;
+  w_.final_norm = c.Take<float>(D);
+  for (const auto& m : mixers_) m->CarveShared(c);
+  w_.layers.assign(spec_.layers.size(), Layer{});
+  for (size_t l = 0; l < spec_.layers.size(); ++l) {
+    Layer& L = w_.layers[l];
+    L.input_norm = c.Take<float>(D);
+    L.post_norm = c.Take<float>(D);
+    mixers_[members_[l].mixer]->CarveMember(members_[l].index, c);
+    CarveFfnWeights(spec_.layers[l], D, c, L.ffn);
+    L.is_moe = L.ffn.is_moe;
+  }
+}
+
+void LayerExecutor::CarveScratch(Carver& c) {
+  const SequencePlan& p = plan_;
+  const int64_t D = spec_.hidden_size;
+  CarveStepScratch(p, D, spec_.vocab_size, GateUpCols(ffn_dims_), ffn_dims_.moe.num_experts,
+                   moe_ws_, c, s_);
+  for (const auto& m : mixers_) m->CarveScratch(p, c);
+  if (ffn_dims_.shared_gate_rows > 0) {
+    s_.shared = c.Take<float>(p.rows * D);
+    s_.sgate = c.Take<float>(p.rows * ffn_dims_.shared_gate_rows);
+  }
+}
+
+Status LayerExecutor::Setup(std::shared_ptr<const WeightStore> weights, exec::ArchSpec spec,
+                            const LoadOptions& options) {
+  spec_ = std::move(spec);
+  STRATA_RETURN_IF_ERROR(ReadOptions(options));
+  const tuning::Scope tuned(tuning_);
+  STRATA_RETURN_IF_ERROR(BuildMixers());
+  STRATA_ASSIGN_OR_RETURN(ffn_dims_, FfnDimsOf(spec_));
+  int64_t slice = std::numeric_limits<int64_t>::max();
+  for (const auto& m : mixers_) slice = std::min(slice, m->PreferredSlice());
+
+  SequencePlan& p = plan_;
+  STRATA_ASSIGN_OR_RETURN(const std::string dev_name,
+                          BeginLoad(options, spec_.vocab_size, spec_.max_context, slice, p));
+  for (const auto& m : mixers_) m->Plan(p);
+  if (ffn_dims_.moe.num_experts > 0) {
+    moe_ws_ = cuda::MoeWorkspaceBytes(ffn_dims_.moe, p.rows, invariant_);
+  }
+  separate_lm_head_ =
+      !spec_.tie_word_embeddings || (weights != nullptr && weights->Has("lm_head.weight"));
+
+  MemoryPlan memory;
+  memory.carve_weights = [this](Carver& c) { CarveWeights(c); };
+  memory.carve_scratch = [this](Carver& c) { CarveScratch(c); };
+  for (const auto& m : mixers_) {
+    for (const PoolArray& a : m->SlotArrays()) memory.slot_arrays.push_back(a);
+    for (const PoolArray& a : m->BlockArrays()) memory.block_arrays.push_back(a);
+  }
+  STRATA_ASSIGN_OR_RETURN(const int64_t blocks,
+                          AllocateMemory(dev_name, p, options.gpu_memory_fraction, memory));
+  const std::span<const StateRegion> slot_regions(layout_.slot_regions);
+  const std::span<const StateRegion> block_regions(layout_.block_regions);
+  size_t slot_at = 0, block_at = 0;
+  for (const auto& m : mixers_) {
+    const size_t ns = m->SlotArrays().size(), nb = m->BlockArrays().size();
+    m->BindPools(slot_regions.subspan(slot_at, ns), block_regions.subspan(block_at, nb));
+    slot_at += ns;
+    block_at += nb;
+  }
+
+  // What the shared host side (cuda_executor_base.h) works with.
+  struct {
+    int64_t D, V;
+    float eps;
+  } const g{spec_.hidden_size, spec_.vocab_size, spec_.norm_eps};
+  BindFrame(g, p, w_, s_, kLogitsChunkRows);
+  BindStack(w_, s_, ffn_dims_, moe_ws_, invariant_, s_.shared, s_.sgate);
+  mixer_frame_ = {s_.xn, s_.h, s_.step, s_.block_table, p.max_batch, p.max_blocks, p.max_ctx};
+  benchmark_fill_ = true;
+  // Pinned host memory: step inputs, block-table mirror, results, staging.
+  STRATA_RETURN_IF_ERROR(
+      InitRuntime(p.max_sequences, blocks, options.cuda_graphs, kStagingBytes, &h_staging_));
+
+  int64_t dummy_parameters = 0;
+  if (weights == nullptr) {
+    STRATA_RETURN_IF_ERROR(MakeDummyWeights(options.dummy_seed, &dummy_parameters));
+  } else {
+    STRATA_RETURN_IF_ERROR(UploadWeights(*weights, options));
+  }
+  const CudaOps ops = Ops();
+  for (const auto& m : mixers_) STRATA_RETURN_IF_ERROR(m->Finalize(ops));
+  STRATA_RETURN_IF_ERROR(Sync("deriving weights"));
+  // From here on (the load-time check included) every GEMM is row-invariant.
+  if (invariant_) blas_->set_batch_invariant(true);
+  DescribeModel(spec_, dev_name, weights.get(), p);
+  if (weights == nullptr) info_.num_parameters = dummy_parameters;
+  return LoadTimeCheck(spec_.vocab_size);
+}
+
+Status LayerExecutor::UploadWeights(const WeightStore& ws, const LoadOptions& options) {
+  const int64_t D = spec_.hidden_size, V = spec_.vocab_size;
+  Uploader up(stream_, h_staging_, kStagingBytes);
+  STRATA_RETURN_IF_ERROR(up.Init());
+  const TensorSink sink = up.Sink(ws, spec_.zero_centred_norms);
+  STRATA_RETURN_IF_ERROR(sink.matrix("model.embed_tokens.weight", V, D, Mat{.bf = w_.embed}, 0));
+  if (w_.lm_head != w_.embed) {
+    STRATA_RETURN_IF_ERROR(sink.matrix("lm_head.weight", V, D, Mat{.bf = w_.lm_head}, 0));
+  }
+  STRATA_RETURN_IF_ERROR(sink.Norm("model.norm.weight", D, w_.final_norm));
+  for (const auto& m : mixers_) STRATA_RETURN_IF_ERROR(m->UploadShared(sink));
+  const int64_t L = static_cast<int64_t>(spec_.layers.size());
+  for (int64_t i = 0; i < L; ++i) {
+    const size_t l = static_cast<size_t>(i);
+    const exec::LayerSpec& layer = spec_.layers[l];
+    STRATA_RETURN_IF_ERROR(
+        sink.Norm(layer.prefix + "input_layernorm.weight", D, w_.layers[l].input_norm));
+    STRATA_RETURN_IF_ERROR(
+        sink.Norm(layer.prefix + "post_attention_layernorm.weight", D, w_.layers[l].post_norm));
+    STRATA_RETURN_IF_ERROR(mixers_[members_[l].mixer]->UploadMember(members_[l].index, sink));
+    STRATA_RETURN_IF_ERROR(UploadFfnWeights(layer, D, w_.layers[l].ffn, sink));
+    STRATA_RETURN_IF_ERROR(LayerLoaded(options, ws, i, L));
+  }
+  return up.Finish();
+}
+
+Status LayerExecutor::MakeDummyWeights(uint64_t seed, int64_t* parameters) {
+  const int64_t D = spec_.hidden_size, V = spec_.vocab_size;
+  DummyFill fill(seed, stream_);
+  STRATA_RETURN_IF_ERROR(fill.Matrix(w_.embed, V * D));
+  if (w_.lm_head != w_.embed) STRATA_RETURN_IF_ERROR(fill.Matrix(w_.lm_head, V * D));
+  STRATA_RETURN_IF_ERROR(fill.Ones(w_.final_norm, D));
+  for (const auto& m : mixers_) STRATA_RETURN_IF_ERROR(m->FillDummyShared(fill));
+  for (size_t l = 0; l < spec_.layers.size(); ++l) {
+    STRATA_RETURN_IF_ERROR(fill.Ones(w_.layers[l].input_norm, D));
+    STRATA_RETURN_IF_ERROR(fill.Ones(w_.layers[l].post_norm, D));
+    STRATA_RETURN_IF_ERROR(mixers_[members_[l].mixer]->FillDummyMember(members_[l].index, fill));
+    STRATA_RETURN_IF_ERROR(FillDummyFfnWeights(spec_.layers[l], D, w_.layers[l].ffn, fill));
+  }
+  *parameters = fill.drawn();
+  return Sync("dummy weights");
+}
+
+Status LayerExecutor::EnqueueMixer(size_t layer, int64_t n, const CudaSequenceState* ps,
+                                   int64_t past, const StepVariant& v) const {
+  MixerPass pass;
+  pass.n = n;
+  pass.decode = ps == nullptr;
+  if (ps != nullptr) {
+    pass.slot = ps->slot_;
+    pass.past = past;
+  }
+  pass.bound = v.bound;
+  const Member& m = members_[layer];
+  return mixers_[m.mixer]->Enqueue(Ops(), m.index, mixer_frame_, pass);
+}
+
+LayerExecutor::StepVariant LayerExecutor::DecodeVariant(int64_t max_len) const {
+  StepVariant v;
+  for (const auto& m : mixers_) {
+    v.bound = std::max(v.bound, m->DecodeLengthBound(max_len, plan_.max_ctx));
+  }
+  return v;
+}
+
+Status LayerExecutor::FillSlotForBenchmark(const CudaSequenceState& st,
+                                           const std::function<uint64_t()>& next) const {
+  for (const auto& m : mixers_) {
+    STRATA_RETURN_IF_ERROR(m->FillSlotForBenchmark(st.slot_, next, stream_));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Model>> CreateCudaLayerExecutor(exec::ArchSpec spec,
+                                                         std::shared_ptr<const WeightStore> weights,
+                                                         const LoadOptions& options) {
+  auto executor = std::make_unique<LayerExecutor>();
+  STRATA_RETURN_IF_ERROR(executor->Setup(std::move(weights), std::move(spec), options));
+  return std::unique_ptr<Model>(std::move(executor));
+}
+
+StatusOr<CudaExecutorStats> GetCudaLayerExecutorStats(const Model& model,
+                                                      const std::string& architecture) {
+  const auto* m = dynamic_cast<const LayerExecutor*>(&model);
+  if (m == nullptr || m->architecture() != architecture) {
+    return absl::NotFoundError(absl::StrCat("not a ", architecture, " CUDA model"));
+  }
+  return m->ExecutorStats();
+}
+
+}  // namespace strata::cuda_exec
