@@ -981,7 +981,7 @@ void Engine::PushEvents(const std::shared_ptr<Request>& r, std::vector<Event> ev
     ev.request = r;
     ev.num_generated = n;
     ++r->delivery().pending_events;
-    events_.push_back(std::move(ev));
+    events_.Push(std::move(ev));
   }
   event_cv_.notify_all();
 }
@@ -1017,25 +1017,20 @@ void Engine::Finish(const std::shared_ptr<Request>& r, FinishReason reason, Stat
     ev.status = std::move(status);
     ev.finish_reason = reason;
     ev.num_generated = n;
-    events_.push_back(std::move(ev));
+    events_.Push(std::move(ev));
     event_cv_.notify_all();
   }
   idle_cv_.notify_all();
 }
 
 bool Engine::TakeEvent(const Request* only, Event* out) {
-  for (auto it = events_.begin(); it != events_.end(); ++it) {
-    Request* r = it->request.get();
-    if (only != nullptr ? r != only : r->private_events()) continue;
-    *out = std::move(*it);
-    events_.erase(it);
-    if (out->type != EventType::kFinished && r->delivery().pending_events > 0) {
-      --r->delivery().pending_events;
-      work_cv_.notify_one();
-    }
-    return true;
+  if (!(only != nullptr ? events_.TakeFor(only, out) : events_.TakeAny(out))) return false;
+  Request* r = out->request.get();
+  if (out->type != EventType::kFinished && r->delivery().pending_events > 0) {
+    --r->delivery().pending_events;
+    work_cv_.notify_one();
   }
-  return false;
+  return true;
 }
 
 bool Engine::PollImpl(const Request* only, Event* out, int64_t timeout_ms) {
@@ -1128,9 +1123,7 @@ void Engine::Detach(Request& request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     request.delivery() = Request::Delivery{/*detached=*/true, /*pending_events=*/0};
-    events_.erase(std::remove_if(events_.begin(), events_.end(),
-                                 [&](const Event& e) { return e.request.get() == &request; }),
-                  events_.end());
+    events_.Drop(&request);
   }
   request.Cancel();
   work_cv_.notify_one();

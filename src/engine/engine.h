@@ -30,6 +30,7 @@
 #include "base/thread_pool.h"
 #include "engine/chat_turn.h"
 #include "engine/event.h"
+#include "engine/event_queue.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -291,6 +292,7 @@ class Engine {
   // answered tool results appended; then the outcome and kFinished.
   void Finish(const std::shared_ptr<Request>& r, FinishReason reason, Status status, int32_t token = -1);
   bool PollImpl(const Request* only, Event* out, int64_t timeout_ms);
+  // The oldest event of `only`, or of any non-private request when null.
   bool TakeEvent(const Request* only, Event* out);  // requires mu_
   bool Eligible(const Request& r) const;            // requires mu_
 
@@ -303,7 +305,7 @@ class Engine {
   std::condition_variable event_cv_;  // pollers: an event was queued
   std::condition_variable idle_cv_;   // CancelAndWait: a request finished
   std::deque<std::shared_ptr<Request>> queue_;  // unfinished requests, guarded by mu_
-  std::deque<Event> events_;                    // guarded by mu_
+  EventQueue events_;                           // guarded by mu_
   uint64_t next_id_ = 1;                        // guarded by mu_
   bool stop_ = false;                           // guarded by mu_
 
