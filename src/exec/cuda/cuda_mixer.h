@@ -24,7 +24,7 @@
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/dummy_fill.h"
 #include "exec/cuda/tensor_sink.h"
-#include "model/models/cuda_paged_state.h"
+#include "exec/cuda/cuda_paged_state.h"
 
 namespace strata {
 namespace cuda_exec {
@@ -117,35 +117,6 @@ class CudaMixer {
 
  private:
   std::vector<std::string> prefixes_;
-};
-
-// The slot state of a recurrent mixer (KDA, GDN): per member and sequence
-// slot, a delta-rule state of `state` floats and a conv window of `window`
-// floats (fp32), one slot array each.
-struct RecurrentSlots {
-  int64_t state = 0, window = 0;
-  StateRegion states, windows;
-
-  std::vector<PoolArray> Arrays(size_t members) const {
-    const int64_t n = static_cast<int64_t>(members);
-    return {{n, sizeof(float) * static_cast<size_t>(state)},
-            {n, sizeof(float) * static_cast<size_t>(window)}};
-  }
-  void Bind(std::span<const StateRegion> regions) {
-    states = regions[0];
-    windows = regions[1];
-  }
-  // Member `m`'s pools, indexed by slot.
-  float* States(size_t m) const { return At(states, m, 0); }
-  float* Windows(size_t m) const { return At(windows, m, 0); }
-  // Random states (±0.1) and windows (±1) of slot `slot` in every member.
-  Status FillForBenchmark(size_t members, int64_t slot, const std::function<uint64_t()>& next,
-                          cudaStream_t stream) const;
-
- private:
-  static float* At(const StateRegion& r, size_t m, int64_t slot) {
-    return reinterpret_cast<float*>(r.At(static_cast<int64_t>(m), slot));
-  }
 };
 
 // One per module kind, in its own file (gdn_mixer_cuda.cc, ...).

@@ -17,7 +17,7 @@
 #include "backend/cuda/conv.h"
 #include "backend/cuda/kda.h"
 #include "backend/cuda/norm.h"
-#include "exec/cuda/cuda_mixer.h"
+#include "exec/cuda/delta_rule_mixer.h"
 
 namespace strata {
 namespace cuda_exec {
@@ -25,38 +25,32 @@ namespace {
 
 using cuda::ActType;
 
-class GdnMixer final : public CudaMixer {
+// The KDA kernels' shape of GDN: Hv state heads over Hk q/k heads.
+cuda::KdaShape ShapeOf(const exec::GdnSpec& s) {
+  cuda::KdaShape shape;
+  shape.num_heads = s.value_heads;
+  shape.key_dim = s.key_dim;
+  shape.value_dim = s.value_dim;
+  shape.num_qk_heads = s.key_heads;
+  return shape;
+}
+
+class GdnMixer final : public DeltaRuleMixer {
  public:
-  GdnMixer(const exec::GdnSpec& s, const MixerContext& ctx) : CudaMixer(ctx), s_(s) {
+  GdnMixer(const exec::GdnSpec& s, const MixerContext& ctx)
+      : DeltaRuleMixer(ctx, ShapeOf(s), (s.conv_kernel - 1) * Channels(s)), s_(s) {
     kw_ = s.key_heads * s.key_dim;
     vw_ = s.value_heads * s.value_dim;
-    C_ = 2 * kw_ + vw_;
-    slots_.window = (s.conv_kernel - 1) * C_;
-    slots_.state = s.value_heads * s.key_dim * s.value_dim;
-    shape_.num_heads = s.value_heads;
-    shape_.key_dim = s.key_dim;
-    shape_.value_dim = s.value_dim;
-    shape_.num_qk_heads = s.key_heads;
+    C_ = Channels(s);
   }
 
   int64_t PreferredSlice() const override { return 4096; }
-  void Plan(const SequencePlan& p) override {
-    ws_bytes_ = cuda::KdaPrefillWorkspaceBytes(shape_, p.slice);
-  }
   void CarveMember(size_t i, Carver& c) override;
   void CarveScratch(const SequencePlan& p, Carver& c) override;
-  std::vector<PoolArray> SlotArrays() const override { return slots_.Arrays(size()); }
-  void BindPools(std::span<const StateRegion> slots, std::span<const StateRegion>) override {
-    slots_.Bind(slots);
-  }
   Status UploadMember(size_t i, const TensorSink& sink) override;
   Status FillDummyMember(size_t i, DummyFill& fill) override;
   Status Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
                  const MixerPass& pass) const override;
-  Status FillSlotForBenchmark(int64_t slot, const std::function<uint64_t()>& next,
-                              cudaStream_t stream) const override {
-    return slots_.FillForBenchmark(size(), slot, next, stream);
-  }
 
  private:
   struct Weights {
@@ -78,13 +72,15 @@ class GdnMixer final : public CudaMixer {
     void* ws = nullptr;
   };
 
+  // Conv channels: q ‖ k ‖ v.
+  static int64_t Channels(const exec::GdnSpec& s) {
+    return 2 * s.key_heads * s.key_dim + s.value_heads * s.value_dim;
+  }
+
   exec::GdnSpec s_;
   int64_t kw_ = 0, vw_ = 0, C_ = 0;
-  cuda::KdaShape shape_;
-  size_t ws_bytes_ = 0;
   std::vector<Weights> w_;
   Scratch x_;
-  RecurrentSlots slots_;
 };
 
 void GdnMixer::CarveMember(size_t i, Carver& c) {
@@ -163,8 +159,8 @@ Status GdnMixer::Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
   const Weights& w = w_[i];
   const int64_t n = pass.n, D = ctx_.hidden, Hv = s_.value_heads, K = s_.conv_kernel;
   cudaStream_t st = ops.stream;
-  float* windows = slots_.Windows(i);
-  float* states = slots_.States(i);
+  float* windows = Windows(i);
+  float* states = States(i);
   // in_proj rows [q|k|v] then z: two products on consecutive weight rows.
   STRATA_RETURN_IF_ERROR(
       ops.Mm(st, f.xn, ActType::kBf16, D, n, w.in_proj, C_, D, x_.proj, ActType::kBf16, C_, 0.f));
@@ -178,7 +174,7 @@ Status GdnMixer::Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
                                                       windows, f.slots(), x_.qkv, st));
   } else {
     STRATA_RETURN_IF_ERROR(cuda::CausalConvSiluPrefill(x_.proj, ActType::kBf16, C_, n, C_, w.conv,
-                                                       K, windows + pass.slot * slots_.window,
+                                                       K, Windows(i, pass.slot),
                                                        x_.qkv, st));
   }
   cuda::KdaGates gates;
@@ -214,7 +210,7 @@ Status GdnMixer::Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
     a.v = x_.qkv + 2 * kw_;
     a.ld_qkv = C_;
     a.gates = gates;
-    a.state = states + pass.slot * slots_.state;
+    a.state = States(i, pass.slot);
     a.out = x_.o;
     a.out_type = ActType::kBf16;
     // Invariant mode: the token recurrence (the decode kernel's arithmetic),

@@ -20,7 +20,7 @@
 #include "backend/cuda/conv.h"
 #include "backend/cuda/kda.h"
 #include "backend/cuda/norm.h"
-#include "exec/cuda/cuda_mixer.h"
+#include "exec/cuda/delta_rule_mixer.h"
 
 namespace strata {
 namespace cuda_exec {
@@ -34,41 +34,29 @@ using cuda::ActType;
 // to overlap).
 constexpr int64_t kFusedMaxBatch = 2;
 
-class KdaMixer final : public CudaMixer {
+class KdaMixer final : public DeltaRuleMixer {
  public:
-  KdaMixer(const exec::KdaSpec& s, const MixerContext& ctx) : CudaMixer(ctx), s_(s) {
+  // Value heads have the key width; the conv window holds q, k and v.
+  KdaMixer(const exec::KdaSpec& s, const MixerContext& ctx)
+      : DeltaRuleMixer(ctx, {s.heads, s.head_dim, s.head_dim},
+                       (s.conv_kernel - 1) * 3 * s.heads * s.head_dim),
+        s_(s) {
     C_ = s.heads * s.head_dim;
     off_fa_ = Pad8(3 * C_);
     off_ga_ = off_fa_ + Pad8(s.head_dim);
     off_b_ = off_ga_ + Pad8(s.head_dim);
     n_in_ = off_b_ + Pad8(s.heads);
-    slots_.window = (s.conv_kernel - 1) * 3 * C_;
-    slots_.state = s.heads * s.head_dim * s.head_dim;
-    shape_.num_heads = s.heads;
-    shape_.key_dim = s.head_dim;
-    shape_.value_dim = s.head_dim;
   }
 
   // Long enough that re-reading the expert weights per slice stays well
   // below the slice's compute at the production shapes.
   int64_t PreferredSlice() const override { return 8192; }
-  void Plan(const SequencePlan& p) override {
-    ws_bytes_ = cuda::KdaPrefillWorkspaceBytes(shape_, p.slice);
-  }
   void CarveMember(size_t i, Carver& c) override;
   void CarveScratch(const SequencePlan& p, Carver& c) override;
-  std::vector<PoolArray> SlotArrays() const override { return slots_.Arrays(size()); }
-  void BindPools(std::span<const StateRegion> slots, std::span<const StateRegion>) override {
-    slots_.Bind(slots);
-  }
   Status UploadMember(size_t i, const TensorSink& sink) override;
   Status FillDummyMember(size_t i, DummyFill& fill) override;
   Status Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
                  const MixerPass& pass) const override;
-  Status FillSlotForBenchmark(int64_t slot, const std::function<uint64_t()>& next,
-                              cudaStream_t stream) const override {
-    return slots_.FillForBenchmark(size(), slot, next, stream);
-  }
 
  private:
   struct Weights {
@@ -93,20 +81,16 @@ class KdaMixer final : public CudaMixer {
 
   // Decode: conv through the norm in one kernel where it applies; *done says
   // whether it ran (else Chain does the work).
-  Status TryFused(const CudaOps& ops, const Weights& w, int64_t n, float* windows, float* states,
-                  const int32_t* slots, bool* done) const;
+  Status TryFused(const CudaOps& ops, size_t i, int64_t n, const int32_t* slots,
+                  bool* done) const;
   // conv, gates, the KDA step (decode or prefill) and the gated output norm:
   // proj → y.
-  Status Chain(const CudaOps& ops, const Weights& w, const MixerPass& pass, float* windows,
-               float* states, const int32_t* slots) const;
+  Status Chain(const CudaOps& ops, size_t i, const MixerPass& pass, const int32_t* slots) const;
 
   exec::KdaSpec s_;
   int64_t C_ = 0, off_fa_ = 0, off_ga_ = 0, off_b_ = 0, n_in_ = 0;
-  cuda::KdaShape shape_;
-  size_t ws_bytes_ = 0;
   std::vector<Weights> w_;
   Scratch x_;
-  RecurrentSlots slots_;
 };
 
 void KdaMixer::CarveMember(size_t i, Carver& c) {
@@ -185,20 +169,19 @@ Status KdaMixer::Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
                          const MixerPass& pass) const {
   const Weights& w = w_[i];
   const int64_t n = pass.n, D = ctx_.hidden;
-  float* windows = slots_.Windows(i);
-  float* states = slots_.States(i);
   STRATA_RETURN_IF_ERROR(ops.Mm(ops.stream, f.xn, ActType::kBf16, D, n, w.in_proj, n_in_, D,
                                 x_.proj, ActType::kBf16, n_in_, 0.f));
   bool fused = false;
   if (pass.decode) {
-    STRATA_RETURN_IF_ERROR(TryFused(ops, w, n, windows, states, f.slots(), &fused));
+    STRATA_RETURN_IF_ERROR(TryFused(ops, i, n, f.slots(), &fused));
   }
-  if (!fused) STRATA_RETURN_IF_ERROR(Chain(ops, w, pass, windows, states, f.slots()));
+  if (!fused) STRATA_RETURN_IF_ERROR(Chain(ops, i, pass, f.slots()));
   return ops.Mm(ops.stream, x_.y, ActType::kBf16, C_, n, w.o, D, C_, f.h, ActType::kF32, D, 1.f);
 }
 
-Status KdaMixer::TryFused(const CudaOps& ops, const Weights& w, int64_t n, float* windows,
-                          float* states, const int32_t* slots, bool* done) const {
+Status KdaMixer::TryFused(const CudaOps& ops, size_t i, int64_t n, const int32_t* slots,
+                          bool* done) const {
+  const Weights& w = w_[i];
   // Batch-invariant mode keeps the chain, whose rounding the prefill's
   // recurrent form reproduces.
   *done = false;
@@ -216,14 +199,14 @@ Status KdaMixer::TryFused(const CudaOps& ops, const Weights& w, int64_t n, float
   a.rank = s_.head_dim;
   a.conv_w = w.conv;
   a.conv_kernel = s_.conv_kernel;
-  a.window_pool = windows;
+  a.window_pool = Windows(i);
   a.f_b = w.f_b;
   a.g_b = w.g_b;
   a.dt_bias = w.dt_bias;
   a.neg_exp_a = w.neg_exp_a;
   a.o_norm = w.o_norm;
   a.eps = s_.norm_eps;
-  a.state_pool = states;
+  a.state_pool = States(i);
   a.slots = slots;
   a.out = x_.y;
   a.state_before_wait = true;  // the kernel before it is in_proj's GEMM (Enqueue)
@@ -233,8 +216,9 @@ Status KdaMixer::TryFused(const CudaOps& ops, const Weights& w, int64_t n, float
   return OkStatus();
 }
 
-Status KdaMixer::Chain(const CudaOps& ops, const Weights& w, const MixerPass& pass, float* windows,
-                       float* states, const int32_t* slots) const {
+Status KdaMixer::Chain(const CudaOps& ops, size_t i, const MixerPass& pass,
+                       const int32_t* slots) const {
+  const Weights& w = w_[i];
   const int64_t n = pass.n, dk = s_.head_dim, K = s_.conv_kernel;
   cudaStream_t st = ops.stream;
   // Decode branches: the rank-dk gate products run on the side stream
@@ -249,11 +233,11 @@ Status KdaMixer::Chain(const CudaOps& ops, const Weights& w, const MixerPass& pa
                                 x_.graw, ActType::kF32, C_, 0.f));
   if (pass.decode) {
     STRATA_RETURN_IF_ERROR(cuda::CausalConvSiluDecode(x_.proj, ActType::kBf16, n_in_, n, 3 * C_,
-                                                      w.conv, K, windows, slots, x_.qkv, st));
+                                                      w.conv, K, Windows(i), slots, x_.qkv, st));
   } else {
     STRATA_RETURN_IF_ERROR(
         cuda::CausalConvSiluPrefill(x_.proj, ActType::kBf16, n_in_, n, 3 * C_, w.conv, K,
-                                    windows + pass.slot * slots_.window, x_.qkv, st));
+                                    Windows(i, pass.slot), x_.qkv, st));
   }
   if (branch) STRATA_RETURN_IF_ERROR(ops.Join());
   STRATA_RETURN_IF_ERROR(ops.Mm(aux, x_.proj + off_ga_, ActType::kBf16, n_in_, n, w.g_b, C_, dk,
@@ -276,7 +260,7 @@ Status KdaMixer::Chain(const CudaOps& ops, const Weights& w, const MixerPass& pa
     a.v = x_.qkv + 2 * C_;
     a.ld_qkv = 3 * C_;
     a.gates = gates;
-    a.state_pool = states;
+    a.state_pool = States(i);
     a.slots = slots;
     a.out = x_.o;
     a.out_type = ActType::kBf16;
@@ -291,7 +275,7 @@ Status KdaMixer::Chain(const CudaOps& ops, const Weights& w, const MixerPass& pa
     a.v = x_.qkv + 2 * C_;
     a.ld_qkv = 3 * C_;
     a.gates = gates;
-    a.state = states + pass.slot * slots_.state;
+    a.state = States(i, pass.slot);
     a.out = x_.o;
     a.out_type = ActType::kBf16;
     // Invariant mode: the token recurrence (the decode kernel's arithmetic),
