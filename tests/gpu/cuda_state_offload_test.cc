@@ -26,7 +26,7 @@
 
 #include "harness/parity.h"
 #include "model/model.h"
-#include "model/models/cuda_executor_base.h"
+#include "exec/cuda/cuda_executor_base.h"
 
 namespace strata {
 namespace {

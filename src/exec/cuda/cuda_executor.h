@@ -14,7 +14,7 @@
 #include "exec/arch_spec.h"
 #include "model/config_reader.h"
 #include "model/model.h"
-#include "model/models/cuda_executor_stats.h"
+#include "exec/cuda/cuda_executor_stats.h"
 
 namespace strata {
 class WeightStore;

@@ -20,8 +20,8 @@
 #include "backend/cuda/moe.h"
 #include "exec/cuda/cuda_executor.h"
 #include "exec/cuda/cuda_mixer.h"
-#include "model/models/cuda_executor_base.h"
-#include "model/models/cuda_load_helpers.h"
+#include "exec/cuda/cuda_executor_base.h"
+#include "exec/cuda/cuda_load_helpers.h"
 #include "model/weight_store.h"
 
 namespace strata::cuda_exec {

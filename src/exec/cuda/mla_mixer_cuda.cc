@@ -19,7 +19,7 @@
 #include "backend/cuda/mla.h"
 #include "backend/cuda/norm.h"
 #include "exec/cuda/cuda_mixer.h"
-#include "model/models/cuda_load_helpers.h"
+#include "exec/cuda/cuda_load_helpers.h"
 
 namespace strata {
 namespace cuda_exec {

@@ -54,8 +54,8 @@
 #include "backend/cuda/sampling.h"
 #include "model/model.h"
 #include "model/models/deepseek_v32_config.h"
-#include "model/models/cuda_executor_base.h"
-#include "model/models/cuda_load_helpers.h"
+#include "exec/cuda/cuda_executor_base.h"
+#include "exec/cuda/cuda_load_helpers.h"
 #include "model/models/deepseek_v32_cuda.h"
 
 namespace strata {

@@ -9,7 +9,7 @@
 
 #include "base/status.h"
 #include "model/model.h"
-#include "model/models/cuda_executor_stats.h"
+#include "exec/cuda/cuda_executor_stats.h"
 
 namespace strata {
 

@@ -18,8 +18,8 @@
 // and reads its own switches from tuning_; the backend's host functions read
 // tuning::Current(), which every Turn (and the load) sets to tuning_, so a
 // decode graph is captured with this model's choices.
-#ifndef STRATA_MODEL_MODELS_CUDA_EXECUTOR_BASE_H_
-#define STRATA_MODEL_MODELS_CUDA_EXECUTOR_BASE_H_
+#ifndef STRATA_EXEC_CUDA_CUDA_EXECUTOR_BASE_H_
+#define STRATA_EXEC_CUDA_CUDA_EXECUTOR_BASE_H_
 
 #include <cuda_runtime.h>
 
@@ -43,9 +43,9 @@
 #include "memory/paged_state_book.h"
 #include "model/config_reader.h"
 #include "model/model.h"
-#include "model/models/cuda_executor_stats.h"
-#include "model/models/cuda_load_helpers.h"
-#include "model/models/cuda_paged_state.h"
+#include "exec/cuda/cuda_executor_stats.h"
+#include "exec/cuda/cuda_load_helpers.h"
+#include "exec/cuda/cuda_paged_state.h"
 
 namespace strata {
 namespace cuda_exec {
@@ -425,4 +425,4 @@ StatusOr<std::unique_ptr<Model>> CreateCudaExecutor(
 }  // namespace cuda_exec
 }  // namespace strata
 
-#endif  // STRATA_MODEL_MODELS_CUDA_EXECUTOR_BASE_H_
+#endif  // STRATA_EXEC_CUDA_CUDA_EXECUTOR_BASE_H_

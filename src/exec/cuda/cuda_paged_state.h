@@ -18,8 +18,8 @@
 // which every writer calls before enqueueing, checks that invariant (the
 // block of row num_tokens() has a count of 1) and refuses with Internal
 // otherwise, rather than corrupt another sequence.
-#ifndef STRATA_MODEL_MODELS_CUDA_PAGED_STATE_H_
-#define STRATA_MODEL_MODELS_CUDA_PAGED_STATE_H_
+#ifndef STRATA_EXEC_CUDA_CUDA_PAGED_STATE_H_
+#define STRATA_EXEC_CUDA_CUDA_PAGED_STATE_H_
 
 #include <cuda_runtime.h>
 
@@ -127,4 +127,4 @@ class CudaSequenceState final : public SequenceState {
 }  // namespace cuda_exec
 }  // namespace strata
 
-#endif  // STRATA_MODEL_MODELS_CUDA_PAGED_STATE_H_
+#endif  // STRATA_EXEC_CUDA_CUDA_PAGED_STATE_H_

@@ -1,8 +1,8 @@
 // Load-time helpers shared by the GPU executors' *_load_cuda.cc files: the
 // device check, device allocation with a readable error, and the weight
 // Uploader (pinned double buffering).
-#ifndef STRATA_MODEL_MODELS_CUDA_LOAD_HELPERS_H_
-#define STRATA_MODEL_MODELS_CUDA_LOAD_HELPERS_H_
+#ifndef STRATA_EXEC_CUDA_CUDA_LOAD_HELPERS_H_
+#define STRATA_EXEC_CUDA_CUDA_LOAD_HELPERS_H_
 
 #include <cuda_runtime.h>
 
@@ -232,4 +232,4 @@ Status TransposeUkPerHead(cuda::BlasContext& blas,
 }  // namespace cuda_exec
 }  // namespace strata
 
-#endif  // STRATA_MODEL_MODELS_CUDA_LOAD_HELPERS_H_
+#endif  // STRATA_EXEC_CUDA_CUDA_LOAD_HELPERS_H_

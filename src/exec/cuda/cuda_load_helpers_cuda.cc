@@ -1,8 +1,8 @@
-#include "model/models/cuda_load_helpers.h"
+#include "exec/cuda/cuda_load_helpers.h"
 
 #include "absl/strings/str_format.h"
 #include "backend/cuda/device_info.h"
-#include "model/models/cuda_paged_state.h"
+#include "exec/cuda/cuda_paged_state.h"
 
 namespace strata {
 namespace cuda_exec {

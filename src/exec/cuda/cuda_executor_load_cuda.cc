@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backend/cuda/sampling.h"
-#include "model/models/cuda_executor_base.h"
+#include "exec/cuda/cuda_executor_base.h"
 #include "model/weight_store.h"
 
 namespace strata {

@@ -1,7 +1,7 @@
 // The shared host side of the GPU executors (cuda_executor_base.h). The code
 // is the kimi_linear executor's, from which the deepseek_v32 and qwen3_next
 // executors were copied; it runs the same kernels in the same order.
-#include "model/models/cuda_executor_base.h"
+#include "exec/cuda/cuda_executor_base.h"
 
 #include <algorithm>
 #include <atomic>

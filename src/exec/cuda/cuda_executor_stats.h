@@ -2,8 +2,8 @@
 // where its device memory went and how its decode steps ran
 // (GetKimiCudaStats, GetQwen3NextCudaStats, GetDeepseekV32CudaStats). Only
 // filled in CUDA builds.
-#ifndef STRATA_MODEL_MODELS_CUDA_EXECUTOR_STATS_H_
-#define STRATA_MODEL_MODELS_CUDA_EXECUTOR_STATS_H_
+#ifndef STRATA_EXEC_CUDA_CUDA_EXECUTOR_STATS_H_
+#define STRATA_EXEC_CUDA_CUDA_EXECUTOR_STATS_H_
 
 #include <cstdint>
 #include <string>
@@ -30,4 +30,4 @@ struct CudaExecutorStats {
 
 }  // namespace strata
 
-#endif  // STRATA_MODEL_MODELS_CUDA_EXECUTOR_STATS_H_
+#endif  // STRATA_EXEC_CUDA_CUDA_EXECUTOR_STATS_H_
