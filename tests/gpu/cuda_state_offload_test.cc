@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "exec/cuda/cuda_executor_base.h"
 #include "harness/parity.h"
 #include "model/model.h"
-#include "exec/cuda/cuda_executor_base.h"
 
 namespace strata {
 namespace {

@@ -12,9 +12,9 @@
 
 #include "base/status.h"
 #include "exec/arch_spec.h"
+#include "exec/cuda/cuda_executor_stats.h"
 #include "model/config_reader.h"
 #include "model/model.h"
-#include "exec/cuda/cuda_executor_stats.h"
 
 namespace strata {
 class WeightStore;

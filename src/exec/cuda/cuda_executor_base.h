@@ -38,14 +38,14 @@
 #include "backend/cuda/sampling.h"
 #include "base/tuning.h"
 #include "exec/arch_spec.h"
+#include "exec/cuda/cuda_executor_stats.h"
+#include "exec/cuda/cuda_load_helpers.h"
 #include "exec/cuda/cuda_ops.h"
+#include "exec/cuda/cuda_paged_state.h"
 #include "exec/cuda/ffn_cuda.h"
 #include "memory/paged_state_book.h"
 #include "model/config_reader.h"
 #include "model/model.h"
-#include "exec/cuda/cuda_executor_stats.h"
-#include "exec/cuda/cuda_load_helpers.h"
-#include "exec/cuda/cuda_paged_state.h"
 
 namespace strata {
 namespace cuda_exec {

@@ -69,8 +69,8 @@ void CarveStepScratch(const SequencePlan& p, int64_t D, int64_t V, int64_t gu_co
 // From LoadOptions (0: the defaults above, `default_slice`) and the
 // checkpoint's context (`config_max_context`, 0: unknown); InvalidArgument for
 // a context under 3 tokens or a memory fraction outside (0, 1].
-Status PlanSequences(const LoadOptions& options, int64_t config_max_context,
-                     int64_t default_slice, SequencePlan& p);
+Status PlanSequences(const LoadOptions& options, int64_t config_max_context, int64_t default_slice,
+                     SequencePlan& p);
 
 // Visible device `index`, if it is an sm_90 (Hopper) part, made current.
 struct DeviceChoice {
@@ -225,9 +225,8 @@ Status LayerLoaded(const LoadOptions& options, const WeightStore& ws, int64_t i,
 // I_r · W_UK,hᵀ: a product with the identity is exact (one nonzero term per
 // output), so the copy is bit-for-bit the checkpoint's. Synchronises.
 Status TransposeUkPerHead(cuda::BlasContext& blas,
-                          const std::vector<std::pair<const bf16*, bf16*>>& layers,
-                          int64_t heads, int64_t dn, int64_t dv, int64_t r,
-                          cudaStream_t stream);
+                          const std::vector<std::pair<const bf16*, bf16*>>& layers, int64_t heads,
+                          int64_t dn, int64_t dv, int64_t r, cudaStream_t stream);
 
 }  // namespace cuda_exec
 }  // namespace strata

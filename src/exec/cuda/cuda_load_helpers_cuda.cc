@@ -1,7 +1,6 @@
-#include "exec/cuda/cuda_load_helpers.h"
-
 #include "absl/strings/str_format.h"
 #include "backend/cuda/device_info.h"
+#include "exec/cuda/cuda_load_helpers.h"
 #include "exec/cuda/cuda_paged_state.h"
 
 namespace strata {
@@ -17,8 +16,8 @@ StatusOr<DeviceChoice> SelectHopperDevice(int32_t index) {
   }
   if (devices->empty()) return absl::UnavailableError("no device is visible (0 CUDA devices)");
   if (index < 0 || static_cast<size_t>(index) >= devices->size()) {
-    return absl::UnavailableError(absl::StrCat("device index ", index, " is not visible (", devices->size(),
-                                               " CUDA device(s))"));
+    return absl::UnavailableError(absl::StrCat("device index ", index, " is not visible (",
+                                               devices->size(), " CUDA device(s))"));
   }
   const cuda::DeviceInfo& dev = (*devices)[index];
   DeviceChoice c;
@@ -37,8 +36,8 @@ StatusOr<DeviceChoice> SelectHopperDevice(int32_t index) {
   return c;
 }
 
-Status PlanSequences(const LoadOptions& options, int64_t config_max_context,
-                     int64_t default_slice, SequencePlan& p) {
+Status PlanSequences(const LoadOptions& options, int64_t config_max_context, int64_t default_slice,
+                     SequencePlan& p) {
   p.max_batch = options.max_batch > 0 ? options.max_batch : kDefaultMaxBatch;
   p.max_sequences = options.max_sequences > 0 ? options.max_sequences : p.max_batch;
   const int64_t model_ctx = config_max_context > 0 ? config_max_context : kDefaultMaxContext;
@@ -52,8 +51,8 @@ Status PlanSequences(const LoadOptions& options, int64_t config_max_context,
     return absl::InvalidArgumentError(absl::StrCat(
         "LoadOptions.gpu_memory_fraction must be in (0, 1], got ", options.gpu_memory_fraction));
   }
-  p.slice = std::min(options.prefill_slice_tokens > 0 ? options.prefill_slice_tokens : default_slice,
-                     p.max_ctx);
+  p.slice = std::min(
+      options.prefill_slice_tokens > 0 ? options.prefill_slice_tokens : default_slice, p.max_ctx);
   p.rows = std::max(p.slice, p.max_batch);
   p.max_blocks = CeilDiv(p.max_ctx, kBlockTokens);
   return OkStatus();
@@ -102,9 +101,8 @@ Status LayerLoaded(const LoadOptions& options, const WeightStore& ws, int64_t i,
 }
 
 Status TransposeUkPerHead(cuda::BlasContext& blas,
-                          const std::vector<std::pair<const bf16*, bf16*>>& layers,
-                          int64_t heads, int64_t dn, int64_t dv, int64_t r,
-                          cudaStream_t stream) {
+                          const std::vector<std::pair<const bf16*, bf16*>>& layers, int64_t heads,
+                          int64_t dn, int64_t dv, int64_t r, cudaStream_t stream) {
   if (layers.empty()) return OkStatus();
   std::vector<uint16_t> eye(static_cast<size_t>(r * r), 0);
   for (int64_t i = 0; i < r; ++i) eye[static_cast<size_t>(i * r + i)] = 0x3F80;  // bf16 1.0

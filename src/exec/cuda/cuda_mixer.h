@@ -22,9 +22,9 @@
 #include "exec/arch_spec.h"
 #include "exec/cuda/carver.h"
 #include "exec/cuda/cuda_ops.h"
+#include "exec/cuda/cuda_paged_state.h"
 #include "exec/cuda/dummy_fill.h"
 #include "exec/cuda/tensor_sink.h"
-#include "exec/cuda/cuda_paged_state.h"
 
 namespace strata {
 namespace cuda_exec {

@@ -73,8 +73,8 @@ Status CopyBlocks(const StateLayout& layout, std::span<const int32_t> dst,
 // Slot `slot` and blocks `blocks` ↔ `host` (SlotBytes() + blocks·BlockBytes()
 // bytes: the slot regions layer by layer, then each block region layer by
 // layer, blocks in sequence order).
-Status SlotAndBlocksToHost(const StateLayout& layout, int32_t slot,
-                           std::span<const int32_t> blocks, char* host, cudaStream_t stream);
+Status SlotAndBlocksToHost(const StateLayout& layout, int32_t slot, std::span<const int32_t> blocks,
+                           char* host, cudaStream_t stream);
 Status SlotAndBlocksFromHost(const StateLayout& layout, int32_t slot,
                              std::span<const int32_t> blocks, const char* host,
                              cudaStream_t stream);

@@ -1,10 +1,9 @@
 // Region-by-region device copies of CUDA sequence states (cuda_paged_state.h).
-#include "exec/cuda/cuda_paged_state.h"
-
 #include <functional>
 
 #include "backend/cuda/cuda_common.h"
 #include "exec/cuda/cuda_executor_base.h"
+#include "exec/cuda/cuda_paged_state.h"
 
 namespace strata {
 namespace cuda_exec {
@@ -126,8 +125,8 @@ Status HostImage(const StateLayout& layout, int32_t slot, std::span<const int32_
 
 }  // namespace
 
-Status SlotAndBlocksToHost(const StateLayout& layout, int32_t slot,
-                           std::span<const int32_t> blocks, char* host, cudaStream_t stream) {
+Status SlotAndBlocksToHost(const StateLayout& layout, int32_t slot, std::span<const int32_t> blocks,
+                           char* host, cudaStream_t stream) {
   return HostImage(layout, slot, blocks, host, true, stream);
 }
 
@@ -142,9 +141,8 @@ StatusOr<std::unique_ptr<PinnedBuffer>> PinnedBuffer::Create(size_t bytes) {
   if (bytes > 0) {
     if (cudaError_t e = cudaMallocHost(&p, bytes); e != cudaSuccess) {
       cudaGetLastError();
-      return absl::ResourceExhaustedError(absl::StrCat("allocating ", bytes,
-                                                       " bytes of pinned host memory failed: ",
-                                                       cudaGetErrorString(e)));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "allocating ", bytes, " bytes of pinned host memory failed: ", cudaGetErrorString(e)));
     }
   }
   return std::unique_ptr<PinnedBuffer>(new PinnedBuffer(static_cast<char*>(p), bytes));

@@ -1,6 +1,5 @@
-#include "exec/cuda/delta_rule_mixer.h"
-
 #include "backend/cuda/elementwise.h"
+#include "exec/cuda/delta_rule_mixer.h"
 
 namespace strata {
 namespace cuda_exec {

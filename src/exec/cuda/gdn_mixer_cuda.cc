@@ -174,8 +174,7 @@ Status GdnMixer::Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
                                                       windows, f.slots(), x_.qkv, st));
   } else {
     STRATA_RETURN_IF_ERROR(cuda::CausalConvSiluPrefill(x_.proj, ActType::kBf16, C_, n, C_, w.conv,
-                                                       K, Windows(i, pass.slot),
-                                                       x_.qkv, st));
+                                                       K, Windows(i, pass.slot), x_.qkv, st));
   }
   cuda::KdaGates gates;
   gates.g_raw = x_.gba + Hv;

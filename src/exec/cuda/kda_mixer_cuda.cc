@@ -81,8 +81,7 @@ class KdaMixer final : public DeltaRuleMixer {
 
   // Decode: conv through the norm in one kernel where it applies; *done says
   // whether it ran (else Chain does the work).
-  Status TryFused(const CudaOps& ops, size_t i, int64_t n, const int32_t* slots,
-                  bool* done) const;
+  Status TryFused(const CudaOps& ops, size_t i, int64_t n, const int32_t* slots, bool* done) const;
   // conv, gates, the KDA step (decode or prefill) and the gated output norm:
   // proj → y.
   Status Chain(const CudaOps& ops, size_t i, const MixerPass& pass, const int32_t* slots) const;
@@ -235,9 +234,8 @@ Status KdaMixer::Chain(const CudaOps& ops, size_t i, const MixerPass& pass,
     STRATA_RETURN_IF_ERROR(cuda::CausalConvSiluDecode(x_.proj, ActType::kBf16, n_in_, n, 3 * C_,
                                                       w.conv, K, Windows(i), slots, x_.qkv, st));
   } else {
-    STRATA_RETURN_IF_ERROR(
-        cuda::CausalConvSiluPrefill(x_.proj, ActType::kBf16, n_in_, n, 3 * C_, w.conv, K,
-                                    Windows(i, pass.slot), x_.qkv, st));
+    STRATA_RETURN_IF_ERROR(cuda::CausalConvSiluPrefill(
+        x_.proj, ActType::kBf16, n_in_, n, 3 * C_, w.conv, K, Windows(i, pass.slot), x_.qkv, st));
   }
   if (branch) STRATA_RETURN_IF_ERROR(ops.Join());
   STRATA_RETURN_IF_ERROR(ops.Mm(aux, x_.proj + off_ga_, ActType::kBf16, n_in_, n, w.g_b, C_, dk,

@@ -19,9 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "backend/cuda/moe.h"
 #include "exec/cuda/cuda_executor.h"
-#include "exec/cuda/cuda_mixer.h"
 #include "exec/cuda/cuda_executor_base.h"
 #include "exec/cuda/cuda_load_helpers.h"
+#include "exec/cuda/cuda_mixer.h"
 #include "model/weight_store.h"
 
 namespace strata::cuda_exec {

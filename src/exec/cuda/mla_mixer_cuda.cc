@@ -18,8 +18,8 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/mla.h"
 #include "backend/cuda/norm.h"
-#include "exec/cuda/cuda_mixer.h"
 #include "exec/cuda/cuda_load_helpers.h"
+#include "exec/cuda/cuda_mixer.h"
 
 namespace strata {
 namespace cuda_exec {

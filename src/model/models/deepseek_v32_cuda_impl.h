@@ -52,10 +52,10 @@
 #include "backend/cuda/mla.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/sampling.h"
-#include "model/model.h"
-#include "model/models/deepseek_v32_config.h"
 #include "exec/cuda/cuda_executor_base.h"
 #include "exec/cuda/cuda_load_helpers.h"
+#include "model/model.h"
+#include "model/models/deepseek_v32_config.h"
 #include "model/models/deepseek_v32_cuda.h"
 
 namespace strata {

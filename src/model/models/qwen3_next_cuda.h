@@ -8,8 +8,8 @@
 #include <string>
 
 #include "base/status.h"
-#include "model/model.h"
 #include "exec/cuda/cuda_executor_stats.h"
+#include "model/model.h"
 
 namespace strata {
 
