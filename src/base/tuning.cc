@@ -136,6 +136,9 @@ const std::array<Entry, kNumKeys>& Table() {
       Switch(Key::kKdaFusedDecode, "kda.fused_decode", false,
              "kimi_linear decode at small batch: conv, gates, the KDA step and the output norm in "
              "one kernel (KdaDecodeFused; 0: the kernel chain)"),
+      Switch(Key::kGqaSplitDecode, "gqa.split_decode", false,
+             "gated GQA decode cuts each row's keys into up to 64 ranges that run as CTAs of "
+             "their own, then merges them (0: one CTA walks all of a row's keys)"),
       Switch(Key::kSamplingScanGreedy, "sampling.scan_greedy", true,
              "greedy rows take their token from the chunked scan kernel (0: they wait for the "
              "sampling kernel)"),
@@ -170,6 +173,7 @@ constexpr Family kFamilies[] = {
      "grouped GEMMs"},
     {"mla", "MLA attention: prefill kernels, decode and its split merge"},
     {"kda", "KDA linear attention: chunked prefill, the fused decode step"},
+    {"gqa", "gated GQA attention: the split decode"},
     {"sampling", "token selection on the device"},
     {"norm", "early launch triggers of the decode steps' RMSNorms"},
     {"step", "the decode-step driver: input upload, fused start, completion wait, branches"},

@@ -58,6 +58,7 @@ enum class Key : int {
   kMlaUvEarly,
   kKdaPrefill,
   kKdaFusedDecode,
+  kGqaSplitDecode,
   kSamplingScanGreedy,
   kNormEarly,
   kNormPostEarly,

@@ -9,7 +9,8 @@
 //    and > 128, GQA ratios 1, 2, 4, 5, 8 and 16 (two head chunks), hd 16..256
 //    (48 and 16: lanes with fewer channels than the warp);
 //  * a decode batch of 3 sequences of different lengths (per-token rows and
-//    device positions) after their prefills;
+//    device positions) after their prefills, unsplit and in the split form
+//    under three bounds;
 //  * misuse → InvalidArgument.
 #include <gtest/gtest.h>
 
@@ -234,6 +235,38 @@ TEST_P(GqaTest, PrefillContinuationAndDecodeBatchMatchReference) {
   std::vector<uint16_t> got(static_cast<size_t>(3 * qw));
   ASSERT_EQ(cudaMemcpy(got.data(), out.get(), 2 * got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   ExpectClose(want, got, "decode");
+
+  // The same step in the split form (q is already normalised and rotated in
+  // place, the cache holds the step's rows): bounds that cut the 138 keys
+  // into ranges of 64 (three, four with an empty one) and a 4K bound (64
+  // ranges, most of them after every row's position).
+  for (int64_t bound : {160, 256, 4096}) {
+    const size_t ws_bytes = GqaDecodeWorkspaceBytes({c.H, c.Hkv, hd, c.rot}, 3, bound);
+    ASSERT_GT(ws_bytes, 0u);
+    DevBuf ws(ws_bytes);
+    ASSERT_EQ(cudaMemset(out.get(), 0, 2 * 3 * qw), cudaSuccess);
+    GqaAttentionArgs at;
+    at.shape = {c.H, c.Hkv, hd, c.rot};
+    at.num_tokens = 3;
+    at.q = proj.get<bf16>();
+    at.ldq = width;
+    at.gate = proj.get<bf16>() + qw;
+    at.ldg = width;
+    at.cache = cache;
+    at.out = out.get<bf16>();
+    at.max_seq_len = bound;
+    at.workspace = ws.get();
+    at.workspace_bytes = ws_bytes;
+    ASSERT_TRUE(GqaAttention(at, nullptr).ok());
+    // Too small a workspace is refused.
+    at.workspace_bytes = ws_bytes - 1;
+    EXPECT_TRUE(absl::IsInvalidArgument(GqaAttention(at, nullptr)));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> split(static_cast<size_t>(3 * qw));
+    ASSERT_EQ(cudaMemcpy(split.data(), out.get(), 2 * split.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ExpectClose(want, split, "split decode");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GqaTest,

@@ -16,13 +16,22 @@
 // (k0 ≤ position), so the call's length (kv_len) only changes keys the row
 // masks; masked keys score −inf (weight exactly 0, so the tile max and the
 // butterfly sums are unchanged) and skip the value accumulation. Decode
-// (per-token rows) runs the same per-row loop: no split-KV, no length bound,
-// so a token's output is the same bits at decode, in a batch of any size, and
-// in a prefill call of any split.
+// (per-token rows) runs the same per-row loop in the unsplit form: no
+// split-KV, no length bound, so a token's output is the same bits at decode,
+// in a batch of any size, and in a prefill call of any split.
+//
+// The split form (decode only) gives one row's keys to several CTAs: CTA s of
+// a row walks the keys [s·split_keys, (s+1)·split_keys) (split_keys a multiple
+// of the 32-key tile, so no tile straddles two ranges) with the same loop and
+// stores its running max, denominator and unnormalised accumulators; the
+// merge kernel rescales the ranges to their common max and sums them. A row
+// of one CTA walks a 4K context tile after tile (about 0.75 µs a tile at
+// head_dim 256), so the unsplit decode is bound by that walk, not by bytes.
 #include "backend/cuda/gqa.h"
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -126,6 +135,12 @@ struct AttnParams {
   int heads_per_cta;   // query heads of one kv head handled by a CTA
   int tokens_per_cta;  // kRows / heads_per_cta (1 with per-token rows)
   int chunks;          // (H / Hkv) / heads_per_cta
+  // Split form: key ranges per row (0: unsplit) of split_keys keys each; the
+  // partials: acc [n, H, splits, hd] and (max, denominator) [n, H, splits, 2].
+  int splits;
+  int64_t split_keys;
+  float* part_acc;
+  float* part_ml;
   int64_t n;
   const bf16* q;
   int64_t ldq;
@@ -144,7 +159,8 @@ size_t AttnSmemBytes(int hd) {
          sizeof(bf16) * kKeyTile * hd;
 }
 
-// grid: x = query tile, y = kv head, z = head chunk.
+// grid: x = query tile (split form: tile · splits + key range), y = kv
+// head, z = head chunk.
 __global__ void __launch_bounds__(kWarps * 32) GqaAttentionKernel(AttnParams p) {
   extern __shared__ float smem[];
   const int hd = p.hd;
@@ -154,7 +170,9 @@ __global__ void __launch_bounds__(kWarps * 32) GqaAttentionKernel(AttnParams p) 
   PdlWait();
   PdlLaunchDependents();
   const int g = blockIdx.y;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * p.tokens_per_cta;
+  const int split = p.splits > 0 ? static_cast<int>(blockIdx.x % p.splits) : 0;
+  const int64_t tile = p.splits > 0 ? blockIdx.x / p.splits : blockIdx.x;
+  const int64_t t0 = tile * p.tokens_per_cta;
   const int h0 = g * (p.H / p.Hkv) + blockIdx.z * p.heads_per_cta;
   const int rows = p.tokens_per_cta * p.heads_per_cta;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -173,6 +191,8 @@ __global__ void __launch_bounds__(kWarps * 32) GqaAttentionKernel(AttnParams p) 
   const int64_t t_last = min(t0 + p.tokens_per_cta, p.n) - 1;
   const int64_t crow = TokenRow(p.cache, t0);
   const int64_t kv_len = TokenPos(p.cache, t_last) + 1;
+  const int64_t k_begin = p.splits > 0 ? split * p.split_keys : 0;
+  const int64_t k_end = p.splits > 0 ? min(kv_len, k_begin + p.split_keys) : kv_len;
 
   int64_t my_pos[kRowsPerWarp];
   bool my_valid[kRowsPerWarp];
@@ -189,7 +209,7 @@ __global__ void __launch_bounds__(kWarps * 32) GqaAttentionKernel(AttnParams p) 
     for (int i = 0; i < kMaxPerLane; ++i) acc[j][i] = 0.f;
   }
   const int per_lane = (hd + 31) / 32;
-  for (int64_t k0 = 0; k0 < kv_len; k0 += kKeyTile) {
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kKeyTile) {
     __syncthreads();  // the previous tile is consumed (and q is staged)
     for (int i = threadIdx.x; i < kKeyTile * (hd / 2); i += blockDim.x) {
       const int j = i / (hd / 2), d2 = i % (hd / 2);
@@ -255,6 +275,21 @@ __global__ void __launch_bounds__(kWarps * 32) GqaAttentionKernel(AttnParams p) 
     const int r = warp + kWarps * j;
     const int64_t t = t0 + r / p.heads_per_cta;
     const int64_t h = h0 + r % p.heads_per_cta;
+    if (p.splits > 0) {
+      // A range wholly after the row's position leaves m = −inf, l = 0.
+      const int64_t part = (t * p.H + h) * p.splits + split;
+#pragma unroll
+      for (int i = 0; i < kMaxPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (i >= per_lane || d >= hd) break;
+        p.part_acc[part * hd + d] = acc[j][i];
+      }
+      if (lane == 0) {
+        p.part_ml[2 * part] = m[j];
+        p.part_ml[2 * part + 1] = l[j];
+      }
+      continue;
+    }
     const float inv_l = 1.f / l[j];
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
@@ -268,6 +303,51 @@ __global__ void __launch_bounds__(kWarps * 32) GqaAttentionKernel(AttnParams p) 
       p.out[t * p.ldo + h * hd + d] = __float2bfloat16(o);
     }
   }
+}
+
+// The split form's merge: one CTA of kMergeThreads per (token, head). Every
+// row has key 0 in range 0, so its largest range max is finite.
+constexpr int kMergeThreads = 128;
+__global__ void __launch_bounds__(kMergeThreads) GqaMergeKernel(AttnParams p) {
+  PdlWait();
+  PdlLaunchDependents();
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y;
+  const int64_t base = (t * p.H + h) * p.splits;
+  float mx = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, p.part_ml[2 * (base + s)]);
+  float den = 0.f;
+  for (int s = 0; s < p.splits; ++s) {
+    const float m = p.part_ml[2 * (base + s)];
+    if (m != -INFINITY) den += expf(m - mx) * p.part_ml[2 * (base + s) + 1];
+  }
+  const float inv_den = 1.f / den;
+  for (int d = threadIdx.x; d < p.hd; d += blockDim.x) {
+    float o = 0.f;
+    for (int s = 0; s < p.splits; ++s) {
+      const float m = p.part_ml[2 * (base + s)];
+      if (m != -INFINITY) o = fmaf(expf(m - mx), p.part_acc[(base + s) * p.hd + d], o);
+    }
+    o *= inv_den;
+    if (p.gate != nullptr) {
+      const float gv = __bfloat162float(p.gate[t * p.ldg + static_cast<int64_t>(h) * p.hd + d]);
+      o *= 1.f / (1.f + expf(-gv));
+    }
+    p.out[t * p.ldo + static_cast<int64_t>(h) * p.hd + d] = __float2bfloat16(o);
+  }
+}
+
+// Key ranges of a split row under `max_seq_len`, and the keys of each (a
+// multiple of the key tile): ranges of at least kMinSplitKeys keys, at most
+// kGqaMaxSplits of them.
+constexpr int64_t kMinSplitKeys = 64;
+void SplitPlan(int64_t max_seq_len, int* splits, int64_t* split_keys) {
+  const int64_t s = std::min<int64_t>(kGqaMaxSplits,
+                                      std::max<int64_t>(1, (max_seq_len + kMinSplitKeys - 1) /
+                                                               kMinSplitKeys));
+  const int64_t keys = (max_seq_len + s - 1) / s;
+  *split_keys = (keys + kKeyTile - 1) / kKeyTile * kKeyTile;
+  *splits = static_cast<int>((max_seq_len + *split_keys - 1) / *split_keys);
 }
 
 Status CheckShape(const GqaShape& s, const char* fn) {
@@ -375,12 +455,41 @@ Status GqaAttention(const GqaAttentionArgs& a, cudaStream_t stream) {
   p.ldo = a.ldo > 0 ? a.ldo : hh;
   const int64_t tiles = (a.num_tokens + p.tokens_per_cta - 1) / p.tokens_per_cta;
   if (tiles > INT32_MAX) return absl::InvalidArgumentError("GqaAttention: too many tokens");
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.Hkv),
+  const bool split = a.max_seq_len > 0 && a.workspace != nullptr;
+  if (split) {
+    if (!a.cache.per_token_rows) {
+      return absl::InvalidArgumentError("GqaAttention: the split form is for decode only");
+    }
+    if (a.workspace_bytes < GqaDecodeWorkspaceBytes(s, a.num_tokens, a.max_seq_len)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GqaAttention: workspace of ", a.workspace_bytes, " bytes, the split form needs ",
+                       GqaDecodeWorkspaceBytes(s, a.num_tokens, a.max_seq_len)));
+    }
+    SplitPlan(a.max_seq_len, &p.splits, &p.split_keys);
+    p.part_acc = static_cast<float*>(a.workspace);
+    p.part_ml = p.part_acc + a.num_tokens * s.num_heads * p.splits * s.head_dim;
+  }
+  const int64_t x = tiles * (split ? p.splits : 1);
+  if (x > INT32_MAX) return absl::InvalidArgumentError("GqaAttention: too many tokens");
+  const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(p.Hkv),
                   static_cast<unsigned>(p.chunks));
   // At most 8·256·4 + 32·258·2 + 32·256·2 = 41,088 bytes: under the 48 KB
   // every kernel may use without opting in.
   GqaAttentionKernel<<<grid, kWarps * 32, AttnSmemBytes(p.hd), stream>>>(p);
-  return LaunchStatus("GqaAttentionKernel");
+  STRATA_RETURN_IF_ERROR(LaunchStatus("GqaAttentionKernel"));
+  if (!split) return OkStatus();
+  GqaMergeKernel<<<dim3(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>(p.H)),
+                   kMergeThreads, 0, stream>>>(p);
+  return LaunchStatus("GqaMergeKernel");
+}
+
+size_t GqaDecodeWorkspaceBytes(const GqaShape& shape, int64_t batch, int64_t max_seq_len) {
+  if (batch <= 0 || max_seq_len <= 0) return 0;
+  int splits = 0;
+  int64_t split_keys = 0;
+  SplitPlan(max_seq_len, &splits, &split_keys);
+  return sizeof(float) * static_cast<size_t>(batch * shape.num_heads * splits) *
+         static_cast<size_t>(shape.head_dim + 2);
 }
 
 }  // namespace strata::cuda

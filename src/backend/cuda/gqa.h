@@ -17,10 +17,16 @@
 // sequence) row 0. Its position is positions[t] (device) when given, else
 // pos0 + t. No host synchronisation: both calls can be captured in a graph.
 //
-// Invariance (issue 6), in every mode: a query's output depends only on its
-// own q/gate, its position and the cached keys 0..position, bit for bit —
+// Invariance (issue 6), in the unsplit form: a query's output depends only on
+// its own q/gate, its position and the cached keys 0..position, bit for bit —
 // not on the batch, the other tokens of the call, where a prompt was cut
 // into calls, or whether it runs as decode or prefill (gqa.cu says why).
+// Decode may instead take the split form (GqaAttentionArgs::max_seq_len with
+// a workspace): each row's keys are cut into up to kGqaMaxSplits ranges that
+// run as CTAs of their own, and a merge kernel combines their partial
+// softmaxes. It rounds differently (the ranges' partial sums are added in
+// another order), and how the keys are cut depends on the bound, so a
+// batch-invariant caller keeps the unsplit form.
 #ifndef STRATA_BACKEND_CUDA_GQA_H_
 #define STRATA_BACKEND_CUDA_GQA_H_
 
@@ -73,8 +79,21 @@ struct GqaAttentionArgs {
   GqaCacheArgs cache;          // the keys 0..position of each token must be cached
   bf16* out = nullptr;         // [n, H, hd], token stride ldo
   int64_t ldo = 0;             // 0: H·hd
+  // Decode (per-token rows) only, the split form: every row's position is
+  // below max_seq_len (host-known; the same bound for a captured graph's
+  // replays), and the partials go to `workspace` of at least
+  // GqaDecodeWorkspaceBytes(shape, num_tokens, max_seq_len) bytes. 0 or no
+  // workspace: the unsplit form.
+  int64_t max_seq_len = 0;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 Status GqaAttention(const GqaAttentionArgs& args, cudaStream_t stream);
+
+// Key ranges of a split decode row at most.
+constexpr int64_t kGqaMaxSplits = 64;
+// The split form's workspace for `batch` rows under `max_seq_len`.
+size_t GqaDecodeWorkspaceBytes(const GqaShape& shape, int64_t batch, int64_t max_seq_len);
 
 }  // namespace strata::cuda
 

@@ -3,8 +3,9 @@
 //   [q|gate|k|v] = xn·Wᵀ; q, k RMSNorm + partial rotary, k/v → paged cache
 //   o = softmax attention over the cache ⊙ σ(gate); h += o_proj(o)
 // q_proj's rows per head are [query | gate]; the upload splits them into all
-// queries then all gates, so one product gives [q | gate | k | v]. State: 64-
-// token blocks of bf16 K and V rows [64, Hkv, hd] per layer.
+// queries then all gates, so one product gives [q | gate | k | v]. Decode
+// takes GqaAttention's split form (gqa.split_decode) unless batch-invariant.
+// State: 64-token blocks of bf16 K and V rows [64, Hkv, hd] per layer.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -33,6 +34,10 @@ class GqaMixer final : public CudaMixer {
   }
 
   int64_t PreferredSlice() const override { return 4096; }
+  void Plan(const SequencePlan& p) override {
+    // The split form's partials grow with the bound up to kGqaMaxSplits ranges.
+    ws_bytes_ = cuda::GqaDecodeWorkspaceBytes(shape_, p.max_batch, p.max_ctx);
+  }
   void CarveShared(Carver& c) override {
     inv_freq_ = c.Take<float>(std::max<int64_t>(s_.rotary_dim / 2, 1));
   }
@@ -40,6 +45,7 @@ class GqaMixer final : public CudaMixer {
   void CarveScratch(const SequencePlan& p, Carver& c) override {
     proj_ = c.Take<bf16>(p.rows * n_);
     out_ = c.Take<bf16>(p.rows * qw_);
+    ws_ = c.Take<char>(static_cast<int64_t>(ws_bytes_));
   }
   std::vector<PoolArray> BlockArrays() const override {
     const int64_t n = static_cast<int64_t>(size());
@@ -63,6 +69,13 @@ class GqaMixer final : public CudaMixer {
   Status FillDummyMember(size_t i, DummyFill& fill) override;
   Status Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
                  const MixerPass& pass) const override;
+  // The next power of two ≥ the longest sequence, at least 256: the split
+  // form cuts the keys by it.
+  int64_t DecodeLengthBound(int64_t max_len, int64_t max_ctx) const override {
+    int64_t b = 256;
+    while (b < max_len) b *= 2;
+    return std::min(b, max_ctx);
+  }
 
  private:
   struct Weights {
@@ -79,6 +92,8 @@ class GqaMixer final : public CudaMixer {
   std::vector<Weights> w_;
   bf16* proj_ = nullptr;  // [rows, n_]
   bf16* out_ = nullptr;   // [rows, H·hd] gated attention output
+  void* ws_ = nullptr;    // the split decode's partials
+  size_t ws_bytes_ = 0;
   StateRegion k_, v_;
 };
 
@@ -161,6 +176,11 @@ Status GqaMixer::Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
   at.cache = cache;
   at.out = out_;
   at.ldo = qw_;
+  if (pass.decode && !ctx_.invariant && ops.On(tuning::Key::kGqaSplitDecode)) {
+    at.max_seq_len = pass.bound;
+    at.workspace = ws_;
+    at.workspace_bytes = ws_bytes_;
+  }
   STRATA_RETURN_IF_ERROR(cuda::GqaAttention(at, ops.stream));
   return ops.Mm(ops.stream, out_, ActType::kBf16, qw_, n, w.o, D, qw_, f.h, ActType::kF32, D, 1.f);
 }
