@@ -342,9 +342,8 @@ __global__ void __launch_bounds__(kMergeThreads) GqaMergeKernel(AttnParams p) {
 // kGqaMaxSplits of them.
 constexpr int64_t kMinSplitKeys = 64;
 void SplitPlan(int64_t max_seq_len, int* splits, int64_t* split_keys) {
-  const int64_t s = std::min<int64_t>(kGqaMaxSplits,
-                                      std::max<int64_t>(1, (max_seq_len + kMinSplitKeys - 1) /
-                                                               kMinSplitKeys));
+  const int64_t s = std::min<int64_t>(
+      kGqaMaxSplits, std::max<int64_t>(1, (max_seq_len + kMinSplitKeys - 1) / kMinSplitKeys));
   const int64_t keys = (max_seq_len + s - 1) / s;
   *split_keys = (keys + kKeyTile - 1) / kKeyTile * kKeyTile;
   *splits = static_cast<int>((max_seq_len + *split_keys - 1) / *split_keys);
@@ -461,9 +460,9 @@ Status GqaAttention(const GqaAttentionArgs& a, cudaStream_t stream) {
       return absl::InvalidArgumentError("GqaAttention: the split form is for decode only");
     }
     if (a.workspace_bytes < GqaDecodeWorkspaceBytes(s, a.num_tokens, a.max_seq_len)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GqaAttention: workspace of ", a.workspace_bytes, " bytes, the split form needs ",
-                       GqaDecodeWorkspaceBytes(s, a.num_tokens, a.max_seq_len)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GqaAttention: workspace of ", a.workspace_bytes, " bytes, the split form needs ",
+          GqaDecodeWorkspaceBytes(s, a.num_tokens, a.max_seq_len)));
     }
     SplitPlan(a.max_seq_len, &p.splits, &p.split_keys);
     p.part_acc = static_cast<float*>(a.workspace);
