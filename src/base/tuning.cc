@@ -137,7 +137,7 @@ const std::array<Entry, kNumKeys>& Table() {
              "kimi_linear decode at small batch: conv, gates, the KDA step and the output norm in "
              "one kernel (KdaDecodeFused; 0: the kernel chain)"),
       Switch(Key::kGqaSplitDecode, "gqa.split_decode", false,
-             "gated GQA decode cuts each row's keys into up to 64 ranges that run as CTAs of "
+             "gated GQA decode cuts each row's keys into up to 128 ranges that run as CTAs of "
              "their own, then merges them (0: one CTA walks all of a row's keys)"),
       Switch(Key::kSamplingScanGreedy, "sampling.scan_greedy", true,
              "greedy rows take their token from the chunked scan kernel (0: they wait for the "

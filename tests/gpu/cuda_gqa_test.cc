@@ -238,8 +238,8 @@ TEST_P(GqaTest, PrefillContinuationAndDecodeBatchMatchReference) {
 
   // The same step in the split form (q is already normalised and rotated in
   // place, the cache holds the step's rows): bounds that cut the 138 keys
-  // into ranges of 64 (three, four with an empty one) and a 4K bound (64
-  // ranges, most of them after every row's position).
+  // into ranges of 32 (five, the last after every row's position; eight)
+  // and a 4K bound (128 ranges, most of them after every position).
   for (int64_t bound : {160, 256, 4096}) {
     const size_t ws_bytes = GqaDecodeWorkspaceBytes({c.H, c.Hkv, hd, c.rot}, 3, bound);
     ASSERT_GT(ws_bytes, 0u);

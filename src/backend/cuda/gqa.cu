@@ -305,29 +305,40 @@ __global__ void __launch_bounds__(kWarps * 32) GqaAttentionKernel(AttnParams p) 
   }
 }
 
-// The split form's merge: one CTA of kMergeThreads per (token, head). Every
-// row has key 0 in range 0, so its largest range max is finite.
+// The split form's merge: one CTA of kMergeThreads per (token, head). Warp 0
+// finds the ranges' common max and each range's weight exp(m_s − max) once;
+// every row has key 0 in range 0, so the max is finite, and a range after the
+// row's position (m = −inf, acc = 0) weighs 0.
 constexpr int kMergeThreads = 128;
 __global__ void __launch_bounds__(kMergeThreads) GqaMergeKernel(AttnParams p) {
+  __shared__ float weight[kGqaMaxSplits];
+  __shared__ float inv_den;
   PdlWait();
   PdlLaunchDependents();
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y;
   const int64_t base = (t * p.H + h) * p.splits;
-  float mx = -INFINITY;
-  for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, p.part_ml[2 * (base + s)]);
-  float den = 0.f;
-  for (int s = 0; s < p.splits; ++s) {
-    const float m = p.part_ml[2 * (base + s)];
-    if (m != -INFINITY) den += expf(m - mx) * p.part_ml[2 * (base + s) + 1];
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float mx = -INFINITY;
+    for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, p.part_ml[2 * (base + s)]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float den = 0.f;
+    for (int s = lane; s < p.splits; s += 32) {
+      const float m = p.part_ml[2 * (base + s)];
+      const float w = m != -INFINITY ? expf(m - mx) : 0.f;
+      weight[s] = w;
+      den = fmaf(w, p.part_ml[2 * (base + s) + 1], den);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+    if (lane == 0) inv_den = 1.f / den;
   }
-  const float inv_den = 1.f / den;
+  __syncthreads();
   for (int d = threadIdx.x; d < p.hd; d += blockDim.x) {
     float o = 0.f;
-    for (int s = 0; s < p.splits; ++s) {
-      const float m = p.part_ml[2 * (base + s)];
-      if (m != -INFINITY) o = fmaf(expf(m - mx), p.part_acc[(base + s) * p.hd + d], o);
-    }
+    for (int s = 0; s < p.splits; ++s) o = fmaf(weight[s], p.part_acc[(base + s) * p.hd + d], o);
     o *= inv_den;
     if (p.gate != nullptr) {
       const float gv = __bfloat162float(p.gate[t * p.ldg + static_cast<int64_t>(h) * p.hd + d]);
@@ -338,9 +349,9 @@ __global__ void __launch_bounds__(kMergeThreads) GqaMergeKernel(AttnParams p) {
 }
 
 // Key ranges of a split row under `max_seq_len`, and the keys of each (a
-// multiple of the key tile): ranges of at least kMinSplitKeys keys, at most
+// multiple of the key tile): ranges of at least one tile, at most
 // kGqaMaxSplits of them.
-constexpr int64_t kMinSplitKeys = 64;
+constexpr int64_t kMinSplitKeys = kKeyTile;
 void SplitPlan(int64_t max_seq_len, int* splits, int64_t* split_keys) {
   const int64_t s = std::min<int64_t>(
       kGqaMaxSplits, std::max<int64_t>(1, (max_seq_len + kMinSplitKeys - 1) / kMinSplitKeys));

@@ -91,7 +91,7 @@ struct GqaAttentionArgs {
 Status GqaAttention(const GqaAttentionArgs& args, cudaStream_t stream);
 
 // Key ranges of a split decode row at most.
-constexpr int64_t kGqaMaxSplits = 64;
+constexpr int64_t kGqaMaxSplits = 128;
 // The split form's workspace for `batch` rows under `max_seq_len`.
 size_t GqaDecodeWorkspaceBytes(const GqaShape& shape, int64_t batch, int64_t max_seq_len);
 
