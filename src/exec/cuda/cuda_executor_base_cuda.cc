@@ -1,6 +1,6 @@
-// The shared host side of the GPU executors (cuda_executor_base.h). The code
-// is the kimi_linear executor's, from which the deepseek_v32 and qwen3_next
-// executors were copied; it runs the same kernels in the same order.
+// The shared host side of the GPU executors (cuda_executor_base.h).
+#include "exec/cuda/cuda_executor_base.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -12,7 +12,6 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/norm.h"
-#include "exec/cuda/cuda_executor_base.h"
 
 namespace strata {
 namespace cuda_exec {

@@ -1,6 +1,7 @@
+#include "exec/cuda/cuda_load_helpers.h"
+
 #include "absl/strings/str_format.h"
 #include "backend/cuda/device_info.h"
-#include "exec/cuda/cuda_load_helpers.h"
 #include "exec/cuda/cuda_paged_state.h"
 
 namespace strata {
