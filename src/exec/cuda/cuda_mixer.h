@@ -119,6 +119,16 @@ class CudaMixer {
   std::vector<std::string> prefixes_;
 };
 
+// The decode length bound of modules that take one: the next power of two
+// at or above the longest sequence, at least kMinLengthBucket, at most the
+// plan's context (so a graph is captured per bucket, not per length).
+constexpr int64_t kMinLengthBucket = 256;
+inline int64_t LengthBucket(int64_t max_len, int64_t max_ctx) {
+  int64_t b = kMinLengthBucket;
+  while (b < max_len) b *= 2;
+  return b < max_ctx ? b : max_ctx;
+}
+
 // One per module kind, in its own file (gdn_mixer_cuda.cc, ...).
 std::unique_ptr<CudaMixer> MakeCudaMixer(const exec::GdnSpec& spec, const MixerContext& ctx);
 std::unique_ptr<CudaMixer> MakeCudaMixer(const exec::GqaSpec& spec, const MixerContext& ctx);

@@ -42,6 +42,15 @@ class DeltaRuleMixer : public CudaMixer {
                               cudaStream_t stream) const final;
 
  protected:
+  // Member i's delta-rule step for one pass on ops.stream: q, k and v at qkv,
+  // qkv + kv_off and qkv + 2·kv_off, rows `ld` apart; the output [n, H, dv]
+  // in bf16 into `out`. Decode runs the recurrent kernel over the slots'
+  // states; prefill the chunked kernel with `ws` (ws_bytes_), or in
+  // batch-invariant mode the token recurrence (the decode kernel's
+  // arithmetic), so the state does not depend on where the prompt was cut.
+  Status Step(const CudaOps& ops, size_t i, const MixerPass& pass, const int32_t* slots,
+              const bf16* qkv, int64_t kv_off, int64_t ld, const cuda::KdaGates& gates, bf16* out,
+              void* ws) const;
   // Member m's pools, indexed by slot; then one slot's part of them.
   float* States(size_t m, int64_t slot = 0) const { return At(states_, m, slot); }
   float* Windows(size_t m, int64_t slot = 0) const { return At(windows_, m, slot); }

@@ -159,8 +159,6 @@ Status GdnMixer::Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
   const Weights& w = w_[i];
   const int64_t n = pass.n, D = ctx_.hidden, Hv = s_.value_heads, K = s_.conv_kernel;
   cudaStream_t st = ops.stream;
-  float* windows = Windows(i);
-  float* states = States(i);
   // in_proj rows [q|k|v] then z: two products on consecutive weight rows.
   STRATA_RETURN_IF_ERROR(
       ops.Mm(st, f.xn, ActType::kBf16, D, n, w.in_proj, C_, D, x_.proj, ActType::kBf16, C_, 0.f));
@@ -171,7 +169,7 @@ Status GdnMixer::Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
       ops.Mm(st, f.xn, ActType::kBf16, D, n, w.ba, 2 * Hv, D, x_.gba, ActType::kF32, 2 * Hv, 0.f));
   if (pass.decode) {
     STRATA_RETURN_IF_ERROR(cuda::CausalConvSiluDecode(x_.proj, ActType::kBf16, C_, n, C_, w.conv, K,
-                                                      windows, f.slots(), x_.qkv, st));
+                                                      Windows(i), f.slots(), x_.qkv, st));
   } else {
     STRATA_RETURN_IF_ERROR(cuda::CausalConvSiluPrefill(x_.proj, ActType::kBf16, C_, n, C_, w.conv,
                                                        K, Windows(i, pass.slot), x_.qkv, st));
@@ -186,37 +184,7 @@ Status GdnMixer::Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
   gates.neg_exp_a = w.neg_exp_a;
   gates.dt_bias = w.dt_bias;
   gates.per_head = true;
-  if (pass.decode) {
-    cuda::KdaDecodeArgs a;
-    a.shape = shape_;
-    a.batch = n;
-    a.q = x_.qkv;
-    a.k = x_.qkv + kw_;
-    a.v = x_.qkv + 2 * kw_;
-    a.ld_qkv = C_;
-    a.gates = gates;
-    a.state_pool = states;
-    a.slots = f.slots();
-    a.out = x_.o;
-    a.out_type = ActType::kBf16;
-    STRATA_RETURN_IF_ERROR(cuda::KdaDecode(a, st));
-  } else {
-    cuda::KdaPrefillArgs a;
-    a.shape = shape_;
-    a.num_tokens = n;
-    a.q = x_.qkv;
-    a.k = x_.qkv + kw_;
-    a.v = x_.qkv + 2 * kw_;
-    a.ld_qkv = C_;
-    a.gates = gates;
-    a.state = States(i, pass.slot);
-    a.out = x_.o;
-    a.out_type = ActType::kBf16;
-    // Invariant mode: the token recurrence (the decode kernel's arithmetic),
-    // so the state does not depend on where the prompt was cut into slices.
-    a.recurrent = ctx_.invariant;
-    STRATA_RETURN_IF_ERROR(cuda::KdaPrefill(a, x_.ws, ws_bytes_, st));
-  }
+  STRATA_RETURN_IF_ERROR(Step(ops, i, pass, f.slots(), x_.qkv, kw_, C_, gates, x_.o, x_.ws));
   STRATA_RETURN_IF_ERROR(cuda::GatedRmsNormSilu(x_.o, ActType::kBf16, x_.z, ActType::kBf16, n * Hv,
                                                 s_.value_dim, w.norm, s_.norm_eps, x_.y, st));
   return ops.Mm(st, x_.y, ActType::kBf16, vw_, n, w.out, D, vw_, f.h, ActType::kF32, D, 1.f);

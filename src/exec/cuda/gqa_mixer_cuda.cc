@@ -69,12 +69,9 @@ class GqaMixer final : public CudaMixer {
   Status FillDummyMember(size_t i, DummyFill& fill) override;
   Status Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
                  const MixerPass& pass) const override;
-  // The next power of two ≥ the longest sequence, at least 256: the split
-  // form cuts the keys by it.
+  // The split form cuts the keys by it.
   int64_t DecodeLengthBound(int64_t max_len, int64_t max_ctx) const override {
-    int64_t b = 256;
-    while (b < max_len) b *= 2;
-    return std::min(b, max_ctx);
+    return LengthBucket(max_len, max_ctx);
   }
 
  private:

@@ -249,38 +249,9 @@ Status KdaMixer::Chain(const CudaOps& ops, size_t i, const MixerPass& pass,
   gates.ld_beta = n_in_;
   gates.neg_exp_a = w.neg_exp_a;
   gates.dt_bias = w.dt_bias;
-  if (pass.decode) {
-    cuda::KdaDecodeArgs a;
-    a.shape = shape_;
-    a.batch = n;
-    a.q = x_.qkv;
-    a.k = x_.qkv + C_;
-    a.v = x_.qkv + 2 * C_;
-    a.ld_qkv = 3 * C_;
-    a.gates = gates;
-    a.state_pool = States(i);
-    a.slots = slots;
-    a.out = x_.o;
-    a.out_type = ActType::kBf16;
-    STRATA_RETURN_IF_ERROR(cuda::KdaDecode(a, st));
-    if (branch) STRATA_RETURN_IF_ERROR(ops.Join());
-  } else {
-    cuda::KdaPrefillArgs a;
-    a.shape = shape_;
-    a.num_tokens = n;
-    a.q = x_.qkv;
-    a.k = x_.qkv + C_;
-    a.v = x_.qkv + 2 * C_;
-    a.ld_qkv = 3 * C_;
-    a.gates = gates;
-    a.state = States(i, pass.slot);
-    a.out = x_.o;
-    a.out_type = ActType::kBf16;
-    // Invariant mode: the token recurrence (the decode kernel's arithmetic),
-    // so the state does not depend on where the prompt was cut into slices.
-    a.recurrent = ctx_.invariant;
-    STRATA_RETURN_IF_ERROR(cuda::KdaPrefill(a, x_.ws, ws_bytes_, st));
-  }
+  STRATA_RETURN_IF_ERROR(Step(ops, i, pass, slots, x_.qkv, C_, 3 * C_, gates, x_.o, x_.ws));
+  // The second join: g_b, beside the recurrent step.
+  if (branch) STRATA_RETURN_IF_ERROR(ops.Join());
   return cuda::GatedRmsNormSigmoid(x_.o, ActType::kBf16, x_.gate, ActType::kBf16, n * s_.heads, dk,
                                    w.o_norm, s_.norm_eps, x_.y, st);
 }

@@ -27,9 +27,6 @@ namespace {
 
 using cuda::ActType;
 
-// Smallest decode length bound a graph is captured for (DecodeLengthBound).
-constexpr int64_t kMinBucket = 256;
-
 class MlaMixer final : public CudaMixer {
  public:
   MlaMixer(const exec::MlaSpec& s, const MixerContext& ctx) : CudaMixer(ctx), s_(s) {
@@ -57,11 +54,8 @@ class MlaMixer final : public CudaMixer {
   Status FillDummyMember(size_t i, DummyFill& fill) override;
   // uk_t from kv_b.
   Status Finalize(const CudaOps& ops) override;
-  // The next power of two ≥ the longest sequence, at least kMinBucket.
   int64_t DecodeLengthBound(int64_t max_len, int64_t max_ctx) const override {
-    int64_t b = kMinBucket;
-    while (b < max_len) b *= 2;
-    return std::min(b, max_ctx);
+    return LengthBucket(max_len, max_ctx);
   }
   Status Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
                  const MixerPass& pass) const override;
@@ -107,7 +101,7 @@ class MlaMixer final : public CudaMixer {
 void MlaMixer::Plan(const SequencePlan& p) {
   // Sized for every (batch, length bound) a decode graph may use.
   for (int64_t b = 1; b <= p.max_batch; ++b) {
-    for (int64_t len = kMinBucket;; len *= 2) {
+    for (int64_t len = kMinLengthBucket;; len *= 2) {
       const int64_t bound = std::min(len, p.max_ctx);
       ws_bytes_ =
           std::max(ws_bytes_, cuda::MlaDecodeWorkspaceBytes(shape_, b, bound, ctx_.invariant));
