@@ -6,6 +6,7 @@
 #define STRATA_EXEC_CUDA_CUDA_EXECUTOR_STATS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace strata {
@@ -26,6 +27,14 @@ struct CudaExecutorStats {
   int64_t graph_launches = 0;  // steps replayed from a graph
   int64_t eager_steps = 0;     // steps enqueued op by op
   std::string graph_error;     // why graphs were turned off, if they were
+  // Matrices kept FP8 e4m3 on the device (codes + expanded scales; part of
+  // weight_bytes), a layer's stacked routed experts counting as two (w13,
+  // w2); 0 for bf16 checkpoints and dummy weights.
+  uint64_t fp8_weight_bytes = 0;
+  int64_t fp8_matrices = 0;
+  // The layer modules' counters by name (which paths their passes took,
+  // what their kernels counted), e.g. "dsa.sparse_decode_steps".
+  std::map<std::string, uint64_t> counters;
 };
 
 }  // namespace strata

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "base/status.h"
 #include "exec/cuda/carver.h"
 #include "exec/cuda/tensor_sink.h"
+#include "model/fp8_weights.h"
 #include "model/model.h"
 #include "model/weight_store.h"
 
@@ -85,6 +88,14 @@ Status DeviceAlloc(const std::string& device_name, void** ptr, size_t bytes, con
 // Bytes of pinned staging the Uploader works through.
 constexpr size_t kStagingBytes = size_t{128} << 20;
 
+// An FP8 checkpoint matrix `name` [rows, cols] into rows [row0, row0 + rows)
+// of `dst` (an FP8 Mat cols wide, row0 a multiple of kFp8ScaleRows): the
+// codes as stored, the scale grid with each row repeated for the 8-row
+// groups of its block. Synchronous. Errors name the tensor (dtype, shape, a
+// missing scale tensor).
+Status UploadFp8(const WeightStore& ws, const std::string& name, int64_t rows, int64_t cols,
+                 Fp8BlockSize block, const Mat& dst, int64_t row0);
+
 // Host → device copies through two pinned staging halves, converting
 // F32/F16 checkpoints to bf16 (matrices) or reading anything as fp32 (small
 // tensors) on the way. One half fills while the other is in flight.
@@ -146,24 +157,44 @@ class Uploader {
     return OkStatus();
   }
 
-  Status Floats(const std::vector<float>& v, float* dst) {
+  // fp32 values into `dst` as they are (float) or rounded (bf16).
+  template <typename T>
+  Status Values(const std::vector<float>& v, T* dst) {
     const int64_t n = static_cast<int64_t>(v.size());
-    const int64_t per = static_cast<int64_t>(half_ / 4);
+    const int64_t per = static_cast<int64_t>(half_ / sizeof(T));
     for (int64_t i = 0; i < n; i += per) {
       const int64_t m = std::min(per, n - i);
       STRATA_ASSIGN_OR_RETURN(char* buf, NextBuffer());
-      std::memcpy(buf, v.data() + i, static_cast<size_t>(4 * m));
-      STRATA_RETURN_IF_ERROR(Send(dst + i, buf, static_cast<size_t>(4 * m)));
+      if constexpr (std::is_same_v<T, float>) {
+        std::memcpy(buf, v.data() + i, static_cast<size_t>(4 * m));
+      } else {
+        auto* out = reinterpret_cast<uint16_t*>(buf);
+        for (int64_t j = 0; j < m; ++j) out[j] = F32ToBf16(v[static_cast<size_t>(i + j)]);
+      }
+      STRATA_RETURN_IF_ERROR(Send(dst + i, buf, sizeof(T) * static_cast<size_t>(m)));
     }
     return OkStatus();
   }
+  Status Floats(const std::vector<float>& v, float* dst) { return Values(v, dst); }
 
-  // This uploader as the sink of `ws`'s tensors (bf16 matrices only), with
-  // norms zero-centred or not as `zero_centred_norms` says.
-  TensorSink Sink(const WeightStore& ws, bool zero_centred_norms = false) {
+  // This uploader as the sink of `ws`'s tensors, with norms zero-centred or
+  // not as `zero_centred_norms` says. With `fp8_block`, FP8 e4m3 matrices go
+  // to FP8 destinations as stored (UploadFp8) and are dequantised on the host
+  // for bf16 ones; without it they are refused like any unsupported dtype.
+  TensorSink Sink(const WeightStore& ws, bool zero_centred_norms = false,
+                  std::optional<Fp8BlockSize> fp8_block = std::nullopt) {
     TensorSink sink;
-    sink.matrix = [this, &ws](const std::string& name, int64_t rows, int64_t cols, const Mat& dst,
-                              int64_t row0) -> Status {
+    sink.matrix = [this, &ws, fp8_block](const std::string& name, int64_t rows, int64_t cols,
+                                         const Mat& dst, int64_t row0) -> Status {
+      if (fp8_block.has_value()) {
+        if (dst.is_fp8()) return UploadFp8(ws, name, rows, cols, *fp8_block, dst, row0);
+        STRATA_ASSIGN_OR_RETURN(TensorView raw, ws.Get(name));
+        if (raw.dtype == DType::kF8E4M3) {
+          STRATA_ASSIGN_OR_RETURN(std::vector<float> f,
+                                  LoadFp8BlockScaled(ws, name, rows, cols, *fp8_block));
+          return Values(f, dst.bf + row0 * cols);
+        }
+      }
       if (dst.bf == nullptr) return absl::InternalError(name + ": no bf16 destination at upload");
       return Matrix(ws, name, {rows, cols}, dst.bf + row0 * cols);
     };
@@ -217,16 +248,6 @@ class Uploader {
 // Layer i of n is on the device: LoadOptions::progress moves from 0.05 to
 // 0.95 over the layers; Cancelled naming ws.dir() when the callback says stop.
 Status LayerLoaded(const LoadOptions& options, const WeightStore& ws, int64_t i, int64_t n);
-
-// MLA layers in batch-invariant mode: for each (kv_b, uk_t) pair fills
-// uk_t [heads, r, dn] with W_UK,hᵀ, W_UK,h being kv_b's rows
-// h·(dn+dv) .. +dn−1 ([dn, r]), so the decode absorption is a plain x·Wᵀ
-// product (the invariant GEMMs have no transposed-W variant). Computed as
-// I_r · W_UK,hᵀ: a product with the identity is exact (one nonzero term per
-// output), so the copy is bit-for-bit the checkpoint's. Synchronises.
-Status TransposeUkPerHead(cuda::BlasContext& blas,
-                          const std::vector<std::pair<const bf16*, bf16*>>& layers, int64_t heads,
-                          int64_t dn, int64_t dv, int64_t r, cudaStream_t stream);
 
 }  // namespace cuda_exec
 }  // namespace strata

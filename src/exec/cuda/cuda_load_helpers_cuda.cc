@@ -1,5 +1,8 @@
 #include "exec/cuda/cuda_load_helpers.h"
 
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backend/cuda/device_info.h"
 #include "exec/cuda/cuda_paged_state.h"
@@ -94,50 +97,51 @@ Status DeviceAlloc(const std::string& device_name, void** ptr, size_t bytes, con
   return OkStatus();
 }
 
+Status UploadFp8(const WeightStore& ws, const std::string& name, int64_t rows, int64_t cols,
+                 Fp8BlockSize block, const Mat& dst, int64_t row0) {
+  STRATA_ASSIGN_OR_RETURN(TensorView w, ws.Get(name));
+  const std::string where = absl::StrCat("tensor '", name, "' in ", std::string(w.file));
+  if (w.dtype != DType::kF8E4M3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": dtype ", std::string(DTypeName(w.dtype)), ", expected F8_E4M3"));
+  }
+  if (w.shape != std::vector<int64_t>{rows, cols}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": expected shape [", rows, ", ", cols, "]"));
+  }
+  if (row0 % kFp8ScaleRows != 0 || dst.block_cols != block.cols ||
+      block.rows % kFp8ScaleRows != 0) {
+    return absl::InternalError(absl::StrCat(where, ": FP8 layout mismatch at upload"));
+  }
+  const std::string scale_name = Fp8ScaleName(name);
+  if (!ws.Has(scale_name)) {
+    return absl::NotFoundError(absl::StrCat(where, " is FP8 but its scale tensor '", scale_name,
+                                            "' is not in ", ws.dir()));
+  }
+  const int64_t grid_cols = CeilDiv(cols, block.cols);
+  STRATA_ASSIGN_OR_RETURN(std::vector<float> grid,
+                          ws.GetF32Copy(scale_name, {CeilDiv(rows, block.rows), grid_cols}));
+  const int64_t groups = CeilDiv(rows, kFp8ScaleRows);
+  std::vector<float> expanded(static_cast<size_t>(groups * grid_cols));
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const int64_t src = gi * kFp8ScaleRows / block.rows;
+    std::memcpy(expanded.data() + gi * grid_cols, grid.data() + src * grid_cols,
+                sizeof(float) * static_cast<size_t>(grid_cols));
+  }
+  // cudaMemcpy takes the mapped file's bytes at any alignment.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst.fp8 + row0 * cols, w.data,
+                                         static_cast<size_t>(rows * cols), cudaMemcpyHostToDevice));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst.scale + row0 / kFp8ScaleRows * grid_cols,
+                                         expanded.data(), sizeof(float) * expanded.size(),
+                                         cudaMemcpyHostToDevice));
+  return OkStatus();
+}
+
 Status LayerLoaded(const LoadOptions& options, const WeightStore& ws, int64_t i, int64_t n) {
   if (!options.progress) return OkStatus();
   const float frac = 0.05f + 0.9f * static_cast<float>(i + 1) / static_cast<float>(n);
   if (options.progress(frac)) return OkStatus();
   return absl::CancelledError(absl::StrCat(ws.dir(), ": load cancelled by the progress callback"));
-}
-
-Status TransposeUkPerHead(cuda::BlasContext& blas,
-                          const std::vector<std::pair<const bf16*, bf16*>>& layers, int64_t heads,
-                          int64_t dn, int64_t dv, int64_t r, cudaStream_t stream) {
-  if (layers.empty()) return OkStatus();
-  std::vector<uint16_t> eye(static_cast<size_t>(r * r), 0);
-  for (int64_t i = 0; i < r; ++i) eye[static_cast<size_t>(i * r + i)] = 0x3F80;  // bf16 1.0
-  void* d_eye = nullptr;
-  const size_t bytes = eye.size() * sizeof(uint16_t);
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_eye, bytes));
-  Status st = [&]() -> Status {
-    STRATA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(d_eye, eye.data(), bytes, cudaMemcpyHostToDevice, stream));
-    for (const auto& [kv_b, uk_t] : layers) {
-      cuda::StridedBatchedGemmArgs a;
-      a.g.m = r;
-      a.g.n = dn;
-      a.g.k = r;
-      a.g.x = d_eye;
-      a.g.x_type = cuda::ActType::kBf16;
-      a.g.ldx = r;
-      a.g.w = kv_b;
-      a.g.ldw = r;
-      a.g.y = uk_t;
-      a.g.y_type = cuda::ActType::kBf16;
-      a.g.ldy = dn;
-      a.count = heads;
-      a.stride_x = 0;
-      a.stride_w = (dn + dv) * r;
-      a.stride_y = r * dn;
-      a.transpose_w = false;
-      STRATA_RETURN_IF_ERROR(cuda::StridedBatchedGemm(blas, a, stream));
-    }
-    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    return OkStatus();
-  }();
-  cudaFree(d_eye);
-  return st;
 }
 
 }  // namespace cuda_exec

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,6 +26,7 @@
 #include "exec/cuda/cuda_paged_state.h"
 #include "exec/cuda/dummy_fill.h"
 #include "exec/cuda/tensor_sink.h"
+#include "exec/cuda/weight_carver.h"
 
 namespace strata {
 namespace cuda_exec {
@@ -52,6 +54,7 @@ struct MixerPass {
   int64_t slot = 0;   // prefill only
   int64_t past = 0;   // prefill only
   int64_t bound = 0;  // decode only: the step's length bound (DecodeLengthBound)
+  bool sparse = false;  // decode only: some module's SparseDecode said so for this step
 };
 
 // What every module is built with besides its spec.
@@ -80,8 +83,8 @@ class CudaMixer {
   virtual void Plan(const SequencePlan& p) {}
   // Weights: what the members share (carved once, before any layer), then
   // member i's (in the layer loop, after the layer's norms).
-  virtual void CarveShared(Carver& c) {}
-  virtual void CarveMember(size_t i, Carver& c) = 0;
+  virtual void CarveShared(WeightCarver& c) {}
+  virtual void CarveMember(size_t i, WeightCarver& c) = 0;
   virtual void CarveScratch(const SequencePlan& p, Carver& c) = 0;
   // State arrays, each with size() layers; after allocation BindPools gets
   // their regions in the same order.
@@ -101,6 +104,15 @@ class CudaMixer {
   // take none. The executor captures one decode graph per (batch, largest
   // bound of its modules).
   virtual int64_t DecodeLengthBound(int64_t max_len, int64_t max_ctx) const { return 0; }
+  // Whether a decode step whose longest sequence has `max_len` tokens takes
+  // this module's sparse path (MixerPass::sparse; one graph per path). Called
+  // once per decode step, under the executor's lock, so a module may count
+  // the steps here.
+  virtual bool SparseDecode(int64_t max_len) const { return false; }
+  // How many past tokens a query at context length `context` attends to (0:
+  // none grows with the context, a recurrent state); the executor reports
+  // the largest as Model::EffectiveAttendedTokens.
+  virtual int64_t AttendedTokens(int64_t context) const { return 0; }
   // Member i's mixer for one pass: reads f.xn, adds its output into f.h.
   virtual Status Enqueue(const CudaOps& ops, size_t i, const MixerFrame& f,
                          const MixerPass& pass) const = 0;
@@ -110,6 +122,12 @@ class CudaMixer {
                                       cudaStream_t stream) const {
     return OkStatus();
   }
+  // The module's counters (which path its passes took, what its kernels
+  // counted) into the executor's statistics, by name; called under the
+  // executor's lock after every pass has finished. ClearCounters zeroes them
+  // (after the load-time check, whose passes do not count).
+  virtual void AddCounters(std::map<std::string, uint64_t>& counters) const {}
+  virtual Status ClearCounters(cudaStream_t stream) { return OkStatus(); }
 
  protected:
   const std::string& prefix(size_t i) const { return prefixes_[i]; }
@@ -133,8 +151,8 @@ inline int64_t LengthBucket(int64_t max_len, int64_t max_ctx) {
 std::unique_ptr<CudaMixer> MakeCudaMixer(const exec::GdnSpec& spec, const MixerContext& ctx);
 std::unique_ptr<CudaMixer> MakeCudaMixer(const exec::GqaSpec& spec, const MixerContext& ctx);
 std::unique_ptr<CudaMixer> MakeCudaMixer(const exec::KdaSpec& spec, const MixerContext& ctx);
-// Unimplemented for MLA forms without a GPU module yet (a q LoRA, rotary
-// keys, the DSA indexer).
+// Unimplemented for MLA shapes the kernels do not take (the rotary kernel's
+// head width).
 StatusOr<std::unique_ptr<CudaMixer>> MakeCudaMixer(const exec::MlaSpec& spec,
                                                    const MixerContext& ctx);
 

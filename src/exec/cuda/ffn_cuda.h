@@ -30,6 +30,7 @@
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/dummy_fill.h"
 #include "exec/cuda/tensor_sink.h"
+#include "exec/cuda/weight_carver.h"
 
 namespace strata {
 namespace cuda_exec {
@@ -52,10 +53,12 @@ struct FfnWeights {
 // so that its product has an aligned row.
 constexpr int64_t kSharedGateRows = 8;
 
-// `layer`'s feed-forward weights in bf16, carved from `c` in a fixed order
-// (dense: gate|up, down; MoE: router, selection bias, experts' gate|up and
-// down, the shared expert's gate|up and down, its gate).
-void CarveFfnWeights(const exec::LayerSpec& layer, int64_t D, Carver& c, FfnWeights& w);
+// `layer`'s feed-forward weights, carved from `c` in a fixed order (dense:
+// gate|up, down; MoE: router, selection bias, experts' gate|up and down, the
+// shared expert's gate|up and down, its gate). The matrices stay FP8 where
+// `c` says so; the routed experts only when all 3·E of the layer's are and
+// every expert's gate, up and down rows start on a kFp8ScaleRows group.
+void CarveFfnWeights(const exec::LayerSpec& layer, int64_t D, WeightCarver& c, FfnWeights& w);
 
 // `layer`'s feed-forward weights (carved as `w` points) from the checkpoint
 // names its LayerSpec gives: a dense MLP's gate, up and down; a router, its
@@ -80,7 +83,8 @@ struct FfnDims {
 cuda::MoeShape MoeShapeOf(const exec::MoeSpec& moe, int64_t D);
 // The dimensions of `spec`'s feed-forward blocks (the dense width is the
 // widest dense layer's); Unimplemented naming the layer when two MoE layers
-// differ in shape, which one CudaFfn does not run.
+// differ in shape, which one CudaFfn does not run, or for more expert groups
+// than the router takes.
 StatusOr<FfnDims> FfnDimsOf(const exec::ArchSpec& spec);
 // Columns of the gate|up scratch: twice the widest dense or shared expert.
 inline int64_t GateUpCols(const FfnDims& d) { return 2 * std::max(d.dense_inter, d.shared_inter); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "exec/cuda/ffn_cuda.h"
@@ -10,23 +11,38 @@
 namespace strata {
 namespace cuda_exec {
 
-void CarveFfnWeights(const exec::LayerSpec& layer, int64_t D, Carver& c, FfnWeights& w) {
+void CarveFfnWeights(const exec::LayerSpec& layer, int64_t D, WeightCarver& c, FfnWeights& w) {
+  const std::string& p = layer.ffn_prefix;
   if (const auto* mlp = std::get_if<exec::MlpSpec>(&layer.ffn)) {
+    const int64_t I = mlp->intermediate;
     w.is_moe = false;
-    w.gate_up.bf = c.Take<bf16>(2 * mlp->intermediate * D);
-    w.down.bf = c.Take<bf16>(D * mlp->intermediate);
+    w.gate_up =
+        c.Matrix(2 * I, D, {p + "gate_proj.weight", p + "up_proj.weight"}, I % kFp8ScaleRows == 0);
+    w.down = c.Matrix(D, I, {p + "down_proj.weight"});
     return;
   }
   const auto& moe = std::get<exec::MoeSpec>(layer.ffn);
   const int64_t E = moe.experts, I = moe.intermediate, Is = moe.shared_intermediate;
   w.is_moe = true;
-  w.router.bf = c.Take<bf16>(E * D);
+  w.router = c.Matrix(E, D, {p + "gate.weight"});
   if (moe.score_bias) w.score_bias = c.Take<float>(E);
-  w.w13.bf = c.Take<bf16>(E * 2 * I * D);
-  w.w2.bf = c.Take<bf16>(E * D * I);
+  // Both stacks decided on all 3·E names: the MoE kernels take one expert dtype.
+  std::vector<std::string> experts;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = absl::StrCat(p, "experts.", e, ".");
+    for (const std::string* n : {&moe.expert_gate, &moe.expert_up, &moe.expert_down}) {
+      experts.push_back(x + *n + ".weight");
+    }
+  }
+  const bool rows_ok = I % kFp8ScaleRows == 0 && D % kFp8ScaleRows == 0;
+  w.w13 = c.Matrix(E * 2 * I, D, experts, rows_ok, /*in_tile=*/false);
+  w.w2 = c.Matrix(E * D, I, experts, rows_ok, /*in_tile=*/false);
+  if (w.w13.is_fp8()) c.CountFp8ExpertLayer();
   if (Is > 0) {
-    w.gate_up.bf = c.Take<bf16>(2 * Is * D);
-    w.down.bf = c.Take<bf16>(D * Is);
+    const std::string s = p + moe.shared_prefix;
+    w.gate_up = c.Matrix(2 * Is, D, {s + "gate_proj.weight", s + "up_proj.weight"},
+                         Is % kFp8ScaleRows == 0);
+    w.down = c.Matrix(D, Is, {s + "down_proj.weight"});
   }
   if (moe.shared_gate) w.shared_gate = c.Take<bf16>(kSharedGateRows * D);
 }
@@ -56,6 +72,10 @@ StatusOr<FfnDims> FfnDimsOf(const exec::ArchSpec& spec) {
       continue;
     }
     const auto& moe = std::get<exec::MoeSpec>(ffn);
+    if (moe.groups > 32) {
+      return absl::UnimplementedError(
+          absl::StrCat("n_group ", moe.groups, " exceeds the CUDA router's 32 groups"));
+    }
     if (first == nullptr) {
       first = &moe;
       d.moe = MoeShapeOf(moe, d.D);

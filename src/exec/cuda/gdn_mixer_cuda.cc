@@ -45,7 +45,7 @@ class GdnMixer final : public DeltaRuleMixer {
   }
 
   int64_t PreferredSlice() const override { return 4096; }
-  void CarveMember(size_t i, Carver& c) override;
+  void CarveMember(size_t i, WeightCarver& c) override;
   void CarveScratch(const SequencePlan& p, Carver& c) override;
   Status UploadMember(size_t i, const TensorSink& sink) override;
   Status FillDummyMember(size_t i, DummyFill& fill) override;
@@ -83,7 +83,7 @@ class GdnMixer final : public DeltaRuleMixer {
   Scratch x_;
 };
 
-void GdnMixer::CarveMember(size_t i, Carver& c) {
+void GdnMixer::CarveMember(size_t i, WeightCarver& c) {
   if (w_.size() <= i) w_.resize(i + 1);
   Weights& w = w_[i];
   const int64_t D = ctx_.hidden, Hv = s_.value_heads;

@@ -38,10 +38,10 @@ class GqaMixer final : public CudaMixer {
     // The split form's partials grow with the bound up to kGqaMaxSplits ranges.
     ws_bytes_ = cuda::GqaDecodeWorkspaceBytes(shape_, p.max_batch, p.max_ctx);
   }
-  void CarveShared(Carver& c) override {
+  void CarveShared(WeightCarver& c) override {
     inv_freq_ = c.Take<float>(std::max<int64_t>(s_.rotary_dim / 2, 1));
   }
-  void CarveMember(size_t i, Carver& c) override;
+  void CarveMember(size_t i, WeightCarver& c) override;
   void CarveScratch(const SequencePlan& p, Carver& c) override {
     proj_ = c.Take<bf16>(p.rows * n_);
     out_ = c.Take<bf16>(p.rows * qw_);
@@ -94,7 +94,7 @@ class GqaMixer final : public CudaMixer {
   StateRegion k_, v_;
 };
 
-void GqaMixer::CarveMember(size_t i, Carver& c) {
+void GqaMixer::CarveMember(size_t i, WeightCarver& c) {
   if (w_.size() <= i) w_.resize(i + 1);
   Weights& w = w_[i];
   w.qkv = c.Take<bf16>(n_ * ctx_.hidden);

@@ -51,7 +51,7 @@ class KdaMixer final : public DeltaRuleMixer {
   // Long enough that re-reading the expert weights per slice stays well
   // below the slice's compute at the production shapes.
   int64_t PreferredSlice() const override { return 8192; }
-  void CarveMember(size_t i, Carver& c) override;
+  void CarveMember(size_t i, WeightCarver& c) override;
   void CarveScratch(const SequencePlan& p, Carver& c) override;
   Status UploadMember(size_t i, const TensorSink& sink) override;
   Status FillDummyMember(size_t i, DummyFill& fill) override;
@@ -92,7 +92,7 @@ class KdaMixer final : public DeltaRuleMixer {
   Scratch x_;
 };
 
-void KdaMixer::CarveMember(size_t i, Carver& c) {
+void KdaMixer::CarveMember(size_t i, WeightCarver& c) {
   if (w_.size() <= i) w_.resize(i + 1);
   Weights& w = w_[i];
   const int64_t D = ctx_.hidden, dk = s_.head_dim;

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backend/cuda/moe.h"
+#include "base/dtype.h"
 #include "exec/cuda/cuda_executor.h"
 #include "exec/cuda/cuda_executor_base.h"
 #include "exec/cuda/cuda_load_helpers.h"
@@ -32,6 +33,9 @@ class LayerExecutor final : public CudaExecutorBase {
   Status Setup(std::shared_ptr<const WeightStore> weights, exec::ArchSpec spec,
                const LoadOptions& options);
   const std::string& architecture() const { return spec_.architecture; }
+  // ExecutorStats with the FP8 footprint and the modules' counters.
+  CudaExecutorStats Stats() const;
+  int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const override;
 
  private:
   Status EnqueueMixer(size_t layer, int64_t n, const CudaSequenceState* ps, int64_t past,
@@ -43,7 +47,10 @@ class LayerExecutor final : public CudaExecutorBase {
                               const std::function<uint64_t()>& next) const override;
 
   Status BuildMixers();
-  void CarveWeights(Carver& c);
+  // Which matrices stay FP8 (the FP8 footprint), then the plan's FP8 tile;
+  // Unimplemented for FP8 dense matrices in batch-invariant mode.
+  Status PlanFp8(const WeightStore* weights);
+  void CarveWeights(WeightCarver& c);
   void CarveScratch(Carver& c);
   Status UploadWeights(const WeightStore& ws, const LoadOptions& options);
   // Random weights; *parameters receives how many elements they hold.
@@ -64,6 +71,7 @@ class LayerExecutor final : public CudaExecutorBase {
   struct Scratch : StepScratch {
     float* shared = nullptr;  // [rows, D] a gated shared expert's output before its gate
     float* sgate = nullptr;   // [rows, kSharedGateRows] its gate's logits
+    bf16* fp8_tile = nullptr;  // [fp8_tile_elems_]: FP8 weight rows for the prefill products
   };
   // Where layer l's mixer is: module `mixer`, member `index`.
   struct Member {
@@ -75,6 +83,8 @@ class LayerExecutor final : public CudaExecutorBase {
   FfnDims ffn_dims_;
   size_t moe_ws_ = 0;
   bool separate_lm_head_ = false;
+  Fp8Query is_fp8_;  // null: no FP8 weights
+  Fp8Footprint fp8_;
   std::vector<std::unique_ptr<CudaMixer>> mixers_;
   std::vector<Member> members_;
   Weights w_;
@@ -108,7 +118,36 @@ Status LayerExecutor::BuildMixers() {
   return OkStatus();
 }
 
-void LayerExecutor::CarveWeights(Carver& c) {
+Status LayerExecutor::PlanFp8(const WeightStore* weights) {
+  if (weights != nullptr && spec_.fp8_block.has_value()) {
+    is_fp8_ = [weights](const std::string& name) {
+      StatusOr<TensorView> t = weights->Get(name);
+      return t.ok() && t->dtype == DType::kF8E4M3;
+    };
+  }
+  Carver sizing(nullptr);
+  WeightCarver c(sizing, is_fp8_, spec_.fp8_block);
+  CarveWeights(c);
+  fp8_ = c.fp8();
+  if (invariant_ && fp8_.max_elems > 0) {
+    // cuda::Fp8Gemm streams small row counts through its own FP8 GEMV and
+    // dequantises for the bf16 GEMM above them: a row's bits depend on the
+    // batch. (FP8 routed experts are fine: MoeForward has an invariant mode.)
+    return absl::UnimplementedError(absl::StrCat(
+        spec_.architecture,
+        ": batch-invariant mode on the GPU needs bf16 dense weights; this checkpoint keeps FP8 "
+        "dense matrices (cuda::Fp8Gemm has no invariant variant). Run without batch_invariant, "
+        "or on the CPU (always invariant)"));
+  }
+  ffn_dims_.moe.fp8_experts = fp8_.expert_layers > 0;
+  // Prefill products on FP8 weights dequantise row chunks into this tile; a
+  // cap keeps it small next to the weights (the largest published FP8
+  // matrix, o_proj [7168, 16384], then takes 4 chunks).
+  fp8_tile_elems_ = std::min(fp8_.max_elems, kFp8TileMaxElems);
+  return OkStatus();
+}
+
+void LayerExecutor::CarveWeights(WeightCarver& c) {
   const int64_t D = spec_.hidden_size, V = spec_.vocab_size;
   w_.embed = c.Take<bf16>(V * D);
   w_.lm_head = separate_lm_head_ ? c.Take<bf16>(V * D) : w_.embed;
@@ -135,6 +174,7 @@ void LayerExecutor::CarveScratch(Carver& c) {
     s_.shared = c.Take<float>(p.rows * D);
     s_.sgate = c.Take<float>(p.rows * ffn_dims_.shared_gate_rows);
   }
+  if (fp8_tile_elems_ > 0) s_.fp8_tile = c.Take<bf16>(fp8_tile_elems_);
 }
 
 Status LayerExecutor::Setup(std::shared_ptr<const WeightStore> weights, exec::ArchSpec spec,
@@ -151,14 +191,19 @@ Status LayerExecutor::Setup(std::shared_ptr<const WeightStore> weights, exec::Ar
   STRATA_ASSIGN_OR_RETURN(const std::string dev_name,
                           BeginLoad(options, spec_.vocab_size, spec_.max_context, slice, p));
   for (const auto& m : mixers_) m->Plan(p);
-  if (ffn_dims_.moe.num_experts > 0) {
-    moe_ws_ = cuda::MoeWorkspaceBytes(ffn_dims_.moe, p.rows, invariant_);
-  }
   separate_lm_head_ =
       !spec_.tie_word_embeddings || (weights != nullptr && weights->Has("lm_head.weight"));
+  STRATA_RETURN_IF_ERROR(PlanFp8(weights.get()));
+  if (ffn_dims_.moe.num_experts > 0) {
+    // FP8 experts add MoeForward's prefill dequantisation scratch.
+    moe_ws_ = cuda::MoeWorkspaceBytes(ffn_dims_.moe, p.rows, invariant_);
+  }
 
   MemoryPlan memory;
-  memory.carve_weights = [this](Carver& c) { CarveWeights(c); };
+  memory.carve_weights = [this](Carver& c) {
+    WeightCarver wc(c, is_fp8_, spec_.fp8_block);
+    CarveWeights(wc);
+  };
   memory.carve_scratch = [this](Carver& c) { CarveScratch(c); };
   for (const auto& m : mixers_) {
     for (const PoolArray& a : m->SlotArrays()) memory.slot_arrays.push_back(a);
@@ -182,6 +227,7 @@ Status LayerExecutor::Setup(std::shared_ptr<const WeightStore> weights, exec::Ar
     float eps;
   } const g{spec_.hidden_size, spec_.vocab_size, spec_.norm_eps};
   BindFrame(g, p, w_, s_, kLogitsChunkRows);
+  fp8_tile_ = s_.fp8_tile;
   BindStack(w_, s_, ffn_dims_, moe_ws_, invariant_, s_.shared, s_.sgate);
   mixer_frame_ = {s_.xn, s_.h, s_.step, s_.block_table, p.max_batch, p.max_blocks, p.max_ctx};
   benchmark_fill_ = true;
@@ -202,14 +248,17 @@ Status LayerExecutor::Setup(std::shared_ptr<const WeightStore> weights, exec::Ar
   if (invariant_) blas_->set_batch_invariant(true);
   DescribeModel(spec_, dev_name, weights.get(), p);
   if (weights == nullptr) info_.num_parameters = dummy_parameters;
-  return LoadTimeCheck(spec_.vocab_size);
+  STRATA_RETURN_IF_ERROR(LoadTimeCheck(spec_.vocab_size));
+  // The check's passes do not count in the statistics.
+  for (const auto& m : mixers_) STRATA_RETURN_IF_ERROR(m->ClearCounters(stream_));
+  return Sync("load-time check");
 }
 
 Status LayerExecutor::UploadWeights(const WeightStore& ws, const LoadOptions& options) {
   const int64_t D = spec_.hidden_size, V = spec_.vocab_size;
   Uploader up(stream_, h_staging_, kStagingBytes);
   STRATA_RETURN_IF_ERROR(up.Init());
-  const TensorSink sink = up.Sink(ws, spec_.zero_centred_norms);
+  const TensorSink sink = up.Sink(ws, spec_.zero_centred_norms, spec_.fp8_block);
   STRATA_RETURN_IF_ERROR(sink.matrix("model.embed_tokens.weight", V, D, Mat{.bf = w_.embed}, 0));
   if (w_.lm_head != w_.embed) {
     STRATA_RETURN_IF_ERROR(sink.matrix("lm_head.weight", V, D, Mat{.bf = w_.lm_head}, 0));
@@ -258,6 +307,7 @@ Status LayerExecutor::EnqueueMixer(size_t layer, int64_t n, const CudaSequenceSt
     pass.past = past;
   }
   pass.bound = v.bound;
+  pass.sparse = v.sparse;
   const Member& m = members_[layer];
   return mixers_[m.mixer]->Enqueue(Ops(), m.index, mixer_frame_, pass);
 }
@@ -266,8 +316,27 @@ LayerExecutor::StepVariant LayerExecutor::DecodeVariant(int64_t max_len) const {
   StepVariant v;
   for (const auto& m : mixers_) {
     v.bound = std::max(v.bound, m->DecodeLengthBound(max_len, plan_.max_ctx));
+    v.sparse = m->SparseDecode(max_len) || v.sparse;
   }
   return v;
+}
+
+int64_t LayerExecutor::EffectiveAttendedTokens(const SequenceState& state,
+                                               int64_t new_tokens) const {
+  const int64_t context = state.num_tokens() + new_tokens;
+  int64_t attended = 0;
+  for (const auto& m : mixers_) attended = std::max(attended, m->AttendedTokens(context));
+  // Only linear mixers: nothing grows with the context; report it as dense.
+  return attended > 0 ? attended : context;
+}
+
+CudaExecutorStats LayerExecutor::Stats() const {
+  CudaExecutorStats s = ExecutorStats();
+  s.fp8_weight_bytes = fp8_.bytes;
+  s.fp8_matrices = fp8_.matrices;
+  const Turn turn(*this);
+  for (const auto& m : mixers_) m->AddCounters(s.counters);
+  return s;
 }
 
 Status LayerExecutor::FillSlotForBenchmark(const CudaSequenceState& st,
@@ -294,7 +363,7 @@ StatusOr<CudaExecutorStats> GetCudaLayerExecutorStats(const Model& model,
   if (m == nullptr || m->architecture() != architecture) {
     return absl::NotFoundError(absl::StrCat("not a ", architecture, " CUDA model"));
   }
-  return m->ExecutorStats();
+  return m->Stats();
 }
 
 }  // namespace strata::cuda_exec

@@ -43,8 +43,8 @@ StatusOr<std::unique_ptr<Model>> CreateKimiLinearCudaModel(
     std::shared_ptr<const WeightStore> weights, const std::string& config_path,
     const LoadOptions& options);
 
-// deepseek_v32_load_cuda.cc: the GPU executor of deepseek_v32 (same contract
-// and fallback statuses as CreateKimiLinearCudaModel).
+// deepseek_v32.cc: the GPU executor of deepseek_v32, the layer executor on its
+// layer list (same contract and fallback statuses as CreateKimiLinearCudaModel).
 StatusOr<std::unique_ptr<Model>> CreateDeepseekV32CudaModel(
     std::shared_ptr<const WeightStore> weights, const std::string& config_path,
     const LoadOptions& options);

@@ -1,7 +1,7 @@
-// Introspection of the deepseek_v32 CUDA executor (deepseek_v32_cuda.cc), for
-// tests and benchmarks: where its memory went, whether decode steps run as
-// CUDA graphs, and which attention path (dense or DSA sparse) the layers
-// took. Only linked in CUDA builds.
+// Introspection of the deepseek_v32 CUDA executor (the layer executor,
+// exec/cuda/cuda_executor.h), for tests and benchmarks: where its memory
+// went, whether decode steps run as CUDA graphs, and which attention path
+// (dense or DSA sparse) the layers took. Only linked in CUDA builds.
 #ifndef STRATA_MODEL_MODELS_DEEPSEEK_V32_CUDA_H_
 #define STRATA_MODEL_MODELS_DEEPSEEK_V32_CUDA_H_
 
@@ -15,11 +15,6 @@
 namespace strata {
 
 struct DeepseekV32CudaStats : CudaExecutorStats {
-  // Matrices kept FP8 e4m3 on the device (codes + expanded scales; part of
-  // weight_bytes), a layer's stacked routed experts counting as two (w13,
-  // w2); 0 for bf16 checkpoints and dummy weights.
-  uint64_t fp8_weight_bytes = 0;
-  int64_t fp8_matrices = 0;
   int64_t index_topk = 0;
   // Attention paths taken: a prefill slice counts once per layer; a decode
   // step once (all its layers take the same path).
