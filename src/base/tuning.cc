@@ -129,7 +129,7 @@ const std::array<Entry, kNumKeys>& Table() {
       Switch(Key::kMlaMergeEarly, "mla.merge_early", true,
              "the MLA decode split merge loads its partials before forming the weights"),
       Switch(Key::kMlaUvEarly, "mla.uv_early", true,
-             "kimi_linear decode: o_proj may launch before the W_UV product's PDL wait"),
+             "MLA decode (Kimi and DSA): o_proj may launch before the W_UV product's PDL wait"),
       Choice(Key::kKdaPrefill, "kda.prefill", kKdaPrefillChoices, 0, 1, false,
              "KDA chunked prefill: bf16 (bf16 workspace and mma state pass) or tf32 (fp32 "
              "workspace, tf32 state pass, the reference)"),
@@ -139,6 +139,10 @@ const std::array<Entry, kNumKeys>& Table() {
       Switch(Key::kGqaSplitDecode, "gqa.split_decode", false,
              "gated GQA decode cuts each row's keys into up to 128 ranges that run as CTAs of "
              "their own, then merges them (0: one CTA walks all of a row's keys)"),
+      Switch(Key::kIndexerSplitDecode, "indexer.split_decode", true,
+             "DSA indexer decode: a batch too small to fill the GPU has each row's keys scored "
+             "in splits of 256 keys or more, one CTA each, merged by one select (0: splits of "
+             "4096 keys)"),
       Switch(Key::kSamplingScanGreedy, "sampling.scan_greedy", true,
              "greedy rows take their token from the chunked scan kernel (0: they wait for the "
              "sampling kernel)"),
@@ -174,6 +178,7 @@ constexpr Family kFamilies[] = {
     {"mla", "MLA attention: prefill kernels, decode and its split merge"},
     {"kda", "KDA linear attention: chunked prefill, the fused decode step"},
     {"gqa", "gated GQA attention: the split decode"},
+    {"indexer", "DSA's lightning indexer: the decode split"},
     {"sampling", "token selection on the device"},
     {"norm", "early launch triggers of the decode steps' RMSNorms"},
     {"step", "the decode-step driver: input upload, fused start, completion wait, branches"},

@@ -59,6 +59,7 @@ enum class Key : int {
   kKdaPrefill,
   kKdaFusedDecode,
   kGqaSplitDecode,
+  kIndexerSplitDecode,
   kSamplingScanGreedy,
   kNormEarly,
   kNormPostEarly,

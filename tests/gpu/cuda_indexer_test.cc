@@ -9,7 +9,8 @@
 // last bits may swap. Exact ties (zero keys score exactly 0) must resolve as
 // on the CPU: to the lower position, across split boundaries too. Decode
 // (per-sequence block tables, lengths below/at/above top_k and the 4096-key
-// split) and prefill (passes of 128 queries, rows straddling a split) at
+// split; each case under both split plans, which must select the same rows)
+// and prefill (passes of 128 queries, rows straddling a split) at
 // DeepSeek-V3.2's shape (64 heads, d = 128, top_k 2048) and small odd ones
 // (the fp32 fallback).
 #include "backend/cuda/indexer.h"
@@ -241,34 +242,48 @@ TEST_P(IndexerDecodeTest, SelectsTheCpuTopKPerSequence) {
   a.max_seq_len = max_len;
   a.rows = d_rows.get();
   a.counts = d_counts.get();
-  DeviceArray<unsigned long long> d_total(1);
-  ASSERT_TRUE(d_total.Upload({5}));  // accumulates onto what is there
-  a.selected_total = d_total.get();
-  const size_t ws_bytes = IndexerDecodeWorkspaceBytes(a.shape, B, max_len);
-  DeviceArray<char> ws(ws_bytes);
-  const Status st = IndexerDecode(a, ws.get(), ws_bytes, nullptr);
-  ASSERT_TRUE(st.ok()) << st;
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<int32_t> rows = d_rows.Download(B * s.top_k);
-  const std::vector<int32_t> counts = d_counts.Download(B);
+  // Both split plans (indexer.split_decode): 4096-key splits, and the short
+  // splits a small batch takes, whose candidates are every key of a split.
+  std::vector<int32_t> first_rows;
+  for (const bool small : {false, true}) {
+    SCOPED_TRACE(small ? "small splits" : "4096-key splits");
+    DeviceArray<unsigned long long> d_total(1);
+    ASSERT_TRUE(d_total.Upload({5}));  // accumulates onto what is there
+    a.selected_total = d_total.get();
+    a.small_splits = small;
+    const size_t ws_bytes = IndexerDecodeWorkspaceBytes(a.shape, B, max_len, small);
+    DeviceArray<char> ws(ws_bytes);
+    const Status st = IndexerDecode(a, ws.get(), ws_bytes, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<int32_t> rows = d_rows.Download(B * s.top_k);
+    const std::vector<int32_t> counts = d_counts.Download(B);
 
-  const std::vector<unsigned long long> total = d_total.Download(1);
-  ASSERT_EQ(total.size(), 1u);
-  unsigned long long want_total = 5;
-  for (int64_t b = 0; b < B; ++b) want_total += std::min<int64_t>(s.top_k, c.lens[b]);
-  EXPECT_EQ(total[0], want_total) << "selected_total";
+    const std::vector<unsigned long long> total = d_total.Download(1);
+    ASSERT_EQ(total.size(), 1u);
+    unsigned long long want_total = 5;
+    for (int64_t b = 0; b < B; ++b) want_total += std::min<int64_t>(s.top_k, c.lens[b]);
+    EXPECT_EQ(total[0], want_total) << "selected_total";
 
-  int swaps = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = c.lens[b];
-    const CpuSelection cs =
-        CpuSelect(s, q.data() + b * s.heads * s.dim, w.data() + b * s.heads, 1, keys[b], n - 1);
-    CheckRow(absl::StrCat(DecodeName({c, 0}), " seq ", b), cs.scores.data(), n, cs.rows.data(),
-             cs.counts[0], rows.data() + b * s.top_k, counts[b], s.top_k, c.zero_every > 0,
-             &swaps);
-    if (HasFatalFailure()) return;
+    int swaps = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t n = c.lens[b];
+      const CpuSelection cs =
+          CpuSelect(s, q.data() + b * s.heads * s.dim, w.data() + b * s.heads, 1, keys[b], n - 1);
+      CheckRow(absl::StrCat(DecodeName({c, 0}), " seq ", b), cs.scores.data(), n, cs.rows.data(),
+               cs.counts[0], rows.data() + b * s.top_k, counts[b], s.top_k, c.zero_every > 0,
+               &swaps);
+      if (HasFatalFailure()) return;
+    }
+    // The plans select the same rows: the selection is exact under one order.
+    if (!small) {
+      first_rows = rows;
+    } else {
+      EXPECT_EQ(rows, first_rows) << "the two split plans selected different rows";
+    }
+    std::printf("[indexer] %-50s %s near-tie swaps %d\n", DecodeName({c, 0}).c_str(),
+                small ? "small" : "4096 ", swaps);
   }
-  std::printf("[indexer] %-50s near-tie swaps %d\n", DecodeName({c, 0}).c_str(), swaps);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -4,7 +4,10 @@
 //  * IndexerScoreSelectKernel, grid (splits, rows): one CTA scores up to
 //    kIndexerSplitKeys keys of one query into shared memory (as
 //    order-preserving uint32 keys), radix-selects the split's top-k there, and
-//    writes either the final selection (one split) or its candidates.
+//    writes either the final selection (one split) or its candidates. Decode
+//    batches too small to fill the GPU cut rows into shorter splits
+//    (IndexerDecodeArgs::small_splits): a split no longer than top_k passes
+//    every key on, and the merge does the whole selection.
 //  * IndexerMergeKernel, grid (rows): the top-k of all splits' candidates.
 // Selection is exact under the order (score desc, position asc): a radix
 // select over the 32-bit keys finds the k-th largest key τ and how many keys
@@ -203,7 +206,9 @@ struct Params {
   int heads, dim, top_k;
   float scale;
   int num_splits;
-  uint32_t* cand_key;  // [pass rows, splits, top_k]
+  int split_keys;      // keys per split (≤ kSplit, a multiple of 64)
+  int cand_stride;     // candidate slots per split: min(top_k, split_keys)
+  uint32_t* cand_key;  // [pass rows, splits, cand_stride]
   int32_t* cand_pos;
   int32_t* cand_count;  // [pass rows, splits]
   int32_t* rows_out;    // [rows, top_k]
@@ -322,8 +327,8 @@ __global__ void __launch_bounds__(kSelThreads) IndexerScoreSelectKernel(const Pa
   const int64_t r = blockIdx.y;
   const int64_t row = p.row0 + r;
   const int len = RowLength(p, row);
-  const int s0 = split * kSplit;
-  const int n = min(kSplit, len - s0);
+  const int s0 = split * p.split_keys;
+  const int n = min(p.split_keys, len - s0);
   if (n <= 0) {
     if (p.num_splits > 1) {
       if (threadIdx.x == 0) p.cand_count[r * p.num_splits + split] = 0;
@@ -375,7 +380,7 @@ __global__ void __launch_bounds__(kSelThreads) IndexerScoreSelectKernel(const Pa
         n, take_all, tau, need, get, valid, [&](int i, int at) { out[at] = s0 + i; }, sm);
     WriteFinal(p, row, k);
   } else {
-    const int64_t cbase = (r * p.num_splits + split) * p.top_k;
+    const int64_t cbase = (r * p.num_splits + split) * p.cand_stride;
     OrderedCompact(
         n, take_all, tau, need, get, valid,
         [&](int i, int at) {
@@ -395,8 +400,8 @@ __global__ void __launch_bounds__(kMergeThreads) IndexerMergeKernel(const Params
   const int64_t r = blockIdx.x;
   const int64_t row = p.row0 + r;
   const int len = RowLength(p, row);
-  const int used = (len + kSplit - 1) / kSplit;  // ≤ num_splits
-  const int k = p.top_k;
+  const int used = (len + p.split_keys - 1) / p.split_keys;  // ≤ num_splits
+  const int k = p.top_k, stride = p.cand_stride;
   const int32_t* counts = p.cand_count + r * p.num_splits;
   int total_local = 0;
   for (int i = threadIdx.x; i < used; i += blockDim.x) {
@@ -406,11 +411,11 @@ __global__ void __launch_bounds__(kMergeThreads) IndexerMergeKernel(const Params
   int total = 0;
   BlockExclusiveScan(total_local, &total, sm.warp_sums);  // also publishes s_counts
   const int k_eff = min(k, total);
-  const int n = used * k;
-  const uint32_t* keys = p.cand_key + r * p.num_splits * k;
-  const int32_t* pos = p.cand_pos + r * p.num_splits * k;
+  const int n = used * stride;
+  const uint32_t* keys = p.cand_key + r * p.num_splits * stride;
+  const int32_t* pos = p.cand_pos + r * p.num_splits * stride;
   auto get = [&](int i) { return keys[i]; };
-  auto valid = [&](int i) { return i % k < s_counts[i / k]; };
+  auto valid = [&](int i) { return i % stride < s_counts[i / stride]; };
   const bool take_all = k_eff == total;
   uint32_t tau = 0;
   int need = 0;
@@ -447,8 +452,28 @@ Status CheckCache(const char* op, const IndexKeyCache& c) {
   return OkStatus();
 }
 
-int NumSplits(int64_t max_len) {
-  return static_cast<int>(std::max<int64_t>(1, (max_len + kSplit - 1) / kSplit));
+// How a row of up to max_len keys is cut: kSplit keys per split, or with
+// `small` (decode) shorter splits until the rows give about kIndexerWaveCtas
+// CTAs, each of at least kIndexerMinSplitKeys keys.
+struct Splits {
+  int count = 1, keys = kSplit, cand_stride = 0;
+};
+Splits PlanSplits(const IndexerShape& s, int64_t rows, int64_t max_len, bool small) {
+  Splits sp;
+  int64_t n = std::max<int64_t>(1, (max_len + kSplit - 1) / kSplit);
+  sp.cand_stride = static_cast<int>(s.top_k);
+  if (small && rows > 0) {
+    const int64_t want = std::min((kIndexerWaveCtas + rows - 1) / rows,
+                                  (max_len + kIndexerMinSplitKeys - 1) / kIndexerMinSplitKeys);
+    n = std::max(n, std::min<int64_t>(want, kMaxSplits));
+    // Whole cache blocks per split, then as few splits as those need.
+    const int64_t keys = (max_len + n - 1) / n;
+    sp.keys = static_cast<int>((keys + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens);
+    n = (max_len + sp.keys - 1) / sp.keys;
+    sp.cand_stride = static_cast<int>(std::min<int64_t>(s.top_k, sp.keys));
+  }
+  sp.count = static_cast<int>(n);
+  return sp;
 }
 
 // Workspace: candidate keys, positions and per-split counts (only with more
@@ -456,10 +481,11 @@ int NumSplits(int64_t max_len) {
 struct Layout {
   size_t key_bytes = 0, pos_bytes = 0, count_bytes = 0, total = 0;
 };
-Layout MakeLayout(const IndexerShape& s, int64_t rows, int splits) {
+Layout MakeLayout(int64_t rows, const Splits& sp) {
   Layout l;
+  const int splits = sp.count;
   if (splits <= 1) return l;
-  const size_t cands = static_cast<size_t>(rows) * splits * static_cast<size_t>(s.top_k);
+  const size_t cands = static_cast<size_t>(rows) * splits * static_cast<size_t>(sp.cand_stride);
   l.key_bytes = AlignUp(cands * sizeof(uint32_t));
   l.pos_bytes = AlignUp(cands * sizeof(int32_t));
   l.count_bytes = AlignUp(static_cast<size_t>(rows) * splits * sizeof(int32_t));
@@ -479,7 +505,11 @@ int SmemBytes(const IndexerShape& s, bool fast) {
   return static_cast<int>(kSplit * 4 + heads_pad * 4 + q_bytes);
 }
 
-Status Launch(Params p, int64_t rows, const IndexerShape& s, void* workspace, cudaStream_t stream) {
+Status Launch(Params p, int64_t rows, const IndexerShape& s, const Splits& sp, void* workspace,
+              cudaStream_t stream) {
+  p.num_splits = sp.count;
+  p.split_keys = sp.keys;
+  p.cand_stride = sp.cand_stride;
   const int smem = SmemBytes(s, p.fast);
   if (smem > 48 * 1024) {
     int dev = 0, optin = 0;
@@ -492,7 +522,7 @@ Status Launch(Params p, int64_t rows, const IndexerShape& s, void* workspace, cu
     STRATA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         IndexerScoreSelectKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   }
-  const Layout l = MakeLayout(s, rows, p.num_splits);
+  const Layout l = MakeLayout(rows, sp);
   if (p.num_splits > 1) {
     auto* base = static_cast<uint8_t*>(workspace);
     p.cand_key = reinterpret_cast<uint32_t*>(base);
@@ -531,9 +561,10 @@ Status IndexKeyCacheWrite(int64_t head_dim, const IndexKeyCache& cache, const bf
   return MlaCacheWrite(shape, mc, rows, ld, n, start, positions, stream);
 }
 
-size_t IndexerDecodeWorkspaceBytes(const IndexerShape& shape, int64_t batch, int64_t max_seq_len) {
+size_t IndexerDecodeWorkspaceBytes(const IndexerShape& shape, int64_t batch, int64_t max_seq_len,
+                                   bool small_splits) {
   if (!CheckShape("IndexerDecode", shape).ok() || batch < 1 || max_seq_len < 1) return 0;
-  return MakeLayout(shape, batch, NumSplits(max_seq_len)).total;
+  return MakeLayout(batch, PlanSplits(shape, batch, max_seq_len, small_splits)).total;
 }
 
 Status IndexerDecode(const IndexerDecodeArgs& args, void* workspace, size_t workspace_bytes,
@@ -560,8 +591,8 @@ Status IndexerDecode(const IndexerDecodeArgs& args, void* workspace, size_t work
   if (args.max_seq_len > kMaxSplits * kIndexerSplitKeys) {
     return Invalid(kOp, "max_seq_len", "exceeds 256 · 4096 keys");
   }
-  const int splits = NumSplits(args.max_seq_len);
-  const size_t need = MakeLayout(s, args.batch, splits).total;
+  const Splits sp = PlanSplits(s, args.batch, args.max_seq_len, args.small_splits);
+  const size_t need = MakeLayout(args.batch, sp).total;
   if (need > 0 && (workspace == nullptr || !Aligned16(workspace))) {
     return Invalid(kOp, "workspace", "is null or not 16-byte aligned");
   }
@@ -582,18 +613,17 @@ Status IndexerDecode(const IndexerDecodeArgs& args, void* workspace, size_t work
   p.dim = static_cast<int>(s.head_dim);
   p.top_k = static_cast<int>(s.top_k);
   p.scale = EffectiveScale(s);
-  p.num_splits = splits;
   p.rows_out = args.rows;
   p.counts_out = args.counts;
   p.selected_total = args.selected_total;
   p.fast = FastShape(s) && Aligned16(args.q) && ld_q % 8 == 0 && Aligned16(args.cache.pool);
-  return Launch(p, args.batch, s, workspace, stream);
+  return Launch(p, args.batch, s, sp, workspace, stream);
 }
 
 size_t IndexerPrefillWorkspaceBytes(const IndexerShape& shape, int64_t num_tokens, int64_t past) {
   if (!CheckShape("IndexerPrefill", shape).ok() || num_tokens < 1 || past < 0) return 0;
-  return MakeLayout(shape, std::min(num_tokens, kIndexerPrefillRowsPerPass),
-                    NumSplits(past + num_tokens))
+  return MakeLayout(std::min(num_tokens, kIndexerPrefillRowsPerPass),
+                    PlanSplits(shape, 0, past + num_tokens, false))
       .total;
 }
 
@@ -621,9 +651,10 @@ Status IndexerPrefill(const IndexerPrefillArgs& args, void* workspace, size_t wo
   if (total > kMaxSplits * kIndexerSplitKeys) {
     return Invalid(kOp, "past + num_tokens", "exceeds 256 · 4096 keys");
   }
-  const int splits = NumSplits(total);
+  // A prefill pass has rows enough to fill the GPU: kSplit keys per split.
+  const Splits sp = PlanSplits(s, 0, total, false);
   const int64_t pass_rows = std::min(args.num_tokens, kIndexerPrefillRowsPerPass);
-  const size_t need = MakeLayout(s, pass_rows, splits).total;
+  const size_t need = MakeLayout(pass_rows, sp).total;
   if (need > 0 && (workspace == nullptr || !Aligned16(workspace))) {
     return Invalid(kOp, "workspace", "is null or not 16-byte aligned");
   }
@@ -643,7 +674,6 @@ Status IndexerPrefill(const IndexerPrefillArgs& args, void* workspace, size_t wo
   p.dim = static_cast<int>(s.head_dim);
   p.top_k = static_cast<int>(s.top_k);
   p.scale = EffectiveScale(s);
-  p.num_splits = splits;
   p.fast = FastShape(s) && Aligned16(args.q) && ld_q % 8 == 0 && Aligned16(args.cache.pool);
   // Rows of a pass are addressed from row0 for q, weights and outputs.
   p.q = args.q;
@@ -654,7 +684,7 @@ Status IndexerPrefill(const IndexerPrefillArgs& args, void* workspace, size_t wo
   for (int64_t r0 = 0; r0 < args.num_tokens; r0 += pass_rows) {
     p.row0 = r0;
     STRATA_RETURN_IF_ERROR(
-        Launch(p, std::min(pass_rows, args.num_tokens - r0), s, workspace, stream));
+        Launch(p, std::min(pass_rows, args.num_tokens - r0), s, sp, workspace, stream));
   }
   return OkStatus();
 }

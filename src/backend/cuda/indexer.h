@@ -75,8 +75,19 @@ struct IndexerDecodeArgs {
   // Optional (device): Σ counts is added to it, the selected-row total the
   // executor can hand the scheduler as this layer's effective attention cost.
   unsigned long long* selected_total = nullptr;
+  // Splits shorter than kIndexerSplitKeys when batch · ceil(max_seq_len /
+  // kIndexerSplitKeys) CTAs would leave most of the GPU idle (a batch-1 row
+  // of 4K keys is one CTA): about kIndexerWaveCtas CTAs in all, each of at
+  // least kIndexerMinSplitKeys keys, every key of a split passed to the merge
+  // when the split is no longer than top_k. The selection is exact either
+  // way, so the output is the same bits (indexer.split_decode).
+  bool small_splits = false;
 };
-size_t IndexerDecodeWorkspaceBytes(const IndexerShape& shape, int64_t batch, int64_t max_seq_len);
+constexpr int64_t kIndexerWaveCtas = 128;
+constexpr int64_t kIndexerMinSplitKeys = 256;
+// small_splits as the call will pass it.
+size_t IndexerDecodeWorkspaceBytes(const IndexerShape& shape, int64_t batch, int64_t max_seq_len,
+                                   bool small_splits = false);
 Status IndexerDecode(const IndexerDecodeArgs& args, void* workspace, size_t workspace_bytes,
                      cudaStream_t stream);
 

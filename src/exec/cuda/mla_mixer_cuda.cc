@@ -260,9 +260,11 @@ void MlaMixer::Plan(const SequencePlan& p) {
       if (!indexed() || !inv) {
         ws_bytes_ = std::max(ws_bytes_, cuda::MlaDecodeWorkspaceBytes(shape_, b, bound, inv));
       }
-      if (indexed()) {
+      // Either split plan (indexer.split_decode is read at enqueue).
+      for (bool small : {false, true}) {
+        if (!indexed()) break;
         index_ws_bytes_ =
-            std::max(index_ws_bytes_, cuda::IndexerDecodeWorkspaceBytes(ishape_, b, bound));
+            std::max(index_ws_bytes_, cuda::IndexerDecodeWorkspaceBytes(ishape_, b, bound, small));
       }
       if (bound == p.max_ctx) break;
     }
@@ -542,6 +544,7 @@ Status MlaMixer::Indexer(const CudaOps& ops, cudaStream_t stream, const Weights&
     a.batch = n;
     a.seq_lens = f.seq_lens();
     a.max_seq_len = pass.bound;
+    a.small_splits = ops.On(tuning::Key::kIndexerSplitDecode);
     return cuda::IndexerDecode(a, x_.index_ws, index_ws_bytes_, stream);
   }
   cuda::IndexerPrefillArgs a;
