@@ -6,7 +6,8 @@
 //    positions' keys, so exact score ties occur and must resolve the same way;
 //  * IndexerDecode: a query alone vs inside batches of 16 beside sequences of
 //    other lengths (some past one 4096-key split), under several length
-//    bounds;
+//    bounds and both split plans (the short splits of indexer.split_decode
+//    depend on the batch, the selection must not);
 //  * MlaSparsePrefill with batch_invariant: the latent output of each query in
 //    one 300-query call vs split calls and a query alone, top_k 2048 (four
 //    fixed 512-key splits and their merge) on the tensor-core kernel and a
@@ -182,8 +183,9 @@ TEST_P(IndexerInvariance, DecodeAloneMatchesBatchOf16) {
   const std::vector<float> w_all = RandomF32(static_cast<size_t>(kSeqs * c.heads), 1.f, rng);
 
   // One step of the sequences in `order` (slot b = sequence order[b]) under
-  // `bound`; the selection of the sequence in `slot`.
-  auto decode = [&](const std::vector<int>& order, int64_t bound, int slot,
+  // `bound` and either split plan (`small`: IndexerDecodeArgs::small_splits,
+  // whose splits depend on the batch); the selection of the sequence in `slot`.
+  auto decode = [&](const std::vector<int>& order, int64_t bound, bool small, int slot,
                     std::vector<int32_t>* out) {
     const int64_t b = static_cast<int64_t>(order.size());
     std::vector<int32_t> table, lens;
@@ -216,7 +218,8 @@ TEST_P(IndexerInvariance, DecodeAloneMatchesBatchOf16) {
     a.max_seq_len = bound;
     a.rows = rows.get<int32_t>();
     a.counts = counts.get<int32_t>();
-    const size_t ws_bytes = IndexerDecodeWorkspaceBytes(shape, b, bound);
+    a.small_splits = small;
+    const size_t ws_bytes = IndexerDecodeWorkspaceBytes(shape, b, bound, small);
     DevBuf ws(ws_bytes);
     const Status st = IndexerDecode(a, ws.get(), ws_bytes, nullptr);
     ASSERT_TRUE(st.ok()) << st;
@@ -228,7 +231,10 @@ TEST_P(IndexerInvariance, DecodeAloneMatchesBatchOf16) {
   };
   for (int target : {0, 2, 8}) {
     std::vector<int32_t> alone;
-    decode({target}, len[static_cast<size_t>(target)], 0, &alone);
+    decode({target}, len[static_cast<size_t>(target)], false, 0, &alone);
+    std::vector<int32_t> alone_small;
+    decode({target}, max_bound, true, 0, &alone_small);
+    EXPECT_EQ(Differ(alone, alone_small), 0u) << "sequence " << target << " alone, small splits";
     for (int slot : {0, 7, kSeqs - 1}) {
       std::vector<int> order;
       for (int s = 0; s < kSeqs; ++s) {
@@ -237,10 +243,12 @@ TEST_P(IndexerInvariance, DecodeAloneMatchesBatchOf16) {
       std::reverse(order.begin() + slot / 2, order.end());
       order.insert(order.begin() + slot, target);
       for (int64_t bound : {max_len, max_bound}) {
-        std::vector<int32_t> got;
-        decode(order, bound, slot, &got);
-        EXPECT_EQ(Differ(alone, got), 0u)
-            << "sequence " << target << " at slot " << slot << ", bound " << bound;
+        for (bool small : {false, true}) {
+          std::vector<int32_t> got;
+          decode(order, bound, small, slot, &got);
+          EXPECT_EQ(Differ(alone, got), 0u) << "sequence " << target << " at slot " << slot
+                                            << ", bound " << bound << (small ? ", small" : "");
+        }
       }
     }
   }
