@@ -2,8 +2,10 @@
 // GPU modules (exec/cuda/cuda_mixer.h) as a Model, with the feed-forward
 // module (ffn_cuda.h) and the shared host side of CudaExecutorBase (states,
 // the decode driver and its graphs, the decode tunings of the layer stack).
-// Weights are bf16 on the device, bound by their checkpoint names. Only
-// linked in CUDA builds.
+// Weights are bf16 on the device, bound by their checkpoint names, except
+// the FP8 block-scaled matrices of checkpoints that store them so
+// (ArchSpec::fp8_block; weight_carver.h), which stay FP8. Only linked in CUDA
+// builds.
 #ifndef STRATA_EXEC_CUDA_CUDA_EXECUTOR_H_
 #define STRATA_EXEC_CUDA_CUDA_EXECUTOR_H_
 

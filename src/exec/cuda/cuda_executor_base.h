@@ -1,5 +1,5 @@
-// The host side of every GPU executor (the layer executor,
-// exec/cuda/cuda_executor.h, and deepseek_v32_cuda): states and their
+// The host side of the GPU executor (the layer executor,
+// exec/cuda/cuda_executor.h): states and their
 // slot/block bookkeeping, argument checks, the prefill slice loop, the batched
 // decode driver (per-step inputs into fixed device buffers, incremental
 // block-table upload, one CUDA graph per step shape), clone / reset / host

@@ -3,7 +3,9 @@
 // and YaRN rotary, restricted by the lightning indexer to the index_topk best
 // past tokens); FFNs are dense SwiGLU for the first first_k_dense_replace
 // layers, then sigmoid-routed MoE with group-limited selection and shared
-// experts. FP8 block-scaled matrices are dequantised to fp32 at load.
+// experts. FP8 block-scaled matrices are dequantised to fp32 at load on the
+// CPU; the GPU keeps those of the plain GEMMs and the routed experts FP8
+// (exec/cuda/weight_carver.h).
 //
 // What this matches is transformers 5.17's eager DeepseekV32 path, which
 // differs from DeepSeek's published inference code in ways that change
