@@ -45,6 +45,7 @@ ModelFactory CudaFactoryFor(const std::string& model_type) {
   if (model_type == "kimi_linear") return CreateKimiLinearCudaModel;
   if (model_type == "deepseek_v32") return CreateDeepseekV32CudaModel;
   if (model_type == "qwen3_next") return CreateQwen3NextCudaModel;
+  if (model_type == "strata_hybrid") return CreateStrataHybridCudaModel;
 #endif
   (void)model_type;
   return nullptr;

@@ -444,8 +444,10 @@ class Probe:
         self.index_margins, self.route_margins, self.group_margins = [], [], []
         self.handles = []
         for layer in model.model.layers:
-            ix = layer.self_attn.indexer
-            self.handles.append(ix.register_forward_hook(self._indexer_hook(ix), with_kwargs=True))
+            # Layers of other mixer kinds (strata_hybrid's KDA) have no indexer.
+            ix = getattr(layer.self_attn, "indexer", None)
+            if ix is not None:
+                self.handles.append(ix.register_forward_hook(self._indexer_hook(ix), with_kwargs=True))
             if hasattr(layer.mlp, "experts"):
                 self.handles.append(layer.mlp.gate.register_forward_pre_hook(self._router_hook(layer.mlp.gate)))
 
@@ -636,14 +638,16 @@ def round_to_bf16_values(model):
             p.copy_(p.to(torch.bfloat16).float())
 
 
-def indexer_inputs(model, seqs):
-    """Per layer, the indexer's inputs (hidden states, q_resid, cos, sin) for each
-    sequence in `seqs` (one causal forward each: a decode step's query sees exactly the
-    keys the same position sees in a prefill of the whole sequence)."""
-    caught = {i: [] for i in range(len(model.model.layers))}
+def indexer_inputs(model, seqs, run=None):
+    """Per layer with an indexer, the indexer's inputs (hidden states, q_resid, cos,
+    sin) for each sequence in `seqs` (one causal forward each, by `run`, default
+    logits_full: a decode step's query sees exactly the keys the same position sees in
+    a prefill of the whole sequence)."""
+    run = run or logits_full
+    caught = {i: [] for i, layer in enumerate(model.model.layers) if hasattr(layer.self_attn, "indexer")}
     handles = []
-    for i, layer in enumerate(model.model.layers):
-        ix = layer.self_attn.indexer
+    for i in caught:
+        ix = model.model.layers[i].self_attn.indexer
         def hook(mod, args, kwargs, i=i):
             names = ["hidden_states", "q_resid", "position_embeddings", "attention_mask", "position_ids"]
             vals = dict(zip(names, args))
@@ -654,7 +658,7 @@ def indexer_inputs(model, seqs):
         handles.append(ix.register_forward_pre_hook(hook, with_kwargs=True))
     try:
         for ids in seqs:
-            logits_full(model, ids)
+            run(model, ids)
     finally:
         for h in handles:
             h.remove()
@@ -715,13 +719,14 @@ def fit_indexer(ix, inputs, target, steps, name, layer):
         p.requires_grad_(False)
 
 
-def router_inputs(model, layer_idx, seqs):
+def router_inputs(model, layer_idx, seqs, run=None):
+    run = run or logits_full
     gate = model.model.layers[layer_idx].mlp.gate
     rows = []
     h = gate.register_forward_pre_hook(lambda mod, args: rows.append(args[0].reshape(-1, mod.hidden_dim).float().clone()))
     try:
         for ids in seqs:
-            logits_full(model, ids)
+            run(model, ids)
     finally:
         h.remove()
     return torch.cat(rows, 0)
@@ -775,12 +780,13 @@ def spaced_bias(spec, gen, tries=4000):
     return (best_perm.float() / E).to(torch.bfloat16).float(), best
 
 
-def gpu_margins(model, spec, ids, gen_ids):
+def gpu_margins(model, spec, ids, gen_ids, run=None, greedy=None):
+    run, greedy = run or logits_full, greedy or greedy_manual
     probe = Probe(model)
     try:
-        logits_full(model, ids)
+        run(model, ids)
         m_prompt = probe.take()
-        new_tokens, gaps = greedy_manual(model, gen_ids, spec["gen_new"])
+        new_tokens, gaps = greedy(model, gen_ids, spec["gen_new"])
         m_gen = probe.take()
     finally:
         probe.close()
@@ -793,12 +799,17 @@ def gpu_margins_ok(margins, gaps):
             and w["group"] >= GPU_ROUTING_MARGIN_MIN and min(gaps) >= GPU_GREEDY_GAP_MIN)
 
 
-def fit_for_bf16(model, spec, ids, gen_ids, prompt_try, name):
+def fit_for_bf16(model, spec, ids, gen_ids, prompt_try, name, run=None, greedy=None):
     """Fits every indexer and router to this prompt and its greedy continuation, layer
     by layer (a layer's inputs depend on the layers before it only), over a few rounds
-    (the continuation depends on all of them). Returns what meta.json records."""
+    (the continuation depends on all of them). `run` (full-sequence logits) and
+    `greedy` (a greedy continuation and its top-2 gaps) default to transformers'
+    DeepseekV32ForCausalLM calls; layers without an indexer or experts are skipped.
+    Returns what meta.json records."""
+    run, greedy = run or logits_full, greedy or greedy_manual
     gen = torch.Generator().manual_seed(spec["seed"] * 7 + prompt_try)
-    moe = [i for i in range(spec["layers"]) if i >= spec["first_dense"]]
+    layers = model.model.layers
+    moe = [i for i in range(len(layers)) if hasattr(layers[i].mlp, "experts")]
     bias = {}
     for i in moe:
         bias[i], bias_sep = spaced_bias(spec, gen)
@@ -807,18 +818,19 @@ def fit_for_bf16(model, spec, ids, gen_ids, prompt_try, name):
     history = []
     seqs = [ids]  # the prompt and every continuation seen so far
     for rnd in range(GPU_FIT_ROUNDS):
-        new_tokens, _ = greedy_manual(model, gen_ids, spec["gen_new"])
+        new_tokens, _ = greedy(model, gen_ids, spec["gen_new"])
         seq = torch.cat([gen_ids, torch.tensor([new_tokens])], 1)
         if not any(torch.equal(seq, q) for q in seqs):
             seqs.append(seq)
-        for i in range(spec["layers"]):
-            ix = model.model.layers[i].self_attn.indexer
-            inputs = indexer_inputs(model, seqs)[i]
-            fit_indexer(ix, inputs, GPU_INDEX_FIT_TARGET, 400, name, i)
-            round_to_bf16_values(model)
+        for i in range(len(layers)):
+            ix = getattr(layers[i].self_attn, "indexer", None)
+            if ix is not None:
+                inputs = indexer_inputs(model, seqs, run)[i]
+                fit_indexer(ix, inputs, GPU_INDEX_FIT_TARGET, 400, name, i)
+                round_to_bf16_values(model)
             if i in moe:
                 gate = model.model.layers[i].mlp.gate
-                router_bank[i].append(router_inputs(model, i, seqs[:1] + seqs[-1:]))
+                router_bank[i].append(router_inputs(model, i, seqs[:1] + seqs[-1:], run))
                 x = torch.cat(router_bank[i], 0)
                 w = fit_router(x, spec["experts"], gen, None if rnd == 0 else gate.weight.detach().float())
                 with torch.no_grad():
@@ -828,7 +840,7 @@ def fit_for_bf16(model, spec, ids, gen_ids, prompt_try, name):
                 z = x @ gate.weight.float().t()
                 log(f"[{name}] round {rnd} layer {i} router: {x.shape[0]} inputs, min |z| "
                     f"{float(z.abs().min()):.3f}, max |z| {float(z.abs().max()):.2f}")
-        margins, _, gaps = gpu_margins(model, spec, ids, gen_ids)
+        margins, _, gaps = gpu_margins(model, spec, ids, gen_ids, run, greedy)
         w = worst_margins(margins)
         history.append({"round": rnd, **w, "greedy_gap": min(gaps)})
         log(f"[{name}] fit round {rnd}: margins {json.dumps(w)}; greedy gap min {min(gaps):.3f}")

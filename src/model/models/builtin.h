@@ -54,6 +54,13 @@ StatusOr<std::unique_ptr<Model>> CreateDeepseekV32CudaModel(
 StatusOr<std::unique_ptr<Model>> CreateQwen3NextCudaModel(
     std::shared_ptr<const WeightStore> weights, const std::string& config_path,
     const LoadOptions& options);
+
+// strata_hybrid.cc: the GPU executor of strata_hybrid, the layer executor on
+// its layer list (same contract and fallback statuses as
+// CreateKimiLinearCudaModel).
+StatusOr<std::unique_ptr<Model>> CreateStrataHybridCudaModel(
+    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
+    const LoadOptions& options);
 #endif
 
 }  // namespace strata

@@ -12,6 +12,9 @@
 
 #include "exec/arch_spec.h"
 #include "exec/cpu/cpu_executor.h"
+#if defined(STRATA_HAVE_CUDA)
+#include "exec/cuda/cuda_executor.h"
+#endif
 #include "model/models/builtin.h"
 #include "model/models/deepseek_v32_layers.h"
 #include "model/models/strata_hybrid_config.h"
@@ -45,5 +48,14 @@ StatusOr<std::unique_ptr<Model>> CreateStrataHybridModel(std::shared_ptr<const W
   return exec::LoadCpuModel<StrataHybridConfig>(std::move(weights), config_path, options,
                                                 ParseStrataHybridConfig, DescribeStrataHybrid);
 }
+
+#if defined(STRATA_HAVE_CUDA)
+StatusOr<std::unique_ptr<Model>> CreateStrataHybridCudaModel(
+    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
+    const LoadOptions& options) {
+  return cuda_exec::LoadCudaModel<StrataHybridConfig>(
+      std::move(weights), config_path, options, ParseStrataHybridConfig, DescribeStrataHybrid);
+}
+#endif
 
 }  // namespace strata
