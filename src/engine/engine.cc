@@ -154,6 +154,7 @@ EngineMetrics Engine::Metrics() const {
   m.prefix_cache_entries = cache_.entries();
   m.prefix_cache_slot_evictions = cache_slot_evictions_.load(std::memory_order_relaxed);
   m.device_sampled_rows = device_sampled_rows_.load(std::memory_order_relaxed);
+  m.device_first_tokens = device_first_tokens_.load(std::memory_order_relaxed);
   m.host_sampled_rows = host_sampled_rows_.load(std::memory_order_relaxed);
   m.iterations = iterations_.load(std::memory_order_relaxed);
   auto ms = [](const std::atomic<int64_t>& ns) { return static_cast<double>(ns.load(std::memory_order_relaxed)) / 1e6; };
@@ -503,7 +504,7 @@ std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluate
   return points;
 }
 
-StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens) {
+StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens, int32_t* first_token) {
   Session& s = r.session();
   RequestRunner& run = r.runner();
   const int64_t tail = s.num_pending();
@@ -512,7 +513,20 @@ StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens) {
   if (snapshot_at > 0 && s.num_tokens() < snapshot_at) {
     n = std::min(n, static_cast<size_t>(snapshot_at - s.num_tokens()));
   }
-  STRATA_RETURN_IF_ERROR(s.Evaluate(run.NextTokens(n)));
+  *first_token = -1;
+  if (n == run.prefill_left() && DeviceSamplable(s.model(), r)) {
+    // The last chunk: the first token is selected where the logits are. They
+    // are copied out only where this point becomes a snapshot or a chat
+    // round's checkpoint, whose restores sample from them.
+    const bool keep = run.chat_round() ||
+                      (snapshot_at > 0 && s.num_tokens() + static_cast<int64_t>(n) == snapshot_at);
+    const SamplingParams& p = r.params().sampling;
+    const DecodeSampling sampling{p.temperature, p.top_k, p.top_p, p.seed, run.sample_step()};
+    STRATA_RETURN_IF_ERROR(s.EvaluateAndSample(run.NextTokens(n), sampling, keep, first_token));
+    if (*first_token >= 0) device_first_tokens_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    STRATA_RETURN_IF_ERROR(s.Evaluate(run.NextTokens(n)));
+  }
   run.Fed(n);
   prefill_tokens_.fetch_add(static_cast<int64_t>(n) + tail, std::memory_order_relaxed);
   if (snapshot_at > 0 && s.num_evaluated() == snapshot_at &&
@@ -770,12 +784,13 @@ void Engine::PrefillSteps(const std::vector<RequestPtr>& wanting, const std::vec
     }
     if (step.kind != StepKind::kPrefill) continue;
     ForRequest(this, r, "prefilling the prompt", [&] {
-      StatusOr<int64_t> used = PrefillChunk(*r, step.chunk);
+      int32_t first_token = -1;
+      StatusOr<int64_t> used = PrefillChunk(*r, step.chunk, &first_token);
       if (!used.ok()) {
         Fail(r, used.status());
         return;
       }
-      if (NeedOf(*r) == Need::kSample) ready->push_back({r, -1});
+      if (NeedOf(*r) == Need::kSample) ready->push_back({r, first_token});
     }, &Engine::Fail);
   }
 }

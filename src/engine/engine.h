@@ -252,7 +252,9 @@ class Engine {
   // longest cached prefix first and plans the feed's snapshot points.
   void BeginPrefill(Request& r);
   // Evaluates up to `max_tokens` of r's prefill; returns the tokens used.
-  StatusOr<int64_t> PrefillChunk(Request& r, int64_t max_tokens);
+  // The chunk that ends the prefill selects the first token on the device
+  // when the request allows it (DeviceSamplable): *first_token, else -1.
+  StatusOr<int64_t> PrefillChunk(Request& r, int64_t max_tokens, int32_t* first_token);
   // Logits are ready: selects the token, applies the stop rules
   // (stop_rules.h) and emits events, for token and chat requests alike.
   // `token` >= 0: already selected on the device (no logits to sample).
@@ -317,6 +319,7 @@ class Engine {
   std::atomic<int64_t> generated_tokens_{0}, decode_steps_{0}, decode_rows_{0};
   std::atomic<int64_t> running_{0}, waiting_{0};
   std::atomic<int64_t> device_sampled_rows_{0}, host_sampled_rows_{0}, cache_slot_evictions_{0};
+  std::atomic<int64_t> device_first_tokens_{0};
   // Scheduler phase times, nanoseconds summed over iterations.
   std::atomic<int64_t> iterations_{0}, schedule_ns_{0}, prefill_ns_{0}, decode_ns_{0}, sample_ns_{0},
       emit_ns_{0};

@@ -106,6 +106,7 @@ std::span<const NamedStat> EngineStats() {
     STAT("prefix_cache.slot_evictions", m.prefix_cache_slot_evictions),
     STAT("sampling.device_rows", m.device_sampled_rows),
     STAT("sampling.host_rows", m.host_sampled_rows),
+    STAT("sampling.device_first_tokens", m.device_first_tokens),
     STAT("scheduler.iterations", m.iterations),
     STAT("scheduler.schedule_ms", m.schedule_ms),
     STAT("scheduler.prefill_ms", m.prefill_ms),

@@ -54,6 +54,10 @@ struct EngineMetrics {
   // device) vs from logits copied to the host (penalties, min-p, CPU).
   int64_t device_sampled_rows = 0;
   int64_t host_sampled_rows = 0;
+  // First tokens after a prefill selected on the device with the prefill's
+  // last forward (Model::ForwardSample); the others are host-sampled rows
+  // of no decode step, from the prefill's logits.
+  int64_t device_first_tokens = 0;
   // Where the scheduler thread's time goes, summed over iterations, in
   // milliseconds: planning (admission with its prefix-cache lookups and
   // restores, budgets, preemption), prefill forwards (prefix-cache

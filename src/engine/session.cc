@@ -215,6 +215,17 @@ Status Session::CheckTokens(std::span<const int32_t> tokens, const char* what) c
 }
 
 Status Session::Evaluate(std::span<const int32_t> more) {
+  return Run(more, nullptr, /*keep_logits=*/true, nullptr);
+}
+
+Status Session::EvaluateAndSample(std::span<const int32_t> more, const DecodeSampling& sampling,
+                                  bool keep_logits, int32_t* token) {
+  *token = -1;
+  return Run(more, &sampling, keep_logits, token);
+}
+
+Status Session::Run(std::span<const int32_t> more, const DecodeSampling* sampling, bool keep_logits,
+                    int32_t* token) {
   const size_t tail = tokens_.size() - evaluated_;
   if (tail == 0 && more.empty()) return OkStatus();
   if (static_cast<int64_t>(tokens_.size() + more.size()) > max_context_) {
@@ -226,7 +237,14 @@ Status Session::Evaluate(std::span<const int32_t> more) {
   feed.insert(feed.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(evaluated_), tokens_.end());
   feed.insert(feed.end(), more.begin(), more.end());
   logits_.resize(static_cast<size_t>(vocab_size()));
-  Status s = model_->Forward(feed, *state_, logits_.data(), /*all_logits=*/false);
+  Status s = sampling == nullptr
+                 ? model_->Forward(feed, *state_, logits_.data(), /*all_logits=*/false)
+                 : model_->ForwardSample(feed, *state_, *sampling, token,
+                                         keep_logits ? logits_.data() : nullptr);
+  if (s.ok() && token != nullptr && (*token < 0 || *token >= vocab_size())) {
+    s = absl::InternalError(absl::StrCat("ForwardSample returned token ", *token));
+  }
+  if (!keep_logits) logits_.clear();
   if (!s.ok()) {
     // Model::Forward promises an unchanged state only for argument errors.
     if (!absl::IsInvalidArgument(s) && !absl::IsOutOfRange(s)) failed_ = true;

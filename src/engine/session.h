@@ -150,6 +150,12 @@ class Session {
   // the history. Argument errors leave everything unchanged; other model errors
   // mark the session failed.
   Status Evaluate(std::span<const int32_t> more);
+  // Evaluate, then the next token selected by `sampling` where the logits
+  // are (Model::ForwardSample) into *token; the logits are kept only with
+  // `keep_logits`. *token is -1 when there was nothing to evaluate (the kept
+  // logits are the ones to sample from).
+  Status EvaluateAndSample(std::span<const int32_t> more, const DecodeSampling& sampling,
+                           bool keep_logits, int32_t* token);
   // Appends a sampled token without evaluating it.
   void PushPending(int32_t token) { tokens_.push_back(token); }
   // A snapshot of the fully evaluated history (state Clone + logits); null
@@ -201,6 +207,10 @@ class Session {
   const int64_t max_context_;
   std::vector<int32_t> tokens_;  // the history
   size_t evaluated_ = 0;         // prefix of tokens_ the state has consumed
+  // Evaluate's and EvaluateAndSample's work (`sampling` null: Forward).
+  Status Run(std::span<const int32_t> more, const DecodeSampling* sampling, bool keep_logits,
+             int32_t* token);
+
   std::vector<float> logits_;    // [vocab] after tokens_[evaluated_ - 1]
   bool failed_ = false;          // a model error left the state unknown; needs Reset
   std::unique_ptr<Conversation> conversation_;  // null without a TextModel

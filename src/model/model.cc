@@ -84,6 +84,11 @@ class PlacedModel final : public Model {
                            int32_t* out_tokens) const override {
     return inner_->DecodeBatchSample(tokens, states, sampling, out_tokens);
   }
+  Status ForwardSample(std::span<const int32_t> tokens, SequenceState& state,
+                       const DecodeSampling& sampling, int32_t* out_token,
+                       float* logits) const override {
+    return inner_->ForwardSample(tokens, state, sampling, out_token, logits);
+  }
   Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
                                  uint64_t seed) const override {
     return inner_->FillContextForBenchmark(state, num_tokens, seed);
@@ -177,6 +182,25 @@ Status Model::DecodeBatchSample(std::span<const int32_t> tokens,
     const float* row = logits.data() + b * static_cast<size_t>(vocab);
     out_tokens[b] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
   }
+  return OkStatus();
+}
+
+Status Model::ForwardSample(std::span<const int32_t> tokens, SequenceState& state,
+                            const DecodeSampling& sampling, int32_t* out_token,
+                            float* logits) const {
+  if (out_token == nullptr) return absl::InvalidArgumentError("ForwardSample: out_token is null");
+  if (sampling.temperature != 0.f) {
+    return absl::UnimplementedError(
+        "ForwardSample: only greedy selection is supported on this executor (use the engine's "
+        "sampler on Forward logits)");
+  }
+  std::vector<float> own;
+  if (logits == nullptr) {
+    own.resize(static_cast<size_t>(info().vocab_size));
+    logits = own.data();
+  }
+  STRATA_RETURN_IF_ERROR(Forward(tokens, state, logits, /*all_logits=*/false));
+  *out_token = static_cast<int32_t>(std::max_element(logits, logits + info().vocab_size) - logits);
   return OkStatus();
 }
 

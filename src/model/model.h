@@ -179,6 +179,19 @@ class Model {
                                    std::span<const DecodeSampling> sampling,
                                    int32_t* out_tokens) const;
 
+  // Forward followed by token selection at the last position: `out_token`
+  // receives the token chosen by `sampling` (as DecodeBatchSample chooses a
+  // row's), so the first token after a prefill is picked where the logits
+  // are. `logits`: null, or [vocab] fp32 of the last position as Forward
+  // gives them (for a caller that keeps them, e.g. a prefix-cache entry).
+  // The default runs Forward into host memory and supports greedy selection
+  // only (Unimplemented otherwise, before any work); the CUDA executor runs
+  // the selection on the device and copies [vocab] logits only when asked.
+  // Argument errors are Forward's, checked before any work.
+  virtual Status ForwardSample(std::span<const int32_t> tokens, SequenceState& state,
+                               const DecodeSampling& sampling, int32_t* out_token,
+                               float* logits) const;
+
   // Scheduling cost hook: how many earlier tokens one step of `new_tokens`
   // appended to `state` attends to, per attention layer, for the engine's
   // ordering of requests by effective cost. Linear-attention layers do not

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 
@@ -569,6 +570,64 @@ void ExpectGpuGreedySamplingIsTheArgmax(const Model& model, const std::vector<in
     const float* row = logits.data() + i * vocab;
     EXPECT_EQ(out[i], std::max_element(row, row + vocab) - row) << "row " << i;
   }
+  for (int64_t len : {int64_t{1}, len_a, len_b}) {
+    SCOPED_TRACE(testing::Message() << "ForwardSample of " << len << " tokens");
+    ExpectForwardSampleSelectsOnTheDevice(model, prompt, len);
+  }
+}
+
+void ExpectForwardSampleSelectsOnTheDevice(const Model& model, const std::vector<int32_t>& prompt,
+                                           int64_t len) {
+  const int64_t vocab = model.info().vocab_size;
+  const std::span<const int32_t> feed(prompt.data(), static_cast<size_t>(len));
+  auto fresh = [&] {
+    auto st = model.NewState(len + 8);
+    EXPECT_TRUE(st.ok()) << st.status();
+    return st.ok() ? *std::move(st) : nullptr;
+  };
+  std::vector<float> want(static_cast<size_t>(vocab)), got(static_cast<size_t>(vocab));
+  auto ref = fresh();
+  ASSERT_NE(ref, nullptr);
+  ASSERT_TRUE(model.Forward(feed, *ref, want.data(), false).ok());
+  const int32_t argmax =
+      static_cast<int32_t>(std::max_element(want.begin(), want.end()) - want.begin());
+
+  int32_t token = -1;
+  auto a = fresh();
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(model.ForwardSample(feed, *a, DecodeSampling{}, &token, nullptr).ok());
+  EXPECT_EQ(token, argmax);
+  EXPECT_EQ(a->num_tokens(), len);
+  auto b = fresh();
+  ASSERT_NE(b, nullptr);
+  token = -1;
+  ASSERT_TRUE(model.ForwardSample(feed, *b, DecodeSampling{}, &token, got.data()).ok());
+  EXPECT_EQ(token, argmax);
+  EXPECT_LE(Compare(got, want, vocab).rel, 1e-6) << "ForwardSample's logits vs Forward's";
+
+  // Top-5 at temperature 1: one of the five largest, the same for the same
+  // (seed, step) on another state.
+  const DecodeSampling draw{1.f, 5, 1.f, 42, 3};
+  std::vector<float> sorted = want;
+  std::nth_element(sorted.begin(), sorted.begin() + 4, sorted.end(), std::greater<float>());
+  int32_t d1 = -1, d2 = -1;
+  auto c = fresh(), d = fresh();
+  ASSERT_TRUE(c != nullptr && d != nullptr);
+  ASSERT_TRUE(model.ForwardSample(feed, *c, draw, &d1, nullptr).ok());
+  ASSERT_TRUE(model.ForwardSample(feed, *d, draw, &d2, nullptr).ok());
+  ASSERT_GE(d1, 0);
+  ASSERT_LT(d1, vocab);
+  EXPECT_GE(want[static_cast<size_t>(d1)], sorted[4]) << "token " << d1 << " is not in the top 5";
+  EXPECT_EQ(d1, d2);
+
+  auto e = fresh();
+  ASSERT_NE(e, nullptr);
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(model.ForwardSample(feed, *e, DecodeSampling{}, nullptr, nullptr)));
+  DecodeSampling bad;
+  bad.top_p = 0.f;
+  EXPECT_TRUE(absl::IsInvalidArgument(model.ForwardSample(feed, *e, bad, &token, nullptr)));
+  EXPECT_EQ(e->num_tokens(), 0);
 }
 
 void ExpectMisuseIsRejectedBeforeAnyWork(const Model& model, const std::string& dir,

@@ -363,9 +363,19 @@ std::vector<float> ExpectCloneContinuesAndResetStartsOver(const Model& model,
                                                           int64_t n, double tolerance);
 
 // DecodeBatchSample with greedy rows picks each row's argmax of DecodeBatch's
-// logits, for two sequences of `len_a` and `len_b` prompt tokens.
+// logits, for two sequences of `len_a` and `len_b` prompt tokens; and
+// ForwardSample (ExpectForwardSampleSelectsOnTheDevice) on both lengths.
 void ExpectGpuGreedySamplingIsTheArgmax(const Model& model, const std::vector<int32_t>& prompt,
                                         int64_t len_a, int64_t len_b);
+
+// ForwardSample of the first `len` prompt tokens (a prefill, or the decode
+// path for one token) on fresh states: a greedy selection is the argmax of
+// Forward's logits, with or without the logits copied out (then equal to
+// Forward's); a temperature / top-k draw lies in the top k and repeats for
+// the same (seed, step); misuse (no out_token, a bad sampling row) is
+// rejected before any work.
+void ExpectForwardSampleSelectsOnTheDevice(const Model& model, const std::vector<int32_t>& prompt,
+                                           int64_t len);
 
 // Argument errors (token ids, empty input, capacity, NewState sizes, a CPU
 // state, DecodeBatch sizes and repeats) are answered before any work.

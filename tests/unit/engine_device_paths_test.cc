@@ -1,10 +1,10 @@
 // The engine's GPU paths against a fake model that emulates a CUDA executor:
 // token selection by DecodeBatchSample (chosen only when every row of a
 // step is expressible as DecodeSampling and the model samples on the
-// device), the automatic prefill budget by device, admission under a fixed
-// pool of sequence states, and the prefix cache giving state slots back
-// instead of failing requests. The fake's greedy output counts upwards
-// (token t is followed by t + 1), so every expected token is known.
+// device) and, for the first token, by the prefill's ForwardSample, the automatic prefill budget by
+// device, admission under a fixed pool of sequence states, and the prefix cache giving state slots
+// back instead of failing requests. The fake's greedy output counts upwards (token t is followed by
+// t + 1), so every expected token is known.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -94,13 +94,24 @@ class PoolModel : public Model {
     NoteRows(tokens.size());
     for (size_t b = 0; b < tokens.size(); ++b) {
       STRATA_RETURN_IF_ERROR(Forward(tokens.subspan(b, 1), *states[b], nullptr, false));
-      const DecodeSampling& d = sampling[b];
-      out[b] = d.temperature == 0.f ? (tokens[b] + 1) % kVocab
-                                    : static_cast<int32_t>((d.seed * 31 + d.step * 7) % kVocab);
-      std::lock_guard<std::mutex> lock(mu_);
-      rows_seen.push_back(d);
+      out[b] = Draw(tokens[b], sampling[b]);
     }
     return OkStatus();
+  }
+  // The prefill's last forward selects the first token the same way.
+  Status ForwardSample(std::span<const int32_t> tokens, SequenceState& state,
+                       const DecodeSampling& sampling, int32_t* out, float* logits) const override {
+    forward_samples.fetch_add(1);
+    if (logits != nullptr) forward_samples_with_logits.fetch_add(1);
+    STRATA_RETURN_IF_ERROR(Forward(tokens, state, logits, false));
+    *out = Draw(tokens.back(), sampling);
+    return OkStatus();
+  }
+  int32_t Draw(int32_t last, const DecodeSampling& d) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    rows_seen.push_back(d);
+    return d.temperature == 0.f ? (last + 1) % kVocab
+                                : static_cast<int32_t>((d.seed * 31 + d.step * 7) % kVocab);
   }
 
   bool Take() const {
@@ -124,6 +135,7 @@ class PoolModel : public Model {
 
   mutable std::mutex mu_;
   mutable std::atomic<int> logits_batches{0}, sample_batches{0};
+  mutable std::atomic<int> forward_samples{0}, forward_samples_with_logits{0};
   mutable std::vector<DecodeSampling> rows_seen;  // guarded by mu_
   mutable std::vector<int64_t> forward_sizes;     // guarded by mu_
   mutable int64_t max_live = 0, max_rows = 0;     // guarded by mu_
@@ -195,8 +207,14 @@ TEST(EngineDeviceSampling, GreedyRowsSampleOnTheDeviceWithTheSameTokens) {
   EXPECT_GT(model->sample_batches.load(), 0);
   EXPECT_EQ(model->logits_batches.load(), 0);  // no [B, vocab] logits ever came back
   const EngineMetrics m = engine->Metrics();
-  EXPECT_EQ(m.device_sampled_rows, 3 * 7);  // the first token of each comes from its prefill's logits
+  EXPECT_EQ(m.device_sampled_rows, 3 * 7);  // decode rows
   EXPECT_EQ(m.host_sampled_rows, 0);
+  // The first token of each comes from its prefill's last forward, and no
+  // logits came back there either (a token request makes no snapshot at its
+  // prompt's end when the prompt is shorter than a cache block).
+  EXPECT_EQ(m.device_first_tokens, 3);
+  EXPECT_EQ(model->forward_samples.load(), 3);
+  EXPECT_EQ(model->forward_samples_with_logits.load(), 0);
 }
 
 TEST(EngineDeviceSampling, TheEngineOptionCanKeepEveryRowOnTheHost) {
@@ -207,7 +225,9 @@ TEST(EngineDeviceSampling, TheEngineOptionCanKeepEveryRowOnTheHost) {
   const auto out = RunAll(*engine, model, {{1}, {10, 11}}, {Greedy(5), Greedy(5)});
   EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{Counting(1, 5), Counting(11, 5)}));
   EXPECT_EQ(model->sample_batches.load(), 0);
+  EXPECT_EQ(model->forward_samples.load(), 0);
   EXPECT_EQ(engine->Metrics().host_sampled_rows, 2 * 4);
+  EXPECT_EQ(engine->Metrics().device_first_tokens, 0);
 }
 
 TEST(EngineDeviceSampling, ACpuModelKeepsTheHostPath) {
@@ -216,6 +236,7 @@ TEST(EngineDeviceSampling, ACpuModelKeepsTheHostPath) {
   const auto out = RunAll(*engine, model, {{1}, {10}}, {Greedy(6), Greedy(6)});
   EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{Counting(1, 6), Counting(10, 6)}));
   EXPECT_EQ(model->sample_batches.load(), 0);
+  EXPECT_EQ(model->forward_samples.load(), 0);
   EXPECT_GT(model->logits_batches.load(), 0);
   EXPECT_EQ(engine->Metrics().device_sampled_rows, 0);
   EXPECT_EQ(engine->Metrics().host_sampled_rows, 2 * 5);
@@ -235,6 +256,7 @@ TEST(EngineDeviceSampling, PenaltiesAndMinPStayOnTheHostAndSplitTheStep) {
   const EngineMetrics m = engine->Metrics();
   EXPECT_EQ(m.device_sampled_rows, 5);
   EXPECT_EQ(m.host_sampled_rows, 10);
+  EXPECT_EQ(m.device_first_tokens, 1);  // the greedy request's; the others' are host-sampled
 }
 
 TEST(EngineDeviceSampling, TemperatureRowsCarryTheirSeedAndAStepPerToken) {
@@ -248,17 +270,47 @@ TEST(EngineDeviceSampling, TemperatureRowsCarryTheirSeedAndAStepPerToken) {
   const auto out = RunAll(*engine, model, {{1}}, {p});
   ASSERT_EQ(out.size(), 1u);
   ASSERT_EQ(out[0].size(), 5u);
+  EXPECT_EQ(model->forward_samples.load(), 1);
   std::lock_guard<std::mutex> lock(model->mu_);
-  ASSERT_EQ(model->rows_seen.size(), 4u);  // token 1 is drawn on the host from the prefill's logits
-  for (size_t i = 0; i < 4; ++i) {
+  // Token 0 is drawn by the prefill's ForwardSample (step 0), the rest by
+  // decode steps.
+  ASSERT_EQ(model->rows_seen.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
     const DecodeSampling& d = model->rows_seen[i];
     EXPECT_EQ(d.seed, 3u);
-    EXPECT_EQ(d.step, i + 1);
+    EXPECT_EQ(d.step, i);
     EXPECT_FLOAT_EQ(d.temperature, 0.7f);
     EXPECT_EQ(d.top_k, 5);
     EXPECT_FLOAT_EQ(d.top_p, 0.9f);
-    EXPECT_EQ(out[0][i + 1], static_cast<int32_t>((3 * 31 + (i + 1) * 7) % kVocab));
+    EXPECT_EQ(out[0][i], static_cast<int32_t>((3 * 31 + i * 7) % kVocab));
   }
+}
+
+// A prompt that ends on a prefix-cache snapshot point (a whole number of
+// cache blocks) keeps its last logits: a later request restoring that
+// snapshot samples its first token from them, without a forward.
+TEST(EngineDeviceSampling, APromptEndingOnASnapshotPointKeepsItsLogitsForTheCache) {
+  auto model = std::make_shared<PoolModel>(0, /*device_sampling=*/true);
+  EngineOptions o;
+  o.prefix_cache_bytes = 1 << 20;
+  auto engine = NewEngine(o);
+  const int64_t block = engine->prefix_cache().block_tokens();
+  std::vector<int32_t> prompt(static_cast<size_t>(block));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i % 50);
+  const auto first = RunAll(*engine, model, {prompt}, {Greedy(3)});
+  EXPECT_EQ(model->forward_samples.load(), 1);
+  EXPECT_EQ(model->forward_samples_with_logits.load(), 1);
+  ASSERT_EQ(engine->Metrics().prefix_cache_entries, 1);
+  const size_t forwards_before = [&] {
+    std::lock_guard<std::mutex> lock(model->mu_);
+    return model->forward_sizes.size();
+  }();
+  const auto again = RunAll(*engine, model, {prompt}, {Greedy(3)});
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(model->forward_samples.load(), 1);  // the hit's first token came from its logits
+  std::lock_guard<std::mutex> lock(model->mu_);
+  // Only the two decode steps ran: no forward re-evaluated the prompt.
+  EXPECT_EQ(model->forward_sizes.size() - forwards_before, 2u);
 }
 
 // The largest prefill Forward of one 5000-token prompt, alone or submitted

@@ -72,6 +72,11 @@ class CudaExecutorBase : public Model {
   Status DecodeBatchSample(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
                            std::span<const DecodeSampling> sampling,
                            int32_t* out_tokens) const override;
+  // The selection kernel of DecodeBatchSample on the last position's device
+  // logits; [vocab] logits are copied to the host only when `logits` is set.
+  Status ForwardSample(std::span<const int32_t> tokens, SequenceState& state,
+                       const DecodeSampling& sampling, int32_t* out_token,
+                       float* logits) const override;
 
   // Offered where the executor sets benchmark_fill_ (Model's Unimplemented
   // otherwise): random cache blocks (every block region, region by region,
@@ -369,8 +374,15 @@ class CudaExecutorBase : public Model {
 
  private:
   Status UploadPrefillTable(const CudaSequenceState& st, int64_t tokens) const;
+  // Forward's and ForwardSample's argument checks (before any work).
+  Status CheckForward(std::span<const int32_t> tokens, SequenceState& state, const char* what,
+                      CudaSequenceState** st) const;
+  // One token on the decode path, more on Prefill; with `sampling`, the
+  // last position's token is selected on the device into *out_token.
+  Status ForwardLocked(std::span<const int32_t> tokens, CudaSequenceState& st, float* logits,
+                       bool all_logits, const DecodeSampling* sampling, int32_t* out_token) const;
   Status Prefill(std::span<const int32_t> tokens, CudaSequenceState& st, float* logits,
-                 bool all_logits) const;
+                 bool all_logits, const DecodeSampling* sampling, int32_t* out_token) const;
   Status DecodeLocked(std::span<const int32_t> tokens, std::span<CudaSequenceState* const> states,
                       float* logits, std::span<const DecodeSampling> sampling,
                       int32_t* out_tokens) const;

@@ -47,6 +47,24 @@ bool StepStartFused(const tuning::Config& t) { return t.On(tuning::Key::kStepSta
 // step.poll=0 restores cudaStreamSynchronize.
 bool StepPoll(const tuning::Config& t) { return t.On(tuning::Key::kStepPoll); }
 
+cuda::GpuSamplingRow GpuRowOf(const DecodeSampling& d) {
+  cuda::GpuSamplingRow row;
+  row.temperature = d.temperature;
+  row.top_k = d.top_k;
+  row.top_p = d.top_p;
+  row.seed = d.seed;
+  row.step = d.step;
+  return row;
+}
+
+Status CheckSampling(const DecodeSampling& d, const char* what, size_t row) {
+  if (!(d.temperature >= 0.f) || d.top_k < 0 || !(d.top_p > 0.f && d.top_p <= 1.f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": sampling[", row, "] needs temperature >= 0, top_k >= 0 and top_p in (0, 1]"));
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 CudaExecutorBase::~CudaExecutorBase() {
@@ -636,15 +654,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
   }
   const bool sample = !sampling.empty();
   if (sample) {
-    for (int64_t b = 0; b < B; ++b) {
-      const DecodeSampling& d = sampling[static_cast<size_t>(b)];
-      cuda::GpuSamplingRow& row = h_sampling_[b];
-      row.temperature = d.temperature;
-      row.top_k = d.top_k;
-      row.top_p = d.top_p;
-      row.seed = d.seed;
-      row.step = d.step;
-    }
+    for (int64_t b = 0; b < B; ++b) h_sampling_[b] = GpuRowOf(sampling[static_cast<size_t>(b)]);
     if (!io_in_kernels) {
       STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
           f.sampling, h_sampling_, sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(B),
@@ -693,7 +703,8 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
 // Prefill
 
 Status CudaExecutorBase::Prefill(std::span<const int32_t> tokens, CudaSequenceState& st,
-                                 float* logits, bool all_logits) const {
+                                 float* logits, bool all_logits, const DecodeSampling* sampling,
+                                 int32_t* out_token) const {
   const Frame& f = frame_;
   const int64_t T = static_cast<int64_t>(tokens.size());
   STRATA_RETURN_IF_ERROR(EnsureBlocks(st, st.tokens_ + T));
@@ -709,7 +720,7 @@ Status CudaExecutorBase::Prefill(std::span<const int32_t> tokens, CudaSequenceSt
     const float* pending = nullptr;
     STRATA_RETURN_IF_ERROR(EnqueueLayers(n, f.tokens, &st, st.tokens_, StepVariant{}, &pending));
     st.tokens_ += n;
-    if (logits == nullptr || (!all_logits && !last)) continue;
+    if ((logits == nullptr && sampling == nullptr) || (!all_logits && !last)) continue;
     if (all_logits) {
       STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pending, ActType::kF32, n, f.D, f.final_norm,
                                               f.eps, f.xn, stream_));
@@ -730,45 +741,88 @@ Status CudaExecutorBase::Prefill(std::span<const int32_t> tokens, CudaSequenceSt
                                               stream_));
       STRATA_RETURN_IF_ERROR(
           Mm(f.xn, ActType::kBf16, f.D, 1, f.lm_head, f.V, f.D, f.logits, ActType::kF32, f.V, 0.f));
-      STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, f.logits,
-                                                  sizeof(float) * static_cast<size_t>(f.V),
-                                                  cudaMemcpyDeviceToHost, stream_));
+      if (logits != nullptr) {
+        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, f.logits,
+                                                    sizeof(float) * static_cast<size_t>(f.V),
+                                                    cudaMemcpyDeviceToHost, stream_));
+      }
+      if (sampling != nullptr) {
+        // The decode step's selection kernel on the one row; only the token
+        // crosses to the host.
+        h_sampling_[0] = GpuRowOf(*sampling);
+        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.sampling, h_sampling_,
+                                                    sizeof(cuda::GpuSamplingRow),
+                                                    cudaMemcpyHostToDevice, stream_));
+        STRATA_RETURN_IF_ERROR(cuda::SampleTokens(f.logits, 1, f.V, f.sampling, f.sampled,
+                                                  f.sample_ws, f.sample_ws_bytes, stream_));
+        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, f.sampled, sizeof(int32_t),
+                                                    cudaMemcpyDeviceToHost, stream_));
+      }
     }
   }
-  return Sync("prefill");
+  STRATA_RETURN_IF_ERROR(Sync("prefill"));
+  if (sampling != nullptr) *out_token = h_sampled_[0];
+  return OkStatus();
 }
 
 // ----------------------------------------------------------------------------
 // Model interface
 
-Status CudaExecutorBase::Forward(std::span<const int32_t> tokens, SequenceState& state,
-                                 float* logits, bool all_logits) const {
-  CudaSequenceState* st = nullptr;
-  STRATA_RETURN_IF_ERROR(CheckState(&state, &st, "Forward"));
+Status CudaExecutorBase::CheckForward(std::span<const int32_t> tokens, SequenceState& state,
+                                      const char* what, CudaSequenceState** st) const {
+  STRATA_RETURN_IF_ERROR(CheckState(&state, st, what));
   const int64_t T = static_cast<int64_t>(tokens.size());
-  if (T == 0) return absl::InvalidArgumentError("Forward: no tokens");
+  if (T == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no tokens"));
   for (int64_t i = 0; i < T; ++i) {
     const int32_t t = tokens[static_cast<size_t>(i)];
     if (t < 0 || t >= frame_.V) {
-      return absl::InvalidArgumentError(absl::StrCat("Forward: token id ", t, " at position ", i,
+      return absl::InvalidArgumentError(absl::StrCat(what, ": token id ", t, " at position ", i,
                                                      " is outside the vocabulary [0, ", frame_.V,
                                                      ")"));
     }
   }
-  if (st->tokens_ + T > st->max_tokens_) {
-    return absl::OutOfRangeError(absl::StrCat("Forward: ", T, " tokens on top of ", st->tokens_,
-                                              " exceed the state's capacity of ", st->max_tokens_));
+  if ((*st)->tokens_ + T > (*st)->max_tokens_) {
+    return absl::OutOfRangeError(absl::StrCat(what, ": ", T, " tokens on top of ", (*st)->tokens_,
+                                              " exceed the state's capacity of ",
+                                              (*st)->max_tokens_));
   }
-  const Turn turn(*this);
-  if (T == 1 && !prefill_single_tokens_) {
+  return OkStatus();
+}
+
+Status CudaExecutorBase::ForwardLocked(std::span<const int32_t> tokens, CudaSequenceState& st,
+                                       float* logits, bool all_logits,
+                                       const DecodeSampling* sampling, int32_t* out_token) const {
+  if (tokens.size() == 1 && !prefill_single_tokens_) {
     // One token takes the decode path (recurrent mixers, absorbed/cached
     // attention) even on an empty state: the same math as a one-token prefill
     // up to rounding (batch-invariant executors keep prompt tokens on the
     // prefill kernels so the bits do not depend on where a prompt was cut).
-    CudaSequenceState* const one[1] = {st};
-    return DecodeLocked(tokens, std::span<CudaSequenceState* const>(one, 1), logits, {}, nullptr);
+    CudaSequenceState* const one[1] = {&st};
+    return DecodeLocked(
+        tokens, std::span<CudaSequenceState* const>(one, 1), logits,
+        sampling ? std::span<const DecodeSampling>(sampling, 1) : std::span<const DecodeSampling>(),
+        out_token);
   }
-  return Prefill(tokens, *st, logits, all_logits);
+  return Prefill(tokens, st, logits, all_logits, sampling, out_token);
+}
+
+Status CudaExecutorBase::Forward(std::span<const int32_t> tokens, SequenceState& state,
+                                 float* logits, bool all_logits) const {
+  CudaSequenceState* st = nullptr;
+  STRATA_RETURN_IF_ERROR(CheckForward(tokens, state, "Forward", &st));
+  const Turn turn(*this);
+  return ForwardLocked(tokens, *st, logits, all_logits, nullptr, nullptr);
+}
+
+Status CudaExecutorBase::ForwardSample(std::span<const int32_t> tokens, SequenceState& state,
+                                       const DecodeSampling& sampling, int32_t* out_token,
+                                       float* logits) const {
+  if (out_token == nullptr) return absl::InvalidArgumentError("ForwardSample: out_token is null");
+  STRATA_RETURN_IF_ERROR(CheckSampling(sampling, "ForwardSample", 0));
+  CudaSequenceState* st = nullptr;
+  STRATA_RETURN_IF_ERROR(CheckForward(tokens, state, "ForwardSample", &st));
+  const Turn turn(*this);
+  return ForwardLocked(tokens, *st, logits, /*all_logits=*/false, &sampling, out_token);
 }
 
 Status CudaExecutorBase::CheckBatchRow(std::span<SequenceState* const> states, size_t b,
@@ -818,12 +872,7 @@ Status CudaExecutorBase::DecodeBatchSample(std::span<const int32_t> tokens,
   std::vector<CudaSequenceState*> cs(states.size());
   for (size_t b = 0; b < states.size(); ++b) {
     STRATA_RETURN_IF_ERROR(CheckBatchRow(states, b, "DecodeBatchSample", cs));
-    const DecodeSampling& d = sampling[b];
-    if (!(d.temperature >= 0.f) || d.top_k < 0 || !(d.top_p > 0.f && d.top_p <= 1.f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("DecodeBatchSample: sampling[", b,
-                       "] needs temperature >= 0, top_k >= 0 and top_p in (0, 1]"));
-    }
+    STRATA_RETURN_IF_ERROR(CheckSampling(sampling[b], "DecodeBatchSample", b));
   }
   const Turn turn(*this);
   return DecodeLocked(tokens, cs, nullptr, sampling, out_tokens);
