@@ -48,13 +48,8 @@ bool StepStartFused(const tuning::Config& t) { return t.On(tuning::Key::kStepSta
 bool StepPoll(const tuning::Config& t) { return t.On(tuning::Key::kStepPoll); }
 
 cuda::GpuSamplingRow GpuRowOf(const DecodeSampling& d) {
-  cuda::GpuSamplingRow row;
-  row.temperature = d.temperature;
-  row.top_k = d.top_k;
-  row.top_p = d.top_p;
-  row.seed = d.seed;
-  row.step = d.step;
-  return row;
+  return {.temperature = d.temperature, .top_k = d.top_k, .top_p = d.top_p, .seed = d.seed,
+          .step = d.step};
 }
 
 Status CheckSampling(const DecodeSampling& d, const char* what, size_t row) {
