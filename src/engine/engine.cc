@@ -72,59 +72,17 @@ Engine::Engine(const EngineOptions& options)
       pool_(options.num_threads),
       cache_(options.prefix_cache_bytes, options.prefix_block_tokens) {}
 
-void Engine::CountSession(const Model* model, int delta) {
-  std::lock_guard<std::mutex> lock(sessions_mu_);
-  int64_t& n = sessions_per_model_[model];
-  n += delta;
-  if (n <= 0) sessions_per_model_.erase(model);
-}
-
-std::unique_ptr<SequenceState> Engine::CloneState(const Model& model, const SequenceState& state) {
-  for (;;) {
-    std::unique_ptr<SequenceState> copy = state.Clone();
-    if (copy != nullptr) return copy;
-    // A fixed pool is full: snapshots are the cache's to give back.
-    if (!cache_.EvictOne(&model)) return nullptr;
-    cache_slot_evictions_.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-StatusOr<std::unique_ptr<SequenceState>> Engine::NewState(const Model& model, int64_t max_tokens) {
-  for (;;) {
-    StatusOr<std::unique_ptr<SequenceState>> state = model.NewState(max_tokens);
-    if (state.ok() || !absl::IsResourceExhausted(state.status()) || !cache_.EvictOne(&model)) return state;
-    cache_slot_evictions_.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
 bool Engine::SwapInSession(Session& s) {
   for (;;) {
     if (s.SwapIn()) return true;
+    // Checkpoints hold no sequence slot but may hold the only references to
+    // cache blocks the swap-in needs.
     if (!cache_.EvictOne(&s.model())) return false;
     cache_slot_evictions_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
 void Engine::CacheSnapshot(Session& s) {
-  const Model* m = &s.model();
-  if (const int64_t cap = m->info().max_live_states; cap > 0) {
-    int64_t sessions = 0;
-    {
-      std::lock_guard<std::mutex> lock(sessions_mu_);
-      auto it = sessions_per_model_.find(m);
-      if (it != sessions_per_model_.end()) sessions = it->second;
-    }
-    // Every session keeps its state; two more stay free for a restore's
-    // transient copy and the host's next session. The cache gets the rest,
-    // least recently used entries making way for the new one.
-    constexpr int64_t kHeadroom = 2;
-    const int64_t allowed = cap - sessions - kHeadroom;
-    if (allowed <= 0) return;
-    while (cache_.EntriesOf(m) >= allowed) {
-      if (!cache_.EvictOne(m)) return;  // pinned marks fill the share
-      cache_slot_evictions_.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
   cache_.Insert(s.Snapshot());  // a null snapshot (no room) is not kept
 }
 
@@ -484,21 +442,17 @@ void Engine::BeginPrefill(Request& r) {
   // boundary of the prompt, and at the boundaries B, 2B, 4B, 8B... below
   // it, so a shared prefix of any length is found with at least half of
   // it restored. (On the CPU a snapshot is a full copy of the state, so
-  // not every block; a paged GPU cache would share every block.)
-  run.SetSnapshotPoints(SnapshotPoints(s.model(), s.num_evaluated(), static_cast<int64_t>(target_len)));
+  // not every block; a GPU checkpoint shares the full blocks and copies the
+  // slot, which costs the same at every rung.)
+  run.SetSnapshotPoints(SnapshotPoints(s.num_evaluated(), static_cast<int64_t>(target_len)));
 }
 
-std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len) const {
+std::vector<int64_t> Engine::SnapshotPoints(int64_t evaluated, int64_t target_len) const {
   const int64_t b = cache_.block_tokens();
   const int64_t last = target_len / b * b;
-  // With a fixed state pool every snapshot holds a slot (and a full copy of
-  // the attention rows): only the rungs within 4x of the end, so a prompt
-  // costs at most three slots and a shared prefix is still found with at
-  // least half of it restored when it covers a quarter of the prompt.
-  const int64_t lowest = model.info().max_live_states > 0 ? last / 4 : 0;
   std::vector<int64_t> points;
   for (int64_t at = b; at < last; at *= 2) {
-    if (at > evaluated && at >= lowest) points.push_back(at);
+    if (at > evaluated) points.push_back(at);
   }
   if (last > evaluated) points.push_back(last);
   return points;

@@ -179,18 +179,6 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   // The byte counters of sequence state; each session holds an account in it.
   MemoryLedger& ledger() { return ledger_; }
-  // Sessions report their creation (+1) and destruction (-1) per model, so
-  // the prefix cache leaves a model with a fixed state pool
-  // (ModelInfo::max_live_states) room for them.
-  void CountSession(const Model* model, int delta);
-  // A copy of `state` (a state of `model`) for the engine's own use (prefix
-  // snapshots, restores, checkpoints): when the executor's state pool is
-  // full, unpinned prefix-cache snapshots of the model are evicted, least
-  // recently used first, until the copy fits. Null when it cannot.
-  std::unique_ptr<SequenceState> CloneState(const Model& model, const SequenceState& state);
-  // A new state for a session, evicting prefix-cache snapshots of `model`
-  // while its state pool is full (ResourceExhausted).
-  StatusOr<std::unique_ptr<SequenceState>> NewState(const Model& model, int64_t max_tokens);
 
  private:
   using RequestPtr = std::shared_ptr<Request>;
@@ -270,9 +258,9 @@ class Engine {
   // then lower effective cost, then arrival.
   double EffectiveCost(const Request& r) const;
   // Snapshot points of a prefill ending at `target_len` after `evaluated`.
-  std::vector<int64_t> SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len) const;
-  // Puts a snapshot of `s` in the prefix cache when the model's state pool
-  // leaves room for it beside its sessions.
+  std::vector<int64_t> SnapshotPoints(int64_t evaluated, int64_t target_len) const;
+  // Puts a checkpoint of `s` in the prefix cache (none when there is no room
+  // for its copy).
   void CacheSnapshot(Session& s);
   // Session::SwapIn, evicting prefix-cache snapshots of the session's model
   // while its pools have no room; false: the request keeps waiting.
@@ -323,8 +311,6 @@ class Engine {
   // Scheduler phase times, nanoseconds summed over iterations.
   std::atomic<int64_t> iterations_{0}, schedule_ns_{0}, prefill_ns_{0}, decode_ns_{0}, sample_ns_{0},
       emit_ns_{0};
-  std::mutex sessions_mu_;
-  std::map<const Model*, int64_t> sessions_per_model_;  // guarded by sessions_mu_
   std::chrono::steady_clock::time_point next_report_{};  // scheduler thread
   WorkerThread renderer_;  // chat rounds' renders; joined after the scheduler
   std::thread scheduler_;

@@ -47,8 +47,9 @@ struct EngineMetrics {
   uint64_t state_active_bytes = 0;           // resident state of sessions running a request (budgeted)
   uint64_t prefix_cache_bytes = 0;           // snapshots held by the prefix cache and marks
   int64_t prefix_cache_entries = 0;
-  // Prefix-cache snapshots dropped so that a model's fixed state pool
-  // (ModelInfo::max_live_states) had room for a session, restore or snapshot.
+  // Prefix-cache snapshots dropped so that a preempted state had room to
+  // come back to the device (snapshots hold no sequence slot, but may hold
+  // the cache blocks it needs).
   int64_t prefix_cache_slot_evictions = 0;
   // Decode rows whose token was selected by DecodeBatchSample (on the
   // device) vs from logits copied to the host (penalties, min-p, CPU).

@@ -29,7 +29,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(Engine* engine, std::shared_p
                                               " exceeds the model's max context ", info.max_context));
   }
   // A full state pool first gives up prefix-cache snapshots: live sessions come first.
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SequenceState> state, engine->NewState(*model, max_context));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SequenceState> state, model->NewState(max_context));
   return std::unique_ptr<Session>(
       new Session(engine, std::move(model), std::move(state), max_context, options.text));
 }
@@ -43,7 +43,6 @@ Session::Session(Engine* engine, std::shared_ptr<const Model> model,
       state_(std::move(state)),
       max_context_(max_context) {
   if (text != nullptr) conversation_ = std::make_unique<Conversation>(std::move(text));
-  engine_->CountSession(model_.get(), +1);
   UpdateAccounting();
 }
 
@@ -56,7 +55,6 @@ Session::~Session() {
   evaluated_ = 0;
   swapped_ = false;
   UpdateAccounting();
-  engine_->CountSession(model_.get(), -1);
 }
 
 void Session::UpdateAccounting() {
@@ -118,18 +116,19 @@ std::shared_ptr<const StateSnapshot> Session::Snapshot() const {
   snap->model = model_.get();
   snap->max_context = max_context_;
   snap->tokens.assign(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(evaluated_));
-  snap->state = engine_->CloneState(*model_, *state_);
-  // An executor with a fixed state pool answers null when it is full.
-  if (snap->state == nullptr) return nullptr;
+  // No room for the copy (host memory): no snapshot.
+  StatusOr<std::unique_ptr<StateCheckpoint>> cp = model_->Checkpoint(*state_);
+  if (!cp.ok()) return nullptr;
+  snap->checkpoint = *std::move(cp);
   snap->logits = logits_;
   snap->bytes = StateBytes(model_->info(), static_cast<int64_t>(evaluated_));
   return snap;
 }
 
 bool Session::Restore(const StateSnapshot& snap) {
-  std::unique_ptr<SequenceState> state = engine_->CloneState(*model_, *snap.state);
-  if (state == nullptr) return false;  // no room for a copy: nothing changes
-  state_ = std::move(state);
+  // Into the session's own state (a GPU reuses its slot); no room for the
+  // copy: nothing changes.
+  if (!model_->Restore(*snap.checkpoint, state_).ok()) return false;
   tokens_ = snap.tokens;
   evaluated_ = tokens_.size();
   logits_ = snap.logits;
@@ -145,19 +144,15 @@ bool Session::Restore(const StateSnapshot& snap) {
 
 StatusOr<std::unique_ptr<Session>> Session::Fork() const {
   STRATA_RETURN_IF_ERROR(CheckIdle());
-  std::unique_ptr<SequenceState> state = engine_->CloneState(*model_, *state_);
+  std::unique_ptr<SequenceState> state = state_->Clone();
   if (state == nullptr) return absl::ResourceExhaustedError("no room for another sequence state (fork)");
   auto s = std::unique_ptr<Session>(new Session(engine_, model_, std::move(state), max_context_, nullptr));
   s->tokens_ = tokens_;
   s->evaluated_ = evaluated_;
   s->logits_ = logits_;
-  if (checkpoint_ != nullptr) {
-    // Without room for it the fork just has no checkpoint (AlignTo then
-    // re-evaluates from scratch on a divergence).
-    s->checkpoint_ = engine_->CloneState(*model_, *checkpoint_);
-    s->checkpoint_tokens_ = checkpoint_tokens_;
-    s->checkpoint_logits_ = checkpoint_logits_;
-  }
+  s->checkpoint_ = checkpoint_;  // immutable: shared, not copied
+  s->checkpoint_tokens_ = checkpoint_tokens_;
+  s->checkpoint_logits_ = checkpoint_logits_;
   s->marks_ = marks_;  // snapshots are immutable and shared
   s->next_mark_ = next_mark_;
   if (conversation_ != nullptr) s->conversation_ = conversation_->Copy();
@@ -298,16 +293,14 @@ StatusOr<Alignment> Session::AlignTo(std::span<const int32_t> target) {
   size_t common = 0;
   while (common < tokens_.size() && common < target.size() && tokens_[common] == target[common]) ++common;
   Alignment a;
-  std::unique_ptr<SequenceState> from_checkpoint;
-  if (common != tokens_.size() && checkpoint_ != nullptr && checkpoint_tokens_ <= common) {
-    // No room for the copy: from scratch instead.
-    from_checkpoint = engine_->CloneState(*model_, *checkpoint_);
-  }
+  // Back to the checkpoint in the session's own state; no room for the
+  // copy: from scratch instead.
+  const bool restored = common != tokens_.size() && checkpoint_ != nullptr &&
+                        checkpoint_tokens_ <= common && model_->Restore(*checkpoint_, state_).ok();
   if (common == tokens_.size()) {
     a.kind = AlignKind::kAppend;
-  } else if (from_checkpoint != nullptr) {
+  } else if (restored) {
     a.kind = AlignKind::kCheckpoint;
-    state_ = std::move(from_checkpoint);
     tokens_.resize(checkpoint_tokens_);
     evaluated_ = checkpoint_tokens_;
     logits_ = checkpoint_logits_;
@@ -327,7 +320,9 @@ StatusOr<Alignment> Session::AlignTo(std::span<const int32_t> target) {
 }
 
 void Session::TakeCheckpoint() {
-  checkpoint_ = engine_->CloneState(*model_, *state_);  // null (none) when the pool has no room
+  // None when there is no room for the copy.
+  StatusOr<std::unique_ptr<StateCheckpoint>> cp = model_->Checkpoint(*state_);
+  checkpoint_ = cp.ok() ? std::shared_ptr<const StateCheckpoint>(*std::move(cp)) : nullptr;
   checkpoint_tokens_ = evaluated_;
   checkpoint_logits_ = logits_;
 }

@@ -214,7 +214,8 @@ class Session {
   std::vector<float> logits_;    // [vocab] after tokens_[evaluated_ - 1]
   bool failed_ = false;          // a model error left the state unknown; needs Reset
   std::unique_ptr<Conversation> conversation_;  // null without a TextModel
-  std::unique_ptr<SequenceState> checkpoint_;   // state after checkpoint_tokens_ history tokens
+  // The state after checkpoint_tokens_ history tokens (immutable: forks share it).
+  std::shared_ptr<const StateCheckpoint> checkpoint_;
   size_t checkpoint_tokens_ = 0;
   std::vector<float> checkpoint_logits_;        // logits_ at the checkpoint
   struct MarkPoint {

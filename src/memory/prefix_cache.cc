@@ -73,7 +73,7 @@ bool PrefixCache::Contains(const Model* model, int64_t max_context, std::span<co
 }
 
 bool PrefixCache::Insert(std::shared_ptr<const StateSnapshot> snap) {
-  if (!enabled() || snap == nullptr || snap->state == nullptr) return false;
+  if (!enabled() || snap == nullptr || snap->checkpoint == nullptr) return false;
   if (snap->bytes > capacity_) return false;
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t key = Key(snap->model, snap->max_context, snap->tokens);

@@ -4,11 +4,12 @@
 // verified token by token on lookup, so a hit restores everything or is a
 // miss: never attention rows without the recurrent state that goes with them.
 //
-// CPU implementation: an entry holds a SequenceState::Clone snapshot (a deep
-// copy). The interface hands out shared, immutable StateSnapshots and
-// restores by cloning one into a session, so a paged GPU executor can later
-// make a snapshot reference shared attention blocks copy-on-write and copy
-// only the recurrent slots, without changing the engine.
+// An entry holds a StateCheckpoint (Model::Checkpoint): on the CPU a copy of
+// the state; on a GPU references to the shared full attention blocks plus the
+// recurrent slot and partial last block in host memory, holding no sequence
+// slot, so cached prefixes never take slots from running requests. Entries
+// are shared, immutable StateSnapshots, restored into a session's own state
+// (Model::Restore).
 #ifndef STRATA_MEMORY_PREFIX_CACHE_H_
 #define STRATA_MEMORY_PREFIX_CACHE_H_
 
@@ -26,14 +27,14 @@
 
 namespace strata {
 
-// A sequence state frozen at `tokens`: restore with state->Clone(). Immutable
-// once made, so it may be shared between the cache, sessions' marks and
-// forks.
+// A sequence state frozen at `tokens`: restore with Model::Restore.
+// Immutable once made, so it may be shared between the cache, sessions'
+// marks and forks.
 struct StateSnapshot {
   const Model* model = nullptr;
   int64_t max_context = 0;            // capacity of the state (sessions only restore their own size)
   std::vector<int32_t> tokens;        // the exact prefix the state has consumed
-  std::unique_ptr<SequenceState> state;
+  std::unique_ptr<StateCheckpoint> checkpoint;
   std::vector<float> logits;          // [vocab] after the last token
   uint64_t bytes = 0;                 // the model's accounting of this state
 };

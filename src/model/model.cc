@@ -89,6 +89,13 @@ class PlacedModel final : public Model {
                        float* logits) const override {
     return inner_->ForwardSample(tokens, state, sampling, out_token, logits);
   }
+  StatusOr<std::unique_ptr<StateCheckpoint>> Checkpoint(const SequenceState& state) const override {
+    return inner_->Checkpoint(state);
+  }
+  Status Restore(const StateCheckpoint& checkpoint,
+                 std::unique_ptr<SequenceState>& state) const override {
+    return inner_->Restore(checkpoint, state);
+  }
   Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
                                  uint64_t seed) const override {
     return inner_->FillContextForBenchmark(state, num_tokens, seed);
@@ -201,6 +208,49 @@ Status Model::ForwardSample(std::span<const int32_t> tokens, SequenceState& stat
   }
   STRATA_RETURN_IF_ERROR(Forward(tokens, state, logits, /*all_logits=*/false));
   *out_token = static_cast<int32_t>(std::max_element(logits, logits + info().vocab_size) - logits);
+  return OkStatus();
+}
+
+namespace {
+
+// Model's default checkpoint: a clone of the state, restored by cloning it.
+class ClonedCheckpoint final : public StateCheckpoint {
+ public:
+  ClonedCheckpoint(const Model* owner, std::unique_ptr<SequenceState> state)
+      : owner_(owner), state_(std::move(state)) {}
+  int64_t num_tokens() const override { return state_->num_tokens(); }
+  const Model* owner() const { return owner_; }
+  const SequenceState& state() const { return *state_; }
+
+ private:
+  const Model* owner_;
+  std::unique_ptr<SequenceState> state_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<StateCheckpoint>> Model::Checkpoint(const SequenceState& state) const {
+  if (state.on_host()) {
+    return absl::FailedPreconditionError(
+        "Checkpoint: the state is on the host (move it back first)");
+  }
+  std::unique_ptr<SequenceState> copy = state.Clone();
+  if (copy == nullptr) {
+    return absl::ResourceExhaustedError("Checkpoint: no room for a copy of the state");
+  }
+  return std::unique_ptr<StateCheckpoint>(
+      std::make_unique<ClonedCheckpoint>(this, std::move(copy)));
+}
+
+Status Model::Restore(const StateCheckpoint& checkpoint,
+                      std::unique_ptr<SequenceState>& state) const {
+  const auto* cp = dynamic_cast<const ClonedCheckpoint*>(&checkpoint);
+  if (cp == nullptr || cp->owner() != this) {
+    return absl::InvalidArgumentError("Restore: the checkpoint was made by another model");
+  }
+  std::unique_ptr<SequenceState> copy = cp->state().Clone();
+  if (copy == nullptr) return absl::ResourceExhaustedError("Restore: no room for another state");
+  state = std::move(copy);
   return OkStatus();
 }
 

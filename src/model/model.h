@@ -75,6 +75,24 @@ class SequenceState {
   virtual bool on_host() const { return false; }
 };
 
+// A sequence state frozen at num_tokens() tokens, made by Model::Checkpoint
+// and turned back into live states by Model::Restore: what the prefix cache,
+// sessions' marks and turn checkpoints keep. Immutable, so one checkpoint may
+// be shared and restored any number of times, from any thread (restores of
+// one model are serialised by the model). It holds no sequence slot of a
+// fixed state pool: on a GPU its attention rows are references to the full
+// cache blocks it shares with the state it was made from (copy-on-write, see
+// exec/cuda/cuda_paged_state.h) and its recurrent slot and partial last block
+// are copied to host memory, so checkpoints never compete with running
+// sequences for slots. The CPU's is a copy of the state.
+class StateCheckpoint {
+ public:
+  virtual ~StateCheckpoint() = default;
+  // Tokens the frozen state had consumed; its restores have the capacity of
+  // the state it was made from.
+  virtual int64_t num_tokens() const = 0;
+};
+
 // Where LoadModel puts a model. kCuda and kAuto both take the first CUDA device
 // when it is usable (driver, device, enough free memory, kernels that accept
 // the model's shapes) and otherwise load on the CPU with ModelInfo::notice
@@ -201,6 +219,24 @@ class Model {
   virtual int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const {
     return state.num_tokens() + new_tokens;
   }
+
+  // A checkpoint of `state` (Model-owned: only this model restores it).
+  // ResourceExhausted when there is no room for its copy (host memory, or a
+  // fixed pool the default's Clone draws from); FailedPrecondition for a
+  // state moved to the host. The default wraps state.Clone().
+  virtual StatusOr<std::unique_ptr<StateCheckpoint>> Checkpoint(const SequenceState& state) const;
+  // Makes `state` (a state of this model, or null for a new one) hold
+  // exactly what `checkpoint` froze, bit-exact: it continues as the state
+  // the checkpoint was made from would have. The CUDA executor restores into
+  // the same object and reuses its sequence slot, so a restore never needs a
+  // second slot; the default replaces it with a clone of the checkpoint's
+  // copy. On error `state` is unchanged (but for a device failure during the
+  // copy, after which it must be Reset): ResourceExhausted when there is no
+  // room (a slot for a null state, cache blocks), InvalidArgument for a
+  // checkpoint or state of another model or a state too small for the
+  // checkpoint's tokens, FailedPrecondition for a state moved to the host.
+  virtual Status Restore(const StateCheckpoint& checkpoint,
+                         std::unique_ptr<SequenceState>& state) const;
 
   // BENCHMARK-ONLY shortcut: makes `state` (empty) hold `num_tokens` tokens of
   // random cache and recurrent-state contents without running prefill, so

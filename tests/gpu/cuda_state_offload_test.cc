@@ -1,7 +1,8 @@
 // Preemption and copy-on-write prefix blocks of the GPU executors
 // (SequenceState::MoveToHost / MoveToDevice, Clone), on the small fixtures of
 // each: kimi_g1 (KDA + MLA), dsv32_g1 (DSA: latent rows + indexer keys, no
-// recurrent slot), qwen3next_a (GDN + GQA). For each:
+// recurrent slot), qwen3next_a (GDN + GQA), strata_hybrid_g1 (KDA + DSA).
+// For each:
 //   * a state prefilled with N tokens moved to the host gives its slot and
 //     every block back to the pools; moved back, its decode logits are
 //     bit-identical to a state that never left (the same kernels on the same
@@ -16,7 +17,13 @@
 //     tail; full blocks are shared), and both states, continued with
 //     different tokens (single steps and multi-token prefill inside the
 //     partial block), equal independent runs bit for bit, also after the
-//     source is destroyed.
+//     source is destroyed;
+//   * a Checkpoint holds no slot (and at most the partial block's rows, in
+//     host memory): with every slot taken by live states it still succeeds;
+//     restored into a used state (its own slot reused, no other taken) or a
+//     new one, the state continues bit-identically to the source, any number
+//     of times, also after the source is destroyed, and everything returns
+//     to the pools when the last holder goes.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -291,6 +298,77 @@ TEST_P(CudaStateOffload, CloneSharesFullBlocksAndBothSidesMatchIndependentRuns) 
   }
 }
 
+TEST_P(CudaStateOffload, CheckpointsHoldNoSlotAndRestoreBitIdenticallyIntoAnyState) {
+  for (int64_t n : {int64_t{100}, int64_t{128}}) {
+    SCOPED_TRACE("prefill " + std::to_string(n));
+    const std::vector<int32_t> x = Continuation(n, 6, 0), y = Continuation(n, 20, 5);
+    const std::vector<float> want_x = Independent(n, x, false);
+    const std::vector<float> want_y = Independent(n, y, true);
+    std::unique_ptr<SequenceState> src = Prefilled(n);
+    ASSERT_NE(src, nullptr);
+    // Every other slot taken by a live state: the checkpoint needs none.
+    std::vector<std::unique_ptr<SequenceState>> hogs;
+    while (Usage().slots_free > 0) {
+      auto st = model_->NewState(static_cast<int64_t>(fixture_.prompt.size()) + 64);
+      ASSERT_TRUE(st.ok()) << st.status();
+      hogs.push_back(std::move(*st));
+    }
+    const PoolUsage before = Usage();
+    StatusOr<std::unique_ptr<StateCheckpoint>> cp = model_->Checkpoint(*src);
+    ASSERT_TRUE(cp.ok()) << cp.status();
+    EXPECT_EQ((*cp)->num_tokens(), n);
+    const PoolUsage after = Usage();
+    EXPECT_EQ(after.slots_free, before.slots_free);
+    EXPECT_EQ(after.blocks_free, before.blocks_free);  // full blocks shared, the tail on the host
+    // A new state needs a slot, and none is free.
+    std::unique_ptr<SequenceState> none;
+    EXPECT_TRUE(absl::IsResourceExhausted(model_->Restore(**cp, none)));
+    EXPECT_EQ(none, nullptr);
+    // Into a used state: its slot is reused; its old blocks go back.
+    std::unique_ptr<SequenceState>& used = hogs.back();
+    ASSERT_TRUE(model_->Forward(std::span(fixture_.prompt.data(), 70), *used, nullptr, false).ok());
+    SequenceState* const same = used.get();
+    ASSERT_TRUE(model_->Restore(**cp, used).ok());
+    EXPECT_EQ(used.get(), same);
+    EXPECT_EQ(used->num_tokens(), n);
+    EXPECT_EQ(Usage().slots_free, 0);
+    ExpectBitIdentical(Decode(*used, x), want_x, "restored into a used state, decoded");
+    ExpectBitIdentical(Decode(*src, x), want_x, "the source after the checkpoint");
+    src.reset();
+    hogs.pop_back();
+    // Into a new state (a slot is free again), after the source is gone and
+    // its blocks reused, continued by a prefill inside the partial block.
+    {
+      std::unique_ptr<SequenceState> scribble = Prefilled(n);
+      ASSERT_NE(scribble, nullptr);
+    }
+    std::unique_ptr<SequenceState> fresh;
+    ASSERT_TRUE(model_->Restore(**cp, fresh).ok());
+    ASSERT_NE(fresh, nullptr);
+    ExpectBitIdentical(Prefill(*fresh, y), want_y, "restored into a new state, prefilled");
+    // A checkpoint of another model, or a host-resident state, is refused.
+    ASSERT_TRUE(fresh->MoveToHost().ok());
+    EXPECT_TRUE(absl::IsFailedPrecondition(model_->Checkpoint(*fresh).status()));
+    EXPECT_TRUE(absl::IsFailedPrecondition(model_->Restore(**cp, fresh)));
+    auto cpu = LoadModel(fixture_.dir);
+    ASSERT_TRUE(cpu.ok());
+    auto cpu_state = (*cpu)->NewState(8);
+    ASSERT_TRUE(cpu_state.ok());
+    auto cpu_cp = (*cpu)->Checkpoint(**cpu_state);
+    ASSERT_TRUE(cpu_cp.ok());
+    std::unique_ptr<SequenceState> target = std::move(hogs.back());
+    hogs.pop_back();
+    EXPECT_TRUE(absl::IsInvalidArgument(model_->Restore(**cpu_cp, target)));
+    target.reset();
+    hogs.clear();
+    fresh.reset();
+    cp->reset();
+    const PoolUsage idle = Usage();
+    EXPECT_EQ(idle.slots_free, idle.slots_total);
+    EXPECT_EQ(idle.blocks_free, idle.blocks_total);
+  }
+}
+
 TEST_P(CudaStateOffload, PrefillInsideThePartialBlockAfterCloneAndSourceDestroyed) {
   const int64_t n = 100;
   const std::vector<int32_t> x = Continuation(n, 20, 0), y = Continuation(n, 20, 11);
@@ -337,7 +415,8 @@ TEST_P(CudaStateOffload, RoundTripOfAStateSharingBlocksWithAClone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SmallFixtures, CudaStateOffload,
-                         ::testing::Values("kimi_g1", "dsv32_g1", "qwen3next_a"),
+                         ::testing::Values("kimi_g1", "dsv32_g1", "qwen3next_a",
+                                           "strata_hybrid_g1"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace

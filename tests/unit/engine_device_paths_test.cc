@@ -1,7 +1,9 @@
 // The engine's GPU paths against a fake model that emulates a CUDA executor:
 // token selection by DecodeBatchSample (chosen only when every row of a
 // step is expressible as DecodeSampling and the model samples on the
-// device) and, for the first token, by the prefill's ForwardSample, the automatic prefill budget by
+// device) and, for the first token, by the prefill's ForwardSample,
+// prefix-cache checkpoints that hold no slot of the fixed pool (as a GPU
+// executor's CudaCheckpoint) restored into a session's own state, the automatic prefill budget by
 // device, admission under a fixed pool of sequence states, and the prefix cache giving state slots
 // back instead of failing requests. The fake's greedy output counts upwards (token t is followed by
 // t + 1), so every expected token is known.
@@ -107,6 +109,35 @@ class PoolModel : public Model {
     *out = Draw(tokens.back(), sampling);
     return OkStatus();
   }
+  // As the CUDA executor's: a checkpoint takes no slot, a restore reuses the
+  // state's own.
+  struct PoolCheckpoint : StateCheckpoint {
+    PoolCheckpoint(const PoolModel* m, int64_t tokens, int32_t token)
+        : model(m), n(tokens), last(token) {}
+    int64_t num_tokens() const override { return n; }
+    const PoolModel* model;
+    int64_t n;
+    int32_t last;
+  };
+  StatusOr<std::unique_ptr<StateCheckpoint>> Checkpoint(const SequenceState& state) const override {
+    const auto& s = static_cast<const PoolState&>(state);
+    return std::unique_ptr<StateCheckpoint>(std::make_unique<PoolCheckpoint>(this, s.n, s.last));
+  }
+  Status Restore(const StateCheckpoint& checkpoint,
+                 std::unique_ptr<SequenceState>& state) const override {
+    const auto& cp = static_cast<const PoolCheckpoint&>(checkpoint);
+    if (cp.model != this) return absl::InvalidArgumentError("another model's checkpoint");
+    if (state == nullptr) {
+      StatusOr<std::unique_ptr<SequenceState>> fresh = NewState(cp.n + 1);
+      if (!fresh.ok()) return fresh.status();
+      state = *std::move(fresh);
+    }
+    auto& s = static_cast<PoolState&>(*state);
+    s.n = cp.n;
+    s.last = cp.last;
+    restores.fetch_add(1);
+    return OkStatus();
+  }
   int32_t Draw(int32_t last, const DecodeSampling& d) const {
     std::lock_guard<std::mutex> lock(mu_);
     rows_seen.push_back(d);
@@ -135,7 +166,7 @@ class PoolModel : public Model {
 
   mutable std::mutex mu_;
   mutable std::atomic<int> logits_batches{0}, sample_batches{0};
-  mutable std::atomic<int> forward_samples{0}, forward_samples_with_logits{0};
+  mutable std::atomic<int> forward_samples{0}, forward_samples_with_logits{0}, restores{0};
   mutable std::vector<DecodeSampling> rows_seen;  // guarded by mu_
   mutable std::vector<int64_t> forward_sizes;     // guarded by mu_
   mutable int64_t max_live = 0, max_rows = 0;     // guarded by mu_
@@ -439,8 +470,10 @@ TEST(EngineStatePool, AdmissionNeverExceedsTheModelsStatePool) {
   EXPECT_EQ(capped->max_rows, 2);  // and it does batch up to the pool
 }
 
-TEST(EngineStatePool, PrefixCacheUnderSlotPressureNeverFailsARequest) {
-  // 4 slots: one live session, the cache gets at most 4 - 1 - 2 = 1.
+TEST(EngineStatePool, PrefixCacheCheckpointsHoldNoSlotsAndRestoreIntoTheSessionsState) {
+  // 4 slots, all of them the host's sessions' at the end: the cache's
+  // checkpoints never take one, so nothing is evicted for slots and every
+  // request still restores its shared prefix into its own session's state.
   auto model = std::make_shared<PoolModel>(4, true);
   EngineOptions o;
   o.prefix_cache_bytes = 1 << 30;
@@ -456,22 +489,24 @@ TEST(EngineStatePool, PrefixCacheUnderSlotPressureNeverFailsARequest) {
   }
   EngineMetrics m = engine->Metrics();
   EXPECT_GT(m.prefix_hit_tokens, 0);
-  EXPECT_GT(m.prefix_cache_entries, 0);
-  // The host's sessions come first: filling the pool evicts the cache.
+  // Every rung of the first prompt (16, 32, 64, 128, 192) and the 192-token
+  // boundary is shared by all: more checkpoints than the pool has slots.
+  const int64_t entries = m.prefix_cache_entries;
+  EXPECT_GT(entries, 4);
   std::vector<std::unique_ptr<Session>> sessions;
   for (int i = 0; i < 4; ++i) {
-    auto s = Session::Create(engine.get(), model, {});
+    // The capacity RunAll's sessions had: a checkpoint restores into its own size.
+    auto s = Session::Create(engine.get(), model, SessionOptions{8192, nullptr});
     ASSERT_TRUE(s.ok()) << "session " << i << ": " << s.status();
     sessions.push_back(*std::move(s));
   }
-  EXPECT_EQ(engine->Metrics().prefix_cache_entries, 0);
-  EXPECT_GT(engine->Metrics().prefix_cache_slot_evictions, 0);
-  // With every slot held by a session, requests still run (no snapshot,
-  // no restore: misses).
+  EXPECT_EQ(engine->Metrics().prefix_cache_entries, entries);
+  EXPECT_EQ(engine->Metrics().prefix_cache_slot_evictions, 0);
+  const int restores_before = model->restores.load();
+  const int64_t hits_before = engine->Metrics().prefix_hit_tokens;
   std::vector<std::shared_ptr<Request>> requests;
   for (auto& s : sessions) {
-    std::vector<int32_t> prompt = shared;
-    auto r = engine->Submit(*s, prompt, Greedy(3), nullptr, true);
+    auto r = engine->Submit(*s, shared, Greedy(3), nullptr, true);
     ASSERT_TRUE(r.ok());
     requests.push_back(*r);
   }
@@ -479,6 +514,8 @@ TEST(EngineStatePool, PrefixCacheUnderSlotPressureNeverFailsARequest) {
     ASSERT_TRUE(engine->RunToCompletion(*r, nullptr, nullptr).ok()) << r->status();
     EXPECT_EQ(r->generated_tokens(), Counting(shared.back(), 3));
   }
+  EXPECT_EQ(model->restores.load() - restores_before, 4);
+  EXPECT_EQ(engine->Metrics().prefix_hit_tokens - hits_before, 4 * 192);
   std::lock_guard<std::mutex> lock(model->mu_);
   EXPECT_LE(model->max_live, 4);
 }

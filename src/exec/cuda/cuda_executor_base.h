@@ -78,6 +78,14 @@ class CudaExecutorBase : public Model {
                        const DecodeSampling& sampling, int32_t* out_token,
                        float* logits) const override;
 
+  // CudaCheckpoint (cuda_paged_state.h): the full blocks shared, the slot and
+  // the partial last block copied to pinned host memory; no slot held.
+  StatusOr<std::unique_ptr<StateCheckpoint>> Checkpoint(const SequenceState& state) const override;
+  // Into the same state object: its slot is reused, the checkpoint's full
+  // blocks shared, one fresh block taken for a partial last block.
+  Status Restore(const StateCheckpoint& checkpoint,
+                 std::unique_ptr<SequenceState>& state) const override;
+
   // Offered where the executor sets benchmark_fill_ (Model's Unimplemented
   // otherwise): random cache blocks (every block region, region by region,
   // layer by layer, runs of consecutive blocks) and FillSlotForBenchmark.

@@ -297,6 +297,72 @@ std::unique_ptr<SequenceState> CudaExecutorBase::CloneState(const CudaSequenceSt
   return st;
 }
 
+StatusOr<std::unique_ptr<StateCheckpoint>> CudaExecutorBase::Checkpoint(
+    const SequenceState& state) const {
+  CudaSequenceState* st = nullptr;
+  STRATA_RETURN_IF_ERROR(CheckState(const_cast<SequenceState*>(&state), &st, "Checkpoint"));
+  const Turn turn(*this);
+  // The blocks holding rows below tokens_: the full ones are shared, the
+  // partial last one (if any) is copied with the slot.
+  const size_t used =
+      std::min(st->blocks_.size(), static_cast<size_t>(CeilDiv(st->tokens_, kBlockTokens)));
+  const size_t full = std::min(used, static_cast<size_t>(st->tokens_ / kBlockTokens));
+  const std::span<const int32_t> tail(st->blocks_.data() + full, used - full);
+  const size_t bytes = layout_.SlotBytes() + tail.size() * layout_.BlockBytes();
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PinnedBuffer> host,
+                          PinnedBuffer::Create(std::max<size_t>(bytes, 1)));
+  STRATA_RETURN_IF_ERROR(SlotAndBlocksToHost(layout_, st->slot_, tail, host->data(), stream_));
+  STRATA_RETURN_IF_ERROR(Sync("Checkpoint"));
+  auto cp = std::make_unique<CudaCheckpoint>(this, book_);
+  cp->tokens_ = st->tokens_;
+  cp->blocks_.assign(st->blocks_.begin(), st->blocks_.begin() + static_cast<std::ptrdiff_t>(full));
+  book_->Share(cp->blocks_);
+  cp->host_ = std::move(host);
+  cp->host_blocks_ = static_cast<int64_t>(tail.size());
+  return std::unique_ptr<StateCheckpoint>(std::move(cp));
+}
+
+Status CudaExecutorBase::Restore(const StateCheckpoint& checkpoint,
+                                 std::unique_ptr<SequenceState>& state) const {
+  const auto* cp = dynamic_cast<const CudaCheckpoint*>(&checkpoint);
+  if (cp == nullptr || cp->owner_ != this) {
+    return absl::InvalidArgumentError("Restore: the checkpoint was made by another model");
+  }
+  std::unique_ptr<SequenceState> fresh;
+  if (state == nullptr) {
+    STRATA_ASSIGN_OR_RETURN(fresh, NewState(frame_.max_ctx));
+  }
+  CudaSequenceState* st = nullptr;
+  STRATA_RETURN_IF_ERROR(CheckState(state ? state.get() : fresh.get(), &st, "Restore"));
+  if (cp->tokens_ > st->max_tokens_) {
+    return absl::InvalidArgumentError(absl::StrCat("Restore: the checkpoint holds ", cp->tokens_,
+                                                   " tokens, the state only ", st->max_tokens_));
+  }
+  const Turn turn(*this);
+  std::vector<int32_t> tail;
+  if (!book_->TakeBlocks(cp->host_blocks_, tail)) {
+    return absl::ResourceExhaustedError(absl::StrCat("Restore: ", cp->host_blocks_,
+                                                     " block needed, ", book_->FreeBlocks(), " of ",
+                                                     book_->total_blocks(), " free"));
+  }
+  // Every byte of the slot and of the fresh block is overwritten, so the
+  // state's old contents need no clearing.
+  Status s = SlotAndBlocksFromHost(layout_, st->slot_, tail, cp->host_->data(), stream_);
+  if (s.ok()) s = Sync("Restore");
+  if (!s.ok()) {
+    book_->Release(tail);
+    return s;
+  }
+  book_->Release(st->blocks_);
+  book_->Share(cp->blocks_);
+  st->blocks_ = cp->blocks_;
+  st->blocks_.insert(st->blocks_.end(), tail.begin(), tail.end());
+  st->tokens_ = cp->tokens_;
+  ++st->generation_;
+  if (fresh != nullptr) state = std::move(fresh);
+  return OkStatus();
+}
+
 Status CudaExecutorBase::MoveStateToHost(CudaSequenceState& st) const {
   const Turn turn(*this);
   if (st.on_host()) return OkStatus();

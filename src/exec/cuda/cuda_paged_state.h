@@ -124,6 +124,27 @@ class CudaSequenceState final : public SequenceState {
   int64_t host_blocks_ = 0;
 };
 
+// A checkpoint of a CudaSequenceState (Model::Checkpoint): a reference to
+// each of the source's full cache blocks (never written again, the rule
+// above), and in pinned host memory its recurrent slot and the rows of its
+// partial last block (SlotAndBlocksToHost's layout with `host_blocks` = 0 or
+// 1 blocks). It holds no sequence slot. Only the owning executor touches the
+// fields.
+class CudaCheckpoint final : public StateCheckpoint {
+ public:
+  CudaCheckpoint(const CudaExecutorBase* owner, std::shared_ptr<PagedStateBook> book)
+      : owner_(owner), book_(std::move(book)) {}
+  ~CudaCheckpoint() override { book_->Release(blocks_); }
+  int64_t num_tokens() const override { return tokens_; }
+
+  const CudaExecutorBase* owner_;
+  std::shared_ptr<PagedStateBook> book_;
+  int64_t tokens_ = 0;
+  std::vector<int32_t> blocks_;  // the shared full blocks, in sequence order
+  std::unique_ptr<PinnedBuffer> host_;
+  int64_t host_blocks_ = 0;
+};
+
 }  // namespace cuda_exec
 }  // namespace strata
 
