@@ -83,6 +83,14 @@ bool Engine::SwapInSession(Session& s) {
 }
 
 void Engine::CacheSnapshot(Session& s) {
+  // Within the model's device checkpoints: the least recently used unpinned
+  // entry makes way (marks past them go to host memory).
+  const Model* m = &s.model();
+  if (const int64_t slots = m->info().checkpoint_slots; slots > 0) {
+    while (cache_.EntriesOf(m) >= slots) {
+      if (!cache_.EvictOne(m)) break;  // pinned marks hold the rest
+    }
+  }
   cache_.Insert(s.Snapshot());  // a null snapshot (no room) is not kept
 }
 
@@ -442,17 +450,23 @@ void Engine::BeginPrefill(Request& r) {
   // boundary of the prompt, and at the boundaries B, 2B, 4B, 8B... below
   // it, so a shared prefix of any length is found with at least half of
   // it restored. (On the CPU a snapshot is a full copy of the state, so
-  // not every block; a GPU checkpoint shares the full blocks and copies the
-  // slot, which costs the same at every rung.)
-  run.SetSnapshotPoints(SnapshotPoints(s.num_evaluated(), static_cast<int64_t>(target_len)));
+  // not every block; on a GPU see SnapshotPoints.)
+  run.SetSnapshotPoints(SnapshotPoints(s.model(), s.num_evaluated(), static_cast<int64_t>(target_len)));
 }
 
-std::vector<int64_t> Engine::SnapshotPoints(int64_t evaluated, int64_t target_len) const {
+std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluated,
+                                            int64_t target_len) const {
   const int64_t b = cache_.block_tokens();
   const int64_t last = target_len / b * b;
+  // Every point cuts the prefill into one more forward pass. On a GPU a pass
+  // costs a read of all the weights however few its tokens, so only the
+  // rungs within 4x of the end: at most three passes, and a shared prefix is
+  // still found with at least half of it restored when it covers a quarter
+  // of the prompt.
+  const int64_t lowest = model.info().device != "cpu" ? last / 4 : 0;
   std::vector<int64_t> points;
   for (int64_t at = b; at < last; at *= 2) {
-    if (at > evaluated) points.push_back(at);
+    if (at > evaluated && at >= lowest) points.push_back(at);
   }
   if (last > evaluated) points.push_back(last);
   return points;

@@ -258,7 +258,7 @@ class Engine {
   // then lower effective cost, then arrival.
   double EffectiveCost(const Request& r) const;
   // Snapshot points of a prefill ending at `target_len` after `evaluated`.
-  std::vector<int64_t> SnapshotPoints(int64_t evaluated, int64_t target_len) const;
+  std::vector<int64_t> SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len) const;
   // Puts a checkpoint of `s` in the prefix cache (none when there is no room
   // for its copy).
   void CacheSnapshot(Session& s);

@@ -4,9 +4,14 @@
 
 namespace strata {
 
-PagedStateBook::PagedStateBook(int64_t slots, int64_t blocks)
-    : total_slots_(slots > 0 ? slots : 0), total_blocks_(blocks > 0 ? blocks : 0) {
+PagedStateBook::PagedStateBook(int64_t slots, int64_t blocks, int64_t checkpoint_slots)
+    : total_slots_(slots > 0 ? slots : 0),
+      total_blocks_(blocks > 0 ? blocks : 0),
+      total_checkpoint_slots_(checkpoint_slots > 0 ? checkpoint_slots : 0) {
   for (int64_t i = total_slots_ - 1; i >= 0; --i) free_slots_.push_back(static_cast<int32_t>(i));
+  for (int64_t i = total_slots_ + total_checkpoint_slots_ - 1; i >= total_slots_; --i) {
+    free_checkpoint_slots_.push_back(static_cast<int32_t>(i));
+  }
   for (int64_t i = total_blocks_ - 1; i >= 0; --i) free_blocks_.push_back(static_cast<int32_t>(i));
   refs_.assign(static_cast<size_t>(total_blocks_), 0);
 }
@@ -28,6 +33,20 @@ void PagedStateBook::GiveSlot(int32_t slot) {
   if (slot < 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   free_slots_.push_back(slot);
+}
+
+int32_t PagedStateBook::TakeCheckpointSlot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_checkpoint_slots_.empty()) return -1;
+  const int32_t s = free_checkpoint_slots_.back();
+  free_checkpoint_slots_.pop_back();
+  return s;
+}
+
+void PagedStateBook::GiveCheckpointSlot(int32_t slot) {
+  if (slot < 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  free_checkpoint_slots_.push_back(slot);
 }
 
 bool PagedStateBook::TakeBlocks(int64_t n, std::vector<int32_t>& out) {
@@ -72,6 +91,11 @@ int32_t PagedStateBook::RefCount(int32_t block) const {
 int64_t PagedStateBook::FreeSlots() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(free_slots_.size());
+}
+
+int64_t PagedStateBook::FreeCheckpointSlots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(free_checkpoint_slots_.size());
 }
 
 int64_t PagedStateBook::FreeBlocks() const {

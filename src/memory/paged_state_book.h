@@ -1,6 +1,8 @@
 // Host bookkeeping of a GPU executor's per-sequence device pools: sequence
 // slots (one per live, device-resident sequence: recurrent matrices and conv
-// tails) and 64-token blocks of the paged attention caches, with a reference
+// tails), checkpoint slots (the same arrays' units after the sequence slots,
+// holding checkpoints' recurrent state apart from the live ones) and 64-token
+// blocks of the paged attention caches, with a reference
 // count per block so that a cloned state can share its source's full blocks
 // (copy-on-write prefix blocks, see cuda_paged_state.h for the rule that makes
 // sharing safe). Plain C++ (no CUDA) so that it is unit-tested on the CPU.
@@ -20,9 +22,9 @@ namespace strata {
 
 class PagedStateBook {
  public:
-  // All slots [0, slots) and blocks [0, blocks) free; the lowest index is
-  // taken first.
-  PagedStateBook(int64_t slots, int64_t blocks);
+  // All slots [0, slots), checkpoint slots [slots, slots + checkpoint_slots)
+  // and blocks [0, blocks) free; the lowest index is taken first.
+  PagedStateBook(int64_t slots, int64_t blocks, int64_t checkpoint_slots = 0);
 
   uint64_t NextId();
 
@@ -30,6 +32,9 @@ class PagedStateBook {
   int32_t TakeSlot();
   // Back to the free list; −1 is ignored.
   void GiveSlot(int32_t slot);
+  // A free checkpoint slot (an index >= total_slots()), or −1 when none is.
+  int32_t TakeCheckpointSlot();
+  void GiveCheckpointSlot(int32_t slot);
 
   // Appends `n` fresh blocks (reference count 1) to `out`, all or none.
   bool TakeBlocks(int64_t n, std::vector<int32_t>& out);
@@ -43,14 +48,17 @@ class PagedStateBook {
   int32_t RefCount(int32_t block) const;
 
   int64_t FreeSlots() const;
+  int64_t FreeCheckpointSlots() const;
   int64_t FreeBlocks() const;
   int64_t total_slots() const { return total_slots_; }
   int64_t total_blocks() const { return total_blocks_; }
+  int64_t total_checkpoint_slots() const { return total_checkpoint_slots_; }
 
  private:
   mutable std::mutex mu_;
-  const int64_t total_slots_, total_blocks_;
+  const int64_t total_slots_, total_blocks_, total_checkpoint_slots_;
   std::vector<int32_t> free_slots_;   // stack
+  std::vector<int32_t> free_checkpoint_slots_;  // stack
   std::vector<int32_t> free_blocks_;  // stack, lowest index on top at start
   std::vector<int32_t> refs_;         // [total_blocks]
   uint64_t next_id_ = 1;

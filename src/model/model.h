@@ -45,6 +45,12 @@ struct ModelInfo {
   // limit (the CPU). The engine keeps prefix-cache snapshots and running
   // requests within it.
   int64_t max_live_states = 0;
+  // Checkpoints (Model::Checkpoint) the executor keeps in device memory
+  // (LoadOptions::max_checkpoints on CUDA): beyond them a checkpoint's
+  // recurrent state goes to pinned host memory, whose allocation stalls the
+  // caller for milliseconds, so the engine keeps its prefix cache within
+  // them. 0: no such limit (the CPU).
+  int64_t checkpoint_slots = 0;
   // DecodeBatchSample selects tokens on the device for every DecodeSampling
   // row (greedy, temperature, top-k, top-p), so the engine samples there
   // instead of copying [B, vocab] logits to the host. False: only the
@@ -122,6 +128,12 @@ struct LoadOptions {
   // once at load from these; 0 picks the default.
   int64_t max_batch = 0;            // rows of one DecodeBatch step (default 64)
   int64_t max_sequences = 0;        // live SequenceStates (default: max_batch)
+  // Checkpoint slots: device room for the recurrent state of that many
+  // checkpoints (Model::Checkpoint: prefix-cache entries, marks, turn
+  // checkpoints) apart from the live states, copied on the device; a
+  // checkpoint beyond them keeps its slot in pinned host memory (slower to
+  // make). 0: max_sequences; negative: none.
+  int64_t max_checkpoints = 0;
   int64_t max_context_tokens = 0;   // longest state (default: min(model, 131072))
   int64_t prefill_slice_tokens = 0;  // tokens per prefill pass (default 8192)
   double gpu_memory_fraction = 0.92;  // of the free memory at load; the rest of

@@ -18,8 +18,10 @@
 //     different tokens (single steps and multi-token prefill inside the
 //     partial block), equal independent runs bit for bit, also after the
 //     source is destroyed;
-//   * a Checkpoint holds no slot (and at most the partial block's rows, in
-//     host memory): with every slot taken by live states it still succeeds;
+//   * a Checkpoint holds no sequence slot: a checkpoint slot and, for a
+//     partial last block, one block (device copies), or with every
+//     checkpoint slot taken both in host memory; with every sequence slot
+//     taken by live states it still succeeds;
 //     restored into a used state (its own slot reused, no other taken) or a
 //     new one, the state continues bit-identically to the source, any number
 //     of times, also after the source is destroyed, and everything returns
@@ -314,12 +316,30 @@ TEST_P(CudaStateOffload, CheckpointsHoldNoSlotAndRestoreBitIdenticallyIntoAnySta
       hogs.push_back(std::move(*st));
     }
     const PoolUsage before = Usage();
+    ASSERT_GT(before.checkpoint_slots_free, 0);
     StatusOr<std::unique_ptr<StateCheckpoint>> cp = model_->Checkpoint(*src);
     ASSERT_TRUE(cp.ok()) << cp.status();
     EXPECT_EQ((*cp)->num_tokens(), n);
     const PoolUsage after = Usage();
+    // A checkpoint slot and, for a partial last block, one block of its own;
+    // the full blocks are shared.
     EXPECT_EQ(after.slots_free, before.slots_free);
-    EXPECT_EQ(after.blocks_free, before.blocks_free);  // full blocks shared, the tail on the host
+    EXPECT_EQ(after.checkpoint_slots_free, before.checkpoint_slots_free - 1);
+    if (HasBlocks()) EXPECT_EQ(before.blocks_free - after.blocks_free, n % kBlock == 0 ? 0 : 1);
+    // With every checkpoint slot taken, a checkpoint keeps its slot and
+    // partial block in host memory instead: no device room taken at all.
+    std::vector<std::unique_ptr<StateCheckpoint>> more;
+    while (Usage().checkpoint_slots_free > 0) {
+      StatusOr<std::unique_ptr<StateCheckpoint>> c = model_->Checkpoint(*src);
+      ASSERT_TRUE(c.ok()) << c.status();
+      more.push_back(std::move(*c));
+    }
+    const PoolUsage full_cp = Usage();
+    StatusOr<std::unique_ptr<StateCheckpoint>> host_cp = model_->Checkpoint(*src);
+    ASSERT_TRUE(host_cp.ok()) << host_cp.status();
+    EXPECT_EQ(Usage().blocks_free, full_cp.blocks_free);
+    EXPECT_EQ(Usage().checkpoint_slots_free, 0);
+    more.clear();
     // A new state needs a slot, and none is free.
     std::unique_ptr<SequenceState> none;
     EXPECT_TRUE(absl::IsResourceExhausted(model_->Restore(**cp, none)));
@@ -333,6 +353,10 @@ TEST_P(CudaStateOffload, CheckpointsHoldNoSlotAndRestoreBitIdenticallyIntoAnySta
     EXPECT_EQ(used->num_tokens(), n);
     EXPECT_EQ(Usage().slots_free, 0);
     ExpectBitIdentical(Decode(*used, x), want_x, "restored into a used state, decoded");
+    // The same from the host-resident checkpoint, into the same state.
+    ASSERT_TRUE(model_->Restore(**host_cp, used).ok());
+    EXPECT_EQ(used->num_tokens(), n);
+    ExpectBitIdentical(Decode(*used, x), want_x, "restored from host memory, decoded");
     ExpectBitIdentical(Decode(*src, x), want_x, "the source after the checkpoint");
     src.reset();
     hogs.pop_back();
@@ -363,9 +387,11 @@ TEST_P(CudaStateOffload, CheckpointsHoldNoSlotAndRestoreBitIdenticallyIntoAnySta
     hogs.clear();
     fresh.reset();
     cp->reset();
+    host_cp->reset();
     const PoolUsage idle = Usage();
     EXPECT_EQ(idle.slots_free, idle.slots_total);
     EXPECT_EQ(idle.blocks_free, idle.blocks_total);
+    EXPECT_EQ(idle.checkpoint_slots_free, idle.checkpoint_slots_total);
   }
 }
 

@@ -1,7 +1,7 @@
 // The host bookkeeping of the GPU executors' state pools (PagedStateBook):
-// slots, blocks taken all-or-none, and the reference counts behind the
-// copy-on-write prefix blocks of Clone (a shared block is free again only
-// when its last holder releases it). Plain C++: no device needed.
+// slots, checkpoint slots apart from them, blocks taken all-or-none, and the reference counts
+// behind the copy-on-write prefix blocks of Clone (a shared block is free again only when its last
+// holder releases it). Plain C++: no device needed.
 #include "memory/paged_state_book.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +25,25 @@ TEST(PagedStateBook, SlotsAreTakenLowestFirstAndGivenBack) {
   book.GiveSlot(-1);  // ignored
   EXPECT_EQ(book.FreeSlots(), 1);
   EXPECT_EQ(book.TakeSlot(), 1);
+}
+
+TEST(PagedStateBook, CheckpointSlotsFollowTheSequenceSlotsAndAreKeptApart) {
+  PagedStateBook book(2, 0, 2);
+  EXPECT_EQ(book.total_checkpoint_slots(), 2);
+  EXPECT_EQ(book.TakeCheckpointSlot(), 2);
+  EXPECT_EQ(book.TakeCheckpointSlot(), 3);
+  EXPECT_EQ(book.TakeCheckpointSlot(), -1);
+  // Sequence slots are untouched by checkpoints, and the other way round.
+  EXPECT_EQ(book.FreeSlots(), 2);
+  EXPECT_EQ(book.TakeSlot(), 0);
+  EXPECT_EQ(book.TakeSlot(), 1);
+  EXPECT_EQ(book.TakeSlot(), -1);
+  book.GiveCheckpointSlot(2);
+  book.GiveCheckpointSlot(-1);  // ignored
+  EXPECT_EQ(book.FreeCheckpointSlots(), 1);
+  EXPECT_EQ(book.FreeSlots(), 0);
+  EXPECT_EQ(book.TakeCheckpointSlot(), 2);
+  EXPECT_EQ(PagedStateBook(3, 0).TakeCheckpointSlot(), -1);  // none by default
 }
 
 TEST(PagedStateBook, BlocksAreAllOrNoneAndConsecutiveFromAFreshBook) {

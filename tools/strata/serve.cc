@@ -105,8 +105,8 @@ constexpr char kCommonHelp[] =
     "  --prefill-while-decoding N  the prefill budget of an iteration that also decodes: bounds the decode\n"
     "                            stall (TPOT) (default: the chunk on the CPU, 2048 on a GPU; at most the chunk)\n"
     "  --max-batch B             most rows of one decode step (default: --concurrency)\n"
-    "  --max-sequences S         GPU state pool: live sessions plus prefix-cache snapshots\n"
-    "                            (default 2 x concurrency + 8)\n"
+    "  --max-sequences S         GPU state pool: live sessions (default 2 x concurrency + 8), and\n"
+    "                            as many checkpoint slots for prefix-cache entries\n"
     "  --memory-budget BYTES     state + prefix-cache bytes the scheduler keeps resident (default: unlimited)\n"
     "  --no-prefix-cache         turn the prefix cache off\n"
     "  --prefix-cache-bytes N    prefix-cache capacity (default 256 MiB)\n"
@@ -194,8 +194,8 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
   } catch (const api::Error& e) {
     return Fail(cmd, e, kExitUsage);
   }
-  // GPU pools are sized at load: a state per live session plus prefix-cache
-  // snapshots (each a state of its own until a paged cache shares blocks).
+  // GPU pools are sized at load: a state per live session, and as many
+  // checkpoint slots for the prefix cache's entries (LoadOptions::max_checkpoints).
   mp.MaxBatch(*max_batch)
       .MaxSequences(*max_sequences)
       .MaxContext(max_context)

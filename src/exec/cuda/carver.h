@@ -37,6 +37,7 @@ class Carver {
 struct SequencePlan {
   int64_t max_batch = 0;
   int64_t max_sequences = 0;
+  int64_t checkpoint_slots = 0;  // after the sequence slots in every slot array
   int64_t max_ctx = 0;     // longest sequence (tokens)
   int64_t slice = 0;       // prefill slice (tokens)
   int64_t rows = 0;        // max(slice, max_batch): rows of the activation buffers

@@ -56,6 +56,7 @@ using cuda::bf16;
 struct PoolUsage {
   int64_t slots_total = 0, slots_free = 0;
   int64_t blocks_total = 0, blocks_free = 0;
+  int64_t checkpoint_slots_total = 0, checkpoint_slots_free = 0;
 };
 
 class CudaExecutorBase : public Model {
@@ -325,8 +326,8 @@ class CudaExecutorBase : public Model {
   // After load, once frame_, layout_, stream_ and the pools exist: the
   // pinned mirrors (plus `extra_pinned` bytes returned in *extra, e.g. the
   // weight-upload staging), the slot/block book and the block-table owners.
-  Status InitRuntime(int64_t slots, int64_t blocks, bool cuda_graphs, size_t extra_pinned,
-                     char** extra);
+  Status InitRuntime(int64_t slots, int64_t checkpoint_slots, int64_t blocks, bool cuda_graphs,
+                     size_t extra_pinned, char** extra);
   // First in a load: tuning_ from LoadOptions::options over STRATA_OPTIONS,
   // and batch_invariant (invariant_, prefill_single_tokens_). The load then
   // holds a tuning::Scope on tuning_ for its own launches.

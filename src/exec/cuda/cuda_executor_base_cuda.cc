@@ -79,8 +79,8 @@ CudaExecutorBase::~CudaExecutorBase() {
   cudaGetLastError();
 }
 
-Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t blocks, bool cuda_graphs,
-                                     size_t extra_pinned, char** extra) {
+Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t checkpoint_slots, int64_t blocks,
+                                     bool cuda_graphs, size_t extra_pinned, char** extra) {
   const Frame& f = frame_;
   const size_t sizes[] = {
       cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>(4 * f.max_batch)),
@@ -104,7 +104,7 @@ Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t blocks, bool cuda_gr
   std::memset(h_block_table_, 0,
               sizeof(int32_t) * static_cast<size_t>((f.max_batch + 1) * f.max_blocks));
   row_owner_.assign(static_cast<size_t>(f.max_batch), RowOwner{});
-  book_ = std::make_shared<PagedStateBook>(slots, blocks);
+  book_ = std::make_shared<PagedStateBook>(slots, blocks, checkpoint_slots);
   graphs_enabled_ = cuda_graphs;
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));
@@ -149,6 +149,8 @@ PoolUsage CudaExecutorBase::Usage() const {
   u.slots_free = book_->FreeSlots();
   u.blocks_total = book_->total_blocks();
   u.blocks_free = book_->FreeBlocks();
+  u.checkpoint_slots_total = book_->total_checkpoint_slots();
+  u.checkpoint_slots_free = book_->FreeCheckpointSlots();
   return u;
 }
 
@@ -308,17 +310,26 @@ StatusOr<std::unique_ptr<StateCheckpoint>> CudaExecutorBase::Checkpoint(
       std::min(st->blocks_.size(), static_cast<size_t>(CeilDiv(st->tokens_, kBlockTokens)));
   const size_t full = std::min(used, static_cast<size_t>(st->tokens_ / kBlockTokens));
   const std::span<const int32_t> tail(st->blocks_.data() + full, used - full);
-  const size_t bytes = layout_.SlotBytes() + tail.size() * layout_.BlockBytes();
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PinnedBuffer> host,
-                          PinnedBuffer::Create(std::max<size_t>(bytes, 1)));
-  STRATA_RETURN_IF_ERROR(SlotAndBlocksToHost(layout_, st->slot_, tail, host->data(), stream_));
-  STRATA_RETURN_IF_ERROR(Sync("Checkpoint"));
   auto cp = std::make_unique<CudaCheckpoint>(this, book_);
   cp->tokens_ = st->tokens_;
+  cp->slot_ = book_->TakeCheckpointSlot();
+  if (cp->slot_ >= 0 && book_->TakeBlocks(static_cast<int64_t>(tail.size()), cp->tail_)) {
+    // Device copies on the stream every later use of either side is ordered
+    // behind: no wait.
+    STRATA_RETURN_IF_ERROR(CopySlot(layout_, cp->slot_, st->slot_, stream_));
+    STRATA_RETURN_IF_ERROR(CopyBlocks(layout_, cp->tail_, tail, stream_));
+  } else {
+    book_->GiveCheckpointSlot(cp->slot_);
+    cp->slot_ = -1;
+    const size_t bytes = layout_.SlotBytes() + tail.size() * layout_.BlockBytes();
+    STRATA_ASSIGN_OR_RETURN(cp->host_, PinnedBuffer::Create(std::max<size_t>(bytes, 1)));
+    STRATA_RETURN_IF_ERROR(
+        SlotAndBlocksToHost(layout_, st->slot_, tail, cp->host_->data(), stream_));
+    STRATA_RETURN_IF_ERROR(Sync("Checkpoint"));
+    cp->host_blocks_ = static_cast<int64_t>(tail.size());
+  }
   cp->blocks_.assign(st->blocks_.begin(), st->blocks_.begin() + static_cast<std::ptrdiff_t>(full));
   book_->Share(cp->blocks_);
-  cp->host_ = std::move(host);
-  cp->host_blocks_ = static_cast<int64_t>(tail.size());
   return std::unique_ptr<StateCheckpoint>(std::move(cp));
 }
 
@@ -339,16 +350,26 @@ Status CudaExecutorBase::Restore(const StateCheckpoint& checkpoint,
                                                    " tokens, the state only ", st->max_tokens_));
   }
   const Turn turn(*this);
+  const bool on_device = cp->slot_ >= 0;
+  const int64_t tail_blocks = on_device ? static_cast<int64_t>(cp->tail_.size()) : cp->host_blocks_;
   std::vector<int32_t> tail;
-  if (!book_->TakeBlocks(cp->host_blocks_, tail)) {
-    return absl::ResourceExhaustedError(absl::StrCat("Restore: ", cp->host_blocks_,
-                                                     " block needed, ", book_->FreeBlocks(), " of ",
+  if (!book_->TakeBlocks(tail_blocks, tail)) {
+    return absl::ResourceExhaustedError(absl::StrCat("Restore: ", tail_blocks, " block needed, ",
+                                                     book_->FreeBlocks(), " of ",
                                                      book_->total_blocks(), " free"));
   }
   // Every byte of the slot and of the fresh block is overwritten, so the
-  // state's old contents need no clearing.
-  Status s = SlotAndBlocksFromHost(layout_, st->slot_, tail, cp->host_->data(), stream_);
-  if (s.ok()) s = Sync("Restore");
+  // state's old contents need no clearing. Device copies need no wait (the
+  // stream orders them before the state's next use); a host copy must land
+  // before the caller may drop the checkpoint.
+  Status s;
+  if (on_device) {
+    s = CopySlot(layout_, st->slot_, cp->slot_, stream_);
+    if (s.ok()) s = CopyBlocks(layout_, tail, cp->tail_, stream_);
+  } else {
+    s = SlotAndBlocksFromHost(layout_, st->slot_, tail, cp->host_->data(), stream_);
+    if (s.ok()) s = Sync("Restore");
+  }
   if (!s.ok()) {
     book_->Release(tail);
     return s;

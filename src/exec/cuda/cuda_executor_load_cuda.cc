@@ -43,12 +43,16 @@ StatusOr<int64_t> CudaExecutorBase::AllocateMemory(const std::string& device_nam
   size_t free_bytes = 0, total_bytes = 0;
   STRATA_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
   const double budget = memory_fraction * static_cast<double>(free_bytes);
+  // Slot arrays hold the sequence slots, then the checkpoint slots.
+  const int64_t slot_units = p.max_sequences + p.checkpoint_slots;
   const double fixed = static_cast<double>(weight_bytes_ + scratch_bytes_) +
-                       static_cast<double>(slot_bytes) * static_cast<double>(p.max_sequences);
+                       static_cast<double>(slot_bytes) * static_cast<double>(slot_units);
   const double one_sequence = static_cast<double>(block_bytes * static_cast<size_t>(p.max_blocks));
   if (fixed + one_sequence > budget) {
-    const std::string slots =
-        slot_bytes > 0 ? absl::StrCat(", ", p.max_sequences, " sequence slots") : "";
+    const std::string slots = slot_bytes > 0
+                                  ? absl::StrCat(", ", p.max_sequences, " sequence slots and ",
+                                                 p.checkpoint_slots, " checkpoint slots")
+                                  : "";
     return absl::ResourceExhaustedError(absl::StrCat(
         device_name, " has ", GiB(static_cast<double>(free_bytes)), " free (",
         static_cast<int>(100 * memory_fraction), "% usable) and the model needs ",
@@ -63,7 +67,7 @@ StatusOr<int64_t> CudaExecutorBase::AllocateMemory(const std::string& device_nam
     // Block ids are int32 in the block tables.
     blocks = std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max());
   }
-  state_pool_bytes_ = slot_bytes * static_cast<size_t>(p.max_sequences);
+  state_pool_bytes_ = slot_bytes * static_cast<size_t>(slot_units);
   kv_pool_bytes_ = block_bytes * static_cast<size_t>(blocks);
 
   STRATA_RETURN_IF_ERROR(DeviceAlloc(device_name, &weight_mem_, weight_bytes_, "weights"));
@@ -77,8 +81,8 @@ StatusOr<int64_t> CudaExecutorBase::AllocateMemory(const std::string& device_nam
     layout_.slot_regions.clear();
     layout_.block_regions.clear();
     for (const PoolArray& a : plan.slot_arrays) {
-      char* base = c.Take<char>(a.layers * p.max_sequences * static_cast<int64_t>(a.unit_bytes));
-      layout_.slot_regions.push_back({base, a.layers, p.max_sequences, a.unit_bytes});
+      char* base = c.Take<char>(a.layers * slot_units * static_cast<int64_t>(a.unit_bytes));
+      layout_.slot_regions.push_back({base, a.layers, slot_units, a.unit_bytes});
     }
     for (const PoolArray& a : plan.block_arrays) {
       char* base = c.Take<char>(a.layers * blocks * static_cast<int64_t>(a.unit_bytes));
@@ -118,6 +122,7 @@ void CudaExecutorBase::DescribeModel(const exec::ArchSpec& spec, const std::stri
   info.state_bytes_per_sequence = layout_.SlotBytes();
   // NewState and Clone draw from the slot pool; sampling runs on the device.
   info.max_live_states = p.max_sequences;
+  info.checkpoint_slots = p.checkpoint_slots;
   info.device_sampling = true;
   info.bos_token_id = spec.bos_token_id;
   info.eos_token_id = spec.eos_token_id;

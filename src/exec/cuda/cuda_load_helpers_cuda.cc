@@ -44,6 +44,9 @@ Status PlanSequences(const LoadOptions& options, int64_t config_max_context, int
                      SequencePlan& p) {
   p.max_batch = options.max_batch > 0 ? options.max_batch : kDefaultMaxBatch;
   p.max_sequences = options.max_sequences > 0 ? options.max_sequences : p.max_batch;
+  p.checkpoint_slots = options.max_checkpoints > 0    ? options.max_checkpoints
+                       : options.max_checkpoints == 0 ? p.max_sequences
+                                                      : 0;
   const int64_t model_ctx = config_max_context > 0 ? config_max_context : kDefaultMaxContext;
   p.max_ctx = options.max_context_tokens > 0 ? std::min(options.max_context_tokens, model_ctx)
                                              : std::min(model_ctx, kDefaultMaxContext);

@@ -124,23 +124,33 @@ class CudaSequenceState final : public SequenceState {
   int64_t host_blocks_ = 0;
 };
 
-// A checkpoint of a CudaSequenceState (Model::Checkpoint): a reference to
-// each of the source's full cache blocks (never written again, the rule
-// above), and in pinned host memory its recurrent slot and the rows of its
-// partial last block (SlotAndBlocksToHost's layout with `host_blocks` = 0 or
-// 1 blocks). It holds no sequence slot. Only the owning executor touches the
+// A checkpoint of a CudaSequenceState (Model::Checkpoint). It holds a
+// reference to each of the source's full cache blocks (never written again,
+// the rule above) and no sequence slot; its recurrent slot and the rows of
+// the partial last block are copied either on the device, into a checkpoint
+// slot (PagedStateBook) and a block of its own, or, when no checkpoint slot
+// or block is free, to pinned host memory (SlotAndBlocksToHost's layout with
+// `host_blocks_` = 0 or 1 blocks). Only the owning executor touches the
 // fields.
 class CudaCheckpoint final : public StateCheckpoint {
  public:
   CudaCheckpoint(const CudaExecutorBase* owner, std::shared_ptr<PagedStateBook> book)
       : owner_(owner), book_(std::move(book)) {}
-  ~CudaCheckpoint() override { book_->Release(blocks_); }
+  ~CudaCheckpoint() override {
+    book_->Release(blocks_);
+    book_->Release(tail_);
+    book_->GiveCheckpointSlot(slot_);
+  }
   int64_t num_tokens() const override { return tokens_; }
 
   const CudaExecutorBase* owner_;
   std::shared_ptr<PagedStateBook> book_;
   int64_t tokens_ = 0;
   std::vector<int32_t> blocks_;  // the shared full blocks, in sequence order
+  // On the device: the checkpoint slot and the copy of the partial block
+  // (0 or 1 blocks of its own). Otherwise slot_ is −1 and host_ holds both.
+  int32_t slot_ = -1;
+  std::vector<int32_t> tail_;
   std::unique_ptr<PinnedBuffer> host_;
   int64_t host_blocks_ = 0;
 };

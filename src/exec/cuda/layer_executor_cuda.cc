@@ -232,8 +232,8 @@ Status LayerExecutor::Setup(std::shared_ptr<const WeightStore> weights, exec::Ar
   mixer_frame_ = {s_.xn, s_.h, s_.step, s_.block_table, p.max_batch, p.max_blocks, p.max_ctx};
   benchmark_fill_ = true;
   // Pinned host memory: step inputs, block-table mirror, results, staging.
-  STRATA_RETURN_IF_ERROR(
-      InitRuntime(p.max_sequences, blocks, options.cuda_graphs, kStagingBytes, &h_staging_));
+  STRATA_RETURN_IF_ERROR(InitRuntime(p.max_sequences, p.checkpoint_slots, blocks,
+                                     options.cuda_graphs, kStagingBytes, &h_staging_));
 
   int64_t dummy_parameters = 0;
   if (weights == nullptr) {
