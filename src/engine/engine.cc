@@ -353,7 +353,7 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
   if (!chat) {
     if (!run.started()) {
       run.StartPrompt(r.prompt());
-      BeginPrefill(r);
+      if (Status b = BeginPrefill(r); !b.ok()) return end(FinishReason::kError, std::move(b));
     }
     return true;
   }
@@ -367,8 +367,7 @@ bool Engine::Prepare(const RequestPtr& rp, bool may_start) {
                                            : "diverged; from scratch, evaluating ",
                                        a.suffix.size(), " new tokens"));
     run.StartRound(std::move(prompt), std::move(a.suffix));
-    BeginPrefill(r);
-    return OkStatus();
+    return BeginPrefill(r);
   };
   Status st;
   if (!run.started()) {
@@ -424,14 +423,14 @@ StatusOr<std::vector<int32_t>> Engine::TakeRendering(Request& r) {
   return prompt;
 }
 
-void Engine::BeginPrefill(Request& r) {
+Status Engine::BeginPrefill(Request& r) {
   Session& s = r.session();
   RequestRunner& run = r.runner();
   const std::vector<int32_t>& history = s.tokens();
   const size_t before = history.size();
   const size_t evaluated = static_cast<size_t>(s.num_evaluated());
   const size_t target_len = before + run.prefill().size();
-  if (!cache_.enabled() || target_len <= evaluated) return;
+  if (!cache_.enabled() || target_len <= evaluated) return OkStatus();
   std::vector<int32_t> target = history;
   target.insert(target.end(), run.prefill().begin(), run.prefill().end());
   prefix_lookup_tokens_.fetch_add(static_cast<int64_t>(target_len - evaluated), std::memory_order_relaxed);
@@ -439,12 +438,16 @@ void Engine::BeginPrefill(Request& r) {
   // replace the session's state.
   const int64_t min_len = static_cast<int64_t>(std::max(evaluated, before == 0 ? 0 : before - 1));
   std::shared_ptr<const StateSnapshot> hit = cache_.Lookup(&s.model(), s.max_context_tokens(), target, min_len);
-  // A restore the executor has no room for is a miss.
-  if (hit != nullptr && hit->tokens.size() >= before && s.Restore(*hit)) {
-    prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - evaluated), std::memory_order_relaxed);
-    run.Fed(hit->tokens.size() - before);
-    Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": prefix cache hit of ", hit->tokens.size(),
-                                       " tokens; evaluating ", target_len - hit->tokens.size()));
+  if (hit != nullptr && hit->tokens.size() >= before) {
+    if (s.Restore(*hit)) {
+      prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - evaluated), std::memory_order_relaxed);
+      run.Fed(hit->tokens.size() - before);
+      Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": prefix cache hit of ", hit->tokens.size(),
+                                         " tokens; evaluating ", target_len - hit->tokens.size()));
+    } else if (s.failed()) {
+      return absl::InternalError("restoring a prefix-cache entry failed on the device; the session must be reset");
+    }
+    // Otherwise the executor had no room for the copy: a miss.
   }
   // Snapshots for later requests that share a prefix: at the last block
   // boundary of the prompt, and at the boundaries B, 2B, 4B, 8B... below
@@ -452,6 +455,7 @@ void Engine::BeginPrefill(Request& r) {
   // it restored. (On the CPU a snapshot is a full copy of the state, so
   // not every block; on a GPU see SnapshotPoints.)
   run.SetSnapshotPoints(SnapshotPoints(s.model(), s.num_evaluated(), static_cast<int64_t>(target_len)));
+  return OkStatus();
 }
 
 std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluated,

@@ -238,7 +238,9 @@ class Engine {
   StatusOr<std::vector<int32_t>> TakeRendering(Request& r);
   // The runner has started a feed after the session's history: restores the
   // longest cached prefix first and plans the feed's snapshot points.
-  void BeginPrefill(Request& r);
+  // A restore that failed on the device (the session's state is unknown) is
+  // the request's error.
+  Status BeginPrefill(Request& r);
   // Evaluates up to `max_tokens` of r's prefill; returns the tokens used.
   // The chunk that ends the prefill selects the first token on the device
   // when the request allows it (DeviceSamplable): *first_token, else -1.

@@ -126,9 +126,16 @@ std::shared_ptr<const StateSnapshot> Session::Snapshot() const {
 }
 
 bool Session::Restore(const StateSnapshot& snap) {
-  // Into the session's own state (a GPU reuses its slot); no room for the
-  // copy: nothing changes.
-  if (!model_->Restore(*snap.checkpoint, state_).ok()) return false;
+  // Into the session's own state (a GPU reuses its slot). No room for the
+  // copy, or a checkpoint the state cannot take: nothing changes. Any other
+  // failure (the device's, during the copy) left the state unknown.
+  if (const Status st = model_->Restore(*snap.checkpoint, state_); !st.ok()) {
+    if (!absl::IsResourceExhausted(st) && !absl::IsInvalidArgument(st) &&
+        !absl::IsFailedPrecondition(st)) {
+      failed_ = true;
+    }
+    return false;
+  }
   tokens_ = snap.tokens;
   evaluated_ = tokens_.size();
   logits_ = snap.logits;

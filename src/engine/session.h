@@ -162,7 +162,8 @@ class Session {
   // when the executor has no room for another state.
   std::shared_ptr<const StateSnapshot> Snapshot() const;
   // Continues from `snap`, whose tokens must extend the evaluated history.
-  // False (nothing changed) when the executor has no room for the copy.
+  // False (nothing changed) when the executor has no room for the copy;
+  // false with failed() set when the copy failed on the device.
   bool Restore(const StateSnapshot& snap);
   // The scheduler moves a preempted session's state out of the memory budget
   // and back. On the CPU both tiers are host memory, so only the accounting

@@ -128,6 +128,7 @@ class PoolModel : public Model {
                  std::unique_ptr<SequenceState>& state) const override {
     const auto& cp = static_cast<const PoolCheckpoint&>(checkpoint);
     if (cp.model != this) return absl::InvalidArgumentError("another model's checkpoint");
+    if (fail_restore) return absl::InternalError("the device failed during the copy");
     if (state == nullptr) {
       StatusOr<std::unique_ptr<SequenceState>> fresh = NewState(cp.n + 1);
       if (!fresh.ok()) return fresh.status();
@@ -172,6 +173,7 @@ class PoolModel : public Model {
   mutable std::vector<int64_t> forward_sizes;     // guarded by mu_
   mutable int64_t max_live = 0, max_rows = 0;     // guarded by mu_
   std::function<void()> hook;
+  bool fail_restore = false;
 
  private:
   const int64_t slots_;
@@ -523,6 +525,33 @@ TEST(EngineStatePool, PrefixCacheCheckpointsHoldNoSlotsAndRestoreIntoTheSessions
   EXPECT_GE(engine->Metrics().prefix_hit_tokens - hits_before, 4 * 128);
   std::lock_guard<std::mutex> lock(model->mu_);
   EXPECT_LE(model->max_live, 4);
+}
+
+// A restore that fails on the device (not for want of room) leaves the
+// session's state unknown: that request fails, and so does the session until
+// it is reset.
+TEST(EngineStatePool, ARestoreThatFailsOnTheDeviceFailsTheRequestAndTheSession) {
+  auto model = std::make_shared<PoolModel>(4, true);
+  EngineOptions o;
+  o.prefix_cache_bytes = 1 << 30;
+  o.prefix_block_tokens = 16;
+  auto engine = NewEngine(o);
+  std::vector<int32_t> prompt(100);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i % 50) + 1;
+  EXPECT_EQ(RunAll(*engine, model, {prompt}, {Greedy(3)}),
+            (std::vector<std::vector<int32_t>>{Counting(prompt.back(), 3)}));
+  model->fail_restore = true;
+  auto s = Session::Create(engine.get(), model, SessionOptions{8192, nullptr});
+  ASSERT_TRUE(s.ok());
+  auto r = engine->Submit(**s, prompt, Greedy(3), nullptr, true);
+  ASSERT_TRUE(r.ok());
+  engine->RunToCompletion(**r, nullptr, nullptr).IgnoreError();
+  EXPECT_EQ((*r)->finish_reason(), FinishReason::kError);
+  EXPECT_TRUE(absl::IsInternal((*r)->status())) << (*r)->status();
+  EXPECT_TRUE((*s)->failed());
+  EXPECT_TRUE(absl::IsFailedPrecondition((*s)->Append(std::vector<int32_t>{1})));
+  ASSERT_TRUE((*s)->Reset().ok());
+  EXPECT_FALSE((*s)->failed());
 }
 
 // The model keeps 3 checkpoints on its device: the cache never holds more
