@@ -720,8 +720,10 @@ typedef struct strata_model_params {
   /** GPU plan, sized once at load (ignored on the CPU). Rows of one batched decode step; 0 (default): 64. Must be
    *  >= 0. */
   int64_t max_batch;
-  /** GPU: sequence states that can exist at once (running requests, prefix-cache snapshots, marks and forks draw
-   *  from this pool); 0 (default): max_batch. Must be >= 0. */
+  /** GPU: sequence states that can exist at once (sessions and forks draw from this pool); 0 (default):
+   *  max_batch. Must be >= 0. Prefix-cache snapshots, marks and chat turn checkpoints hold none: the executor
+   *  keeps as many checkpoint slots beside them on the device (beyond those, a checkpoint's recurrent state
+   *  goes to pinned host memory). */
   int64_t max_sequences;
   /** GPU: the longest sequence state in tokens; 0 (default): min(the model's max context, 131072). Must be >= 0. */
   int64_t max_context_tokens;
