@@ -28,7 +28,6 @@ StatusOr<std::unique_ptr<Session>> Session::Create(Engine* engine, std::shared_p
     return absl::OutOfRangeError(absl::StrCat("max_context_tokens ", max_context,
                                               " exceeds the model's max context ", info.max_context));
   }
-  // A full state pool first gives up prefix-cache snapshots: live sessions come first.
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SequenceState> state, model->NewState(max_context));
   return std::unique_ptr<Session>(
       new Session(engine, std::move(model), std::move(state), max_context, options.text));
@@ -238,7 +237,12 @@ Status Session::Run(std::span<const int32_t> more, const DecodeSampling* samplin
   feed.reserve(tail + more.size());
   feed.insert(feed.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(evaluated_), tokens_.end());
   feed.insert(feed.end(), more.begin(), more.end());
-  logits_.resize(static_cast<size_t>(vocab_size()));
+  // Room for the last logits only where they are kept.
+  if (keep_logits) {
+    logits_.resize(static_cast<size_t>(vocab_size()));
+  } else {
+    logits_.clear();
+  }
   Status s = sampling == nullptr
                  ? model_->Forward(feed, *state_, logits_.data(), /*all_logits=*/false)
                  : model_->ForwardSample(feed, *state_, *sampling, token,
@@ -246,7 +250,6 @@ Status Session::Run(std::span<const int32_t> more, const DecodeSampling* samplin
   if (s.ok() && token != nullptr && (*token < 0 || *token >= vocab_size())) {
     s = absl::InternalError(absl::StrCat("ForwardSample returned token ", *token));
   }
-  if (!keep_logits) logits_.clear();
   if (!s.ok()) {
     // Model::Forward promises an unchanged state only for argument errors.
     if (!absl::IsInvalidArgument(s) && !absl::IsOutOfRange(s)) failed_ = true;

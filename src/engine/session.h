@@ -158,8 +158,8 @@ class Session {
                            bool keep_logits, int32_t* token);
   // Appends a sampled token without evaluating it.
   void PushPending(int32_t token) { tokens_.push_back(token); }
-  // A snapshot of the fully evaluated history (state Clone + logits); null
-  // when the executor has no room for another state.
+  // A snapshot of the fully evaluated history (a Model::Checkpoint + the
+  // logits); null when there is no room for the checkpoint's copy.
   std::shared_ptr<const StateSnapshot> Snapshot() const;
   // Continues from `snap`, whose tokens must extend the evaluated history.
   // False (nothing changed) when the executor has no room for the copy;

@@ -21,33 +21,24 @@ uint64_t PagedStateBook::NextId() {
   return next_id_++;
 }
 
-int32_t PagedStateBook::TakeSlot() {
+int32_t PagedStateBook::Take(std::vector<int32_t>& stack) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (free_slots_.empty()) return -1;
-  const int32_t s = free_slots_.back();
-  free_slots_.pop_back();
+  if (stack.empty()) return -1;
+  const int32_t s = stack.back();
+  stack.pop_back();
   return s;
 }
 
-void PagedStateBook::GiveSlot(int32_t slot) {
+void PagedStateBook::Give(std::vector<int32_t>& stack, int32_t slot) {
   if (slot < 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  free_slots_.push_back(slot);
+  stack.push_back(slot);
 }
 
-int32_t PagedStateBook::TakeCheckpointSlot() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (free_checkpoint_slots_.empty()) return -1;
-  const int32_t s = free_checkpoint_slots_.back();
-  free_checkpoint_slots_.pop_back();
-  return s;
-}
-
-void PagedStateBook::GiveCheckpointSlot(int32_t slot) {
-  if (slot < 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  free_checkpoint_slots_.push_back(slot);
-}
+int32_t PagedStateBook::TakeSlot() { return Take(free_slots_); }
+void PagedStateBook::GiveSlot(int32_t slot) { Give(free_slots_, slot); }
+int32_t PagedStateBook::TakeCheckpointSlot() { return Take(free_checkpoint_slots_); }
+void PagedStateBook::GiveCheckpointSlot(int32_t slot) { Give(free_checkpoint_slots_, slot); }
 
 bool PagedStateBook::TakeBlocks(int64_t n, std::vector<int32_t>& out) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -55,6 +55,11 @@ class PagedStateBook {
   int64_t total_checkpoint_slots() const { return total_checkpoint_slots_; }
 
  private:
+  // Pop from / push onto one of the free-slot stacks, under mu_ (−1: empty;
+  // −1 is not pushed).
+  int32_t Take(std::vector<int32_t>& stack);
+  void Give(std::vector<int32_t>& stack, int32_t slot);
+
   mutable std::mutex mu_;
   const int64_t total_slots_, total_blocks_, total_checkpoint_slots_;
   std::vector<int32_t> free_slots_;   // stack

@@ -6,8 +6,9 @@
 //
 // An entry holds a StateCheckpoint (Model::Checkpoint): on the CPU a copy of
 // the state; on a GPU references to the shared full attention blocks plus the
-// recurrent slot and partial last block in host memory, holding no sequence
-// slot, so cached prefixes never take slots from running requests. Entries
+// recurrent slot and partial last block in a checkpoint slot (host memory
+// beyond them), holding no sequence slot, so cached prefixes never take slots
+// from running requests. Entries
 // are shared, immutable StateSnapshots, restored into a session's own state
 // (Model::Restore).
 #ifndef STRATA_MEMORY_PREFIX_CACHE_H_

@@ -42,8 +42,8 @@ struct ModelInfo {
   std::string tuning;
   // Most SequenceStates that can exist at once (NewState and Clone draw
   // from a fixed pool: LoadOptions::max_sequences on CUDA); 0: no fixed
-  // limit (the CPU). The engine keeps prefix-cache snapshots and running
-  // requests within it.
+  // limit (the CPU). The engine admits running requests within it;
+  // checkpoints (prefix-cache entries, marks) hold none.
   int64_t max_live_states = 0;
   // Checkpoints (Model::Checkpoint) the executor keeps in device memory
   // (LoadOptions::max_checkpoints on CUDA): beyond them a checkpoint's
@@ -89,8 +89,9 @@ class SequenceState {
 // fixed state pool: on a GPU its attention rows are references to the full
 // cache blocks it shares with the state it was made from (copy-on-write, see
 // exec/cuda/cuda_paged_state.h) and its recurrent slot and partial last block
-// are copied to host memory, so checkpoints never compete with running
-// sequences for slots. The CPU's is a copy of the state.
+// are copied into a checkpoint slot and a block of its own on the device, or
+// to host memory beyond ModelInfo::checkpoint_slots, so checkpoints never
+// compete with running sequences for slots. The CPU's is a copy of the state.
 class StateCheckpoint {
  public:
   virtual ~StateCheckpoint() = default;

@@ -473,26 +473,45 @@ TEST(EngineStatePool, AdmissionNeverExceedsTheModelsStatePool) {
   EXPECT_EQ(capped->max_rows, 2);  // and it does batch up to the pool
 }
 
+// An engine with a large prefix cache of 16-token blocks.
+std::unique_ptr<Engine> NewCachingEngine() {
+  EngineOptions o;
+  o.prefix_cache_bytes = 1 << 30;
+  o.prefix_block_tokens = 16;
+  return NewEngine(o);
+}
+
+// 200 tokens every prompt of RunSharedPrefixPrompts begins with.
+std::vector<int32_t> SharedPrefix() {
+  std::vector<int32_t> shared(200);
+  for (size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<int32_t>(i % 50) + 1;
+  return shared;
+}
+
+// Six requests, one after another, each on a fresh session: `shared`, then
+// 100 tokens of its own (with 16-token cache blocks, snapshot points at 128,
+// shared by all, and 256 and 288, the prompt's own). Each must count on from
+// its last token. `most`: the most prefix-cache entries seen after one.
+void RunSharedPrefixPrompts(Engine& engine, const std::shared_ptr<PoolModel>& model,
+                            const std::vector<int32_t>& shared, int64_t* most) {
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = shared;
+    for (int j = 0; j < 100; ++j) prompt.push_back(static_cast<int32_t>((i * 7 + j) % 40) + 1);
+    const auto out = RunAll(engine, model, {prompt}, {Greedy(4)});
+    EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{Counting(prompt.back(), 4)}))
+        << "request " << i;
+    if (most != nullptr) *most = std::max(*most, engine.Metrics().prefix_cache_entries);
+  }
+}
+
 TEST(EngineStatePool, PrefixCacheCheckpointsHoldNoSlotsAndRestoreIntoTheSessionsState) {
   // 4 slots, all of them the host's sessions' at the end: the cache's
   // checkpoints never take one, so nothing is evicted for slots and every
   // request still restores its shared prefix into its own session's state.
   auto model = std::make_shared<PoolModel>(4, true);
-  EngineOptions o;
-  o.prefix_cache_bytes = 1 << 30;
-  o.prefix_block_tokens = 16;
-  auto engine = NewEngine(o);
-  std::vector<int32_t> shared(200);
-  for (size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<int32_t>(i % 50) + 1;
-  for (int i = 0; i < 6; ++i) {
-    // 100 tokens of its own after the shared 200: snapshot points at 128
-    // (shared), 256 and 288 (this prompt's).
-    std::vector<int32_t> prompt = shared;
-    for (int j = 0; j < 100; ++j) prompt.push_back(static_cast<int32_t>((i * 7 + j) % 40) + 1);
-    const auto out = RunAll(*engine, model, {prompt}, {Greedy(4)});
-    EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{Counting(prompt.back(), 4)}))
-        << "request " << i;
-  }
+  auto engine = NewCachingEngine();
+  const std::vector<int32_t> shared = SharedPrefix();
+  RunSharedPrefixPrompts(*engine, model, shared, nullptr);
   EngineMetrics m = engine->Metrics();
   EXPECT_GT(m.prefix_hit_tokens, 0);
   // More checkpoints than the pool has slots.
@@ -532,10 +551,7 @@ TEST(EngineStatePool, PrefixCacheCheckpointsHoldNoSlotsAndRestoreIntoTheSessions
 // it is reset.
 TEST(EngineStatePool, ARestoreThatFailsOnTheDeviceFailsTheRequestAndTheSession) {
   auto model = std::make_shared<PoolModel>(4, true);
-  EngineOptions o;
-  o.prefix_cache_bytes = 1 << 30;
-  o.prefix_block_tokens = 16;
-  auto engine = NewEngine(o);
+  auto engine = NewCachingEngine();
   std::vector<int32_t> prompt(100);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i % 50) + 1;
   EXPECT_EQ(RunAll(*engine, model, {prompt}, {Greedy(3)}),
@@ -561,21 +577,9 @@ TEST(EngineStatePool, ARestoreThatFailsOnTheDeviceFailsTheRequestAndTheSession) 
 TEST(EngineStatePool, PrefixCacheStaysWithinTheModelsDeviceCheckpoints) {
   auto model = std::make_shared<PoolModel>(4, true);
   model->set_checkpoint_slots(3);
-  EngineOptions o;
-  o.prefix_cache_bytes = 1 << 30;
-  o.prefix_block_tokens = 16;
-  auto engine = NewEngine(o);
-  std::vector<int32_t> shared(200);
-  for (size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<int32_t>(i % 50) + 1;
+  auto engine = NewCachingEngine();
   int64_t most = 0;
-  for (int i = 0; i < 6; ++i) {
-    std::vector<int32_t> prompt = shared;
-    for (int j = 0; j < 100; ++j) prompt.push_back(static_cast<int32_t>((i * 7 + j) % 40) + 1);
-    const auto out = RunAll(*engine, model, {prompt}, {Greedy(4)});
-    EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{Counting(prompt.back(), 4)}))
-        << "request " << i;
-    most = std::max(most, engine->Metrics().prefix_cache_entries);
-  }
+  RunSharedPrefixPrompts(*engine, model, SharedPrefix(), &most);
   EXPECT_LE(most, 3);
   // Requests 2 to 6 each restored the shared 128-token rung.
   EXPECT_EQ(engine->Metrics().prefix_hit_tokens, 5 * 128);

@@ -80,7 +80,9 @@ class CudaExecutorBase : public Model {
                        float* logits) const override;
 
   // CudaCheckpoint (cuda_paged_state.h): the full blocks shared, the slot and
-  // the partial last block copied to pinned host memory; no slot held.
+  // the partial last block copied into a checkpoint slot and a block of its
+  // own (device to device, no wait), or to pinned host memory when none is
+  // free; no sequence slot held.
   StatusOr<std::unique_ptr<StateCheckpoint>> Checkpoint(const SequenceState& state) const override;
   // Into the same state object: its slot is reused, the checkpoint's full
   // blocks shared, one fresh block taken for a partial last block.
