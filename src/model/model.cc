@@ -1,7 +1,6 @@
 // Architecture registry and the model-directory entry point.
 #include "model/model.h"
 
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +13,11 @@
 #include "base/catch_allocation.h"
 #include "base/thread_pool.h"
 #include "base/tuning.h"
+#include "exec/cpu/cpu_executor.h"
+#include "exec/cpu/dummy_checkpoint.h"
+#if defined(STRATA_HAVE_CUDA)
+#include "exec/cuda/cuda_executor.h"
+#endif
 #include "model/config_reader.h"
 #include "model/models/builtin.h"
 #include "model/weight_check.h"
@@ -22,40 +26,28 @@
 namespace strata {
 namespace {
 
+// An architecture the library builds for either executor from its layer
+// list, or one a host registered with its own factory (CPU only).
+struct Architecture {
+  DescribeArchitecture describe = nullptr;
+  ModelFactory factory;
+};
+
 struct Registry {
   std::mutex mu;
-  std::map<std::string, ModelFactory> factories;
+  std::map<std::string, Architecture> architectures;
 };
 
 Registry& GetRegistry() {
   static Registry* r = [] {
     auto* reg = new Registry;
-    reg->factories["kimi_linear"] = CreateKimiLinearModel;
-    reg->factories["deepseek_v32"] = CreateDeepseekV32Model;
-    reg->factories["qwen3_next"] = CreateQwen3NextModel;
-    reg->factories["strata_hybrid"] = CreateStrataHybridModel;
+    reg->architectures["kimi_linear"].describe = DescribeKimiLinear;
+    reg->architectures["deepseek_v32"].describe = DescribeDeepseekV32;
+    reg->architectures["qwen3_next"].describe = DescribeQwen3Next;
+    reg->architectures["strata_hybrid"].describe = DescribeStrataHybrid;
     return reg;
   }();
   return *r;
-}
-
-// GPU executors and host dummy-weight writers by model_type (built in).
-ModelFactory CudaFactoryFor(const std::string& model_type) {
-#if defined(STRATA_HAVE_CUDA)
-  if (model_type == "kimi_linear") return CreateKimiLinearCudaModel;
-  if (model_type == "deepseek_v32") return CreateDeepseekV32CudaModel;
-  if (model_type == "qwen3_next") return CreateQwen3NextCudaModel;
-  if (model_type == "strata_hybrid") return CreateStrataHybridCudaModel;
-#endif
-  (void)model_type;
-  return nullptr;
-}
-
-using DummyWriter = Status (*)(const std::string& config_path, const std::string& dir,
-                               uint64_t seed);
-DummyWriter DummyWriterFor(const std::string& model_type) {
-  if (model_type == "kimi_linear") return WriteKimiLinearDummyCheckpoint;
-  return nullptr;
 }
 
 // A model that runs somewhere other than requested: forwards everything to
@@ -116,23 +108,24 @@ bool IsDeviceProblem(const Status& s) {
          absl::IsFailedPrecondition(s) || absl::IsInternal(s);
 }
 
-// Writes host dummy weights for `config_path` to a private temporary
-// directory and opens them; the directory is removed at once (the mapping
-// keeps the data alive until the store closes).
-StatusOr<std::unique_ptr<WeightStore>> OpenHostDummyWeights(const std::string& model_type,
-                                                           const std::string& config_path,
-                                                           uint64_t seed) {
+// Writes host dummy weights for `spec` (of `config_path`) to a private
+// temporary directory and opens them; the directory is removed at once (the
+// mapping keeps the data alive until the store closes).
+StatusOr<std::unique_ptr<WeightStore>> OpenHostDummyWeights(const exec::ArchSpec& spec,
+                                                            const std::string& config_path,
+                                                            uint64_t seed) {
   namespace fs = std::filesystem;
-  DummyWriter writer = DummyWriterFor(model_type);
-  if (writer == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("--load-format dummy is not supported for model_type '", model_type, "'"));
-  }
+  // Host dummies are for small configs (tests, demos); a 48B-shaped model
+  // belongs on the GPU, where its weights are made in place.
+  constexpr uint64_t kMaxHostDummyBytes = uint64_t{4} << 30;
   static std::atomic<int> counter{0};
   std::error_code ec;
   const fs::path dir = fs::temp_directory_path(ec) /
                        absl::StrCat("strata_dummy_", ::getpid(), "_", counter.fetch_add(1));
-  Status written = writer(config_path, dir.string(), seed);
+  Status written = exec::WriteDummyCheckpoint(spec, dir.string(), seed, kMaxHostDummyBytes);
+  if (absl::IsResourceExhausted(written)) {
+    written = Status(written.code(), absl::StrCat(config_path, ": ", written.message()));
+  }
   StatusOr<std::unique_ptr<WeightStore>> store =
       written.ok() ? WeightStore::Open(dir.string()) : StatusOr<std::unique_ptr<WeightStore>>(written);
   fs::remove_all(dir, ec);
@@ -259,10 +252,28 @@ Status Model::FillContextForBenchmark(SequenceState&, int64_t, uint64_t) const {
       absl::StrCat("FillContextForBenchmark: not supported on ", info().device));
 }
 
+StatusOr<exec::ArchSpec> DescribeConfigFile(const std::string& config_path) {
+  STRATA_ASSIGN_OR_RETURN(const ConfigReader config, ConfigReader::FromFile(config_path));
+  STRATA_ASSIGN_OR_RETURN(const std::string model_type, config.GetString("model_type"));
+  Registry& r = GetRegistry();
+  DescribeArchitecture describe = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (auto it = r.architectures.find(model_type); it != r.architectures.end()) {
+      describe = it->second.describe;
+    }
+  }
+  if (describe == nullptr) {
+    return absl::NotFoundError(
+        config.FieldError("model_type", absl::StrCat("no built-in '", model_type, "'")).message());
+  }
+  return describe(config, nullptr);
+}
+
 bool RegisterModelArchitecture(const std::string& model_type, ModelFactory factory) {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.factories[model_type] = std::move(factory);
+  r.architectures[model_type] = {.factory = std::move(factory)};
   return true;
 }
 
@@ -270,7 +281,7 @@ std::vector<std::string> RegisteredArchitectures() {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   std::vector<std::string> out;
-  for (const auto& [name, f] : r.factories) out.push_back(name);
+  for (const auto& [name, a] : r.architectures) out.push_back(name);
   return out;
 }
 
@@ -288,14 +299,14 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
                           CatchAllocation(absl::StrCat("reading ", config_path),
                                           [&] { return ConfigReader::FromFile(config_path); }));
   STRATA_ASSIGN_OR_RETURN(std::string model_type, config.GetString("model_type"));
-  ModelFactory factory;
+  Architecture arch;
   {
     Registry& r = GetRegistry();
     std::lock_guard<std::mutex> lock(r.mu);
-    auto it = r.factories.find(model_type);
-    if (it != r.factories.end()) factory = it->second;
+    auto it = r.architectures.find(model_type);
+    if (it != r.architectures.end()) arch = it->second;
   }
-  if (!factory) {
+  if (arch.describe == nullptr && !arch.factory) {
     std::string known;
     for (const auto& name : RegisteredArchitectures()) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
     // A valid name this build does not know: UNSUPPORTED, as strata_model_load documents.
@@ -306,6 +317,11 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
   }
   const bool dummy = options.load_format == LoadFormat::kDummy;
   std::shared_ptr<const WeightStore> shared;
+  // The layer list, named after the weights it binds (null: dummy weights).
+  auto describe = [&]() -> StatusOr<exec::ArchSpec> {
+    return CatchAllocation(absl::StrCat("reading ", config_path),
+                           [&] { return arch.describe(config, shared.get()); });
+  };
   // Opens the checkpoint (or makes host dummy weights) once, for whichever
   // executor ends up using it. Weights take `share` of the progress bar.
   auto open_weights = [&](float share) -> Status {
@@ -316,9 +332,14 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     }
     std::unique_ptr<WeightStore> store;
     if (dummy) {
+      if (arch.describe == nullptr) {
+        return absl::UnimplementedError(
+            absl::StrCat("--load-format dummy is not supported for model_type '", model_type, "'"));
+      }
+      STRATA_ASSIGN_OR_RETURN(const exec::ArchSpec spec, describe());
       STRATA_ASSIGN_OR_RETURN(
           store, CatchAllocation(absl::StrCat("making the dummy weights of ", config_path), [&] {
-            return OpenHostDummyWeights(model_type, config_path, options.dummy_seed);
+            return OpenHostDummyWeights(spec, config_path, options.dummy_seed);
           }));
       if (weight_progress && !weight_progress(1.0f)) {
         return absl::CancelledError(absl::StrCat(model_dir, ": load cancelled by the progress callback"));
@@ -343,19 +364,16 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
   // Why the GPU cannot take the model; empty when it was not asked for.
   std::string unusable;
   if (options.device != Device::kCpu) {
-    ModelFactory cuda_factory = CudaFactoryFor(model_type);
-    if (!cuda_factory) {
 #if defined(STRATA_HAVE_CUDA)
+    if (arch.describe == nullptr) {
       unusable = absl::StrCat("model_type '", model_type, "' has no CUDA executor");
-#else
-      unusable = "this build of Strata has no CUDA backend (configured without STRATA_CUDA)";
-#endif
     } else {
       // The device copy is the slow part of a CUDA load; the mapping is quick.
       if (!dummy) STRATA_RETURN_IF_ERROR(open_weights(0.05f));
+      STRATA_ASSIGN_OR_RETURN(exec::ArchSpec spec, describe());
       StatusOr<std::unique_ptr<Model>> gpu = CatchAllocation(
           absl::StrCat("building the ", model_type, " model of ", model_dir, " on CUDA"),
-          [&] { return cuda_factory(shared, config_path, options); });
+          [&] { return cuda_exec::CreateCudaLayerExecutor(std::move(spec), shared, options); });
       if (gpu.ok()) {
         if (options.progress && !options.progress(1.0f)) {
           return absl::CancelledError(
@@ -366,6 +384,9 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
       if (!IsDeviceProblem(gpu.status())) return gpu.status();
       unusable = std::string(gpu.status().message());
     }
+#else
+    unusable = "this build of Strata has no CUDA backend (configured without STRATA_CUDA)";
+#endif
   }
   std::string notice;
   if (!unusable.empty()) {
@@ -381,10 +402,17 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     if (notice.empty()) return s;
     return Status(s.code(), absl::StrCat(notice, ", which failed: ", s.message()));
   }
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                          CatchAllocation(absl::StrCat("building the ", model_type, " model of ",
-                                                       model_dir, " on the CPU"),
-                                          [&] { return factory(shared, config_path, options); }));
+  STRATA_ASSIGN_OR_RETURN(
+      std::unique_ptr<Model> model,
+      CatchAllocation(
+          absl::StrCat("building the ", model_type, " model of ", model_dir, " on the CPU"),
+          [&]() -> StatusOr<std::unique_ptr<Model>> {
+            if (!arch.describe) {
+              return arch.factory(shared, config_path, options);
+            }
+            STRATA_ASSIGN_OR_RETURN(exec::ArchSpec spec, describe());
+            return exec::CreateCpuExecutor(std::move(spec), shared, options);
+          }));
   if (options.progress && !options.progress(1.0f)) {
     return absl::CancelledError(absl::StrCat(model_dir, ": load cancelled by the progress callback"));
   }

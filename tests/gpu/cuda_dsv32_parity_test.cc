@@ -56,15 +56,14 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "exec/cuda/cuda_executor.h"
 #include "harness/parity.h"
 #include "model/model.h"
-#include "model/models/deepseek_v32_cuda.h"
 
 namespace strata {
 namespace {
@@ -139,10 +138,31 @@ std::unique_ptr<Model> LoadCuda(const std::string& dir, const LoadOptions& o = C
   return parity::LoadCuda(dir, o);
 }
 
+// The executor's statistics with the DSA module's counters by name.
+struct DeepseekV32CudaStats : CudaExecutorStats {
+  int64_t index_topk = 0;
+  int64_t sparse_prefill_layers = 0, dense_prefill_layers = 0;
+  int64_t sparse_decode_steps = 0, dense_decode_steps = 0;
+  uint64_t selected_rows = 0;
+};
+
 DeepseekV32CudaStats StatsOf(const Model& m) {
-  auto s = GetDeepseekV32CudaStats(m);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? *s : DeepseekV32CudaStats{};
+  auto base = cuda_exec::GetCudaExecutorStats(m);
+  EXPECT_TRUE(base.ok()) << base.status();
+  DeepseekV32CudaStats s;
+  if (!base.ok()) return s;
+  static_cast<CudaExecutorStats&>(s) = *base;
+  auto count = [&](const char* name) {
+    const auto it = base->counters.find(name);
+    return it == base->counters.end() ? uint64_t{0} : it->second;
+  };
+  s.index_topk = static_cast<int64_t>(count("dsa.index_topk"));
+  s.sparse_prefill_layers = static_cast<int64_t>(count("dsa.sparse_prefill_layers"));
+  s.dense_prefill_layers = static_cast<int64_t>(count("dsa.dense_prefill_layers"));
+  s.sparse_decode_steps = static_cast<int64_t>(count("dsa.sparse_decode_steps"));
+  s.dense_decode_steps = static_cast<int64_t>(count("dsa.dense_decode_steps"));
+  s.selected_rows = count("dsa.selected_rows");
+  return s;
 }
 
 parity::GraphCounts GraphCountsOf(const Model& m) {

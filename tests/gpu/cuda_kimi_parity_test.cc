@@ -32,16 +32,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "exec/cuda/cuda_executor.h"
 #include "harness/parity.h"
 #include "model/model.h"
-#include "model/models/kimi_linear_cuda.h"
-#include "model/models/kimi_linear_weights.h"
 
 namespace strata {
 namespace {
@@ -113,7 +111,7 @@ void LoadFixture(const std::string& name, Fixture* f) {
 }
 
 parity::GraphCounts GraphCountsOf(const Model& m) {
-  auto s = GetKimiCudaStats(m);
+  auto s = cuda_exec::GetCudaExecutorStats(m);
   EXPECT_TRUE(s.ok()) << s.status();
   if (!s.ok()) return {};
   return {s->graph_captures, s->graph_launches, s->eager_steps, s->graph_error,
@@ -225,12 +223,13 @@ TEST(CudaKimiDummy, SmallDummyModelOnTheGpuIsDeterministicPerSeed) {
 TEST(CudaKimiDummy, Kimi48BShapesPrefillAndBatchedDecodeAtFilledContext) {
   ScratchDir dir("strata_cuda_dummy_48b");
   const auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<Model> m = parity::LoadDummyOnCuda(dir.str(), KimiLinear48BConfigJson(),
-                                                     /*max_batch=*/8, /*max_sequences=*/9,
-                                                     /*max_context_tokens=*/8192);
+  std::unique_ptr<Model> m =
+      parity::LoadDummyOnCuda(dir.str(), parity::PresetConfigJson("kimi-linear-48b-a3b"),
+                              /*max_batch=*/8, /*max_sequences=*/9,
+                              /*max_context_tokens=*/8192);
   ASSERT_NE(m, nullptr);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto stats = GetKimiCudaStats(*m);
+  auto stats = cuda_exec::GetCudaExecutorStats(*m);
   ASSERT_TRUE(stats.ok());
   std::printf("[cuda-48b] loaded in %.1f s: weights %.1f GiB, scratch %.2f GiB, slots %.2f GiB, cache %.2f GiB\n",
               load_s, stats->weight_bytes / 1073741824.0, stats->scratch_bytes / 1073741824.0,

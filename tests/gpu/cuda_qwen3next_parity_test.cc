@@ -44,9 +44,9 @@
 #include <string>
 #include <vector>
 
+#include "exec/cuda/cuda_executor.h"
 #include "harness/parity.h"
 #include "model/model.h"
-#include "model/models/qwen3_next_cuda.h"
 
 namespace strata {
 namespace {
@@ -71,7 +71,7 @@ constexpr double kGreedyMargin = 0.1;
 std::vector<std::string> FixtureNames() { return parity::FixtureNames("qwen3next_"); }
 
 parity::GraphCounts GraphCountsOf(const Model& m) {
-  auto s = GetQwen3NextCudaStats(m);
+  auto s = cuda_exec::GetCudaExecutorStats(m);
   EXPECT_TRUE(s.ok()) << s.status();
   if (!s.ok()) return {};
   return {s->graph_captures, s->graph_launches, s->eager_steps, s->graph_error,
@@ -238,7 +238,7 @@ TEST(CudaQwen3NextDummy, PublishedLayerShapesPrefillAndBatchedDecode) {
       EXPECT_LE(c.rel, kBatchTolerance) << "step " << step << " row " << i << ": " << Describe(c);
     }
   }
-  auto stats = GetQwen3NextCudaStats(*m);
+  auto stats = cuda_exec::GetCudaExecutorStats(*m);
   ASSERT_TRUE(stats.ok());
   std::printf("[cuda-qwen3next-shapes] weights %.2f GiB; batch 3 vs alone worst rel %.3g; graphs "
               "%lld captured, %lld replays%s%s\n",

@@ -64,13 +64,13 @@ struct Fixture : parity::Fixture {
 };
 
 std::map<std::string, uint64_t> Counters(const Model& m) {
-  auto s = cuda_exec::GetCudaLayerExecutorStats(m, "strata_hybrid");
+  auto s = cuda_exec::GetCudaExecutorStats(m);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? s->counters : std::map<std::string, uint64_t>{};
 }
 
 parity::GraphCounts GraphCountsOf(const Model& m) {
-  auto s = cuda_exec::GetCudaLayerExecutorStats(m, "strata_hybrid");
+  auto s = cuda_exec::GetCudaExecutorStats(m);
   EXPECT_TRUE(s.ok()) << s.status();
   if (!s.ok()) return {};
   return {s->graph_captures, s->graph_launches, s->eager_steps, s->graph_error,

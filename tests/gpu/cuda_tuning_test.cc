@@ -31,18 +31,16 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "base/tuning.h"
 #include "harness/parity.h"
 #include "model/model.h"
-#include "model/models/kimi_linear_weights.h"
 
 namespace strata {
 namespace {
@@ -121,7 +119,7 @@ class ModelSource {
       prompt_ = f.prompt;
       return;
     }
-    nlohmann::json config = nlohmann::json::parse(KimiLinear48BConfigJson());
+    nlohmann::json config = nlohmann::json::parse(parity::PresetConfigJson("kimi-linear-48b-a3b"));
     config["num_hidden_layers"] = 4;
     config["linear_attn_config"]["kda_layers"] = {1, 2, 3};
     config["linear_attn_config"]["full_attn_layers"] = {4};

@@ -178,6 +178,14 @@ std::unique_ptr<Model> LoadCudaSliced(const std::string& dir, int64_t slice_toke
   return LoadCuda(dir, o);
 }
 
+std::string PresetConfigJson(const std::string& name) {
+  std::ifstream in(std::string(STRATA_SOURCE_DIR) + "/models/presets/" + name + "/config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_TRUE(in.good()) << "preset " << name;
+  return text.str();
+}
+
 std::unique_ptr<Model> LoadDummyOnCuda(const std::string& dir, const std::string& config_json,
                                        int64_t max_batch, int64_t max_sequences,
                                        int64_t max_context_tokens) {

@@ -134,6 +134,10 @@ std::unique_ptr<Model> LoadCuda(const std::string& dir, const LoadOptions& o = C
 std::unique_ptr<Model> LoadCudaSliced(const std::string& dir, int64_t slice_tokens,
                                       LoadOptions o = CudaOptions());
 
+// models/presets/<name>/config.json, the published config a bench preset
+// runs (e.g. "kimi-linear-48b-a3b").
+std::string PresetConfigJson(const std::string& name);
+
 // A model at `config_json`'s shapes with dummy weights made on the GPU, in
 // `dir`, planned for `max_batch` rows, `max_sequences` states of up to
 // `max_context_tokens` (the published shapes, which no fixture holds).

@@ -19,10 +19,11 @@
 #include <vector>
 
 #include "base/npy.h"
+#include "exec/cost_model.h"
+#include "exec/cpu/cpu_executor.h"
 #include "model/config_reader.h"
 #include "model/model.h"
-#include "model/models/kimi_linear_config.h"
-#include "model/models/kimi_linear_weights.h"
+#include "model/models/builtin.h"
 #include "model/weight_store.h"
 #if defined(STRATA_HAVE_CUDA)
 #include "backend/cuda/device_info.h"
@@ -34,6 +35,10 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string Fixture(const std::string& name) { return std::string(STRATA_TEST_DATA_DIR) + "/" + name; }
+
+// The bench preset: the published Kimi-Linear-48B-A3B-Instruct config.
+const std::string kPreset48B =
+    std::string(STRATA_SOURCE_DIR) + "/models/presets/kimi-linear-48b-a3b";
 
 // Whether this build and machine should put a kimi_linear model on the GPU.
 bool GpuUsable() {
@@ -138,36 +143,46 @@ TEST(DeviceSelection, BenchmarkFillIsAGpuFeatureAndUnimplementedAfterAFallback) 
 
 // --- dummy weights on the CPU -------------------------------------------------
 
-TEST(DummyWeights, CpuDummyModelLoadsFromConfigAloneAndIsDeterministicPerSeed) {
-  TempDir dir("strata_dummy_cfg");
-  fs::copy_file(Fixture("kimi_b") + "/config.json", dir.str() + "/config.json");
-  const std::vector<int32_t> tokens = {1, 5, 9, 200, 3, 77, 0, 511};
-  std::vector<std::vector<float>> runs;
-  for (uint64_t seed : {7u, 7u, 8u}) {
-    LoadOptions o;
-    o.load_format = LoadFormat::kDummy;
-    o.dummy_seed = seed;
-    auto m = LoadModel(dir.str(), o);
-    ASSERT_TRUE(m.ok()) << m.status();
-    EXPECT_EQ((*m)->info().device, "cpu");
-    EXPECT_GT((*m)->info().num_parameters, 0);
-    runs.push_back(PrefillLogits(**m, tokens));
-    double sum_sq = 0;
-    for (float v : runs.back()) {
-      ASSERT_TRUE(std::isfinite(v));
-      sum_sq += static_cast<double>(v) * v;
+TEST(DummyWeights, EveryArchitectureLoadsFromConfigAloneAndIsDeterministicPerSeed) {
+  // (dsv32_b stores FP8 matrices with their scales; the dummies are bf16.)
+  for (const char* fixture : {"kimi_b", "dsv32_a", "qwen3next_b", "strata_hybrid_b"}) {
+    SCOPED_TRACE(fixture);
+    TempDir dir("strata_dummy_cfg");
+    fs::copy_file(Fixture(fixture) + "/config.json", dir.str() + "/config.json");
+    const std::vector<int32_t> tokens = {1, 5, 9, 200, 3, 77, 0, 211};
+    std::vector<std::vector<float>> runs;
+    int64_t parameters = 0;
+    for (uint64_t seed : {7u, 7u, 8u}) {
+      LoadOptions o;
+      o.load_format = LoadFormat::kDummy;
+      o.dummy_seed = seed;
+      auto m = LoadModel(dir.str(), o);
+      ASSERT_TRUE(m.ok()) << m.status();
+      EXPECT_EQ((*m)->info().device, "cpu");
+      parameters = (*m)->info().num_parameters;
+      runs.push_back(PrefillLogits(**m, tokens));
+      double sum_sq = 0;
+      for (float v : runs.back()) {
+        ASSERT_TRUE(std::isfinite(v));
+        sum_sq += static_cast<double>(v) * v;
+      }
+      EXPECT_GT(sum_sq, 0.0) << "dummy logits are all zero";
     }
-    EXPECT_GT(sum_sq, 0.0) << "dummy logits are all zero";
+    EXPECT_EQ(runs[0], runs[1]) << "same seed, different weights";
+    EXPECT_NE(runs[0], runs[2]) << "different seeds, same weights";
+    // The dummy checkpoint holds what the real one does.
+    auto real = WeightStore::Open(Fixture(fixture));
+    ASSERT_TRUE(real.ok()) << real.status();
+    EXPECT_EQ(parameters, (*real)->TotalElements());
   }
-  EXPECT_EQ(runs[0], runs[1]) << "same seed, different weights";
-  EXPECT_NE(runs[0], runs[2]) << "different seeds, same weights";
 }
 
 TEST(DummyWeights, CpuRefuses48BShapesWithAClearMessage) {
   TempDir dir("strata_dummy_48b");
   {
     std::ofstream f(dir.str() + "/config.json");
-    f << KimiLinear48BConfigJson();
+    std::ifstream in(kPreset48B + "/config.json");
+    f << in.rdbuf();
   }
   LoadOptions o;
   o.load_format = LoadFormat::kDummy;
@@ -254,81 +269,122 @@ TEST_F(DefaultDecodeBatch, GreedySampleIsTheArgmaxAndOtherSamplingIsUnimplemente
   EXPECT_TRUE(absl::IsUnimplemented(model_->DecodeBatchSample(tokens, s2, greedy, out)));
 }
 
-// --- the shared tensor list --------------------------------------------------
+// --- the tensor list ----------------------------------------------------------
 
-TEST(KimiTensorSpecs, NameEveryTensorOfEachFixtureWithItsShape) {
-  for (const char* name : {"kimi_a", "kimi_b", "kimi_c"}) {
-    const std::string dir = Fixture(name);
-    auto reader = ConfigReader::FromFile(dir + "/config.json");
-    ASSERT_TRUE(reader.ok()) << reader.status();
-    auto cfg = ParseKimiLinearConfig(*reader);
-    ASSERT_TRUE(cfg.ok()) << cfg.status();
-    auto store = WeightStore::Open(dir);
+StatusOr<exec::ArchSpec> Describe(const std::string& dir, const WeightStore* weights) {
+  STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(dir + "/config.json"));
+  STRATA_ASSIGN_OR_RETURN(std::string type, reader.GetString("model_type"));
+  if (type == "kimi_linear") return DescribeKimiLinear(reader, weights);
+  if (type == "deepseek_v32") return DescribeDeepseekV32(reader, weights);
+  if (type == "qwen3_next") return DescribeQwen3Next(reader, weights);
+  return DescribeStrataHybrid(reader, weights);
+}
+
+TEST(TensorList, NamesEveryTensorOfEachFixtureWithItsSize) {
+  for (const char* name :
+       {"kimi_a", "kimi_b", "kimi_c", "dsv32_a", "qwen3next_a", "strata_hybrid_a"}) {
+    SCOPED_TRACE(name);
+    auto store = WeightStore::Open(Fixture(name));
     ASSERT_TRUE(store.ok()) << store.status();
-    const std::vector<KimiTensorSpec> specs = KimiLinearTensorSpecs(*cfg);
-    size_t found = 0;
-    for (const KimiTensorSpec& t : specs) {
-      std::string stored = t.name;
-      if (t.layer >= 0 && t.name.find(".mlp.") != std::string::npos) {
-        stored = KimiDenseMlpPrefix(**store, t.layer) + t.name.substr(t.name.find(".mlp.") + 5);
-      }
-      auto v = (*store)->Get(stored);
-      ASSERT_TRUE(v.ok()) << name << ": " << v.status();
-      ++found;
-      if (t.kind == KimiTensorKind::kALog || t.kind == KimiTensorKind::kDtBias) {
-        EXPECT_EQ(v->NumElements(), t.NumElements()) << name << " " << stored;
+    auto spec = Describe(Fixture(name), store->get());
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto listed = exec::ListTensors(*spec);
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    for (const exec::BoundTensor& t : *listed) {
+      auto v = (*store)->Get(t.name);
+      ASSERT_TRUE(v.ok()) << v.status();
+      // Small vectors may be stored with other unit dims (A_log as [1,1,H,1] or [H]).
+      if (t.kind == exec::BoundTensor::Kind::kMatrix) {
+        EXPECT_EQ(v->shape, t.shape) << t.name;
       } else {
-        EXPECT_EQ(v->shape, t.shape) << name << " " << stored;
+        EXPECT_EQ(v->NumElements(), t.NumElements()) << t.name;
       }
     }
-    EXPECT_EQ(found, (*store)->Names().size()) << name << ": the fixture holds tensors the list misses";
+    EXPECT_EQ(listed->size(), (*store)->Names().size())
+        << "the fixture holds tensors the list misses";
   }
 }
 
 // --- the cost model ----------------------------------------------------------
 
-KimiLinearConfig Config48B() {
-  auto reader = ConfigReader::FromString("kimi-48b/config.json", KimiLinear48BConfigJson());
-  EXPECT_TRUE(reader.ok()) << reader.status();
-  auto cfg = ParseKimiLinearConfig(*reader);
-  EXPECT_TRUE(cfg.ok()) << cfg.status();
-  return *cfg;
+exec::ArchSpec Spec48B() {
+  auto spec = DescribeConfigFile(kPreset48B + "/config.json");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : exec::ArchSpec{};
 }
 
-TEST(KimiCostModel, The48BModelReadsAbout6GBPerBatch1DecodeStep) {
-  const KimiLinearConfig c = Config48B();
-  const KimiParamCounts p = CountKimiParams(c);
-  const double active = p.dense_path + p.lm_head + static_cast<double>(p.top_k * p.moe_layers) * p.per_expert;
-  const double total = p.embedding + p.lm_head + p.dense_path +
-                       static_cast<double>(p.experts * p.moe_layers) * p.per_expert;
-  std::printf("[cost] 48B: %.3g parameters, %.3g active per token\n", total, active);
+TEST(CostModel, The48BModelReadsAbout6GBPerBatch1DecodeStep) {
+  const exec::ArchSpec c = Spec48B();
+  auto p = exec::CountParameters(c);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const double active = p->dense_path + p->lm_head + p->routed_active;
+  std::printf("[cost] 48B: %.3g parameters, %.3g active per token\n", p->Total(), active);
   EXPECT_NEAR(active, 3.11e9, 0.1e9);  // "3.11 B active parameters" (issue 4)
-  EXPECT_NEAR(total, 49e9, 2e9);
-  const KimiDecodeBytes b1 = KimiLinearDecodeBytes(c, 1, 4096);
-  std::printf("[cost] batch 1 @4K: weights %.3g + experts %.3g + state %.3g = %.3g bytes -> %.3f ms at 4.27 TB/s\n",
-              b1.weights, b1.experts, b1.state, b1.total(), b1.total() / 4.27e12 * 1e3);
-  EXPECT_NEAR(b1.total(), 6.2e9, 0.3e9);
+  EXPECT_NEAR(p->Total(), 49e9, 2e9);
+  auto bytes = [&](int64_t batch, int64_t context) {
+    auto b = exec::DecodeStepBytes(c, batch, context);
+    EXPECT_TRUE(b.ok()) << b.status();
+    return b.ok() ? *b : exec::DecodeBytes{};
+  };
+  const exec::DecodeBytes b1 = bytes(1, 4096);
+  std::printf(
+      "[cost] batch 1 @4K: weights %.3g + experts %.3g + state %.3g = %.3g bytes -> %.3f ms at "
+      "4.27 TB/s\n",
+      b1.weights, b1.experts, b1.state, b1.Total(), b1.Total() / 4.27e12 * 1e3);
+  EXPECT_NEAR(b1.Total(), 6.2e9, 0.3e9);
   // More sequences touch more experts, up to all of them.
-  EXPECT_NEAR(ExpectedDistinctExperts(256, 8, 1), 8.0, 1e-9);
-  EXPECT_NEAR(ExpectedDistinctExperts(256, 8, 64), 256 * (1 - std::pow(1 - 8.0 / 256, 64)), 1e-6);
-  EXPECT_LT(ExpectedDistinctExperts(256, 8, 100000), 256.0 + 1e-9);
-  const KimiDecodeBytes b64 = KimiLinearDecodeBytes(c, 64, 32768);
-  EXPECT_GT(b64.experts, 25 * b1.experts);
+  EXPECT_NEAR(exec::ExpectedDistinctExperts(256, 8, 1), 8.0, 1e-9);
+  EXPECT_NEAR(exec::ExpectedDistinctExperts(256, 8, 64), 256 * (1 - std::pow(1 - 8.0 / 256, 64)),
+              1e-6);
+  EXPECT_LT(exec::ExpectedDistinctExperts(256, 8, 100000), 256.0 + 1e-9);
+  EXPECT_GT(bytes(64, 32768).experts, 25 * b1.experts);
   // State bytes scale with batch and context.
-  EXPECT_NEAR(KimiLinearDecodeBytes(c, 2, 4096).state, 2 * b1.state, 1e-6 * b1.state);
+  EXPECT_NEAR(bytes(2, 4096).state, 2 * b1.state, 1e-6 * b1.state);
   // At 128K the latent caches (7 layers × 1152 B per token) dominate the state.
-  EXPECT_NEAR(KimiLinearDecodeBytes(c, 1, 131072).state - b1.state, 7.0 * 1152 * (131072 - 4096), 1e6);
+  EXPECT_NEAR(bytes(1, 131072).state - b1.state, 7.0 * 1152 * (131072 - 4096), 1e6);
 }
 
-TEST(KimiCostModel, PrefillFlopsAreTheMatmulsPlusQuadraticAttention) {
-  const KimiLinearConfig c = Config48B();
-  const double f4k = KimiLinearPrefillFlops(c, 4096), f32k = KimiLinearPrefillFlops(c, 32768);
+TEST(CostModel, PrefillFlopsAreTheMatmulsPlusQuadraticAttention) {
+  const exec::ArchSpec c = Spec48B();
+  const double f4k = exec::PrefillFlops(c, 4096).value_or(0);
+  const double f32k = exec::PrefillFlops(c, 32768).value_or(0);
   std::printf("[cost] prefill FLOPs: 4K %.3g (%.1f ms at 686 TFLOP/s), 32K %.3g (%.1f ms)\n", f4k,
               f4k / 686e12 * 1e3, f32k, f32k / 686e12 * 1e3);
   const double linear = 2.0 * 3.11e9 * 32768;
   EXPECT_GT(f32k, linear * 0.95);
   EXPECT_LT(f32k, linear * 1.6);
   EXPECT_GT(f32k / f4k, 8.0);  // superlinear: the attention term
+}
+
+TEST(CostModel, SparseAttentionCapsTheRowsReadAndTheAttentionPairs) {
+  // DSA reads index_topk latent rows per step plus every indexer key; its
+  // prefill attends index_topk keys per query plus the indexer's scoring of
+  // all of them. Dense MLA over the same layers reads and attends all rows.
+  auto sparse = Describe(Fixture("dsv32_a"), nullptr);
+  ASSERT_TRUE(sparse.ok()) << sparse.status();
+  exec::ArchSpec dense = *sparse;
+  const exec::MlaSpec mla = std::get<exec::MlaSpec>(sparse->layers[0].mixer);
+  for (exec::LayerSpec& l : dense.layers) std::get<exec::MlaSpec>(l.mixer).indexer.reset();
+  const double L = static_cast<double>(dense.layers.size()),
+               k = static_cast<double>(mla.indexer->top_k);
+  const double T = 10 * k + 3;  // the context, then the prompt length
+  const double width = static_cast<double>(mla.kv_lora_rank + mla.rope_dim);
+  const double keys = static_cast<double>(mla.indexer->head_dim);
+  const double dense_state = exec::DecodeStepBytes(dense, 1, static_cast<int64_t>(T))->state;
+  const double sparse_state = exec::DecodeStepBytes(*sparse, 1, static_cast<int64_t>(T))->state;
+  EXPECT_DOUBLE_EQ(dense_state - sparse_state, L * 2.0 * (width * (T + 1 - k) - keys * (T + 2)));
+  const double pairs = T * (T + 1) / 2, sparse_pairs = k * (k + 1) / 2 + (T - k) * k;
+  const double per_pair =
+      2.0 * static_cast<double>(mla.heads * (mla.nope_dim + mla.rope_dim + mla.v_dim));
+  const double index_per_pair = 2.0 * static_cast<double>(mla.indexer->heads) * keys;
+  // The indexer's own projections run for every token too.
+  const double index_params =
+      exec::CountParameters(*sparse)->dense_path - exec::CountParameters(dense)->dense_path;
+  EXPECT_GT(index_params, 0);
+  const int64_t n = static_cast<int64_t>(T);
+  EXPECT_NEAR(
+      exec::PrefillFlops(dense, n).value_or(0) - exec::PrefillFlops(*sparse, n).value_or(0),
+      L * (per_pair * (pairs - sparse_pairs) - index_per_pair * pairs) - 2 * T * index_params, 1.0);
 }
 
 }  // namespace

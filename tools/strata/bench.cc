@@ -10,7 +10,7 @@
 // Sweep mode (--device cuda/auto, or --batch/--context given): prefill time
 // per prompt length against FLOPs / bf16 peak, and batched decode time per
 // (batch, context) against the bytes a step must move / HBM bandwidth (the
-// kimi_linear cost model in model/models/kimi_linear_weights.h). With
+// cost model of exec/cost_model.h, any built-in architecture). With
 // --load-format dummy (or --preset kimi-linear-48b-a3b) no checkpoint is
 // needed; --fill-context sets each state's length with random cache contents
 // instead of running prefill (a benchmark-only shortcut).
@@ -128,11 +128,9 @@ struct Sweep {
 constexpr int64_t kWarmSteps = 2;
 
 int RunSweep(const std::string& cmd, const std::string& dir, LoadOptions lo, const Sweep& sw) {
-  // The cost model needs the parsed config (kimi_linear only).
-  std::optional<KimiLinearConfig> cfg;
-  if (auto reader = ConfigReader::FromFile(dir + "/config.json"); reader.ok()) {
-    if (auto kc = ParseKimiLinearConfig(*reader); kc.ok()) cfg = *kc;
-  }
+  // The cost model needs the layer list (a built-in architecture).
+  std::optional<exec::ArchSpec> spec;
+  if (auto described = DescribeConfigFile(dir + "/config.json"); described.ok()) spec = *described;
   int64_t max_ctx = 1;
   for (int64_t p : sw.prefill) max_ctx = std::max(max_ctx, p + 1);
   for (int64_t c : sw.contexts) max_ctx = std::max(max_ctx, c + kWarmSteps + sw.gen + 1);
@@ -157,15 +155,16 @@ int RunSweep(const std::string& cmd, const std::string& dir, LoadOptions lo, con
               FormatBytes(static_cast<double>(info.parameter_bytes)).c_str());
   std::printf("device: %s; loaded in %.1f s\n", info.device.c_str(), load_s);
 #if defined(STRATA_HAVE_CUDA)
-  if (auto st = GetKimiCudaStats(model); st.ok()) {
+  if (auto st = cuda_exec::GetCudaExecutorStats(model); st.ok()) {
     std::printf("cuda plan: max batch %lld, max context %s, paged cache %s (%s tokens), scratch %s\n",
                 static_cast<long long>(st->max_batch), FormatCount(st->max_context_tokens).c_str(),
                 FormatBytes(static_cast<double>(st->kv_pool_bytes)).c_str(),
                 FormatCount(st->kv_blocks_total * 64).c_str(), FormatBytes(static_cast<double>(st->scratch_bytes)).c_str());
   }
 #endif
-  std::printf("limits: decode bytes / %.0f GB/s, prefill FLOPs / %.0f TFLOP/s%s\n", sw.bandwidth / 1e9,
-              sw.peak / 1e12, cfg ? "" : " (no kimi_linear config: limits not computed)");
+  std::printf("limits: decode bytes / %.0f GB/s, prefill FLOPs / %.0f TFLOP/s%s\n",
+              sw.bandwidth / 1e9, sw.peak / 1e12,
+              spec ? "" : " (not a built-in architecture: limits not computed)");
 
   // --- prefill ---------------------------------------------------------------
   if (!sw.prefill.empty()) {
@@ -193,7 +192,7 @@ int RunSweep(const std::string& cmd, const std::string& dir, LoadOptions lo, con
       continue;
     }
     const double s = Median(times);
-    const double flops = cfg ? KimiLinearPrefillFlops(*cfg, P) : 0;
+    const double flops = spec ? exec::PrefillFlops(*spec, P).value_or(0) : 0;
     const double limit_s = flops / sw.peak;
     std::printf("  %8lld %10.2f %12.0f %9.1f %10.2f %7.1f%%\n", static_cast<long long>(P), s * 1e3,
                 static_cast<double>(P) / s, flops / s / 1e12, limit_s * 1e3, 100.0 * limit_s / s);
@@ -250,8 +249,10 @@ int RunSweep(const std::string& cmd, const std::string& dir, LoadOptions lo, con
       }
       const double step_s = total / static_cast<double>(sw.gen);
       // The context grows during the timed steps; charge the middle one.
-      const double bytes =
-          cfg ? KimiLinearDecodeBytes(*cfg, B, C + kWarmSteps + sw.gen / 2).total() : 0;
+      const double bytes = spec ? exec::DecodeStepBytes(*spec, B, C + kWarmSteps + sw.gen / 2)
+                                      .value_or(exec::DecodeBytes{})
+                                      .Total()
+                                : 0;
       const double limit_s = bytes / sw.bandwidth;
       std::printf("  %6lld %8lld %10.3f %10.4f %11.1f %10.2f %10.3f %7.1f%%\n", static_cast<long long>(B),
                   static_cast<long long>(C), step_s * 1e3, step_s * 1e3 / static_cast<double>(B),
@@ -259,7 +260,7 @@ int RunSweep(const std::string& cmd, const std::string& dir, LoadOptions lo, con
     }
   }
 #if defined(STRATA_HAVE_CUDA)
-  if (auto st = GetKimiCudaStats(model); st.ok()) {
+  if (auto st = cuda_exec::GetCudaExecutorStats(model); st.ok()) {
     std::printf("\ncuda graphs: %lld captured, %lld steps replayed, %lld steps eager%s%s\n",
                 static_cast<long long>(st->graph_captures), static_cast<long long>(st->graph_launches),
                 static_cast<long long>(st->eager_steps), st->graph_error.empty() ? "" : "; disabled: ",

@@ -29,7 +29,7 @@ StatusOr<std::string> WriteBenchPreset(const std::string& name) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return FileError(absl::StrCat(dir, ": cannot create directory"), ec);
   std::ofstream f(dir + "/config.json", std::ios::trunc);
-  f << KimiLinear48BConfigJson();
+  f << kKimiLinear48BConfigJson;
   if (!f) return FileErrorFromErrno(absl::StrCat(dir, "/config.json: write failed"));
   return dir;
 }

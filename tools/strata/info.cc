@@ -67,7 +67,7 @@ int RunInfo(int argc, char** argv) {
   std::printf("device:         %s\n", info.device.c_str());
   if (!info.notice.empty()) std::printf("notice:         %s\n", info.notice.c_str());
 #if defined(STRATA_HAVE_CUDA)
-  if (auto st = GetKimiCudaStats(**model); st.ok()) {
+  if (auto st = cuda_exec::GetCudaExecutorStats(**model); st.ok()) {
     std::printf("device memory:  weights %s, scratch %s, sequence slots %s (%lld), paged cache %s (%lld blocks of 64 tokens)\n",
                 FormatBytes(static_cast<double>(st->weight_bytes)).c_str(),
                 FormatBytes(static_cast<double>(st->scratch_bytes)).c_str(),

@@ -12,12 +12,11 @@
 //   prefill); `strata logits` writes the logits of every position of one
 //   prefill call; `strata info` prints ModelInfo::layer_kinds. The ABI runs
 //   models only through sessions and returns the last position's logits.
-// - model/config_reader.h, model/models/kimi_linear_config.h and
-//   kimi_linear_weights.h: the bench's cost model (FLOPs and bytes a step
-//   must move) and its kimi-linear-48b-a3b preset config.
+// - model/models/builtin.h and exec/cost_model.h: the bench's cost model
+//   (FLOPs and bytes a step must move) from the model's layer list.
 // - model/weight_store.h: the weight bytes one decode token reads, per tensor.
-// - model/models/kimi_linear_cuda.h (CUDA builds): the GPU executor's plan
-//   (pools, scratch) and CUDA-graph counters.
+// - exec/cuda/cuda_executor.h (CUDA builds): the GPU executor's plan (pools,
+//   scratch) and CUDA-graph counters.
 // - base/thread_pool.h: the bench's threads and its copy-bandwidth probe.
 // - base/npy.h: .npy token and logit files (logits; `strata generate`'s
 //   --tokens through files.cc).
@@ -36,18 +35,22 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "cli.h"
+#include "exec/cost_model.h"
 #include "model/config_reader.h"
 #include "model/demo_model.h"
 #include "model/model.h"
-#include "model/models/kimi_linear_config.h"
-#include "model/models/kimi_linear_weights.h"
+#include "model/models/builtin.h"
 #include "model/weight_store.h"
 #include "text/demo_tokenizer.h"
 #if defined(STRATA_HAVE_CUDA)
-#include "model/models/kimi_linear_cuda.h"
+#include "exec/cuda/cuda_executor.h"
 #endif
 
 namespace strata::cli {
+
+// models/presets/kimi-linear-48b-a3b/config.json, compiled in
+// (tools/CMakeLists.txt): the --preset of bench and serve.
+extern const char kKimiLinear48BConfigJson[];
 
 // --device and --load-format for LoadOptions. The core's Device::kCuda
 // already is the CLI's non-strict cuda (LoadOptions::require_device false).

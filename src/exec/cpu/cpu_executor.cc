@@ -37,6 +37,8 @@ class CpuExecutor final : public Model {
   CpuExecutor(ArchSpec spec, std::shared_ptr<const WeightStore> weights, ThreadPool* pool)
       : spec_(std::move(spec)), store_(std::move(weights)), pool_(pool) {}
   Status Bind(const LoadOptions& options);
+  // Binds every layer through `wb` (without a store: ListTensors).
+  Status BindWith(WeightBinder& wb, const LoadOptions& options);
 
   const ModelInfo& info() const override { return info_; }
   StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override;
@@ -63,9 +65,15 @@ class CpuExecutor final : public Model {
 
 Status CpuExecutor::Bind(const LoadOptions& options) {
   WeightBinder wb(*store_, spec_.fp8_block, spec_.zero_centred_norms, &dequantized_);
+  STRATA_RETURN_IF_ERROR(BindWith(wb, options));
+  FillInfo();
+  return OkStatus();
+}
+
+Status CpuExecutor::BindWith(WeightBinder& wb, const LoadOptions& options) {
   const int64_t D = spec_.hidden_size, V = spec_.vocab_size;
   STRATA_ASSIGN_OR_RETURN(embed_, wb.Matrix("model.embed_tokens.weight", V, D));
-  if (spec_.tie_word_embeddings && !store_->Has("lm_head.weight")) {
+  if (spec_.tie_word_embeddings && (store_ == nullptr || !store_->Has("lm_head.weight"))) {
     lm_head_ = embed_;
   } else {
     STRATA_ASSIGN_OR_RETURN(lm_head_, wb.Matrix("lm_head.weight", V, D));
@@ -95,7 +103,6 @@ Status CpuExecutor::Bind(const LoadOptions& options) {
     }
   }
   matrix_cols_ = wb.matrix_cols();
-  FillInfo();
   return OkStatus();
 }
 
@@ -235,6 +242,14 @@ StatusOr<std::unique_ptr<Model>> CreateCpuExecutor(ArchSpec spec,
   auto model = std::make_unique<CpuExecutor>(std::move(spec), std::move(weights), pool);
   STRATA_RETURN_IF_ERROR(model->Bind(options));
   return std::unique_ptr<Model>(std::move(model));
+}
+
+StatusOr<std::vector<BoundTensor>> ListTensors(const ArchSpec& spec) {
+  std::vector<BoundTensor> listed;
+  WeightBinder wb(&listed);
+  CpuExecutor lister(spec, nullptr, nullptr);
+  STRATA_RETURN_IF_ERROR(lister.BindWith(wb, {}));
+  return listed;
 }
 
 }  // namespace strata::exec

@@ -10,7 +10,7 @@
 
 #include "base/status.h"
 #include "exec/arch_spec.h"
-#include "model/config_reader.h"
+#include "exec/cpu/weight_binder.h"
 #include "model/model.h"
 
 namespace strata {
@@ -25,19 +25,10 @@ StatusOr<std::unique_ptr<Model>> CreateCpuExecutor(ArchSpec spec,
                                                    std::shared_ptr<const WeightStore> weights,
                                                    const LoadOptions& options);
 
-// The CPU factory of an architecture adapter: reads `config_path`, parses it
-// with `parse`, describes the layers with `describe` (which may look at the
-// checkpoint's tensor names for aliases) and builds the executor.
-template <typename Config>
-StatusOr<std::unique_ptr<Model>> LoadCpuModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options, StatusOr<Config> (*parse)(const ConfigReader&),
-    ArchSpec (*describe)(const Config&, const WeightStore*)) {
-  STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(config_path));
-  STRATA_ASSIGN_OR_RETURN(Config config, parse(reader));
-  ArchSpec spec = describe(config, weights.get());
-  return CreateCpuExecutor(std::move(spec), std::move(weights), options);
-}
+// Every tensor `spec` binds, in binding order, with its canonical shape: the
+// checkpoint a layer list expects (lm_head omitted when the embeddings are
+// tied). Matrices are [out, in].
+StatusOr<std::vector<BoundTensor>> ListTensors(const ArchSpec& spec);
 
 }  // namespace strata::exec
 

@@ -1,7 +1,8 @@
 // Binds checkpoint tensors for the CPU layer modules. Matrices stay in the
 // mapped file (bf16 / fp16 / fp32 views) except FP8 block-scaled ones, which
 // are dequantised to fp32 into storage the executor keeps; vectors (norms,
-// conv taps, biases) are copied to fp32. Errors name the tensor.
+// conv taps, biases) are copied to fp32. Errors name the tensor. A binder
+// without a store lists what the modules ask for instead (ListTensors).
 #ifndef STRATA_EXEC_CPU_WEIGHT_BINDER_H_
 #define STRATA_EXEC_CPU_WEIGHT_BINDER_H_
 
@@ -23,6 +24,15 @@ class WeightStore;
 
 namespace strata::exec {
 
+// A tensor a layer list binds: its checkpoint name, canonical shape and use.
+struct BoundTensor {
+  enum class Kind { kMatrix, kVector, kNorm };
+  std::string name;
+  std::vector<int64_t> shape;
+  Kind kind = Kind::kMatrix;
+  int64_t NumElements() const;
+};
+
 class WeightBinder {
  public:
   // `fp8`: the scale block FP8 matrices are dequantised with; unset rejects
@@ -30,9 +40,10 @@ class WeightBinder {
   // dequantised matrices and must outlive every matrix bound from it.
   WeightBinder(const WeightStore& store, std::optional<Fp8BlockSize> fp8, bool zero_centred_norms,
                std::deque<std::vector<float>>* owned)
-      : store_(store), fp8_(fp8), zero_centred_(zero_centred_norms), owned_(owned) {}
-
-  const WeightStore& store() const { return store_; }
+      : store_(&store), fp8_(fp8), zero_centred_(zero_centred_norms), owned_(owned) {}
+  // Binds nothing: appends each tensor asked for to `listed` and returns
+  // matrices without data and vectors of zeros (norms of ones).
+  explicit WeightBinder(std::vector<BoundTensor>* listed) : listed_(listed) {}
 
   // A [rows, cols] Linear weight.
   StatusOr<cpu::WeightMatrix> Matrix(const std::string& name, int64_t rows, int64_t cols);
@@ -58,10 +69,15 @@ class WeightBinder {
   const std::set<int64_t>& matrix_cols() const { return cols_; }
 
  private:
-  const WeightStore& store_;
+  // Listing mode: records the tensor and returns a placeholder of its size.
+  std::vector<float> List(const std::string& name, std::vector<int64_t> shape,
+                          BoundTensor::Kind kind) const;
+
+  const WeightStore* store_ = nullptr;
   std::optional<Fp8BlockSize> fp8_;
-  bool zero_centred_;
-  std::deque<std::vector<float>>* owned_;
+  bool zero_centred_ = false;
+  std::deque<std::vector<float>>* owned_ = nullptr;
+  std::vector<BoundTensor>* listed_ = nullptr;
   std::set<int64_t> cols_;
 };
 

@@ -15,7 +15,6 @@
 #include "base/status.h"
 #include "exec/arch_spec.h"
 #include "exec/cuda/cuda_executor_stats.h"
-#include "model/config_reader.h"
 #include "model/model.h"
 
 namespace strata {
@@ -33,24 +32,9 @@ StatusOr<std::unique_ptr<Model>> CreateCudaLayerExecutor(exec::ArchSpec spec,
                                                          std::shared_ptr<const WeightStore> weights,
                                                          const LoadOptions& options);
 
-// The GPU factory of an architecture adapter, as exec::LoadCpuModel is the
-// CPU's: reads `config_path`, parses it with `parse`, describes the layers
-// with `describe` and builds the executor.
-template <typename Config>
-StatusOr<std::unique_ptr<Model>> LoadCudaModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options, StatusOr<Config> (*parse)(const ConfigReader&),
-    exec::ArchSpec (*describe)(const Config&, const WeightStore*)) {
-  STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(config_path));
-  STRATA_ASSIGN_OR_RETURN(Config config, parse(reader));
-  exec::ArchSpec spec = describe(config, weights.get());
-  return CreateCudaLayerExecutor(std::move(spec), std::move(weights), options);
-}
-
 // The executor's statistics; NotFound unless `model` came from
-// CreateCudaLayerExecutor for `architecture`.
-StatusOr<CudaExecutorStats> GetCudaLayerExecutorStats(const Model& model,
-                                                      const std::string& architecture);
+// CreateCudaLayerExecutor.
+StatusOr<CudaExecutorStats> GetCudaExecutorStats(const Model& model);
 
 }  // namespace strata::cuda_exec
 

@@ -44,7 +44,6 @@
 #include "exec/cuda/cuda_paged_state.h"
 #include "exec/cuda/ffn_cuda.h"
 #include "memory/paged_state_book.h"
-#include "model/config_reader.h"
 #include "model/model.h"
 
 namespace strata {
@@ -430,20 +429,6 @@ class CudaExecutorBase : public Model {
   };
   mutable std::map<GraphKey, GraphEntry> graphs_;
 };
-
-// An architecture's GPU factory: parses `config_path` with `parse`, then
-// loads an Executor (default-constructible, with
-// `Status Setup(weights, config, options)`) from `weights` (null: dummy weights).
-template <typename Executor, typename Config>
-StatusOr<std::unique_ptr<Model>> CreateCudaExecutor(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options, StatusOr<Config> (*parse)(const ConfigReader&)) {
-  STRATA_ASSIGN_OR_RETURN(ConfigReader reader, ConfigReader::FromFile(config_path));
-  STRATA_ASSIGN_OR_RETURN(Config config, parse(reader));
-  std::unique_ptr<Executor> executor(new Executor);
-  STRATA_RETURN_IF_ERROR(executor->Setup(std::move(weights), config, options));
-  return std::unique_ptr<Model>(std::move(executor));
-}
 
 }  // namespace cuda_exec
 }  // namespace strata

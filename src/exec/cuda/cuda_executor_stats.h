@@ -1,7 +1,6 @@
 // What every GPU executor reports about itself, for tests and benchmarks:
 // where its device memory went and how its decode steps ran
-// (GetKimiCudaStats, GetQwen3NextCudaStats, GetDeepseekV32CudaStats). Only
-// filled in CUDA builds.
+// (cuda_exec::GetCudaExecutorStats). Only filled in CUDA builds.
 #ifndef STRATA_EXEC_CUDA_CUDA_EXECUTOR_STATS_H_
 #define STRATA_EXEC_CUDA_CUDA_EXECUTOR_STATS_H_
 

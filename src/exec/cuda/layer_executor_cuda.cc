@@ -32,7 +32,6 @@ class LayerExecutor final : public CudaExecutorBase {
  public:
   Status Setup(std::shared_ptr<const WeightStore> weights, exec::ArchSpec spec,
                const LoadOptions& options);
-  const std::string& architecture() const { return spec_.architecture; }
   // ExecutorStats with the FP8 footprint and the modules' counters.
   CudaExecutorStats Stats() const;
   int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const override;
@@ -357,12 +356,9 @@ StatusOr<std::unique_ptr<Model>> CreateCudaLayerExecutor(exec::ArchSpec spec,
   return std::unique_ptr<Model>(std::move(executor));
 }
 
-StatusOr<CudaExecutorStats> GetCudaLayerExecutorStats(const Model& model,
-                                                      const std::string& architecture) {
+StatusOr<CudaExecutorStats> GetCudaExecutorStats(const Model& model) {
   const auto* m = dynamic_cast<const LayerExecutor*>(&model);
-  if (m == nullptr || m->architecture() != architecture) {
-    return absl::NotFoundError(absl::StrCat("not a ", architecture, " CUDA model"));
-  }
+  if (m == nullptr) return absl::NotFoundError("not a CUDA model");
   return m->Stats();
 }
 

@@ -1,67 +1,36 @@
-// The architecture adapters compiled into the library. Listed explicitly (not
-// by static initialisers) so that linking the static core never drops one.
+// The architectures compiled into the library. Each is one file
+// (<arch>.cc) that parses its config.json and describes its layer list; the
+// CPU and GPU executors both run that list. Listed explicitly (not by static
+// initialisers) so that linking the static core never drops one.
 #ifndef STRATA_MODEL_MODELS_BUILTIN_H_
 #define STRATA_MODEL_MODELS_BUILTIN_H_
 
-#include "model/model.h"
+#include "base/status.h"
+#include "exec/arch_spec.h"
+#include "model/config_reader.h"
 
 namespace strata {
 
-// kimi_linear.cc
-StatusOr<std::unique_ptr<Model>> CreateKimiLinearModel(std::shared_ptr<const WeightStore> weights,
-                                                       const std::string& config_path,
-                                                       const LoadOptions& options);
+class WeightStore;
 
-// deepseek_v32.cc (CPU).
-StatusOr<std::unique_ptr<Model>> CreateDeepseekV32Model(std::shared_ptr<const WeightStore> weights,
-                                                        const std::string& config_path,
-                                                        const LoadOptions& options);
+// Parses `config` (the whole config.json) and describes its layers. `weights`
+// is the checkpoint whose tensor names a description may follow (an
+// export's aliases), or null for dummy weights, which take the usual names.
+using DescribeArchitecture = StatusOr<exec::ArchSpec> (*)(const ConfigReader& config,
+                                                          const WeightStore* weights);
 
-// qwen3_next.cc (CPU).
-StatusOr<std::unique_ptr<Model>> CreateQwen3NextModel(std::shared_ptr<const WeightStore> weights,
-                                                      const std::string& config_path,
-                                                      const LoadOptions& options);
+StatusOr<exec::ArchSpec> DescribeKimiLinear(const ConfigReader& config, const WeightStore* weights);
+StatusOr<exec::ArchSpec> DescribeDeepseekV32(const ConfigReader& config,
+                                             const WeightStore* weights);
+StatusOr<exec::ArchSpec> DescribeQwen3Next(const ConfigReader& config, const WeightStore* weights);
+// Strata's own KDA + DSA demo architecture.
+StatusOr<exec::ArchSpec> DescribeStrataHybrid(const ConfigReader& config,
+                                              const WeightStore* weights);
 
-// strata_hybrid.cc (CPU): the project's own KDA + DSA demo architecture.
-StatusOr<std::unique_ptr<Model>> CreateStrataHybridModel(std::shared_ptr<const WeightStore> weights,
-                                                         const std::string& config_path,
-                                                         const LoadOptions& options);
-
-// kimi_linear_weights.cc: writes random host weights for `config_path` into
-// `dir`/model.safetensors (the CPU's --load-format dummy; small configs only).
-Status WriteKimiLinearDummyCheckpoint(const std::string& config_path, const std::string& dir,
-                                      uint64_t seed);
-
-#if defined(STRATA_HAVE_CUDA)
-// kimi_linear.cc: the GPU executor, the layer executor on kimi_linear's
-// layer list. `weights` null means dummy weights
-// made on the device. Unavailable (no driver or device), ResourceExhausted
-// (too little device memory) and Unimplemented (shapes the kernels reject)
-// tell LoadModel to fall back to the CPU; their messages complete the sentence
-// "CUDA requested but ...".
-StatusOr<std::unique_ptr<Model>> CreateKimiLinearCudaModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options);
-
-// deepseek_v32.cc: the GPU executor of deepseek_v32, the layer executor on its
-// layer list (same contract and fallback statuses as CreateKimiLinearCudaModel).
-StatusOr<std::unique_ptr<Model>> CreateDeepseekV32CudaModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options);
-
-// qwen3_next.cc: the GPU executor of qwen3_next, the layer executor on its
-// layer list (same contract and fallback statuses as CreateKimiLinearCudaModel).
-StatusOr<std::unique_ptr<Model>> CreateQwen3NextCudaModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options);
-
-// strata_hybrid.cc: the GPU executor of strata_hybrid, the layer executor on
-// its layer list (same contract and fallback statuses as
-// CreateKimiLinearCudaModel).
-StatusOr<std::unique_ptr<Model>> CreateStrataHybridCudaModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options);
-#endif
+// The layer list of the config.json at `config_path` under the usual tensor
+// names (the benchmarks' cost model). NotFound for a model_type without a
+// built-in description.
+StatusOr<exec::ArchSpec> DescribeConfigFile(const std::string& config_path);
 
 }  // namespace strata
 

@@ -22,19 +22,14 @@
 //     keys than index_topk a query keeps all of them (dense attention), as
 //     DeepSeek's code does too.
 #include "exec/arch_spec.h"
-#include "exec/cpu/cpu_executor.h"
-#if defined(STRATA_HAVE_CUDA)
-#include "exec/cuda/cuda_executor.h"
-#include "model/models/deepseek_v32_cuda.h"
-#endif
-#include "model/models/arch_descriptions.h"
 #include "model/models/builtin.h"
 #include "model/models/deepseek_v32_config.h"
 #include "model/models/deepseek_v32_layers.h"
 
 namespace strata {
 
-exec::ArchSpec DescribeDeepseekV32(const DeepseekV32Config& c, const WeightStore*) {
+StatusOr<exec::ArchSpec> DescribeDeepseekV32(const ConfigReader& config, const WeightStore*) {
+  STRATA_ASSIGN_OR_RETURN(const DeepseekV32Config c, ParseDeepseekV32Config(config));
   exec::ArchSpec a = exec::SpecOf("deepseek_v32", c);
   // Every FP8 tensor is dequantised, whether or not quantization_config says
   // so (the block defaults to 128×128).
@@ -51,39 +46,5 @@ exec::ArchSpec DescribeDeepseekV32(const DeepseekV32Config& c, const WeightStore
   }
   return a;
 }
-
-StatusOr<std::unique_ptr<Model>> CreateDeepseekV32Model(std::shared_ptr<const WeightStore> weights,
-                                                        const std::string& config_path,
-                                                        const LoadOptions& options) {
-  return exec::LoadCpuModel<DeepseekV32Config>(std::move(weights), config_path, options,
-                                               ParseDeepseekV32Config, DescribeDeepseekV32);
-}
-
-#if defined(STRATA_HAVE_CUDA)
-StatusOr<std::unique_ptr<Model>> CreateDeepseekV32CudaModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options) {
-  return cuda_exec::LoadCudaModel<DeepseekV32Config>(std::move(weights), config_path, options,
-                                                     ParseDeepseekV32Config, DescribeDeepseekV32);
-}
-
-StatusOr<DeepseekV32CudaStats> GetDeepseekV32CudaStats(const Model& model) {
-  STRATA_ASSIGN_OR_RETURN(CudaExecutorStats base,
-                          cuda_exec::GetCudaLayerExecutorStats(model, "deepseek_v32"));
-  DeepseekV32CudaStats s;
-  static_cast<CudaExecutorStats&>(s) = base;
-  auto count = [&](const char* name) {
-    const auto it = base.counters.find(name);
-    return it == base.counters.end() ? uint64_t{0} : it->second;
-  };
-  s.index_topk = static_cast<int64_t>(count("dsa.index_topk"));
-  s.sparse_prefill_layers = static_cast<int64_t>(count("dsa.sparse_prefill_layers"));
-  s.dense_prefill_layers = static_cast<int64_t>(count("dsa.dense_prefill_layers"));
-  s.sparse_decode_steps = static_cast<int64_t>(count("dsa.sparse_decode_steps"));
-  s.dense_decode_steps = static_cast<int64_t>(count("dsa.dense_decode_steps"));
-  s.selected_rows = count("dsa.selected_rows");
-  return s;
-}
-#endif
 
 }  // namespace strata

@@ -3,19 +3,26 @@
 // sigmoid-routed MoE with shared experts. Weights keep the original checkpoint
 // names (experts w1 / w3 / w2; the MoE under `block_sparse_moe.`).
 #include "exec/arch_spec.h"
-#include "exec/cpu/cpu_executor.h"
-#if defined(STRATA_HAVE_CUDA)
-#include "exec/cuda/cuda_executor.h"
-#include "model/models/kimi_linear_cuda.h"
-#endif
-#include "model/models/arch_descriptions.h"
 #include "model/models/builtin.h"
 #include "model/models/kimi_linear_config.h"
-#include "model/models/kimi_linear_weights.h"
+#include "model/weight_store.h"
 
 namespace strata {
+namespace {
 
-exec::ArchSpec DescribeKimiLinear(const KimiLinearConfig& c, const WeightStore* ws) {
+// The dense MLP's directory in `ws`: the published checkpoint names it
+// `mlp.`, transformers' save_pretrained writes `block_sparse_moe.`.
+std::string DenseMlpDir(const WeightStore& ws, int64_t layer) {
+  const std::string p = exec::LayerPrefix(layer);
+  return ws.Has(p + "mlp.gate_proj.weight") || !ws.Has(p + "block_sparse_moe.gate_proj.weight")
+             ? "mlp."
+             : "block_sparse_moe.";
+}
+
+}  // namespace
+
+StatusOr<exec::ArchSpec> DescribeKimiLinear(const ConfigReader& config, const WeightStore* ws) {
+  STRATA_ASSIGN_OR_RETURN(const KimiLinearConfig c, ParseKimiLinearConfig(config));
   exec::ArchSpec a = exec::SpecOf("kimi_linear", c);
   const exec::KdaSpec kda{c.kda_heads, c.kda_head_dim, c.conv_kernel, a.norm_eps};
   const exec::MlaSpec mla{.heads = c.mla_heads,
@@ -35,34 +42,12 @@ exec::ArchSpec DescribeKimiLinear(const KimiLinearConfig& c, const WeightStore* 
     if (c.is_moe[l]) {
       a.layers.push_back(exec::LayerAt(i, "self_attn.", mixer, "block_sparse_moe.", moe));
     } else {
-      // The dense MLP's prefix depends on the export (KimiDenseMlpPrefix).
-      const std::string dense =
-          ws != nullptr ? KimiDenseMlpPrefix(*ws, i).substr(KimiLayerPrefix(i).size()) : "mlp.";
+      const std::string dense = ws != nullptr ? DenseMlpDir(*ws, i) : "mlp.";
       a.layers.push_back(
           exec::LayerAt(i, "self_attn.", mixer, dense, exec::MlpSpec{c.intermediate_size}));
     }
   }
   return a;
 }
-
-StatusOr<std::unique_ptr<Model>> CreateKimiLinearModel(std::shared_ptr<const WeightStore> weights,
-                                                       const std::string& config_path,
-                                                       const LoadOptions& options) {
-  return exec::LoadCpuModel<KimiLinearConfig>(std::move(weights), config_path, options,
-                                              ParseKimiLinearConfig, DescribeKimiLinear);
-}
-
-#if defined(STRATA_HAVE_CUDA)
-StatusOr<std::unique_ptr<Model>> CreateKimiLinearCudaModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options) {
-  return cuda_exec::LoadCudaModel<KimiLinearConfig>(std::move(weights), config_path, options,
-                                                    ParseKimiLinearConfig, DescribeKimiLinear);
-}
-
-StatusOr<KimiCudaStats> GetKimiCudaStats(const Model& model) {
-  return cuda_exec::GetCudaLayerExecutorStats(model, "kimi_linear");
-}
-#endif
 
 }  // namespace strata

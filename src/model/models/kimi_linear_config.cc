@@ -86,7 +86,7 @@ Status ParseMlpKinds(const ConfigReader& c, KimiLinearConfig& k) {
   return OkStatus();
 }
 
-// What the shapes add up to (KimiLinearTensorSpecs' tensors, the decode
+// What the shapes add up to (the layer list's tensors, the decode
 // state), refused before dummy weights or states are sized from them.
 Status CheckSizes(const ConfigReader& c, bool nested_kda, const KimiLinearConfig& k) {
   const std::string heads = nested_kda ? "linear_attn_config.num_heads" : "linear_num_heads";

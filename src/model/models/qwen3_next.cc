@@ -3,18 +3,13 @@
 // sigmoid-gated shared expert or a dense SwiGLU; every decoder, final and q/k
 // RMSNorm stores a zero-centred weight (scale 1 + w).
 #include "exec/arch_spec.h"
-#include "exec/cpu/cpu_executor.h"
-#if defined(STRATA_HAVE_CUDA)
-#include "exec/cuda/cuda_executor.h"
-#include "model/models/qwen3_next_cuda.h"
-#endif
-#include "model/models/arch_descriptions.h"
 #include "model/models/builtin.h"
 #include "model/models/qwen3_next_config.h"
 
 namespace strata {
 
-exec::ArchSpec DescribeQwen3Next(const Qwen3NextConfig& c, const WeightStore*) {
+StatusOr<exec::ArchSpec> DescribeQwen3Next(const ConfigReader& config, const WeightStore*) {
+  STRATA_ASSIGN_OR_RETURN(const Qwen3NextConfig c, ParseQwen3NextConfig(config));
   exec::ArchSpec a = exec::SpecOf("qwen3_next", c);
   a.zero_centred_norms = true;
   // In field order: Hk, Hv, dk, dv, K, eps; H, Hkv, hd, rotary dim, θ, eps.
@@ -37,25 +32,5 @@ exec::ArchSpec DescribeQwen3Next(const Qwen3NextConfig& c, const WeightStore*) {
   }
   return a;
 }
-
-StatusOr<std::unique_ptr<Model>> CreateQwen3NextModel(std::shared_ptr<const WeightStore> weights,
-                                                      const std::string& config_path,
-                                                      const LoadOptions& options) {
-  return exec::LoadCpuModel<Qwen3NextConfig>(std::move(weights), config_path, options,
-                                             ParseQwen3NextConfig, DescribeQwen3Next);
-}
-
-#if defined(STRATA_HAVE_CUDA)
-StatusOr<std::unique_ptr<Model>> CreateQwen3NextCudaModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options) {
-  return cuda_exec::LoadCudaModel<Qwen3NextConfig>(std::move(weights), config_path, options,
-                                                   ParseQwen3NextConfig, DescribeQwen3Next);
-}
-
-StatusOr<Qwen3NextCudaStats> GetQwen3NextCudaStats(const Model& model) {
-  return cuda_exec::GetCudaLayerExecutorStats(model, "qwen3_next");
-}
-#endif
 
 }  // namespace strata

@@ -11,18 +11,14 @@
 #include <cmath>
 
 #include "exec/arch_spec.h"
-#include "exec/cpu/cpu_executor.h"
-#if defined(STRATA_HAVE_CUDA)
-#include "exec/cuda/cuda_executor.h"
-#endif
 #include "model/models/builtin.h"
 #include "model/models/deepseek_v32_layers.h"
 #include "model/models/strata_hybrid_config.h"
 
 namespace strata {
-namespace {
 
-exec::ArchSpec DescribeStrataHybrid(const StrataHybridConfig& c, const WeightStore*) {
+StatusOr<exec::ArchSpec> DescribeStrataHybrid(const ConfigReader& config, const WeightStore*) {
+  STRATA_ASSIGN_OR_RETURN(const StrataHybridConfig c, ParseStrataHybridConfig(config));
   exec::ArchSpec a = exec::SpecOf("strata_hybrid", c);
   const exec::KdaSpec kda{c.kda_heads, c.kda_head_dim, c.conv_kernel, a.norm_eps};
   exec::MlaSpec dsa = DeepseekDsaSpec(c);
@@ -39,23 +35,5 @@ exec::ArchSpec DescribeStrataHybrid(const StrataHybridConfig& c, const WeightSto
   }
   return a;
 }
-
-}  // namespace
-
-StatusOr<std::unique_ptr<Model>> CreateStrataHybridModel(std::shared_ptr<const WeightStore> weights,
-                                                         const std::string& config_path,
-                                                         const LoadOptions& options) {
-  return exec::LoadCpuModel<StrataHybridConfig>(std::move(weights), config_path, options,
-                                                ParseStrataHybridConfig, DescribeStrataHybrid);
-}
-
-#if defined(STRATA_HAVE_CUDA)
-StatusOr<std::unique_ptr<Model>> CreateStrataHybridCudaModel(
-    std::shared_ptr<const WeightStore> weights, const std::string& config_path,
-    const LoadOptions& options) {
-  return cuda_exec::LoadCudaModel<StrataHybridConfig>(
-      std::move(weights), config_path, options, ParseStrataHybridConfig, DescribeStrataHybrid);
-}
-#endif
 
 }  // namespace strata
