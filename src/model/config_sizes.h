@@ -69,6 +69,56 @@ class ConfigSizeTotal {
   std::vector<SizeFactor> largest_factors_;
 };
 
+// The four totals of a decoder-only config (parameters, tensors, the fixed
+// state of one sequence, the state per token), built layer kind by layer
+// kind. Each adder takes the config's own spellings of its fields, so that
+// an error names what to fix; `n` is how many layers are of that kind.
+// Usage:
+//   DecoderSizes sizes(config, V, D, tied, per_layer_tensors);
+//   sizes.Kda(kda_layers, {"linear_num_heads", H}, {"linear_head_dim", dk}, {"...", K});
+//   sizes.Moe(moe_layers, {"num_experts", E}, {"moe_intermediate_size", I}, ...);
+//   STRATA_RETURN_IF_ERROR(sizes.Check());
+class DecoderSizes {
+ public:
+  // The embedding (and lm_head unless tied) of `vocab` × `hidden`, and
+  // `tensors_per_layer` tensors in each of `layers` layers.
+  DecoderSizes(const ConfigReader& config, int64_t vocab, int64_t hidden, bool tied, int64_t layers,
+               int64_t tensors_per_layer);
+  // Kimi Delta Attention: q/k/v/o and the low-rank gates, short convs over
+  // q, k and v; a [heads, dim, dim] state and conv tails.
+  void Kda(int64_t n, const SizeFactor& heads, const SizeFactor& dim, const SizeFactor& kernel);
+  // Gated DeltaNet: the fused q/k/v/z and b/a projections, out_proj, one
+  // conv over `conv_channels`; a [value_heads, key_dim, value_dim] state.
+  void Gdn(int64_t n, const SizeFactor& key_heads, const SizeFactor& value_heads,
+           const SizeFactor& key_dim, const SizeFactor& value_dim, const SizeFactor& kernel,
+           int64_t conv_channels);
+  // Multi-head latent attention: q_proj, or q_a/q_b through `q_rank` (value
+  // > 0); kv_a, kv_b, o_proj; a latent row per token. With `index_heads`
+  // (value > 0), the indexer's projections and its key per token.
+  struct MlaFields {
+    SizeFactor heads, q_rank, kv_rank, nope_dim, rope_dim, v_dim;
+    SizeFactor index_heads = {"", 0}, index_dim = {"", 0};
+  };
+  void Mla(int64_t n, const MlaFields& f);
+  // Gated grouped-query attention: q (with its gate) and o, k and v; K and V
+  // rows per token.
+  void Gqa(int64_t n, const SizeFactor& heads, const SizeFactor& kv_heads,
+           const SizeFactor& head_dim);
+  void DenseMlp(int64_t n, const SizeFactor& intermediate);
+  // Routed experts of `intermediate`, `tensors_per_expert` tensors each, and
+  // shared experts: `shared` of the routed width, or of width `shared` when
+  // `shared_is_width`.
+  void Moe(int64_t n, const SizeFactor& experts, const SizeFactor& intermediate,
+           const SizeFactor& shared, bool shared_is_width, int64_t tensors_per_expert);
+  // The first total past its limit, in the order above.
+  Status Check() const;
+
+ private:
+  const std::string layers_ = "num_hidden_layers";
+  int64_t hidden_;
+  ConfigSizeTotal params_, tensors_, state_, per_token_;
+};
+
 }  // namespace strata
 
 #endif  // STRATA_MODEL_CONFIG_SIZES_H_

@@ -19,7 +19,11 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& m, const std:
   bpe->byte_level_ = byte_level;
   const std::string w = absl::StrCat(where, ": model");
   if (!m.is_object()) return absl::InvalidArgumentError(absl::StrCat(w, ": expected an object"));
-  if (m.contains("type") && m["type"] != "BPE") {
+  // Not `m["type"] != "BPE"`: nlohmann's comparison with a literal builds a
+  // json from it inside a noexcept operator, where a failed allocation
+  // terminates the process.
+  if (m.contains("type") &&
+      !(m["type"].is_string() && m["type"].get_ref<const std::string&>() == "BPE")) {
     return absl::UnimplementedError(
         absl::StrCat(w, ".type: only BPE models are supported, got ", m["type"].dump()));
   }
@@ -58,7 +62,11 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& m, const std:
     const int64_t id64 = it.value().get<int64_t>();
     STRATA_RETURN_IF_ERROR(CheckTokenId(id64, absl::StrCat(w, ".vocab"), it.key()));
     const auto id = static_cast<int32_t>(id64);
-    bpe->vocab_[it.key()] = id;
+    // The key is built before the insertion: a hash table must not
+    // allocate inside it (abseil-cpp issue 1524: a failed allocation there
+    // leaves a slot marked full that holds nothing).
+    std::string key = it.key();
+    bpe->vocab_.insert_or_assign(std::move(key), id);
     max_id = std::max(max_id, id);
   }
   bpe->id_to_token_.resize(max_id + 1);
@@ -123,8 +131,11 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& m, const std:
   }
   if (byte_level && bpe->ignore_merges_) {
     std::string raw;
+    bpe->raw_vocab_.reserve(bpe->vocab_.size());
     for (const auto& [tok, id] : bpe->vocab_) {
-      if (ByteLevelToBytes(tok, &raw)) bpe->raw_vocab_[raw] = id;
+      if (!ByteLevelToBytes(tok, &raw)) continue;
+      std::string key = raw;  // built outside the table, as the vocab's keys
+      bpe->raw_vocab_.insert_or_assign(std::move(key), id);
     }
   }
   return bpe;

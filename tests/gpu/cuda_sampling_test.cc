@@ -373,7 +373,7 @@ TEST(CudaSampling, ChunkedFirstPassMatchesInKernelPass) {
 }
 
 // A decode step has the sampling kernel write its tokens into pinned host
-// memory (cuda_executor_base_cuda.cc): the same tokens as into device memory,
+// memory (layer_executor_run_cuda.cc): the same tokens as into device memory,
 // with and without the chunked first pass.
 TEST(CudaSampling, TokensWrittenToPinnedHostMemoryEqualDeviceOnes) {
   const int64_t B = 9, V = 163840;

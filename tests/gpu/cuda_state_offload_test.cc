@@ -33,14 +33,14 @@
 #include <string>
 #include <vector>
 
-#include "exec/cuda/cuda_executor_base.h"
+#include "exec/cuda/layer_executor.h"
 #include "harness/parity.h"
 #include "model/model.h"
 
 namespace strata {
 namespace {
 
-using cuda_exec::CudaExecutorBase;
+using cuda_exec::LayerExecutor;
 using cuda_exec::PoolUsage;
 
 constexpr int64_t kBlock = 64;
@@ -52,7 +52,7 @@ class CudaStateOffload : public ::testing::TestWithParam<std::string> {
     ASSERT_GE(fixture_.prompt.size(), 140u);
     model_ = parity::LoadCuda(fixture_.dir, parity::CudaOptions());
     ASSERT_NE(model_, nullptr);
-    exec_ = dynamic_cast<const CudaExecutorBase*>(model_.get());
+    exec_ = dynamic_cast<const LayerExecutor*>(model_.get());
     ASSERT_NE(exec_, nullptr) << "not a CUDA executor";
     vocab_ = model_->info().vocab_size;
   }
@@ -127,7 +127,7 @@ class CudaStateOffload : public ::testing::TestWithParam<std::string> {
 
   parity::Fixture fixture_;
   std::unique_ptr<Model> model_;
-  const CudaExecutorBase* exec_ = nullptr;
+  const LayerExecutor* exec_ = nullptr;
   int64_t vocab_ = 0;
 };
 

@@ -1352,7 +1352,7 @@ Status StridedBatchedGemm(BlasContext& ctx, const StridedBatchedGemmArgs& args,
   }
   // Decode-sized products (MLA's per-head absorption at m = 1, 32 heads of
   // [512, 128]: 4.2 MB) stream at ~0.8 TB/s through cuBLASLt and at GEMV speed
-  // here; and no cuBLASLt call means no shared workspace (cuda_executor_base.h,
+  // here; and no cuBLASLt call means no shared workspace (layer_executor.h,
   // Branching).
   if (g.m <= kGemvMaxRows && !args.transpose_w && args.count <= 65535 && FastShape(pr)) {
     return RunSmallM(ctx, pr, stream);

@@ -1,6 +1,6 @@
 // The GPU executor of a layer list: runs any architecture whose mixers have
 // GPU modules (exec/cuda/cuda_mixer.h) as a Model, with the feed-forward
-// module (ffn_cuda.h) and the shared host side of CudaExecutorBase (states,
+// module (ffn_cuda.h) and the shared host side of LayerExecutor (states,
 // the decode driver and its graphs, the decode tunings of the layer stack).
 // Weights are bf16 on the device, bound by their checkpoint names, except
 // the FP8 block-scaled matrices of checkpoints that store them so

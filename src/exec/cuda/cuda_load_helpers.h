@@ -1,4 +1,4 @@
-// Load-time helpers shared by the GPU executors' *_load_cuda.cc files: the
+// Load-time helpers of the GPU executor (layer_executor_cuda.cc, _load_cuda.cc): the
 // device check, device allocation with a readable error, and the weight
 // Uploader (pinned double buffering).
 #ifndef STRATA_EXEC_CUDA_CUDA_LOAD_HELPERS_H_
@@ -43,10 +43,9 @@ constexpr int64_t kDefaultMaxContext = 131072;
 // in chunks of this many rows.
 constexpr int64_t kLogitsChunkRows = 64;
 
-// The scratch every executor's step uses alike: the per-step inputs, the
-// residual stream, the logits and sampling (CudaExecutorBase::BindFrame
-// reads them) and the feed-forward blocks' buffers (BindStack). An
-// executor's Scratch derives from it and adds its mixers' buffers.
+// The scratch of every step: the per-step inputs, the residual stream, the
+// logits and sampling, and the feed-forward blocks' buffers. The executor's
+// Scratch derives from it.
 struct StepScratch {
   int32_t* tokens = nullptr;       // [rows] prefill token ids
   int32_t* step = nullptr;         // [4, max_batch]: tokens | slots | positions | seq_lens

@@ -1,6 +1,6 @@
 // What a CUDA layer module enqueues through: the executor's main and side
 // streams, its cuBLASLt context, its tuning and the FP8 staging tile. A
-// CudaOps is a view (CudaExecutorBase::Ops() makes one per pass from the
+// CudaOps is a view (LayerExecutor::Ops() makes one per pass from the
 // executor's members); it owns nothing and is used under the executor's Turn,
 // never across threads.
 #ifndef STRATA_EXEC_CUDA_CUDA_OPS_H_

@@ -14,7 +14,7 @@
 // FillContextForBenchmark needs an empty state). Clone therefore shares the
 // FULL blocks of its source (a reference count each in the PagedStateBook) and
 // copies only the partial tail block and the recurrent slot, so that both
-// sides own the one block they will write next. CudaExecutorBase::EnsureBlocks,
+// sides own the one block they will write next. LayerExecutor::EnsureBlocks,
 // which every writer calls before enqueueing, checks that invariant (the
 // block of row num_tokens() has a count of 1) and refuses with Internal
 // otherwise, rather than corrupt another sequence.
@@ -61,7 +61,7 @@ struct StateLayout {
   bool has_blocks() const;
 };
 
-class CudaExecutorBase;
+class LayerExecutor;
 
 // Device copies on `stream` (enqueue only; the caller synchronises).
 Status ZeroSlot(const StateLayout& layout, int32_t slot, cudaStream_t stream);
@@ -100,8 +100,8 @@ class PinnedBuffer {
 // (slot −1, no blocks). Only the owning executor touches the fields.
 class CudaSequenceState final : public SequenceState {
  public:
-  CudaSequenceState(const CudaExecutorBase* owner, std::shared_ptr<PagedStateBook> book,
-                    uint64_t id, int32_t slot, int64_t max_tokens)
+  CudaSequenceState(const LayerExecutor* owner, std::shared_ptr<PagedStateBook> book, uint64_t id,
+                    int32_t slot, int64_t max_tokens)
       : owner_(owner), book_(std::move(book)), id_(id), slot_(slot), max_tokens_(max_tokens) {}
   ~CudaSequenceState() override;
   int64_t num_tokens() const override { return tokens_; }
@@ -111,7 +111,7 @@ class CudaSequenceState final : public SequenceState {
   Status MoveToDevice() override;
   bool on_host() const override { return host_ != nullptr; }
 
-  const CudaExecutorBase* owner_;
+  const LayerExecutor* owner_;
   std::shared_ptr<PagedStateBook> book_;
   uint64_t id_;
   int32_t slot_;
@@ -134,7 +134,7 @@ class CudaSequenceState final : public SequenceState {
 // fields.
 class CudaCheckpoint final : public StateCheckpoint {
  public:
-  CudaCheckpoint(const CudaExecutorBase* owner, std::shared_ptr<PagedStateBook> book)
+  CudaCheckpoint(const LayerExecutor* owner, std::shared_ptr<PagedStateBook> book)
       : owner_(owner), book_(std::move(book)) {}
   ~CudaCheckpoint() override {
     book_->Release(blocks_);
@@ -143,7 +143,7 @@ class CudaCheckpoint final : public StateCheckpoint {
   }
   int64_t num_tokens() const override { return tokens_; }
 
-  const CudaExecutorBase* owner_;
+  const LayerExecutor* owner_;
   std::shared_ptr<PagedStateBook> book_;
   int64_t tokens_ = 0;
   std::vector<int32_t> blocks_;  // the shared full blocks, in sequence order

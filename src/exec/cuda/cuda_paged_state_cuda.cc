@@ -1,10 +1,9 @@
 // Region-by-region device copies of CUDA sequence states (cuda_paged_state.h).
-#include "exec/cuda/cuda_paged_state.h"
-
 #include <functional>
 
 #include "backend/cuda/cuda_common.h"
-#include "exec/cuda/cuda_executor_base.h"
+#include "exec/cuda/cuda_paged_state.h"
+#include "exec/cuda/layer_executor.h"
 
 namespace strata {
 namespace cuda_exec {

@@ -1,13 +1,4 @@
-// The GPU layer-list executor (cuda_executor.h). Per layer (n rows: one
-// prefill slice, or one token of each of B sequences at decode):
-//   xn = RMSNorm(h += pending); the mixer module adds into h;
-//   xn = RMSNorm(h); the feed-forward module adds into h (routed sum pending)
-// then logits = lm_head(RMSNorm(h += pending)): CudaExecutorBase's
-// EnqueueLayers, with EnqueueMixer dispatching to the modules.
-//
-// The layers of one mixer kind with one spec form one module (its members);
-// modules come in the order their first layer appears, and so do their state
-// arrays in the StateLayout.
+// The GPU layer-list executor's modules, weights and load (layer_executor.h).
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -20,83 +11,21 @@
 #include "backend/cuda/moe.h"
 #include "base/dtype.h"
 #include "exec/cuda/cuda_executor.h"
-#include "exec/cuda/cuda_executor_base.h"
 #include "exec/cuda/cuda_load_helpers.h"
 #include "exec/cuda/cuda_mixer.h"
+#include "exec/cuda/layer_executor.h"
 #include "model/weight_store.h"
 
 namespace strata::cuda_exec {
 namespace {
-
-class LayerExecutor final : public CudaExecutorBase {
- public:
-  Status Setup(std::shared_ptr<const WeightStore> weights, exec::ArchSpec spec,
-               const LoadOptions& options);
-  // ExecutorStats with the FP8 footprint and the modules' counters.
-  CudaExecutorStats Stats() const;
-  int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const override;
-
- private:
-  Status EnqueueMixer(size_t layer, int64_t n, const CudaSequenceState* ps, int64_t past,
-                      const StepVariant& v) const override;
-  // Graphs are keyed by the largest length bound of the modules (0 when
-  // none takes one).
-  StepVariant DecodeVariant(int64_t max_len) const override;
-  Status FillSlotForBenchmark(const CudaSequenceState& st,
-                              const std::function<uint64_t()>& next) const override;
-
-  Status BuildMixers();
-  // Which matrices stay FP8 (the FP8 footprint), then the plan's FP8 tile;
-  // Unimplemented for FP8 dense matrices in batch-invariant mode.
-  Status PlanFp8(const WeightStore* weights);
-  void CarveWeights(WeightCarver& c);
-  void CarveScratch(Carver& c);
-  Status UploadWeights(const WeightStore& ws, const LoadOptions& options);
-  // Random weights; *parameters receives how many elements they hold.
-  Status MakeDummyWeights(uint64_t seed, int64_t* parameters);
-
-  struct Layer {
-    float* input_norm = nullptr;  // [D]
-    float* post_norm = nullptr;   // [D]
-    bool is_moe = false;
-    FfnWeights ffn;
-  };
-  struct Weights {
-    bf16* embed = nullptr;        // [V, D]
-    bf16* lm_head = nullptr;      // [V, D] (the embedding when tied)
-    float* final_norm = nullptr;  // [D]
-    std::vector<Layer> layers;
-  };
-  struct Scratch : StepScratch {
-    float* shared = nullptr;  // [rows, D] a gated shared expert's output before its gate
-    float* sgate = nullptr;   // [rows, kSharedGateRows] its gate's logits
-    bf16* fp8_tile = nullptr;  // [fp8_tile_elems_]: FP8 weight rows for the prefill products
-  };
-  // Where layer l's mixer is: module `mixer`, member `index`.
-  struct Member {
-    size_t mixer = 0, index = 0;
-  };
-
-  exec::ArchSpec spec_;
-  SequencePlan plan_;
-  FfnDims ffn_dims_;
-  size_t moe_ws_ = 0;
-  bool separate_lm_head_ = false;
-  Fp8Query is_fp8_;  // null: no FP8 weights
-  Fp8Footprint fp8_;
-  std::vector<std::unique_ptr<CudaMixer>> mixers_;
-  std::vector<Member> members_;
-  Weights w_;
-  Scratch s_;
-  MixerFrame mixer_frame_;
-  char* h_staging_ = nullptr;  // weight upload staging (pinned)
-};
 
 // The module of one mixer kind (an MLA form without one is Unimplemented).
 template <typename Spec>
 StatusOr<std::unique_ptr<CudaMixer>> NewMixer(const Spec& spec, const MixerContext& ctx) {
   return StatusOr<std::unique_ptr<CudaMixer>>(MakeCudaMixer(spec, ctx));
 }
+
+}  // namespace
 
 Status LayerExecutor::BuildMixers() {
   const MixerContext ctx{spec_.hidden_size, invariant_};
@@ -152,14 +81,13 @@ void LayerExecutor::CarveWeights(WeightCarver& c) {
   w_.lm_head = separate_lm_head_ ? c.Take<bf16>(V * D) : w_.embed;
   w_.final_norm = c.Take<float>(D);
   for (const auto& m : mixers_) m->CarveShared(c);
-  w_.layers.assign(spec_.layers.size(), Layer{});
+  w_.layers.assign(spec_.layers.size(), StackLayer{});
   for (size_t l = 0; l < spec_.layers.size(); ++l) {
-    Layer& L = w_.layers[l];
+    StackLayer& L = w_.layers[l];
     L.input_norm = c.Take<float>(D);
     L.post_norm = c.Take<float>(D);
     mixers_[members_[l].mixer]->CarveMember(members_[l].index, c);
     CarveFfnWeights(spec_.layers[l], D, c, L.ffn);
-    L.is_moe = L.ffn.is_moe;
   }
 }
 
@@ -179,6 +107,9 @@ void LayerExecutor::CarveScratch(Carver& c) {
 Status LayerExecutor::Setup(std::shared_ptr<const WeightStore> weights, exec::ArchSpec spec,
                             const LoadOptions& options) {
   spec_ = std::move(spec);
+  D_ = spec_.hidden_size;
+  V_ = spec_.vocab_size;
+  eps_ = spec_.norm_eps;
   STRATA_RETURN_IF_ERROR(ReadOptions(options));
   const tuning::Scope tuned(tuning_);
   STRATA_RETURN_IF_ERROR(BuildMixers());
@@ -198,18 +129,8 @@ Status LayerExecutor::Setup(std::shared_ptr<const WeightStore> weights, exec::Ar
     moe_ws_ = cuda::MoeWorkspaceBytes(ffn_dims_.moe, p.rows, invariant_);
   }
 
-  MemoryPlan memory;
-  memory.carve_weights = [this](Carver& c) {
-    WeightCarver wc(c, is_fp8_, spec_.fp8_block);
-    CarveWeights(wc);
-  };
-  memory.carve_scratch = [this](Carver& c) { CarveScratch(c); };
-  for (const auto& m : mixers_) {
-    for (const PoolArray& a : m->SlotArrays()) memory.slot_arrays.push_back(a);
-    for (const PoolArray& a : m->BlockArrays()) memory.block_arrays.push_back(a);
-  }
   STRATA_ASSIGN_OR_RETURN(const int64_t blocks,
-                          AllocateMemory(dev_name, p, options.gpu_memory_fraction, memory));
+                          AllocateMemory(dev_name, options.gpu_memory_fraction));
   const std::span<const StateRegion> slot_regions(layout_.slot_regions);
   const std::span<const StateRegion> block_regions(layout_.block_regions);
   size_t slot_at = 0, block_at = 0;
@@ -220,16 +141,19 @@ Status LayerExecutor::Setup(std::shared_ptr<const WeightStore> weights, exec::Ar
     block_at += nb;
   }
 
-  // What the shared host side (cuda_executor_base.h) works with.
-  struct {
-    int64_t D, V;
-    float eps;
-  } const g{spec_.hidden_size, spec_.vocab_size, spec_.norm_eps};
-  BindFrame(g, p, w_, s_, kLogitsChunkRows);
   fp8_tile_ = s_.fp8_tile;
-  BindStack(w_, s_, ffn_dims_, moe_ws_, invariant_, s_.shared, s_.sgate);
+  FfnBuffers b{.xn = s_.xn,
+               .h = s_.h,
+               .delta = s_.delta,
+               .gu = s_.gu,
+               .act = s_.act,
+               .router_logits = s_.router_logits,
+               .shared = s_.shared,
+               .shared_gate = s_.sgate,
+               .moe_ws = s_.moe_ws,
+               .moe_ws_bytes = moe_ws_};
+  ffn_ = CudaFfn(ffn_dims_, b, invariant_);
   mixer_frame_ = {s_.xn, s_.h, s_.step, s_.block_table, p.max_batch, p.max_blocks, p.max_ctx};
-  benchmark_fill_ = true;
   // Pinned host memory: step inputs, block-table mirror, results, staging.
   STRATA_RETURN_IF_ERROR(InitRuntime(p.max_sequences, p.checkpoint_slots, blocks,
                                      options.cuda_graphs, kStagingBytes, &h_staging_));
@@ -245,7 +169,7 @@ Status LayerExecutor::Setup(std::shared_ptr<const WeightStore> weights, exec::Ar
   STRATA_RETURN_IF_ERROR(Sync("deriving weights"));
   // From here on (the load-time check included) every GEMM is row-invariant.
   if (invariant_) blas_->set_batch_invariant(true);
-  DescribeModel(spec_, dev_name, weights.get(), p);
+  DescribeModel(dev_name, weights.get());
   if (weights == nullptr) info_.num_parameters = dummy_parameters;
   STRATA_RETURN_IF_ERROR(LoadTimeCheck(spec_.vocab_size));
   // The check's passes do not count in the statistics.
@@ -328,25 +252,6 @@ int64_t LayerExecutor::EffectiveAttendedTokens(const SequenceState& state,
   // Only linear mixers: nothing grows with the context; report it as dense.
   return attended > 0 ? attended : context;
 }
-
-CudaExecutorStats LayerExecutor::Stats() const {
-  CudaExecutorStats s = ExecutorStats();
-  s.fp8_weight_bytes = fp8_.bytes;
-  s.fp8_matrices = fp8_.matrices;
-  const Turn turn(*this);
-  for (const auto& m : mixers_) m->AddCounters(s.counters);
-  return s;
-}
-
-Status LayerExecutor::FillSlotForBenchmark(const CudaSequenceState& st,
-                                           const std::function<uint64_t()>& next) const {
-  for (const auto& m : mixers_) {
-    STRATA_RETURN_IF_ERROR(m->FillSlotForBenchmark(st.slot_, next, stream_));
-  }
-  return OkStatus();
-}
-
-}  // namespace
 
 StatusOr<std::unique_ptr<Model>> CreateCudaLayerExecutor(exec::ArchSpec spec,
                                                          std::shared_ptr<const WeightStore> weights,

@@ -13,6 +13,7 @@
 #include "model/config_checks.h"
 #include "model/config_fields.h"
 #include "model/config_sizes.h"
+#include "model/models/deepseek_v32_layers.h"
 
 namespace strata {
 namespace {
@@ -160,62 +161,15 @@ Status CheckSizes(const ConfigReader& c, const DeepseekV32Config& k) {
   const std::string experts = c.Has("n_routed_experts")    ? "n_routed_experts"
                               : c.Has("num_local_experts") ? "num_local_experts"
                                                            : "num_experts";
-  const std::string layers = "num_hidden_layers";
-  const int64_t moe_layers = k.NumMoeLayers(), dense_layers = k.num_layers - moe_layers;
-  const int64_t L = k.num_layers, D = k.hidden_size, Hh = k.num_heads;
-  const int64_t qd = k.qk_nope_dim + k.qk_rope_dim, I = k.moe_intermediate_size;
-
-  ConfigSizeTotal params(c, "parameters", kMaxConfigParameters);
-  params.Add(
-      {{"vocab_size", k.vocab_size}, {"hidden_size", D}, {"", k.tie_word_embeddings ? 1 : 2}});
-  params.Add({{layers, L}, {"q_lora_rank", k.q_lora_rank}, {"hidden_size", D}});
-  params.Add({{layers, L},
-              {"num_attention_heads", Hh},
-              {"qk_nope_head_dim + qk_rope_head_dim", qd},
-              {"q_lora_rank", k.q_lora_rank}});
-  params.Add({{layers, L},
-              {"kv_lora_rank + qk_rope_head_dim", k.kv_lora_rank + k.qk_rope_dim},
-              {"hidden_size", D}});
-  params.Add({{layers, L},
-              {"num_attention_heads", Hh},
-              {"qk_nope_head_dim + v_head_dim", k.qk_nope_dim + k.v_head_dim},
-              {"kv_lora_rank", k.kv_lora_rank}});
-  params.Add(
-      {{layers, L}, {"num_attention_heads", Hh}, {"v_head_dim", k.v_head_dim}, {"hidden_size", D}});
-  params.Add({{layers, L},
-              {"index_n_heads", k.index_heads},
-              {"index_head_dim", k.index_head_dim},
-              {"q_lora_rank", k.q_lora_rank}});
-  params.Add({{layers, L}, {"index_head_dim", k.index_head_dim}, {"hidden_size", D}});
-  params.Add({{layers, dense_layers},
-              {"intermediate_size", k.intermediate_size},
-              {"hidden_size", D},
-              {"", 3}});
-  params.Add({{layers, moe_layers},
-              {experts, k.num_experts},
-              {"moe_intermediate_size", I},
-              {"hidden_size", D},
-              {"", 3}});
-  params.Add({{layers, moe_layers},
-              {"n_shared_experts", k.num_shared_experts},
-              {"moe_intermediate_size", I},
-              {"hidden_size", D},
-              {"", 3}});
-  STRATA_RETURN_IF_ERROR(params.Check());
-
+  const int64_t moe_layers = k.NumMoeLayers();
   // FP8 checkpoints store a scale tensor beside each matrix.
-  ConfigSizeTotal tensors(c, "tensors", kMaxConfigTensors);
-  tensors.Add({{layers, L}, {"", 48}});
-  tensors.Add({{layers, moe_layers}, {experts, k.num_experts}, {"", 6}});
-  STRATA_RETURN_IF_ERROR(tensors.Check());
-
-  // The latent cache and the indexer's keys grow with every token.
-  ConfigSizeTotal per_token(c, "bytes of state per token", kMaxConfigTokenStateBytes);
-  per_token.Add({{layers, L},
-                 {"kv_lora_rank + qk_rope_head_dim + index_head_dim",
-                  k.kv_lora_rank + k.qk_rope_dim + k.index_head_dim},
-                 {"", 4}});
-  return per_token.Check();
+  DecoderSizes sizes(c, k.vocab_size, k.hidden_size, k.tie_word_embeddings, k.num_layers, 48);
+  sizes.Mla(k.num_layers, DsaSizeFields(k));
+  sizes.DenseMlp(k.num_layers - moe_layers, {"intermediate_size", k.intermediate_size});
+  sizes.Moe(moe_layers, {experts, k.num_experts},
+            {"moe_intermediate_size", k.moe_intermediate_size},
+            {"n_shared_experts", k.num_shared_experts}, /*shared_is_width=*/false, 6);
+  return sizes.Check();
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
-// DeepSeek-V3.2's mixer and FFN descriptions, for any config that names their
-// fields as DeepseekV32Config does: deepseek_v32 itself and strata_hybrid,
+// DeepSeek-V3.2's mixer and FFN descriptions and size fields, for any config
+// that names their fields as DeepseekV32Config does: deepseek_v32 itself and strata_hybrid,
 // which recombines them with Kimi's KDA.
 #ifndef STRATA_MODEL_MODELS_DEEPSEEK_V32_LAYERS_H_
 #define STRATA_MODEL_MODELS_DEEPSEEK_V32_LAYERS_H_
 
 #include "exec/arch_spec.h"
+#include "model/config_sizes.h"
 
 namespace strata {
 
@@ -32,6 +33,19 @@ exec::MoeSpec DeepseekMoeSpec(const Config& c) {
   moe.groups = c.n_group;
   moe.topk_groups = c.topk_group;
   return moe;
+}
+
+// DSA's fields for the size checks, under DeepSeek's spellings.
+template <typename Config>
+DecoderSizes::MlaFields DsaSizeFields(const Config& c) {
+  return {.heads = {"num_attention_heads", c.num_heads},
+          .q_rank = {"q_lora_rank", c.q_lora_rank},
+          .kv_rank = {"kv_lora_rank", c.kv_lora_rank},
+          .nope_dim = {"qk_nope_head_dim", c.qk_nope_dim},
+          .rope_dim = {"qk_rope_head_dim", c.qk_rope_dim},
+          .v_dim = {"v_head_dim", c.v_head_dim},
+          .index_heads = {"index_n_heads", c.index_heads},
+          .index_dim = {"index_head_dim", c.index_head_dim}};
 }
 
 }  // namespace strata

@@ -89,69 +89,27 @@ Status ParseMlpKinds(const ConfigReader& c, KimiLinearConfig& k) {
 // What the shapes add up to (the layer list's tensors, the decode
 // state), refused before dummy weights or states are sized from them.
 Status CheckSizes(const ConfigReader& c, bool nested_kda, const KimiLinearConfig& k) {
-  const std::string heads = nested_kda ? "linear_attn_config.num_heads" : "linear_num_heads";
-  const std::string dim = nested_kda ? "linear_attn_config.head_dim" : "linear_head_dim";
-  const std::string kernel =
-      nested_kda ? "linear_attn_config.short_conv_kernel_size" : "linear_conv_kernel_dim";
+  const std::string kda = nested_kda ? "linear_attn_config." : "linear_";
   const std::string experts = c.Has("num_experts")        ? "num_experts"
                               : c.Has("n_routed_experts") ? "n_routed_experts"
                                                           : "num_local_experts";
   int64_t moe_layers = 0;
   for (bool m : k.is_moe) moe_layers += m;
-  const int64_t dense_layers = k.num_layers - moe_layers;
-  const int64_t kda = k.NumKdaLayers(), mla = k.NumMlaLayers();
-  const int64_t V = k.vocab_size, D = k.hidden_size, H = k.kda_heads, dk = k.kda_head_dim;
-  const int64_t Hm = k.mla_heads, E = k.num_experts, I = k.moe_intermediate_size;
-  const std::string layers = "num_hidden_layers";
-
-  ConfigSizeTotal params(c, "parameters", kMaxConfigParameters);
-  params.Add({{"vocab_size", V}, {"hidden_size", D}, {"", k.tie_word_embeddings ? 1 : 2}});
-  params.Add({{layers, kda}, {heads, H}, {dim, dk}, {"hidden_size", D}, {"", 4}});
-  params.Add({{layers, kda}, {heads, H}, {dim, dk}, {dim, dk}, {"", 2}});
-  params.Add({{layers, kda}, {heads, H}, {dim, dk}, {kernel, k.conv_kernel}, {"", 3}});
-  params.Add({{layers, mla},
-              {"num_attention_heads", Hm},
-              {"qk_nope_head_dim + qk_rope_head_dim + v_head_dim",
-               k.qk_nope_dim + k.qk_rope_dim + k.v_head_dim},
-              {"hidden_size", D}});
-  params.Add({{layers, mla},
-              {"kv_lora_rank + qk_rope_head_dim", k.kv_lora_rank + k.qk_rope_dim},
-              {"hidden_size", D}});
-  params.Add({{layers, mla},
-              {"num_attention_heads", Hm},
-              {"qk_nope_head_dim + v_head_dim", k.qk_nope_dim + k.v_head_dim},
-              {"kv_lora_rank", k.kv_lora_rank}});
-  params.Add({{layers, dense_layers},
-              {"intermediate_size", k.intermediate_size},
-              {"hidden_size", D},
-              {"", 3}});
-  params.Add({{layers, moe_layers},
-              {experts, E},
-              {"moe_intermediate_size", I},
-              {"hidden_size", D},
-              {"", 3}});
-  params.Add({{layers, moe_layers},
-              {"num_shared_experts", k.num_shared_experts},
-              {"moe_intermediate_size", I},
-              {"hidden_size", D},
-              {"", 3}});
-  STRATA_RETURN_IF_ERROR(params.Check());
-
-  ConfigSizeTotal tensors(c, "tensors", kMaxConfigTensors);
-  tensors.Add({{layers, k.num_layers}, {"", 24}});
-  tensors.Add({{layers, moe_layers}, {experts, E}, {"", 3}});
-  STRATA_RETURN_IF_ERROR(tensors.Check());
-
-  ConfigSizeTotal state(c, "bytes of one sequence's recurrent state", kMaxConfigSequenceStateBytes);
-  state.Add({{layers, kda}, {heads, H}, {dim, dk}, {dim, dk}, {"", 4}});
-  state.Add({{layers, kda}, {heads, H}, {dim, dk}, {kernel, k.conv_kernel}, {"", 12}});
-  STRATA_RETURN_IF_ERROR(state.Check());
-
-  ConfigSizeTotal per_token(c, "bytes of state per token", kMaxConfigTokenStateBytes);
-  per_token.Add({{layers, mla},
-                 {"kv_lora_rank + qk_rope_head_dim", k.kv_lora_rank + k.qk_rope_dim},
-                 {"", 4}});
-  return per_token.Check();
+  DecoderSizes sizes(c, k.vocab_size, k.hidden_size, k.tie_word_embeddings, k.num_layers, 24);
+  sizes.Kda(
+      k.NumKdaLayers(), {kda + "num_heads", k.kda_heads}, {kda + "head_dim", k.kda_head_dim},
+      {nested_kda ? kda + "short_conv_kernel_size" : "linear_conv_kernel_dim", k.conv_kernel});
+  sizes.Mla(k.NumMlaLayers(), {.heads = {"num_attention_heads", k.mla_heads},
+                               .q_rank = {"", 0},
+                               .kv_rank = {"kv_lora_rank", k.kv_lora_rank},
+                               .nope_dim = {"qk_nope_head_dim", k.qk_nope_dim},
+                               .rope_dim = {"qk_rope_head_dim", k.qk_rope_dim},
+                               .v_dim = {"v_head_dim", k.v_head_dim}});
+  sizes.DenseMlp(k.num_layers - moe_layers, {"intermediate_size", k.intermediate_size});
+  sizes.Moe(moe_layers, {experts, k.num_experts},
+            {"moe_intermediate_size", k.moe_intermediate_size},
+            {"num_shared_experts", k.num_shared_experts}, /*shared_is_width=*/false, 3);
+  return sizes.Check();
 }
 
 }  // namespace

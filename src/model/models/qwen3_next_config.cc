@@ -163,82 +163,22 @@ Status ParseRope(const ConfigReader& c, Qwen3NextConfig& q) {
 // What the shapes add up to (weights, decode state), refused before dummy
 // weights or states are sized from them.
 Status CheckSizes(const ConfigReader& c, const Qwen3NextConfig& q) {
-  const std::string layers = "num_hidden_layers";
   int64_t moe_layers = 0;
   for (bool m : q.is_moe) moe_layers += m;
-  const int64_t dense_layers = q.num_layers - moe_layers;
-  const int64_t attn = q.NumAttentionLayers(), lin = q.NumLinearLayers(), D = q.hidden_size;
-  const int64_t Hk = q.linear_key_heads, Hv = q.linear_value_heads;
-  const int64_t dk = q.linear_key_dim, dv = q.linear_value_dim;
-
-  ConfigSizeTotal params(c, "parameters", kMaxConfigParameters);
-  params.Add(
-      {{"vocab_size", q.vocab_size}, {"hidden_size", D}, {"", q.tie_word_embeddings ? 1 : 2}});
-  // Gated attention: q (with its gate) and o, then k and v.
-  params.Add({{layers, attn},
-              {"num_attention_heads", q.num_heads},
-              {"head_dim", q.head_dim},
-              {"hidden_size", D},
-              {"", 3}});
-  params.Add({{layers, attn},
-              {"num_key_value_heads", q.num_kv_heads},
-              {"head_dim", q.head_dim},
-              {"hidden_size", D},
-              {"", 2}});
-  // Gated DeltaNet: in_proj_qkvz, out_proj, in_proj_ba and the convolution.
-  params.Add({{layers, lin},
-              {"linear_num_key_heads", Hk},
-              {"linear_key_head_dim", dk},
-              {"hidden_size", D},
-              {"", 2}});
-  params.Add({{layers, lin},
-              {"linear_num_value_heads", Hv},
-              {"linear_value_head_dim", dv},
-              {"hidden_size", D},
-              {"", 3}});
-  params.Add({{layers, lin}, {"linear_num_value_heads", Hv}, {"hidden_size", D}, {"", 2}});
-  params.Add({{layers, lin},
-              {"linear_num_value_heads", Hv},
-              {"linear_value_head_dim", dv},
-              {"linear_conv_kernel_dim", q.conv_kernel},
-              {"", 3}});
-  params.Add({{layers, dense_layers},
-              {"intermediate_size", q.intermediate_size},
-              {"hidden_size", D},
-              {"", 3}});
-  params.Add({{layers, moe_layers},
-              {"num_experts", q.num_experts},
-              {"moe_intermediate_size", q.moe_intermediate_size},
-              {"hidden_size", D},
-              {"", 3}});
-  params.Add({{layers, moe_layers},
-              {"shared_expert_intermediate_size", q.shared_intermediate_size},
-              {"hidden_size", D},
-              {"", 3}});
-  STRATA_RETURN_IF_ERROR(params.Check());
-
-  ConfigSizeTotal tensors(c, "tensors", kMaxConfigTensors);
-  tensors.Add({{layers, q.num_layers}, {"", 24}});
-  tensors.Add({{layers, moe_layers}, {"num_experts", q.num_experts}, {"", 3}});
-  STRATA_RETURN_IF_ERROR(tensors.Check());
-
-  // The delta-rule state [Hv, dk, dv] and the convolution tail, per layer.
-  ConfigSizeTotal state(c, "bytes of one sequence's recurrent state", kMaxConfigSequenceStateBytes);
-  state.Add({{layers, lin},
-             {"linear_num_value_heads", Hv},
-             {"linear_key_head_dim", dk},
-             {"linear_value_head_dim", dv},
-             {"", 4}});
-  state.Add({{layers, lin},
-             {"conv channels", q.ConvChannels()},
-             {"linear_conv_kernel_dim", q.conv_kernel},
-             {"", 4}});
-  STRATA_RETURN_IF_ERROR(state.Check());
-
-  ConfigSizeTotal per_token(c, "bytes of state per token", kMaxConfigTokenStateBytes);
-  per_token.Add(
-      {{layers, attn}, {"num_key_value_heads", q.num_kv_heads}, {"head_dim", q.head_dim}, {"", 8}});
-  return per_token.Check();
+  DecoderSizes sizes(c, q.vocab_size, q.hidden_size, q.tie_word_embeddings, q.num_layers, 24);
+  sizes.Gqa(q.NumAttentionLayers(), {"num_attention_heads", q.num_heads},
+            {"num_key_value_heads", q.num_kv_heads}, {"head_dim", q.head_dim});
+  sizes.Gdn(q.NumLinearLayers(), {"linear_num_key_heads", q.linear_key_heads},
+            {"linear_num_value_heads", q.linear_value_heads},
+            {"linear_key_head_dim", q.linear_key_dim},
+            {"linear_value_head_dim", q.linear_value_dim},
+            {"linear_conv_kernel_dim", q.conv_kernel}, q.ConvChannels());
+  sizes.DenseMlp(q.num_layers - moe_layers, {"intermediate_size", q.intermediate_size});
+  sizes.Moe(moe_layers, {"num_experts", q.num_experts},
+            {"moe_intermediate_size", q.moe_intermediate_size},
+            {"shared_expert_intermediate_size", q.shared_intermediate_size},
+            /*shared_is_width=*/true, 3);
+  return sizes.Check();
 }
 
 }  // namespace

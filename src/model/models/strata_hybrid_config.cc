@@ -10,6 +10,7 @@
 #include "base/input_limits.h"
 #include "model/config_checks.h"
 #include "model/config_sizes.h"
+#include "model/models/deepseek_v32_layers.h"
 
 namespace strata {
 namespace {
@@ -44,87 +45,17 @@ StatusOr<int64_t> PositiveIntOr(const ConfigReader& c, const std::string& key, i
 // What the shapes add up to (weights, decode state), refused before weights
 // or states are sized from them.
 Status CheckSizes(const ConfigReader& c, const StrataHybridConfig& k) {
-  const std::string layers = "num_hidden_layers";
   int64_t moe_layers = 0;
   for (bool m : k.is_moe) moe_layers += m;
-  const int64_t dense_layers = k.num_layers - moe_layers;
-  const int64_t kda = k.NumKdaLayers(), dsa = k.NumDsaLayers(), D = k.hidden_size;
-  const int64_t H = k.kda_heads, dk = k.kda_head_dim, Hm = k.num_heads;
-  const int64_t I = k.moe_intermediate_size;
-
-  ConfigSizeTotal params(c, "parameters", kMaxConfigParameters);
-  params.Add(
-      {{"vocab_size", k.vocab_size}, {"hidden_size", D}, {"", k.tie_word_embeddings ? 1 : 2}});
-  params.Add({{layers, kda},
-              {"linear_num_heads", H},
-              {"linear_head_dim", dk},
-              {"hidden_size", D},
-              {"", 4}});
-  params.Add({{layers, kda},
-              {"linear_num_heads", H},
-              {"linear_head_dim", dk},
-              {"linear_head_dim", dk},
-              {"", 2}});
-  params.Add({{layers, dsa}, {"q_lora_rank", k.q_lora_rank}, {"hidden_size", D}});
-  params.Add({{layers, dsa},
-              {"num_attention_heads", Hm},
-              {"qk_nope_head_dim + qk_rope_head_dim", k.qk_nope_dim + k.qk_rope_dim},
-              {"q_lora_rank", k.q_lora_rank}});
-  params.Add({{layers, dsa},
-              {"kv_lora_rank + qk_rope_head_dim", k.kv_lora_rank + k.qk_rope_dim},
-              {"hidden_size", D}});
-  params.Add({{layers, dsa},
-              {"num_attention_heads", Hm},
-              {"qk_nope_head_dim + v_head_dim", k.qk_nope_dim + k.v_head_dim},
-              {"kv_lora_rank", k.kv_lora_rank}});
-  params.Add({{layers, dsa},
-              {"num_attention_heads", Hm},
-              {"v_head_dim", k.v_head_dim},
-              {"hidden_size", D}});
-  params.Add({{layers, dsa},
-              {"index_n_heads", k.index_heads},
-              {"index_head_dim", k.index_head_dim},
-              {"q_lora_rank", k.q_lora_rank}});
-  params.Add({{layers, dense_layers},
-              {"intermediate_size", k.intermediate_size},
-              {"hidden_size", D},
-              {"", 3}});
-  params.Add({{layers, moe_layers},
-              {"n_routed_experts", k.num_experts},
-              {"moe_intermediate_size", I},
-              {"hidden_size", D},
-              {"", 3}});
-  params.Add({{layers, moe_layers},
-              {"n_shared_experts", k.num_shared_experts},
-              {"moe_intermediate_size", I},
-              {"hidden_size", D},
-              {"", 3}});
-  STRATA_RETURN_IF_ERROR(params.Check());
-
-  ConfigSizeTotal tensors(c, "tensors", kMaxConfigTensors);
-  tensors.Add({{layers, k.num_layers}, {"", 32}});
-  tensors.Add({{layers, moe_layers}, {"n_routed_experts", k.num_experts}, {"", 3}});
-  STRATA_RETURN_IF_ERROR(tensors.Check());
-
-  ConfigSizeTotal state(c, "bytes of one sequence's recurrent state", kMaxConfigSequenceStateBytes);
-  state.Add({{layers, kda},
-             {"linear_num_heads", H},
-             {"linear_head_dim", dk},
-             {"linear_head_dim", dk},
-             {"", 4}});
-  state.Add({{layers, kda},
-             {"linear_num_heads", H},
-             {"linear_head_dim", dk},
-             {"linear_conv_kernel_dim", k.conv_kernel},
-             {"", 12}});
-  STRATA_RETURN_IF_ERROR(state.Check());
-
-  ConfigSizeTotal per_token(c, "bytes of state per token", kMaxConfigTokenStateBytes);
-  per_token.Add({{layers, dsa},
-                 {"kv_lora_rank + qk_rope_head_dim + index_head_dim",
-                  k.kv_lora_rank + k.qk_rope_dim + k.index_head_dim},
-                 {"", 4}});
-  return per_token.Check();
+  DecoderSizes sizes(c, k.vocab_size, k.hidden_size, k.tie_word_embeddings, k.num_layers, 32);
+  sizes.Kda(k.NumKdaLayers(), {"linear_num_heads", k.kda_heads},
+            {"linear_head_dim", k.kda_head_dim}, {"linear_conv_kernel_dim", k.conv_kernel});
+  sizes.Mla(k.NumDsaLayers(), DsaSizeFields(k));
+  sizes.DenseMlp(k.num_layers - moe_layers, {"intermediate_size", k.intermediate_size});
+  sizes.Moe(moe_layers, {"n_routed_experts", k.num_experts},
+            {"moe_intermediate_size", k.moe_intermediate_size},
+            {"n_shared_experts", k.num_shared_experts}, /*shared_is_width=*/false, 3);
+  return sizes.Check();
 }
 
 }  // namespace

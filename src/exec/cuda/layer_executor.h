@@ -1,14 +1,20 @@
-// The host side of the GPU executor (the layer executor,
-// exec/cuda/cuda_executor.h): states and their
-// slot/block bookkeeping, argument checks, the prefill slice loop, the batched
-// decode driver (per-step inputs into fixed device buffers, incremental
-// block-table upload, one CUDA graph per step shape), clone / reset / host
-// offload of states. An executor derives from it, fills Frame, StateLayout,
-// the layer stack (stack_, ffn_) and the runtime members at load, and supplies
-// only its mixers (EnqueueMixer) and how a decode step's shape is chosen
-// (DecodeVariant); the stack of norms, mixers and feed-forward blocks with its
-// decode tunings is this class's (EnqueueLayers), the same for every
-// architecture.
+// The GPU executor of a layer list (exec/cuda/cuda_executor.h makes one).
+// Per layer (n rows: one prefill slice, or one token of each of B sequences
+// at decode):
+//   xn = RMSNorm(h += pending); the mixer module adds into h;
+//   xn = RMSNorm(h); the feed-forward module adds into h (routed sum pending)
+// then logits = lm_head(RMSNorm(h += pending)). The layers of one mixer kind
+// with one spec form one module (cuda_mixer.h; its members); modules come in
+// the order their first layer appears, and so do their state arrays in the
+// StateLayout. Around the stack: states and their slot/block bookkeeping,
+// argument checks, the prefill slice loop, the batched decode driver
+// (per-step inputs into fixed device buffers, incremental block-table
+// upload, one CUDA graph per step shape) with the decode tunings of the
+// stack, checkpoints and host offload of states.
+//
+// Files: layer_executor_cuda.cc (the modules, weights, Setup),
+// layer_executor_load_cuda.cc (the memory plan, ModelInfo),
+// layer_executor_run_cuda.cc (states, prefill, decode).
 //
 // Locking: mu_ serialises everything that uses the stream, the scratch and the
 // pinned mirrors (one forward pass at a time; see Turn); the PagedStateBook
@@ -40,9 +46,11 @@
 #include "exec/arch_spec.h"
 #include "exec/cuda/cuda_executor_stats.h"
 #include "exec/cuda/cuda_load_helpers.h"
+#include "exec/cuda/cuda_mixer.h"
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/cuda_paged_state.h"
 #include "exec/cuda/ffn_cuda.h"
+#include "exec/cuda/weight_carver.h"
 #include "memory/paged_state_book.h"
 #include "model/model.h"
 
@@ -51,16 +59,22 @@ namespace cuda_exec {
 
 using cuda::bf16;
 
-// Slots and blocks of an executor's pools, as CudaExecutorBase::Usage reports.
+// Slots and blocks of an executor's pools, as LayerExecutor::Usage reports.
 struct PoolUsage {
   int64_t slots_total = 0, slots_free = 0;
   int64_t blocks_total = 0, blocks_free = 0;
   int64_t checkpoint_slots_total = 0, checkpoint_slots_free = 0;
 };
 
-class CudaExecutorBase : public Model {
+class LayerExecutor final : public Model {
  public:
-  ~CudaExecutorBase() override;
+  LayerExecutor() = default;
+  ~LayerExecutor() override;
+
+  // Plans, allocates and fills the device memory for `spec` from `weights`
+  // (null: random weights made on the device), then runs LoadTimeCheck.
+  Status Setup(std::shared_ptr<const WeightStore> weights, exec::ArchSpec spec,
+               const LoadOptions& options);
 
   const ModelInfo& info() const override { return info_; }
 
@@ -88,14 +102,15 @@ class CudaExecutorBase : public Model {
   Status Restore(const StateCheckpoint& checkpoint,
                  std::unique_ptr<SequenceState>& state) const override;
 
-  // Offered where the executor sets benchmark_fill_ (Model's Unimplemented
-  // otherwise): random cache blocks (every block region, region by region,
-  // layer by layer, runs of consecutive blocks) and FillSlotForBenchmark.
+  // Random cache blocks (every block region, region by region, layer by
+  // layer, runs of consecutive blocks) and random recurrent slots.
   Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
                                  uint64_t seed) const override;
+  int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const override;
 
   PoolUsage Usage() const;
-  CudaExecutorStats ExecutorStats() const;
+  // With the FP8 footprint and the modules' counters.
+  CudaExecutorStats Stats() const;
 
   // For CudaSequenceState (take mu_ themselves).
   // Clone shares the source's full blocks and copies its partial tail block
@@ -109,9 +124,7 @@ class CudaExecutorBase : public Model {
   // ResourceExhausted (nothing changed) when the pools have no room.
   Status MoveStateToDevice(CudaSequenceState& st) const;
 
- protected:
-  CudaExecutorBase() = default;
-
+ private:
   // One 2-token prefill and one decode step on a scratch sequence, run once
   // at load: every op sees the model's shapes (a kernel that rejects them
   // says so now, and lazily loaded kernels load before any graph capture).
@@ -147,27 +160,6 @@ class CudaExecutorBase : public Model {
   };
   DecodeStart FusedDecodeStart() const;
 
-  // Sizes and device buffers of the plan that the shared passes use. The
-  // executor fills it at load (the pointers are into its scratch/weights).
-  struct Frame {
-    int64_t max_batch = 0, max_blocks = 0, max_ctx = 0, slice = 0, logits_chunk_rows = 0;
-    int64_t D = 0, V = 0;
-    float eps = 0.f;
-    const bf16* embed = nullptr;  // [V, D]
-    const float* final_norm = nullptr;
-    const bf16* lm_head = nullptr;   // [V, D]
-    int32_t* tokens = nullptr;       // [rows] prefill token ids
-    int32_t* step = nullptr;         // [4, max_batch]: tokens | slots | positions | seq_lens
-    int32_t* block_table = nullptr;  // [max_batch + 1, max_blocks]; the last row is prefill's
-    cuda::GpuSamplingRow* sampling = nullptr;  // [max_batch]
-    int32_t* sampled = nullptr;                // [max_batch] (only with step.upload=0)
-    float* h = nullptr;                        // [rows, D] residual stream
-    bf16* xn = nullptr;                        // [rows, D]
-    float* logits = nullptr;                   // [max(max_batch, logits_chunk_rows), V]
-    void* sample_ws = nullptr;
-    size_t sample_ws_bytes = 0;
-  };
-
   // --- the layer stack ---------------------------------------------------
   // Per layer: h += pending, xn = RMSNorm(h); the mixer adds into h;
   // xn = RMSNorm(h); the feed-forward block (ffn_) adds into h and leaves the
@@ -175,34 +167,43 @@ class CudaExecutorBase : public Model {
   // it launch early (NormEarlyTrigger; the post-attention one only where
   // CudaFfn::PostNormMayTriggerEarly, norm.post_early).
   struct StackLayer {
-    const float* input_norm = nullptr;  // [D]
-    const float* post_norm = nullptr;   // [D]
+    float* input_norm = nullptr;  // [D]
+    float* post_norm = nullptr;   // [D]
     FfnWeights ffn;
+  };
+  struct Weights {
+    bf16* embed = nullptr;        // [V, D]
+    bf16* lm_head = nullptr;      // [V, D] (the embedding when tied)
+    float* final_norm = nullptr;  // [D]
+    std::vector<StackLayer> layers;
+  };
+  struct Scratch : StepScratch {
+    float* shared = nullptr;   // [rows, D] a gated shared expert's output before its gate
+    float* sgate = nullptr;    // [rows, kSharedGateRows] its gate's logits
+    bf16* fp8_tile = nullptr;  // [fp8_tile_elems_]: FP8 weight rows for the prefill products
+  };
+  // Where layer l's mixer is: module `mixer`, member `index`.
+  struct Member {
+    size_t mixer = 0, index = 0;
   };
   // Enqueues the embedding (unless v.start_fused) and every layer for n rows
   // (enqueue only, graph-safe). Prefill: `prefill_state` is the sequence and
   // `past` its length before the slice, `v` is {}. Decode: `prefill_state`
-  // is null, the rows come from Frame::step and `v` is DecodeVariant's.
+  // is null, the rows come from Scratch::step and `v` is DecodeVariant's.
   // `pending` receives the routed-expert output still to be added to h (or
   // null).
   Status EnqueueLayers(int64_t n, const int32_t* tokens, const CudaSequenceState* prefill_state,
                        int64_t past, const StepVariant& v, const float** pending) const;
-  // --- the executor's own math --------------------------------------------
   // Layer `layer`'s mixer: reads xn, adds its output into h (arguments as
   // for EnqueueLayers).
-  virtual Status EnqueueMixer(size_t layer, int64_t n, const CudaSequenceState* prefill_state,
-                              int64_t past, const StepVariant& v) const = 0;
+  Status EnqueueMixer(size_t layer, int64_t n, const CudaSequenceState* prefill_state, int64_t past,
+                      const StepVariant& v) const;
   // The variant of a decode step whose longest sequence has max_len tokens
-  // (after the step). Called once per step, under mu_.
-  virtual StepVariant DecodeVariant(int64_t max_len) const = 0;
-  // Random recurrent-slot contents for FillContextForBenchmark, drawing seeds
-  // from `next` after the blocks'. Default: none (no slot state).
-  virtual Status FillSlotForBenchmark(const CudaSequenceState& st,
-                                      const std::function<uint64_t()>& next) const {
-    return OkStatus();
-  }
+  // (after the step): the largest length bound of the modules (0 when none
+  // takes one). Called once per step, under mu_.
+  StepVariant DecodeVariant(int64_t max_len) const;
 
-  // --- shared pieces the executors use ---------------------------------------
+  // --- pieces the passes share ---------------------------------------------
   // y = x·wᵀ (weights [n, k], bf16 or FP8) on stream_, or on `stream`
   // (stream_ or side_): CudaOps::Mm.
   Status Mm(const void* x, cuda::ActType x_type, int64_t ldx, int64_t m, const bf16* w, int64_t n,
@@ -234,63 +235,7 @@ class CudaExecutorBase : public Model {
   // stream now and then so that a failed step returns its error instead of
   // spinning. The step's graph may still be retiring when this returns.
   Status AwaitSampledTokens(int64_t batch) const;
-  // Fills frame_ from an executor's geometry, plan, weights and scratch (the
-  // three executors name these fields alike).
-  template <typename Geometry, typename Plan, typename Weights, typename Scratch>
-  void BindFrame(const Geometry& g, const Plan& p, const Weights& w, const Scratch& s,
-                 int64_t logits_chunk_rows) {
-    Frame& f = frame_;
-    f.max_batch = p.max_batch;
-    f.max_blocks = p.max_blocks;
-    f.max_ctx = p.max_ctx;
-    f.slice = p.slice;
-    f.logits_chunk_rows = logits_chunk_rows;
-    f.D = g.D;
-    f.V = g.V;
-    f.eps = g.eps;
-    f.embed = w.embed;
-    f.final_norm = w.final_norm;
-    f.lm_head = w.lm_head;
-    f.tokens = s.tokens;
-    f.step = s.step;
-    f.block_table = s.block_table;
-    f.sampling = s.sampling;
-    f.sampled = s.sampled;
-    f.h = s.h;
-    f.xn = s.xn;
-    f.logits = s.logits;
-    f.sample_ws = s.sample_ws;
-    f.sample_ws_bytes = p.sample_ws;
-  }
-  // Fills stack_ and ffn_ from an executor's layers (input_norm, post_norm,
-  // is_moe and an FfnWeights `ffn` each) and scratch (xn, h, delta, gu, act,
-  // router_logits, moe_ws); `shared` and `shared_gate` only for a gated
-  // shared expert.
-  template <typename Weights, typename Scratch>
-  void BindStack(const Weights& w, const Scratch& s, const FfnDims& dims, size_t moe_ws_bytes,
-                 bool batch_invariant, float* shared = nullptr, float* shared_gate = nullptr) {
-    stack_.clear();
-    for (const auto& layer : w.layers) {
-      StackLayer& L = stack_.emplace_back();
-      L.input_norm = layer.input_norm;
-      L.post_norm = layer.post_norm;
-      L.ffn = layer.ffn;
-      L.ffn.is_moe = layer.is_moe;
-    }
-    FfnBuffers b;
-    b.xn = s.xn;
-    b.h = s.h;
-    b.delta = s.delta;
-    b.gu = s.gu;
-    b.act = s.act;
-    b.router_logits = s.router_logits;
-    b.shared = shared;
-    b.shared_gate = shared_gate;
-    b.moe_ws = s.moe_ws;
-    b.moe_ws_bytes = moe_ws_bytes;
-    ffn_ = CudaFfn(dims, b, batch_invariant);
-  }
-  // --- loading (cuda_executor_load_cuda.cc) -----------------------------------
+  // --- loading (layer_executor_load_cuda.cc) -----------------------------------
   // First in a load after ReadOptions (whose tuning Scope the load holds): makes
   // the visible device LoadOptions::device_index current (an sm_90 part, or
   // Unavailable) and plans `p` from the options, the checkpoint's context
@@ -299,13 +244,18 @@ class CudaExecutorBase : public Model {
   StatusOr<std::string> BeginLoad(const LoadOptions& options, int64_t vocab,
                                   int64_t config_max_context, int64_t default_slice,
                                   SequencePlan& p);
-  // What an executor allocates: its weight arena and scratch, laid out by
-  // its carve functions (run once on a null Carver to size them, then on the
-  // allocation), and its state pools.
-  struct MemoryPlan {
-    std::function<void(Carver&)> carve_weights, carve_scratch;
-    std::vector<PoolArray> slot_arrays, block_arrays;
-  };
+  // The modules of spec_'s layers (mixers_, members_).
+  Status BuildMixers();
+  // Which matrices stay FP8 (the FP8 footprint), then the plan's FP8 tile;
+  // Unimplemented for FP8 dense matrices in batch-invariant mode.
+  Status PlanFp8(const WeightStore* weights);
+  // The weight arena and the scratch, on a null Carver to size them, then on
+  // the allocation.
+  void CarveWeights(WeightCarver& c);
+  void CarveScratch(Carver& c);
+  Status UploadWeights(const WeightStore& ws, const LoadOptions& options);
+  // Random weights; *parameters receives how many elements they hold.
+  Status MakeDummyWeights(uint64_t seed, int64_t* parameters);
   // Creates stream_ and blas_ first, so that the free memory planned with is
   // what is really left; gives the block pool what remains of
   // `memory_fraction` of it after the weights, the scratch and p.max_sequences
@@ -315,16 +265,15 @@ class CudaExecutorBase : public Model {
   // returns, so that the padding rows of fused matrices read zero; carves
   // them; describes the arrays in layout_ (units: slots, then blocks) and
   // returns the number of blocks. ResourceExhausted saying what does not fit.
-  StatusOr<int64_t> AllocateMemory(const std::string& device_name, const SequencePlan& p,
-                                   double memory_fraction, const MemoryPlan& plan);
-  // info_ for `spec` on `device_name` once the memory exists: the layer
-  // kinds, the stored parameters (of `weights`; 0 for dummy weights), the
-  // state bytes from layout_, p's context (states cannot exceed it) and p's
+  // The state pools are the modules' slot and block arrays.
+  StatusOr<int64_t> AllocateMemory(const std::string& device_name, double memory_fraction);
+  // info_ on `device_name` once the memory exists: the layer kinds, the
+  // stored parameters (of `weights`; 0 for dummy weights), the state bytes
+  // from layout_, the plan's context (states cannot exceed it) and its
   // sequences as the limit of live states (the slot pool).
-  void DescribeModel(const exec::ArchSpec& spec, const std::string& device_name,
-                     const WeightStore* weights, const SequencePlan& p);
+  void DescribeModel(const std::string& device_name, const WeightStore* weights);
 
-  // After load, once frame_, layout_, stream_ and the pools exist: the
+  // After load, once the scratch, layout_, stream_ and the pools exist: the
   // pinned mirrors (plus `extra_pinned` bytes returned in *extra, e.g. the
   // weight-upload staging), the slot/block book and the block-table owners.
   Status InitRuntime(int64_t slots, int64_t checkpoint_slots, int64_t blocks, bool cuda_graphs,
@@ -338,7 +287,7 @@ class CudaExecutorBase : public Model {
   // thread's current one, and tuning_ as the thread's tuning::Current().
   class Turn {
    public:
-    explicit Turn(const CudaExecutorBase& model);
+    explicit Turn(const LayerExecutor& model);
 
    private:
     std::lock_guard<std::mutex> lock_;
@@ -346,18 +295,31 @@ class CudaExecutorBase : public Model {
   };
 
   // --- state of the runtime (set at load) ------------------------------------
+  exec::ArchSpec spec_;
+  int64_t D_ = 0, V_ = 0;  // spec_'s hidden size and vocabulary
+  float eps_ = 0.f;        // spec_'s norm epsilon
+  SequencePlan plan_;
   ModelInfo info_;
   // LoadOptions::batch_invariant: every kernel takes its invariant variant
-  // (each executor's header says what that means for its mixers).
+  // (each module's header says what that means for its kernels).
   bool invariant_ = false;
   tuning::Config tuning_;
-  Frame frame_;
+  FfnDims ffn_dims_;
+  size_t moe_ws_ = 0;
+  bool separate_lm_head_ = false;
+  Fp8Query is_fp8_;  // null: no FP8 weights
+  Fp8Footprint fp8_;
+  std::vector<std::unique_ptr<CudaMixer>> mixers_;
+  std::vector<Member> members_;
+  Weights w_;
+  Scratch s_;
+  MixerFrame mixer_frame_;
+  char* h_staging_ = nullptr;  // weight upload staging (pinned)
   StateLayout layout_;
   int device_ = 0;
   mutable bool graphs_enabled_ = true;
-  bool benchmark_fill_ = false;  // FillContextForBenchmark offered
   // Forward of one token runs the prefill passes instead of a decode step:
-  // set with invariant_, since every executor's prefill and decode kernels
+  // set with invariant_, since every module's prefill and decode kernels
   // round differently (GDN's recurrent or chunked prefill, KDA's, MLA's), so
   // a prompt cut one token before its end (prefill chunk, prefix-cache block
   // boundary) computes that token as an uncut prompt does.
@@ -371,8 +333,6 @@ class CudaExecutorBase : public Model {
   // Executors with FP8 weights: the prefill products' dequantisation tile.
   bf16* fp8_tile_ = nullptr;
   int64_t fp8_tile_elems_ = 0;
-  // The layer stack (EnqueueLayers), set at load.
-  std::vector<StackLayer> stack_;
   CudaFfn ffn_;
   void* weight_mem_ = nullptr;
   void* runtime_mem_ = nullptr;
@@ -382,7 +342,6 @@ class CudaExecutorBase : public Model {
   mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0;
   mutable std::string graph_error_;
 
- private:
   Status UploadPrefillTable(const CudaSequenceState& st, int64_t tokens) const;
   // Forward's and ForwardSample's argument checks (before any work).
   Status CheckForward(std::span<const int32_t> tokens, SequenceState& state, const char* what,
@@ -405,8 +364,8 @@ class CudaExecutorBase : public Model {
   // Pinned host mirrors of the per-step device inputs, and result staging.
   // By default a decode step's kernels use them directly: its first kernel
   // reads h_step_ and h_sampling_, its sampling kernel writes h_sampled_
-  // (StepIoInKernels in cuda_executor_base_cuda.cc; step.upload=0
-  // goes through Frame::step, sampling and sampled with copies instead).
+  // (StepIoInKernels in layer_executor_run_cuda.cc; step.upload=0
+  // goes through Scratch::step, sampling and sampled with copies instead).
   void* pinned_ = nullptr;
   int32_t* h_step_ = nullptr;         // [4, max_batch]
   int32_t* h_block_table_ = nullptr;  // [max_batch + 1, max_blocks]

@@ -1,6 +1,4 @@
-// The shared host side of the GPU executors (cuda_executor_base.h).
-#include "exec/cuda/cuda_executor_base.h"
-
+// The GPU executor's states, prefill and decode (layer_executor.h).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -12,6 +10,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/norm.h"
+#include "exec/cuda/layer_executor.h"
 
 namespace strata {
 namespace cuda_exec {
@@ -48,7 +47,10 @@ bool StepStartFused(const tuning::Config& t) { return t.On(tuning::Key::kStepSta
 bool StepPoll(const tuning::Config& t) { return t.On(tuning::Key::kStepPoll); }
 
 cuda::GpuSamplingRow GpuRowOf(const DecodeSampling& d) {
-  return {.temperature = d.temperature, .top_k = d.top_k, .top_p = d.top_p, .seed = d.seed,
+  return {.temperature = d.temperature,
+          .top_k = d.top_k,
+          .top_p = d.top_p,
+          .seed = d.seed,
           .step = d.step};
 }
 
@@ -62,7 +64,7 @@ Status CheckSampling(const DecodeSampling& d, const char* what, size_t row) {
 
 }  // namespace
 
-CudaExecutorBase::~CudaExecutorBase() {
+LayerExecutor::~LayerExecutor() {
   // Teardown cannot report errors; a failing call here leaves nothing to do.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   for (auto& [key, entry] : graphs_) {
@@ -79,31 +81,31 @@ CudaExecutorBase::~CudaExecutorBase() {
   cudaGetLastError();
 }
 
-Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t checkpoint_slots, int64_t blocks,
-                                     bool cuda_graphs, size_t extra_pinned, char** extra) {
-  const Frame& f = frame_;
+Status LayerExecutor::InitRuntime(int64_t slots, int64_t checkpoint_slots, int64_t blocks,
+                                  bool cuda_graphs, size_t extra_pinned, char** extra) {
   const size_t sizes[] = {
-      cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>(4 * f.max_batch)),
-      cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>((f.max_batch + 1) * f.max_blocks)),
-      cuda::AlignUp(sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(f.max_batch)),
-      cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>(f.max_batch)),
-      cuda::AlignUp(sizeof(float) * static_cast<size_t>(f.max_batch * f.V)),
+      cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>(4 * plan_.max_batch)),
+      cuda::AlignUp(sizeof(int32_t) *
+                    static_cast<size_t>((plan_.max_batch + 1) * plan_.max_blocks)),
+      cuda::AlignUp(sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(plan_.max_batch)),
+      cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>(plan_.max_batch)),
+      cuda::AlignUp(sizeof(float) * static_cast<size_t>(plan_.max_batch * V_)),
       cuda::AlignUp(extra_pinned)};
   size_t total = 0;
   for (size_t s : sizes) total += s;
   STRATA_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, total));
   char* at = static_cast<char*>(pinned_);
-  h_step_ = TakeAligned<int32_t>(at, 4 * f.max_batch);
-  h_block_table_ = TakeAligned<int32_t>(at, (f.max_batch + 1) * f.max_blocks);
-  h_sampling_ = TakeAligned<cuda::GpuSamplingRow>(at, f.max_batch);
-  h_sampled_ = TakeAligned<int32_t>(at, f.max_batch);
-  h_logits_ = TakeAligned<float>(at, f.max_batch * f.V);
+  h_step_ = TakeAligned<int32_t>(at, 4 * plan_.max_batch);
+  h_block_table_ = TakeAligned<int32_t>(at, (plan_.max_batch + 1) * plan_.max_blocks);
+  h_sampling_ = TakeAligned<cuda::GpuSamplingRow>(at, plan_.max_batch);
+  h_sampled_ = TakeAligned<int32_t>(at, plan_.max_batch);
+  h_logits_ = TakeAligned<float>(at, plan_.max_batch * V_);
   char* rest = TakeAligned<char>(at, static_cast<int64_t>(extra_pinned));
   if (extra != nullptr) *extra = extra_pinned > 0 ? rest : nullptr;
-  std::memset(h_step_, 0, sizeof(int32_t) * static_cast<size_t>(4 * f.max_batch));
+  std::memset(h_step_, 0, sizeof(int32_t) * static_cast<size_t>(4 * plan_.max_batch));
   std::memset(h_block_table_, 0,
-              sizeof(int32_t) * static_cast<size_t>((f.max_batch + 1) * f.max_blocks));
-  row_owner_.assign(static_cast<size_t>(f.max_batch), RowOwner{});
+              sizeof(int32_t) * static_cast<size_t>((plan_.max_batch + 1) * plan_.max_blocks));
+  row_owner_.assign(static_cast<size_t>(plan_.max_batch), RowOwner{});
   book_ = std::make_shared<PagedStateBook>(slots, blocks, checkpoint_slots);
   graphs_enabled_ = cuda_graphs;
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
@@ -112,21 +114,20 @@ Status CudaExecutorBase::InitRuntime(int64_t slots, int64_t checkpoint_slots, in
   return OkStatus();
 }
 
-Status CudaExecutorBase::ReadOptions(const LoadOptions& options) {
+Status LayerExecutor::ReadOptions(const LoadOptions& options) {
   STRATA_ASSIGN_OR_RETURN(tuning_, tuning::Resolve(options.options));
   invariant_ = options.batch_invariant;
   prefill_single_tokens_ = invariant_;
   return OkStatus();
 }
 
-CudaExecutorBase::Turn::Turn(const CudaExecutorBase& model)
-    : lock_(model.mu_), tuned_(model.tuning_) {
+LayerExecutor::Turn::Turn(const LayerExecutor& model) : lock_(model.mu_), tuned_(model.tuning_) {
   cudaSetDevice(model.device_);
 }
 
 // step.branches=0 keeps a decode step on one stream (results are identical
 // either way).
-CudaOps CudaExecutorBase::Ops() const {
+CudaOps LayerExecutor::Ops() const {
   CudaOps o;
   o.stream = stream_;
   o.side = side_;
@@ -139,11 +140,11 @@ CudaOps CudaExecutorBase::Ops() const {
   return o;
 }
 
-bool CudaExecutorBase::Branching(int64_t n) const { return Ops().Branching(n); }
-Status CudaExecutorBase::Fork() const { return Ops().Fork(); }
-Status CudaExecutorBase::Join() const { return Ops().Join(); }
+bool LayerExecutor::Branching(int64_t n) const { return Ops().Branching(n); }
+Status LayerExecutor::Fork() const { return Ops().Fork(); }
+Status LayerExecutor::Join() const { return Ops().Join(); }
 
-PoolUsage CudaExecutorBase::Usage() const {
+PoolUsage LayerExecutor::Usage() const {
   PoolUsage u;
   u.slots_total = book_->total_slots();
   u.slots_free = book_->FreeSlots();
@@ -157,7 +158,7 @@ PoolUsage CudaExecutorBase::Usage() const {
 // ----------------------------------------------------------------------------
 // Small helpers
 
-Status CudaExecutorBase::AwaitSampledTokens(int64_t batch) const {
+Status LayerExecutor::AwaitSampledTokens(int64_t batch) const {
   const volatile int32_t* tokens = h_sampled_;
   auto landed = [&]() {
     for (int64_t b = 0; b < batch; ++b) {
@@ -181,32 +182,32 @@ Status CudaExecutorBase::AwaitSampledTokens(int64_t batch) const {
   return OkStatus();
 }
 
-Status CudaExecutorBase::Sync(const char* what) const {
+Status LayerExecutor::Sync(const char* what) const {
   const cudaError_t e = cudaStreamSynchronize(stream_);
   if (e != cudaSuccess) return cuda::CudaError(e, what);
   return OkStatus();
 }
 
-Status CudaExecutorBase::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m, const bf16* w,
-                            int64_t n, int64_t k, void* y, ActType y_type, int64_t ldy, float beta,
-                            float alpha) const {
+Status LayerExecutor::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m, const bf16* w,
+                         int64_t n, int64_t k, void* y, ActType y_type, int64_t ldy, float beta,
+                         float alpha) const {
   return Ops().Mm(stream_, x, x_type, ldx, m, w, n, k, y, y_type, ldy, beta, alpha);
 }
 
-Status CudaExecutorBase::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m, const Mat& w,
-                            int64_t n, int64_t k, void* y, ActType y_type, int64_t ldy, float beta,
-                            float alpha) const {
+Status LayerExecutor::Mm(const void* x, ActType x_type, int64_t ldx, int64_t m, const Mat& w,
+                         int64_t n, int64_t k, void* y, ActType y_type, int64_t ldy, float beta,
+                         float alpha) const {
   return Ops().Mm(stream_, x, x_type, ldx, m, w, n, k, y, y_type, ldy, beta, alpha);
 }
 
-Status CudaExecutorBase::MmOn(cudaStream_t stream, const void* x, cuda::ActType x_type, int64_t ldx,
-                              int64_t m, const bf16* w, int64_t n, int64_t k, void* y,
-                              cuda::ActType y_type, int64_t ldy, float beta, float alpha) const {
+Status LayerExecutor::MmOn(cudaStream_t stream, const void* x, cuda::ActType x_type, int64_t ldx,
+                           int64_t m, const bf16* w, int64_t n, int64_t k, void* y,
+                           cuda::ActType y_type, int64_t ldy, float beta, float alpha) const {
   return Ops().Mm(stream, x, x_type, ldx, m, w, n, k, y, y_type, ldy, beta, alpha);
 }
 
-Status CudaExecutorBase::CheckState(SequenceState* s, CudaSequenceState** out,
-                                    const char* what) const {
+Status LayerExecutor::CheckState(SequenceState* s, CudaSequenceState** out,
+                                 const char* what) const {
   auto* st = dynamic_cast<CudaSequenceState*>(s);
   if (st == nullptr || st->owner_ != this) {
     return absl::InvalidArgumentError(
@@ -223,15 +224,15 @@ Status CudaExecutorBase::CheckState(SequenceState* s, CudaSequenceState** out,
 // ----------------------------------------------------------------------------
 // States
 
-StatusOr<std::unique_ptr<SequenceState>> CudaExecutorBase::NewState(int64_t max_tokens) const {
+StatusOr<std::unique_ptr<SequenceState>> LayerExecutor::NewState(int64_t max_tokens) const {
   if (max_tokens <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("NewState: max_tokens must be positive, got ", max_tokens));
   }
-  if (max_tokens > frame_.max_ctx) {
+  if (max_tokens > plan_.max_ctx) {
     return absl::InvalidArgumentError(
         absl::StrCat("NewState: max_tokens ", max_tokens, " exceeds the model's context of ",
-                     frame_.max_ctx, " (the CUDA plan; raise LoadOptions.max_context_tokens)"));
+                     plan_.max_ctx, " (the CUDA plan; raise LoadOptions.max_context_tokens)"));
   }
   const Turn turn(*this);
   const int32_t slot = book_->TakeSlot();
@@ -245,7 +246,7 @@ StatusOr<std::unique_ptr<SequenceState>> CudaExecutorBase::NewState(int64_t max_
   return std::unique_ptr<SequenceState>(std::move(st));
 }
 
-void CudaExecutorBase::ResetState(CudaSequenceState& st) const {
+void LayerExecutor::ResetState(CudaSequenceState& st) const {
   const Turn turn(*this);
   st.tokens_ = 0;
   ++st.generation_;
@@ -260,7 +261,7 @@ void CudaExecutorBase::ResetState(CudaSequenceState& st) const {
   ZeroSlot(layout_, st.slot_, stream_).IgnoreError();
 }
 
-std::unique_ptr<SequenceState> CudaExecutorBase::CloneState(const CudaSequenceState& src) const {
+std::unique_ptr<SequenceState> LayerExecutor::CloneState(const CudaSequenceState& src) const {
   const Turn turn(*this);
   if (src.on_host()) {
     // A host copy of the host image: no device memory involved.
@@ -299,7 +300,7 @@ std::unique_ptr<SequenceState> CudaExecutorBase::CloneState(const CudaSequenceSt
   return st;
 }
 
-StatusOr<std::unique_ptr<StateCheckpoint>> CudaExecutorBase::Checkpoint(
+StatusOr<std::unique_ptr<StateCheckpoint>> LayerExecutor::Checkpoint(
     const SequenceState& state) const {
   CudaSequenceState* st = nullptr;
   STRATA_RETURN_IF_ERROR(CheckState(const_cast<SequenceState*>(&state), &st, "Checkpoint"));
@@ -333,15 +334,15 @@ StatusOr<std::unique_ptr<StateCheckpoint>> CudaExecutorBase::Checkpoint(
   return std::unique_ptr<StateCheckpoint>(std::move(cp));
 }
 
-Status CudaExecutorBase::Restore(const StateCheckpoint& checkpoint,
-                                 std::unique_ptr<SequenceState>& state) const {
+Status LayerExecutor::Restore(const StateCheckpoint& checkpoint,
+                              std::unique_ptr<SequenceState>& state) const {
   const auto* cp = dynamic_cast<const CudaCheckpoint*>(&checkpoint);
   if (cp == nullptr || cp->owner_ != this) {
     return absl::InvalidArgumentError("Restore: the checkpoint was made by another model");
   }
   std::unique_ptr<SequenceState> fresh;
   if (state == nullptr) {
-    STRATA_ASSIGN_OR_RETURN(fresh, NewState(frame_.max_ctx));
+    STRATA_ASSIGN_OR_RETURN(fresh, NewState(plan_.max_ctx));
   }
   CudaSequenceState* st = nullptr;
   STRATA_RETURN_IF_ERROR(CheckState(state ? state.get() : fresh.get(), &st, "Restore"));
@@ -384,7 +385,7 @@ Status CudaExecutorBase::Restore(const StateCheckpoint& checkpoint,
   return OkStatus();
 }
 
-Status CudaExecutorBase::MoveStateToHost(CudaSequenceState& st) const {
+Status LayerExecutor::MoveStateToHost(CudaSequenceState& st) const {
   const Turn turn(*this);
   if (st.on_host()) return OkStatus();
   const size_t bytes = layout_.SlotBytes() + st.blocks_.size() * layout_.BlockBytes();
@@ -404,7 +405,7 @@ Status CudaExecutorBase::MoveStateToHost(CudaSequenceState& st) const {
   return OkStatus();
 }
 
-Status CudaExecutorBase::MoveStateToDevice(CudaSequenceState& st) const {
+Status LayerExecutor::MoveStateToDevice(CudaSequenceState& st) const {
   const Turn turn(*this);
   if (!st.on_host()) return OkStatus();
   const int32_t slot = book_->TakeSlot();
@@ -435,7 +436,7 @@ Status CudaExecutorBase::MoveStateToDevice(CudaSequenceState& st) const {
   return OkStatus();
 }
 
-Status CudaExecutorBase::EnsureBlocks(CudaSequenceState& st, int64_t tokens) const {
+Status LayerExecutor::EnsureBlocks(CudaSequenceState& st, int64_t tokens) const {
   if (!layout_.has_blocks()) return OkStatus();
   // The copy-on-write invariant: the block the next row goes to is this
   // state's alone (Clone copies partial blocks; full ones are never written).
@@ -457,12 +458,12 @@ Status CudaExecutorBase::EnsureBlocks(CudaSequenceState& st, int64_t tokens) con
   return OkStatus();
 }
 
-Status CudaExecutorBase::UploadPrefillTable(const CudaSequenceState& st, int64_t tokens) const {
+Status LayerExecutor::UploadPrefillTable(const CudaSequenceState& st, int64_t tokens) const {
   if (!layout_.has_blocks()) return OkStatus();
   const int64_t n = CeilDiv(tokens, kBlockTokens);
-  const int64_t off = frame_.max_batch * frame_.max_blocks;
+  const int64_t off = plan_.max_batch * plan_.max_blocks;
   std::memcpy(h_block_table_ + off, st.blocks_.data(), sizeof(int32_t) * static_cast<size_t>(n));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(frame_.block_table + off, h_block_table_ + off,
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.block_table + off, h_block_table_ + off,
                                               sizeof(int32_t) * static_cast<size_t>(n),
                                               cudaMemcpyHostToDevice, stream_));
   return OkStatus();
@@ -474,8 +475,8 @@ Status CudaExecutorBase::UploadPrefillTable(const CudaSequenceState& st, int64_t
 // ----------------------------------------------------------------------------
 // The layer stack
 
-CudaExecutorStats CudaExecutorBase::ExecutorStats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+CudaExecutorStats LayerExecutor::Stats() const {
+  const Turn turn(*this);
   CudaExecutorStats s;
   s.weight_bytes = weight_bytes_;
   s.scratch_bytes = scratch_bytes_;
@@ -485,17 +486,20 @@ CudaExecutorStats CudaExecutorBase::ExecutorStats() const {
   s.kv_blocks_total = book_->total_blocks();
   s.slots_free = book_->FreeSlots();
   s.kv_blocks_free = book_->FreeBlocks();
-  s.max_batch = frame_.max_batch;
-  s.max_context_tokens = frame_.max_ctx;
-  s.prefill_slice_tokens = frame_.slice;
+  s.max_batch = plan_.max_batch;
+  s.max_context_tokens = plan_.max_ctx;
+  s.prefill_slice_tokens = plan_.slice;
   s.graph_captures = graph_captures_;
   s.graph_launches = graph_launches_;
   s.eager_steps = eager_steps_;
   s.graph_error = graph_error_;
+  s.fp8_weight_bytes = fp8_.bytes;
+  s.fp8_matrices = fp8_.matrices;
+  for (const auto& m : mixers_) m->AddCounters(s.counters);
   return s;
 }
 
-Status CudaExecutorBase::LoadTimeCheck(int64_t vocab) const {
+Status LayerExecutor::LoadTimeCheck(int64_t vocab) const {
   auto fail = [](const Status& s) {
     if (absl::IsResourceExhausted(s) || absl::IsUnavailable(s)) return s;
     return absl::UnimplementedError(
@@ -516,44 +520,42 @@ Status CudaExecutorBase::LoadTimeCheck(int64_t vocab) const {
   return OkStatus();
 }
 
-CudaExecutorBase::DecodeStart CudaExecutorBase::FusedDecodeStart() const {
-  if (stack_.empty() || frame_.embed == nullptr) return {};
-  return DecodeStart{frame_.embed, stack_.front().input_norm};
+LayerExecutor::DecodeStart LayerExecutor::FusedDecodeStart() const {
+  if (w_.layers.empty() || w_.embed == nullptr) return {};
+  return DecodeStart{w_.embed, w_.layers.front().input_norm};
 }
 
-Status CudaExecutorBase::EnqueueLayers(int64_t n, const int32_t* tokens,
-                                       const CudaSequenceState* ps, int64_t past,
-                                       const StepVariant& v, const float** pending) const {
-  const Frame& f = frame_;
+Status LayerExecutor::EnqueueLayers(int64_t n, const int32_t* tokens, const CudaSequenceState* ps,
+                                    int64_t past, const StepVariant& v,
+                                    const float** pending) const {
   const CudaOps ops = Ops();
   const bool decode = ps == nullptr;
   if (!v.start_fused) {
-    STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(f.embed, f.D, tokens, n, f.h, stream_));
+    STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, D_, tokens, n, s_.h, stream_));
   }
   // The input norm lets the mixer's first product launch before its wait
   // (its CTAs load weights while the previous layer's last kernel drains).
   const bool input_early = NormEarlyTrigger();
   const bool post_may = input_early && tuning_.On(tuning::Key::kNormPostEarly);
   const float* pend = nullptr;
-  for (size_t l = 0; l < stack_.size(); ++l) {
-    const StackLayer& L = stack_[l];
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const StackLayer& L = w_.layers[l];
     if (!(l == 0 && v.start_fused)) {  // else the step's first kernel formed xn
-      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pend, ActType::kF32, n, f.D, L.input_norm, f.eps,
-                                              f.xn, stream_, input_early));
+      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, D_, L.input_norm, eps_,
+                                              s_.xn, stream_, input_early));
     }
     STRATA_RETURN_IF_ERROR(EnqueueMixer(l, n, ps, past, v));
     const cuda::MoeArgs moe = L.ffn.is_moe ? ffn_.MoeCall(ops, L.ffn, n, decode) : cuda::MoeArgs{};
     const bool post_early = post_may && CudaFfn::PostNormMayTriggerEarly(moe);
-    STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, nullptr, ActType::kF32, n, f.D, L.post_norm, f.eps,
-                                            f.xn, stream_, post_early));
+    STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, nullptr, ActType::kF32, n, D_, L.post_norm, eps_,
+                                            s_.xn, stream_, post_early));
     STRATA_RETURN_IF_ERROR(ffn_.Enqueue(ops, L.ffn, moe, n, decode, &pend));
   }
   *pending = pend;
   return OkStatus();
 }
 
-Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const {
-  const Frame& f = frame_;
+Status LayerExecutor::EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const {
   StepVariant sv = v;
   if (StepIoInKernels(tuning_)) {
     const int64_t sampling_words =
@@ -561,10 +563,10 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
     // The step's input words: its four int32 rows, then the sampling rows.
     cuda::EmbedRmsNormStartArgs a;
     a.src0 = reinterpret_cast<const uint32_t*>(h_step_);
-    a.dst0 = reinterpret_cast<uint32_t*>(f.step);
-    a.n0 = 4 * f.max_batch;
+    a.dst0 = reinterpret_cast<uint32_t*>(s_.step);
+    a.n0 = 4 * plan_.max_batch;
     a.src1 = reinterpret_cast<const uint32_t*>(h_sampling_);
-    a.dst1 = reinterpret_cast<uint32_t*>(f.sampling);
+    a.dst1 = reinterpret_cast<uint32_t*>(s_.sampling);
     a.n1 = sampling_words;
     const DecodeStart start = FusedDecodeStart();
     if (start.embed != nullptr && start.norm != nullptr && StepStartFused(tuning_)) {
@@ -573,11 +575,11 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
       // and normalises, and the first GEMV launches behind it at once.
       a.n = batch;
       a.embed = start.embed;
-      a.dim = f.D;
+      a.dim = D_;
       a.w = start.norm;
-      a.eps = f.eps;
-      a.h = f.h;
-      a.out = f.xn;
+      a.eps = eps_;
+      a.h = s_.h;
+      a.out = s_.xn;
       STRATA_RETURN_IF_ERROR(cuda::EmbedRmsNormStart(a, stream_));
       sv.start_fused = true;
     } else {
@@ -586,22 +588,22 @@ Status CudaExecutorBase::EnqueueDecode(int64_t batch, const StepVariant& v, bool
     }
   }
   const float* pending = nullptr;
-  STRATA_RETURN_IF_ERROR(EnqueueLayers(batch, f.step, nullptr, 0, sv, &pending));
+  STRATA_RETURN_IF_ERROR(EnqueueLayers(batch, s_.step, nullptr, 0, sv, &pending));
   // The LM head's CTAs may launch before the final norm's wait and load
   // weights while the last layer drains.
-  STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pending, ActType::kF32, batch, f.D, f.final_norm,
-                                          f.eps, f.xn, stream_, NormEarlyTrigger()));
+  STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pending, ActType::kF32, batch, D_, w_.final_norm,
+                                          eps_, s_.xn, stream_, NormEarlyTrigger()));
   STRATA_RETURN_IF_ERROR(
-      Mm(f.xn, ActType::kBf16, f.D, batch, f.lm_head, f.V, f.D, f.logits, ActType::kF32, f.V, 0.f));
+      Mm(s_.xn, ActType::kBf16, D_, batch, w_.lm_head, V_, D_, s_.logits, ActType::kF32, V_, 0.f));
   if (sample) {
-    int32_t* tokens = StepIoInKernels(tuning_) ? h_sampled_ : f.sampled;
-    STRATA_RETURN_IF_ERROR(cuda::SampleTokens(f.logits, batch, f.V, f.sampling, tokens, f.sample_ws,
-                                              f.sample_ws_bytes, stream_));
+    int32_t* tokens = StepIoInKernels(tuning_) ? h_sampled_ : s_.sampled;
+    STRATA_RETURN_IF_ERROR(cuda::SampleTokens(s_.logits, batch, V_, s_.sampling, tokens,
+                                              s_.sample_ws, plan_.sample_ws, stream_));
   }
   return OkStatus();
 }
 
-Status CudaExecutorBase::RunDecodeStep(int64_t batch, const StepVariant& v, bool sample) const {
+Status LayerExecutor::RunDecodeStep(int64_t batch, const StepVariant& v, bool sample) const {
   auto eager = [&]() {
     ++eager_steps_;
     return EnqueueDecode(batch, v, sample);
@@ -649,20 +651,19 @@ Status CudaExecutorBase::RunDecodeStep(int64_t batch, const StepVariant& v, bool
   return OkStatus();
 }
 
-Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
-                                      std::span<CudaSequenceState* const> states, float* logits,
-                                      std::span<const DecodeSampling> sampling,
-                                      int32_t* out_tokens) const {
-  const Frame& f = frame_;
+Status LayerExecutor::DecodeLocked(std::span<const int32_t> tokens,
+                                   std::span<CudaSequenceState* const> states, float* logits,
+                                   std::span<const DecodeSampling> sampling,
+                                   int32_t* out_tokens) const {
   const int64_t total = static_cast<int64_t>(tokens.size());
-  const int64_t B_max = f.max_batch;
+  const int64_t B_max = plan_.max_batch;
   // Argument checks first, over the whole batch: on these errors nothing has
   // changed.
   for (int64_t b = 0; b < total; ++b) {
     const int32_t t = tokens[static_cast<size_t>(b)];
-    if (t < 0 || t >= f.V) {
+    if (t < 0 || t >= V_) {
       return absl::InvalidArgumentError(absl::StrCat("decode: token id ", t, " in row ", b,
-                                                     " is outside the vocabulary [0, ", f.V, ")"));
+                                                     " is outside the vocabulary [0, ", V_, ")"));
     }
     const CudaSequenceState& st = *states[static_cast<size_t>(b)];
     if (st.tokens_ + 1 > st.max_tokens_) {
@@ -677,7 +678,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
       const size_t n = static_cast<size_t>(std::min(B_max, total - b0));
       const size_t at = static_cast<size_t>(b0);
       STRATA_RETURN_IF_ERROR(DecodeLocked(tokens.subspan(at, n), states.subspan(at, n),
-                                          logits ? logits + b0 * f.V : nullptr,
+                                          logits ? logits + b0 * V_ : nullptr,
                                           sampling.empty() ? sampling : sampling.subspan(at, n),
                                           out_tokens ? out_tokens + b0 : nullptr));
     }
@@ -716,11 +717,11 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
     int64_t from = ro.blocks;
     if (ro.id != st.id_ || ro.generation != st.generation_) from = 0;
     if (from < nb) {
-      int32_t* row = h_block_table_ + b * f.max_blocks;
+      int32_t* row = h_block_table_ + b * plan_.max_blocks;
       std::memcpy(row + from, st.blocks_.data() + from,
                   sizeof(int32_t) * static_cast<size_t>(nb - from));
       STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-          f.block_table + b * f.max_blocks + from, row + from,
+          s_.block_table + b * plan_.max_blocks + from, row + from,
           sizeof(int32_t) * static_cast<size_t>(nb - from), cudaMemcpyHostToDevice, stream_));
     }
     ro = RowOwner{st.id_, st.generation_, nb};
@@ -730,7 +731,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
   // submission and the graph's launch.
   const bool io_in_kernels = StepIoInKernels(tuning_);
   if (!io_in_kernels) {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.step, h_step_,
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.step, h_step_,
                                                 sizeof(int32_t) * static_cast<size_t>(4 * B_max),
                                                 cudaMemcpyHostToDevice, stream_));
   }
@@ -739,7 +740,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
     for (int64_t b = 0; b < B; ++b) h_sampling_[b] = GpuRowOf(sampling[static_cast<size_t>(b)]);
     if (!io_in_kernels) {
       STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-          f.sampling, h_sampling_, sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(B),
+          s_.sampling, h_sampling_, sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(B),
           cudaMemcpyHostToDevice, stream_));
     }
   }
@@ -757,12 +758,12 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
   STRATA_RETURN_IF_ERROR(RunDecodeStep(B, DecodeVariant(max_len), sample));
 
   if (logits != nullptr) {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_logits_, f.logits,
-                                                sizeof(float) * static_cast<size_t>(B * f.V),
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_logits_, s_.logits,
+                                                sizeof(float) * static_cast<size_t>(B * V_),
                                                 cudaMemcpyDeviceToHost, stream_));
   }
   if (sample && !io_in_kernels) {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, f.sampled,
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, s_.sampled,
                                                 sizeof(int32_t) * static_cast<size_t>(B),
                                                 cudaMemcpyDeviceToHost, stream_));
   }
@@ -772,7 +773,7 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
     STRATA_RETURN_IF_ERROR(Sync("decode step"));
   }
   if (logits != nullptr) {
-    std::memcpy(logits, h_logits_, sizeof(float) * static_cast<size_t>(B * f.V));
+    std::memcpy(logits, h_logits_, sizeof(float) * static_cast<size_t>(B * V_));
   }
   if (sample && out_tokens != nullptr) {
     std::memcpy(out_tokens, h_sampled_, sizeof(int32_t) * static_cast<size_t>(B));
@@ -784,60 +785,59 @@ Status CudaExecutorBase::DecodeLocked(std::span<const int32_t> tokens,
 // ----------------------------------------------------------------------------
 // Prefill
 
-Status CudaExecutorBase::Prefill(std::span<const int32_t> tokens, CudaSequenceState& st,
-                                 float* logits, bool all_logits, const DecodeSampling* sampling,
-                                 int32_t* out_token) const {
-  const Frame& f = frame_;
+Status LayerExecutor::Prefill(std::span<const int32_t> tokens, CudaSequenceState& st, float* logits,
+                              bool all_logits, const DecodeSampling* sampling,
+                              int32_t* out_token) const {
   const int64_t T = static_cast<int64_t>(tokens.size());
   STRATA_RETURN_IF_ERROR(EnsureBlocks(st, st.tokens_ + T));
   STRATA_RETURN_IF_ERROR(UploadPrefillTable(st, st.tokens_ + T));
-  const int64_t chunk_rows = std::max(f.max_batch, f.logits_chunk_rows);
-  for (int64_t begin = 0; begin < T; begin += f.slice) {
-    const int64_t n = std::min(f.slice, T - begin);
+  const int64_t chunk_rows = std::max(plan_.max_batch, kLogitsChunkRows);
+  for (int64_t begin = 0; begin < T; begin += plan_.slice) {
+    const int64_t n = std::min(plan_.slice, T - begin);
     const bool last = begin + n == T;
     // Pageable source: the copy is staged before the call returns.
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.tokens, tokens.data() + begin,
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.tokens, tokens.data() + begin,
                                                 sizeof(int32_t) * static_cast<size_t>(n),
                                                 cudaMemcpyHostToDevice, stream_));
     const float* pending = nullptr;
-    STRATA_RETURN_IF_ERROR(EnqueueLayers(n, f.tokens, &st, st.tokens_, StepVariant{}, &pending));
+    STRATA_RETURN_IF_ERROR(EnqueueLayers(n, s_.tokens, &st, st.tokens_, StepVariant{}, &pending));
     st.tokens_ += n;
     if ((logits == nullptr && sampling == nullptr) || (!all_logits && !last)) continue;
     if (all_logits) {
-      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h, pending, ActType::kF32, n, f.D, f.final_norm,
-                                              f.eps, f.xn, stream_));
+      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pending, ActType::kF32, n, D_, w_.final_norm,
+                                              eps_, s_.xn, stream_));
       for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
         const int64_t m = std::min(chunk_rows, n - r0);
-        STRATA_RETURN_IF_ERROR(Mm(f.xn + r0 * f.D, ActType::kBf16, f.D, m, f.lm_head, f.V, f.D,
-                                  f.logits, ActType::kF32, f.V, 0.f));
+        STRATA_RETURN_IF_ERROR(Mm(s_.xn + r0 * D_, ActType::kBf16, D_, m, w_.lm_head, V_, D_,
+                                  s_.logits, ActType::kF32, V_, 0.f));
         // To pageable memory the copy completes before the call returns, so
         // the next chunk may reuse the device buffer.
-        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits + (begin + r0) * f.V, f.logits,
-                                                    sizeof(float) * static_cast<size_t>(m * f.V),
+        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits + (begin + r0) * V_, s_.logits,
+                                                    sizeof(float) * static_cast<size_t>(m * V_),
                                                     cudaMemcpyDeviceToHost, stream_));
       }
     } else {
-      const int64_t at = (n - 1) * f.D;
-      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(f.h + at, pending ? pending + at : nullptr,
-                                              ActType::kF32, 1, f.D, f.final_norm, f.eps, f.xn,
+      const int64_t at = (n - 1) * D_;
+      STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h + at, pending ? pending + at : nullptr,
+                                              ActType::kF32, 1, D_, w_.final_norm, eps_, s_.xn,
                                               stream_));
       STRATA_RETURN_IF_ERROR(
-          Mm(f.xn, ActType::kBf16, f.D, 1, f.lm_head, f.V, f.D, f.logits, ActType::kF32, f.V, 0.f));
+          Mm(s_.xn, ActType::kBf16, D_, 1, w_.lm_head, V_, D_, s_.logits, ActType::kF32, V_, 0.f));
       if (logits != nullptr) {
-        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, f.logits,
-                                                    sizeof(float) * static_cast<size_t>(f.V),
+        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, s_.logits,
+                                                    sizeof(float) * static_cast<size_t>(V_),
                                                     cudaMemcpyDeviceToHost, stream_));
       }
       if (sampling != nullptr) {
         // The decode step's selection kernel on the one row; only the token
         // crosses to the host.
         h_sampling_[0] = GpuRowOf(*sampling);
-        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.sampling, h_sampling_,
+        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.sampling, h_sampling_,
                                                     sizeof(cuda::GpuSamplingRow),
                                                     cudaMemcpyHostToDevice, stream_));
-        STRATA_RETURN_IF_ERROR(cuda::SampleTokens(f.logits, 1, f.V, f.sampling, f.sampled,
-                                                  f.sample_ws, f.sample_ws_bytes, stream_));
-        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, f.sampled, sizeof(int32_t),
+        STRATA_RETURN_IF_ERROR(cuda::SampleTokens(s_.logits, 1, V_, s_.sampling, s_.sampled,
+                                                  s_.sample_ws, plan_.sample_ws, stream_));
+        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, s_.sampled, sizeof(int32_t),
                                                     cudaMemcpyDeviceToHost, stream_));
       }
     }
@@ -850,17 +850,16 @@ Status CudaExecutorBase::Prefill(std::span<const int32_t> tokens, CudaSequenceSt
 // ----------------------------------------------------------------------------
 // Model interface
 
-Status CudaExecutorBase::CheckForward(std::span<const int32_t> tokens, SequenceState& state,
-                                      const char* what, CudaSequenceState** st) const {
+Status LayerExecutor::CheckForward(std::span<const int32_t> tokens, SequenceState& state,
+                                   const char* what, CudaSequenceState** st) const {
   STRATA_RETURN_IF_ERROR(CheckState(&state, st, what));
   const int64_t T = static_cast<int64_t>(tokens.size());
   if (T == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no tokens"));
   for (int64_t i = 0; i < T; ++i) {
     const int32_t t = tokens[static_cast<size_t>(i)];
-    if (t < 0 || t >= frame_.V) {
+    if (t < 0 || t >= V_) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": token id ", t, " at position ", i,
-                                                     " is outside the vocabulary [0, ", frame_.V,
-                                                     ")"));
+                                                     " is outside the vocabulary [0, ", V_, ")"));
     }
   }
   if ((*st)->tokens_ + T > (*st)->max_tokens_) {
@@ -871,9 +870,9 @@ Status CudaExecutorBase::CheckForward(std::span<const int32_t> tokens, SequenceS
   return OkStatus();
 }
 
-Status CudaExecutorBase::ForwardLocked(std::span<const int32_t> tokens, CudaSequenceState& st,
-                                       float* logits, bool all_logits,
-                                       const DecodeSampling* sampling, int32_t* out_token) const {
+Status LayerExecutor::ForwardLocked(std::span<const int32_t> tokens, CudaSequenceState& st,
+                                    float* logits, bool all_logits, const DecodeSampling* sampling,
+                                    int32_t* out_token) const {
   if (tokens.size() == 1 && !prefill_single_tokens_) {
     // One token takes the decode path (recurrent mixers, absorbed/cached
     // attention) even on an empty state: the same math as a one-token prefill
@@ -888,17 +887,17 @@ Status CudaExecutorBase::ForwardLocked(std::span<const int32_t> tokens, CudaSequ
   return Prefill(tokens, st, logits, all_logits, sampling, out_token);
 }
 
-Status CudaExecutorBase::Forward(std::span<const int32_t> tokens, SequenceState& state,
-                                 float* logits, bool all_logits) const {
+Status LayerExecutor::Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
+                              bool all_logits) const {
   CudaSequenceState* st = nullptr;
   STRATA_RETURN_IF_ERROR(CheckForward(tokens, state, "Forward", &st));
   const Turn turn(*this);
   return ForwardLocked(tokens, *st, logits, all_logits, nullptr, nullptr);
 }
 
-Status CudaExecutorBase::ForwardSample(std::span<const int32_t> tokens, SequenceState& state,
-                                       const DecodeSampling& sampling, int32_t* out_token,
-                                       float* logits) const {
+Status LayerExecutor::ForwardSample(std::span<const int32_t> tokens, SequenceState& state,
+                                    const DecodeSampling& sampling, int32_t* out_token,
+                                    float* logits) const {
   if (out_token == nullptr) return absl::InvalidArgumentError("ForwardSample: out_token is null");
   STRATA_RETURN_IF_ERROR(CheckSampling(sampling, "ForwardSample", 0));
   CudaSequenceState* st = nullptr;
@@ -907,9 +906,8 @@ Status CudaExecutorBase::ForwardSample(std::span<const int32_t> tokens, Sequence
   return ForwardLocked(tokens, *st, logits, /*all_logits=*/false, &sampling, out_token);
 }
 
-Status CudaExecutorBase::CheckBatchRow(std::span<SequenceState* const> states, size_t b,
-                                       const char* what,
-                                       std::vector<CudaSequenceState*>& cs) const {
+Status LayerExecutor::CheckBatchRow(std::span<SequenceState* const> states, size_t b,
+                                    const char* what, std::vector<CudaSequenceState*>& cs) const {
   if (states[b] == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": states[", b, "] is null"));
   }
@@ -923,8 +921,8 @@ Status CudaExecutorBase::CheckBatchRow(std::span<SequenceState* const> states, s
   return OkStatus();
 }
 
-Status CudaExecutorBase::DecodeBatch(std::span<const int32_t> tokens,
-                                     std::span<SequenceState* const> states, float* logits) const {
+Status LayerExecutor::DecodeBatch(std::span<const int32_t> tokens,
+                                  std::span<SequenceState* const> states, float* logits) const {
   if (tokens.size() != states.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("DecodeBatch: ", tokens.size(), " tokens for ", states.size(), " states"));
@@ -938,10 +936,10 @@ Status CudaExecutorBase::DecodeBatch(std::span<const int32_t> tokens,
   return DecodeLocked(tokens, cs, logits, {}, nullptr);
 }
 
-Status CudaExecutorBase::DecodeBatchSample(std::span<const int32_t> tokens,
-                                           std::span<SequenceState* const> states,
-                                           std::span<const DecodeSampling> sampling,
-                                           int32_t* out_tokens) const {
+Status LayerExecutor::DecodeBatchSample(std::span<const int32_t> tokens,
+                                        std::span<SequenceState* const> states,
+                                        std::span<const DecodeSampling> sampling,
+                                        int32_t* out_tokens) const {
   if (tokens.size() != states.size() || sampling.size() != tokens.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("DecodeBatchSample: ", tokens.size(), " tokens, ", states.size(),
@@ -960,9 +958,8 @@ Status CudaExecutorBase::DecodeBatchSample(std::span<const int32_t> tokens,
   return DecodeLocked(tokens, cs, nullptr, sampling, out_tokens);
 }
 
-Status CudaExecutorBase::FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
-                                                 uint64_t seed) const {
-  if (!benchmark_fill_) return Model::FillContextForBenchmark(state, num_tokens, seed);
+Status LayerExecutor::FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
+                                              uint64_t seed) const {
   CudaSequenceState* st = nullptr;
   STRATA_RETURN_IF_ERROR(CheckState(&state, &st, "FillContextForBenchmark"));
   if (st->tokens_ != 0) {
@@ -997,7 +994,9 @@ Status CudaExecutorBase::FillContextForBenchmark(SequenceState& state, int64_t n
       }
     }
   }
-  STRATA_RETURN_IF_ERROR(FillSlotForBenchmark(*st, next));
+  for (const auto& m : mixers_) {
+    STRATA_RETURN_IF_ERROR(m->FillSlotForBenchmark(st->slot_, next, stream_));
+  }
   STRATA_RETURN_IF_ERROR(Sync("FillContextForBenchmark"));
   st->tokens_ = num_tokens;
   return OkStatus();

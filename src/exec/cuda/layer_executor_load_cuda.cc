@@ -1,19 +1,19 @@
-// The load-time half of CudaExecutorBase: the memory plan and allocation
-// every GPU executor shares, and the ModelInfo it reports.
+// The load-time half of LayerExecutor: the memory plan and allocation, and
+// the ModelInfo it reports.
 #include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "backend/cuda/sampling.h"
-#include "exec/cuda/cuda_executor_base.h"
+#include "exec/cuda/layer_executor.h"
 #include "model/weight_store.h"
 
 namespace strata {
 namespace cuda_exec {
 
-StatusOr<std::string> CudaExecutorBase::BeginLoad(const LoadOptions& options, int64_t vocab,
-                                                  int64_t config_max_context, int64_t default_slice,
-                                                  SequencePlan& p) {
+StatusOr<std::string> LayerExecutor::BeginLoad(const LoadOptions& options, int64_t vocab,
+                                               int64_t config_max_context, int64_t default_slice,
+                                               SequencePlan& p) {
   STRATA_ASSIGN_OR_RETURN(const DeviceChoice dev, SelectHopperDevice(options.device_index));
   device_ = dev.index;
   STRATA_RETURN_IF_ERROR(PlanSequences(options, config_max_context, default_slice, p));
@@ -23,19 +23,26 @@ StatusOr<std::string> CudaExecutorBase::BeginLoad(const LoadOptions& options, in
   return dev.name;
 }
 
-StatusOr<int64_t> CudaExecutorBase::AllocateMemory(const std::string& device_name,
-                                                   const SequencePlan& p, double memory_fraction,
-                                                   const MemoryPlan& plan) {
+StatusOr<int64_t> LayerExecutor::AllocateMemory(const std::string& device_name,
+                                                double memory_fraction) {
+  const SequencePlan& p = plan_;
+  std::vector<PoolArray> slot_arrays, block_arrays;
+  for (const auto& m : mixers_) {
+    for (const PoolArray& a : m->SlotArrays()) slot_arrays.push_back(a);
+    for (const PoolArray& a : m->BlockArrays()) block_arrays.push_back(a);
+  }
+  auto carve_weights = [this](Carver& c) {
+    WeightCarver wc(c, is_fp8_, spec_.fp8_block);
+    CarveWeights(wc);
+  };
   Carver weight_size(nullptr), scratch_size(nullptr);
-  plan.carve_weights(weight_size);
-  plan.carve_scratch(scratch_size);
+  carve_weights(weight_size);
+  CarveScratch(scratch_size);
   weight_bytes_ = weight_size.size();
   scratch_bytes_ = scratch_size.size();
   size_t slot_bytes = 0, block_bytes = 0;
-  for (const PoolArray& a : plan.slot_arrays) {
-    slot_bytes += static_cast<size_t>(a.layers) * a.unit_bytes;
-  }
-  for (const PoolArray& a : plan.block_arrays) {
+  for (const PoolArray& a : slot_arrays) slot_bytes += static_cast<size_t>(a.layers) * a.unit_bytes;
+  for (const PoolArray& a : block_arrays) {
     block_bytes += static_cast<size_t>(a.layers) * a.unit_bytes;
   }
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -75,16 +82,16 @@ StatusOr<int64_t> CudaExecutorBase::AllocateMemory(const std::string& device_nam
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(weight_mem_, 0, weight_bytes_, stream_));
   }
   Carver weights(static_cast<char*>(weight_mem_));
-  plan.carve_weights(weights);
+  carve_weights(weights);
   auto carve = [&](Carver& c) {
-    plan.carve_scratch(c);
+    CarveScratch(c);
     layout_.slot_regions.clear();
     layout_.block_regions.clear();
-    for (const PoolArray& a : plan.slot_arrays) {
+    for (const PoolArray& a : slot_arrays) {
       char* base = c.Take<char>(a.layers * slot_units * static_cast<int64_t>(a.unit_bytes));
       layout_.slot_regions.push_back({base, a.layers, slot_units, a.unit_bytes});
     }
-    for (const PoolArray& a : plan.block_arrays) {
+    for (const PoolArray& a : block_arrays) {
       char* base = c.Take<char>(a.layers * blocks * static_cast<int64_t>(a.unit_bytes));
       layout_.block_regions.push_back({base, a.layers, blocks, a.unit_bytes});
     }
@@ -102,8 +109,9 @@ StatusOr<int64_t> CudaExecutorBase::AllocateMemory(const std::string& device_nam
   return blocks;
 }
 
-void CudaExecutorBase::DescribeModel(const exec::ArchSpec& spec, const std::string& device_name,
-                                     const WeightStore* weights, const SequencePlan& p) {
+void LayerExecutor::DescribeModel(const std::string& device_name, const WeightStore* weights) {
+  const exec::ArchSpec& spec = spec_;
+  const SequencePlan& p = plan_;
   ModelInfo& info = info_;
   info.architecture = spec.architecture;
   info.device = device_name;
