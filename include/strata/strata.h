@@ -519,8 +519,9 @@ STRATA_API strata_status strata_engine_get_metrics(strata_engine *engine, strata
  * `scheduler.prefill_ms`, `scheduler.decode_ms`, `scheduler.sample_ms`,
  * `scheduler.emit_ms`), where tokens were sampled (`sampling.device_rows`,
  * `sampling.host_rows` for decode rows; `sampling.device_first_tokens` for
- * first tokens selected on the device by the prefill's last forward) and GPU
- * pool pressure
+ * first tokens selected on the device by the prefill's last forward), decode
+ * steps that carried a prefill chunk in the same pass
+ * (`decode.steps_with_prefill`) and GPU pool pressure
  * (`prefix_cache.slot_evictions`), and settings the engine resolved
  * (`engine.compute_threads`: strata_engine_params::num_threads, with 0 resolved
  * to the core count). strata_engine_list_stats() enumerates

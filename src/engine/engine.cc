@@ -121,6 +121,7 @@ EngineMetrics Engine::Metrics() const {
   m.prefix_cache_slot_evictions = cache_slot_evictions_.load(std::memory_order_relaxed);
   m.device_sampled_rows = device_sampled_rows_.load(std::memory_order_relaxed);
   m.device_first_tokens = device_first_tokens_.load(std::memory_order_relaxed);
+  m.steps_with_prefill = steps_with_prefill_.load(std::memory_order_relaxed);
   m.host_sampled_rows = host_sampled_rows_.load(std::memory_order_relaxed);
   m.iterations = iterations_.load(std::memory_order_relaxed);
   auto ms = [](const std::atomic<int64_t>& ns) { return static_cast<double>(ns.load(std::memory_order_relaxed)) / 1e6; };
@@ -476,7 +477,8 @@ std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluate
   return points;
 }
 
-StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens, int32_t* first_token) {
+StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens, int32_t* first_token,
+                                       const Session::Forwarder* forward) {
   Session& s = r.session();
   RequestRunner& run = r.runner();
   const int64_t tail = s.num_pending();
@@ -494,10 +496,10 @@ StatusOr<int64_t> Engine::PrefillChunk(Request& r, int64_t max_tokens, int32_t* 
                       (snapshot_at > 0 && s.num_tokens() + static_cast<int64_t>(n) == snapshot_at);
     const SamplingParams& p = r.params().sampling;
     const DecodeSampling sampling{p.temperature, p.top_k, p.top_p, p.seed, run.sample_step()};
-    STRATA_RETURN_IF_ERROR(s.EvaluateAndSample(run.NextTokens(n), sampling, keep, first_token));
+    STRATA_RETURN_IF_ERROR(s.EvaluateAndSample(run.NextTokens(n), sampling, keep, first_token, forward));
     if (*first_token >= 0) device_first_tokens_.fetch_add(1, std::memory_order_relaxed);
   } else {
-    STRATA_RETURN_IF_ERROR(s.Evaluate(run.NextTokens(n)));
+    STRATA_RETURN_IF_ERROR(s.Evaluate(run.NextTokens(n), forward));
   }
   run.Fed(n);
   prefill_tokens_.fetch_add(static_cast<int64_t>(n) + tail, std::memory_order_relaxed);
@@ -696,10 +698,11 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
   const auto t_decode = Clock::now();
   schedule_ns_.fetch_add(ns(t_begin, t_decode), std::memory_order_relaxed);
   std::vector<DecodeRow> ready;
-  DecodeSteps(wanting, plan.steps, &ready);
+  std::vector<char> ridden(plan.steps.size(), 0);
+  DecodeSteps(wanting, plan.steps, &ridden, &ready);
   const auto t_prefill = Clock::now();
   decode_ns_.fetch_add(ns(t_decode, t_prefill), std::memory_order_relaxed);
-  PrefillSteps(wanting, plan.steps, &ready);
+  PrefillSteps(wanting, plan.steps, ridden, &ready);
 
   // 4. Sampling and events for every request whose token or logits are ready.
   const auto t_emit = Clock::now();
@@ -721,7 +724,7 @@ void Engine::RunIteration(std::vector<RequestPtr> runnable, std::vector<RequestP
 }
 
 void Engine::DecodeSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
-                         std::vector<DecodeRow>* ready) {
+                         std::vector<char>* ridden, std::vector<DecodeRow>* ready) {
   // One group per model and token-selection path (two when some rows sample
   // on the device and others on the host), in schedule order.
   struct Group {
@@ -743,12 +746,37 @@ void Engine::DecodeSteps(const std::vector<RequestPtr>& wanting, const std::vect
     }
     g->rows.push_back(r);
   }
-  for (const Group& g : groups) DecodeGroup(*g.model, g.rows, g.on_device, ready);
+  for (const Group& g : groups) {
+    // The first prefill chunk of the group's model rides its step, so the
+    // weights the step reads serve both (continuous batching).
+    size_t at = steps.size();
+    if (g.on_device) {
+      for (size_t i = 0; i < steps.size() && at == steps.size(); ++i) {
+        const RequestPtr& r = wanting[steps[i].request];
+        if (steps[i].kind == StepKind::kPrefill && !(*ridden)[i] && &r->session().model() == g.model) at = i;
+      }
+    }
+    if (at == steps.size()) {
+      DecodeGroup(*g.model, g.rows, g.on_device, ready);
+      continue;
+    }
+    Rider rider{.r = wanting[steps[at].request], .chunk = steps[at].chunk};
+    DecodeGroup(*g.model, g.rows, g.on_device, ready, &rider);
+    if (!rider.ran) continue;
+    (*ridden)[at] = 1;
+    if (!rider.used.ok()) {
+      Fail(rider.r, rider.used.status());
+    } else if (NeedOf(*rider.r) == Need::kSample) {
+      ready->push_back({rider.r, rider.first_token});
+    }
+  }
 }
 
 void Engine::PrefillSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
-                          std::vector<DecodeRow>* ready) {
-  for (const ScheduledStep& step : steps) {
+                          const std::vector<char>& ridden, std::vector<DecodeRow>* ready) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const ScheduledStep& step = steps[i];
+    if (ridden[i]) continue;
     const RequestPtr& r = wanting[step.request];
     if (step.kind == StepKind::kSample) {
       ready->push_back({r, -1});
@@ -783,7 +811,7 @@ bool Engine::DeviceSamplable(const Model& model, const Request& r) const {
 }
 
 void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows, bool on_device,
-                         std::vector<DecodeRow>* ready) {
+                         std::vector<DecodeRow>* ready, Rider* rider) {
   const size_t batch = rows.size();
   const size_t vocab = static_cast<size_t>(model.info().vocab_size);
   std::vector<int32_t> tokens(batch);
@@ -804,7 +832,37 @@ void Engine::DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows
         sampling[b] = DecodeSampling{p.temperature, p.top_k, p.top_p, p.seed, rows[b]->runner().sample_step()};
       }
       sampled.assign(batch, -1);
-      st = model.DecodeBatchSample(tokens, states, sampling, sampled.data());
+      if (rider != nullptr) {
+        bool called = false;
+        const Session::Forwarder forward = [&](std::span<const int32_t> feed, SequenceState& state,
+                                               const DecodeSampling* sp, int32_t* token, float* kept) {
+          called = true;
+          return model.DecodeAndPrefill(tokens, states, sampling, sampled.data(),
+                                        PrefillPart{feed, &state, sp, token, kept});
+        };
+        std::vector<int64_t> before(batch);
+        for (size_t b = 0; b < batch; ++b) before[b] = states[b]->num_tokens();
+        rider->used = PrefillChunk(*rider->r, rider->chunk, &rider->first_token, &forward);
+        rider->ran = true;
+        st = rider->used.status();
+        // An argument error leaves the session as it was (Session::Run);
+        // with no decode row advanced either, nothing ran.
+        bool untouched = !st.ok() && !rider->r->session().failed();
+        for (size_t b = 0; untouched && b < batch; ++b) untouched = states[b]->num_tokens() == before[b];
+        if (untouched) {
+          // Each part runs on its own, the chunk in PrefillSteps (which
+          // reports its error).
+          rider->ran = false;
+          st = model.DecodeBatchSample(tokens, states, sampling, sampled.data());
+        } else if (st.ok() && !called) {
+          // The chunk needed no forward (a chat round with nothing new).
+          st = model.DecodeBatchSample(tokens, states, sampling, sampled.data());
+        } else if (st.ok()) {
+          steps_with_prefill_.fetch_add(1, std::memory_order_relaxed);
+        }
+      } else {
+        st = model.DecodeBatchSample(tokens, states, sampling, sampled.data());
+      }
       for (size_t b = 0; st.ok() && b < batch; ++b) {
         if (sampled[b] < 0 || static_cast<size_t>(sampled[b]) >= vocab) {
           st = absl::InternalError(absl::StrCat("DecodeBatchSample returned token ", sampled[b], " for row ", b));

@@ -219,10 +219,20 @@ class Engine {
                           ScheduleInput* input, SchedulePlan* plan);
   // Nothing fit the budget: fails the request that never can, or waits a little.
   void ResolveStall(const Stall& stall, const RequestPtr& first, size_t wanting, size_t parked);
+  // A prefill chunk run by a decode group's step (Model::DecodeAndPrefill).
+  struct Rider {
+    RequestPtr r;
+    int64_t chunk = 0;
+    bool ran = false;  // else PrefillSteps runs it alone
+    StatusOr<int64_t> used = 0;
+    int32_t first_token = -1;
+  };
+  // One step per decode group; a group sampling on the device takes the
+  // first prefill chunk of its model along (`ridden` marks its step).
   void DecodeSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
-                   std::vector<DecodeRow>* ready);
+                   std::vector<char>* ridden, std::vector<DecodeRow>* ready);
   void PrefillSteps(const std::vector<RequestPtr>& wanting, const std::vector<ScheduledStep>& steps,
-                    std::vector<DecodeRow>* ready);
+                    const std::vector<char>& ridden, std::vector<DecodeRow>* ready);
   // Samples (where needed), emits events and applies the stop rules.
   void EmitReady(const std::vector<DecodeRow>& ready);
   // Cancellation, deadlines, chat round transitions and admission of a
@@ -244,7 +254,9 @@ class Engine {
   // Evaluates up to `max_tokens` of r's prefill; returns the tokens used.
   // The chunk that ends the prefill selects the first token on the device
   // when the request allows it (DeviceSamplable): *first_token, else -1.
-  StatusOr<int64_t> PrefillChunk(Request& r, int64_t max_tokens, int32_t* first_token);
+  // `forward`: how the session calls the model (null: on its own).
+  StatusOr<int64_t> PrefillChunk(Request& r, int64_t max_tokens, int32_t* first_token,
+                                 const Session::Forwarder* forward = nullptr);
   // Logits are ready: selects the token, applies the stop rules
   // (stop_rules.h) and emits events, for token and chat requests alike.
   // `token` >= 0: already selected on the device (no logits to sample).
@@ -269,8 +281,9 @@ class Engine {
   bool SwapInSession(Session& s);
   // Token selection for one decode group on the device (DecodeBatchSample)
   // or from host logits; rows that got a token or logits join `ready`.
+  // With `rider`, its prefill chunk runs in the same step where it can.
   void DecodeGroup(const Model& model, const std::vector<RequestPtr>& rows, bool on_device,
-                   std::vector<DecodeRow>* ready);
+                   std::vector<DecodeRow>* ready, Rider* rider = nullptr);
   // Whether r's token selection is expressible as a DecodeSampling row on
   // a model that samples on the device (no penalties over the history, no
   // min-p): then its decode rows never copy logits to the host.
@@ -310,6 +323,7 @@ class Engine {
   std::atomic<int64_t> running_{0}, waiting_{0};
   std::atomic<int64_t> device_sampled_rows_{0}, host_sampled_rows_{0}, cache_slot_evictions_{0};
   std::atomic<int64_t> device_first_tokens_{0};
+  std::atomic<int64_t> steps_with_prefill_{0};
   // Scheduler phase times, nanoseconds summed over iterations.
   std::atomic<int64_t> iterations_{0}, schedule_ns_{0}, prefill_ns_{0}, decode_ns_{0}, sample_ns_{0},
       emit_ns_{0};

@@ -95,6 +95,7 @@ std::span<const NamedStat> EngineStats() {
     STAT("tokens.generated", m.generated_tokens),
     STAT("decode.steps", m.decode_steps),
     STAT("decode.rows", m.decode_rows),
+    STAT("decode.steps_with_prefill", m.steps_with_prefill),
     STAT("memory.budget_bytes", m.memory_budget_bytes),
     STAT("memory.state_resident_bytes", m.state_resident_bytes),
     STAT("memory.state_attention_bytes", m.state_attention_bytes),

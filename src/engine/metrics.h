@@ -59,6 +59,8 @@ struct EngineMetrics {
   // last forward (Model::ForwardSample); the others are host-sampled rows
   // of no decode step, from the prefill's logits.
   int64_t device_first_tokens = 0;
+  // Decode steps that carried a prefill chunk (Model::DecodeAndPrefill).
+  int64_t steps_with_prefill = 0;
   // Where the scheduler thread's time goes, summed over iterations, in
   // milliseconds: planning (admission with its prefix-cache lookups and
   // restores, budgets, preemption), prefill forwards (prefix-cache

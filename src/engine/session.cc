@@ -215,18 +215,18 @@ Status Session::CheckTokens(std::span<const int32_t> tokens, const char* what) c
   return OkStatus();
 }
 
-Status Session::Evaluate(std::span<const int32_t> more) {
-  return Run(more, nullptr, /*keep_logits=*/true, nullptr);
+Status Session::Evaluate(std::span<const int32_t> more, const Forwarder* forward) {
+  return Run(more, nullptr, /*keep_logits=*/true, nullptr, forward);
 }
 
 Status Session::EvaluateAndSample(std::span<const int32_t> more, const DecodeSampling& sampling,
-                                  bool keep_logits, int32_t* token) {
+                                  bool keep_logits, int32_t* token, const Forwarder* forward) {
   *token = -1;
-  return Run(more, &sampling, keep_logits, token);
+  return Run(more, &sampling, keep_logits, token, forward);
 }
 
 Status Session::Run(std::span<const int32_t> more, const DecodeSampling* sampling, bool keep_logits,
-                    int32_t* token) {
+                    int32_t* token, const Forwarder* forward) {
   const size_t tail = tokens_.size() - evaluated_;
   if (tail == 0 && more.empty()) return OkStatus();
   if (static_cast<int64_t>(tokens_.size() + more.size()) > max_context_) {
@@ -243,10 +243,10 @@ Status Session::Run(std::span<const int32_t> more, const DecodeSampling* samplin
   } else {
     logits_.clear();
   }
-  Status s = sampling == nullptr
-                 ? model_->Forward(feed, *state_, logits_.data(), /*all_logits=*/false)
-                 : model_->ForwardSample(feed, *state_, *sampling, token,
-                                         keep_logits ? logits_.data() : nullptr);
+  float* kept = keep_logits ? logits_.data() : nullptr;
+  Status s = forward != nullptr    ? (*forward)(feed, *state_, sampling, token, kept)
+             : sampling == nullptr ? model_->Forward(feed, *state_, kept, /*all_logits=*/false)
+                                   : model_->ForwardSample(feed, *state_, *sampling, token, kept);
   if (s.ok() && token != nullptr && (*token < 0 || *token >= vocab_size())) {
     s = absl::InternalError(absl::StrCat("ForwardSample returned token ", *token));
   }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -146,16 +147,22 @@ class Session {
 
   // FailedPrecondition when busy or failed.
   Status CheckIdle() const;
+  // How Evaluate and EvaluateAndSample call the model on their feed:
+  // Forward, or ForwardSample with `sampling` (the default), or what the
+  // engine puts in their place (a DecodeAndPrefill step carrying them).
+  using Forwarder =
+      std::function<Status(std::span<const int32_t> feed, SequenceState& state,
+                           const DecodeSampling* sampling, int32_t* token, float* logits)>;
   // Runs the model over the unevaluated tail plus `more`, and appends `more` to
   // the history. Argument errors leave everything unchanged; other model errors
   // mark the session failed.
-  Status Evaluate(std::span<const int32_t> more);
+  Status Evaluate(std::span<const int32_t> more, const Forwarder* forward = nullptr);
   // Evaluate, then the next token selected by `sampling` where the logits
   // are (Model::ForwardSample) into *token; the logits are kept only with
   // `keep_logits`. *token is -1 when there was nothing to evaluate (the kept
   // logits are the ones to sample from).
   Status EvaluateAndSample(std::span<const int32_t> more, const DecodeSampling& sampling,
-                           bool keep_logits, int32_t* token);
+                           bool keep_logits, int32_t* token, const Forwarder* forward = nullptr);
   // Appends a sampled token without evaluating it.
   void PushPending(int32_t token) { tokens_.push_back(token); }
   // A snapshot of the fully evaluated history (a Model::Checkpoint + the
@@ -210,7 +217,7 @@ class Session {
   size_t evaluated_ = 0;         // prefix of tokens_ the state has consumed
   // Evaluate's and EvaluateAndSample's work (`sampling` null: Forward).
   Status Run(std::span<const int32_t> more, const DecodeSampling* sampling, bool keep_logits,
-             int32_t* token);
+             int32_t* token, const Forwarder* forward);
 
   std::vector<float> logits_;    // [vocab] after tokens_[evaluated_ - 1]
   bool failed_ = false;          // a model error left the state unknown; needs Reset

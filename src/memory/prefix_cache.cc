@@ -72,9 +72,26 @@ bool PrefixCache::Contains(const Model* model, int64_t max_context, std::span<co
   return false;
 }
 
+uint64_t PrefixCache::ChargeLocked(const StateSnapshot& snap, uint64_t* own) const {
+  if (snap.checkpoint == nullptr) return *own = snap.bytes;
+  const StateCheckpoint::Footprint f = snap.checkpoint->footprint();
+  if (f.block_bytes == 0) return *own = snap.bytes;
+  *own = f.own_bytes;
+  uint64_t charge = f.own_bytes;
+  for (int32_t b : f.shared_blocks) {
+    if (block_refs_.find({snap.model, b}) == block_refs_.end()) charge += f.block_bytes;
+  }
+  return charge;
+}
+
+uint64_t PrefixCache::ChargeOf(const StateSnapshot& snap) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t own = 0;
+  return ChargeLocked(snap, &own);
+}
+
 bool PrefixCache::Insert(std::shared_ptr<const StateSnapshot> snap) {
   if (!enabled() || snap == nullptr || snap->checkpoint == nullptr) return false;
-  if (snap->bytes > capacity_) return false;
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t key = Key(snap->model, snap->max_context, snap->tokens);
   auto [lo, hi] = by_key_.equal_range(key);
@@ -85,10 +102,20 @@ bool PrefixCache::Insert(std::shared_ptr<const StateSnapshot> snap) {
       break;
     }
   }
-  lru_.push_front(Entry{key, snap});
+  uint64_t own = 0;
+  ChargeLocked(*snap, &own);
+  const StateCheckpoint::Footprint f = snap->checkpoint->footprint();
+  // More than the whole cache on its own: never kept.
+  if (own + f.shared_blocks.size() * f.block_bytes > capacity_) return false;
+  lru_.push_front(Entry{key, snap, own});
   by_key_.emplace(key, lru_.begin());
   ++lengths_[static_cast<int64_t>(snap->tokens.size())];
-  bytes_ += snap->bytes;
+  bytes_ += own;
+  if (f.block_bytes > 0) {
+    for (int32_t b : f.shared_blocks) {
+      if (block_refs_[{snap->model, b}]++ == 0) bytes_ += f.block_bytes;
+    }
+  }
   if (bytes_ > capacity_) EvictLocked(capacity_);
   // It may have been the only unpinned entry left to drop; a pinned one that
   // still does not fit (pinned entries fill the cache) is not kept either:
@@ -112,7 +139,17 @@ void PrefixCache::EraseLocked(List::iterator it) {
   }
   auto len = lengths_.find(static_cast<int64_t>(it->snap->tokens.size()));
   if (len != lengths_.end() && --len->second == 0) lengths_.erase(len);
-  bytes_ -= it->snap->bytes;
+  bytes_ -= it->own;
+  const StateCheckpoint::Footprint f = it->snap->checkpoint->footprint();
+  if (f.block_bytes > 0) {
+    for (int32_t b : f.shared_blocks) {
+      auto ref = block_refs_.find({it->snap->model, b});
+      if (ref != block_refs_.end() && --ref->second == 0) {
+        block_refs_.erase(ref);
+        bytes_ -= f.block_bytes;
+      }
+    }
+  }
   lru_.erase(it);
 }
 
@@ -123,8 +160,9 @@ uint64_t PrefixCache::EvictLocked(uint64_t target_bytes) {
     // use_count > 1: a session's mark (or a restore in progress) holds it.
     if (it->snap.use_count() > 1) continue;
     auto victim = it++;
-    freed += victim->snap->bytes;
+    const uint64_t before = bytes_;
     EraseLocked(victim);
+    freed += before - bytes_;
   }
   return freed;
 }
@@ -160,8 +198,20 @@ uint64_t PrefixCache::bytes() const {
 uint64_t PrefixCache::BytesAndEvictable(std::vector<uint64_t>* evictable) const {
   std::lock_guard<std::mutex> lock(mu_);
   evictable->clear();
+  // EvictLocked's order and its frees: a shared block is freed with the last
+  // entry that holds it.
+  std::map<BlockId, int64_t> refs = block_refs_;
   for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
-    if (it->snap.use_count() == 1) evictable->push_back(it->snap->bytes);
+    if (it->snap.use_count() != 1) continue;
+    uint64_t freed = it->own;
+    const StateCheckpoint::Footprint f = it->snap->checkpoint->footprint();
+    if (f.block_bytes > 0) {
+      for (int32_t b : f.shared_blocks) {
+        auto ref = refs.find({it->snap->model, b});
+        if (ref != refs.end() && --ref->second == 0) freed += f.block_bytes;
+      }
+    }
+    evictable->push_back(freed);
   }
   return bytes_;
 }

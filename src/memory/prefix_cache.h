@@ -11,6 +11,14 @@
 // from running requests. Entries
 // are shared, immutable StateSnapshots, restored into a session's own state
 // (Model::Restore).
+//
+// Bytes: an entry counts its own copies (StateCheckpoint::footprint) and the
+// cache counts each shared block once however many entries hold it, so a
+// conversation's growing prefixes cost their new blocks, not their whole
+// length again; evicting an entry frees its copies and the blocks no other
+// entry holds. A checkpoint that shares nothing counts the model's accounting
+// of its state (StateSnapshot::bytes). Blocks that live states hold as well
+// are counted here and in those states' accounting.
 #ifndef STRATA_MEMORY_PREFIX_CACHE_H_
 #define STRATA_MEMORY_PREFIX_CACHE_H_
 
@@ -64,6 +72,10 @@ class PrefixCache {
   // True when an entry of exactly this prefix exists (no LRU update).
   bool Contains(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const;
 
+  // What inserting `snap` would add to bytes() now (its copies and the
+  // blocks no entry holds yet).
+  uint64_t ChargeOf(const StateSnapshot& snap) const;
+
   // Drops unpinned entries, least recently used first, until bytes() <= target.
   // Returns the bytes freed.
   uint64_t EvictTo(uint64_t target_bytes);
@@ -76,18 +88,22 @@ class PrefixCache {
 
   uint64_t bytes() const;
   int64_t entries() const;
-  // bytes(), and in `evictable` the bytes of each unpinned entry in the order
-  // EvictTo drops them, read together so the two agree.
+  // bytes(), and in `evictable` the bytes each eviction of EvictTo frees, in
+  // the order it drops the unpinned entries, read together so the two agree.
   uint64_t BytesAndEvictable(std::vector<uint64_t>* evictable) const;
 
  private:
   struct Entry {
     uint64_t key;
     std::shared_ptr<const StateSnapshot> snap;
+    uint64_t own = 0;  // its copies (the whole state when it shares no blocks)
   };
+  // A shared block of one model's pool.
+  using BlockId = std::pair<const Model*, int32_t>;
   using List = std::list<Entry>;  // front: most recently used
 
   uint64_t Key(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const;
+  uint64_t ChargeLocked(const StateSnapshot& snap, uint64_t* own) const;  // requires mu_
   uint64_t EvictLocked(uint64_t target_bytes);  // requires mu_
   void EraseLocked(List::iterator it);          // requires mu_
 
@@ -97,7 +113,8 @@ class PrefixCache {
   List lru_;                                              // guarded by mu_
   std::unordered_multimap<uint64_t, List::iterator> by_key_;  // guarded by mu_
   std::map<int64_t, int64_t, std::greater<int64_t>> lengths_;  // prefix length -> entries; guarded by mu_
-  uint64_t bytes_ = 0;                                    // guarded by mu_
+  std::map<BlockId, int64_t> block_refs_;  // entries holding each shared block; guarded by mu_
+  uint64_t bytes_ = 0;                     // guarded by mu_
 };
 
 }  // namespace strata

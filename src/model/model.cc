@@ -81,6 +81,11 @@ class PlacedModel final : public Model {
                        float* logits) const override {
     return inner_->ForwardSample(tokens, state, sampling, out_token, logits);
   }
+  Status DecodeAndPrefill(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                          std::span<const DecodeSampling> sampling, int32_t* out_tokens,
+                          const PrefillPart& prefill) const override {
+    return inner_->DecodeAndPrefill(tokens, states, sampling, out_tokens, prefill);
+  }
   StatusOr<std::unique_ptr<StateCheckpoint>> Checkpoint(const SequenceState& state) const override {
     return inner_->Checkpoint(state);
   }
@@ -202,6 +207,26 @@ Status Model::ForwardSample(std::span<const int32_t> tokens, SequenceState& stat
   STRATA_RETURN_IF_ERROR(Forward(tokens, state, logits, /*all_logits=*/false));
   *out_token = static_cast<int32_t>(std::max_element(logits, logits + info().vocab_size) - logits);
   return OkStatus();
+}
+
+Status Model::DecodeAndPrefill(std::span<const int32_t> tokens,
+                               std::span<SequenceState* const> states,
+                               std::span<const DecodeSampling> sampling, int32_t* out_tokens,
+                               const PrefillPart& prefill) const {
+  if (prefill.state == nullptr) {
+    return absl::InvalidArgumentError("DecodeAndPrefill: prefill.state is null");
+  }
+  for (SequenceState* s : states) {
+    if (s == prefill.state) {
+      return absl::InvalidArgumentError("DecodeAndPrefill: prefill.state is also a decode row");
+    }
+  }
+  STRATA_RETURN_IF_ERROR(DecodeBatchSample(tokens, states, sampling, out_tokens));
+  if (prefill.sampling != nullptr) {
+    return ForwardSample(prefill.tokens, *prefill.state, *prefill.sampling, prefill.out_token,
+                         prefill.logits);
+  }
+  return Forward(prefill.tokens, *prefill.state, prefill.logits, /*all_logits=*/false);
 }
 
 namespace {

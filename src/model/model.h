@@ -98,6 +98,18 @@ class StateCheckpoint {
   // Tokens the frozen state had consumed; its restores have the capacity of
   // the state it was made from.
   virtual int64_t num_tokens() const = 0;
+  // What the checkpoint keeps alive, for byte accounting: the attention-row
+  // blocks it shares with the state it was made from and with that model's
+  // other checkpoints (ids in the executor's block pool, `block_bytes` each),
+  // and the bytes of its own copies (a recurrent slot, a partial block).
+  struct Footprint {
+    std::span<const int32_t> shared_blocks;
+    uint64_t block_bytes = 0;
+    uint64_t own_bytes = 0;
+  };
+  // The default, a copy of the whole state, shares nothing (block_bytes 0):
+  // the caller counts it by the model's accounting of the state.
+  virtual Footprint footprint() const { return {}; }
 };
 
 // Where LoadModel puts a model. kCuda and kAuto both take the first CUDA device
@@ -172,6 +184,17 @@ struct DecodeSampling {
   uint64_t step = 0;        // the caller advances it each token
 };
 
+// A prefill chunk that rides along a decode step (Model::DecodeAndPrefill).
+struct PrefillPart {
+  std::span<const int32_t> tokens;  // appended to `state`
+  SequenceState* state = nullptr;
+  // With `sampling`, the token after the chunk's last position goes to
+  // *out_token, selected as ForwardSample selects it.
+  const DecodeSampling* sampling = nullptr;
+  int32_t* out_token = nullptr;
+  float* logits = nullptr;  // null, or [vocab] fp32 of the chunk's last position
+};
+
 // Thread-safety: a Model is immutable after load; Forward may run concurrently
 // on different SequenceStates.
 class Model {
@@ -222,6 +245,21 @@ class Model {
   virtual Status ForwardSample(std::span<const int32_t> tokens, SequenceState& state,
                                const DecodeSampling& sampling, int32_t* out_token,
                                float* logits) const;
+
+  // DecodeBatchSample on the decode rows and a prefill chunk of another
+  // sequence in one call: the step of continuous batching. The GPU executor
+  // runs the rows through one pass, so the weights the step reads serve both
+  // (its decode rows then run without a CUDA graph). Results are those of
+  // DecodeBatchSample followed by ForwardSample (or Forward without
+  // `prefill.sampling`) up to the rounding of products over more rows; in
+  // batch-invariant mode the GPU executor makes the two calls, bit for bit.
+  // `prefill.state` must not be one of `states`. The default makes the two
+  // calls in that order, so an error of the prefill's comes after the decode
+  // rows ran; the GPU executor checks every argument of both before any work.
+  virtual Status DecodeAndPrefill(std::span<const int32_t> tokens,
+                                  std::span<SequenceState* const> states,
+                                  std::span<const DecodeSampling> sampling, int32_t* out_tokens,
+                                  const PrefillPart& prefill) const;
 
   // Scheduling cost hook: how many earlier tokens one step of `new_tokens`
   // appended to `state` attends to, per attention layer, for the engine's

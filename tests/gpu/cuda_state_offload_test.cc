@@ -395,6 +395,30 @@ TEST_P(CudaStateOffload, CheckpointsHoldNoSlotAndRestoreBitIdenticallyIntoAnySta
   }
 }
 
+TEST_P(CudaStateOffload, CheckpointFootprintsNameTheSharedBlocksAndTheirOwnCopies) {
+  // What the prefix cache counts (StateCheckpoint::footprint): the full
+  // blocks, shared with the state and with a later checkpoint of it, and the
+  // slot plus the partial block as the checkpoint's own bytes.
+  ASSERT_TRUE(HasBlocks()) << "every fixture of this suite has attention layers";
+  const ModelInfo& info = model_->info();
+  const uint64_t block_bytes = info.state_bytes_per_token * kBlock;
+  std::unique_ptr<SequenceState> st = Prefilled(100);
+  ASSERT_NE(st, nullptr);
+  auto first = model_->Checkpoint(*st);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(model_->Forward(Continuation(100, 30, 0), *st, nullptr, false).ok());
+  auto second = model_->Checkpoint(*st);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const StateCheckpoint::Footprint a = (*first)->footprint(), b = (*second)->footprint();
+  EXPECT_EQ(a.block_bytes, block_bytes);
+  EXPECT_EQ(b.block_bytes, block_bytes);
+  ASSERT_EQ(a.shared_blocks.size(), 1u);  // 100 tokens: one full block and a partial one
+  ASSERT_EQ(b.shared_blocks.size(), 2u);  // 130 tokens: two full blocks and a partial one
+  EXPECT_EQ(a.shared_blocks[0], b.shared_blocks[0]);
+  EXPECT_EQ(a.own_bytes, info.state_bytes_per_sequence + block_bytes);
+  EXPECT_EQ(b.own_bytes, info.state_bytes_per_sequence + block_bytes);
+}
+
 TEST_P(CudaStateOffload, PrefillInsideThePartialBlockAfterCloneAndSourceDestroyed) {
   const int64_t n = 100;
   const std::vector<int32_t> x = Continuation(n, 20, 0), y = Continuation(n, 20, 11);

@@ -494,6 +494,15 @@ void ParityChecks::ExpectGpuGreedySamplingIsTheArgmax() {
   parity::ExpectGpuGreedySamplingIsTheArgmax(*model_, base_->prompt, 3, gpu_.sample_len_b);
 }
 
+void ParityChecks::ExpectDecodeAndPrefillMatchesSeparateCalls() {
+  parity::ExpectDecodeAndPrefillMatchesSeparateCalls(*model_, base_->prompt,
+                                                     gpu_.same_device_tolerance);
+  std::unique_ptr<Model> sliced = LoadCudaSliced(base_->dir, 32, gpu_.options);
+  ASSERT_NE(sliced, nullptr);
+  parity::ExpectDecodeAndPrefillMatchesSeparateCalls(*sliced, base_->prompt,
+                                                     gpu_.same_device_tolerance);
+}
+
 void ParityChecks::ExpectMisuseIsRejectedBeforeAnyWork() {
   parity::ExpectMisuseIsRejectedBeforeAnyWork(*model_, base_->dir, gpu_.misuse_sample_rows,
                                               gpu_.misuse_benchmark_fill);
@@ -582,6 +591,85 @@ void ExpectGpuGreedySamplingIsTheArgmax(const Model& model, const std::vector<in
     SCOPED_TRACE(testing::Message() << "ForwardSample of " << len << " tokens");
     ExpectForwardSampleSelectsOnTheDevice(model, prompt, len);
   }
+}
+
+void ExpectDecodeAndPrefillMatchesSeparateCalls(const Model& model,
+                                                const std::vector<int32_t>& prompt,
+                                                double tolerance) {
+  const int64_t vocab = model.info().vocab_size, T = static_cast<int64_t>(prompt.size());
+  ASSERT_GT(T, 60);
+  const std::span<const int32_t> all(prompt);
+  auto state_after = [&](int64_t n) {
+    auto st = model.NewState(T + 8);
+    EXPECT_TRUE(st.ok()) << st.status();
+    if (!st.ok()) return std::unique_ptr<SequenceState>();
+    if (n > 0)
+      EXPECT_TRUE(model.Forward(all.first(static_cast<size_t>(n)), **st, nullptr, false).ok());
+    return *std::move(st);
+  };
+  const DecodeSampling greedy;
+  const std::vector<DecodeSampling> rows(2, greedy);
+  const std::vector<int32_t> next = {prompt[3], prompt[40]};
+  for (const int64_t past : {int64_t{0}, int64_t{20}}) {
+    for (const int64_t len : {T - past - 3, int64_t{37}, int64_t{2}, int64_t{1}}) {
+      SCOPED_TRACE(testing::Message() << "chunk of " << len << " after " << past);
+      const std::span<const int32_t> chunk =
+          all.subspan(static_cast<size_t>(past), static_cast<size_t>(len));
+      auto a = state_after(3), b = state_after(40), c = state_after(past);
+      auto a2 = state_after(3), b2 = state_after(40), c2 = state_after(past);
+      ASSERT_TRUE(a && b && c && a2 && b2 && c2);
+      int32_t mixed[2] = {-1, -1}, alone[2] = {-1, -1}, first = -1, first2 = -1;
+      std::vector<float> got(static_cast<size_t>(vocab)), want(static_cast<size_t>(vocab));
+      SequenceState* const ms[2] = {a.get(), b.get()};
+      SequenceState* const ts[2] = {a2.get(), b2.get()};
+      ASSERT_TRUE(model
+                      .DecodeAndPrefill(next, ms, rows, mixed,
+                                        PrefillPart{chunk, c.get(), &greedy, &first, got.data()})
+                      .ok());
+      ASSERT_TRUE(model.DecodeBatchSample(next, ts, rows, alone).ok());
+      ASSERT_TRUE(model.ForwardSample(chunk, *c2, greedy, &first2, want.data()).ok());
+      // A token may differ only where the top two logits are within the
+      // rounding the two paths may differ by.
+      auto a3 = state_after(3), b3 = state_after(40);
+      ASSERT_TRUE(a3 && b3);
+      SequenceState* const rs[2] = {a3.get(), b3.get()};
+      std::vector<float> decoded(static_cast<size_t>(2 * vocab));
+      ASSERT_TRUE(model.DecodeBatch(next, rs, decoded.data()).ok());
+      auto decided = [&](const float* l) {
+        std::vector<float> top(l, l + vocab);
+        std::nth_element(top.begin(), top.begin() + 1, top.end(), std::greater<float>());
+        return top[0] - top[1] > 10 * tolerance * std::max(1.f, std::fabs(top[0]));
+      };
+      if (decided(decoded.data())) EXPECT_EQ(mixed[0], alone[0]);
+      if (decided(decoded.data() + vocab)) EXPECT_EQ(mixed[1], alone[1]);
+      if (decided(want.data())) EXPECT_EQ(first, first2);
+      EXPECT_LE(Compare(got, want, vocab).rel, tolerance) << "the chunk's last logits";
+      EXPECT_EQ(a->num_tokens(), 4);
+      EXPECT_EQ(b->num_tokens(), 41);
+      EXPECT_EQ(c->num_tokens(), past + len);
+      // What the pass wrote (caches, recurrent state) serves the next step.
+      const std::vector<int32_t> then = {alone[0], alone[1], first2};
+      SequenceState* const m3[3] = {a.get(), b.get(), c.get()};
+      SequenceState* const t3[3] = {a2.get(), b2.get(), c2.get()};
+      std::vector<float> lm(static_cast<size_t>(3 * vocab)), lt(static_cast<size_t>(3 * vocab));
+      ASSERT_TRUE(model.DecodeBatch(then, m3, lm.data()).ok());
+      ASSERT_TRUE(model.DecodeBatch(then, t3, lt.data()).ok());
+      EXPECT_LE(Compare(lm.data(), lt.data(), 3, vocab).rel, tolerance) << "the step after";
+    }
+  }
+  // Misuse, before any work.
+  auto a = state_after(3), c = state_after(0);
+  ASSERT_TRUE(a && c);
+  int32_t out = -1, first = -1;
+  SequenceState* const one[1] = {a.get()};
+  const std::vector<int32_t> t1 = {prompt[3]};
+  const std::vector<DecodeSampling> r1(1, greedy);
+  EXPECT_TRUE(absl::IsInvalidArgument(model.DecodeAndPrefill(
+      t1, one, r1, &out, PrefillPart{all.first(5), a.get(), &greedy, &first, nullptr})));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      model.DecodeAndPrefill(t1, one, r1, &out, PrefillPart{all.first(5), nullptr})));
+  EXPECT_EQ(a->num_tokens(), 3);
+  EXPECT_EQ(c->num_tokens(), 0);
 }
 
 void ExpectForwardSampleSelectsOnTheDevice(const Model& model, const std::vector<int32_t>& prompt,

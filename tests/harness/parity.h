@@ -267,6 +267,8 @@ class ParityChecks {
   void ExpectCloneContinuesAndResetStartsOver();
   void ExpectGpuGreedySamplingIsTheArgmax();
   void ExpectMisuseIsRejectedBeforeAnyWork();
+  // On the suite's model and on one planned with 32-token prefill slices.
+  void ExpectDecodeAndPrefillMatchesSeparateCalls();
 
   const Model& model() const { return *model_; }
   const std::string& name() const { return base_->name; }
@@ -340,13 +342,16 @@ inline std::string FixtureParamName(const ::testing::TestParamInfo<std::string>&
   TEST_P(Suite, GreedyContinuationMatches##Ref) { ExpectGreedyContinuationIsTheReference(); }
 
 // The executor against itself, for a GpuParityTest suite (gpu_).
-#define STRATA_PARITY_GPU_CASES(Suite)                                                  \
-  TEST_P(Suite, GraphReplayEqualsEagerSteps) { ExpectGraphReplayEqualsEager(); }        \
-  TEST_P(Suite, CloneContinuesIdenticallyAndResetStartsOver) {                          \
-    ExpectCloneContinuesAndResetStartsOver();                                           \
-  }                                                                                     \
-  TEST_P(Suite, GpuGreedySamplingIsTheArgmax) { ExpectGpuGreedySamplingIsTheArgmax(); } \
-  TEST_P(Suite, MisuseIsRejectedBeforeAnyWork) { ExpectMisuseIsRejectedBeforeAnyWork(); }
+#define STRATA_PARITY_GPU_CASES(Suite)                                                    \
+  TEST_P(Suite, GraphReplayEqualsEagerSteps) { ExpectGraphReplayEqualsEager(); }          \
+  TEST_P(Suite, CloneContinuesIdenticallyAndResetStartsOver) {                            \
+    ExpectCloneContinuesAndResetStartsOver();                                             \
+  }                                                                                       \
+  TEST_P(Suite, GpuGreedySamplingIsTheArgmax) { ExpectGpuGreedySamplingIsTheArgmax(); }   \
+  TEST_P(Suite, MisuseIsRejectedBeforeAnyWork) { ExpectMisuseIsRejectedBeforeAnyWork(); } \
+  TEST_P(Suite, DecodeAndPrefillMatchesTheSeparateCalls) {                                \
+    ExpectDecodeAndPrefillMatchesSeparateCalls();                                         \
+  }
 
 // ---------------------------------------------------------------------------
 // GPU against GPU (and the CPU executor): the checks every executor passes alike.
@@ -380,6 +385,17 @@ void ExpectGpuGreedySamplingIsTheArgmax(const Model& model, const std::vector<in
 // rejected before any work.
 void ExpectForwardSampleSelectsOnTheDevice(const Model& model, const std::vector<int32_t>& prompt,
                                            int64_t len);
+
+// DecodeAndPrefill of two decode rows (after 3 and 40 prompt tokens) and a
+// chunk of the prompt on a third state (from empty, and after 20 tokens; of
+// several lengths, one token included), against DecodeBatchSample then
+// ForwardSample on twin states: the same greedy tokens, the chunk's logits
+// and those of one more decode step of all three states within `tolerance`
+// of the twins', every state as long as its twin. Misuse (a decode state as
+// the prefill's, no prefill state) is rejected before any work.
+void ExpectDecodeAndPrefillMatchesSeparateCalls(const Model& model,
+                                                const std::vector<int32_t>& prompt,
+                                                double tolerance);
 
 // Argument errors (token ids, empty input, capacity, NewState sizes, a CPU
 // state, DecodeBatch sizes and repeats) are answered before any work.

@@ -71,6 +71,14 @@ class GpuLikeModel final : public Model {
                      float* logits) const override {
     return inner_->DecodeBatch(tokens, states, logits);
   }
+  // Model's default (the two calls), counted.
+  Status DecodeAndPrefill(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                          std::span<const DecodeSampling> sampling, int32_t* out_tokens,
+                          const PrefillPart& prefill) const override {
+    ++mixed;
+    return Model::DecodeAndPrefill(tokens, states, sampling, out_tokens, prefill);
+  }
+  mutable std::atomic<int64_t> mixed{0};
 
  private:
   std::shared_ptr<const Model> inner_;
@@ -204,6 +212,22 @@ TEST_F(ServingTest, AutomaticPrefillBudgetAndDeviceSamplingGiveTheSameTokens) {
     EXPECT_GT(m.device_sampled_rows, 0);
     EXPECT_EQ(m.host_sampled_rows, 0);
   }
+  // With 5-token chunks, prefills of later prompts rode the decode steps of
+  // earlier ones, one chunk per step.
+  EXPECT_GT(gpu->mixed.load(), 0);
+}
+
+TEST_F(ServingTest, PrefillChunksRideDecodeStepsAndGiveTheSameTokens) {
+  const auto prompts = Prompts();
+  const auto alone = Generate(*model_, Options(), prompts, /*alone=*/true);
+  auto gpu = std::make_shared<GpuLikeModel>(*model_);
+  EngineOptions o = Options();
+  o.prefill_chunk_tokens = 7;
+  EngineMetrics m;
+  EXPECT_EQ(Generate(gpu, o, prompts, /*alone=*/false, &m), alone);
+  EXPECT_EQ(m.steps_with_prefill, gpu->mixed.load());
+  EXPECT_GT(m.steps_with_prefill, 0);
+  EXPECT_LE(m.steps_with_prefill, m.decode_steps);
 }
 
 TEST_F(ServingTest, PrefixCacheGivesTheSameTokensAndHits) {

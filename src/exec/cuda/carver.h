@@ -40,7 +40,7 @@ struct SequencePlan {
   int64_t checkpoint_slots = 0;  // after the sequence slots in every slot array
   int64_t max_ctx = 0;     // longest sequence (tokens)
   int64_t slice = 0;       // prefill slice (tokens)
-  int64_t rows = 0;        // max(slice, max_batch): rows of the activation buffers
+  int64_t rows = 0;  // slice + max_batch: rows of the activation buffers (a pass may mix both)
   int64_t max_blocks = 0;  // blocks per sequence = ceil(max_ctx / 64)
   size_t sample_ws = 0;    // the sampling workspace of the largest batch
 };

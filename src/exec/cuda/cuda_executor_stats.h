@@ -25,6 +25,7 @@ struct CudaExecutorStats {
   int64_t graph_captures = 0;  // graphs instantiated
   int64_t graph_launches = 0;  // steps replayed from a graph
   int64_t eager_steps = 0;     // steps enqueued op by op
+  int64_t mixed_steps = 0;     // of those, passes of decode rows and a prefill slice
   std::string graph_error;     // why graphs were turned off, if they were
   // Matrices kept FP8 e4m3 on the device (codes + expanded scales; part of
   // weight_bytes), a layer's stacked routed experts counting as two (w13,

@@ -60,7 +60,8 @@ Status PlanSequences(const LoadOptions& options, int64_t config_max_context, int
   }
   p.slice = std::min(
       options.prefill_slice_tokens > 0 ? options.prefill_slice_tokens : default_slice, p.max_ctx);
-  p.rows = std::max(p.slice, p.max_batch);
+  // A pass may carry a decode batch and a prefill slice (DecodeAndPrefill).
+  p.rows = p.slice + p.max_batch;
   p.max_blocks = CeilDiv(p.max_ctx, kBlockTokens);
   return OkStatus();
 }
@@ -71,12 +72,13 @@ void CarveStepScratch(const SequencePlan& p, int64_t D, int64_t V, int64_t gu_co
   s.tokens = c.Take<int32_t>(R);
   s.step = c.Take<int32_t>(4 * B);
   s.block_table = c.Take<int32_t>((B + 1) * p.max_blocks);
-  s.sampling = c.Take<cuda::GpuSamplingRow>(B);
-  s.sampled = c.Take<int32_t>(B);
+  // A decode batch and a prefill's last position.
+  s.sampling = c.Take<cuda::GpuSamplingRow>(B + 1);
+  s.sampled = c.Take<int32_t>(B + 1);
   s.h = c.Take<float>(R * D);
   s.xn = c.Take<bf16>(R * D);
   s.delta = c.Take<float>(R * D);
-  s.logits = c.Take<float>(std::max(B, kLogitsChunkRows) * V);
+  s.logits = c.Take<float>(std::max(B + 1, kLogitsChunkRows) * V);
   s.sample_ws = c.Take<char>(static_cast<int64_t>(p.sample_ws));
   if (gu_cols > 0) {
     s.gu = c.Take<bf16>(R * gu_cols);

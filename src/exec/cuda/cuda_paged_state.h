@@ -142,6 +142,7 @@ class CudaCheckpoint final : public StateCheckpoint {
     book_->GiveCheckpointSlot(slot_);
   }
   int64_t num_tokens() const override { return tokens_; }
+  Footprint footprint() const override { return {blocks_, block_bytes_, own_bytes_}; }
 
   const LayerExecutor* owner_;
   std::shared_ptr<PagedStateBook> book_;
@@ -153,6 +154,8 @@ class CudaCheckpoint final : public StateCheckpoint {
   std::vector<int32_t> tail_;
   std::unique_ptr<PinnedBuffer> host_;
   int64_t host_blocks_ = 0;
+  uint64_t block_bytes_ = 0;  // of one block of the pool
+  uint64_t own_bytes_ = 0;    // the slot and the partial block, wherever they are
 };
 
 }  // namespace cuda_exec

@@ -92,6 +92,16 @@ class LayerExecutor final : public Model {
                        const DecodeSampling& sampling, int32_t* out_token,
                        float* logits) const override;
 
+  // The decode rows and the prefill's first slice in one eager pass (rows
+  // [0, B) decode, then the slice): each mixer runs its decode and its
+  // prefill path on its rows, the norms, the feed-forward blocks and the LM
+  // head run over all of them. The rest of a chunk longer than a slice
+  // follows as a plain prefill. Batch-invariant mode, a batch over
+  // max_batch or a one-token chunk make the two calls instead.
+  Status DecodeAndPrefill(std::span<const int32_t> tokens, std::span<SequenceState* const> states,
+                          std::span<const DecodeSampling> sampling, int32_t* out_tokens,
+                          const PrefillPart& prefill) const override;
+
   // CudaCheckpoint (cuda_paged_state.h): the full blocks shared, the slot and
   // the partial last block copied into a checkpoint slot and a block of its
   // own (device to device, no wait), or to pinned host memory when none is
@@ -186,18 +196,25 @@ class LayerExecutor final : public Model {
   struct Member {
     size_t mixer = 0, index = 0;
   };
-  // Enqueues the embedding (unless v.start_fused) and every layer for n rows
-  // (enqueue only, graph-safe). Prefill: `prefill_state` is the sequence and
-  // `past` its length before the slice, `v` is {}. Decode: `prefill_state`
-  // is null, the rows come from Scratch::step and `v` is DecodeVariant's.
-  // `pending` receives the routed-expert output still to be added to h (or
-  // null).
-  Status EnqueueLayers(int64_t n, const int32_t* tokens, const CudaSequenceState* prefill_state,
-                       int64_t past, const StepVariant& v, const float** pending) const;
-  // Layer `layer`'s mixer: reads xn, adds its output into h (arguments as
-  // for EnqueueLayers).
-  Status EnqueueMixer(size_t layer, int64_t n, const CudaSequenceState* prefill_state, int64_t past,
-                      const StepVariant& v) const;
+  // The rows of one pass: `decode` rows of as many sequences (their inputs
+  // in Scratch::step, the step shaped by `v`), then `prefill` rows of one
+  // sequence `ps` after its `past` tokens (their ids in Scratch::tokens).
+  struct PassRows {
+    int64_t decode = 0;
+    StepVariant v;
+    const CudaSequenceState* ps = nullptr;
+    int64_t prefill = 0, past = 0;
+    int64_t n() const { return decode + prefill; }
+  };
+  // Enqueues the embedding (of the decode rows unless v.start_fused) and
+  // every layer for the pass's rows (enqueue only, graph-safe). `pending`
+  // receives the routed-expert output still to be added to h (or null).
+  Status EnqueueLayers(const PassRows& rows, const float** pending) const;
+  // Layer `layer`'s mixer on n rows from `row0`: reads xn, adds its output
+  // into h. Prefill: `ps` is the sequence and `past` its length before the
+  // rows, `v` is {}. Decode: `ps` is null and `v` is DecodeVariant's.
+  Status EnqueueMixer(size_t layer, int64_t row0, int64_t n, const CudaSequenceState* ps,
+                      int64_t past, const StepVariant& v) const;
   // The variant of a decode step whose longest sequence has max_len tokens
   // (after the step): the largest length bound of the modules (0 when none
   // takes one). Called once per step, under mu_.
@@ -339,7 +356,7 @@ class LayerExecutor final : public Model {
   std::shared_ptr<PagedStateBook> book_;
   mutable std::mutex mu_;  // one forward pass at a time: scratch and stream are shared
   size_t weight_bytes_ = 0, scratch_bytes_ = 0, state_pool_bytes_ = 0, kv_pool_bytes_ = 0;
-  mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0;
+  mutable int64_t graph_captures_ = 0, graph_launches_ = 0, eager_steps_ = 0, mixed_steps_ = 0;
   mutable std::string graph_error_;
 
   Status UploadPrefillTable(const CudaSequenceState& st, int64_t tokens) const;
@@ -355,6 +372,21 @@ class LayerExecutor final : public Model {
   Status DecodeLocked(std::span<const int32_t> tokens, std::span<CudaSequenceState* const> states,
                       float* logits, std::span<const DecodeSampling> sampling,
                       int32_t* out_tokens) const;
+  // ResourceExhausted unless the block pool has room for one more token of
+  // each decode row and `prefill_tokens` more of `ps` (null: none).
+  Status CheckBlockRoom(std::span<CudaSequenceState* const> decode_rows,
+                        const CudaSequenceState* ps, int64_t prefill_tokens) const;
+  // Token ids and capacity of decode rows (before any work).
+  Status CheckDecodeRows(std::span<const int32_t> tokens,
+                         std::span<CudaSequenceState* const> states) const;
+  // A decode step's rows into the pinned step inputs and the device block
+  // table (their blocks taken first; ResourceExhausted before any change when
+  // the pool is short); *max_len: the longest sequence after the step.
+  Status StageDecodeRows(std::span<const int32_t> tokens,
+                         std::span<CudaSequenceState* const> states, int64_t* max_len) const;
+  Status MixedLocked(std::span<const int32_t> tokens, std::span<CudaSequenceState* const> states,
+                     std::span<const DecodeSampling> sampling, int32_t* out_tokens,
+                     CudaSequenceState& ps, const PrefillPart& p) const;
   Status EnqueueDecode(int64_t batch, const StepVariant& v, bool sample) const;
   Status RunDecodeStep(int64_t batch, const StepVariant& v, bool sample) const;
   // Row b's checks of DecodeBatch / DecodeBatchSample: cs[b] ← states[b].

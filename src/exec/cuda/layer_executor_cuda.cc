@@ -220,8 +220,9 @@ Status LayerExecutor::MakeDummyWeights(uint64_t seed, int64_t* parameters) {
   return Sync("dummy weights");
 }
 
-Status LayerExecutor::EnqueueMixer(size_t layer, int64_t n, const CudaSequenceState* ps,
-                                   int64_t past, const StepVariant& v) const {
+Status LayerExecutor::EnqueueMixer(size_t layer, int64_t row0, int64_t n,
+                                   const CudaSequenceState* ps, int64_t past,
+                                   const StepVariant& v) const {
   MixerPass pass;
   pass.n = n;
   pass.decode = ps == nullptr;
@@ -232,7 +233,11 @@ Status LayerExecutor::EnqueueMixer(size_t layer, int64_t n, const CudaSequenceSt
   pass.bound = v.bound;
   pass.sparse = v.sparse;
   const Member& m = members_[layer];
-  return mixers_[m.mixer]->Enqueue(Ops(), m.index, mixer_frame_, pass);
+  if (row0 == 0) return mixers_[m.mixer]->Enqueue(Ops(), m.index, mixer_frame_, pass);
+  MixerFrame f = mixer_frame_;
+  f.xn += row0 * D_;
+  f.h += row0 * D_;
+  return mixers_[m.mixer]->Enqueue(Ops(), m.index, f, pass);
 }
 
 LayerExecutor::StepVariant LayerExecutor::DecodeVariant(int64_t max_len) const {

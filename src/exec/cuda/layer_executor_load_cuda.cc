@@ -17,7 +17,7 @@ StatusOr<std::string> LayerExecutor::BeginLoad(const LoadOptions& options, int64
   STRATA_ASSIGN_OR_RETURN(const DeviceChoice dev, SelectHopperDevice(options.device_index));
   device_ = dev.index;
   STRATA_RETURN_IF_ERROR(PlanSequences(options, config_max_context, default_slice, p));
-  for (int64_t b = 1; b <= p.max_batch; ++b) {
+  for (int64_t b = 1; b <= p.max_batch + 1; ++b) {
     p.sample_ws = std::max(p.sample_ws, cuda::SampleWorkspaceBytes(b, vocab));
   }
   return dev.name;

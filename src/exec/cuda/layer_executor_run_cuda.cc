@@ -87,8 +87,9 @@ Status LayerExecutor::InitRuntime(int64_t slots, int64_t checkpoint_slots, int64
       cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>(4 * plan_.max_batch)),
       cuda::AlignUp(sizeof(int32_t) *
                     static_cast<size_t>((plan_.max_batch + 1) * plan_.max_blocks)),
-      cuda::AlignUp(sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(plan_.max_batch)),
-      cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>(plan_.max_batch)),
+      // Sampling rows: a decode batch and a prefill's last position.
+      cuda::AlignUp(sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(plan_.max_batch + 1)),
+      cuda::AlignUp(sizeof(int32_t) * static_cast<size_t>(plan_.max_batch + 1)),
       cuda::AlignUp(sizeof(float) * static_cast<size_t>(plan_.max_batch * V_)),
       cuda::AlignUp(extra_pinned)};
   size_t total = 0;
@@ -97,8 +98,8 @@ Status LayerExecutor::InitRuntime(int64_t slots, int64_t checkpoint_slots, int64
   char* at = static_cast<char*>(pinned_);
   h_step_ = TakeAligned<int32_t>(at, 4 * plan_.max_batch);
   h_block_table_ = TakeAligned<int32_t>(at, (plan_.max_batch + 1) * plan_.max_blocks);
-  h_sampling_ = TakeAligned<cuda::GpuSamplingRow>(at, plan_.max_batch);
-  h_sampled_ = TakeAligned<int32_t>(at, plan_.max_batch);
+  h_sampling_ = TakeAligned<cuda::GpuSamplingRow>(at, plan_.max_batch + 1);
+  h_sampled_ = TakeAligned<int32_t>(at, plan_.max_batch + 1);
   h_logits_ = TakeAligned<float>(at, plan_.max_batch * V_);
   char* rest = TakeAligned<char>(at, static_cast<int64_t>(extra_pinned));
   if (extra != nullptr) *extra = extra_pinned > 0 ? rest : nullptr;
@@ -331,6 +332,8 @@ StatusOr<std::unique_ptr<StateCheckpoint>> LayerExecutor::Checkpoint(
   }
   cp->blocks_.assign(st->blocks_.begin(), st->blocks_.begin() + static_cast<std::ptrdiff_t>(full));
   book_->Share(cp->blocks_);
+  cp->block_bytes_ = layout_.BlockBytes();
+  cp->own_bytes_ = layout_.SlotBytes() + tail.size() * layout_.BlockBytes();
   return std::unique_ptr<StateCheckpoint>(std::move(cp));
 }
 
@@ -492,6 +495,7 @@ CudaExecutorStats LayerExecutor::Stats() const {
   s.graph_captures = graph_captures_;
   s.graph_launches = graph_launches_;
   s.eager_steps = eager_steps_;
+  s.mixed_steps = mixed_steps_;
   s.graph_error = graph_error_;
   s.fp8_weight_bytes = fp8_.bytes;
   s.fp8_matrices = fp8_.matrices;
@@ -525,13 +529,18 @@ LayerExecutor::DecodeStart LayerExecutor::FusedDecodeStart() const {
   return DecodeStart{w_.embed, w_.layers.front().input_norm};
 }
 
-Status LayerExecutor::EnqueueLayers(int64_t n, const int32_t* tokens, const CudaSequenceState* ps,
-                                    int64_t past, const StepVariant& v,
-                                    const float** pending) const {
+Status LayerExecutor::EnqueueLayers(const PassRows& rows, const float** pending) const {
   const CudaOps ops = Ops();
-  const bool decode = ps == nullptr;
-  if (!v.start_fused) {
-    STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, D_, tokens, n, s_.h, stream_));
+  const int64_t n = rows.n();
+  // Decode rows alone take the decode paths of the feed-forward blocks too.
+  const bool decode = rows.prefill == 0;
+  if (rows.decode > 0 && !rows.v.start_fused) {
+    STRATA_RETURN_IF_ERROR(
+        cuda::EmbeddingGather(w_.embed, D_, s_.step, rows.decode, s_.h, stream_));
+  }
+  if (rows.prefill > 0) {
+    STRATA_RETURN_IF_ERROR(cuda::EmbeddingGather(w_.embed, D_, s_.tokens, rows.prefill,
+                                                 s_.h + rows.decode * D_, stream_));
   }
   // The input norm lets the mixer's first product launch before its wait
   // (its CTAs load weights while the previous layer's last kernel drains).
@@ -540,11 +549,17 @@ Status LayerExecutor::EnqueueLayers(int64_t n, const int32_t* tokens, const Cuda
   const float* pend = nullptr;
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const StackLayer& L = w_.layers[l];
-    if (!(l == 0 && v.start_fused)) {  // else the step's first kernel formed xn
+    if (!(l == 0 && rows.v.start_fused)) {  // else the step's first kernel formed xn
       STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pend, ActType::kF32, n, D_, L.input_norm, eps_,
                                               s_.xn, stream_, input_early));
     }
-    STRATA_RETURN_IF_ERROR(EnqueueMixer(l, n, ps, past, v));
+    if (rows.decode > 0) {
+      STRATA_RETURN_IF_ERROR(EnqueueMixer(l, 0, rows.decode, nullptr, 0, rows.v));
+    }
+    if (rows.prefill > 0) {
+      STRATA_RETURN_IF_ERROR(
+          EnqueueMixer(l, rows.decode, rows.prefill, rows.ps, rows.past, StepVariant{}));
+    }
     const cuda::MoeArgs moe = L.ffn.is_moe ? ffn_.MoeCall(ops, L.ffn, n, decode) : cuda::MoeArgs{};
     const bool post_early = post_may && CudaFfn::PostNormMayTriggerEarly(moe);
     STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, nullptr, ActType::kF32, n, D_, L.post_norm, eps_,
@@ -588,7 +603,7 @@ Status LayerExecutor::EnqueueDecode(int64_t batch, const StepVariant& v, bool sa
     }
   }
   const float* pending = nullptr;
-  STRATA_RETURN_IF_ERROR(EnqueueLayers(batch, s_.step, nullptr, 0, sv, &pending));
+  STRATA_RETURN_IF_ERROR(EnqueueLayers({.decode = batch, .v = sv}, &pending));
   // The LM head's CTAs may launch before the final norm's wait and load
   // weights while the last layer drains.
   STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h, pending, ActType::kF32, batch, D_, w_.final_norm,
@@ -651,15 +666,9 @@ Status LayerExecutor::RunDecodeStep(int64_t batch, const StepVariant& v, bool sa
   return OkStatus();
 }
 
-Status LayerExecutor::DecodeLocked(std::span<const int32_t> tokens,
-                                   std::span<CudaSequenceState* const> states, float* logits,
-                                   std::span<const DecodeSampling> sampling,
-                                   int32_t* out_tokens) const {
-  const int64_t total = static_cast<int64_t>(tokens.size());
-  const int64_t B_max = plan_.max_batch;
-  // Argument checks first, over the whole batch: on these errors nothing has
-  // changed.
-  for (int64_t b = 0; b < total; ++b) {
+Status LayerExecutor::CheckDecodeRows(std::span<const int32_t> tokens,
+                                      std::span<CudaSequenceState* const> states) const {
+  for (int64_t b = 0; b < static_cast<int64_t>(tokens.size()); ++b) {
     const int32_t t = tokens[static_cast<size_t>(b)];
     if (t < 0 || t >= V_) {
       return absl::InvalidArgumentError(absl::StrCat("decode: token id ", t, " in row ", b,
@@ -672,36 +681,34 @@ Status LayerExecutor::DecodeLocked(std::span<const int32_t> tokens,
                                                 st.max_tokens_));
     }
   }
-  if (total > B_max) {
-    // Larger batches run as consecutive steps of at most max_batch rows.
-    for (int64_t b0 = 0; b0 < total; b0 += B_max) {
-      const size_t n = static_cast<size_t>(std::min(B_max, total - b0));
-      const size_t at = static_cast<size_t>(b0);
-      STRATA_RETURN_IF_ERROR(DecodeLocked(tokens.subspan(at, n), states.subspan(at, n),
-                                          logits ? logits + b0 * V_ : nullptr,
-                                          sampling.empty() ? sampling : sampling.subspan(at, n),
-                                          out_tokens ? out_tokens + b0 : nullptr));
-    }
-    return OkStatus();
-  }
-  const int64_t B = total;
+  return OkStatus();
+}
+
+Status LayerExecutor::CheckBlockRoom(std::span<CudaSequenceState* const> decode_rows,
+                                     const CudaSequenceState* ps, int64_t prefill_tokens) const {
+  auto more = [](const CudaSequenceState& st, int64_t tokens) {
+    return std::max<int64_t>(
+        0, CeilDiv(st.tokens_ + tokens, kBlockTokens) - static_cast<int64_t>(st.blocks_.size()));
+  };
+  int64_t need = ps != nullptr ? more(*ps, prefill_tokens) : 0;
+  for (const CudaSequenceState* st : decode_rows) need += more(*st, 1);
+  if (need <= book_->FreeBlocks()) return OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("the paged attention cache is full: ", need,
+                                                   " more blocks needed, ", book_->FreeBlocks(),
+                                                   " of ", book_->total_blocks(), " free"));
+}
+
+Status LayerExecutor::StageDecodeRows(std::span<const int32_t> tokens,
+                                      std::span<CudaSequenceState* const> states,
+                                      int64_t* max_len_out) const {
+  const int64_t B = static_cast<int64_t>(tokens.size()), B_max = plan_.max_batch;
   const bool paged = layout_.has_blocks();
   if (paged) {
-    int64_t need = 0;
-    for (CudaSequenceState* st : states) {
-      need += std::max<int64_t>(
-          0, CeilDiv(st->tokens_ + 1, kBlockTokens) - static_cast<int64_t>(st->blocks_.size()));
-    }
-    if (need > book_->FreeBlocks()) {
-      return absl::ResourceExhaustedError(absl::StrCat("the paged attention cache is full: ", need,
-                                                       " more blocks needed, ", book_->FreeBlocks(),
-                                                       " of ", book_->total_blocks(), " free"));
-    }
+    STRATA_RETURN_IF_ERROR(CheckBlockRoom(states, nullptr, 0));
     for (CudaSequenceState* st : states) {
       STRATA_RETURN_IF_ERROR(EnsureBlocks(*st, st->tokens_ + 1));
     }
   }
-
   // Per-step inputs into the fixed device buffers the (captured) step reads.
   int64_t max_len = 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -726,6 +733,35 @@ Status LayerExecutor::DecodeLocked(std::span<const int32_t> tokens,
     }
     ro = RowOwner{st.id_, st.generation_, nb};
   }
+  *max_len_out = max_len;
+  return OkStatus();
+}
+
+Status LayerExecutor::DecodeLocked(std::span<const int32_t> tokens,
+                                   std::span<CudaSequenceState* const> states, float* logits,
+                                   std::span<const DecodeSampling> sampling,
+                                   int32_t* out_tokens) const {
+  const int64_t total = static_cast<int64_t>(tokens.size());
+  const int64_t B_max = plan_.max_batch;
+  // Argument checks first, over the whole batch: on these errors nothing has
+  // changed.
+  STRATA_RETURN_IF_ERROR(CheckDecodeRows(tokens, states));
+  if (total > B_max) {
+    // Larger batches run as consecutive steps of at most max_batch rows.
+    for (int64_t b0 = 0; b0 < total; b0 += B_max) {
+      const size_t n = static_cast<size_t>(std::min(B_max, total - b0));
+      const size_t at = static_cast<size_t>(b0);
+      STRATA_RETURN_IF_ERROR(DecodeLocked(tokens.subspan(at, n), states.subspan(at, n),
+                                          logits ? logits + b0 * V_ : nullptr,
+                                          sampling.empty() ? sampling : sampling.subspan(at, n),
+                                          out_tokens ? out_tokens + b0 : nullptr));
+    }
+    return OkStatus();
+  }
+  const int64_t B = total;
+  int64_t max_len = 0;
+  STRATA_RETURN_IF_ERROR(StageDecodeRows(tokens, states, &max_len));
+
   // With StepIoInKernels the step's first kernel reads h_step_ and
   // h_sampling_ (EnqueueDecode): the GPU no longer idles between the copies'
   // submission and the graph's launch.
@@ -800,7 +836,7 @@ Status LayerExecutor::Prefill(std::span<const int32_t> tokens, CudaSequenceState
                                                 sizeof(int32_t) * static_cast<size_t>(n),
                                                 cudaMemcpyHostToDevice, stream_));
     const float* pending = nullptr;
-    STRATA_RETURN_IF_ERROR(EnqueueLayers(n, s_.tokens, &st, st.tokens_, StepVariant{}, &pending));
+    STRATA_RETURN_IF_ERROR(EnqueueLayers({.ps = &st, .prefill = n, .past = st.tokens_}, &pending));
     st.tokens_ += n;
     if ((logits == nullptr && sampling == nullptr) || (!all_logits && !last)) continue;
     if (all_logits) {
@@ -956,6 +992,114 @@ Status LayerExecutor::DecodeBatchSample(std::span<const int32_t> tokens,
   }
   const Turn turn(*this);
   return DecodeLocked(tokens, cs, nullptr, sampling, out_tokens);
+}
+
+Status LayerExecutor::DecodeAndPrefill(std::span<const int32_t> tokens,
+                                       std::span<SequenceState* const> states,
+                                       std::span<const DecodeSampling> sampling,
+                                       int32_t* out_tokens, const PrefillPart& p) const {
+  constexpr const char* kWhat = "DecodeAndPrefill";
+  if (tokens.size() != states.size() || sampling.size() != tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": ", tokens.size(), " tokens, ",
+                                                   states.size(), " states and ", sampling.size(),
+                                                   " sampling rows (must be equal)"));
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(kWhat, ": no sequences"));
+  if (out_tokens == nullptr || p.state == nullptr || (p.sampling && p.out_token == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": out_tokens, prefill.state or prefill.out_token is null"));
+  }
+  std::vector<CudaSequenceState*> cs(states.size());
+  for (size_t b = 0; b < states.size(); ++b) {
+    STRATA_RETURN_IF_ERROR(CheckBatchRow(states, b, kWhat, cs));
+    STRATA_RETURN_IF_ERROR(CheckSampling(sampling[b], kWhat, b));
+  }
+  CudaSequenceState* ps = nullptr;
+  STRATA_RETURN_IF_ERROR(CheckForward(p.tokens, *p.state, kWhat, &ps));
+  if (std::find(cs.begin(), cs.end(), ps) != cs.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": prefill.state is also a decode row"));
+  }
+  if (p.sampling != nullptr) {
+    STRATA_RETURN_IF_ERROR(CheckSampling(*p.sampling, kWhat, states.size()));
+  }
+  STRATA_RETURN_IF_ERROR(CheckDecodeRows(tokens, cs));
+  const Turn turn(*this);
+  if (prefill_single_tokens_ || static_cast<int64_t>(tokens.size()) > plan_.max_batch ||
+      p.tokens.size() < 2) {
+    STRATA_RETURN_IF_ERROR(DecodeLocked(tokens, cs, nullptr, sampling, out_tokens));
+    return ForwardLocked(p.tokens, *ps, p.logits, /*all_logits=*/false, p.sampling, p.out_token);
+  }
+  return MixedLocked(tokens, cs, sampling, out_tokens, *ps, p);
+}
+
+Status LayerExecutor::MixedLocked(std::span<const int32_t> tokens,
+                                  std::span<CudaSequenceState* const> states,
+                                  std::span<const DecodeSampling> sampling, int32_t* out_tokens,
+                                  CudaSequenceState& ps, const PrefillPart& p) const {
+  const int64_t B = static_cast<int64_t>(tokens.size());
+  const int64_t T = static_cast<int64_t>(p.tokens.size());
+  // The chunk's first slice rides the decode rows; a longer chunk's rest
+  // follows as a plain prefill.
+  const int64_t T1 = std::min(T, plan_.slice);
+  const bool ends = T1 == T;
+  // Everything the pass writes, taken or refused before any change.
+  if (layout_.has_blocks()) STRATA_RETURN_IF_ERROR(CheckBlockRoom(states, &ps, T));
+  int64_t max_len = 0;
+  STRATA_RETURN_IF_ERROR(StageDecodeRows(tokens, states, &max_len));
+  STRATA_RETURN_IF_ERROR(EnsureBlocks(ps, ps.tokens_ + T));
+  STRATA_RETURN_IF_ERROR(UploadPrefillTable(ps, ps.tokens_ + T));
+  // Row B of the sampling and the logits is the chunk's last position.
+  const bool sample_last = ends && p.sampling != nullptr;
+  const int64_t sampled = B + (sample_last ? 1 : 0);
+  for (int64_t b = 0; b < B; ++b) h_sampling_[b] = GpuRowOf(sampling[static_cast<size_t>(b)]);
+  if (sample_last) h_sampling_[B] = GpuRowOf(*p.sampling);
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(s_.step, h_step_, sizeof(int32_t) * static_cast<size_t>(4 * plan_.max_batch),
+                      cudaMemcpyHostToDevice, stream_));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      s_.sampling, h_sampling_, sizeof(cuda::GpuSamplingRow) * static_cast<size_t>(sampled),
+      cudaMemcpyHostToDevice, stream_));
+  // Pageable source: the copy is staged before the call returns.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s_.tokens, p.tokens.data(),
+                                              sizeof(int32_t) * static_cast<size_t>(T1),
+                                              cudaMemcpyHostToDevice, stream_));
+  const float* pending = nullptr;
+  STRATA_RETURN_IF_ERROR(EnqueueLayers(
+      {.decode = B, .v = DecodeVariant(max_len), .ps = &ps, .prefill = T1, .past = ps.tokens_},
+      &pending));
+  STRATA_RETURN_IF_ERROR(
+      cuda::AddRmsNorm(s_.h, pending, ActType::kF32, B, D_, w_.final_norm, eps_, s_.xn, stream_));
+  if (ends) {
+    const int64_t at = (B + T1 - 1) * D_;
+    STRATA_RETURN_IF_ERROR(cuda::AddRmsNorm(s_.h + at, pending ? pending + at : nullptr,
+                                            ActType::kF32, 1, D_, w_.final_norm, eps_,
+                                            s_.xn + B * D_, stream_));
+  }
+  const int64_t heads = B + (ends ? 1 : 0);
+  STRATA_RETURN_IF_ERROR(
+      Mm(s_.xn, ActType::kBf16, D_, heads, w_.lm_head, V_, D_, s_.logits, ActType::kF32, V_, 0.f));
+  STRATA_RETURN_IF_ERROR(cuda::SampleTokens(s_.logits, sampled, V_, s_.sampling, s_.sampled,
+                                            s_.sample_ws, plan_.sample_ws, stream_));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_sampled_, s_.sampled,
+                                              sizeof(int32_t) * static_cast<size_t>(sampled),
+                                              cudaMemcpyDeviceToHost, stream_));
+  if (ends && p.logits != nullptr) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p.logits, s_.logits + B * V_,
+                                                sizeof(float) * static_cast<size_t>(V_),
+                                                cudaMemcpyDeviceToHost, stream_));
+  }
+  STRATA_RETURN_IF_ERROR(Sync("decode and prefill step"));
+  ++eager_steps_;
+  ++mixed_steps_;
+  std::memcpy(out_tokens, h_sampled_, sizeof(int32_t) * static_cast<size_t>(B));
+  for (CudaSequenceState* st : states) ++st->tokens_;
+  ps.tokens_ += T1;
+  if (!ends) {
+    return Prefill(p.tokens.subspan(static_cast<size_t>(T1)), ps, p.logits, /*all_logits=*/false,
+                   p.sampling, p.out_token);
+  }
+  if (sample_last) *p.out_token = h_sampled_[B];
+  return OkStatus();
 }
 
 Status LayerExecutor::FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
