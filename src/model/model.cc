@@ -237,6 +237,7 @@ class ClonedCheckpoint final : public StateCheckpoint {
   ClonedCheckpoint(const Model* owner, std::unique_ptr<SequenceState> state)
       : owner_(owner), state_(std::move(state)) {}
   int64_t num_tokens() const override { return state_->num_tokens(); }
+  Footprint footprint() const override { return state_->footprint(); }
   const Model* owner() const { return owner_; }
   const SequenceState& state() const { return *state_; }
 

@@ -58,14 +58,30 @@ struct ModelInfo {
   bool device_sampling = false;
 };
 
+// What a state or checkpoint keeps alive, for byte accounting: the full
+// attention-row blocks it may share with its model's other states and
+// checkpoints (ids in the executor's block pool, `block_bytes` each), and the
+// bytes of what it holds alone (a recurrent slot, a partial last block).
+struct StateFootprint {
+  std::span<const int32_t> shared_blocks;
+  uint64_t block_bytes = 0;
+  uint64_t own_bytes = 0;
+};
+
 // Everything one sequence carries between Forward calls (KV caches, recurrent
 // states, conv tails). Owned by a session; not thread-safe.
 class SequenceState {
  public:
   virtual ~SequenceState() = default;
   virtual int64_t num_tokens() const = 0;  // tokens consumed so far
+  // A copy that continues as this state would; states that page their
+  // attention rows share the full blocks with it instead of copying them.
+  // Null when there is no room for the copy.
   virtual std::unique_ptr<SequenceState> Clone() const = 0;
   virtual void Reset() = 0;  // back to an empty sequence
+  // The default, block_bytes 0, shares nothing: the caller counts the state
+  // by the model's accounting (ModelInfo's state bytes).
+  virtual StateFootprint footprint() const { return {}; }
 
   // Preemption. MoveToHost copies whatever the state holds in device memory
   // (attention cache blocks, recurrent-state slot) to host memory and gives
@@ -91,24 +107,19 @@ class SequenceState {
 // exec/cuda/cuda_paged_state.h) and its recurrent slot and partial last block
 // are copied into a checkpoint slot and a block of its own on the device, or
 // to host memory beyond ModelInfo::checkpoint_slots, so checkpoints never
-// compete with running sequences for slots. The CPU's is a copy of the state.
+// compete with running sequences for slots. The CPU's is a clone of the state,
+// which shares the full blocks of its attention rows (exec/cpu/cpu_state.h).
 class StateCheckpoint {
  public:
   virtual ~StateCheckpoint() = default;
   // Tokens the frozen state had consumed; its restores have the capacity of
   // the state it was made from.
   virtual int64_t num_tokens() const = 0;
-  // What the checkpoint keeps alive, for byte accounting: the attention-row
-  // blocks it shares with the state it was made from and with that model's
-  // other checkpoints (ids in the executor's block pool, `block_bytes` each),
-  // and the bytes of its own copies (a recurrent slot, a partial block).
-  struct Footprint {
-    std::span<const int32_t> shared_blocks;
-    uint64_t block_bytes = 0;
-    uint64_t own_bytes = 0;
-  };
-  // The default, a copy of the whole state, shares nothing (block_bytes 0):
-  // the caller counts it by the model's accounting of the state.
+  // What the checkpoint keeps alive: the attention-row blocks it shares
+  // with the state it was made from and with that model's other checkpoints,
+  // and the bytes of its own copies. Model::Checkpoint's default reports its
+  // clone's (SequenceState::footprint).
+  using Footprint = StateFootprint;
   virtual Footprint footprint() const { return {}; }
 };
 

@@ -17,6 +17,7 @@
 #include "backend/cpu/norm.h"
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "paged_rows.h"
 
 namespace strata::cpu {
 namespace {
@@ -286,6 +287,12 @@ TEST_P(MlaTest, PrefillMatchesExpandedReference) {
     std::vector<float> out(T * d.num_heads * d.v_dim);
     MlaPrefill(d, q.data(), T, cache.data(), past, kvb.view(), out.data(), scratch.data(), Pool());
     ExpectClose(out.data(), RefMla(d, q, T, cache, past, kvb), 1e-5, "MlaPrefill");
+    // The same rows read from 16-row blocks give the same bits.
+    const testing_util::PagedRows paged(cache, d.cache_dim());
+    std::vector<float> out_paged(out.size());
+    MlaPrefill(d, q.data(), T, paged.view(), past, kvb.view(), out_paged.data(), scratch.data(),
+               Pool());
+    EXPECT_EQ(out_paged, out);
   }
 }
 
@@ -321,6 +328,11 @@ TEST_P(MlaTest, AbsorbedMultiTokenMatchesReference) {
       std::vector<float> out(T * d.num_heads * d.v_dim);
       MlaAbsorbed(d, q.data(), T, cache.data(), past, kvb.view(), out.data(), scratch.data(), pool);
       ExpectClose(out.data(), RefMla(d, q, T, cache, past, kvb), 1e-5, "MlaAbsorbed");
+      const testing_util::PagedRows paged(cache, d.cache_dim());
+      std::vector<float> out_paged(out.size());
+      MlaAbsorbed(d, q.data(), T, paged.view(), past, kvb.view(), out_paged.data(),
+                  scratch.data(), pool);
+      EXPECT_EQ(out_paged, out);
     }
   }
   // The cost model prefers expansion for fresh prefill and absorption for decode.

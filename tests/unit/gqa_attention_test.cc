@@ -1,7 +1,7 @@
 // Gated-attention building blocks of Qwen3-Next against plain double
 // references on random (never zero) inputs: causal GQA over a K/V cache
-// (prefill, continuation, decode; several key blocks; odd head counts) and
-// the partial half-split RoPE.
+// (prefill, continuation, decode; several key blocks; odd head counts; the
+// cache contiguous or paged) and the partial half-split RoPE.
 #include "backend/cpu/gqa_attention.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 
 #include "backend/cpu/rope.h"
 #include "base/thread_pool.h"
+#include "paged_rows.h"
 
 namespace strata::cpu {
 namespace {
@@ -93,6 +94,14 @@ TEST_P(GqaAttentionTest, MatchesDoubleReference) {
       GqaAttention(d, q.data(), T, k.data(), v.data(), past, scale, out.data(), Pool()).ok());
   const auto ref = RefAttention(d, q, T, k, v, past, scale);
   EXPECT_LE(RelErr(out.data(), ref), 2e-6);
+
+  // The same rows read from 16-row blocks give the same bits.
+  const int64_t stride = d.num_kv_heads * d.head_dim;
+  const testing_util::PagedRows pk(k, stride), pv(v, stride);
+  std::vector<float> paged(out.size());
+  ASSERT_TRUE(
+      GqaAttention(d, q.data(), T, pk.view(), pv.view(), past, scale, paged.data(), Pool()).ok());
+  EXPECT_EQ(paged, out);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/indexer.h"
 #include "base/thread_pool.h"
+#include "paged_rows.h"
 
 namespace strata::cpu {
 namespace {
@@ -44,6 +45,17 @@ TEST_P(IndexerTest, ScoresAndSelectionMatchReference) {
   std::vector<float> scratch(IndexerScratchFloats(T, N, pool.num_threads()));
   IndexerTopK({H, d, K}, q.data(), w.data(), T, keys.data(), P, scale, rows.data(), counts.data(),
               scores.data(), scratch.data(), &pool);
+  {
+    // The same keys read from 16-row blocks select the same rows with the same scores.
+    const testing_util::PagedRows paged(keys, d);
+    std::vector<int32_t> paged_rows(rows.size()), paged_counts(counts.size());
+    std::vector<float> paged_scores(scores.size());
+    IndexerTopK({H, d, K}, q.data(), w.data(), T, paged.view(), P, scale, paged_rows.data(),
+                paged_counts.data(), paged_scores.data(), scratch.data(), &pool);
+    EXPECT_EQ(paged_rows, rows);
+    EXPECT_EQ(paged_counts, counts);
+    EXPECT_EQ(paged_scores, scores);
+  }
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = P + t + 1;
     std::vector<double> ref(static_cast<size_t>(n));

@@ -48,13 +48,12 @@ size_t MlaPrefillScratchFloats(const MlaDims& d, int64_t num_tokens, int num_thr
          + MatMulScratchFloats(B, d.kv_rank, num_threads);
 }
 
-void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
+void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, CacheRows cache,
                 int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
                 ThreadPool* pool, const MlaSelection* selection) {
   const int64_t T = num_tokens;
   const int64_t H = d.num_heads;
   const int64_t B = kMlaKeyBlock;
-  const int64_t cd = d.cache_dim();
   const int64_t qd = d.q_dim();
   const int64_t per_head = d.kv_b_rows_per_head();
   const int64_t kv_width = H * per_head;
@@ -75,7 +74,7 @@ void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const floa
   for (int64_t s0 = 0; s0 < total; s0 += B) {
     const int64_t nb = std::min(B, total - s0);
     for (int64_t s = 0; s < nb; ++s) {
-      std::memcpy(latents + s * d.kv_rank, cache + (s0 + s) * cd, sizeof(float) * d.kv_rank);
+      std::memcpy(latents + s * d.kv_rank, cache.row(s0 + s), sizeof(float) * d.kv_rank);
     }
     MatMul(latents, nb, kv_b, kv, mm_scratch, pool);  // [nb, H·(dn+dv)]
     // Queries that see at least the first key of this block.
@@ -104,7 +103,7 @@ void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const floa
         for (int64_t j = lo; j < hi; ++j) {
           const int64_t s = block_row(j);
           const float* kn = kv + s * kv_width + h * per_head;
-          const float* kr = cache + (s0 + s) * cd + d.kv_rank;
+          const float* kr = cache.row(s0 + s) + d.kv_rank;
           const float v = (Dot(qh, kn, d.nope_dim) + Dot(qh + d.nope_dim, kr, d.rope_dim)) * scale;
           sc[j - lo] = v;
           block_max = std::max(block_max, v);
@@ -141,13 +140,12 @@ size_t MlaAbsorbedScratchFloats(const MlaDims& d, int64_t num_tokens) {
   return static_cast<size_t>(num_tokens * d.num_heads * (2 * d.kv_rank + 2));
 }
 
-void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
+void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, CacheRows cache,
                  int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
                  ThreadPool* pool, const MlaSelection* selection) {
   const int64_t T = num_tokens;
   const int64_t H = d.num_heads;
   const int64_t r = d.kv_rank;
-  const int64_t cd = d.cache_dim();
   const int64_t per_head = d.kv_b_rows_per_head();
   const int64_t B = kMlaKeyBlock;
   const float scale = Scale(d);
@@ -193,7 +191,7 @@ void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const flo
         const float* qr = q + p * d.q_dim() + d.nope_dim;
         float block_max = -std::numeric_limits<float>::infinity();
         for (int64_t s = 0; s < visible; ++s) {
-          const float* row = cache + key_row(s) * cd;
+          const float* row = cache.row(key_row(s));
           sc[s] = (Dot(qt, row, r) + Dot(qr, row + r, d.rope_dim)) * scale;
           block_max = std::max(block_max, sc[s]);
         }
@@ -208,7 +206,7 @@ void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const flo
         for (int64_t s = 0; s < visible; ++s) {
           const float w = std::exp(sc[s] - mx[p]);
           l += w;
-          Axpy(w, cache + key_row(s) * cd, ot, r);
+          Axpy(w, cache.row(key_row(s)), ot, r);
         }
         sum[p] += l;
       }

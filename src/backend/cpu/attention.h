@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/cache_rows.h"
 #include "backend/cpu/matmul.h"
 
 namespace strata {
@@ -48,13 +49,20 @@ struct MlaSelection {
 size_t MlaPrefillScratchFloats(const MlaDims& d, int64_t num_tokens, int num_threads);
 
 // Causal attention of `num_tokens` new queries at positions past..past+T−1.
-// q: [T, H, dn+dr]. cache: [past + T, r + dr] (the new tokens already appended).
+// q: [T, H, dn+dr]. cache: past + T rows of [r + dr] (the new tokens already
+// appended; the pointer overloads read a contiguous [past + T, r + dr] array).
 // kv_b: kv_b_proj [H·(dn+dv), r]; per head h rows h·(dn+dv) .. +dn−1 are W_UK and
 // the next dv rows W_UV. out: [T, H, dv]. `scratch`: MlaPrefillScratchFloats.
 // `selection` (optional): restricts each query to its selected rows.
-void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
+void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, CacheRows cache,
                 int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
                 ThreadPool* pool, const MlaSelection* selection = nullptr);
+inline void MlaPrefill(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
+                       int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
+                       ThreadPool* pool, const MlaSelection* selection = nullptr) {
+  MlaPrefill(d, q, num_tokens, CacheRows::Contiguous(&cache, d.cache_dim()), past, kv_b, out,
+             scratch, pool, selection);
+}
 
 size_t MlaAbsorbedScratchFloats(const MlaDims& d, int64_t num_tokens);
 
@@ -63,9 +71,15 @@ size_t MlaAbsorbedScratchFloats(const MlaDims& d, int64_t num_tokens);
 //   q̃_h = W_UK,hᵀ q_nope,h;  score(s) = (q̃_h·c_s + q_r,h·k_r,s)·scale;
 //   õ_h = Σ_s p(s) c_s;       o_h = W_UV,h õ_h.
 // `scratch`: MlaAbsorbedScratchFloats floats. `selection` as in MlaPrefill.
-void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
+void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, CacheRows cache,
                  int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
                  ThreadPool* pool, const MlaSelection* selection = nullptr);
+inline void MlaAbsorbed(const MlaDims& d, const float* q, int64_t num_tokens, const float* cache,
+                        int64_t past, const WeightMatrix& kv_b, float* out, float* scratch,
+                        ThreadPool* pool, const MlaSelection* selection = nullptr) {
+  MlaAbsorbed(d, q, num_tokens, CacheRows::Contiguous(&cache, d.cache_dim()), past, kv_b, out,
+              scratch, pool, selection);
+}
 
 // Multiply-adds of each form for T new tokens after `past` cached ones, to pick
 // the cheaper one (expansion dominates for fresh prefill, the absorbed form for

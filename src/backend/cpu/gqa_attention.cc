@@ -29,8 +29,8 @@ inline float Dot(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-Status GqaAttention(const GqaDims& d, const float* q, int64_t num_tokens, const float* k_cache,
-                    const float* v_cache, int64_t past, float scale, float* out, ThreadPool* pool) {
+Status GqaAttention(const GqaDims& d, const float* q, int64_t num_tokens, CacheRows k_cache,
+                    CacheRows v_cache, int64_t past, float scale, float* out, ThreadPool* pool) {
   if (d.num_heads <= 0 || d.num_kv_heads <= 0 || d.head_dim <= 0 || num_tokens <= 0 || past < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GqaAttention: sizes must be positive (H=", d.num_heads, ", Hkv=", d.num_kv_heads,
@@ -40,19 +40,18 @@ Status GqaAttention(const GqaDims& d, const float* q, int64_t num_tokens, const 
     return absl::InvalidArgumentError(absl::StrCat(
         "GqaAttention: ", d.num_kv_heads, " KV heads do not divide ", d.num_heads, " query heads"));
   }
-  if (q == nullptr || k_cache == nullptr || v_cache == nullptr || out == nullptr) {
+  if (q == nullptr || k_cache.blocks == nullptr || v_cache.blocks == nullptr || out == nullptr) {
     return absl::InvalidArgumentError("GqaAttention: null tensor");
   }
   const int64_t T = num_tokens, H = d.num_heads, hd = d.head_dim;
   const int64_t group = H / d.num_kv_heads;
-  const int64_t kv_stride = d.num_kv_heads * hd;  // floats per cached token
   ParallelRange(pool, T * H, 4, [&](int64_t b, int64_t e) {
     float sc[kGqaKeyBlock];
     for (int64_t p = b; p < e; ++p) {
       const int64_t t = p / H, h = p % H;
       const float* qh = q + p * hd;
-      const float* kh = k_cache + (h / group) * hd;
-      const float* vh = v_cache + (h / group) * hd;
+      const CacheRows kh = k_cache.At((h / group) * hd);
+      const CacheRows vh = v_cache.At((h / group) * hd);
       float* acc = out + p * hd;
       std::fill(acc, acc + hd, 0.f);
       float mx = -std::numeric_limits<float>::infinity();
@@ -62,7 +61,7 @@ Status GqaAttention(const GqaDims& d, const float* q, int64_t num_tokens, const 
         const int64_t nb = std::min(kGqaKeyBlock, visible - s0);
         float block_max = -std::numeric_limits<float>::infinity();
         for (int64_t s = 0; s < nb; ++s) {
-          sc[s] = Dot(qh, kh + (s0 + s) * kv_stride, hd) * scale;
+          sc[s] = Dot(qh, kh.row(s0 + s), hd) * scale;
           block_max = std::max(block_max, sc[s]);
         }
         if (block_max > mx) {
@@ -75,7 +74,7 @@ Status GqaAttention(const GqaDims& d, const float* q, int64_t num_tokens, const 
         for (int64_t s = 0; s < nb; ++s) {
           const float w = std::exp(sc[s] - mx);
           sum += w;
-          const float* v = vh + (s0 + s) * kv_stride;
+          const float* v = vh.row(s0 + s);
           for (int64_t i = 0; i < hd; ++i) acc[i] += w * v[i];
         }
       }
@@ -84,6 +83,13 @@ Status GqaAttention(const GqaDims& d, const float* q, int64_t num_tokens, const 
     }
   });
   return OkStatus();
+}
+
+Status GqaAttention(const GqaDims& d, const float* q, int64_t num_tokens, const float* k_cache,
+                    const float* v_cache, int64_t past, float scale, float* out, ThreadPool* pool) {
+  const int64_t stride = d.num_kv_heads * d.head_dim;
+  return GqaAttention(d, q, num_tokens, CacheRows::Contiguous(&k_cache, stride),
+                      CacheRows::Contiguous(&v_cache, stride), past, scale, out, pool);
 }
 
 }  // namespace cpu

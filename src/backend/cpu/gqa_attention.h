@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/cache_rows.h"
 #include "base/status.h"
 
 namespace strata {
@@ -24,9 +25,12 @@ constexpr int64_t kGqaKeyBlock = 128;
 
 // out[t, h, :] = Σ_{s ≤ past + t} softmax_s(scale · q[t, h]·k[s, h/G]) v[s, h/G]
 // for the T new queries at positions past .. past + T − 1 (G = H / Hkv).
-// q: [T, H, hd]. k_cache, v_cache: [past + T, Hkv, hd], the new tokens'
-// rows already appended. out: [T, H, hd], must not alias the inputs. Parallel
-// over (token, head) pairs; no scratch. InvalidArgument on bad sizes.
+// q: [T, H, hd]. k_cache, v_cache: past + T rows of [Hkv, hd], the new
+// tokens' rows already appended. out: [T, H, hd], must not alias the inputs.
+// Parallel over (token, head) pairs; no scratch. InvalidArgument on bad sizes.
+Status GqaAttention(const GqaDims& dims, const float* q, int64_t num_tokens, CacheRows k_cache,
+                    CacheRows v_cache, int64_t past, float scale, float* out, ThreadPool* pool);
+// The same over contiguous [past + T, Hkv, hd] arrays.
 Status GqaAttention(const GqaDims& dims, const float* q, int64_t num_tokens, const float* k_cache,
                     const float* v_cache, int64_t past, float scale, float* out, ThreadPool* pool);
 

@@ -41,7 +41,7 @@ size_t IndexerScratchFloats(int64_t num_tokens, int64_t num_keys, int num_thread
 }
 
 void IndexerTopK(const IndexerDims& d, const float* q, const float* weights, int64_t num_tokens,
-                 const float* keys, int64_t past, float scale, int32_t* rows, int32_t* counts,
+                 CacheRows keys, int64_t past, float scale, int32_t* rows, int32_t* counts,
                  float* scores, float* scratch, ThreadPool* pool) {
   const int64_t T = num_tokens;
   const int64_t H = d.num_heads, dim = d.head_dim, K = d.top_k;
@@ -53,7 +53,7 @@ void IndexerTopK(const IndexerDims& d, const float* q, const float* weights, int
     const float* qt = q + t * H * dim;
     const float* wt = weights + t * H;
     for (int64_t s = s0; s < s1; ++s) {
-      const float* ks = keys + s * dim;
+      const float* ks = keys.row(s);
       float acc = 0.f;
       for (int64_t h = 0; h < H; ++h) {
         const float v = Dot(qt + h * dim, ks, dim) * scale;

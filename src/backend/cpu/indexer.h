@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/cache_rows.h"
+
 namespace strata {
 class ThreadPool;
 namespace cpu {
@@ -38,8 +40,16 @@ size_t IndexerScratchFloats(int64_t num_tokens, int64_t num_keys, int num_thread
 // [T, past + T] receives I (−inf above the diagonal), for tests and margin
 // checks. `scratch`: IndexerScratchFloats floats.
 void IndexerTopK(const IndexerDims& d, const float* q, const float* weights, int64_t num_tokens,
-                 const float* keys, int64_t past, float scale, int32_t* rows, int32_t* counts,
+                 CacheRows keys, int64_t past, float scale, int32_t* rows, int32_t* counts,
                  float* scores, float* scratch, ThreadPool* pool);
+// The same over a contiguous [past + T, d] key array.
+inline void IndexerTopK(const IndexerDims& d, const float* q, const float* weights,
+                        int64_t num_tokens, const float* keys, int64_t past, float scale,
+                        int32_t* rows, int32_t* counts, float* scores, float* scratch,
+                        ThreadPool* pool) {
+  IndexerTopK(d, q, weights, num_tokens, CacheRows::Contiguous(&keys, d.head_dim), past, scale,
+              rows, counts, scores, scratch, pool);
+}
 
 }  // namespace cpu
 }  // namespace strata

@@ -13,6 +13,7 @@
 #include "exec/cpu/cpu_layer.h"
 #include "exec/cpu/cpu_state.h"
 #include "exec/cpu/weight_binder.h"
+#include "memory/host_block_pool.h"
 #include "model/forward_checks.h"
 #include "model/weight_store.h"
 
@@ -58,7 +59,9 @@ class CpuExecutor final : public Model {
   WeightMatrix embed_, lm_head_;
   std::vector<float> final_norm_;
   std::vector<DecoderLayer> layers_;
-  std::vector<StateRegion> layout_;
+  std::vector<StateRegion> regions_;
+  std::unique_ptr<CpuStateLayout> layout_;
+  std::shared_ptr<HostBlockPool> blocks_;  // null without per-token regions
   std::set<int64_t> matrix_cols_;
   std::deque<std::vector<float>> dequantized_;  // FP8 matrices as fp32
 };
@@ -66,6 +69,8 @@ class CpuExecutor final : public Model {
 Status CpuExecutor::Bind(const LoadOptions& options) {
   WeightBinder wb(*store_, spec_.fp8_block, spec_.zero_centred_norms, &dequantized_);
   STRATA_RETURN_IF_ERROR(BindWith(wb, options));
+  layout_ = std::make_unique<CpuStateLayout>(regions_);
+  if (layout_->block_floats > 0) blocks_ = std::make_shared<HostBlockPool>(layout_->block_floats);
   FillInfo();
   return OkStatus();
 }
@@ -90,9 +95,9 @@ Status CpuExecutor::BindWith(WeightBinder& wb, const LoadOptions& options) {
     STRATA_ASSIGN_OR_RETURN(dl.mixer, MakeCpuLayer(ls.mixer, {ls.mixer_prefix, D, &wb}));
     STRATA_ASSIGN_OR_RETURN(dl.ffn, MakeCpuLayer(ls.ffn, {ls.ffn_prefix, D, &wb}));
     const std::vector<StateRegion> regions = dl.mixer->StateRegions();
-    dl.first_region = layout_.size();
+    dl.first_region = regions_.size();
     dl.num_regions = regions.size();
-    layout_.insert(layout_.end(), regions.begin(), regions.end());
+    regions_.insert(regions_.end(), regions.begin(), regions.end());
     if (options.progress) {
       // LoadModel gives the weight store 90%; binding is the last 10% but one.
       const float f = 0.9f + 0.09f * static_cast<float>(i + 1) / static_cast<float>(L);
@@ -117,7 +122,7 @@ void CpuExecutor::FillInfo() {
   info.vocab_size = static_cast<int32_t>(spec_.vocab_size);
   info.hidden_size = static_cast<int32_t>(spec_.hidden_size);
   info.max_context = spec_.max_context;
-  for (const StateRegion& r : layout_) {
+  for (const StateRegion& r : regions_) {
     const uint64_t bytes = static_cast<uint64_t>(r.floats) * sizeof(float);
     (r.per_token ? info.state_bytes_per_token : info.state_bytes_per_sequence) += bytes;
   }
@@ -136,7 +141,7 @@ StatusOr<std::unique_ptr<SequenceState>> CpuExecutor::NewState(int64_t max_token
                                                    info_.max_context));
   }
   return std::unique_ptr<SequenceState>(
-      std::make_unique<CpuSequenceState>(this, &layout_, max_tokens));
+      std::make_unique<CpuSequenceState>(this, layout_.get(), blocks_, max_tokens));
 }
 
 int64_t CpuExecutor::EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const {
@@ -153,6 +158,8 @@ Status CpuExecutor::ForwardSlice(const int32_t* tokens, int64_t T, CpuSequenceSt
                                  float* logits, bool all_logits) const {
   const int64_t D = spec_.hidden_size, past = st.num_tokens();
   const int threads = pool_->num_threads();
+  st.ReserveRows(past + T);
+  const std::vector<RegionView> regions = st.Views();
   const size_t td = static_cast<size_t>(T * D);
   size_t mm_floats = 1;
   for (int64_t cols : matrix_cols_) {
@@ -181,7 +188,6 @@ Status CpuExecutor::ForwardSlice(const int32_t* tokens, int64_t T, CpuSequenceSt
   run.pool = pool_;
   run.matmul_scratch = arena.Take<float>(mm_floats);
   run.past = past;
-  st.ReserveRows(past + T);
 
   const float eps = spec_.norm_eps;
   for (int64_t t = 0; t < T; ++t) cpu::RowToF32(embed_, tokens[t], h + t * D);
@@ -189,7 +195,7 @@ Status CpuExecutor::ForwardSlice(const int32_t* tokens, int64_t T, CpuSequenceSt
     cpu::RmsNorm(h, T, D, layer.input_norm.data(), eps, xn, pool_);
     ScratchArena mixer_scratch(base + own, modules);
     run.scratch = &mixer_scratch;
-    run.state = std::span(st.regions()).subspan(layer.first_region, layer.num_regions);
+    run.state = std::span(regions).subspan(layer.first_region, layer.num_regions);
     STRATA_RETURN_IF_ERROR(layer.mixer->Run(run, xn, T, mix));
     for (size_t i = 0; i < td; ++i) h[i] += mix[i];
     cpu::RmsNorm(h, T, D, layer.post_norm.data(), eps, xn, pool_);

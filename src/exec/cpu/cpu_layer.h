@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "backend/cpu/cache_rows.h"
 #include "backend/cpu/matmul.h"
 #include "base/status.h"
 #include "exec/arch_spec.h"
@@ -28,10 +29,32 @@ class WeightBinder;
 
 // One piece of a sequence's state, in fp32. Fixed regions (recurrent
 // matrices, conv tails) start as zeros; per-token regions (attention rows)
-// hold `floats` per consumed token and grow with the sequence.
+// hold `floats` per consumed token and grow with the sequence, in blocks of
+// kStateBlockRows tokens that states and checkpoints share (cpu_state.h).
 struct StateRegion {
   int64_t floats = 0;
   bool per_token = false;
+};
+
+// Tokens per block of the per-token regions: 1 << kStateBlockShift.
+constexpr int kStateBlockShift = 6;
+constexpr int64_t kStateBlockRows = int64_t{1} << kStateBlockShift;
+
+// A module's view of one of its state regions during a Run.
+struct RegionView {
+  float* fixed = nullptr;  // a fixed region: its floats
+  // A per-token region: row s at blocks[s / kStateBlockRows] + offset +
+  // (s % kStateBlockRows) · stride.
+  float* const* blocks = nullptr;
+  int64_t offset = 0;
+  int64_t stride = 0;
+
+  cpu::CacheRows rows() const { return {blocks, offset, stride, kStateBlockShift}; }
+  float* row(int64_t s) const {
+    return blocks[s >> kStateBlockShift] + offset + (s & (kStateBlockRows - 1)) * stride;
+  }
+  // Copies `n` rows of `stride` floats from `src` to rows first .. first+n−1.
+  void Write(int64_t first, int64_t n, const float* src) const;
 };
 
 // What a module's Run works with besides its input.
@@ -42,7 +65,7 @@ struct LayerRun {
   int64_t past = 0;                 // tokens already in the sequence
   // The module's regions, in StateRegions() order. Per-token regions already
   // hold room for past + num_tokens rows.
-  std::span<std::vector<float>> state;
+  std::span<const RegionView> state;
 };
 
 // y[T, w.rows] = x · wᵀ with the run's shared matmul scratch.

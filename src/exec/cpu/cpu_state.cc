@@ -2,41 +2,96 @@
 #include "exec/cpu/cpu_state.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace strata::exec {
 
-CpuSequenceState::CpuSequenceState(const Model* owner, const std::vector<StateRegion>* layout,
-                                   int64_t max_tokens)
-    : owner_(owner), layout_(layout), max_tokens_(max_tokens), regions_(layout->size()) {
-  for (size_t i = 0; i < layout->size(); ++i) {
-    if (!(*layout)[i].per_token) regions_[i].assign(static_cast<size_t>((*layout)[i].floats), 0.f);
+CpuStateLayout::CpuStateLayout(std::vector<StateRegion> r)
+    : regions(std::move(r)), block_offset(regions.size(), 0) {
+  for (size_t i = 0; i < regions.size(); ++i) {
+    if (regions[i].per_token) {
+      block_offset[i] = block_floats;
+      block_floats += kStateBlockRows * regions[i].floats;
+    } else {
+      fixed_bytes += static_cast<uint64_t>(regions[i].floats) * sizeof(float);
+    }
   }
 }
 
+CpuSequenceState::CpuSequenceState(const Model* owner, const CpuStateLayout* layout,
+                                   std::shared_ptr<HostBlockPool> blocks, int64_t max_tokens)
+    : owner_(owner),
+      layout_(layout),
+      pool_(std::move(blocks)),
+      max_tokens_(max_tokens),
+      fixed_(layout->regions.size()) {
+  for (size_t i = 0; i < fixed_.size(); ++i) {
+    const StateRegion& r = layout->regions[i];
+    if (!r.per_token) fixed_[i].assign(static_cast<size_t>(r.floats), 0.f);
+  }
+}
+
+CpuSequenceState::~CpuSequenceState() {
+  if (pool_ != nullptr) pool_->Release(block_ids_);
+}
+
 std::unique_ptr<SequenceState> CpuSequenceState::Clone() const {
-  auto s = std::make_unique<CpuSequenceState>(owner_, layout_, max_tokens_);
+  auto s = std::make_unique<CpuSequenceState>(owner_, layout_, pool_, max_tokens_);
   s->tokens_ = tokens_;
-  s->regions_ = regions_;
+  s->fixed_ = fixed_;
+  if (pool_ == nullptr) return s;
+  const size_t full = static_cast<size_t>(tokens_ / kStateBlockRows);
+  const std::span<const int32_t> shared(block_ids_.data(), full);
+  pool_->Share(shared);
+  s->block_ids_.assign(shared.begin(), shared.end());
+  s->block_data_.assign(block_data_.begin(), block_data_.begin() + static_cast<ptrdiff_t>(full));
+  if (tokens_ % kStateBlockRows != 0) {
+    pool_->Take(1, s->block_ids_, s->block_data_);
+    std::memcpy(s->block_data_.back(), block_data_[full],
+                sizeof(float) * static_cast<size_t>(pool_->block_floats()));
+  }
   return s;
 }
 
 void CpuSequenceState::Reset() {
   tokens_ = 0;
-  for (size_t i = 0; i < regions_.size(); ++i) {
-    if ((*layout_)[i].per_token) {
-      regions_[i].clear();
-    } else {
-      std::fill(regions_[i].begin(), regions_[i].end(), 0.f);
-    }
-  }
+  for (std::vector<float>& f : fixed_) std::fill(f.begin(), f.end(), 0.f);
+  if (pool_ != nullptr) pool_->Release(block_ids_);
+  block_ids_.clear();
+  block_data_.clear();
+}
+
+StateFootprint CpuSequenceState::footprint() const {
+  StateFootprint f;
+  f.own_bytes = layout_->fixed_bytes;
+  if (pool_ == nullptr) return f;
+  const size_t full = static_cast<size_t>(tokens_ / kStateBlockRows);
+  f.shared_blocks = std::span<const int32_t>(block_ids_.data(), full);
+  f.block_bytes = pool_->block_bytes();
+  f.own_bytes += (block_ids_.size() - full) * f.block_bytes;
+  return f;
 }
 
 void CpuSequenceState::ReserveRows(int64_t tokens) {
-  for (size_t i = 0; i < regions_.size(); ++i) {
-    if ((*layout_)[i].per_token) {
-      regions_[i].resize(static_cast<size_t>(tokens * (*layout_)[i].floats));
+  if (pool_ == nullptr) return;
+  const int64_t need = (tokens + kStateBlockRows - 1) / kStateBlockRows;
+  const int64_t have = static_cast<int64_t>(block_ids_.size());
+  if (need > have) pool_->Take(need - have, block_ids_, block_data_);
+}
+
+std::vector<RegionView> CpuSequenceState::Views() {
+  std::vector<RegionView> views(fixed_.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    const StateRegion& r = layout_->regions[i];
+    if (r.per_token) {
+      views[i].blocks = block_data_.data();
+      views[i].offset = layout_->block_offset[i];
+      views[i].stride = r.floats;
+    } else {
+      views[i].fixed = fixed_[i].data();
     }
   }
+  return views;
 }
 
 void* CpuSequenceState::Scratch(size_t bytes) {

@@ -26,6 +26,7 @@ Status DsaIndexer::Bind(const std::string& x, int64_t D, int64_t q_rank, int64_t
 
 DsaIndexer::Buffers DsaIndexer::Carve(ScratchArena& a, int64_t T, int64_t past, int threads) const {
   Buffers b{};
+  b.keys = a.Take<float>(static_cast<size_t>(T * s_.head_dim));
   if (!Sparse(past, T)) return b;
   b.q = a.Take<float>(static_cast<size_t>(T * s_.heads * s_.head_dim));
   b.weights = a.Take<float>(static_cast<size_t>(T * s_.heads));
@@ -35,18 +36,19 @@ DsaIndexer::Buffers DsaIndexer::Carve(ScratchArena& a, int64_t T, int64_t past, 
   return b;
 }
 
-void DsaIndexer::AppendKeys(const LayerRun& run, const float* x, int64_t T, const float* cos,
-                            const float* sin, float* keys) const {
+void DsaIndexer::AppendKeys(const LayerRun& run, const Buffers& b, const float* x, int64_t T,
+                            const float* cos, const float* sin, const RegionView& keys) const {
   const int64_t dI = s_.head_dim;
-  float* krows = keys + run.past * dI;
+  float* krows = b.keys;
   Linear(run, x, T, k_, krows);
   cpu::LayerNorm(krows, T, dI, k_norm_w_.data(), k_norm_b_.data(), s_.norm_eps, krows, run.pool);
   cpu::ApplyRope(cpu::RopeLayout::kHalfSplit, krows, T, 1, dI, 0, 0, half_, cos, sin, run.pool);
+  keys.Write(run.past, T, krows);
 }
 
 cpu::MlaSelection DsaIndexer::Select(const LayerRun& run, const Buffers& b, const float* x,
                                      const float* cq, int64_t T, const float* cos, const float* sin,
-                                     const float* keys) const {
+                                     cpu::CacheRows keys) const {
   const int64_t HI = s_.heads, dI = s_.head_dim;
   Linear(run, cq, T, q_, b.q);
   cpu::ApplyRope(cpu::RopeLayout::kHalfSplit, b.q, T, HI, HI * dI, dI, 0, half_, cos, sin,

@@ -34,20 +34,21 @@ class DsaIndexer {
   int64_t top_k() const { return s_.top_k; }
 
   struct Buffers {
-    float *q, *weights, *scores_scratch;
+    float *q, *weights, *scores_scratch, *keys;
     int32_t *rows, *counts;
   };
   Buffers Carve(ScratchArena& a, int64_t T, int64_t past, int threads) const;
 
   // Appends the slice's keys LayerNorm(wk x), rotated (half-split, sharing the
-  // MLA's cos/sin), to `keys` (rows for past + T tokens), for every token:
-  // also while the selection is still everything.
-  void AppendKeys(const LayerRun& run, const float* x, int64_t T, const float* cos,
-                  const float* sin, float* keys) const;
+  // MLA's cos/sin), to `keys` (room for past + T rows), for every token: also
+  // while the selection is still everything.
+  void AppendKeys(const LayerRun& run, const Buffers& b, const float* x, int64_t T,
+                  const float* cos, const float* sin, const RegionView& keys) const;
   // The top_k rows per query, scored from the query latent `cq` [T, q_rank];
   // only when Sparse(past, T).
   cpu::MlaSelection Select(const LayerRun& run, const Buffers& b, const float* x, const float* cq,
-                           int64_t T, const float* cos, const float* sin, const float* keys) const;
+                           int64_t T, const float* cos, const float* sin,
+                           cpu::CacheRows keys) const;
 
  private:
   IndexerSpec s_;

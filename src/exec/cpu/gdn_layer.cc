@@ -126,7 +126,7 @@ Status GdnLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
       }
     }
   });
-  cpu::CausalConv1dSilu(b.mixed, T, C, conv_.data(), s_.conv_kernel, run.state[1].data(), b.conv,
+  cpu::CausalConv1dSilu(b.mixed, T, C, conv_.data(), s_.conv_kernel, run.state[1].fixed, b.conv,
                         pool);
   // q, k: value head h reads key head h / ρ (repeat_interleave); v is already
   // [T, Hv, dv] inside the conv output rows.
@@ -143,7 +143,7 @@ Status GdnLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
 
   // KdaArgs in field order: T, Hv, dk, dv, q, k, v, g, β, state, out, scale
   // (default), one decay per head.
-  const cpu::KdaArgs args{T,   Hv,  dk,  dv, b.q, b.k, b.mixed, gate, beta, run.state[0].data(),
+  const cpu::KdaArgs args{T,   Hv,  dk,  dv, b.q, b.k, b.mixed, gate, beta, run.state[0].fixed,
                           b.o, 0.f, true};
   STRATA_RETURN_IF_ERROR(DeltaRule(run, args, b.workspace, b.workspace_bytes));
 

@@ -28,15 +28,18 @@ class GqaLayer final : public CpuLayerOf<GqaLayer, GqaSpec> {
   Status Run(const LayerRun& run, const float* x, int64_t T, float* out) const override;
 
   struct Buffers {
-    float *qg, *q, *gate, *o;
+    float *qg, *q, *gate, *o, *k_new, *v_new;
   };
   Buffers Carve(ScratchArena& a, int64_t T, int64_t /*past*/, int /*threads*/) const {
     const size_t n = static_cast<size_t>(T * s_.heads * s_.head_dim);
+    const size_t rows = static_cast<size_t>(T * RowFloats());
     Buffers b;
     b.qg = a.Take<float>(2 * n);
     b.q = a.Take<float>(n);
     b.gate = a.Take<float>(n);
     b.o = a.Take<float>(n);
+    b.k_new = a.Take<float>(rows);
+    b.v_new = a.Take<float>(rows);
     return b;
   }
 
@@ -81,16 +84,17 @@ Status GqaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   cpu::ApplyRopeHalfSplit(b.q, T, H, hd, s_.rotary_dim, past, inv_freq_.data(), pool);
 
   // Append the new tokens' normalised, rotated keys and their values.
-  float* k_cache = run.state[0].data();
-  float* v_cache = run.state[1].data();
-  float* k_new = k_cache + past * RowFloats();
-  Linear(run, x, T, k_, k_new);
-  cpu::RmsNorm(k_new, T * Hkv, hd, k_norm_.data(), s_.norm_eps, k_new, pool);
-  cpu::ApplyRopeHalfSplit(k_new, T, Hkv, hd, s_.rotary_dim, past, inv_freq_.data(), pool);
-  Linear(run, x, T, v_, v_cache + past * RowFloats());
+  const RegionView &k_cache = run.state[0], &v_cache = run.state[1];
+  Linear(run, x, T, k_, b.k_new);
+  cpu::RmsNorm(b.k_new, T * Hkv, hd, k_norm_.data(), s_.norm_eps, b.k_new, pool);
+  cpu::ApplyRopeHalfSplit(b.k_new, T, Hkv, hd, s_.rotary_dim, past, inv_freq_.data(), pool);
+  Linear(run, x, T, v_, b.v_new);
+  k_cache.Write(past, T, b.k_new);
+  v_cache.Write(past, T, b.v_new);
 
-  STRATA_RETURN_IF_ERROR(cpu::GqaAttention({H, Hkv, hd}, b.q, T, k_cache, v_cache, past,
-                                           1.f / std::sqrt(static_cast<float>(hd)), b.o, pool));
+  STRATA_RETURN_IF_ERROR(cpu::GqaAttention({H, Hkv, hd}, b.q, T, k_cache.rows(), v_cache.rows(),
+                                           past, 1.f / std::sqrt(static_cast<float>(hd)), b.o,
+                                           pool));
   cpu::ParallelRange(pool, T * H * hd, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) b.o[i] *= Sigmoid(b.gate[i]);
   });

@@ -98,7 +98,7 @@ Status KdaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   const int64_t H = s_.heads, dk = s_.head_dim, K = s_.conv_kernel, C = Channels();
   const Buffers b = Carve(*run.scratch, T, run.past, pool->num_threads());
   float* beta = b.small + T * dk;
-  float* window = run.state[1].data();
+  float* window = run.state[1].fixed;
   const int64_t wsize = WindowFloats();
 
   // q, k, v: projection, then causal conv + SiLU with the carried windows.
@@ -126,7 +126,7 @@ Status KdaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   for (int64_t i = 0; i < T * H; ++i) beta[i] = Sigmoid(beta[i]);
 
   // KdaArgs in field order: T, H, dk, dv, q, k, v, g, β, state, out.
-  const cpu::KdaArgs args{T, H, dk, dk, b.q, b.k, b.v, b.g, beta, run.state[0].data(), b.o};
+  const cpu::KdaArgs args{T, H, dk, dk, b.q, b.k, b.v, b.g, beta, run.state[0].fixed, b.o};
   STRATA_RETURN_IF_ERROR(DeltaRule(run, args, b.workspace, b.workspace_bytes));
 
   // Output gate, gated RMSNorm per head, then o_proj.

@@ -41,7 +41,7 @@ class MlaLayer final : public CpuLayerOf<MlaLayer, MlaSpec> {
   Status Run(const LayerRun& run, const float* x, int64_t T, float* out) const override;
 
   struct Buffers {
-    float *cos, *sin, *cq, *q, *o, *attn;
+    float *cos, *sin, *cq, *q, *o, *attn, *rows;
     DsaIndexer::Buffers index;
   };
   Buffers Carve(ScratchArena& a, int64_t T, int64_t past, int threads) const {
@@ -54,6 +54,7 @@ class MlaLayer final : public CpuLayerOf<MlaLayer, MlaSpec> {
     b.o = a.Take<float>(static_cast<size_t>(T * s_.heads * s_.v_dim));
     b.attn = a.Take<float>(std::max(cpu::MlaAbsorbedScratchFloats(dims_, T),
                                     cpu::MlaPrefillScratchFloats(dims_, T, threads)));
+    b.rows = a.Take<float>(static_cast<size_t>(T * dims_.cache_dim()));
     if (indexer_) b.index = indexer_->Carve(a, T, past, threads);
     return b;
   }
@@ -128,8 +129,8 @@ Status MlaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   }
 
   // Append [RMSNorm(c_raw) | k_r] for the new tokens straight into the cache.
-  float* cache = run.state[0].data();
-  float* rows = cache + past * cd;
+  const RegionView& cache = run.state[0];
+  float* rows = b.rows;
   Linear(run, x, T, kv_a_, rows);
   cpu::ParallelRange(pool, T, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
@@ -141,14 +142,14 @@ Status MlaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
     cpu::ApplyRope(cpu::RopeLayout::kInterleaved, rows, T, 1, cd, 0, md.kv_rank, half, b.cos, b.sin,
                    pool);
   }
+  cache.Write(past, T, rows);
 
   cpu::MlaSelection selection;
   const cpu::MlaSelection* sel = nullptr;
   if (indexer_) {
-    const float* keys = run.state[1].data();
-    indexer_->AppendKeys(run, x, T, b.cos, b.sin, run.state[1].data());
+    indexer_->AppendKeys(run, b.index, x, T, b.cos, b.sin, run.state[1]);
     if (indexer_->Sparse(past, T)) {
-      selection = indexer_->Select(run, b.index, x, b.cq, T, b.cos, b.sin, keys);
+      selection = indexer_->Select(run, b.index, x, b.cq, T, b.cos, b.sin, run.state[1].rows());
       sel = &selection;
     }
   }
@@ -157,9 +158,9 @@ Status MlaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   const bool absorbed = past > 0 && (T == 1 || cpu::MlaAbsorbedCost(md, T, past, top_k) <
                                                    cpu::MlaPrefillCost(md, T, past, top_k));
   if (absorbed) {
-    cpu::MlaAbsorbed(md, b.q, T, cache, past, kv_b_, b.o, b.attn, pool, sel);
+    cpu::MlaAbsorbed(md, b.q, T, cache.rows(), past, kv_b_, b.o, b.attn, pool, sel);
   } else {
-    cpu::MlaPrefill(md, b.q, T, cache, past, kv_b_, b.o, b.attn, pool, sel);
+    cpu::MlaPrefill(md, b.q, T, cache.rows(), past, kv_b_, b.o, b.attn, pool, sel);
   }
   Linear(run, b.o, T, o_, out);
   return OkStatus();
