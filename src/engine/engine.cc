@@ -451,18 +451,21 @@ Status Engine::BeginPrefill(Request& r) {
     // Otherwise the executor had no room for the copy: a miss.
   }
   // Snapshots for later requests that share a prefix: at the last block
-  // boundary of the prompt, and at the boundaries B, 2B, 4B, 8B... below
-  // it, so a shared prefix of any length is found with at least half of
-  // it restored. (On the CPU a snapshot is a full copy of the state, so
-  // not every block; on a GPU see SnapshotPoints.)
-  run.SetSnapshotPoints(SnapshotPoints(s.model(), s.num_evaluated(), static_cast<int64_t>(target_len)));
+  // boundary of the prompt, at the boundaries B, 2B, 4B, 8B... below it, so
+  // a shared prefix of any length is found with at least half of it
+  // restored, and where the prompt parts from one the cache has seen, so
+  // the next prompt with that start restores all of it (SnapshotPoints).
+  const int64_t shared = cache_.SharedPrefix(&s.model(), s.max_context_tokens(), target);
+  run.SetSnapshotPoints(
+      SnapshotPoints(s.model(), s.num_evaluated(), static_cast<int64_t>(target_len), shared));
   return OkStatus();
 }
 
 std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluated,
-                                            int64_t target_len) const {
+                                            int64_t target_len, int64_t shared) const {
   const int64_t b = cache_.block_tokens();
   const int64_t last = target_len / b * b;
+  const int64_t parting = shared / b * b;
   // Every point cuts the prefill into one more forward pass. On a GPU a pass
   // costs a read of all the weights however few its tokens, so only the
   // rungs within 4x of the end: at most three passes, and a shared prefix is
@@ -474,6 +477,12 @@ std::vector<int64_t> Engine::SnapshotPoints(const Model& model, int64_t evaluate
     if (at > evaluated && at >= lowest) points.push_back(at);
   }
   if (last > evaluated) points.push_back(last);
+  // The parting point, whatever the rungs: one more pass for this prompt,
+  // whole hits for the ones after it.
+  if (parting > evaluated && parting < last &&
+      std::find(points.begin(), points.end(), parting) == points.end()) {
+    points.insert(std::upper_bound(points.begin(), points.end(), parting), parting);
+  }
   return points;
 }
 

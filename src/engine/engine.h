@@ -271,8 +271,11 @@ class Engine {
   // Scheduling order (higher first): priority, then running before waiting,
   // then lower effective cost, then arrival.
   double EffectiveCost(const Request& r) const;
-  // Snapshot points of a prefill ending at `target_len` after `evaluated`.
-  std::vector<int64_t> SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len) const;
+  // Snapshot points of a prefill ending at `target_len` after `evaluated`
+  // whose first `shared` tokens are the most it has in common with a cached
+  // entry (PrefixCache::SharedPrefix), in ascending order.
+  std::vector<int64_t> SnapshotPoints(const Model& model, int64_t evaluated, int64_t target_len,
+                                      int64_t shared) const;
   // Puts a checkpoint of `s` in the prefix cache (none when there is no room
   // for its copy).
   void CacheSnapshot(Session& s);

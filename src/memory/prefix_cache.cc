@@ -72,6 +72,22 @@ bool PrefixCache::Contains(const Model* model, int64_t max_context, std::span<co
   return false;
 }
 
+int64_t PrefixCache::SharedPrefix(const Model* model, int64_t max_context,
+                                  std::span<const int32_t> tokens) const {
+  if (!enabled()) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t best = 0;
+  for (const Entry& e : lru_) {
+    const StateSnapshot& s = *e.snap;
+    if (s.model != model || s.max_context != max_context) continue;
+    const size_t n = std::min(tokens.size(), s.tokens.size());
+    if (static_cast<int64_t>(n) <= best) continue;
+    const auto end = tokens.begin() + static_cast<ptrdiff_t>(n);
+    best = std::max<int64_t>(best, std::mismatch(tokens.begin(), end, s.tokens.begin()).first - tokens.begin());
+  }
+  return best;
+}
+
 uint64_t PrefixCache::ChargeLocked(const StateSnapshot& snap, uint64_t* own) const {
   if (snap.checkpoint == nullptr) return *own = snap.bytes;
   const StateCheckpoint::Footprint f = snap.checkpoint->footprint();

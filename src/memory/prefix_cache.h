@@ -4,11 +4,11 @@
 // verified token by token on lookup, so a hit restores everything or is a
 // miss: never attention rows without the recurrent state that goes with them.
 //
-// An entry holds a StateCheckpoint (Model::Checkpoint): on the CPU a copy of
-// the state; on a GPU references to the shared full attention blocks plus the
-// recurrent slot and partial last block in a checkpoint slot (host memory
-// beyond them), holding no sequence slot, so cached prefixes never take slots
-// from running requests. Entries
+// An entry holds a StateCheckpoint (Model::Checkpoint): references to the
+// shared full attention blocks plus copies of the recurrent state and the
+// partial last block (on a GPU in a checkpoint slot, host memory beyond
+// them), holding no sequence slot, so cached prefixes never take slots from
+// running requests. Entries
 // are shared, immutable StateSnapshots, restored into a session's own state
 // (Model::Restore).
 //
@@ -71,6 +71,11 @@ class PrefixCache {
   bool Insert(std::shared_ptr<const StateSnapshot> snap);
   // True when an entry of exactly this prefix exists (no LRU update).
   bool Contains(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const;
+  // The most leading tokens `tokens` has in common with an entry of (model,
+  // max_context), prefix or not (no LRU update): where a prompt parts from
+  // one the cache has seen, so a snapshot there serves the next prompt with
+  // the same start (a system prompt, a document) whole.
+  int64_t SharedPrefix(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const;
 
   // What inserting `snap` would add to bytes() now (its copies and the
   // blocks no entry holds yet).

@@ -490,8 +490,10 @@ std::vector<int32_t> SharedPrefix() {
 
 // Six requests, one after another, each on a fresh session: `shared`, then
 // 100 tokens of its own (with 16-token cache blocks, snapshot points at 128,
-// shared by all, and 256 and 288, the prompt's own). Each must count on from
-// its last token. `most`: the most prefix-cache entries seen after one.
+// shared by all, and 256 and 288, the prompt's own; the second request also
+// leaves one at 192, the block boundary below where it parts from the
+// first). Each must count on from its last token. `most`: the most
+// prefix-cache entries seen after one.
 void RunSharedPrefixPrompts(Engine& engine, const std::shared_ptr<PoolModel>& model,
                             const std::vector<int32_t>& shared, int64_t* most) {
   for (int i = 0; i < 6; ++i) {
@@ -514,9 +516,10 @@ TEST(EngineStatePool, PrefixCacheCheckpointsHoldNoSlotsAndRestoreIntoTheSessions
   RunSharedPrefixPrompts(*engine, model, shared, nullptr);
   EngineMetrics m = engine->Metrics();
   EXPECT_GT(m.prefix_hit_tokens, 0);
-  // More checkpoints than the pool has slots.
+  // More checkpoints than the pool has slots: the 128 rung, the 192 parting
+  // point and each prompt's 256 and 288.
   const int64_t entries = m.prefix_cache_entries;
-  EXPECT_EQ(entries, 1 + 6 * 2);
+  EXPECT_EQ(entries, 2 + 6 * 2);
   std::vector<std::unique_ptr<Session>> sessions;
   for (int i = 0; i < 4; ++i) {
     // The capacity RunAll's sessions had: a checkpoint restores into its own size.
@@ -538,10 +541,9 @@ TEST(EngineStatePool, PrefixCacheCheckpointsHoldNoSlotsAndRestoreIntoTheSessions
     ASSERT_TRUE(engine->RunToCompletion(*r, nullptr, nullptr).ok()) << r->status();
     EXPECT_EQ(r->generated_tokens(), Counting(shared.back(), 3));
   }
-  // Each restores at least the shared 128-token rung (a later one may find
-  // the 192-token one an earlier one made).
+  // Each restores the 192-token parting point.
   EXPECT_EQ(model->restores.load() - restores_before, 4);
-  EXPECT_GE(engine->Metrics().prefix_hit_tokens - hits_before, 4 * 128);
+  EXPECT_EQ(engine->Metrics().prefix_hit_tokens - hits_before, 4 * 192);
   std::lock_guard<std::mutex> lock(model->mu_);
   EXPECT_LE(model->max_live, 4);
 }
@@ -572,7 +574,7 @@ TEST(EngineStatePool, ARestoreThatFailsOnTheDeviceFailsTheRequestAndTheSession) 
 
 // The model keeps 3 checkpoints on its device: the cache never holds more
 // of its entries, the least recently used making way, so no checkpoint of
-// the cache goes to (slow to allocate) host memory; the shared rung every
+// the cache goes to (slow to allocate) host memory; the shared entry every
 // request hits stays.
 TEST(EngineStatePool, PrefixCacheStaysWithinTheModelsDeviceCheckpoints) {
   auto model = std::make_shared<PoolModel>(4, true);
@@ -581,8 +583,9 @@ TEST(EngineStatePool, PrefixCacheStaysWithinTheModelsDeviceCheckpoints) {
   int64_t most = 0;
   RunSharedPrefixPrompts(*engine, model, SharedPrefix(), &most);
   EXPECT_LE(most, 3);
-  // Requests 2 to 6 each restored the shared 128-token rung.
-  EXPECT_EQ(engine->Metrics().prefix_hit_tokens, 5 * 128);
+  // Request 2 restored the shared 128-token rung and left the 192-token
+  // parting point, which requests 3 to 6 restored.
+  EXPECT_EQ(engine->Metrics().prefix_hit_tokens, 128 + 4 * 192);
 }
 
 }  // namespace

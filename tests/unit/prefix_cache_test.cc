@@ -116,5 +116,26 @@ TEST(PrefixCacheBytes, ACheckpointThatSharesNothingCountsTheModelsAccounting) {
   EXPECT_EQ(cache.EvictTo(0), 12345u);
 }
 
+TEST(PrefixCacheSharing, SharedPrefixIsTheLongestCommonStartWithAnyEntryOfTheModel) {
+  NullModel model, other;
+  PrefixCache cache(1 << 20, kBlock);
+  EXPECT_EQ(cache.SharedPrefix(&model, 4096, Prefix(&model, 10)->tokens), 0);  // empty cache
+  ASSERT_TRUE(cache.Insert(Prefix(&model, 130)));
+  ASSERT_TRUE(cache.Insert(Prefix(&other, 300)));
+  std::vector<int32_t> parting = Prefix(&model, 200)->tokens;
+  parting[100] = 999;  // parts from the 130-token entry at 100 (no entry is its prefix)
+  EXPECT_EQ(cache.SharedPrefix(&model, 4096, parting), 100);
+  EXPECT_EQ(cache.SharedPrefix(&model, 4096, std::span(parting).first(40)), 40);
+  EXPECT_EQ(cache.SharedPrefix(&model, 4096, Prefix(&model, 200)->tokens), 130);  // a prefix
+  // Another model's or context size's entries do not count, however long.
+  parting[100] = Prefix(&model, 200)->tokens[100];
+  parting[150] = 999;
+  EXPECT_EQ(cache.SharedPrefix(&model, 4096, parting), 130);
+  EXPECT_EQ(cache.SharedPrefix(&model, 2048, parting), 0);
+  EXPECT_EQ(cache.SharedPrefix(&other, 4096, parting), 150);
+  PrefixCache off(0, kBlock);
+  EXPECT_EQ(off.SharedPrefix(&model, 4096, parting), 0);
+}
+
 }  // namespace
 }  // namespace strata

@@ -245,6 +245,53 @@ TEST_F(ServingTest, PrefixCacheGivesTheSameTokensAndHits) {
   EXPECT_EQ(Generate(*model_, o, prompts, /*alone=*/false), alone);
 }
 
+TEST_F(ServingTest, PromptsThatPartFromACachedOneLeaveASnapshotWhereTheyPart) {
+  // Three prompts of one 100-token start and different 60-token tails, one
+  // after another: the first leaves rungs at 16, 32, 64 and 128 tokens; the
+  // second hits 64 and, parting from the first at 100, leaves a snapshot at
+  // 96 (the block boundary below it), so the third restores 96 tokens.
+  auto counting = std::make_shared<CountingModel>(*model_);
+  EngineOptions o = Options();
+  o.prefix_cache_bytes = 64ull << 20;
+  o.prefix_block_tokens = 16;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok());
+  std::mt19937 rng(11);
+  const int32_t vocab = (*model_)->info().vocab_size;
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab - 2)) + 1;
+    return t;
+  };
+  const std::vector<int32_t> start = random_tokens(100);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(start);
+    const auto tail = random_tokens(60);
+    prompts.back().insert(prompts.back().end(), tail.begin(), tail.end());
+  }
+  const auto uncached = Generate(*model_, Options(), prompts, /*alone=*/true);
+  GenerationParams p;
+  p.max_tokens = 12;
+  p.stop_at_eos = false;
+  std::vector<int64_t> hits, evaluated;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto s = Session::Create(engine->get(), counting, {});
+    ASSERT_TRUE(s.ok());
+    const int64_t hit_before = (*engine)->Metrics().prefix_hit_tokens;
+    const int64_t eval_before = counting->evaluated.load();
+    auto r = (*engine)->Submit(**s, prompts[i], p);
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE((*engine)->RunToCompletion(**r, nullptr, nullptr).ok());
+    EXPECT_EQ((*r)->generated_tokens(), uncached[i]) << "prompt " << i;
+    hits.push_back((*engine)->Metrics().prefix_hit_tokens - hit_before);
+    evaluated.push_back(counting->evaluated.load() - eval_before);
+  }
+  EXPECT_EQ(hits, (std::vector<int64_t>{0, 64, 96}));
+  // The prompt's tokens past the hit, then 11 decode steps (the 12th token needs none).
+  EXPECT_EQ(evaluated, (std::vector<int64_t>{160 + 11, 96 + 11, 64 + 11}));
+}
+
 TEST_F(ServingTest, PreemptionKeepsTokensExact) {
   const auto prompts = Prompts();
   const auto alone = Generate(*model_, Options(), prompts, /*alone=*/true);
