@@ -15,6 +15,23 @@ uint64_t HashTokens(uint64_t seed, std::span<const int32_t> tokens) {
   return h;
 }
 
+// The unpinned entries of `lru` (of `model`, or all for null) in eviction
+// order: those not shared, least recently used first, then the shared ones
+// so. A template so that const and mutable lists give their own iterators.
+template <typename List>
+auto Victims(List& lru, const Model* model) {
+  std::vector<decltype(lru.begin())> victims;
+  for (const bool shared : {false, true}) {
+    for (auto it = lru.end(); it != lru.begin();) {
+      --it;
+      // use_count > 1: a session's mark (or a restore in progress) holds it.
+      if (it->shared != shared || it->snap.use_count() > 1) continue;
+      if (model == nullptr || it->snap->model == model) victims.push_back(it);
+    }
+  }
+  return victims;
+}
+
 }  // namespace
 
 PrefixCache::PrefixCache(uint64_t capacity_bytes, int32_t block_tokens)
@@ -51,6 +68,7 @@ std::shared_ptr<const StateSnapshot> PrefixCache::Lookup(const Model* model, int
           !std::equal(prefix.begin(), prefix.end(), s.tokens.begin())) {
         continue;
       }
+      it->second->shared = true;
       lru_.splice(lru_.begin(), lru_, it->second);
       return lru_.front().snap;
     }
@@ -123,7 +141,18 @@ bool PrefixCache::Insert(std::shared_ptr<const StateSnapshot> snap) {
   const StateCheckpoint::Footprint f = snap->checkpoint->footprint();
   // More than the whole cache on its own: never kept.
   if (own + f.shared_blocks.size() * f.block_bytes > capacity_) return false;
-  lru_.push_front(Entry{key, snap, own});
+  // Already inside a longer entry: a prefix that more than one sequence has.
+  bool shared = false;
+  for (const Entry& e : lru_) {
+    const StateSnapshot& o = *e.snap;
+    if (o.model == snap->model && o.max_context == snap->max_context &&
+        o.tokens.size() > snap->tokens.size() &&
+        std::equal(snap->tokens.begin(), snap->tokens.end(), o.tokens.begin())) {
+      shared = true;
+      break;
+    }
+  }
+  lru_.push_front(Entry{key, snap, own, shared});
   by_key_.emplace(key, lru_.begin());
   ++lengths_[static_cast<int64_t>(snap->tokens.size())];
   bytes_ += own;
@@ -171,11 +200,8 @@ void PrefixCache::EraseLocked(List::iterator it) {
 
 uint64_t PrefixCache::EvictLocked(uint64_t target_bytes) {
   uint64_t freed = 0;
-  for (auto it = lru_.end(); bytes_ > target_bytes && it != lru_.begin();) {
-    --it;
-    // use_count > 1: a session's mark (or a restore in progress) holds it.
-    if (it->snap.use_count() > 1) continue;
-    auto victim = it++;
+  for (const List::iterator victim : Victims(lru_, nullptr)) {
+    if (bytes_ <= target_bytes) break;
     const uint64_t before = bytes_;
     EraseLocked(victim);
     freed += before - bytes_;
@@ -190,13 +216,10 @@ uint64_t PrefixCache::EvictTo(uint64_t target_bytes) {
 
 bool PrefixCache::EvictOne(const Model* model) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = lru_.end(); it != lru_.begin();) {
-    --it;
-    if (it->snap->model != model || it->snap.use_count() > 1) continue;
-    EraseLocked(it);
-    return true;
-  }
-  return false;
+  const auto victims = Victims(lru_, model);
+  if (victims.empty()) return false;
+  EraseLocked(victims.front());
+  return true;
 }
 
 int64_t PrefixCache::EntriesOf(const Model* model) const {
@@ -217,8 +240,7 @@ uint64_t PrefixCache::BytesAndEvictable(std::vector<uint64_t>* evictable) const 
   // EvictLocked's order and its frees: a shared block is freed with the last
   // entry that holds it.
   std::map<BlockId, int64_t> refs = block_refs_;
-  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
-    if (it->snap.use_count() != 1) continue;
+  for (const auto& it : Victims(lru_, nullptr)) {
     uint64_t freed = it->own;
     const StateCheckpoint::Footprint f = it->snap->checkpoint->footprint();
     if (f.block_bytes > 0) {

@@ -8,9 +8,14 @@
 // shared full attention blocks plus copies of the recurrent state and the
 // partial last block (on a GPU in a checkpoint slot, host memory beyond
 // them), holding no sequence slot, so cached prefixes never take slots from
-// running requests. Entries
-// are shared, immutable StateSnapshots, restored into a session's own state
-// (Model::Restore).
+// running requests. Entries are shared, immutable StateSnapshots, restored
+// into a session's own state (Model::Restore).
+//
+// Eviction: a prefix that only one sequence had (a prompt's own tail) goes
+// before any that several had (one that was hit, or that a longer entry
+// already contains: a system prompt, a shared document), each group least
+// recently used first, so one-off tails do not push out the prefixes that
+// serve many requests.
 //
 // Bytes: an entry counts its own copies (StateCheckpoint::footprint) and the
 // cache counts each shared block once however many entries hold it, so a
@@ -62,8 +67,8 @@ class PrefixCache {
   std::shared_ptr<const StateSnapshot> Lookup(const Model* model, int64_t max_context,
                                               std::span<const int32_t> tokens, int64_t min_tokens);
 
-  // Adds `snap` (replacing an entry of the same prefix), then evicts least
-  // recently used unpinned entries until the cache fits its capacity. A
+  // Adds `snap` (replacing an entry of the same prefix), then evicts
+  // unpinned entries in EvictTo's order until the cache fits its capacity. A
   // snapshot is pinned while anything besides the cache holds it (a
   // session's mark). Returns false when it was not kept (cache off, or it
   // could not fit: the cache never holds more than its capacity, pinned
@@ -81,11 +86,13 @@ class PrefixCache {
   // blocks no entry holds yet).
   uint64_t ChargeOf(const StateSnapshot& snap) const;
 
-  // Drops unpinned entries, least recently used first, until bytes() <= target.
+  // Drops unpinned entries until bytes() <= target: first those no other
+  // sequence has shared (never hit, not inside a longer entry), least
+  // recently used first, then the shared ones, least recently used first.
   // Returns the bytes freed.
   uint64_t EvictTo(uint64_t target_bytes);
 
-  // Drops the least recently used unpinned entry of `model`; false when it
+  // Drops the first unpinned entry of `model` in EvictTo's order; false when it
   // has none (entries of a model with a fixed state pool hold its states).
   bool EvictOne(const Model* model);
   // Entries of `model`, pinned ones included.
@@ -102,6 +109,9 @@ class PrefixCache {
     uint64_t key;
     std::shared_ptr<const StateSnapshot> snap;
     uint64_t own = 0;  // its copies (the whole state when it shares no blocks)
+    // A prefix of more than one sequence: hit, or inside a longer entry when
+    // inserted. Evicted only after every entry that is not.
+    bool shared = false;
   };
   // A shared block of one model's pool.
   using BlockId = std::pair<const Model*, int32_t>;

@@ -116,6 +116,46 @@ TEST(PrefixCacheBytes, ACheckpointThatSharesNothingCountsTheModelsAccounting) {
   EXPECT_EQ(cache.EvictTo(0), 12345u);
 }
 
+// Drops the next entry in eviction order (each frees something here).
+void EvictNext(PrefixCache& cache) { cache.EvictTo(cache.bytes() - 1); }
+
+TEST(PrefixCacheEviction, PrefixesOfOneSequenceGoBeforeThoseThatSeveralShared) {
+  NullModel model;
+  PrefixCache cache(1 << 20, kBlock);
+  auto other_start = [&](int64_t n) {  // shares nothing with any other prompt here
+    auto s = Prefix(&model, n);
+    std::const_pointer_cast<StateSnapshot>(s)->tokens[0] = static_cast<int32_t>(1000 + n);
+    return s;
+  };
+  const std::vector<int32_t> hit = Prefix(&model, 130)->tokens;
+  const std::vector<int32_t> inside = Prefix(&model, 100)->tokens;
+  const std::vector<int32_t> tail = other_start(300)->tokens;
+  const std::vector<int32_t> late = other_start(70)->tokens;
+  ASSERT_TRUE(cache.Insert(Prefix(&model, 130)));
+  ASSERT_NE(cache.Lookup(&model, 4096, hit, 0), nullptr);  // shared: hit
+  ASSERT_TRUE(cache.Insert(other_start(300)));
+  ASSERT_TRUE(cache.Insert(Prefix(&model, 100)));  // shared: inside the 130 entry
+  ASSERT_TRUE(cache.Insert(other_start(70)));
+  ASSERT_EQ(cache.entries(), 4);
+  // Least recently used alone would drop 130, 300, 100, 70. The ones only
+  // one sequence had go first (300, then 70), then the shared (130, 100).
+  std::vector<uint64_t> evictable;
+  cache.BytesAndEvictable(&evictable);
+  EXPECT_EQ(evictable.size(), 4u);
+  EvictNext(cache);
+  EXPECT_FALSE(cache.Contains(&model, 4096, tail));
+  EXPECT_TRUE(cache.Contains(&model, 4096, hit));
+  EvictNext(cache);
+  EXPECT_FALSE(cache.Contains(&model, 4096, late));
+  EXPECT_TRUE(cache.Contains(&model, 4096, inside));
+  EvictNext(cache);
+  EXPECT_FALSE(cache.Contains(&model, 4096, hit));
+  EXPECT_TRUE(cache.Contains(&model, 4096, inside));
+  EXPECT_TRUE(cache.EvictOne(&model));
+  EXPECT_EQ(cache.entries(), 0);
+  EXPECT_FALSE(cache.EvictOne(&model));
+}
+
 TEST(PrefixCacheSharing, SharedPrefixIsTheLongestCommonStartWithAnyEntryOfTheModel) {
   NullModel model, other;
   PrefixCache cache(1 << 20, kBlock);

@@ -103,15 +103,18 @@ class ServingTest : public ::testing::Test {
     delete dir_;
   }
 
+  // `n` tokens in [1, vocab - 1).
+  static std::vector<int32_t> RandomTokens(std::mt19937& rng, int n) {
+    const int32_t vocab = (*model_)->info().vocab_size;
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab - 2)) + 1;
+    return t;
+  }
+
   // Prompts of assorted lengths; the last four share a 40-token prefix.
   static std::vector<std::vector<int32_t>> Prompts() {
     std::mt19937 rng(7);
-    const int32_t vocab = (*model_)->info().vocab_size;
-    auto random_tokens = [&](int n) {
-      std::vector<int32_t> t(static_cast<size_t>(n));
-      for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab - 2)) + 1;
-      return t;
-    };
+    auto random_tokens = [&](int n) { return RandomTokens(rng, n); };
     std::vector<std::vector<int32_t>> prompts;
     for (int n : {3, 17, 40, 9, 66, 1}) prompts.push_back(random_tokens(n));
     const auto shared = random_tokens(40);
@@ -130,6 +133,16 @@ class ServingTest : public ::testing::Test {
     o.prefix_cache_bytes = 0;
     o.prefill_chunk_tokens = 4096;
     return o;
+  }
+
+  // An engine of Options() with a 64 MiB prefix cache of `block`-token blocks.
+  static std::unique_ptr<Engine> CachingEngine(int32_t block) {
+    EngineOptions o = Options();
+    o.prefix_cache_bytes = 64ull << 20;
+    o.prefix_block_tokens = block;
+    auto engine = Engine::Create(o);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return engine.ok() ? *std::move(engine) : nullptr;
   }
 
   // Greedy generations of `prompts` (each on a fresh session): all submitted
@@ -251,23 +264,14 @@ TEST_F(ServingTest, PromptsThatPartFromACachedOneLeaveASnapshotWhereTheyPart) {
   // second hits 64 and, parting from the first at 100, leaves a snapshot at
   // 96 (the block boundary below it), so the third restores 96 tokens.
   auto counting = std::make_shared<CountingModel>(*model_);
-  EngineOptions o = Options();
-  o.prefix_cache_bytes = 64ull << 20;
-  o.prefix_block_tokens = 16;
-  auto engine = Engine::Create(o);
-  ASSERT_TRUE(engine.ok());
+  const std::unique_ptr<Engine> engine = CachingEngine(16);
+  ASSERT_NE(engine, nullptr);
   std::mt19937 rng(11);
-  const int32_t vocab = (*model_)->info().vocab_size;
-  auto random_tokens = [&](int n) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab - 2)) + 1;
-    return t;
-  };
-  const std::vector<int32_t> start = random_tokens(100);
+  const std::vector<int32_t> start = RandomTokens(rng, 100);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 3; ++i) {
     prompts.push_back(start);
-    const auto tail = random_tokens(60);
+    const auto tail = RandomTokens(rng, 60);
     prompts.back().insert(prompts.back().end(), tail.begin(), tail.end());
   }
   const auto uncached = Generate(*model_, Options(), prompts, /*alone=*/true);
@@ -276,15 +280,15 @@ TEST_F(ServingTest, PromptsThatPartFromACachedOneLeaveASnapshotWhereTheyPart) {
   p.stop_at_eos = false;
   std::vector<int64_t> hits, evaluated;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    auto s = Session::Create(engine->get(), counting, {});
+    auto s = Session::Create(engine.get(), counting, {});
     ASSERT_TRUE(s.ok());
-    const int64_t hit_before = (*engine)->Metrics().prefix_hit_tokens;
+    const int64_t hit_before = engine->Metrics().prefix_hit_tokens;
     const int64_t eval_before = counting->evaluated.load();
-    auto r = (*engine)->Submit(**s, prompts[i], p);
+    auto r = engine->Submit(**s, prompts[i], p);
     ASSERT_TRUE(r.ok());
-    ASSERT_TRUE((*engine)->RunToCompletion(**r, nullptr, nullptr).ok());
+    ASSERT_TRUE(engine->RunToCompletion(**r, nullptr, nullptr).ok());
     EXPECT_EQ((*r)->generated_tokens(), uncached[i]) << "prompt " << i;
-    hits.push_back((*engine)->Metrics().prefix_hit_tokens - hit_before);
+    hits.push_back(engine->Metrics().prefix_hit_tokens - hit_before);
     evaluated.push_back(counting->evaluated.load() - eval_before);
   }
   EXPECT_EQ(hits, (std::vector<int64_t>{0, 64, 96}));
@@ -309,35 +313,32 @@ TEST_F(ServingTest, PreemptionKeepsTokensExact) {
 
 TEST_F(ServingTest, PromptSharingAMarkedPrefixEvaluatesOnlyTheSuffix) {
   auto counting = std::make_shared<CountingModel>(*model_);
-  EngineOptions o = Options();
-  o.prefix_cache_bytes = 64ull << 20;
-  o.prefix_block_tokens = 16;
-  auto engine = Engine::Create(o);
-  ASSERT_TRUE(engine.ok());
+  const std::unique_ptr<Engine> engine = CachingEngine(16);
+  ASSERT_NE(engine, nullptr);
   const auto prompts = Prompts();
   const std::vector<int32_t> system(prompts[4].begin(), prompts[4].begin() + 37);  // not block-aligned
-  auto a = Session::Create(engine->get(), counting, {});
+  auto a = Session::Create(engine.get(), counting, {});
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE((*a)->Append(system).ok());
   ASSERT_TRUE((*a)->Mark().ok());
 
   std::vector<int32_t> prompt = system;
   prompt.insert(prompt.end(), {5, 6, 7, 8, 9});
-  auto b = Session::Create(engine->get(), counting, {});
+  auto b = Session::Create(engine.get(), counting, {});
   ASSERT_TRUE(b.ok());
   GenerationParams p;
   p.max_tokens = 1;
   p.stop_at_eos = false;
   const int64_t before = counting->evaluated.load();
-  auto r = (*engine)->Submit(**b, prompt, p);
+  auto r = engine->Submit(**b, prompt, p);
   ASSERT_TRUE(r.ok());
-  ASSERT_TRUE((*engine)->RunToCompletion(**r, nullptr, nullptr).ok());
+  ASSERT_TRUE(engine->RunToCompletion(**r, nullptr, nullptr).ok());
   EXPECT_EQ(counting->evaluated.load() - before, 5);  // the suffix only
-  const EngineMetrics m = (*engine)->Metrics();
+  const EngineMetrics m = engine->Metrics();
   EXPECT_EQ(m.prefix_hit_tokens, 37);
 
   // And the token is the one a full evaluation gives.
-  auto c = Session::Create(engine->get(), *model_, {});
+  auto c = Session::Create(engine.get(), *model_, {});
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE((*c)->Append(prompt).ok());
   auto logits = (*c)->Logits();
