@@ -40,26 +40,61 @@ PrefixCache::PrefixCache(uint64_t capacity_bytes, int32_t block_tokens)
 // The key of a prefix chains one hash per full block (each block's hash
 // depends on every block before it), then the partial tail and the length:
 // a GPU block table can reuse the per-block chain as its block identities.
-uint64_t PrefixCache::Key(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const {
+std::vector<uint64_t> PrefixCache::Chain(const Model* model, int64_t max_context,
+                                         std::span<const int32_t> tokens) const {
   uint64_t h = SplitMix64(reinterpret_cast<uintptr_t>(model) ^
                           SplitMix64(static_cast<uint64_t>(max_context)));
   const size_t b = static_cast<size_t>(block_tokens_);
-  size_t i = 0;
-  for (; i + b <= tokens.size(); i += b)
-    h = SplitMix64(h ^ HashTokens(0x5EED, tokens.subspan(i, b)));
-  h = SplitMix64(h ^ HashTokens(0x7A11, tokens.subspan(i)));
-  return SplitMix64(h ^ static_cast<uint64_t>(tokens.size()));
+  std::vector<uint64_t> chain;
+  chain.reserve(tokens.size() / b + 1);
+  chain.push_back(h);
+  for (size_t i = 0; i + b <= tokens.size(); i += b) {
+    chain.push_back(h = SplitMix64(h ^ HashTokens(0x5EED, tokens.subspan(i, b))));
+  }
+  return chain;
+}
+
+uint64_t PrefixCache::KeyOf(const std::vector<uint64_t>& chain,
+                            std::span<const int32_t> prefix) const {
+  const size_t blocks = prefix.size() / static_cast<size_t>(block_tokens_);
+  const size_t tail = blocks * static_cast<size_t>(block_tokens_);
+  const uint64_t h = SplitMix64(chain[blocks] ^ HashTokens(0x7A11, prefix.subspan(tail)));
+  return SplitMix64(h ^ static_cast<uint64_t>(prefix.size()));
+}
+
+uint64_t PrefixCache::Key(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const {
+  return KeyOf(Chain(model, max_context, tokens), tokens);
+}
+
+int64_t PrefixCache::CommonLocked(const Entry& e, const std::vector<uint64_t>& chain,
+                                  std::span<const int32_t> tokens) const {
+  // Equal chain values: equal blocks up to there (each value covers every
+  // block before it); then the tokens of the one block where they part.
+  const size_t blocks = std::min(chain.size(), e.chain.size());
+  const size_t equal = static_cast<size_t>(
+      std::mismatch(chain.begin(), chain.begin() + static_cast<ptrdiff_t>(blocks), e.chain.begin())
+          .first -
+      chain.begin());
+  if (equal == 0) return 0;  // another model or context size
+  const std::vector<int32_t>& other = e.snap->tokens;
+  const size_t from = (equal - 1) * static_cast<size_t>(block_tokens_);
+  const size_t to = std::min({tokens.size(), other.size(), from + static_cast<size_t>(block_tokens_)});
+  const auto start = tokens.begin() + static_cast<ptrdiff_t>(from);
+  return static_cast<int64_t>(
+      std::mismatch(start, tokens.begin() + static_cast<ptrdiff_t>(to),
+                    other.begin() + static_cast<ptrdiff_t>(from)).first - tokens.begin());
 }
 
 std::shared_ptr<const StateSnapshot> PrefixCache::Lookup(const Model* model, int64_t max_context,
                                                          std::span<const int32_t> tokens, int64_t min_tokens) {
   if (!enabled()) return nullptr;
+  const std::vector<uint64_t> chain = Chain(model, max_context, tokens);
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [len, n] : lengths_) {  // longest first
     if (len > static_cast<int64_t>(tokens.size())) continue;
     if (len <= min_tokens) break;
     const auto prefix = tokens.first(static_cast<size_t>(len));
-    const uint64_t key = Key(model, max_context, prefix);
+    const uint64_t key = KeyOf(chain, prefix);
     auto [lo, hi] = by_key_.equal_range(key);
     for (auto it = lo; it != hi; ++it) {
       const StateSnapshot& s = *it->second->snap;
@@ -93,16 +128,10 @@ bool PrefixCache::Contains(const Model* model, int64_t max_context, std::span<co
 int64_t PrefixCache::SharedPrefix(const Model* model, int64_t max_context,
                                   std::span<const int32_t> tokens) const {
   if (!enabled()) return 0;
+  const std::vector<uint64_t> chain = Chain(model, max_context, tokens);
   std::lock_guard<std::mutex> lock(mu_);
   int64_t best = 0;
-  for (const Entry& e : lru_) {
-    const StateSnapshot& s = *e.snap;
-    if (s.model != model || s.max_context != max_context) continue;
-    const size_t n = std::min(tokens.size(), s.tokens.size());
-    if (static_cast<int64_t>(n) <= best) continue;
-    const auto end = tokens.begin() + static_cast<ptrdiff_t>(n);
-    best = std::max<int64_t>(best, std::mismatch(tokens.begin(), end, s.tokens.begin()).first - tokens.begin());
-  }
+  for (const Entry& e : lru_) best = std::max(best, CommonLocked(e, chain, tokens));
   return best;
 }
 
@@ -127,7 +156,8 @@ uint64_t PrefixCache::ChargeOf(const StateSnapshot& snap) const {
 bool PrefixCache::Insert(std::shared_ptr<const StateSnapshot> snap) {
   if (!enabled() || snap == nullptr || snap->checkpoint == nullptr) return false;
   std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t key = Key(snap->model, snap->max_context, snap->tokens);
+  std::vector<uint64_t> chain = Chain(snap->model, snap->max_context, snap->tokens);
+  const uint64_t key = KeyOf(chain, snap->tokens);
   auto [lo, hi] = by_key_.equal_range(key);
   for (auto it = lo; it != hi; ++it) {
     const StateSnapshot& s = *it->second->snap;
@@ -142,17 +172,15 @@ bool PrefixCache::Insert(std::shared_ptr<const StateSnapshot> snap) {
   // More than the whole cache on its own: never kept.
   if (own + f.shared_blocks.size() * f.block_bytes > capacity_) return false;
   // Already inside a longer entry: a prefix that more than one sequence has.
+  const int64_t n = static_cast<int64_t>(snap->tokens.size());
   bool shared = false;
   for (const Entry& e : lru_) {
-    const StateSnapshot& o = *e.snap;
-    if (o.model == snap->model && o.max_context == snap->max_context &&
-        o.tokens.size() > snap->tokens.size() &&
-        std::equal(snap->tokens.begin(), snap->tokens.end(), o.tokens.begin())) {
+    if (static_cast<int64_t>(e.snap->tokens.size()) > n && CommonLocked(e, chain, snap->tokens) == n) {
       shared = true;
       break;
     }
   }
-  lru_.push_front(Entry{key, snap, own, shared});
+  lru_.push_front(Entry{key, snap, own, shared, std::move(chain)});
   by_key_.emplace(key, lru_.begin());
   ++lengths_[static_cast<int64_t>(snap->tokens.size())];
   bytes_ += own;

@@ -79,7 +79,10 @@ class PrefixCache {
   // The most leading tokens `tokens` has in common with an entry of (model,
   // max_context), prefix or not (no LRU update): where a prompt parts from
   // one the cache has seen, so a snapshot there serves the next prompt with
-  // the same start (a system prompt, a document) whole.
+  // the same start (a system prompt, a document) whole. Full blocks are
+  // compared by their chained hashes (a collision could only misplace a
+  // snapshot point: lookups verify every token), so the cost is the
+  // entries times the blocks, not the tokens.
   int64_t SharedPrefix(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const;
 
   // What inserting `snap` would add to bytes() now (its copies and the
@@ -112,12 +115,25 @@ class PrefixCache {
     // A prefix of more than one sequence: hit, or inside a longer entry when
     // inserted. Evicted only after every entry that is not.
     bool shared = false;
+    std::vector<uint64_t> chain;  // Chain() of its tokens
   };
   // A shared block of one model's pool.
   using BlockId = std::pair<const Model*, int32_t>;
   using List = std::list<Entry>;  // front: most recently used
 
+  // The seed of (model, max_context), then the chained hash after each full
+  // block of `tokens`: equal values at i mean equal first i blocks (but for
+  // a hash collision).
+  std::vector<uint64_t> Chain(const Model* model, int64_t max_context,
+                              std::span<const int32_t> tokens) const;
   uint64_t Key(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const;
+  // Key of `prefix`, a prefix of the tokens whose Chain is `chain`.
+  uint64_t KeyOf(const std::vector<uint64_t>& chain, std::span<const int32_t> prefix) const;
+  // The leading tokens `tokens` (whose Chain is `chain`) has in common with
+  // entry `e`, from the chains, then token by token inside the block where
+  // they part; 0 for an entry of another model or context size.
+  int64_t CommonLocked(const Entry& e, const std::vector<uint64_t>& chain,
+                       std::span<const int32_t> tokens) const;  // requires mu_
   uint64_t ChargeLocked(const StateSnapshot& snap, uint64_t* own) const;  // requires mu_
   uint64_t EvictLocked(uint64_t target_bytes);  // requires mu_
   void EraseLocked(List::iterator it);          // requires mu_

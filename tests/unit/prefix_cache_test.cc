@@ -167,6 +167,12 @@ TEST(PrefixCacheSharing, SharedPrefixIsTheLongestCommonStartWithAnyEntryOfTheMod
   EXPECT_EQ(cache.SharedPrefix(&model, 4096, parting), 100);
   EXPECT_EQ(cache.SharedPrefix(&model, 4096, std::span(parting).first(40)), 40);
   EXPECT_EQ(cache.SharedPrefix(&model, 4096, Prefix(&model, 200)->tokens), 130);  // a prefix
+  // Parting at a block edge, at the first token, and inside the entry's tail.
+  for (const int64_t at : {int64_t{64}, int64_t{0}, int64_t{128}, int64_t{129}}) {
+    std::vector<int32_t> t = Prefix(&model, 200)->tokens;
+    t[static_cast<size_t>(at)] = 999;
+    EXPECT_EQ(cache.SharedPrefix(&model, 4096, t), at) << at;
+  }
   // Another model's or context size's entries do not count, however long.
   parting[100] = Prefix(&model, 200)->tokens[100];
   parting[150] = 999;
