@@ -438,7 +438,9 @@ Status Engine::BeginPrefill(Request& r) {
   // Only a prefix covering the whole history (pending token included) can
   // replace the session's state.
   const int64_t min_len = static_cast<int64_t>(std::max(evaluated, before == 0 ? 0 : before - 1));
-  std::shared_ptr<const StateSnapshot> hit = cache_.Lookup(&s.model(), s.max_context_tokens(), target, min_len);
+  int64_t shared = 0;  // for the snapshot points below
+  std::shared_ptr<const StateSnapshot> hit =
+      cache_.Lookup(&s.model(), s.max_context_tokens(), target, min_len, &shared);
   if (hit != nullptr && hit->tokens.size() >= before) {
     if (s.Restore(*hit)) {
       prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - evaluated), std::memory_order_relaxed);
@@ -455,7 +457,6 @@ Status Engine::BeginPrefill(Request& r) {
   // a shared prefix of any length is found with at least half of it
   // restored, and where the prompt parts from one the cache has seen, so
   // the next prompt with that start restores all of it (SnapshotPoints).
-  const int64_t shared = cache_.SharedPrefix(&s.model(), s.max_context_tokens(), target);
   run.SetSnapshotPoints(
       SnapshotPoints(s.model(), s.num_evaluated(), static_cast<int64_t>(target_len), shared));
   return OkStatus();

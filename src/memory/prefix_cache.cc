@@ -40,16 +40,26 @@ PrefixCache::PrefixCache(uint64_t capacity_bytes, int32_t block_tokens)
 // The key of a prefix chains one hash per full block (each block's hash
 // depends on every block before it), then the partial tail and the length:
 // a GPU block table can reuse the per-block chain as its block identities.
+uint64_t PrefixCache::ChainSeed(const Model* model, int64_t max_context) {
+  return SplitMix64(reinterpret_cast<uintptr_t>(model) ^ SplitMix64(static_cast<uint64_t>(max_context)));
+}
+
+uint64_t PrefixCache::ChainStep(uint64_t h, std::span<const int32_t> block) {
+  return SplitMix64(h ^ HashTokens(0x5EED, block));
+}
+
+uint64_t PrefixCache::KeyAfter(uint64_t chained, std::span<const int32_t> tail, size_t length) {
+  return SplitMix64(SplitMix64(chained ^ HashTokens(0x7A11, tail)) ^ static_cast<uint64_t>(length));
+}
+
 std::vector<uint64_t> PrefixCache::Chain(const Model* model, int64_t max_context,
                                          std::span<const int32_t> tokens) const {
-  uint64_t h = SplitMix64(reinterpret_cast<uintptr_t>(model) ^
-                          SplitMix64(static_cast<uint64_t>(max_context)));
   const size_t b = static_cast<size_t>(block_tokens_);
   std::vector<uint64_t> chain;
   chain.reserve(tokens.size() / b + 1);
-  chain.push_back(h);
+  chain.push_back(ChainSeed(model, max_context));
   for (size_t i = 0; i + b <= tokens.size(); i += b) {
-    chain.push_back(h = SplitMix64(h ^ HashTokens(0x5EED, tokens.subspan(i, b))));
+    chain.push_back(ChainStep(chain.back(), tokens.subspan(i, b)));
   }
   return chain;
 }
@@ -58,12 +68,15 @@ uint64_t PrefixCache::KeyOf(const std::vector<uint64_t>& chain,
                             std::span<const int32_t> prefix) const {
   const size_t blocks = prefix.size() / static_cast<size_t>(block_tokens_);
   const size_t tail = blocks * static_cast<size_t>(block_tokens_);
-  const uint64_t h = SplitMix64(chain[blocks] ^ HashTokens(0x7A11, prefix.subspan(tail)));
-  return SplitMix64(h ^ static_cast<uint64_t>(prefix.size()));
+  return KeyAfter(chain[blocks], prefix.subspan(tail), prefix.size());
 }
 
 uint64_t PrefixCache::Key(const Model* model, int64_t max_context, std::span<const int32_t> tokens) const {
-  return KeyOf(Chain(model, max_context, tokens), tokens);
+  const size_t b = static_cast<size_t>(block_tokens_);
+  uint64_t h = ChainSeed(model, max_context);
+  size_t i = 0;
+  for (; i + b <= tokens.size(); i += b) h = ChainStep(h, tokens.subspan(i, b));
+  return KeyAfter(h, tokens.subspan(i), tokens.size());
 }
 
 int64_t PrefixCache::CommonLocked(const Entry& e, const std::vector<uint64_t>& chain,
@@ -86,10 +99,13 @@ int64_t PrefixCache::CommonLocked(const Entry& e, const std::vector<uint64_t>& c
 }
 
 std::shared_ptr<const StateSnapshot> PrefixCache::Lookup(const Model* model, int64_t max_context,
-                                                         std::span<const int32_t> tokens, int64_t min_tokens) {
+                                                         std::span<const int32_t> tokens, int64_t min_tokens,
+                                                         int64_t* shared) {
+  if (shared != nullptr) *shared = 0;
   if (!enabled()) return nullptr;
   const std::vector<uint64_t> chain = Chain(model, max_context, tokens);
   std::lock_guard<std::mutex> lock(mu_);
+  if (shared != nullptr) *shared = SharedLocked(chain, tokens);
   for (const auto& [len, n] : lengths_) {  // longest first
     if (len > static_cast<int64_t>(tokens.size())) continue;
     if (len <= min_tokens) break;
@@ -130,6 +146,11 @@ int64_t PrefixCache::SharedPrefix(const Model* model, int64_t max_context,
   if (!enabled()) return 0;
   const std::vector<uint64_t> chain = Chain(model, max_context, tokens);
   std::lock_guard<std::mutex> lock(mu_);
+  return SharedLocked(chain, tokens);
+}
+
+int64_t PrefixCache::SharedLocked(const std::vector<uint64_t>& chain,
+                                  std::span<const int32_t> tokens) const {
   int64_t best = 0;
   for (const Entry& e : lru_) best = std::max(best, CommonLocked(e, chain, tokens));
   return best;

@@ -64,8 +64,11 @@ class PrefixCache {
 
   // The longest entry of (model, max_context) whose tokens are a prefix of
   // `tokens` and longer than `min_tokens`; null on a miss. Marks it used.
+  // `shared` (optional) receives SharedPrefix(model, max_context, tokens),
+  // from the same hashing of `tokens`.
   std::shared_ptr<const StateSnapshot> Lookup(const Model* model, int64_t max_context,
-                                              std::span<const int32_t> tokens, int64_t min_tokens);
+                                              std::span<const int32_t> tokens, int64_t min_tokens,
+                                              int64_t* shared = nullptr);
 
   // Adds `snap` (replacing an entry of the same prefix), then evicts
   // unpinned entries in EvictTo's order until the cache fits its capacity. A
@@ -121,6 +124,11 @@ class PrefixCache {
   using BlockId = std::pair<const Model*, int32_t>;
   using List = std::list<Entry>;  // front: most recently used
 
+  // The chain's first value, one step (the value after one more full
+  // block), and a key from the value after a prefix's full blocks.
+  static uint64_t ChainSeed(const Model* model, int64_t max_context);
+  static uint64_t ChainStep(uint64_t h, std::span<const int32_t> block);
+  static uint64_t KeyAfter(uint64_t chained, std::span<const int32_t> tail, size_t length);
   // The seed of (model, max_context), then the chained hash after each full
   // block of `tokens`: equal values at i mean equal first i blocks (but for
   // a hash collision).
@@ -133,6 +141,9 @@ class PrefixCache {
   // entry `e`, from the chains, then token by token inside the block where
   // they part; 0 for an entry of another model or context size.
   int64_t CommonLocked(const Entry& e, const std::vector<uint64_t>& chain,
+                       std::span<const int32_t> tokens) const;  // requires mu_
+  // The most CommonLocked over all entries.
+  int64_t SharedLocked(const std::vector<uint64_t>& chain,
                        std::span<const int32_t> tokens) const;  // requires mu_
   uint64_t ChargeLocked(const StateSnapshot& snap, uint64_t* own) const;  // requires mu_
   uint64_t EvictLocked(uint64_t target_bytes);  // requires mu_

@@ -165,6 +165,9 @@ TEST(PrefixCacheSharing, SharedPrefixIsTheLongestCommonStartWithAnyEntryOfTheMod
   std::vector<int32_t> parting = Prefix(&model, 200)->tokens;
   parting[100] = 999;  // parts from the 130-token entry at 100 (no entry is its prefix)
   EXPECT_EQ(cache.SharedPrefix(&model, 4096, parting), 100);
+  int64_t from_lookup = -1;  // the same from the lookup's hashing (a miss here)
+  EXPECT_EQ(cache.Lookup(&model, 4096, parting, 0, &from_lookup), nullptr);
+  EXPECT_EQ(from_lookup, 100);
   EXPECT_EQ(cache.SharedPrefix(&model, 4096, std::span(parting).first(40)), 40);
   EXPECT_EQ(cache.SharedPrefix(&model, 4096, Prefix(&model, 200)->tokens), 130);  // a prefix
   // Parting at a block edge, at the first token, and inside the entry's tail.
