@@ -15,7 +15,8 @@ void Linear(const LayerRun& run, const float* x, int64_t num_tokens, const cpu::
 
 void RegionView::Write(int64_t first, int64_t n, const float* src) const {
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(row(first + i), src + i * stride, sizeof(float) * static_cast<size_t>(stride));
+    std::memcpy(row(first + i), src + i * rows.stride,
+                sizeof(float) * static_cast<size_t>(rows.stride));
   }
 }
 

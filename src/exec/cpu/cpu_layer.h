@@ -43,17 +43,11 @@ constexpr int64_t kStateBlockRows = int64_t{1} << kStateBlockShift;
 // A module's view of one of its state regions during a Run.
 struct RegionView {
   float* fixed = nullptr;  // a fixed region: its floats
-  // A per-token region: row s at blocks[s / kStateBlockRows] + offset +
-  // (s % kStateBlockRows) · stride.
-  float* const* blocks = nullptr;
-  int64_t offset = 0;
-  int64_t stride = 0;
+  cpu::CacheRows rows;     // a per-token region: its rows, in the state's blocks
 
-  cpu::CacheRows rows() const { return {blocks, offset, stride, kStateBlockShift}; }
-  float* row(int64_t s) const {
-    return blocks[s >> kStateBlockShift] + offset + (s & (kStateBlockRows - 1)) * stride;
-  }
-  // Copies `n` rows of `stride` floats from `src` to rows first .. first+n−1.
+  // The state owns the blocks, so a module may write the rows it appends.
+  float* row(int64_t s) const { return const_cast<float*>(rows.row(s)); }
+  // Copies `n` rows of rows.stride floats from `src` to rows first .. first+n−1.
   void Write(int64_t first, int64_t n, const float* src) const;
 };
 

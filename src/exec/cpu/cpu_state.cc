@@ -84,9 +84,7 @@ std::vector<RegionView> CpuSequenceState::Views() {
   for (size_t i = 0; i < views.size(); ++i) {
     const StateRegion& r = layout_->regions[i];
     if (r.per_token) {
-      views[i].blocks = block_data_.data();
-      views[i].offset = layout_->block_offset[i];
-      views[i].stride = r.floats;
+      views[i].rows = {block_data_.data(), layout_->block_offset[i], r.floats, kStateBlockShift};
     } else {
       views[i].fixed = fixed_[i].data();
     }

@@ -92,7 +92,7 @@ Status GqaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   k_cache.Write(past, T, b.k_new);
   v_cache.Write(past, T, b.v_new);
 
-  STRATA_RETURN_IF_ERROR(cpu::GqaAttention({H, Hkv, hd}, b.q, T, k_cache.rows(), v_cache.rows(),
+  STRATA_RETURN_IF_ERROR(cpu::GqaAttention({H, Hkv, hd}, b.q, T, k_cache.rows, v_cache.rows,
                                            past, 1.f / std::sqrt(static_cast<float>(hd)), b.o,
                                            pool));
   cpu::ParallelRange(pool, T * H * hd, 1 << 14, [&](int64_t lo, int64_t hi) {

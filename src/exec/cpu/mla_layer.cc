@@ -149,7 +149,7 @@ Status MlaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   if (indexer_) {
     indexer_->AppendKeys(run, b.index, x, T, b.cos, b.sin, run.state[1]);
     if (indexer_->Sparse(past, T)) {
-      selection = indexer_->Select(run, b.index, x, b.cq, T, b.cos, b.sin, run.state[1].rows());
+      selection = indexer_->Select(run, b.index, x, b.cq, T, b.cos, b.sin, run.state[1].rows);
       sel = &selection;
     }
   }
@@ -158,9 +158,9 @@ Status MlaLayer::Run(const LayerRun& run, const float* x, int64_t T, float* out)
   const bool absorbed = past > 0 && (T == 1 || cpu::MlaAbsorbedCost(md, T, past, top_k) <
                                                    cpu::MlaPrefillCost(md, T, past, top_k));
   if (absorbed) {
-    cpu::MlaAbsorbed(md, b.q, T, cache.rows(), past, kv_b_, b.o, b.attn, pool, sel);
+    cpu::MlaAbsorbed(md, b.q, T, cache.rows, past, kv_b_, b.o, b.attn, pool, sel);
   } else {
-    cpu::MlaPrefill(md, b.q, T, cache.rows(), past, kv_b_, b.o, b.attn, pool, sel);
+    cpu::MlaPrefill(md, b.q, T, cache.rows, past, kv_b_, b.o, b.attn, pool, sel);
   }
   Linear(run, b.o, T, o_, out);
   return OkStatus();
