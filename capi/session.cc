@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -58,6 +59,31 @@ strata_status ToGenerationParams(const Call& call, const strata_request_params* 
   return STRATA_OK;
 }
 
+// A session handle on `model`, made by `make` from the options `params` give.
+strata_status NewSessionHandle(
+    const Call& call, strata_model* model, const strata_session_params* params, strata_session** out_session,
+    const std::function<StatusOr<std::unique_ptr<Session>>(const SessionOptions&)>& make) {
+  return Guarded(call, [&]() -> strata_status {
+    if (out_session == nullptr) return call.NullArgument("out_session");
+    *out_session = nullptr;
+    if (strata_status s = CheckHandle(call, model, kModelMagic, "model"); s != STRATA_OK) return s;
+    strata_session_params p;
+    strata_session_params_init(&p);
+    if (strata_status s = ReadParams(call, params, &p); s != STRATA_OK) return s;
+    SessionOptions options;
+    options.max_context_tokens = p.max_context_tokens;
+    if (model->text.ok()) options.text = *model->text;
+    auto handle = std::make_unique<strata_session>();
+    StatusOr<std::unique_ptr<Session>> session = make(options);
+    if (!session.ok()) return call.From(session.status());
+    handle->engine = model->engine;
+    handle->impl = *std::move(session);
+    model->engine->num_sessions.fetch_add(1);
+    *out_session = handle.release();
+    return STRATA_OK;
+  });
+}
+
 }  // namespace strata::capi
 
 extern "C" {
@@ -88,24 +114,8 @@ STRATA_API strata_status strata_request_params_init_sized(strata_request_params*
 STRATA_API strata_status strata_session_create(strata_model* model, const strata_session_params* params,
                                                strata_session** out_session) {
   const Call call("strata_session_create", "building the session");
-  return Guarded(call, [&]() -> strata_status {
-    if (out_session == nullptr) return call.NullArgument("out_session");
-    *out_session = nullptr;
-    if (strata_status s = CheckHandle(call, model, strata::capi::kModelMagic, "model"); s != STRATA_OK) return s;
-    strata_session_params p;
-    strata_session_params_init(&p);
-    if (strata_status s = strata::capi::ReadParams(call, params, &p); s != STRATA_OK) return s;
-    strata::SessionOptions options;
-    options.max_context_tokens = p.max_context_tokens;
-    if (model->text.ok()) options.text = *model->text;
-    auto handle = std::make_unique<strata_session>();
-    auto session = strata::Session::Create(model->engine->impl.get(), model->impl, options);
-    if (!session.ok()) return call.From(session.status());
-    handle->engine = model->engine;
-    handle->impl = *std::move(session);
-    model->engine->num_sessions.fetch_add(1);
-    *out_session = handle.release();
-    return STRATA_OK;
+  return strata::capi::NewSessionHandle(call, model, params, out_session, [&](const strata::SessionOptions& o) {
+    return strata::Session::Create(model->engine->impl.get(), model->impl, o);
   });
 }
 
@@ -219,6 +229,60 @@ STRATA_API strata_status strata_session_release_mark(strata_session* session, ui
   return Guarded(call, [&]() -> strata_status {
     if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
     return call.From(session->impl->ReleaseMark(mark));
+  });
+}
+
+STRATA_API strata_status strata_session_save(strata_session* session, const char* path) {
+  const Call call("strata_session_save", "saving the session");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    if (path == nullptr) return call.NullArgument("path");
+    return call.From(session->impl->SaveToFile(path));
+  });
+}
+
+STRATA_API strata_status strata_session_save_to_buffer(strata_session* session, void* buffer, size_t capacity,
+                                                       size_t* out_size) {
+  const Call call("strata_session_save_to_buffer", "saving the session");
+  return Guarded(call, [&]() -> strata_status {
+    if (strata_status s = CheckHandle(call, session, kSessionMagic, "session"); s != STRATA_OK) return s;
+    if (out_size == nullptr) return call.NullArgument("out_size");
+    if (buffer == nullptr && capacity > 0) {
+      return call.Fail(STRATA_ERR_INVALID_ARGUMENT, absl::StrCat("buffer is NULL but capacity is ", capacity));
+    }
+    strata::StatusOr<std::vector<uint8_t>> bytes = session->impl->Save();
+    if (!bytes.ok()) return call.From(bytes.status());
+    *out_size = bytes->size();
+    if (buffer == nullptr) return STRATA_OK;
+    if (capacity < bytes->size()) {
+      return call.Fail(STRATA_ERR_OUT_OF_RANGE,
+                       absl::StrCat("capacity ", capacity, " is below the saved size ", bytes->size()));
+    }
+    std::memcpy(buffer, bytes->data(), bytes->size());
+    return STRATA_OK;
+  });
+}
+
+STRATA_API strata_status strata_session_load(strata_model* model, const char* path,
+                                             const strata_session_params* params, strata_session** out_session) {
+  const Call call("strata_session_load", "loading the session");
+  return strata::capi::NewSessionHandle(call, model, params, out_session, [&](const strata::SessionOptions& o) {
+    if (path == nullptr) return strata::StatusOr<std::unique_ptr<strata::Session>>(absl::InvalidArgumentError("path is NULL"));
+    return strata::Session::LoadFromFile(model->engine->impl.get(), model->impl, path, o);
+  });
+}
+
+STRATA_API strata_status strata_session_load_from_buffer(strata_model* model, const void* buffer, size_t size,
+                                                         const strata_session_params* params,
+                                                         strata_session** out_session) {
+  const Call call("strata_session_load_from_buffer", "loading the session");
+  return strata::capi::NewSessionHandle(call, model, params, out_session, [&](const strata::SessionOptions& o) {
+    if (buffer == nullptr) {
+      return strata::StatusOr<std::unique_ptr<strata::Session>>(absl::InvalidArgumentError("buffer is NULL"));
+    }
+    return strata::Session::Load(model->engine->impl.get(), model->impl,
+                                 std::span<const uint8_t>(static_cast<const uint8_t*>(buffer), size), o,
+                                 "session buffer");
   });
 }
 

@@ -9,8 +9,8 @@
 # safetensors_index (model.safetensors.index.json), config (config.json and
 # every architecture's parser), tokenizer_json, tokenizer_config (with its
 # chat template), tiktoken (rank files), jinja (chat-template parsing and
-# rendering under a budget), tool_call (the tool-call parsers) or host_json
-# (JSON texts from the host). A lone number is the seconds for the default.
+# rendering under a budget), tool_call (the tool-call parsers), host_json
+# (JSON texts from the host) or session_file (saved sessions). A lone number is the seconds for the default.
 # JOBS (default 2) is the build's parallelism; FUZZ_JOBS (default 1) the
 # number of fuzzing processes. tools/fuzz_all.sh runs every target.
 #

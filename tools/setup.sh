@@ -6,7 +6,7 @@ set -euo pipefail
 
 PKGS=(build-essential cmake ninja-build pkg-config git
       libabsl-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libstb-dev libcurl4-openssl-dev libpcre2-dev clang libclang-rt-14-dev doxygen
+      libstb-dev libcurl4-openssl-dev libssl-dev libpcre2-dev clang libclang-rt-14-dev doxygen
       python3 python3-venv)
 
 missing=()

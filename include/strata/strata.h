@@ -1116,6 +1116,109 @@ STRATA_API strata_status strata_session_rollback(strata_session *session, uint64
  */
 STRATA_API strata_status strata_session_release_mark(strata_session *session, uint64_t mark);
 
+/**
+ * @brief Saves the session to a file: history, logits, model state, marks, conversation and tools.
+ *
+ * The file is self-describing and checksummed (SHA-256): it records the
+ * model's fingerprint (architecture, vocabulary, a digest of config.json and
+ * the weights, the layout of the state) and loads only into a model with the
+ * same. It is written to a temporary file beside @p path, flushed to disk and
+ * renamed over @p path, so @p path holds the old file or the whole new one,
+ * never a part. Tool callbacks are not saved (see strata_session_load()). A
+ * generated token the model has not consumed yet stays pending in the file.
+ *
+ * @param[in] session the session; it must not be running a request
+ * @param[in] path    the file to write (NUL-terminated, replaced if it exists)
+ * @retval STRATA_OK                      saved
+ * @retval STRATA_ERR_INVALID_ARGUMENT    a NULL pointer
+ * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or failed earlier
+ * @retval STRATA_ERR_UNSUPPORTED         the model's states cannot be saved (a model on CUDA: not yet)
+ * @retval STRATA_ERR_NOT_FOUND           the directory of @p path does not exist
+ * @retval STRATA_ERR_PERMISSION_DENIED   @p path cannot be written
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED  the disk is full, or no room for a copy of the state
+ * @retval STRATA_ERR_OUT_OF_MEMORY       allocation failed
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_save(strata_session *session, const char *path);
+
+/**
+ * @brief Saves the session into a caller's buffer, in the format of strata_session_save().
+ *
+ * Pass @p buffer = NULL (and @p capacity 0) to ask for the size; the size
+ * stays the same while the session is not changed.
+ *
+ * @param[in]  session  the session; it must not be running a request
+ * @param[out] buffer   @p capacity bytes, or NULL for a size query
+ * @param[in]  capacity bytes @p buffer can hold
+ * @param[out] out_size receives the saved size (always, also on ::STRATA_ERR_OUT_OF_RANGE)
+ * @retval STRATA_OK                      saved (or answered the size query)
+ * @retval STRATA_ERR_INVALID_ARGUMENT    @p session or @p out_size is NULL, or @p buffer is NULL with @p capacity > 0
+ * @retval STRATA_ERR_OUT_OF_RANGE        @p capacity is smaller than the saved size; nothing copied
+ * @retval STRATA_ERR_FAILED_PRECONDITION the session is running a request or failed earlier
+ * @retval STRATA_ERR_UNSUPPORTED         the model's states cannot be saved
+ * @retval STRATA_ERR_OUT_OF_MEMORY       allocation failed
+ * @retval STRATA_ERR_MISUSE              @p session was destroyed or is not a session
+ * @par Thread safety: one thread per session at a time.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_save_to_buffer(strata_session *session, void *buffer, size_t capacity,
+                                                       size_t *out_size);
+
+/**
+ * @brief Makes a session from a file written by strata_session_save().
+ *
+ * The new session continues exactly as the saved one would have: the same
+ * history, logits, state, marks (pinned in this engine's prefix cache again),
+ * conversation messages and tools. Tools come back without callbacks:
+ * strata_session_add_tool() with the same name, description and parameters
+ * attaches one. The file is refused, and nothing is created, when its
+ * checksum, its format version or its model fingerprint does not match; the
+ * error message (strata_last_error_message()) names the offset or the field
+ * that differs.
+ *
+ * @param[in]  model       the model to run the session on; it must be the one the session was saved from
+ *                         (the same weights, config and device kind)
+ * @param[in]  path        the file (NUL-terminated)
+ * @param[in]  params      NULL, or parameters: max_context_tokens 0 keeps the saved context size;
+ *                         another value must hold the saved history
+ * @param[out] out_session receives the session, owned by the caller (release with strata_session_destroy());
+ *                         NULL on failure
+ * @retval STRATA_OK                      loaded
+ * @retval STRATA_ERR_INVALID_ARGUMENT    a NULL pointer, or bad @p params
+ * @retval STRATA_ERR_NOT_FOUND           @p path does not exist
+ * @retval STRATA_ERR_DATA_LOSS           the file is not a session, is truncated or corrupted
+ * @retval STRATA_ERR_FAILED_PRECONDITION the file was saved from another model or format version, or holds
+ *                                        a conversation and @p model has no tokenizer
+ * @retval STRATA_ERR_OUT_OF_RANGE        the saved history does not fit max_context_tokens
+ * @retval STRATA_ERR_UNSUPPORTED         the model's states cannot be loaded
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED  no room for the state (a GPU state pool is full)
+ * @retval STRATA_ERR_OUT_OF_MEMORY       allocation failed
+ * @retval STRATA_ERR_MISUSE              @p model was destroyed or is not a model
+ * @par Thread safety: safe from any thread; the new session is independent.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_load(strata_model *model, const char *path,
+                                             const strata_session_params *params, strata_session **out_session);
+
+/**
+ * @brief Makes a session from the bytes strata_session_save_to_buffer() wrote.
+ *
+ * As strata_session_load(), reading @p size bytes at @p buffer (borrowed for the call).
+ * @param[in]  model       the model the session was saved from
+ * @param[in]  buffer      the saved bytes
+ * @param[in]  size        their count
+ * @param[in]  params      NULL, or parameters (see strata_session_load())
+ * @param[out] out_session receives the session, owned by the caller; NULL on failure
+ * @retval STRATA_OK and the errors of strata_session_load() but ::STRATA_ERR_NOT_FOUND
+ * @par Thread safety: safe from any thread.
+ * @since 0.1
+ */
+STRATA_API strata_status strata_session_load_from_buffer(strata_model *model, const void *buffer, size_t size,
+                                                         const strata_session_params *params,
+                                                         strata_session **out_session);
+
 /** @} */
 
 /* ------------------------------------------------------------------------- */

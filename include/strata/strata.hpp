@@ -399,6 +399,36 @@ class Session {
   void Rollback(uint64_t mark) { Check(strata_session_rollback(h_.get(), mark)); }
   void ReleaseMark(uint64_t mark) { Check(strata_session_release_mark(h_.get(), mark)); }
 
+  /** Saves the session to a file (strata_session_save()). */
+  void Save(const std::string& path) const { Check(strata_session_save(h_.get(), path.c_str())); }
+  /** The session as bytes (strata_session_save_to_buffer()). */
+  std::vector<uint8_t> SaveToBuffer() const {
+    size_t n = 0;
+    Check(strata_session_save_to_buffer(h_.get(), nullptr, 0, &n));
+    std::vector<uint8_t> bytes(n);
+    Check(strata_session_save_to_buffer(h_.get(), bytes.data(), bytes.size(), &n));
+    return bytes;
+  }
+  /** A session from a file strata_session_save() wrote (strata_session_load()). */
+  static Session Load(const Model& model, const std::string& path, int64_t max_context_tokens = 0) {
+    strata_session_params p;
+    strata_session_params_init(&p);
+    p.max_context_tokens = max_context_tokens;
+    strata_session* s = nullptr;
+    Check(strata_session_load(model.get(), path.c_str(), &p, &s));
+    return Session(s);
+  }
+  /** A session from saved bytes (strata_session_load_from_buffer()). */
+  static Session LoadFromBuffer(const Model& model, const std::vector<uint8_t>& bytes,
+                                int64_t max_context_tokens = 0) {
+    strata_session_params p;
+    strata_session_params_init(&p);
+    p.max_context_tokens = max_context_tokens;
+    strata_session* s = nullptr;
+    Check(strata_session_load_from_buffer(model.get(), bytes.data(), bytes.size(), &p, &s));
+    return Session(s);
+  }
+
   /** Appends a chat message; fill @p m with strata_chat_message_init() first. */
   void AddMessage(const strata_chat_message& m) { Check(strata_session_add_message(h_.get(), &m)); }
   void AddMessage(strata_role role, std::string_view content) {

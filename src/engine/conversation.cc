@@ -62,7 +62,13 @@ Status Conversation::AddTool(ToolSpec tool) {
     return absl::InvalidArgumentError(absl::StrCat("tool '", tool.name, "': parameters nest deeper than ",
                                                    limits::kMaxJsonDepth, " levels"));
   }
-  if (FindTool(tool.name) != nullptr) {
+  for (ToolSpec& t : tools_) {
+    if (t.name != tool.name) continue;
+    if (!t.handler && tool.handler && t.description == tool.description &&
+        t.parameters == tool.parameters) {
+      t.handler = std::move(tool.handler);
+      return OkStatus();
+    }
     return absl::AlreadyExistsError(absl::StrCat("tool '", tool.name, "' is already registered"));
   }
   tools_.push_back(std::move(tool));

@@ -45,8 +45,10 @@ class Conversation {
   // string content; tool messages need tool_call_id or name; tool_calls must
   // be an array of {function: {name, arguments}} objects.
   Status AddMessage(nlohmann::ordered_json message);
-  // AlreadyExists for a name already registered; InvalidArgument for an empty
-  // name or a schema that is not a JSON object.
+  // AlreadyExists for a name already registered, unless the registered tool
+  // has no handler (a tool of a loaded session) and `tool` brings one with
+  // the same description and parameters: the handler is then attached.
+  // InvalidArgument for an empty name or a schema that is not a JSON object.
   Status AddTool(ToolSpec tool);
   void ClearTools() { tools_.clear(); }
   // Forgets the messages (tools stay registered) and restarts call ids.

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -89,6 +90,31 @@ class Session {
   Status Rollback(uint64_t id);
   // Forgets mark `id` (unpins its prefix-cache entry). NotFound when unknown.
   Status ReleaseMark(uint64_t id);
+
+  // Saved sessions (engine/session_file.h): the history, logits, state,
+  // marks, turn checkpoint, and the conversation's messages and tools (not
+  // their handlers: attach them again with Conversation::AddTool). Save needs
+  // an idle session; a pending sampled token stays pending. FailedPrecondition
+  // when busy, failed or swapped out; Unimplemented when the model's states
+  // cannot be saved.
+  StatusOr<std::vector<uint8_t>> Save() const;
+  // A session holding what `bytes` (Save's output) holds, for `model`, which
+  // must have the fingerprint it was saved with. options.max_context_tokens
+  // 0 keeps the saved context; another value must hold the saved history
+  // and marks. Marks enter the engine's prefix cache pinned, as Mark puts
+  // them. `source` names the bytes in errors (a path, "session buffer").
+  static StatusOr<std::unique_ptr<Session>> Load(Engine* engine, std::shared_ptr<const Model> model,
+                                                 std::span<const uint8_t> bytes,
+                                                 const SessionOptions& options,
+                                                 const std::string& source);
+
+  // Save into the file `path`, published whole (base/write_file.h).
+  Status SaveToFile(const std::string& path) const;
+  // Load from the file `path`, named in errors.
+  static StatusOr<std::unique_ptr<Session>> LoadFromFile(Engine* engine,
+                                                         std::shared_ptr<const Model> model,
+                                                         const std::string& path,
+                                                         const SessionOptions& options);
 
   // The chat conversation; null when the session was made without a
   // TextModel. Mutate it only while the session is idle.

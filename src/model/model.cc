@@ -11,6 +11,7 @@
 #include <set>
 
 #include "base/catch_allocation.h"
+#include "base/read_file.h"
 #include "base/thread_pool.h"
 #include "base/tuning.h"
 #include "exec/cpu/cpu_executor.h"
@@ -22,6 +23,7 @@
 #include "model/models/builtin.h"
 #include "model/weight_check.h"
 #include "model/weight_store.h"
+#include "model/weights_digest.h"
 
 namespace strata {
 namespace {
@@ -50,13 +52,16 @@ Registry& GetRegistry() {
   return *r;
 }
 
-// A model that runs somewhere other than requested: forwards everything to
-// the model it wraps and reports the notice in its info.
-class PlacedModel final : public Model {
+// What LoadModel returns for a model on the CPU: forwards everything to the
+// executor it wraps and adds to its info what only the loader knows (the
+// weights digest, and a notice when the model runs somewhere other than
+// requested).
+class LoadedModel final : public Model {
  public:
-  PlacedModel(std::unique_ptr<Model> inner, std::string notice)
+  LoadedModel(std::unique_ptr<Model> inner, std::string notice, std::string digest)
       : inner_(std::move(inner)), info_(inner_->info()) {
     info_.notice = std::move(notice);
+    info_.weights_digest = std::move(digest);
   }
   const ModelInfo& info() const override { return info_; }
   StatusOr<std::unique_ptr<SequenceState>> NewState(int64_t max_tokens) const override {
@@ -92,6 +97,14 @@ class PlacedModel final : public Model {
   Status Restore(const StateCheckpoint& checkpoint,
                  std::unique_ptr<SequenceState>& state) const override {
     return inner_->Restore(checkpoint, state);
+  }
+  std::string SavedStateLayout() const override { return inner_->SavedStateLayout(); }
+  StatusOr<std::vector<uint8_t>> SaveCheckpoint(const StateCheckpoint& checkpoint) const override {
+    return inner_->SaveCheckpoint(checkpoint);
+  }
+  StatusOr<std::unique_ptr<StateCheckpoint>> LoadCheckpoint(std::span<const uint8_t> bytes,
+                                                            int64_t max_tokens) const override {
+    return inner_->LoadCheckpoint(bytes, max_tokens);
   }
   Status FillContextForBenchmark(SequenceState& state, int64_t num_tokens,
                                  uint64_t seed) const override {
@@ -273,6 +286,32 @@ Status Model::Restore(const StateCheckpoint& checkpoint,
   return OkStatus();
 }
 
+Status SequenceState::SaveContents(std::vector<uint8_t>*) const {
+  return absl::UnimplementedError("this executor's states cannot be saved");
+}
+
+Status SequenceState::LoadContents(std::span<const uint8_t>) {
+  return absl::UnimplementedError("this executor's states cannot be loaded");
+}
+
+StatusOr<std::vector<uint8_t>> Model::SaveCheckpoint(const StateCheckpoint& checkpoint) const {
+  const auto* cp = dynamic_cast<const ClonedCheckpoint*>(&checkpoint);
+  if (cp == nullptr || cp->owner() != this) {
+    return absl::InvalidArgumentError("SaveCheckpoint: the checkpoint was made by another model");
+  }
+  std::vector<uint8_t> out;
+  STRATA_RETURN_IF_ERROR(cp->state().SaveContents(&out));
+  return out;
+}
+
+StatusOr<std::unique_ptr<StateCheckpoint>> Model::LoadCheckpoint(std::span<const uint8_t> bytes,
+                                                                 int64_t max_tokens) const {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SequenceState> state, NewState(max_tokens));
+  STRATA_RETURN_IF_ERROR(state->LoadContents(bytes));
+  return std::unique_ptr<StateCheckpoint>(
+      std::make_unique<ClonedCheckpoint>(this, std::move(state)));
+}
+
 Status Model::FillContextForBenchmark(SequenceState&, int64_t, uint64_t) const {
   return absl::UnimplementedError(
       absl::StrCat("FillContextForBenchmark: not supported on ", info().device));
@@ -383,6 +422,18 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
     return OkStatus();
   };
 
+  // The executor wrapped with the loader's additions to its info.
+  auto Loaded = [&](std::unique_ptr<Model> model, std::string notice) -> StatusOr<std::unique_ptr<Model>> {
+    STRATA_ASSIGN_OR_RETURN(const std::string config_bytes, ReadFileToString(config_path));
+    STRATA_ASSIGN_OR_RETURN(
+        std::string digest,
+        CatchAllocation(absl::StrCat("digesting the weights of ", model_dir), [&] {
+          return StatusOr<std::string>(
+              WeightsDigest(config_bytes, dummy ? nullptr : shared.get(), options.dummy_seed));
+        }));
+    return std::unique_ptr<Model>(
+        new LoadedModel(std::move(model), std::move(notice), std::move(digest)));
+  };
   if (options.device_index < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("LoadOptions.device_index must be >= 0, got ", options.device_index));
@@ -442,8 +493,7 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& model_dir, const L
   if (options.progress && !options.progress(1.0f)) {
     return absl::CancelledError(absl::StrCat(model_dir, ": load cancelled by the progress callback"));
   }
-  if (!notice.empty()) return std::unique_ptr<Model>(new PlacedModel(std::move(model), notice));
-  return model;
+  return Loaded(std::move(model), std::move(notice));
 }
 
 }  // namespace strata

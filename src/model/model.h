@@ -56,6 +56,12 @@ struct ModelInfo {
   // instead of copying [B, vocab] logits to the host. False: only the
   // default (DecodeBatch + host argmax, greedy rows) is available.
   bool device_sampling = false;
+  // SHA-256 (hex) identifying what the model computes: config.json's bytes,
+  // every tensor's name, dtype and shape, and samples of its data (dummy
+  // weights: the seed). Set by LoadModel for models on the CPU (the GPU
+  // executor's states cannot be saved yet); saved sessions carry it and load
+  // only into a model with the same (ModelFingerprint, engine/session_file.h).
+  std::string weights_digest;
 };
 
 // What a state or checkpoint keeps alive, for byte accounting: the full
@@ -82,6 +88,15 @@ class SequenceState {
   // The default, block_bytes 0, shares nothing: the caller counts the state
   // by the model's accounting (ModelInfo's state bytes).
   virtual StateFootprint footprint() const { return {}; }
+
+  // Saved states. SaveContents appends the state's contents to `out`: every
+  // region in the model's layout (Model::SavedStateLayout), a per-token region's
+  // rows for the tokens consumed, a fixed region whole. LoadContents makes
+  // an empty state hold what `bytes` (SaveContents' output under the same
+  // layout) describes, bit-exact; DataLoss naming the offset when they do
+  // not fit the layout (the state is then Reset). Unimplemented by default.
+  virtual Status SaveContents(std::vector<uint8_t>* out) const;
+  virtual Status LoadContents(std::span<const uint8_t> bytes);
 
   // Preemption. MoveToHost copies whatever the state holds in device memory
   // (attention cache blocks, recurrent-state slot) to host memory and gives
@@ -299,6 +314,21 @@ class Model {
   // checkpoint's tokens, FailedPrecondition for a state moved to the host.
   virtual Status Restore(const StateCheckpoint& checkpoint,
                          std::unique_ptr<SequenceState>& state) const;
+
+  // Checkpoints as bytes, the seam saved sessions (and the storage tiers
+  // below the executor's memory) copy states through. SavedStateLayout describes
+  // the regions SaveCheckpoint writes (their order, kind, element type and
+  // size); bytes saved under one layout load only under the same, so
+  // callers record it next to the bytes. Empty: checkpoints of this model
+  // cannot be saved (SaveCheckpoint and LoadCheckpoint are Unimplemented).
+  // LoadCheckpoint: a checkpoint whose restores hold up to `max_tokens`
+  // tokens; DataLoss naming the offset when the bytes do not fit the layout,
+  // OutOfRange when they hold more than `max_tokens` tokens. The defaults
+  // go through SequenceState::SaveContents / LoadContents.
+  virtual std::string SavedStateLayout() const { return {}; }
+  virtual StatusOr<std::vector<uint8_t>> SaveCheckpoint(const StateCheckpoint& checkpoint) const;
+  virtual StatusOr<std::unique_ptr<StateCheckpoint>> LoadCheckpoint(std::span<const uint8_t> bytes,
+                                                                    int64_t max_tokens) const;
 
   // BENCHMARK-ONLY shortcut: makes `state` (empty) hold `num_tokens` tokens of
   // random cache and recurrent-state contents without running prefill, so

@@ -898,6 +898,111 @@ std::vector<std::pair<std::string, Walk>> WalkTable() {
     EXPECT_CALL_STATUS(strata_session_rollback, STRATA_ERR_FAILED_PRECONDITION, "running",
                        strata_session_rollback(w.busy_session, 1));
   });
+  add("strata_session_save", [](World& w) {
+    const std::string path = (kScratch / "walk_session.bin").string();
+    HANDLE_CASES(strata_session_save, "session", strata_session, w.dead_session,
+                 strata_session_save(h, path.c_str()));
+    EXPECT_CALL_STATUS(strata_session_save, STRATA_ERR_INVALID_ARGUMENT, "path is NULL",
+                       strata_session_save(w.session, nullptr));
+    EXPECT_CALL_STATUS(strata_session_save, STRATA_ERR_FAILED_PRECONDITION, "running",
+                       strata_session_save(w.busy_session, path.c_str()));
+    EXPECT_CALL_STATUS(strata_session_save, STRATA_ERR_NOT_FOUND, "no/such/dir",
+                       strata_session_save(w.session, ((kScratch / "no/such/dir/s.bin").string()).c_str()));
+    EXPECT_CALL_STATUS(strata_session_save, STRATA_ERR_FAILED_PRECONDITION, "Is a directory",
+                       strata_session_save(w.session, kScratch.c_str()));
+  });
+  add("strata_session_save_to_buffer", [](World& w) {
+    size_t n = 0;
+    unsigned char small[8];
+    HANDLE_CASES(strata_session_save_to_buffer, "session", strata_session, w.dead_session,
+                 strata_session_save_to_buffer(h, nullptr, 0, &n));
+    EXPECT_CALL_STATUS(strata_session_save_to_buffer, STRATA_ERR_INVALID_ARGUMENT, "out_size is NULL",
+                       strata_session_save_to_buffer(w.session, nullptr, 0, nullptr));
+    EXPECT_CALL_STATUS(strata_session_save_to_buffer, STRATA_ERR_INVALID_ARGUMENT, "buffer is NULL",
+                       strata_session_save_to_buffer(w.session, nullptr, 8, &n));
+    EXPECT_CALL_STATUS(strata_session_save_to_buffer, STRATA_ERR_OUT_OF_RANGE, "capacity",
+                       strata_session_save_to_buffer(w.session, small, sizeof small, &n));
+    EXPECT_GT(n, sizeof small);
+    EXPECT_CALL_STATUS(strata_session_save_to_buffer, STRATA_ERR_FAILED_PRECONDITION, "running",
+                       strata_session_save_to_buffer(w.busy_session, nullptr, 0, &n));
+  });
+  // Loads of a file or buffer saved from w.session, with every argument case.
+  auto load_cases = [](World& w, const char* fn, int line,
+                       const std::function<strata_status(strata_model*, const strata_session_params*,
+                                                         strata_session**)>& load) {
+    strata_session* s = nullptr;
+    auto loaded = [&](strata_model* m, const strata_session_params* p) {
+      s = As<strata_session>(&s);
+      const strata_status st = load(m, p, &s);
+      if (st != STRATA_OK) {
+        EXPECT_EQ(s, nullptr) << fn;
+      } else {
+        EXPECT_EQ(strata_session_destroy(s), STRATA_OK);
+      }
+      return st;
+    };
+    Expect(fn, line, STRATA_ERR_INVALID_ARGUMENT, "out_session is NULL",
+           [&] { return load(w.model, nullptr, nullptr); });
+    HandleCases<strata_model>(w, fn, line, "model", w.dead_model,
+                              [&](strata_model* h) { return loaded(h, nullptr); });
+    strata_session_params base;
+    strata_session_params_init(&base);
+    InputStructCases<strata_session_params>(
+        fn, line, "strata_session_params", base,
+        [&](const strata_session_params* p) { return loaded(w.model, p); }, STRATA_OK);
+    strata_session_params p = base;
+    p.max_context_tokens = -1;
+    Expect(fn, line, STRATA_ERR_INVALID_ARGUMENT, "max_context_tokens", [&] { return loaded(w.model, &p); });
+    p.max_context_tokens = 1;
+    Expect(fn, line, STRATA_ERR_OUT_OF_RANGE, "max_context_tokens", [&] { return loaded(w.model, &p); });
+    // The same model without its tokenizer cannot hold the conversation.
+    Expect(fn, line, STRATA_ERR_FAILED_PRECONDITION, "without its tokenizer",
+           [&] { return loaded(w.bare_model, nullptr); });
+  };
+  add("strata_session_load", [load_cases](World& w) {
+    const std::string path = (kScratch / "walk_load.bin").string();
+    const int32_t prompt[] = {1, 2, 3, 4, 5};
+    ASSERT_EQ(strata_session_reset(w.session), STRATA_OK);
+    ASSERT_EQ(strata_session_append_tokens(w.session, prompt, 5), STRATA_OK) << LastError();
+    ASSERT_EQ(strata_session_save(w.session, path.c_str()), STRATA_OK) << LastError();
+    load_cases(w, "strata_session_load", __LINE__,
+               [&](strata_model* m, const strata_session_params* p, strata_session** out) {
+                 return strata_session_load(m, path.c_str(), p, out);
+               });
+    strata_session* s = As<strata_session>(&s);
+    EXPECT_CALL_STATUS(strata_session_load, STRATA_ERR_INVALID_ARGUMENT, "path is NULL",
+                       strata_session_load(w.model, nullptr, nullptr, &s));
+    EXPECT_EQ(s, nullptr);
+    EXPECT_CALL_STATUS(strata_session_load, STRATA_ERR_NOT_FOUND, "missing.bin",
+                       strata_session_load(w.model, ((kScratch / "missing.bin").string()).c_str(), nullptr, &s));
+    EXPECT_CALL_STATUS(strata_session_load, STRATA_ERR_DATA_LOSS, "not a Strata session",
+                       strata_session_load(w.model, (kDemoDir / "config.json").c_str(), nullptr, &s));
+    EXPECT_CALL_STATUS(strata_session_load, STRATA_ERR_INVALID_ARGUMENT, "is a directory",
+                       strata_session_load(w.model, kDemoDir.c_str(), nullptr, &s));
+    ASSERT_EQ(strata_session_reset(w.session), STRATA_OK);
+  });
+  add("strata_session_load_from_buffer", [load_cases](World& w) {
+    const int32_t prompt[] = {1, 2, 3, 4, 5};
+    ASSERT_EQ(strata_session_reset(w.session), STRATA_OK);
+    ASSERT_EQ(strata_session_append_tokens(w.session, prompt, 5), STRATA_OK) << LastError();
+    size_t n = 0;
+    ASSERT_EQ(strata_session_save_to_buffer(w.session, nullptr, 0, &n), STRATA_OK) << LastError();
+    std::vector<unsigned char> bytes(n);
+    ASSERT_EQ(strata_session_save_to_buffer(w.session, bytes.data(), n, &n), STRATA_OK) << LastError();
+    load_cases(w, "strata_session_load_from_buffer", __LINE__,
+               [&](strata_model* m, const strata_session_params* p, strata_session** out) {
+                 return strata_session_load_from_buffer(m, bytes.data(), bytes.size(), p, out);
+               });
+    strata_session* s = As<strata_session>(&s);
+    EXPECT_CALL_STATUS(strata_session_load_from_buffer, STRATA_ERR_INVALID_ARGUMENT, "buffer is NULL",
+                       strata_session_load_from_buffer(w.model, nullptr, 4, nullptr, &s));
+    EXPECT_EQ(s, nullptr);
+    for (size_t size : {size_t{0}, size_t{55}, bytes.size() - 1}) {
+      EXPECT_CALL_STATUS(strata_session_load_from_buffer, STRATA_ERR_DATA_LOSS, "session buffer",
+                         strata_session_load_from_buffer(w.model, bytes.data(), size, nullptr, &s));
+    }
+    ASSERT_EQ(strata_session_reset(w.session), STRATA_OK);
+  });
   add("strata_session_release_mark", [](World& w) {
     HANDLE_CASES(strata_session_release_mark, "session", strata_session, w.dead_session,
                  strata_session_release_mark(h, 1));

@@ -19,6 +19,7 @@
 #include "jinja_check.h"
 #include "safetensors_header_check.h"
 #include "safetensors_index_check.h"
+#include "session_file_check.h"
 #include "tiktoken_check.h"
 #include "tokenizer_config_check.h"
 #include "tokenizer_json_check.h"
@@ -131,6 +132,13 @@ TEST(FuzzCorpusReplay, TiktokenRankFilesLoadOrFailCleanly) {
   const auto seeds = Replay<fuzz::TiktokenResult>("tiktoken", fuzz::CheckTiktoken,
                                                   [](const auto& r) { return r.loaded; });
   EXPECT_GE(seeds.first, 2);
+  EXPECT_GE(seeds.second, 5);
+}
+
+TEST(FuzzCorpusReplay, SavedSessionsRoundTripOrFailCleanly) {
+  const auto seeds = Replay<fuzz::SessionFileResult>("session_file", fuzz::CheckSessionFile,
+                                                     [](const auto& r) { return r.accepted; });
+  EXPECT_GE(seeds.first, 3);
   EXPECT_GE(seeds.second, 5);
 }
 

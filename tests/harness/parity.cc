@@ -1,6 +1,7 @@
 // The parity harness (parity.h).
 #include "harness/parity.h"
 
+#include <random>
 #include <unistd.h>
 
 #include <algorithm>
@@ -148,6 +149,14 @@ void ExpectWithin(const Comparison& c, const Bounds& b, const std::string& what)
 }
 
 // ---------------------------------------------------------------------------
+
+std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = dist(rng);
+  return t;
+}
 
 std::unique_ptr<Model> LoadCpu(const std::string& dir) {
   auto m = LoadModel(dir);

@@ -120,6 +120,10 @@ void ExpectWithin(const Comparison& c, const Bounds& b, const std::string& what)
 // ---------------------------------------------------------------------------
 // Loading and running.
 
+// `n` token ids drawn uniformly from [3, vocab) with `seed` (ids 0-2 are
+// often special).
+std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed);
+
 // LoadModel(dir) on the CPU; a failure is a test failure (null).
 std::unique_ptr<Model> LoadCpu(const std::string& dir);
 

@@ -18,13 +18,7 @@ namespace {
 
 constexpr int64_t kBlockRows = 64;
 
-std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t& x : t) x = dist(rng);
-  return t;
-}
+using parity::RandomTokens;
 
 std::vector<int32_t> Ids(std::span<const int32_t> s) { return {s.begin(), s.end()}; }
 

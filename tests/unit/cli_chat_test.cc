@@ -1,7 +1,8 @@
 // `strata run` chatting, run as built: the demo (token ids, then one chat
 // turn), a one-shot --prompt turn on a model directory with tokenizer and
 // chat template, the stdin REPL (/reset, /quit), and the refusal to chat on a
-// directory without tokenizer. The demo model has random weights, so the
+// directory without tokenizer, and a chat saved by one process and continued
+// by another (--save-session, --load-session). The demo model has random weights, so the
 // checks are about the output's shape, not its words.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace strata {
 namespace {
@@ -101,6 +103,52 @@ TEST_F(CliChatTest, ReplReadsStdinLines) {
   // End of input ends the REPL as /quit does.
   const Result eof = RunCli("run --model " + DemoDir() + " --max-new 2 --threads 1", "Hi\n");
   EXPECT_EQ(eof.exit_code, 0) << eof.out;
+}
+
+// The replies of a run, in order (the text between "assistant: " and its finish line).
+std::vector<std::string> Replies(const std::string& out) {
+  std::vector<std::string> replies;
+  for (size_t at = out.find("assistant: "); at != std::string::npos; at = out.find("assistant: ", at + 1)) {
+    const size_t end = out.find("\nfinish: ", at);
+    if (end == std::string::npos) break;
+    replies.push_back(out.substr(at, end - at));
+  }
+  return replies;
+}
+
+TEST_F(CliChatTest, SavedSessionContinuesInAnotherProcess) {
+  ASSERT_EQ(demo_.exit_code, 0) << demo_.out;
+  const std::string model = "run --model " + DemoDir() + " --max-new 6 --threads 1 --system 'Be brief.'";
+  const Result one = RunCli(model, "Hi\nAnd then?\n");
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const std::vector<std::string> want = Replies(one.out);
+  ASSERT_EQ(want.size(), 2u) << one.out;
+
+  const std::string file = (WorkDir() / "chat.session").string();
+  const Result first = RunCli(model + " --prompt Hi --save-session " + file);
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  EXPECT_THAT(first.out, ::testing::HasSubstr("session: saved " + file));
+  const Result second = RunCli(model + " --prompt 'And then?' --load-session " + file);
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  EXPECT_THAT(second.out, ::testing::HasSubstr("session: loaded " + file));
+  ASSERT_EQ(Replies(first.out).size(), 1u) << first.out;
+  ASSERT_EQ(Replies(second.out).size(), 1u) << second.out;
+  EXPECT_EQ(Replies(first.out)[0], want[0]);
+  EXPECT_EQ(Replies(second.out)[0], want[1]);
+
+  // A damaged file is refused, naming it.
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x7f');
+  }
+  const Result bad = RunCli(model + " --prompt 'And then?' --load-session " + file);
+  EXPECT_NE(bad.exit_code, 0) << bad.out;
+  EXPECT_THAT(bad.out, ::testing::HasSubstr(file));
+  EXPECT_THAT(bad.out, ::testing::HasSubstr("SHA-256"));
+  // Sessions are chat sessions.
+  const Result tokens = RunCli("run --model " + DemoDir() + " --tokens --save-session " + file);
+  EXPECT_EQ(tokens.exit_code, 2) << tokens.out;
 }
 
 TEST_F(CliChatTest, DirectoryWithoutTokenizerCannotChat) {

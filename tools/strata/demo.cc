@@ -42,7 +42,10 @@ constexpr char kRunHelp[] =
     "  --seed S         random demo weight seed (default 1234)\n"
     "  --model DIR      use this model directory instead of the demo model\n"
     "  --random         the random-weight demo model instead of the embedded trained one\n"
-    "  --demo-dir DIR   where to write the random demo model (default: the user cache directory)\n";
+    "  --demo-dir DIR   where to write the random demo model (default: the user cache directory)\n"
+    "  --load-session FILE  chat: continue the conversation saved in FILE (history, state, marks);\n"
+    "                   --system is then not added again\n"
+    "  --save-session FILE  chat: save the conversation to FILE when the chat ends\n";
 
 }  // namespace
 
@@ -50,7 +53,7 @@ int RunDemo(int argc, char** argv) {
   const std::string cmd = "run";
   Flags flags(cmd,
               {"prompt-len", "max-new", "threads", "seed", "model", "demo-dir", "temperature", "sample-seed", "prompt",
-               "system"},
+               "system", "load-session", "save-session"},
               {"help", "interactive", "tokens", "no-think", "random"});
   if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
   if (flags.Bool("help")) {
@@ -115,17 +118,37 @@ int RunDemo(int argc, char** argv) {
     chat.temperature = static_cast<float>(*temperature);
     chat.seed = static_cast<uint64_t>(*sample_seed);
     if (flags.Bool("no-think")) chat.template_variables["enable_thinking"] = false;
+    const std::string load_session = flags.String("load-session", "");
+    const std::string save_session = flags.String("save-session", "");
     auto run_chat = [&]() -> int {
       std::optional<api::Session> session;
       try {
-        session.emplace(model);
+        if (load_session.empty()) {
+          session.emplace(model);
+        } else {
+          session.emplace(api::Session::Load(model, load_session));
+          chat.system.clear();  // the saved conversation has it
+          std::printf("session: loaded %s (%zu tokens)\n", load_session.c_str(), session->NumTokens());
+        }
       } catch (const api::Error& e) {
         return Fail(cmd, e, ExitCodeFor(e));
       }
-      return RunChat(engine, *session, chat);
+      const int rc = RunChat(engine, *session, chat);
+      if (rc != kExitOk || save_session.empty()) return rc;
+      try {
+        session->Save(save_session);
+        std::printf("session: saved %s (%zu tokens)\n", save_session.c_str(), session->NumTokens());
+      } catch (const api::Error& e) {
+        return Fail(cmd, e, ExitCodeFor(e));
+      }
+      return kExitOk;
     };
+    if (flags.Bool("tokens") && (flags.Has("load-session") || flags.Has("save-session"))) {
+      return Fail(cmd, "--load-session and --save-session save chat sessions; --tokens does not chat", kExitUsage);
+    }
     if (!demo && can_chat && !flags.Bool("tokens")) return run_chat();
-    if (!can_chat && (flags.Has("prompt") || flags.Bool("interactive"))) {
+    if (!can_chat && (flags.Has("prompt") || flags.Bool("interactive") || flags.Has("load-session") ||
+                      flags.Has("save-session"))) {
       return Fail(cmd, absl::StrCat(dir, " has no tokenizer and chat template: cannot chat"), kExitUsage);
     }
 

@@ -46,6 +46,7 @@ class CpuExecutor final : public Model {
   Status Forward(std::span<const int32_t> tokens, SequenceState& state, float* logits,
                  bool all_logits) const override;
   int64_t EffectiveAttendedTokens(const SequenceState& state, int64_t new_tokens) const override;
+  std::string SavedStateLayout() const override { return layout_->Describe(); }
 
  private:
   void FillInfo();

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+
 namespace strata::exec {
 
 CpuStateLayout::CpuStateLayout(std::vector<StateRegion> r)
@@ -16,6 +18,14 @@ CpuStateLayout::CpuStateLayout(std::vector<StateRegion> r)
       fixed_bytes += static_cast<uint64_t>(regions[i].floats) * sizeof(float);
     }
   }
+}
+
+std::string CpuStateLayout::Describe() const {
+  std::string d = absl::StrCat("cpu.v1;block=", kStateBlockRows);
+  for (const StateRegion& r : regions) {
+    absl::StrAppend(&d, ";", r.per_token ? "rows" : "fixed", ":f32x", r.floats);
+  }
+  return d;
 }
 
 CpuSequenceState::CpuSequenceState(const Model* owner, const CpuStateLayout* layout,
@@ -70,6 +80,69 @@ StateFootprint CpuSequenceState::footprint() const {
   f.block_bytes = pool_->block_bytes();
   f.own_bytes += (block_ids_.size() - full) * f.block_bytes;
   return f;
+}
+
+Status CpuSequenceState::SaveContents(std::vector<uint8_t>* out) const {
+  const auto put = [out](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out->insert(out->end(), b, b + n);
+  };
+  const uint64_t tokens = static_cast<uint64_t>(tokens_);
+  put(&tokens, sizeof(tokens));
+  for (size_t i = 0; i < fixed_.size(); ++i) {
+    const StateRegion& r = layout_->regions[i];
+    if (!r.per_token) {
+      put(fixed_[i].data(), fixed_[i].size() * sizeof(float));
+      continue;
+    }
+    for (int64_t t = 0; t < tokens_; ++t) {
+      put(block_data_[static_cast<size_t>(t >> kStateBlockShift)] + layout_->block_offset[i] +
+              (t & (kStateBlockRows - 1)) * r.floats,
+          static_cast<size_t>(r.floats) * sizeof(float));
+    }
+  }
+  return OkStatus();
+}
+
+Status CpuSequenceState::LoadContents(std::span<const uint8_t> bytes) {
+  if (tokens_ != 0) return absl::FailedPreconditionError("LoadContents: the state is not empty");
+  uint64_t tokens = 0;
+  if (bytes.size() < sizeof(tokens)) {
+    return absl::DataLossError(
+        absl::StrCat("state contents: ", bytes.size(), " bytes, too short for the token count"));
+  }
+  std::memcpy(&tokens, bytes.data(), sizeof(tokens));
+  if (tokens > static_cast<uint64_t>(max_tokens_)) {
+    return absl::OutOfRangeError(absl::StrCat("state contents hold ", tokens,
+                                              " tokens; the state holds at most ", max_tokens_));
+  }
+  uint64_t want = sizeof(tokens);
+  for (const StateRegion& r : layout_->regions) {
+    want += static_cast<uint64_t>(r.floats) * sizeof(float) * (r.per_token ? tokens : 1);
+  }
+  if (bytes.size() != want) {
+    return absl::DataLossError(absl::StrCat("state contents: ", bytes.size(), " bytes, but ", tokens,
+                                            " tokens of this layout take ", want));
+  }
+  const int64_t T = static_cast<int64_t>(tokens);
+  ReserveRows(T);
+  size_t at = sizeof(tokens);
+  for (size_t i = 0; i < fixed_.size(); ++i) {
+    const StateRegion& r = layout_->regions[i];
+    const size_t row_bytes = static_cast<size_t>(r.floats) * sizeof(float);
+    if (!r.per_token) {
+      std::memcpy(fixed_[i].data(), bytes.data() + at, row_bytes);
+      at += row_bytes;
+      continue;
+    }
+    for (int64_t t = 0; t < T; ++t, at += row_bytes) {
+      std::memcpy(block_data_[static_cast<size_t>(t >> kStateBlockShift)] +
+                      layout_->block_offset[i] + (t & (kStateBlockRows - 1)) * r.floats,
+                  bytes.data() + at, row_bytes);
+    }
+  }
+  tokens_ = T;
+  return OkStatus();
 }
 
 void CpuSequenceState::ReserveRows(int64_t tokens) {

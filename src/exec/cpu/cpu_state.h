@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "exec/cpu/cpu_layer.h"
@@ -29,6 +31,10 @@ struct CpuStateLayout {
   std::vector<int64_t> block_offset;
   int64_t block_floats = 0;  // a block: kStateBlockRows rows of every per-token region
   uint64_t fixed_bytes = 0;
+
+  // What SaveContents writes, for Model::SavedStateLayout: the block size and
+  // each region's kind and fp32 count.
+  std::string Describe() const;
 };
 
 class CpuSequenceState final : public SequenceState {
@@ -44,6 +50,11 @@ class CpuSequenceState final : public SequenceState {
   void Reset() override;
   // The full blocks, shared; the fixed regions and a partial last block, own.
   StateFootprint footprint() const override;
+  // The token count (8 bytes, little-endian), then every region's fp32
+  // values in layout order: a per-token region's rows in token order, a
+  // fixed region whole.
+  Status SaveContents(std::vector<uint8_t>* out) const override;
+  Status LoadContents(std::span<const uint8_t> bytes) override;
 
   const Model* owner() const { return owner_; }
   int64_t max_tokens() const { return max_tokens_; }
