@@ -10,7 +10,8 @@
 # every architecture's parser), tokenizer_json, tokenizer_config (with its
 # chat template), tiktoken (rank files), jinja (chat-template parsing and
 # rendering under a budget), tool_call (the tool-call parsers), host_json
-# (JSON texts from the host) or session_file (saved sessions). A lone number is the seconds for the default.
+# (JSON texts from the host), session_file (saved sessions) or state_object
+# (the disk tier's objects). A lone number is the seconds for the default.
 # JOBS (default 2) is the build's parallelism; FUZZ_JOBS (default 1) the
 # number of fuzzing processes. tools/fuzz_all.sh runs every target.
 #

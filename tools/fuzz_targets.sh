@@ -4,7 +4,7 @@
 # longest input worth mutating (its largest seeds must fit, or libFuzzer
 # would cut them).
 STRATA_FUZZ_TARGETS=(safetensors_header safetensors_index config tokenizer_json tokenizer_config
-                     tiktoken jinja tool_call host_json session_file)
+                     tiktoken jinja tool_call host_json session_file state_object)
 
 # fuzz_corpus_of TARGET: the corpus directory name.
 fuzz_corpus_of() {

@@ -441,6 +441,14 @@ typedef struct strata_engine_params {
    *  - `sampling.on_device`: 1 (default): decode steps select tokens on the GPU where the model and the
    *    request's sampling allow (counted as `sampling.device_rows`, see strata_engine_get_stat()); 0: every
    *    row's logits are copied to the host sampler, to measure what device sampling saves. No effect on the CPU.
+   *  - `kv.disk_dir`: a directory for a disk tier under the prefix cache (created when missing; the path
+   *    cannot hold ',' or '='): every entry the prefix cache takes is also written there as a checksummed
+   *    state object named by the SHA-256 chain of its tokens under the model's fingerprint, and a request
+   *    whose prompt the cache does not cover looks there first, on the engine's I/O thread (the request
+   *    waits for its own lookup, the scheduler does not). Engines of other processes on the same directory
+   *    share the prefixes, exactly; an object that fails its checks is a miss (`kv_tiers.disk.*` stats).
+   *    Needs the prefix cache on (prefix_cache_bytes > 0) and a model on the CPU.
+   *  - `kv.disk_bytes`: the disk tier's capacity in bytes (default 8 GiB); least recently used objects go.
    *
    *  NULL or "" (default): all defaults. */
   const char *options;

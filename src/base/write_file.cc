@@ -26,7 +26,7 @@ struct TempFile {
 
 }  // namespace
 
-Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes) {
+Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes, bool durable) {
   static std::atomic<uint64_t> counter{0};
   const std::filesystem::path target(path);
   std::filesystem::path dir = target.parent_path();
@@ -45,7 +45,7 @@ Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> byt
     if (n <= 0) return FileErrorFromErrno(absl::StrCat("writing ", path));
     done += static_cast<size_t>(n);
   }
-  if (::fsync(tmp.fd) != 0) return FileErrorFromErrno(absl::StrCat("flushing ", path));
+  if (durable && ::fsync(tmp.fd) != 0) return FileErrorFromErrno(absl::StrCat("flushing ", path));
   if (::close(tmp.fd) != 0) {
     tmp.fd = -1;
     return FileErrorFromErrno(absl::StrCat("closing ", path));
@@ -58,6 +58,7 @@ Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> byt
   // The rename is durable once the directory's entry is on disk; a
   // directory that cannot be opened or flushed (some file systems) still
   // holds the complete file.
+  if (!durable) return OkStatus();
   if (const int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
     ::fsync(d);
     ::close(d);

@@ -11,12 +11,16 @@
 
 namespace strata {
 
-// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it
-// over `path` and fsyncs the directory, so the file survives a crash or power
-// loss once this returns. Errors name the path and the errno's meaning (a
+// Writes `bytes` to a temporary file beside `path` and renames it over
+// `path`. `durable` also fsyncs the file before the rename and the directory
+// after it, so the file survives a crash or power loss once this returns;
+// without it a crash may leave the old file, the new one, or (on some file
+// systems) an empty or partial one, which is for caches whose readers check
+// what they read. Errors name the path and the errno's meaning (a
 // missing directory, permissions, a full disk); the temporary file is removed
 // and `path` left as it was.
-Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes);
+Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes,
+                           bool durable = true);
 
 }  // namespace strata
 

@@ -1,6 +1,8 @@
 // Engine: submission checks, the continuous-batching scheduler and the event queue.
 #include "engine/engine.h"
 
+#include "memory/disk_tier.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -55,9 +57,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("metrics_interval_ms must be >= 1, got ", options.metrics_interval_ms));
   }
+  std::unique_ptr<PrefixStore> store;
+  if (!options.kv_disk_dir.empty()) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> disk,
+                            DiskTier::Open(options.kv_disk_dir, options.kv_disk_bytes));
+    store = std::make_unique<PrefixStore>(std::move(disk));
+  }
   // std::thread reports failure to start by throwing; the core answers with a value.
   try {
     std::unique_ptr<Engine> engine(new Engine(options));
+    engine->store_ = std::move(store);
     engine->scheduler_ = std::thread([e = engine.get()] { e->SchedulerLoop(); });
     engine->Log(LogLevel::kDebug, absl::StrCat("engine started with ", engine->pool_.num_threads(),
                                                " compute threads"));
@@ -91,7 +100,43 @@ void Engine::CacheSnapshot(Session& s) {
       if (!cache_.EvictOne(m)) break;  // pinned marks hold the rest
     }
   }
-  cache_.Insert(s.Snapshot());  // a null snapshot (no room) is not kept
+  KeepSnapshot(s.shared_model(), s.Snapshot());  // a null snapshot (no room) is not kept
+}
+
+void Engine::KeepSnapshot(const std::shared_ptr<const Model>& model,
+                          std::shared_ptr<const StateSnapshot> snap) {
+  if (snap == nullptr) return;
+  cache_.Insert(snap);
+  if (store_ == nullptr || !PrefixStore::Stores(*model)) return;
+  // The job keeps the model and the snapshot alive until it is written.
+  io_.Post([this, model, snap] {
+    if (Status st = store_->Publish(*snap); !st.ok()) {
+      Log(LogLevel::kWarning, absl::StrCat("disk tier: writing a prefix of ", snap->tokens.size(),
+                                           " tokens failed: ", st.message()));
+    }
+  });
+}
+
+void Engine::FetchFromDisk(const RequestPtr& r, std::vector<int32_t> target) {
+  Session& s = r->session();
+  std::shared_ptr<const Model> model = s.shared_model();
+  const int64_t context = s.max_context_tokens();
+  const int64_t evaluated = s.num_evaluated();
+  io_.Post([this, r, model, context, evaluated, target = std::move(target)] {
+    // What the memory cache has already need not be read again.
+    int64_t have = evaluated;
+    if (std::shared_ptr<const StateSnapshot> hit = cache_.Lookup(model.get(), context, target, have)) {
+      have = static_cast<int64_t>(hit->tokens.size());
+    }
+    if (std::shared_ptr<StateSnapshot> snap = store_->Fetch(*model, context, target, have)) {
+      Log(LogLevel::kDebug, absl::StrCat("request ", r->id(), ": ", snap->tokens.size(),
+                                         " prompt tokens from the disk tier"));
+      cache_.Insert(std::move(snap));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    r->fetching() = false;
+    work_cv_.notify_one();
+  });
 }
 
 EngineMetrics Engine::Metrics() const {
@@ -119,6 +164,7 @@ EngineMetrics Engine::Metrics() const {
   m.prefix_cache_bytes = cache_.bytes();
   m.prefix_cache_entries = cache_.entries();
   m.prefix_cache_slot_evictions = cache_slot_evictions_.load(std::memory_order_relaxed);
+  if (store_ != nullptr) m.kv_disk = store_->stats();
   m.device_sampled_rows = device_sampled_rows_.load(std::memory_order_relaxed);
   m.device_first_tokens = device_first_tokens_.load(std::memory_order_relaxed);
   m.steps_with_prefill = steps_with_prefill_.load(std::memory_order_relaxed);
@@ -229,6 +275,15 @@ StatusOr<std::shared_ptr<Request>> Engine::Enqueue(Session& session, std::vector
   auto request = std::make_shared<Request>(next_id_++, &session, std::move(prompt), std::move(params), tag,
                                            private_events, std::move(chat));
   session.BeginRequest(request.get());  // its state now counts against the memory budget
+  // A prompt the session's own state does not cover may be on disk.
+  if (store_ != nullptr && cache_.enabled() && PrefixStore::Stores(session.model())) {
+    std::vector<int32_t> target = request->chat() != nullptr ? request->prompt() : session.tokens();
+    if (request->chat() == nullptr) target.insert(target.end(), request->prompt().begin(), request->prompt().end());
+    if (static_cast<int64_t>(target.size()) > session.num_evaluated() + 1) {
+      request->fetching() = true;
+      FetchFromDisk(request, std::move(target));
+    }
+  }
   queue_.push_back(request);
   work_cv_.notify_one();
   return request;
@@ -251,6 +306,8 @@ bool Engine::Eligible(const Request& r) const {
   // in, even when cancelled: finishing it meanwhile would touch the
   // conversation the render reads.
   if (r.runner().state() == RequestRunner::State::kRendering) return r.rendered_round().has_value();
+  // Its disk lookup may insert into the cache its prefill reads first.
+  if (r.fetching()) return false;
   if (stop_ || r.delivery().detached || r.cancel_reason() != FinishReason::kNone) return true;
   if (r.chat() != nullptr && r.chat()->wait_state() == ChatTurn::Wait::kBlocked) return false;
   return r.delivery().pending_events < options_.max_pending_token_events;

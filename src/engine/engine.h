@@ -38,6 +38,7 @@
 #include "engine/worker_thread.h"
 #include "memory/memory_ledger.h"
 #include "memory/prefix_cache.h"
+#include "memory/prefix_store.h"
 
 namespace strata {
 
@@ -81,6 +82,15 @@ struct EngineOptions {
   // Block size of the prefix cache's chained hashes; a prefill snapshots its
   // state at the last block boundary of its prompt. >= 1.
   int32_t prefix_block_tokens = 64;
+  // A disk tier under the prefix cache (empty: none): every entry the cache
+  // takes is also written there as a state object (memory/prefix_store.h),
+  // and a request whose prompt the cache cannot cover looks there before it
+  // runs, so engines in other processes on the same directory, and the next
+  // run of this one, restore the prefixes exactly. Reads and writes run on
+  // the engine's I/O thread, never the scheduler's; a request waits for its
+  // own lookup. Only models whose states can be saved (the CPU's) use it.
+  std::string kv_disk_dir;
+  uint64_t kv_disk_bytes = uint64_t{8} << 30;  // the directory's capacity, > 0
   // Called every metrics_interval_ms on the scheduler thread (keep it short).
   std::function<void(const EngineMetrics&)> metrics_callback;
   int64_t metrics_interval_ms = 1000;
@@ -176,6 +186,10 @@ class Engine {
   // Serving metrics now.
   EngineMetrics Metrics() const;
   PrefixCache& prefix_cache() { return cache_; }
+  // Keeps `snap` (a snapshot of `model`'s state) in the prefix cache, and
+  // in the disk tier when there is one (written on the I/O thread).
+  void KeepSnapshot(const std::shared_ptr<const Model>& model,
+                    std::shared_ptr<const StateSnapshot> snap);
   const EngineOptions& options() const { return options_; }
   // The byte counters of sequence state; each session holds an account in it.
   MemoryLedger& ledger() { return ledger_; }
@@ -279,6 +293,10 @@ class Engine {
   // Puts a checkpoint of `s` in the prefix cache (none when there is no room
   // for its copy).
   void CacheSnapshot(Session& s);
+  // Posts `r`'s lookup of `target` (its whole prompt after the history) in
+  // the disk tier to the I/O thread, which puts what it finds in the prefix
+  // cache and clears r->fetching() (set by the caller, under mu_).
+  void FetchFromDisk(const RequestPtr& r, std::vector<int32_t> target);
   // Session::SwapIn, evicting prefix-cache snapshots of the session's model
   // while its pools have no room; false: the request keeps waiting.
   bool SwapInSession(Session& s);
@@ -331,7 +349,10 @@ class Engine {
   std::atomic<int64_t> iterations_{0}, schedule_ns_{0}, prefill_ns_{0}, decode_ns_{0}, sample_ns_{0},
       emit_ns_{0};
   std::chrono::steady_clock::time_point next_report_{};  // scheduler thread
+  std::unique_ptr<PrefixStore> store_;  // the disk tier; null without one
   WorkerThread renderer_;  // chat rounds' renders; joined after the scheduler
+  // The store's reads and writes; joined (its queue run) before the store goes.
+  WorkerThread io_;
   std::thread scheduler_;
 };
 

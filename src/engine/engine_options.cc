@@ -1,4 +1,4 @@
-// The engine's option string: scheduler and sampling knobs reachable from the C ABI
+// The engine's option string: scheduler, sampling and tier knobs reachable from the C ABI
 // without freezing them into strata_engine_params.
 #include <limits>
 
@@ -16,13 +16,20 @@ Status ApplyEngineOptionString(absl::string_view text, absl::string_view what, E
       STRATA_ASSIGN_OR_RETURN(next.prefill_chunk_tokens, KeyValueInt(item, what, 0, kMax));
     } else if (item.key == "scheduler.prefill_tokens_while_decoding") {
       STRATA_ASSIGN_OR_RETURN(next.prefill_tokens_while_decoding, KeyValueInt(item, what, 0, kMax));
+    } else if (item.key == "kv.disk_dir") {
+      next.kv_disk_dir = item.value;
+    } else if (item.key == "kv.disk_bytes") {
+      STRATA_ASSIGN_OR_RETURN(const int64_t bytes,
+                              KeyValueInt(item, what, 1, std::numeric_limits<int64_t>::max()));
+      next.kv_disk_bytes = static_cast<uint64_t>(bytes);
     } else if (item.key == "sampling.on_device") {
       STRATA_ASSIGN_OR_RETURN(const int64_t on, KeyValueInt(item, what, 0, 1));
       next.device_sampling = on != 0;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": unknown key '", item.key,
-          "' (known: scheduler.prefill_chunk_tokens, scheduler.prefill_tokens_while_decoding, sampling.on_device)"));
+          "' (known: scheduler.prefill_chunk_tokens, scheduler.prefill_tokens_while_decoding, sampling.on_device, "
+          "kv.disk_dir, kv.disk_bytes)"));
     }
   }
   *options = next;

@@ -11,6 +11,8 @@
 #include <span>
 #include <vector>
 
+#include "memory/prefix_store.h"
+
 namespace strata {
 
 // Percentiles of one latency, in milliseconds, over the last
@@ -51,6 +53,9 @@ struct EngineMetrics {
   // come back to the device (snapshots hold no sequence slot, but may hold
   // the cache blocks it needs).
   int64_t prefix_cache_slot_evictions = 0;
+  // The disk tier under the prefix cache (EngineOptions::kv_disk_dir);
+  // zeros without one.
+  TierStats kv_disk;
   // Decode rows whose token was selected by DecodeBatchSample (on the
   // device) vs from logits copied to the host (penalties, min-p, CPU).
   int64_t device_sampled_rows = 0;

@@ -110,6 +110,10 @@ class Request {
   const Delivery& delivery() const { return delivery_; }
   // Chat: the next round's rendering, made off the scheduler thread, once
   // it is in; guarded by the engine's mutex.
+  // A lookup in the engine's disk tier runs for this request (guarded by
+  // the engine's mutex): it waits for it before it is scheduled.
+  bool& fetching() { return fetching_; }
+  bool fetching() const { return fetching_; }
   std::optional<StatusOr<std::vector<int32_t>>>& rendered_round() { return rendered_round_; }
   const std::optional<StatusOr<std::vector<int32_t>>>& rendered_round() const { return rendered_round_; }
   // Adds a generated token; returns how many there are now.
@@ -130,6 +134,7 @@ class Request {
   RequestRunner runner_;
   Delivery delivery_;
   std::optional<StatusOr<std::vector<int32_t>>> rendered_round_;
+  bool fetching_ = false;
 
   mutable std::mutex mu_;
   bool finished_ = false;                     // guarded by mu_

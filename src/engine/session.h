@@ -129,6 +129,7 @@ class Session {
   int64_t max_context_tokens() const { return max_context_; }
   int32_t vocab_size() const { return model_->info().vocab_size; }
   const Model& model() const { return *model_; }
+  const std::shared_ptr<const Model>& shared_model() const { return model_; }
   Engine& engine() const { return *engine_; }
   bool busy() const { return busy_.load(std::memory_order_acquire); }
   bool failed() const { return failed_; }

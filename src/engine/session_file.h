@@ -1,16 +1,11 @@
 // The saved-session format: what strata_session_save writes and
 // strata_session_load reads, to a file or a memory buffer.
 //
-//   offset 0   8 bytes   magic "STRATASN"
-//          8   u32       format version (kSessionFormatVersion)
-//         12   u32       0 (reserved)
-//         16   u64       body length
-//         24   32 bytes  SHA-256 of the body
-//         56   body      the model fingerprint, then the session
-//
-// Integers are little-endian; strings and arrays carry a u64 length. The
-// checksum is verified before the body is parsed, and the fingerprint before
-// the session, so a truncated, corrupted, foreign or stale file is refused
+// The envelope of base/sealed_bytes.h (magic "STRATASN", version
+// kSessionFormatVersion), then a body of base/byte_codec.h's encoding: the
+// model fingerprint (memory/fingerprint.h), then the session. The checksum is
+// verified before the body is parsed, and the fingerprint before the session
+// is used, so a truncated, corrupted, foreign or stale file is refused
 // with a message naming the offset or the field that differs, and nothing
 // in it is used.
 #ifndef STRATA_ENGINE_SESSION_FILE_H_
@@ -23,23 +18,11 @@
 #include <vector>
 
 #include "base/status.h"
+#include "memory/fingerprint.h"
 
 namespace strata {
 
-class Model;
-
 inline constexpr uint32_t kSessionFormatVersion = 1;
-
-// What a saved state must match to be loaded: the model computes the same
-// function (architecture and weights digest) and lays its state out the same.
-struct ModelFingerprint {
-  std::string architecture;
-  std::string weights_digest;
-  std::string state_layout;
-  int64_t vocab_size = 0;
-};
-// (Defined with Session::Save, engine/session_save.cc.)
-ModelFingerprint FingerprintOf(const Model& model);
 
 // A state frozen at `tokens` (a mark, the turn checkpoint).
 struct SavedPoint {

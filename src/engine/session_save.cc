@@ -72,11 +72,6 @@ Status LoadConversation(const SessionImage& im, const std::string& source, Conve
 
 }  // namespace
 
-ModelFingerprint FingerprintOf(const Model& model) {
-  const ModelInfo& info = model.info();
-  return {info.architecture, info.weights_digest, model.SavedStateLayout(), info.vocab_size};
-}
-
 StatusOr<std::vector<uint8_t>> Session::Save() const {
   STRATA_RETURN_IF_ERROR(CheckIdle());
   if (swapped_ || state_->on_host()) {
@@ -189,7 +184,7 @@ StatusOr<std::unique_ptr<Session>> Session::Load(Engine* engine, std::shared_ptr
     STRATA_RETURN_IF_ERROR(LoadConversation(im, source, *s->conversation_));
   }
   for (const auto& [id, m] : s->marks_) {
-    if (!m.snap->tokens.empty()) engine->prefix_cache().Insert(m.snap);
+    if (!m.snap->tokens.empty()) engine->KeepSnapshot(model, m.snap);
   }
   s->UpdateAccounting();
   return s;

@@ -20,6 +20,7 @@
 #include "safetensors_header_check.h"
 #include "safetensors_index_check.h"
 #include "session_file_check.h"
+#include "state_object_check.h"
 #include "tiktoken_check.h"
 #include "tokenizer_config_check.h"
 #include "tokenizer_json_check.h"
@@ -140,6 +141,13 @@ TEST(FuzzCorpusReplay, SavedSessionsRoundTripOrFailCleanly) {
                                                      [](const auto& r) { return r.accepted; });
   EXPECT_GE(seeds.first, 3);
   EXPECT_GE(seeds.second, 5);
+}
+
+TEST(FuzzCorpusReplay, StateObjectsRoundTripOrFailCleanly) {
+  const auto seeds = Replay<fuzz::StateObjectResult>("state_object", fuzz::CheckStateObject,
+                                                     [](const auto& r) { return r.accepted; });
+  EXPECT_GE(seeds.first, 2);
+  EXPECT_GE(seeds.second, 4);
 }
 
 TEST(FuzzCorpusReplay, KnownGoodSeedsHaveTheExpectedTables) {

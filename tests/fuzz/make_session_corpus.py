@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the hand-made seeds of the saved-session fuzzer (tests/fuzz/corpus/
-session_file): bodies of the format in src/engine/session_file.h, ok_* ones
-DecodeSessionBody must accept and bad_* ones it must refuse."""
+"""Writes the hand-made seeds of the saved-session and state-object fuzzers
+(tests/fuzz/corpus/session_file and state_object): bodies of the formats in
+src/engine/session_file.h and src/memory/state_object.h, ok_* ones the body
+parsers must accept and bad_* ones they must refuse."""
 import os
 import struct
 import sys
@@ -35,10 +36,35 @@ def body(tokens=(), evaluated=0, logits=(), state=b"\0" * 8, conv=0, messages="[
     return out + trailer
 
 
-def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus",
-                                                             "session_file")
+def fingerprint():
+    return s("kimi_linear") + s("ab" * 32) + s("cpu.v1;block=64;rows:f32x4") + u64(16)
+
+
+def obj(tokens=(1, 2, 3), first=0, context=64, logits=(), state=b"\0" * 8, key=b"\1" * 32, trailer=b""):
+    return (fingerprint() + key + u64(first) + arr("i", tokens) + u64(context) + arr("f", logits) +
+            u64(len(state)) + state + trailer)
+
+
+def write(out, seeds):
     os.makedirs(out, exist_ok=True)
+    for name, data in seeds.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus")
+    write(os.path.join(root, "state_object"), {
+        "ok_small": obj(),
+        "ok_logits": obj(tokens=list(range(70)), context=128, logits=[0.5] * 16, state=b"\2" * 64),
+        "bad_truncated": obj()[:-5],
+        "bad_trailing_byte": obj(trailer=b"\0"),
+        "bad_first_token": obj(first=3),
+        "bad_context_below_tokens": obj(tokens=[1, 2, 3], context=2),
+        "bad_zero_context": obj(context=0),
+        "bad_short_key": fingerprint() + b"\1" * 10,
+    })
+    out = os.path.join(root, "session_file")
     logits = [0.5] * 16
     seeds = {
         "ok_empty": body(),
@@ -66,9 +92,7 @@ def main():
         "bad_huge_token_count": s("a") + s("b") + s("c") + u64(16) + u64(64) + u64(1 << 61),
         "bad_many_marks": body()[:-16] + u64(1 << 40) + u64(1),
     }
-    for name, data in seeds.items():
-        with open(os.path.join(out, name), "wb") as f:
-            f.write(data)
+    write(out, seeds)
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ void RunClosedLoop(const api::Engine& engine, const api::Model& model,
 const std::vector<std::string> kCommonValueFlags = {
     "model", "preset", "device", "load-format", "threads", "concurrency", "prefill-chunk", "prefill-while-decoding",
     "max-batch", "max-sequences", "memory-budget", "prefix-cache-bytes", "prefix-block", "temperature", "top-k",
-    "top-p", "seed"};
+    "top-p", "seed", "kv-disk", "kv-disk-bytes"};
 const std::vector<std::string> kCommonBoolFlags = {"help", "no-prefix-cache", "verbose", "host-sampling",
                                                    "batch-invariant"};
 
@@ -111,6 +111,9 @@ constexpr char kCommonHelp[] =
     "  --no-prefix-cache         turn the prefix cache off\n"
     "  --prefix-cache-bytes N    prefix-cache capacity (default 256 MiB)\n"
     "  --prefix-block N          prefix-cache block size in tokens (default 64)\n"
+    "  --kv-disk DIR             a disk tier under the prefix cache: entries are written to DIR and\n"
+    "                            prompts the cache misses are looked up there (shared by processes)\n"
+    "  --kv-disk-bytes N         the disk tier's capacity (default 8 GiB)\n"
     "  --temperature T           0 = greedy (default 0); --top-k K --top-p P --seed S\n"
     "  --threads N               compute threads (default: one per core)\n"
     "  --host-sampling           copy every decode row's logits to the host sampler even where the\n"
@@ -181,6 +184,18 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
   if (*chunk > 0) options.push_back(absl::StrCat("scheduler.prefill_chunk_tokens=", *chunk));
   if (*while_decoding > 0) options.push_back(absl::StrCat("scheduler.prefill_tokens_while_decoding=", *while_decoding));
   if (flags.Bool("host-sampling")) options.push_back("sampling.on_device=0");
+  if (flags.Has("kv-disk")) {
+    const std::string dir = flags.String("kv-disk", "");
+    if (dir.empty() || dir.find_first_of(",=") != std::string::npos) {
+      return Fail(cmd, "--kv-disk needs a directory whose path has no ',' or '='", kExitUsage);
+    }
+    options.push_back(absl::StrCat("kv.disk_dir=", dir));
+  }
+  if (flags.Has("kv-disk-bytes")) {
+    auto bytes = flags.Int("kv-disk-bytes", 0, 1, std::numeric_limits<int64_t>::max());
+    if (!bytes.ok()) return Fail(cmd, bytes.status(), kExitUsage);
+    options.push_back(absl::StrCat("kv.disk_bytes=", *bytes));
+  }
   s->options = absl::StrJoin(options, ",");
   api::EngineParams ep = api::EngineParams()
                              .Threads(static_cast<int32_t>(*threads))
@@ -311,9 +326,12 @@ int RunGenerateBatch(int argc, char** argv) {
 // The engine counters a bench-serve run reports: the stable metrics plus the
 // diagnostics that are named statistics (strata_engine_get_stat).
 constexpr const char* kPhases[] = {"schedule", "prefill", "decode", "sample", "emit"};
+constexpr const char* kDiskStats[] = {"hit_tokens", "rejected_objects", "errors", "objects_written",
+                                      "bytes_written", "bytes_read"};
 struct Counters {
   strata_metrics m;
   double slot_evictions, device_rows, host_rows, iterations;
+  double disk[std::size(kDiskStats)];
   double phase_ms[std::size(kPhases)];
 };
 
@@ -325,6 +343,7 @@ Counters ReadCounters(const api::Engine& engine) {
   c.device_rows = stat("sampling.device_rows");
   c.host_rows = stat("sampling.host_rows");
   c.iterations = stat("scheduler.iterations");
+  for (size_t i = 0; i < std::size(kDiskStats); ++i) c.disk[i] = stat(absl::StrCat("kv_tiers.disk.", kDiskStats[i]));
   for (size_t i = 0; i < std::size(kPhases); ++i) c.phase_ms[i] = stat(absl::StrCat("scheduler.", kPhases[i], "_ms"));
   return c;
 }
@@ -408,6 +427,9 @@ nlohmann::ordered_json BenchServeOnce(Setup& s, int64_t L, int64_t M, int64_t R,
   j["prefix_cache_slot_evictions"] = delta(after.slot_evictions, before.slot_evictions);
   j["device_sampled_rows"] = delta(after.device_rows, before.device_rows);
   j["host_sampled_rows"] = delta(after.host_rows, before.host_rows);
+  nlohmann::ordered_json disk;
+  for (size_t i = 0; i < std::size(kDiskStats); ++i) disk[kDiskStats[i]] = delta(after.disk[i], before.disk[i]);
+  j["kv_tiers"]["disk"] = disk;
   // Where the scheduler thread's time went; per decode step it compares
   // with the raw DecodeBatch step of `strata bench` at the same batch.
   const double steps = static_cast<double>(std::max<int64_t>(1, steps_i));
