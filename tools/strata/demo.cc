@@ -45,7 +45,9 @@ constexpr char kRunHelp[] =
     "  --demo-dir DIR   where to write the random demo model (default: the user cache directory)\n"
     "  --load-session FILE  chat: continue the conversation saved in FILE (history, state, marks);\n"
     "                   --system is then not added again\n"
-    "  --save-session FILE  chat: save the conversation to FILE when the chat ends\n";
+    "  --save-session FILE  chat: save the conversation to FILE when the chat ends\n"
+    "  --kv-disk DIR    a disk tier under the prefix cache (shared by processes; see strata bench serve)\n"
+    "  --kv-disk-bytes N  its capacity (default 8 GiB)\n";
 
 }  // namespace
 
@@ -53,7 +55,7 @@ int RunDemo(int argc, char** argv) {
   const std::string cmd = "run";
   Flags flags(cmd,
               {"prompt-len", "max-new", "threads", "seed", "model", "demo-dir", "temperature", "sample-seed", "prompt",
-               "system", "load-session", "save-session"},
+               "system", "load-session", "save-session", "kv-disk", "kv-disk-bytes"},
               {"help", "interactive", "tokens", "no-think", "random"});
   if (Status st = flags.Parse(argc, argv, 2); !st.ok()) return Fail(cmd, st, kExitUsage);
   if (flags.Bool("help")) {
@@ -93,8 +95,21 @@ int RunDemo(int argc, char** argv) {
                 static_cast<long long>(*seed));
   }
 
+  // A disk tier needs the prefix cache above it (off by default in the C ABI).
+  std::string engine_options;
+  api::EngineParams ep = api::EngineParams().Threads(static_cast<int32_t>(*threads));
+  if (flags.Has("kv-disk")) {
+    const std::string kv = flags.String("kv-disk", "");
+    if (kv.empty() || kv.find_first_of(",=") != std::string::npos) {
+      return Fail(cmd, "--kv-disk needs a directory whose path has no ',' or '='", kExitUsage);
+    }
+    auto bytes = flags.Int("kv-disk-bytes", int64_t{8} << 30, 1, std::numeric_limits<int64_t>::max());
+    if (!bytes.ok()) return Fail(cmd, bytes.status(), kExitUsage);
+    engine_options = absl::StrCat("kv.disk_dir=", kv, ",kv.disk_bytes=", *bytes);
+    ep.PrefixCache(uint64_t{256} << 20, 64).Options(engine_options.c_str());
+  }
   try {
-    const api::Engine engine(api::EngineParams().Threads(static_cast<int32_t>(*threads)));
+    const api::Engine engine(ep);
     const auto load_t0 = std::chrono::steady_clock::now();
     const api::Model model = LoadModel(cmd, engine, dir, DeviceFlag::kCpu, api::ModelParams());
     const double load_s = SecondsSince(load_t0);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -19,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "cli.h"
 #include "jsonl.h"
 
@@ -91,7 +93,7 @@ void RunClosedLoop(const api::Engine& engine, const api::Model& model,
 const std::vector<std::string> kCommonValueFlags = {
     "model", "preset", "device", "load-format", "threads", "concurrency", "prefill-chunk", "prefill-while-decoding",
     "max-batch", "max-sequences", "memory-budget", "prefix-cache-bytes", "prefix-block", "temperature", "top-k",
-    "top-p", "seed", "kv-disk", "kv-disk-bytes"};
+    "top-p", "seed", "kv-disk", "kv-disk-bytes", "stats-json"};
 const std::vector<std::string> kCommonBoolFlags = {"help", "no-prefix-cache", "verbose", "host-sampling",
                                                    "batch-invariant"};
 
@@ -114,6 +116,8 @@ constexpr char kCommonHelp[] =
     "  --kv-disk DIR             a disk tier under the prefix cache: entries are written to DIR and\n"
     "                            prompts the cache misses are looked up there (shared by processes)\n"
     "  --kv-disk-bytes N         the disk tier's capacity (default 8 GiB)\n"
+    "  --stats-json FILE         at exit, every statistic of the engine as JSON, nested at the dots\n"
+    "                            (e.g. kv_tiers.disk.hit_tokens)\n"
     "  --temperature T           0 = greedy (default 0); --top-k K --top-p P --seed S\n"
     "  --threads N               compute threads (default: one per core)\n"
     "  --host-sampling           copy every decode row's logits to the host sampler even where the\n"
@@ -122,6 +126,31 @@ constexpr char kCommonHelp[] =
     "                            alone or batched, for any prefill chunk, with or without the prefix\n"
     "                            cache (slower; the CPU always is)\n"
     "  --verbose                 also print where the scheduler's time went (phases per iteration)\n";
+
+// --stats-json FILE: every named statistic (strata_engine_list_stats),
+// nested at the dots of its name.
+int WriteStatsJson(const std::string& cmd, const api::Engine& engine, const std::string& path) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  try {
+    for (size_t i = 0;; ++i) {
+      const char* name = nullptr;
+      if (strata_engine_list_stats(engine.get(), i, &name) != STRATA_OK || name == nullptr) break;
+      nlohmann::ordered_json* at = &j;
+      for (absl::string_view part : absl::StrSplit(name, '.')) {
+        if (!at->is_object() && !at->is_null()) break;
+        at = &(*at)[std::string(part)];
+      }
+      if (at->is_null()) *at = engine.Stat(name).value_or(0.0);
+    }
+  } catch (const api::Error& e) {
+    return Fail(cmd, e, ExitCodeFor(e));
+  }
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  out.close();
+  if (!out) return Fail(cmd, absl::StrCat("--stats-json: cannot write ", path), kExitFailure);
+  return kExitOk;
+}
 
 struct Setup {
   std::string options;  // strata_engine_params.options
@@ -320,6 +349,9 @@ int RunGenerateBatch(int argc, char** argv) {
                out.size(), static_cast<long long>(generated), wall, generated / std::max(wall, 1e-9),
                static_cast<long long>(m.prefix_hit_tokens), static_cast<long long>(m.prefix_lookup_tokens),
                static_cast<long long>(m.preemptions));
+  if (flags.Has("stats-json")) {
+    if (int rc = WriteStatsJson(cmd, *s.engine, flags.String("stats-json", "")); rc != kExitOk) return rc;
+  }
   return failures == 0 ? kExitOk : kExitFailure;
 }
 
@@ -582,6 +614,9 @@ int RunBenchServe(int argc, char** argv) {
                   j["ttft_ms"]["p50"].get<double>(), j["ttft_ms"]["p99"].get<double>(),
                   j["mean_decode_batch"].get<double>());
     }
+  }
+  if (flags.Has("stats-json")) {
+    if (int rc = WriteStatsJson(cmd, *s.engine, flags.String("stats-json", "")); rc != kExitOk) return rc;
   }
   return failed_total == 0 ? kExitOk : kExitFailure;
 }
