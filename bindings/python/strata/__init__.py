@@ -26,6 +26,8 @@ STRATA_ERR_OUT_OF_RANGE = 4
 STRATA_ERR_FAILED_PRECONDITION = 5
 STRATA_ERR_UNAVAILABLE = 7
 STRATA_ERR_CANCELLED = 8
+STRATA_ERR_UNSUPPORTED = 10
+STRATA_ERR_DATA_LOSS = 11
 STRATA_ERR_MISUSE = 13
 
 # The ABI major this module mirrors; a library of another major has other layouts.
@@ -278,6 +280,10 @@ def _load_library(path=None):
         "strata_session_clear_tools": ([_vp], st),
         "strata_chat_params_init_sized": ([P(_ChatParams), sz], st),
         "strata_session_chat": ([_vp, P(_RequestParams), P(_ChatParams), P(i32)], st),
+        "strata_session_save": ([_vp, cp], st),
+        "strata_session_save_to_buffer": ([_vp, _vp, sz, P(sz)], st),
+        "strata_session_load": ([_vp, cp, P(_SessionParams), P(_vp)], st),
+        "strata_session_load_from_buffer": ([_vp, _vp, sz, P(_SessionParams), P(_vp)], st),
     }
     for name, (args, res) in sigs.items():
         try:
@@ -585,7 +591,7 @@ def _cancel_request(request, *_):
 class Session:
     """A conversation on a model. Generation and chat run on the calling thread; one thread at a time."""
 
-    def __init__(self, model, max_context_tokens=None):
+    def __init__(self, model, max_context_tokens=None, _make=None):
         params = _init(_SessionParams)
         _fill(params, dict(max_context_tokens=max_context_tokens), "session")
         self._model = model  # the model must outlive its sessions
@@ -594,7 +600,38 @@ class Session:
         self._tools = []
         self._errors = _CallbackError()
         self._h = ctypes.c_void_p()
-        _check(library().strata_session_create(model._h, ctypes.byref(params), ctypes.byref(self._h)))
+        make = _make or (lambda p, out: library().strata_session_create(model._h, p, out))
+        _check(make(ctypes.byref(params), ctypes.byref(self._h)))
+
+    def save(self, path):
+        """Saves the session to the file `path` (strata_session_save): history, logits, state, marks,
+        conversation and tool definitions; tool callbacks are not saved."""
+        _check(library().strata_session_save(self._h, _text(os.fspath(path))))
+
+    def to_bytes(self):
+        """The session in the saved-session format, as bytes (strata_session_save_to_buffer)."""
+        size = ctypes.c_size_t()
+        _check(library().strata_session_save_to_buffer(self._h, None, 0, ctypes.byref(size)))
+        buf = ctypes.create_string_buffer(size.value)
+        _check(library().strata_session_save_to_buffer(self._h, buf, size.value, ctypes.byref(size)))
+        return buf.raw[: size.value]
+
+    @classmethod
+    def load(cls, model, path, max_context_tokens=None):
+        """A session from a file `save` wrote (strata_session_load); its tools come back without callbacks:
+        add_tool with the same definition attaches one."""
+        name = _text(os.fspath(path))
+        return cls(model, max_context_tokens,
+                   _make=lambda p, out: library().strata_session_load(model._h, name, p, out))
+
+    @classmethod
+    def from_bytes(cls, model, data, max_context_tokens=None):
+        """A session from bytes `to_bytes` gave (strata_session_load_from_buffer)."""
+        data = bytes(data)
+        buf = ctypes.create_string_buffer(data, len(data))
+        return cls(model, max_context_tokens,
+                   _make=lambda p, out: library().strata_session_load_from_buffer(model._h, buf, len(data), p,
+                                                                                   out))
 
     def append(self, tokens):
         arr, n = _ids(tokens)

@@ -241,6 +241,38 @@ def test_model_and_generation(ctx):
 
 
 @test
+def test_saved_sessions(ctx):
+    import tempfile
+    engine = strata.Engine()
+    model = engine.load_model(ctx.model_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "s.session")
+        with model.session() as s:
+            s.generate(list(range(1, 80)), max_tokens=5)
+            s.save(path)
+            data = s.to_bytes()
+            want, _ = s.generate([7, 8, 9], max_tokens=6)
+            want_logits = s.logits()
+        check("to_bytes gives the saved-session format", data[:8] == b"STRATASN" and len(data) > 56)
+        for load in (lambda: strata.Session.load(model, path), lambda: strata.Session.from_bytes(model, data)):
+            with load() as t:
+                check("a loaded session has the saved history", t.num_tokens() == 84)
+                got, _ = t.generate([7, 8, 9], max_tokens=6)
+                check("a loaded session continues as the saved one", got == want and t.logits() == want_logits)
+        bad = bytearray(data)
+        bad[len(bad) // 2] ^= 0x40
+        e = raises(lambda: strata.Session.from_bytes(model, bytes(bad)), strata.StrataError)
+        check("damaged bytes raise DATA_LOSS naming the checksum",
+              e is not None and e.status == strata.STRATA_ERR_DATA_LOSS and "SHA-256" in e.message)
+        e = raises(lambda: strata.Session.load(model, os.path.join(tmp, "missing")), strata.StrataError)
+        check("a missing file raises NOT_FOUND", e is not None and e.status == strata.STRATA_ERR_NOT_FOUND)
+        e = raises(lambda: strata.Session.load(model, path, max_context_tokens=8), strata.StrataError)
+        check("a context too small raises OUT_OF_RANGE", e is not None and e.status == strata.STRATA_ERR_OUT_OF_RANGE)
+    model.close()
+    closes_cleanly(engine, "saved sessions")
+
+
+@test
 def test_engine_params_and_stats(ctx):
     e = raises(lambda: strata.Engine(options="scheduler.no_such_knob=1"), strata.StrataError)
     check("an unknown engine option is refused by name", e is not None
