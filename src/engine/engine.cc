@@ -58,6 +58,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
         absl::StrCat("metrics_interval_ms must be >= 1, got ", options.metrics_interval_ms));
   }
   std::unique_ptr<PrefixStore> store;
+  if (options.kv_disk_shutdown_ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_disk_shutdown_ms must be >= 0, got ", options.kv_disk_shutdown_ms));
+  }
   if (!options.kv_disk_dir.empty()) {
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> disk,
                             DiskTier::Open(options.kv_disk_dir, options.kv_disk_bytes));
@@ -110,6 +114,12 @@ void Engine::KeepSnapshot(const std::shared_ptr<const Model>& model,
   if (store_ == nullptr || !PrefixStore::Stores(*model)) return;
   // The job keeps the model and the snapshot alive until it is written.
   io_.Post([this, model, snap] {
+    const int64_t deadline = publish_deadline_ns_.load(std::memory_order_acquire);
+    if (deadline != 0 && std::chrono::steady_clock::now().time_since_epoch().count() > deadline) {
+      Log(LogLevel::kInfo, absl::StrCat("disk tier: shutting down; a prefix of ", snap->tokens.size(),
+                                        " tokens not written"));
+      return;
+    }
     if (Status st = store_->Publish(*snap); !st.ok()) {
       Log(LogLevel::kWarning, absl::StrCat("disk tier: writing a prefix of ", snap->tokens.size(),
                                            " tokens failed: ", st.message()));
@@ -187,6 +197,12 @@ Engine::~Engine() {
   }
   work_cv_.notify_all();
   if (scheduler_.joinable()) scheduler_.join();
+  // The I/O thread runs what is queued when it is destroyed; the writes
+  // among it stop at the deadline.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(std::max<int64_t>(0, options_.kv_disk_shutdown_ms));
+  publish_deadline_ns_.store(std::max<int64_t>(1, deadline.time_since_epoch().count()),
+                             std::memory_order_release);
 }
 
 void Engine::Log(LogLevel level, std::string_view message) const {

@@ -91,6 +91,10 @@ struct EngineOptions {
   // own lookup. Only models whose states can be saved (the CPU's) use it.
   std::string kv_disk_dir;
   uint64_t kv_disk_bytes = uint64_t{8} << 30;  // the directory's capacity, > 0
+  // How long the engine's destruction may spend writing the entries still
+  // queued for the disk tier (a short-lived process leaves its prefixes for
+  // the next one, within this bound); what is left then is not written.
+  int64_t kv_disk_shutdown_ms = 10000;
   // Called every metrics_interval_ms on the scheduler thread (keep it short).
   std::function<void(const EngineMetrics&)> metrics_callback;
   int64_t metrics_interval_ms = 1000;
@@ -350,6 +354,9 @@ class Engine {
       emit_ns_{0};
   std::chrono::steady_clock::time_point next_report_{};  // scheduler thread
   std::unique_ptr<PrefixStore> store_;  // the disk tier; null without one
+  // Set by the destructor: queued writes after it are dropped (nanoseconds
+  // of steady_clock; 0 while the engine runs).
+  std::atomic<int64_t> publish_deadline_ns_{0};
   WorkerThread renderer_;  // chat rounds' renders; joined after the scheduler
   // The store's reads and writes; joined (its queue run) before the store goes.
   WorkerThread io_;

@@ -156,6 +156,12 @@ TEST(KvDiskOptions, TheOptionStringSetsTheTierAndBadValuesAreRefused) {
   const Status zero = ApplyEngineOptionString("kv.disk_bytes=0", "options", &o);
   EXPECT_TRUE(absl::IsInvalidArgument(zero)) << zero;
   EXPECT_EQ(o.kv_disk_bytes, 4096u);  // unchanged on error
+  ASSERT_TRUE(ApplyEngineOptionString("kv.disk_shutdown_ms=0", "options", &o).ok());
+  EXPECT_EQ(o.kv_disk_shutdown_ms, 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(ApplyEngineOptionString("kv.disk_shutdown_ms=-1", "options", &o)));
+  EngineOptions negative;
+  negative.kv_disk_shutdown_ms = -5;
+  EXPECT_TRUE(absl::IsInvalidArgument(Engine::Create(negative).status()));
   // A file where the directory belongs fails the engine, naming it.
   const fs::path file = fs::temp_directory_path() / ("strata_kv_disk_file_" + std::to_string(::getpid()));
   std::ofstream(file) << "x";
