@@ -449,6 +449,8 @@ typedef struct strata_engine_params {
    *    share the prefixes, exactly; an object that fails its checks is a miss (`kv_tiers.disk.*` stats).
    *    Needs the prefix cache on (prefix_cache_bytes > 0) and a model on the CPU.
    *  - `kv.disk_bytes`: the disk tier's capacity in bytes (default 8 GiB); least recently used objects go.
+   *  - `kv.disk_policy`: `all` (default) writes every entry the prefix cache takes; `reused` only marks
+   *    and entries a later request hit (shared prompts go down, one-off tails do not).
    *  - `kv.disk_shutdown_ms`: how long strata_engine_destroy() may spend writing the entries still queued
    *    for the disk tier (default 10000); the rest are not written.
    *

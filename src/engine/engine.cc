@@ -108,9 +108,14 @@ void Engine::CacheSnapshot(Session& s) {
 }
 
 void Engine::KeepSnapshot(const std::shared_ptr<const Model>& model,
-                          std::shared_ptr<const StateSnapshot> snap) {
+                          std::shared_ptr<const StateSnapshot> snap, bool mark) {
   if (snap == nullptr) return;
   cache_.Insert(snap);
+  if (mark || options_.kv_disk_policy == EngineOptions::DiskPolicy::kAll) Publish(model, std::move(snap));
+}
+
+void Engine::Publish(const std::shared_ptr<const Model>& model,
+                     std::shared_ptr<const StateSnapshot> snap) {
   if (store_ == nullptr || !PrefixStore::Stores(*model)) return;
   // The job keeps the model and the snapshot alive until it is written.
   io_.Post([this, model, snap] {
@@ -517,6 +522,8 @@ Status Engine::BeginPrefill(Request& r) {
   if (hit != nullptr && hit->tokens.size() >= before) {
     if (s.Restore(*hit)) {
       prefix_hit_tokens_.fetch_add(static_cast<int64_t>(hit->tokens.size() - evaluated), std::memory_order_relaxed);
+      // Reused: the entry goes down now under either policy (a written one is not written again).
+      if (options_.kv_disk_policy == EngineOptions::DiskPolicy::kReused) Publish(s.shared_model(), hit);
       run.Fed(hit->tokens.size() - before);
       Log(LogLevel::kDebug, absl::StrCat("request ", r.id(), ": prefix cache hit of ", hit->tokens.size(),
                                          " tokens; evaluating ", target_len - hit->tokens.size()));

@@ -95,6 +95,12 @@ struct EngineOptions {
   // queued for the disk tier (a short-lived process leaves its prefixes for
   // the next one, within this bound); what is left then is not written.
   int64_t kv_disk_shutdown_ms = 10000;
+  // Which entries go down: kAll writes every entry the cache takes (the
+  // next process finds any prefix this one saw); kReused only marks and
+  // entries once a later request hit them (shared system prompts and
+  // documents go down, one-off prompt tails do not).
+  enum class DiskPolicy { kAll, kReused };
+  DiskPolicy kv_disk_policy = DiskPolicy::kAll;
   // Called every metrics_interval_ms on the scheduler thread (keep it short).
   std::function<void(const EngineMetrics&)> metrics_callback;
   int64_t metrics_interval_ms = 1000;
@@ -191,9 +197,10 @@ class Engine {
   EngineMetrics Metrics() const;
   PrefixCache& prefix_cache() { return cache_; }
   // Keeps `snap` (a snapshot of `model`'s state) in the prefix cache, and
-  // in the disk tier when there is one (written on the I/O thread).
+  // in the disk tier when there is one and its policy takes it (`mark`: a
+  // session's mark, which every policy writes).
   void KeepSnapshot(const std::shared_ptr<const Model>& model,
-                    std::shared_ptr<const StateSnapshot> snap);
+                    std::shared_ptr<const StateSnapshot> snap, bool mark = false);
   const EngineOptions& options() const { return options_; }
   // The byte counters of sequence state; each session holds an account in it.
   MemoryLedger& ledger() { return ledger_; }
@@ -301,6 +308,8 @@ class Engine {
   // the disk tier to the I/O thread, which puts what it finds in the prefix
   // cache and clears r->fetching() (set by the caller, under mu_).
   void FetchFromDisk(const RequestPtr& r, std::vector<int32_t> target);
+  // Writes `snap` to the disk tier on the I/O thread.
+  void Publish(const std::shared_ptr<const Model>& model, std::shared_ptr<const StateSnapshot> snap);
   // Session::SwapIn, evicting prefix-cache snapshots of the session's model
   // while its pools have no room; false: the request keeps waiting.
   bool SwapInSession(Session& s);

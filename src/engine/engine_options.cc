@@ -22,6 +22,15 @@ Status ApplyEngineOptionString(absl::string_view text, absl::string_view what, E
       STRATA_ASSIGN_OR_RETURN(const int64_t bytes,
                               KeyValueInt(item, what, 1, std::numeric_limits<int64_t>::max()));
       next.kv_disk_bytes = static_cast<uint64_t>(bytes);
+    } else if (item.key == "kv.disk_policy") {
+      if (item.value == "all") {
+        next.kv_disk_policy = EngineOptions::DiskPolicy::kAll;
+      } else if (item.value == "reused") {
+        next.kv_disk_policy = EngineOptions::DiskPolicy::kReused;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": kv.disk_policy is '", item.value, "' (all or reused)"));
+      }
     } else if (item.key == "kv.disk_shutdown_ms") {
       STRATA_ASSIGN_OR_RETURN(next.kv_disk_shutdown_ms,
                               KeyValueInt(item, what, 0, std::numeric_limits<int64_t>::max()));
@@ -32,7 +41,7 @@ Status ApplyEngineOptionString(absl::string_view text, absl::string_view what, E
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": unknown key '", item.key,
           "' (known: scheduler.prefill_chunk_tokens, scheduler.prefill_tokens_while_decoding, sampling.on_device, "
-          "kv.disk_dir, kv.disk_bytes, kv.disk_shutdown_ms)"));
+          "kv.disk_dir, kv.disk_bytes, kv.disk_policy, kv.disk_shutdown_ms)"));
     }
   }
   *options = next;

@@ -173,7 +173,7 @@ StatusOr<uint64_t> Session::Mark() {
   m.snap = Snapshot();
   if (m.snap == nullptr) return absl::ResourceExhaustedError("no room for another sequence state (mark)");
   m.messages = conversation_ != nullptr ? conversation_->messages().size() : 0;
-  if (evaluated_ > 0) engine_->KeepSnapshot(model_, m.snap);
+  if (evaluated_ > 0) engine_->KeepSnapshot(model_, m.snap, /*mark=*/true);
   const uint64_t id = next_mark_++;
   marks_.emplace(id, std::move(m));
   return id;

@@ -184,7 +184,7 @@ StatusOr<std::unique_ptr<Session>> Session::Load(Engine* engine, std::shared_ptr
     STRATA_RETURN_IF_ERROR(LoadConversation(im, source, *s->conversation_));
   }
   for (const auto& [id, m] : s->marks_) {
-    if (!m.snap->tokens.empty()) engine->KeepSnapshot(model, m.snap);
+    if (!m.snap->tokens.empty()) engine->KeepSnapshot(model, m.snap, /*mark=*/true);
   }
   s->UpdateAccounting();
   return s;

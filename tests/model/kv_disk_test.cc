@@ -2,7 +2,8 @@
 // every architecture: greedy outputs are the same with the tier on and off;
 // an engine that starts on a directory another engine filled (another load
 // of the model, as another process would) restores prefixes from it, with
-// the same outputs; and flipped, truncated, foreign (another model's,
+// the same outputs; the `reused` policy writes fewer objects that still
+// serve the next engine; and flipped, truncated, foreign (another model's,
 // filed under this model's keys) objects and a tier too small to take any
 // object leave the outputs the same, counted, without a crash.
 #include <gtest/gtest.h>
@@ -32,7 +33,8 @@ struct Served {
 // Three prompts, each alone on a fresh session of a fresh engine on `dir`
 // ("" for none): a 200-token prompt, one sharing its first 150 tokens, one
 // sharing its first 70.
-Served Serve(std::shared_ptr<const Model> model, const std::string& dir, uint64_t disk_bytes = 1 << 30) {
+Served Serve(std::shared_ptr<const Model> model, const std::string& dir, uint64_t disk_bytes = 1 << 30,
+             EngineOptions::DiskPolicy policy = EngineOptions::DiskPolicy::kAll) {
   const int32_t vocab = model->info().vocab_size;
   std::vector<int32_t> a = RandomTokens(200, vocab, 11);
   std::vector<int32_t> b(a.begin(), a.begin() + 150), c(a.begin(), a.begin() + 70);
@@ -42,6 +44,7 @@ Served Serve(std::shared_ptr<const Model> model, const std::string& dir, uint64_
   o.num_threads = 2;
   o.kv_disk_dir = dir;
   o.kv_disk_bytes = disk_bytes;
+  o.kv_disk_policy = policy;
   Served run;
   {
     auto e = Engine::Create(o);
@@ -141,6 +144,15 @@ TEST_P(KvDisk, SameOutputsAcrossEnginesAndFaults) {
   EXPECT_GT(foreign.disk.rejected_objects, 0);
   EXPECT_EQ(foreign.disk.hit_tokens, 0);
 
+  // Only what was reused goes down: fewer objects, and still hits for the next engine.
+  const Served reused = Serve(m, Dir("reused"), 1 << 30, EngineOptions::DiskPolicy::kReused);
+  EXPECT_EQ(reused.outputs, plain.outputs);
+  EXPECT_GT(reused.disk.objects_written, 0);
+  EXPECT_LT(reused.disk.objects_written, first.disk.objects_written);
+  const Served after_reused = Serve(m2, Dir("reused"), 1 << 30, EngineOptions::DiskPolicy::kReused);
+  EXPECT_EQ(after_reused.outputs, plain.outputs);
+  EXPECT_GE(after_reused.disk.hit_tokens, 64);
+
   // A tier too small for any object: every write fails, counted.
   const Served tiny = Serve(m, Dir("tiny"), 1000);
   EXPECT_EQ(tiny.outputs, plain.outputs);
@@ -156,7 +168,9 @@ TEST(KvDiskOptions, TheOptionStringSetsTheTierAndBadValuesAreRefused) {
   const Status zero = ApplyEngineOptionString("kv.disk_bytes=0", "options", &o);
   EXPECT_TRUE(absl::IsInvalidArgument(zero)) << zero;
   EXPECT_EQ(o.kv_disk_bytes, 4096u);  // unchanged on error
-  ASSERT_TRUE(ApplyEngineOptionString("kv.disk_shutdown_ms=0", "options", &o).ok());
+  ASSERT_TRUE(ApplyEngineOptionString("kv.disk_shutdown_ms=0,kv.disk_policy=reused", "options", &o).ok());
+  EXPECT_EQ(o.kv_disk_policy, EngineOptions::DiskPolicy::kReused);
+  EXPECT_TRUE(absl::IsInvalidArgument(ApplyEngineOptionString("kv.disk_policy=some", "options", &o)));
   EXPECT_EQ(o.kv_disk_shutdown_ms, 0);
   EXPECT_TRUE(absl::IsInvalidArgument(ApplyEngineOptionString("kv.disk_shutdown_ms=-1", "options", &o)));
   EngineOptions negative;

@@ -93,7 +93,7 @@ void RunClosedLoop(const api::Engine& engine, const api::Model& model,
 const std::vector<std::string> kCommonValueFlags = {
     "model", "preset", "device", "load-format", "threads", "concurrency", "prefill-chunk", "prefill-while-decoding",
     "max-batch", "max-sequences", "memory-budget", "prefix-cache-bytes", "prefix-block", "temperature", "top-k",
-    "top-p", "seed", "kv-disk", "kv-disk-bytes", "stats-json"};
+    "top-p", "seed", "kv-disk", "kv-disk-bytes", "kv-disk-policy", "stats-json"};
 const std::vector<std::string> kCommonBoolFlags = {"help", "no-prefix-cache", "verbose", "host-sampling",
                                                    "batch-invariant"};
 
@@ -116,6 +116,8 @@ constexpr char kCommonHelp[] =
     "  --kv-disk DIR             a disk tier under the prefix cache: entries are written to DIR and\n"
     "                            prompts the cache misses are looked up there (shared by processes)\n"
     "  --kv-disk-bytes N         the disk tier's capacity (default 8 GiB)\n"
+    "  --kv-disk-policy P        all (default: every cache entry goes down) or reused (marks and\n"
+    "                            entries a later request hit)\n"
     "  --stats-json FILE         at exit, every statistic of the engine as JSON, nested at the dots\n"
     "                            (e.g. kv_tiers.disk.hit_tokens)\n"
     "  --temperature T           0 = greedy (default 0); --top-k K --top-p P --seed S\n"
@@ -219,6 +221,9 @@ int SetUp(const std::string& cmd, const Flags& flags, int64_t max_context, Setup
       return Fail(cmd, "--kv-disk needs a directory whose path has no ',' or '='", kExitUsage);
     }
     options.push_back(absl::StrCat("kv.disk_dir=", dir));
+  }
+  if (flags.Has("kv-disk-policy")) {
+    options.push_back(absl::StrCat("kv.disk_policy=", flags.String("kv-disk-policy", "")));
   }
   if (flags.Has("kv-disk-bytes")) {
     auto bytes = flags.Int("kv-disk-bytes", 0, 1, std::numeric_limits<int64_t>::max());
