@@ -447,7 +447,8 @@ typedef struct strata_engine_params {
    *    whose prompt the cache does not cover looks there first, on the engine's I/O thread (the request
    *    waits for its own lookup, the scheduler does not). Engines of other processes on the same directory
    *    share the prefixes, exactly; an object that fails its checks is a miss (`kv_tiers.disk.*` stats).
-   *    Needs the prefix cache on (prefix_cache_bytes > 0) and a model on the CPU.
+   *    Needs the prefix cache on (prefix_cache_bytes > 0, else strata_engine_create() fails with
+   *    ::STRATA_ERR_INVALID_ARGUMENT) and serves models on the CPU.
    *  - `kv.disk_bytes`: the disk tier's capacity in bytes (default 8 GiB); least recently used objects go.
    *  - `kv.disk_policy`: `all` (default) writes every entry the prefix cache takes; `reused` only marks
    *    and entries a later request hit (shared prompts go down, one-off tails do not).

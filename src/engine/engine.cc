@@ -63,6 +63,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
         absl::StrCat("kv_disk_shutdown_ms must be >= 0, got ", options.kv_disk_shutdown_ms));
   }
   if (!options.kv_disk_dir.empty()) {
+    // The tier lives under the cache: without one nothing would reach it.
+    if (options.prefix_cache_bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kv.disk_dir ", options.kv_disk_dir,
+          " needs the prefix cache on (prefix_cache_bytes > 0): the disk tier lives under it"));
+    }
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> disk,
                             DiskTier::Open(options.kv_disk_dir, options.kv_disk_bytes));
     store = std::make_unique<PrefixStore>(std::move(disk));

@@ -176,6 +176,13 @@ TEST(KvDiskOptions, TheOptionStringSetsTheTierAndBadValuesAreRefused) {
   EngineOptions negative;
   negative.kv_disk_shutdown_ms = -5;
   EXPECT_TRUE(absl::IsInvalidArgument(Engine::Create(negative).status()));
+  // Without the prefix cache above it the tier is refused, not silently idle.
+  EngineOptions uncached;
+  uncached.kv_disk_dir = "/tmp/unused";
+  uncached.prefix_cache_bytes = 0;
+  const Status no_cache = Engine::Create(uncached).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(no_cache)) << no_cache;
+  EXPECT_NE(no_cache.message().find("prefix_cache_bytes"), std::string::npos) << no_cache;
   // A file where the directory belongs fails the engine, naming it.
   const fs::path file = fs::temp_directory_path() / ("strata_kv_disk_file_" + std::to_string(::getpid()));
   std::ofstream(file) << "x";
