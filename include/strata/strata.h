@@ -1205,8 +1205,8 @@ STRATA_API strata_status strata_session_save_to_buffer(strata_session *session, 
  * @retval STRATA_ERR_FAILED_PRECONDITION the file was saved from another model or format version, or holds
  *                                        a conversation and @p model has no tokenizer
  * @retval STRATA_ERR_OUT_OF_RANGE        the saved history does not fit max_context_tokens
- * @retval STRATA_ERR_UNSUPPORTED         the model's states cannot be loaded
- * @retval STRATA_ERR_RESOURCE_EXHAUSTED  no room for the state (a GPU state pool is full)
+ * @retval STRATA_ERR_UNSUPPORTED         the model's states cannot be loaded (a model on CUDA: not yet)
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED  no room for the state
  * @retval STRATA_ERR_OUT_OF_MEMORY       allocation failed
  * @retval STRATA_ERR_MISUSE              @p model was destroyed or is not a model
  * @par Thread safety: safe from any thread; the new session is independent.
@@ -1224,8 +1224,17 @@ STRATA_API strata_status strata_session_load(strata_model *model, const char *pa
  * @param[in]  size        their count
  * @param[in]  params      NULL, or parameters (see strata_session_load())
  * @param[out] out_session receives the session, owned by the caller; NULL on failure
- * @retval STRATA_OK and the errors of strata_session_load() but ::STRATA_ERR_NOT_FOUND
- * @par Thread safety: safe from any thread.
+ * @retval STRATA_OK                      loaded
+ * @retval STRATA_ERR_INVALID_ARGUMENT    a NULL pointer, or bad @p params
+ * @retval STRATA_ERR_DATA_LOSS           the bytes are not a session, are truncated or corrupted
+ * @retval STRATA_ERR_FAILED_PRECONDITION saved from another model or format version, or a conversation for
+ *                                        a model without tokenizer
+ * @retval STRATA_ERR_OUT_OF_RANGE        the saved history does not fit max_context_tokens
+ * @retval STRATA_ERR_UNSUPPORTED         the model's states cannot be loaded (a model on CUDA: not yet)
+ * @retval STRATA_ERR_RESOURCE_EXHAUSTED  no room for the state
+ * @retval STRATA_ERR_OUT_OF_MEMORY       allocation failed
+ * @retval STRATA_ERR_MISUSE              @p model was destroyed or is not a model
+ * @par Thread safety: safe from any thread; the new session is independent.
  * @since 0.1
  */
 STRATA_API strata_status strata_session_load_from_buffer(strata_model *model, const void *buffer, size_t size,

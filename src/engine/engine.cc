@@ -1,8 +1,6 @@
 // Engine: submission checks, the continuous-batching scheduler and the event queue.
 #include "engine/engine.h"
 
-#include "memory/disk_tier.h"
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -17,6 +15,7 @@
 
 #include "base/catch_allocation.h"
 #include "engine/stop_rules.h"
+#include "memory/disk_tier.h"
 
 namespace strata {
 namespace {

@@ -108,12 +108,12 @@ class Request {
   };
   Delivery& delivery() { return delivery_; }
   const Delivery& delivery() const { return delivery_; }
-  // Chat: the next round's rendering, made off the scheduler thread, once
-  // it is in; guarded by the engine's mutex.
   // A lookup in the engine's disk tier runs for this request (guarded by
   // the engine's mutex): it waits for it before it is scheduled.
   bool& fetching() { return fetching_; }
   bool fetching() const { return fetching_; }
+  // Chat: the next round's rendering, made off the scheduler thread, once
+  // it is in; guarded by the engine's mutex.
   std::optional<StatusOr<std::vector<int32_t>>>& rendered_round() { return rendered_round_; }
   const std::optional<StatusOr<std::vector<int32_t>>>& rendered_round() const { return rendered_round_; }
   // Adds a generated token; returns how many there are now.

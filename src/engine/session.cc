@@ -111,17 +111,13 @@ std::shared_ptr<const StateSnapshot> Session::Snapshot() const {
   // (a pending token follows at once, so this is not expected). An empty
   // history has none either, and is a valid snapshot (a mark at the start).
   if (evaluated_ > 0 && logits_.size() != static_cast<size_t>(vocab_size())) return nullptr;
-  auto snap = std::make_shared<StateSnapshot>();
-  snap->model = model_.get();
-  snap->max_context = max_context_;
-  snap->tokens.assign(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(evaluated_));
   // No room for the copy (host memory): no snapshot.
   StatusOr<std::unique_ptr<StateCheckpoint>> cp = model_->Checkpoint(*state_);
   if (!cp.ok()) return nullptr;
-  snap->checkpoint = *std::move(cp);
-  snap->logits = logits_;
-  snap->bytes = StateBytes(model_->info(), static_cast<int64_t>(evaluated_));
-  return snap;
+  return MakeSnapshot(
+      *model_, max_context_,
+      std::vector<int32_t>(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(evaluated_)),
+      *std::move(cp), logits_);
 }
 
 bool Session::Restore(const StateSnapshot& snap) {

@@ -10,7 +10,6 @@ namespace strata {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'S', 'N'};
-constexpr size_t kHeaderBytes = kSealHeaderBytes;
 
 void WritePoint(ByteWriter& w, const SavedPoint& p) {
   w.U64(p.id);
@@ -55,7 +54,7 @@ std::vector<uint8_t> EncodeSession(const ModelFingerprint& model, const SessionI
 
 StatusOr<SessionImage> DecodeSessionBody(std::span<const uint8_t> body,
                                          ModelFingerprint* fp, const std::string& source) {
-  ByteReader r(body, source, kHeaderBytes);
+  ByteReader r(body, source, kSealHeaderBytes);
   uint64_t u = 0;
   STRATA_RETURN_IF_ERROR(ReadFingerprint(r, fp));
   SessionImage s;

@@ -10,7 +10,6 @@
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "engine/session_file.h"
-#include "memory/state_bytes.h"
 
 namespace strata {
 namespace {
@@ -23,11 +22,10 @@ Status CheckLogits(const std::vector<float>& logits, int32_t vocab, const std::s
 }
 
 // A saved state as a checkpoint of `tokens` tokens.
-StatusOr<std::unique_ptr<StateCheckpoint>> LoadPoint(const Model& model,
-                                                           std::span<const uint8_t> bytes,
-                                                           int64_t max_context, uint64_t tokens,
-                                                           const std::string& source,
-                                                           const std::string& what) {
+StatusOr<std::unique_ptr<StateCheckpoint>> LoadPoint(const Model& model, std::span<const uint8_t> bytes,
+                                                     int64_t max_context, uint64_t tokens,
+                                                     const std::string& source,
+                                                     const std::string& what) {
   StatusOr<std::unique_ptr<StateCheckpoint>> cp = model.LoadCheckpoint(bytes, max_context);
   if (!cp.ok()) {
     return Status(cp.status().code(),
@@ -170,14 +168,9 @@ StatusOr<std::unique_ptr<Session>> Session::Load(Engine* engine, std::shared_ptr
     }
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StateCheckpoint> cp,
                             LoadPoint(*model, m.state, cap, m.tokens.size(), source, what));
-    auto snap = std::make_shared<StateSnapshot>();
-    snap->model = model.get();
-    snap->max_context = cap;
-    snap->bytes = StateBytes(model->info(), static_cast<int64_t>(m.tokens.size()));
-    snap->tokens = std::move(m.tokens);
-    snap->checkpoint = std::move(cp);
-    snap->logits = std::move(m.logits);
-    s->marks_.emplace(m.id, MarkPoint{std::move(snap), m.messages});
+    s->marks_.emplace(m.id, MarkPoint{MakeSnapshot(*model, cap, std::move(m.tokens), std::move(cp),
+                                                   std::move(m.logits)),
+                                      m.messages});
   }
   s->next_mark_ = im.next_mark;
   if (s->conversation_ != nullptr && im.has_conversation) {

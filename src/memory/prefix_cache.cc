@@ -7,6 +7,20 @@
 #include "base/splitmix64.h"
 
 namespace strata {
+
+std::shared_ptr<StateSnapshot> MakeSnapshot(const Model& model, int64_t max_context,
+                                            std::vector<int32_t> tokens,
+                                            std::unique_ptr<StateCheckpoint> checkpoint,
+                                            std::vector<float> logits) {
+  auto snap = std::make_shared<StateSnapshot>();
+  snap->model = &model;
+  snap->max_context = max_context;
+  snap->bytes = StateBytes(model.info(), static_cast<int64_t>(tokens.size()));
+  snap->tokens = std::move(tokens);
+  snap->checkpoint = std::move(checkpoint);
+  snap->logits = std::move(logits);
+  return snap;
+}
 namespace {
 
 uint64_t HashTokens(uint64_t seed, std::span<const int32_t> tokens) {

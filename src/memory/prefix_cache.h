@@ -53,6 +53,13 @@ struct StateSnapshot {
   uint64_t bytes = 0;                 // the model's accounting of this state
 };
 
+// The snapshot of `model`'s state after `tokens` held in `checkpoint`,
+// counted by the model's accounting.
+std::shared_ptr<StateSnapshot> MakeSnapshot(const Model& model, int64_t max_context,
+                                            std::vector<int32_t> tokens,
+                                            std::unique_ptr<StateCheckpoint> checkpoint,
+                                            std::vector<float> logits);
+
 // Thread-safety: every method is thread-safe.
 class PrefixCache {
  public:

@@ -33,13 +33,17 @@ std::vector<Sha256Digest> BlockPrefixKeys(const ModelFingerprint& model,
   return keys;
 }
 
-Sha256Digest PrefixKey(const ModelFingerprint& model, std::span<const int32_t> tokens) {
-  const size_t full = tokens.size() / kPrefixKeyBlock * kPrefixKeyBlock;
-  const std::vector<Sha256Digest> chain = BlockPrefixKeys(model, tokens.first(full));
-  const Sha256Digest h = chain.empty() ? Seed(model) : chain.back();
-  if (full == tokens.size() && !chain.empty()) return h;
+Sha256Digest PrefixKeyFromBlocks(const ModelFingerprint& model, std::span<const Sha256Digest> blocks,
+                                 std::span<const int32_t> tokens) {
+  const size_t full = blocks.size() * kPrefixKeyBlock;
+  const Sha256Digest h = blocks.empty() ? Seed(model) : blocks.back();
+  if (full == tokens.size() && !blocks.empty()) return h;
   const std::span<const int32_t> rest = tokens.subspan(full);
   return Sha256().Update(h).UpdateU64(rest.size()).Update(Bytes(rest)).Finish();
+}
+
+Sha256Digest PrefixKey(const ModelFingerprint& model, std::span<const int32_t> tokens) {
+  return PrefixKeyFromBlocks(model, BlockPrefixKeys(model, tokens), tokens);
 }
 
 }  // namespace strata

@@ -29,6 +29,11 @@ Sha256Digest PrefixKey(const ModelFingerprint& model, std::span<const int32_t> t
 std::vector<Sha256Digest> BlockPrefixKeys(const ModelFingerprint& model,
                                           std::span<const int32_t> tokens);
 
+// PrefixKey(model, tokens) from `blocks`, BlockPrefixKeys(model, tokens),
+// without hashing the full blocks again.
+Sha256Digest PrefixKeyFromBlocks(const ModelFingerprint& model, std::span<const Sha256Digest> blocks,
+                                 std::span<const int32_t> tokens);
+
 }  // namespace strata
 
 #endif  // STRATA_MEMORY_PREFIX_KEY_H_

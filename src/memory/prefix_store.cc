@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "memory/prefix_key.h"
-#include "memory/state_bytes.h"
 #include "memory/state_object.h"
 
 namespace strata {
@@ -39,14 +38,15 @@ std::shared_ptr<StateSnapshot> PrefixStore::Fetch(const Model& model, int64_t ma
   const std::vector<Sha256Digest> blocks = BlockPrefixKeys(fp, target);
   // Candidates from the longest: the whole target, then each block boundary.
   std::vector<std::pair<size_t, Sha256Digest>> candidates;
-  if (target.size() % kPrefixKeyBlock != 0) candidates.push_back({target.size(), PrefixKey(fp, target)});
+  if (target.size() % kPrefixKeyBlock != 0) {
+    candidates.push_back({target.size(), PrefixKeyFromBlocks(fp, blocks, target)});
+  }
   for (size_t i = blocks.size(); i-- > 0;) candidates.push_back({(i + 1) * kPrefixKeyBlock, blocks[i]});
   for (const auto& [len, digest] : candidates) {
     if (static_cast<int64_t>(len) <= min_tokens) break;
     const std::string key = ToHex(digest);
-    if (!tier_->Contains(key)) continue;
     std::vector<uint8_t> bytes;
-    if (!tier_->Get(key, &bytes).ok()) continue;  // gone meanwhile
+    if (!tier_->Get(key, &bytes).ok()) continue;  // not there (or gone meanwhile)
     bytes_read_.fetch_add(bytes.size(), std::memory_order_relaxed);
     const std::string source = std::string(tier_->name()) + " object " + key.substr(0, 16);
     StatusOr<StoredPrefix> p = DecodeStateObject(bytes, fp, digest, source);
@@ -70,16 +70,10 @@ std::shared_ptr<StateSnapshot> PrefixStore::Fetch(const Model& model, int64_t ma
       errors_.fetch_add(1, std::memory_order_relaxed);  // no room: a miss, the object kept
       break;
     }
-    auto snap = std::make_shared<StateSnapshot>();
-    snap->model = &model;
-    snap->max_context = max_context;
-    snap->bytes = StateBytes(model.info(), static_cast<int64_t>(p->tokens.size()));
-    snap->tokens = std::move(p->tokens);
-    snap->checkpoint = *std::move(cp);
-    snap->logits = std::move(p->logits);
     hits_.fetch_add(1, std::memory_order_relaxed);
-    hit_tokens_.fetch_add(static_cast<int64_t>(snap->tokens.size()), std::memory_order_relaxed);
-    return snap;
+    hit_tokens_.fetch_add(static_cast<int64_t>(p->tokens.size()), std::memory_order_relaxed);
+    return MakeSnapshot(model, max_context, std::move(p->tokens), *std::move(cp),
+                        std::move(p->logits));
   }
   misses_.fetch_add(1, std::memory_order_relaxed);
   return nullptr;

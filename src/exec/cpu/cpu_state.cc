@@ -88,6 +88,8 @@ Status CpuSequenceState::SaveContents(std::vector<uint8_t>* out) const {
     out->insert(out->end(), b, b + n);
   };
   const uint64_t tokens = static_cast<uint64_t>(tokens_);
+  out->reserve(out->size() + sizeof(tokens) + layout_->fixed_bytes +
+               static_cast<size_t>(tokens_ * layout_->block_floats / kStateBlockRows) * sizeof(float));
   put(&tokens, sizeof(tokens));
   for (size_t i = 0; i < fixed_.size(); ++i) {
     const StateRegion& r = layout_->regions[i];
@@ -95,11 +97,7 @@ Status CpuSequenceState::SaveContents(std::vector<uint8_t>* out) const {
       put(fixed_[i].data(), fixed_[i].size() * sizeof(float));
       continue;
     }
-    for (int64_t t = 0; t < tokens_; ++t) {
-      put(block_data_[static_cast<size_t>(t >> kStateBlockShift)] + layout_->block_offset[i] +
-              (t & (kStateBlockRows - 1)) * r.floats,
-          static_cast<size_t>(r.floats) * sizeof(float));
-    }
+    for (int64_t t = 0; t < tokens_; ++t) put(RowOf(i, t), static_cast<size_t>(r.floats) * sizeof(float));
   }
   return OkStatus();
 }
@@ -135,11 +133,7 @@ Status CpuSequenceState::LoadContents(std::span<const uint8_t> bytes) {
       at += row_bytes;
       continue;
     }
-    for (int64_t t = 0; t < T; ++t, at += row_bytes) {
-      std::memcpy(block_data_[static_cast<size_t>(t >> kStateBlockShift)] +
-                      layout_->block_offset[i] + (t & (kStateBlockRows - 1)) * r.floats,
-                  bytes.data() + at, row_bytes);
-    }
+    for (int64_t t = 0; t < T; ++t, at += row_bytes) std::memcpy(RowOf(i, t), bytes.data() + at, row_bytes);
   }
   tokens_ = T;
   return OkStatus();

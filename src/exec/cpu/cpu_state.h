@@ -68,6 +68,12 @@ class CpuSequenceState final : public SequenceState {
   void* Scratch(size_t bytes);
 
  private:
+  // Row `t` of per-token region `region`, in the state's blocks.
+  float* RowOf(size_t region, int64_t t) const {
+    return block_data_[static_cast<size_t>(t >> kStateBlockShift)] + layout_->block_offset[region] +
+           (t & (kStateBlockRows - 1)) * layout_->regions[region].floats;
+  }
+
   const Model* owner_;
   const CpuStateLayout* layout_;
   std::shared_ptr<HostBlockPool> pool_;
